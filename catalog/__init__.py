@@ -1,0 +1,1 @@
+"""Catalog data (YAML) shipped inside the installed package as ``clusterplan.catalog_data``."""

@@ -1,0 +1,168 @@
+"""Pydantic models of catalog rows: GPUs, cloud instances, model architectures, owned-hardware costs.
+
+These are the contract between the catalog data (``catalog/*.yaml``), the physics and the planner.
+Every numeric field names its unit; every row carries ``source`` (a key of the catalog's ``sources``
+map, or a URL) and ``as_of`` (the date the figure was read, ISO ``YYYY-MM-DD`` or ``YYYY-MM``).
+``provisional: true`` marks figures the reference sheet calls recalled or derived.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+GpuClass = Literal["datacenter", "workstation", "consumer"]
+ScaleUp = Literal["nvlink", "infinity_fabric", "pcie"]
+Provider = str  # 'aws', 'gcp', 'azure', 'lambda', 'runpod', 'coreweave', ...
+
+
+class Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceRef(Row):
+    title: str
+    url: str | None = None
+    as_of: str | None = Field(None, description="when the source was read or published")
+
+
+class Provenance(Row):
+    source: str = Field(description="key into the catalog's sources map, or a URL")
+    as_of: str = Field(description="date the figure was read or published, YYYY-MM-DD or YYYY-MM")
+    provisional: bool = Field(False, description="recalled or derived, not checked against a stored copy")
+    notes: str | None = None
+
+
+class DenseThroughput(Row):
+    """Dense (no 2:4 sparsity) tensor throughput. None = not supported natively."""
+
+    bf16_tflops: float | None = Field(None, ge=0, description="TFLOPS, dense")
+    fp16_tflops: float | None = Field(None, ge=0, description="TFLOPS, dense")
+    fp8_tflops: float | None = Field(None, ge=0, description="TFLOPS, dense")
+    int8_tops: float | None = Field(None, ge=0, description="TOPS, dense")
+    int4_tops: float | None = Field(None, ge=0, description="TOPS, dense")
+    fp32_tflops: float | None = Field(None, ge=0, description="TFLOPS, non-tensor FP32")
+
+
+class PurchasePrice(Provenance):
+    usd: float = Field(gt=0, description="USD per GPU (street or list price)")
+    kind: str = Field("street", description="'list', 'street', 'estimate'")
+
+
+class GpuSpec(Provenance):
+    id: str = Field(description="catalog key, lower-case with dashes, e.g. 'h100-sxm'")
+    name: str
+    vendor: Literal["nvidia", "amd", "intel"]
+    architecture: str
+    compute_capability: str | None = Field(None, description="NVIDIA CUDA compute capability, e.g. '9.0'")
+    gpu_class: GpuClass
+    memory_gb: float = Field(gt=0, description="marketed capacity in GB as on the datasheet")
+    memory_gib: float = Field(gt=0, description="capacity the driver reports, GiB")
+    bandwidth_gb_per_s: float = Field(gt=0, description="HBM/GDDR bandwidth, GB/s (10^9 B/s)")
+    dense: DenseThroughput
+    native_precisions: list[Precision] = Field(description="precisions with native tensor-core support")
+    scale_up: ScaleUp = Field(description="intra-node GPU-to-GPU link")
+    scale_up_bandwidth_gb_per_s: float = Field(
+        gt=0, description="per-GPU bidirectional scale-up bandwidth, GB/s (NVLink/IF; PCIe x16 if none)")
+    scale_up_domain: int = Field(ge=1, description="GPUs sharing one NVLink/IF domain (1 = no scale-up link)")
+    pcie_gen: int = Field(ge=3, le=6)
+    pcie_bandwidth_gb_per_s: float = Field(gt=0, description="PCIe x16 bidirectional, GB/s")
+    tdp_w: float = Field(gt=0, description="board power, W")
+    max_gpus_per_node: int = Field(8, ge=1, description="largest server this GPU ships in")
+    price: PurchasePrice | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuSpec:
+        if self.memory_gib > self.memory_gb * 1.08:
+            raise ValueError(f"memory_gib {self.memory_gib} exceeds memory_gb {self.memory_gb} by more than "
+                             "the GiB/GB ratio allows")
+        if self.scale_up == "pcie" and self.scale_up_domain != 1:
+            raise ValueError("a PCIe-only GPU has scale_up_domain 1")
+        if self.scale_up_domain > self.max_gpus_per_node:
+            raise ValueError("scale_up_domain cannot exceed max_gpus_per_node")
+        return self
+
+    def tflops(self, precision: Precision) -> float | None:
+        """Dense tensor throughput for a compute precision (TFLOPS or TOPS), None if not native."""
+        field = {"bf16": "bf16_tflops", "fp16": "fp16_tflops", "fp8": "fp8_tflops",
+                 "int8": "int8_tops", "int4": "int4_tops", "fp32": "fp32_tflops"}[precision]
+        value: float | None = getattr(self.dense, field)
+        return value
+
+
+class CloudInstance(Provenance):
+    id: str = Field(description="provider's instance name, e.g. 'p5.48xlarge' (unique per provider)")
+    provider: Provider
+    gpu_id: str = Field(description="key into gpus")
+    gpus_per_instance: int = Field(ge=1)
+    gpu_link: ScaleUp = Field(description="GPU-to-GPU link inside the instance")
+    network_gbit_per_s: float | None = Field(None, ge=0, description="inter-instance network, Gbit/s")
+    on_demand_usd_per_hour: float = Field(gt=0, description="whole instance, USD/hour")
+    spot_usd_per_hour: float | None = Field(None, gt=0, description="whole instance, USD/hour, point-in-time")
+    region: str
+    per_gpu_pricing: bool = Field(False, description="price derived from a per-GPU-hour list price")
+
+    @property
+    def key(self) -> str:
+        return f"{self.provider}:{self.id}"
+
+
+class ModelArchitecture(Row):
+    """A transformer's shape. Enough to count parameters, FLOPs and KV-cache bytes."""
+
+    name: str
+    layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    attention_heads: int = Field(ge=1)
+    kv_heads: int = Field(ge=1, description="key/value heads (GQA/MQA); = attention_heads for MHA")
+    head_dim: int | None = Field(None, ge=1, description="defaults to hidden_size / attention_heads")
+    ffn_size: int = Field(ge=1, description="intermediate size of one MLP (one expert for MoE)")
+    vocab_size: int = Field(ge=1)
+    gated_mlp: bool = Field(True, description="SwiGLU-style MLP with three matrices (False: two, e.g. GELU)")
+    moe_experts: int = Field(1, ge=1, description="experts per MoE layer (1 = dense)")
+    experts_per_token: int = Field(1, ge=1)
+    tied_embeddings: bool = False
+    max_context: int | None = Field(None, ge=1, description="tokens")
+    published_params: float | None = Field(None, gt=0, description="parameter count the publisher states")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelArchitecture:
+        if self.attention_heads % self.kv_heads:
+            raise ValueError(f"attention_heads ({self.attention_heads}) must be a multiple of kv_heads "
+                             f"({self.kv_heads})")
+        if self.experts_per_token > self.moe_experts:
+            raise ValueError("experts_per_token cannot exceed moe_experts")
+        return self
+
+    @property
+    def head_dim_eff(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.attention_heads
+
+
+class CatalogModel(ModelArchitecture):
+    """A model architecture as listed in the catalog, with provenance and aliases."""
+
+    id: str = Field(description="catalog key, e.g. 'llama-3.1-70b'")
+    aliases: list[str] = Field(default_factory=list)
+    source: str
+    as_of: str
+
+
+class OwnedFigure(Provenance):
+    value: float = Field(ge=0)
+    unit: str
+
+
+class OwnedCosts(Row):
+    """Assumptions for owned hardware; each figure carries its own provenance."""
+
+    server_usd_per_node: dict[GpuClass, OwnedFigure] = Field(
+        description="chassis, CPUs, RAM, storage per node excluding GPUs, USD, by GPU class")
+    network_usd_per_node: OwnedFigure = Field(description="NICs, switch ports, cables per node, USD")
+    node_power_overhead_w: OwnedFigure = Field(description="non-GPU power per node (CPUs, fans, NICs), W")
+    pue: OwnedFigure = Field(description="power usage effectiveness, dimensionless >= 1")
+    electricity_usd_per_kwh: OwnedFigure
+    amortisation_months: OwnedFigure
+    node_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per owned server")

@@ -1,0 +1,93 @@
+"""The ``clusterplan`` command line: a thin typer layer. Only this layer prints and exits.
+
+Exit codes: 0 success; 1 a well-formed question with no answer (infeasible requirement, impossible
+configuration); 2 bad input (located message, never a traceback; ``--debug`` shows one).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import typer
+from rich.console import Console
+
+from clusterplan import __version__
+from clusterplan.errors import ClusterplanError
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="clusterplan",
+    help="Plan GPU clusters: which GPUs, how many, and how to run them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+out_console = Console(highlight=False, soft_wrap=True)
+
+_state = {"debug": False}
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run a command body; turn clusterplan errors into a message and an exit code."""
+    try:
+        return fn()
+    except ClusterplanError as exc:
+        if _state["debug"]:
+            raise
+        err_console.print(f"error: {exc.render()}", markup=False)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        raise typer.Exit(130) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        out_console.print(f"clusterplan {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    """Plan GPU clusters from a declarative requirement."""
+    _state["debug"] = debug
+
+
+def _register_commands() -> None:
+    import importlib
+    import pkgutil
+
+    import clusterplan.commands as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"clusterplan.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    try:
+        app()
+    except SystemExit:
+        raise
+    except Exception:  # a bug, not a user error: say so plainly
+        if _state["debug"]:
+            raise
+        import traceback
+
+        err_console.print("internal error (a bug in clusterplan; rerun with --debug for the traceback):",
+                          markup=False)
+        err_console.print(traceback.format_exc().strip().splitlines()[-1], markup=False)
+        sys.exit(3)

@@ -1,0 +1,103 @@
+"""Result types of the physics: what one configuration needs and achieves. Pure data.
+
+These are the contract between the physics (``clusterplan.physics``), the candidate table
+(``clusterplan.candidates``), the independent checker and the renderers. Units are in field names.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Bound = Literal["memory_capacity", "memory_bandwidth", "compute", "communication"]
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MemoryBreakdown(Result):
+    """Memory needed on the most loaded GPU of a replica, GiB."""
+
+    weights_gib: float
+    kv_cache_gib: float = 0.0
+    activations_gib: float = 0.0
+    gradients_gib: float = 0.0
+    optimizer_gib: float = 0.0
+    runtime_overhead_gib: float = 0.0
+    headroom_gib: float = Field(0.0, description="fragmentation headroom (memory_headroom_fraction x capacity)")
+    total_gib: float
+    capacity_gib: float
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.capacity_gib
+
+    @property
+    def free_gib(self) -> float:
+        return self.capacity_gib - self.total_gib
+
+
+class ServingEstimate(Result):
+    """One serving replica (tp x pp GPUs) of one model on one GPU type at one batch (concurrency)."""
+
+    feasible: bool
+    reasons: list[str] = Field(default_factory=list, description="why not feasible, readable")
+    gpu_id: str
+    tp: int
+    pp: int
+    quant: str
+    kv_precision: str
+    batch: int = Field(description="concurrent sequences per replica")
+    gpus_per_replica: int
+    memory: MemoryBreakdown
+    max_batch_by_memory: int = Field(description="largest concurrency whose KV cache fits")
+    prefill_s: float = Field(description="prefill of one request's input tokens, seconds (unloaded)")
+    decode_step_s: float = Field(description="one decode step at this batch, seconds")
+    ttft_s: float = Field(description="unloaded time to first token, seconds")
+    tpot_s: float = Field(description="time per output token at this batch, seconds")
+    e2e_s: float = Field(description="unloaded end-to-end latency of a mean request at this batch, seconds")
+    output_tokens_per_s: float = Field(description="saturated output tokens/s of the replica at this batch")
+    requests_per_s: float = Field(description="saturated requests/s of the replica at this batch")
+    bound: Bound
+    power_w: float = Field(description="board power of the replica's GPUs at TDP, W")
+    notes: list[str] = Field(default_factory=list, description="assumptions applied (derates, replication)")
+
+
+class LatencyAtLoad(Result):
+    """Latency percentiles of a replica under a given arrival rate (queueing model)."""
+
+    arrival_requests_per_s: float
+    utilisation: float
+    p95_ttft_s: float
+    p95_tpot_s: float
+    p95_e2e_s: float
+    stable: bool = Field(description="False when arrivals exceed the utilisation ceiling")
+
+
+class TrainingEstimate(Result):
+    """One training or fine-tuning configuration: tp x pp x dp GPUs of one type."""
+
+    feasible: bool
+    reasons: list[str] = Field(default_factory=list)
+    gpu_id: str
+    tp: int
+    pp: int
+    dp: int
+    zero_stage: int
+    recompute: str
+    micro_batch: int = Field(description="sequences per micro-batch per GPU")
+    gpus: int
+    memory: MemoryBreakdown
+    flops_per_token: float = Field(description="model FLOPs per trained token (6N + attention, 8N with full recompute)")
+    step_time_s: float
+    compute_time_s: float
+    exposed_comm_time_s: float
+    bubble_fraction: float
+    tokens_per_s: float = Field(description="all GPUs together")
+    mfu: float = Field(description="model FLOPs utilisation against dense peak at the compute precision")
+    time_to_train_s: float
+    bound: Bound
+    power_w: float
+    notes: list[str] = Field(default_factory=list)

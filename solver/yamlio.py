@@ -1,0 +1,166 @@
+"""Safe, located YAML loading.
+
+Reads a YAML document into plain Python values (dict, list, str, int, float, bool, None) and records
+the line and column of every key and value, so validation errors can point into the file.
+Refuses, with a message and never a hang: files over a size limit, alias bombs (too many expanded
+nodes), deep nesting, duplicate keys, tags that would construct objects, binary or non-UTF-8 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clusterplan.errors import FieldProblem, InputError, Location
+
+MAX_FILE_BYTES = 4 * 2**20  # requirement and user-catalog files are hand-written; 4 MiB is generous
+MAX_NODES = 200_000  # expanded nodes, counting each alias expansion (stops billion-laughs)
+MAX_DEPTH = 64
+
+PathKey = tuple[str | int, ...]
+
+_SCALAR_TAGS = {
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+    "tag:yaml.org,2002:timestamp",
+}
+
+
+@dataclass
+class LocatedDocument:
+    """A parsed document and where each of its parts sits in the file."""
+
+    file: str
+    data: Any
+    positions: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
+
+    def locate(self, path: PathKey) -> Location:
+        """The location of ``path``, or of its nearest located ancestor."""
+        for n in range(len(path), -1, -1):
+            pos = self.positions.get(tuple(path[:n]))
+            if pos is not None:
+                return Location(self.file, pos[0], pos[1])
+        return Location(self.file)
+
+
+def format_path(path: PathKey) -> str:
+    """('workloads', 0, 'p95_latency') -> 'workloads[0].p95_latency'."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+class _Converter:
+    def __init__(self, file: str, loader: yaml.SafeLoader) -> None:
+        self.file = file
+        self.loader = loader
+        self.nodes = 0
+        self.positions: dict[PathKey, tuple[int, int]] = {}
+
+    def fail(self, node: yaml.Node, path: PathKey, message: str) -> InputError:
+        loc = Location(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+        return InputError([FieldProblem(loc, format_path(path), message)])
+
+    def convert(self, node: yaml.Node, path: PathKey, depth: int) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise self.fail(node, path, f"document expands to more than {MAX_NODES:,} nodes "
+                            "(an alias bomb or a file far larger than a requirement needs)")
+        if depth > MAX_DEPTH:
+            raise self.fail(node, path, f"nested more than {MAX_DEPTH} levels deep")
+        self.positions.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag not in _SCALAR_TAGS:
+                raise self.fail(node, path, f"YAML tag {node.tag!r} is not allowed (only plain values)")
+            value = self.loader.construct_object(node, deep=False)
+            if node.tag == "tag:yaml.org,2002:timestamp":
+                return str(node.value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise self.fail(node, path, f"expected a finite number, got {node.value!r}")
+            return value
+        if isinstance(node, yaml.SequenceNode):
+            if node.tag != "tag:yaml.org,2002:seq":
+                raise self.fail(node, path, f"YAML tag {node.tag!r} is not allowed")
+            return [self.convert(child, (*path, i), depth + 1) for i, child in enumerate(node.value)]
+        if isinstance(node, yaml.MappingNode):
+            if node.tag != "tag:yaml.org,2002:map":
+                raise self.fail(node, path, f"YAML tag {node.tag!r} is not allowed")
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    raise self.fail(key_node, path, "keys must be plain names (merge keys '<<' are not supported)")
+                key = str(key_node.value)
+                if key in out:
+                    first = self.positions.get((*path, key))
+                    where = f" (first at line {first[0]})" if first else ""
+                    raise self.fail(key_node, (*path, key), f"duplicate key '{key}'{where}")
+                self.positions[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                out[key] = self.convert(value_node, (*path, key), depth + 1)
+            return out
+        raise self.fail(node, path, "unsupported YAML node")  # pragma: no cover - exhaustive above
+
+
+def parse_yaml_text(text: str, file: str) -> LocatedDocument:
+    """Parse one YAML document from text; raise InputError with a location on any problem."""
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            root = loader.get_single_node()
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file)
+            problem = exc.problem or exc.context or "invalid YAML"
+            raise InputError([FieldProblem(loc, "", f"invalid YAML: {problem}")]) from None
+        except yaml.YAMLError as exc:
+            raise InputError([FieldProblem(Location(file), "", f"invalid YAML: {exc}")]) from None
+        except RecursionError:
+            raise InputError([FieldProblem(Location(file), "", f"nested more than {MAX_DEPTH} levels deep")]) from None
+        if root is None:
+            raise InputError([FieldProblem(Location(file), "", "the file is empty; expected a YAML mapping")])
+        converter = _Converter(file, loader)
+        data = converter.convert(root, (), 0)
+        return LocatedDocument(file=file, data=data, positions=converter.positions)
+    finally:
+        loader.dispose()
+
+
+def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """Read a user's text file, refusing directories, missing paths, huge and non-UTF-8 files."""
+    file = str(path)
+    if not path.exists():
+        raise InputError([FieldProblem(Location(file), "", "no such file")], fix="check the path")
+    if path.is_dir():
+        raise InputError([FieldProblem(Location(file), "", "is a directory, expected a YAML file")])
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise InputError([FieldProblem(Location(file), "",
+                                           f"file is {size:,} bytes; the limit is {max_bytes:,}")])
+        with path.open("rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError([FieldProblem(Location(file), "", f"cannot read: {exc.strerror}")]) from None
+    if len(raw) > max_bytes:
+        raise InputError([FieldProblem(Location(file), "", f"file is larger than the limit of {max_bytes:,} bytes")])
+    if b"\x00" in raw:
+        raise InputError([FieldProblem(Location(file), "", "file contains NUL bytes; expected a text YAML file")])
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError([FieldProblem(Location(file, line), "", "file is not valid UTF-8 text")]) from None
+
+
+def load_yaml_file(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> LocatedDocument:
+    return parse_yaml_text(read_text(path, max_bytes=max_bytes), str(path))
