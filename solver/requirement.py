@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from clusterplan.catalog_schema import ModelArchitecture, Precision
 from clusterplan.physics.factors import Assumptions
@@ -38,7 +38,22 @@ class HfConfigModel(Strict):
     name: str | None = Field(None, description="display name; defaults to the config's model_type")
 
 
-ModelRef = Annotated[str, Field(description="catalog model name, e.g. 'llama-3.1-70b'")] | InlineModel | HfConfigModel
+def _model_kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "name"
+    if isinstance(value, dict) and "hf_config" in value:
+        return "hf_config"
+    if isinstance(value, HfConfigModel):
+        return "hf_config"
+    return "inline"
+
+
+ModelRef = Annotated[
+    Annotated[str, Tag("name"), Field(description="catalog model name, e.g. 'llama-3.1-70b'")]
+    | Annotated[InlineModel, Tag("inline")]
+    | Annotated[HfConfigModel, Tag("hf_config")],
+    Discriminator(_model_kind),
+]
 
 
 class ServingWorkload(Strict):
