@@ -65,7 +65,8 @@ class GpuSpec(Provenance):
     native_precisions: list[Precision] = Field(description="precisions with native tensor-core support")
     scale_up: ScaleUp = Field(description="intra-node GPU-to-GPU link")
     scale_up_bandwidth_gb_per_s: float = Field(
-        gt=0, description="per-GPU bidirectional scale-up bandwidth, GB/s (NVLink/IF; PCIe x16 if none)")
+        gt=0, description="per-GPU bidirectional scale-up bandwidth, GB/s (NVLink/IF; PCIe x16 if none)"
+    )
     scale_up_domain: int = Field(ge=1, description="GPUs sharing one NVLink/IF domain (1 = no scale-up link)")
     pcie_gen: int = Field(ge=3, le=6)
     pcie_bandwidth_gb_per_s: float = Field(gt=0, description="PCIe x16 bidirectional, GB/s")
@@ -76,8 +77,9 @@ class GpuSpec(Provenance):
     @model_validator(mode="after")
     def _consistent(self) -> GpuSpec:
         if self.memory_gib > self.memory_gb * 1.08:
-            raise ValueError(f"memory_gib {self.memory_gib} exceeds memory_gb {self.memory_gb} by more than "
-                             "the GiB/GB ratio allows")
+            raise ValueError(
+                f"memory_gib {self.memory_gib} exceeds memory_gb {self.memory_gb} by more than the GiB/GB ratio allows"
+            )
         if self.scale_up == "pcie" and self.scale_up_domain != 1:
             raise ValueError("a PCIe-only GPU has scale_up_domain 1")
         if self.scale_up_domain > self.max_gpus_per_node:
@@ -86,8 +88,14 @@ class GpuSpec(Provenance):
 
     def tflops(self, precision: Precision) -> float | None:
         """Dense tensor throughput for a compute precision (TFLOPS or TOPS), None if not native."""
-        field = {"bf16": "bf16_tflops", "fp16": "fp16_tflops", "fp8": "fp8_tflops",
-                 "int8": "int8_tops", "int4": "int4_tops", "fp32": "fp32_tflops"}[precision]
+        field = {
+            "bf16": "bf16_tflops",
+            "fp16": "fp16_tflops",
+            "fp8": "fp8_tflops",
+            "int8": "int8_tops",
+            "int4": "int4_tops",
+            "fp32": "fp32_tflops",
+        }[precision]
         value: float | None = getattr(self.dense, field)
         return value
 
@@ -130,8 +138,9 @@ class ModelArchitecture(Row):
     @model_validator(mode="after")
     def _consistent(self) -> ModelArchitecture:
         if self.attention_heads % self.kv_heads:
-            raise ValueError(f"attention_heads ({self.attention_heads}) must be a multiple of kv_heads "
-                             f"({self.kv_heads})")
+            raise ValueError(
+                f"attention_heads ({self.attention_heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
         if self.experts_per_token > self.moe_experts:
             raise ValueError("experts_per_token cannot exceed moe_experts")
         return self
@@ -159,7 +168,8 @@ class OwnedCosts(Row):
     """Assumptions for owned hardware; each figure carries its own provenance."""
 
     server_usd_per_node: dict[GpuClass, OwnedFigure] = Field(
-        description="chassis, CPUs, RAM, storage per node excluding GPUs, USD, by GPU class")
+        description="chassis, CPUs, RAM, storage per node excluding GPUs, USD, by GPU class"
+    )
     network_usd_per_node: OwnedFigure = Field(description="NICs, switch ports, cables per node, USD")
     node_power_overhead_w: OwnedFigure = Field(description="non-GPU power per node (CPUs, fans, NICs), W")
     pue: OwnedFigure = Field(description="power usage effectiveness, dimensionless >= 1")

@@ -11,10 +11,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import typer
-from rich.console import Console
-
 from clusterplan import __version__
 from clusterplan.errors import ClusterplanError
+from rich.console import Console
 
 T = TypeVar("T")
 
@@ -87,7 +86,6 @@ def main() -> None:
             raise
         import traceback
 
-        err_console.print("internal error (a bug in clusterplan; rerun with --debug for the traceback):",
-                          markup=False)
+        err_console.print("internal error (a bug in clusterplan; rerun with --debug for the traceback):", markup=False)
         err_console.print(traceback.format_exc().strip().splitlines()[-1], markup=False)
         sys.exit(3)

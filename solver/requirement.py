@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
-
 from clusterplan.catalog_schema import ModelArchitecture, Precision
 from clusterplan.physics.factors import Assumptions
 from clusterplan.units import Count, Duration, Money, Months, Power, Rate, Tokens
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 Quantization = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 KvPrecision = Literal["bf16", "fp16", "fp8", "int8"]
@@ -67,22 +66,30 @@ class ServingWorkload(Strict):
     p95_latency: Duration | None = Field(None, gt=0, description="95th percentile end-to-end latency, seconds")
     p95_ttft: Duration | None = Field(None, gt=0, description="95th percentile time to first token, seconds")
     p95_tpot: Duration | None = Field(None, gt=0, description="95th percentile time per output token, seconds")
-    max_context: Tokens | None = Field(None, ge=1, description="longest prompt+output a request may reach, "
-                                       "tokens; defaults to input_tokens + output_tokens")
+    max_context: Tokens | None = Field(
+        None,
+        ge=1,
+        description="longest prompt+output a request may reach, tokens; defaults to input_tokens + output_tokens",
+    )
     peak_to_average: float = Field(1.0, ge=1, le=100, description="peak demand over average demand")
     redundancy: int = Field(0, ge=0, le=64, description="spare replicas (N+k) so losing k still meets demand")
-    allow_mixed: bool | None = Field(None, description="allow different GPU types for this workload's "
-                                     "replicas; defaults to constraints.allow_mixed")
-    kv_cache_precision: KvPrecision | None = Field(None, description="KV-cache precision; default follows "
-                                                   "the weights (fp8 weights -> fp8 KV, else bf16)")
+    allow_mixed: bool | None = Field(
+        None,
+        description="allow different GPU types for this workload's replicas; defaults to constraints.allow_mixed",
+    )
+    kv_cache_precision: KvPrecision | None = Field(
+        None, description="KV-cache precision; default follows the weights (fp8 weights -> fp8 KV, else bf16)"
+    )
 
     @model_validator(mode="after")
     def _demand(self) -> ServingWorkload:
         if (self.tokens_per_sec is None) == (self.requests_per_min is None):
             raise ValueError("give exactly one of tokens_per_sec or requests_per_min")
         if self.max_context is not None and self.max_context < self.input_tokens + self.output_tokens:
-            raise ValueError(f"max_context ({self.max_context:g}) is shorter than input_tokens + output_tokens "
-                             f"({self.input_tokens + self.output_tokens:g})")
+            raise ValueError(
+                f"max_context ({self.max_context:g}) is shorter than input_tokens + output_tokens "
+                f"({self.input_tokens + self.output_tokens:g})"
+            )
         return self
 
     @property
@@ -111,10 +118,12 @@ class TrainingWorkload(Strict):
     sequence_length: Tokens = Field(4096, ge=1, description="tokens per sequence")
     global_batch_tokens: Tokens = Field(4_194_304, ge=1, description="tokens per optimizer step")
     optimizer: Literal["adamw", "sgd", "adafactor"] = "adamw"
-    precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field("bf16", description="compute precision "
-                                                              "(mixed precision with fp32 master weights)")
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
+        "bf16", description="compute precision (mixed precision with fp32 master weights)"
+    )
     activation_recompute: Literal["none", "selective", "full"] | None = Field(
-        None, description="None lets the planner choose")
+        None, description="None lets the planner choose"
+    )
 
 
 class FinetuneWorkload(Strict):
@@ -184,8 +193,10 @@ class Requirement(Strict):
     model: ModelRef | None = Field(None, description="the model, unless each workload names its own")
     workloads: list[Workload] = Field(min_length=1, max_length=64)
     schedule: Literal["sequential", "concurrent"] = Field(
-        "concurrent", description="sequential: workloads run one after another on the same owned GPUs "
-        "(train, then serve); concurrent: they need GPUs at the same time")
+        "concurrent",
+        description="sequential: workloads run one after another on the same owned GPUs "
+        "(train, then serve); concurrent: they need GPUs at the same time",
+    )
     budget: Budget = Field(default_factory=Budget)
     deployment: Deployment = "either"
     constraints: Constraints = Field(default_factory=Constraints)

@@ -151,8 +151,15 @@ def _finite_nonneg(x: float, kind: str, example: str, value: Any) -> float:
     return float(x)
 
 
-def _parse(value: Any, suffixes: dict[str, float], kind: str, example: str, *, prefix: str = "",
-           case_insensitive: bool = False) -> float:
+def _parse(
+    value: Any,
+    suffixes: dict[str, float],
+    kind: str,
+    example: str,
+    *,
+    prefix: str = "",
+    case_insensitive: bool = False,
+) -> float:
     if isinstance(value, bool):
         raise _err(kind, example, value)
     if isinstance(value, int | float):
@@ -161,7 +168,7 @@ def _parse(value: Any, suffixes: dict[str, float], kind: str, example: str, *, p
         raise _err(kind, example, value)
     text = value.strip()
     if prefix and text.startswith(prefix):
-        text = text[len(prefix):].strip()
+        text = text[len(prefix) :].strip()
     m = re.fullmatch(_NUMBER + r"\s*(?P<unit>[A-Za-z/]*)", text)
     if not m:
         raise _err(kind, example, value)
@@ -210,8 +217,12 @@ def parse_months(value: Any) -> float:
     """A horizon in months: 36, '36mo', '3y' (= 36 months), '18 months'."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return _finite_nonneg(float(value), "a number of months", "36, '36mo' or '3y'", value)
-    seconds = _parse(value, {k: v for k, v in _DURATION_SUFFIX.items() if v >= 30 * SECONDS_PER_DAY},
-                     "a number of months", "36, '36mo' or '3y'")
+    seconds = _parse(
+        value,
+        {k: v for k, v in _DURATION_SUFFIX.items() if v >= 30 * SECONDS_PER_DAY},
+        "a number of months",
+        "36, '36mo' or '3y'",
+    )
     return seconds / (DAYS_PER_MONTH * SECONDS_PER_DAY)
 
 
@@ -222,8 +233,7 @@ def parse_tokens(value: Any) -> float:
 
 def _human(description: str) -> WithJsonSchema:
     """JSON Schema for a field that takes a number or a string with a unit (editors then accept '5s')."""
-    return WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}],
-                           "description": description})
+    return WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}], "description": description})
 
 
 Count = Annotated[float, BeforeValidator(parse_count), _human("count: 150k, 1.5M, 300B")]

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-
 from clusterplan.errors import FieldProblem, InputError, did_you_mean
 from clusterplan.yamlio import LocatedDocument, PathKey, format_path
+from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
 # pydantic inserts the tag of a union member into the location ('serving', 'str', 'InlineModel', ...).
-_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "InlineModel", "HfConfigModel",
-               "function-after", "function-before", "function-wrap", "constrained-str"}
+_UNION_TAGS = {
+    "str",
+    "int",
+    "float",
+    "bool",
+    "list",
+    "dict",
+    "InlineModel",
+    "HfConfigModel",
+    "function-after",
+    "function-before",
+    "function-wrap",
+    "constrained-str",
+}
 
 
 def _allowed_keys(model: type[BaseModel], data: Any, path: PathKey) -> list[str]:
@@ -75,8 +86,12 @@ def _clean_loc(loc: tuple[Any, ...], data: Any) -> PathKey:
             out.append(part)
             node = node[part]
             continue
-        if (part in _UNION_TAGS or part in {"serving", "training", "finetune", "name", "inline", "hf_config"}
-                or part.startswith("function-") or not isinstance(node, dict)):
+        if (
+            part in _UNION_TAGS
+            or part in {"serving", "training", "finetune", "name", "inline", "hf_config"}
+            or part.startswith("function-")
+            or not isinstance(node, dict)
+        ):
             continue
         out.append(part)  # a missing field or an extra key
         node = None
@@ -93,11 +108,14 @@ def _message(err: dict[str, Any], model: type[BaseModel], data: Any, path: PathK
         return "required field is missing"
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     if kind in {"literal_error", "enum"}:
         return f"{msg}, got {err.get('input')!r}"
-    if kind not in {"unit_parse", "negative", "value_error"} and "input" in err and not isinstance(
-            err["input"], dict | list):
+    if (
+        kind not in {"unit_parse", "negative", "value_error"}
+        and "input" in err
+        and not isinstance(err["input"], dict | list)
+    ):
         msg = f"{msg}, got {err['input']!r}"
     return msg
 

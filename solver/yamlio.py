@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from clusterplan.errors import FieldProblem, InputError, Location
 
 MAX_FILE_BYTES = 4 * 2**20  # requirement and user-catalog files are hand-written; 4 MiB is generous
@@ -75,8 +74,12 @@ class _Converter:
     def convert(self, node: yaml.Node, path: PathKey, depth: int) -> Any:
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            raise self.fail(node, path, f"document expands to more than {MAX_NODES:,} nodes "
-                            "(an alias bomb or a file far larger than a requirement needs)")
+            raise self.fail(
+                node,
+                path,
+                f"document expands to more than {MAX_NODES:,} nodes "
+                "(an alias bomb or a file far larger than a requirement needs)",
+            )
         if depth > MAX_DEPTH:
             raise self.fail(node, path, f"nested more than {MAX_DEPTH} levels deep")
         self.positions.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
@@ -145,8 +148,7 @@ def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            raise InputError([FieldProblem(Location(file), "",
-                                           f"file is {size:,} bytes; the limit is {max_bytes:,}")])
+            raise InputError([FieldProblem(Location(file), "", f"file is {size:,} bytes; the limit is {max_bytes:,}")])
         with path.open("rb") as fh:
             raw = fh.read(max_bytes + 1)
     except OSError as exc:

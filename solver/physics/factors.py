@@ -7,9 +7,8 @@ The defaults the planner used are listed in every explanation.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from clusterplan.catalog_schema import GpuClass
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class PerClass(BaseModel):
@@ -52,25 +51,37 @@ class Assumptions(BaseModel):
     memory_bandwidth_efficiency: PerClass = Field(
         default_factory=lambda: _pc(0.80, 0.75, 0.70),
         description="achieved fraction of peak memory bandwidth in decode (aiconfigurator mem-BW x0.8; "
-        "kv-planner MBU 0.75)")
+        "kv-planner MBU 0.75)",
+    )
     compute_efficiency: PerClass = Field(
         default_factory=lambda: _pc(0.60, 0.55, 0.50),
-        description="achieved fraction of dense tensor throughput in inference matmuls (prefill)")
+        description="achieved fraction of dense tensor throughput in inference matmuls (prefill)",
+    )
     training_mfu: PerClass = Field(
         default_factory=lambda: _pc(0.45, 0.40, 0.35),
         description="model FLOPs utilisation of training compute before exposed communication "
-        "(kv-planner MFU 0.50; llm-analysis warns above 0.55)")
-    link_efficiency: float = Field(0.70, gt=0, le=1, description="achieved fraction of link bandwidth "
-                                   "(Calculon NVLink 0.65, IB 0.9)")
-    utilisation_ceiling: float = Field(0.80, gt=0, lt=1, description="highest utilisation a replica is "
-                                       "planned at, queueing stays bounded below it")
+        "(kv-planner MFU 0.50; llm-analysis warns above 0.55)",
+    )
+    link_efficiency: float = Field(
+        0.70, gt=0, le=1, description="achieved fraction of link bandwidth (Calculon NVLink 0.65, IB 0.9)"
+    )
+    utilisation_ceiling: float = Field(
+        0.80, gt=0, lt=1, description="highest utilisation a replica is planned at, queueing stays bounded below it"
+    )
     sustained_clock_fraction: PerClass = Field(
         default_factory=lambda: _pc(1.0, 0.90, 0.80),
-        description="thermal derate of dense sustained deployments (seeds: consumer cards lose 15-25%)")
-    memory_headroom_fraction: float = Field(0.10, ge=0, lt=0.5, description="fraction of GPU memory kept "
-                                            "free for fragmentation (seeds: 10-15%)")
-    runtime_overhead_gib: float = Field(2.0, ge=0, description="CUDA context, NCCL buffers and framework "
-                                        "per GPU, GiB (aiconfigurator 'other' 3.5 GiB; vidur/CUDA 650 MB)")
-    inter_node_bandwidth_gb_per_s: float = Field(50.0, gt=0, description="per-GPU inter-node network, GB/s "
-                                                 "(400 Gb/s InfiniBand/EFA per GPU)")
+        description="thermal derate of dense sustained deployments (seeds: consumer cards lose 15-25%)",
+    )
+    memory_headroom_fraction: float = Field(
+        0.10, ge=0, lt=0.5, description="fraction of GPU memory kept free for fragmentation (seeds: 10-15%)"
+    )
+    runtime_overhead_gib: float = Field(
+        2.0,
+        ge=0,
+        description="CUDA context, NCCL buffers and framework "
+        "per GPU, GiB (aiconfigurator 'other' 3.5 GiB; vidur/CUDA 650 MB)",
+    )
+    inter_node_bandwidth_gb_per_s: float = Field(
+        50.0, gt=0, description="per-GPU inter-node network, GB/s (400 Gb/s InfiniBand/EFA per GPU)"
+    )
     int4_group_size: int = Field(128, ge=8, description="weights per int4 quantisation group (GPTQ/AWQ)")

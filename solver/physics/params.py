@@ -33,15 +33,21 @@ def embedding_params(arch: ModelArchitecture) -> int:
 
 def total_params(arch: ModelArchitecture) -> int:
     """Every parameter held in memory (all experts of an MoE model)."""
-    per_layer = (attention_params_per_layer(arch) + arch.moe_experts * mlp_params_per_expert(arch)
-                 + router_params_per_layer(arch))
+    per_layer = (
+        attention_params_per_layer(arch)
+        + arch.moe_experts * mlp_params_per_expert(arch)
+        + router_params_per_layer(arch)
+    )
     return arch.layers * per_layer + embedding_params(arch)
 
 
 def active_params(arch: ModelArchitecture) -> int:
     """Parameters touched per token (only experts_per_token experts of an MoE layer)."""
-    per_layer = (attention_params_per_layer(arch) + arch.experts_per_token * mlp_params_per_expert(arch)
-                 + router_params_per_layer(arch))
+    per_layer = (
+        attention_params_per_layer(arch)
+        + arch.experts_per_token * mlp_params_per_expert(arch)
+        + router_params_per_layer(arch)
+    )
     return arch.layers * per_layer + embedding_params(arch)
 
 
