@@ -87,8 +87,8 @@ class ServingWorkload(Strict):
             raise ValueError("give exactly one of tokens_per_sec or requests_per_min")
         if self.max_context is not None and self.max_context < self.input_tokens + self.output_tokens:
             raise ValueError(
-                f"max_context ({self.max_context:g}) is shorter than input_tokens + output_tokens "
-                f"({self.input_tokens + self.output_tokens:g})"
+                f"max_context ({self.max_context:,.0f}) is shorter than input_tokens + output_tokens "
+                f"({self.input_tokens + self.output_tokens:,.0f})"
             )
         return self
 
@@ -111,13 +111,15 @@ class ServingWorkload(Strict):
 
 class TrainingWorkload(Strict):
     kind: Literal["training"]
-    name: str = "training"
-    model: ModelRef | None = None
+    name: str = Field("training", description="label used in plans and explanations")
+    model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
     tokens: Count = Field(gt=0, description="tokens to train on")
     deadline: Duration = Field(gt=0, description="wall-clock time allowed, seconds (e.g. '30d')")
     sequence_length: Tokens = Field(4096, ge=1, description="tokens per sequence")
     global_batch_tokens: Tokens = Field(4_194_304, ge=1, description="tokens per optimizer step")
-    optimizer: Literal["adamw", "sgd", "adafactor"] = "adamw"
+    optimizer: Literal["adamw", "sgd", "adafactor"] = Field(
+        "adamw", description="optimizer; sets bytes of optimizer state per parameter"
+    )
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
         "bf16", description="compute precision (mixed precision with fp32 master weights)"
     )
@@ -128,17 +130,23 @@ class TrainingWorkload(Strict):
 
 class FinetuneWorkload(Strict):
     kind: Literal["finetune"]
-    name: str = "finetune"
-    model: ModelRef | None = None
-    method: Literal["full", "lora", "qlora"] = "lora"
-    lora_rank: int = Field(16, ge=1, le=4096)
+    name: str = Field("finetune", description="label used in plans and explanations")
+    model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
+    method: Literal["full", "lora", "qlora"] = Field(
+        "lora",
+        description="full: every weight trains; lora: frozen base "
+        "at 16 bits plus adapters; qlora: frozen base at 4 bits (NF4) plus adapters",
+    )
+    lora_rank: int = Field(16, ge=1, le=4096, description="LoRA adapter rank r")
     tokens: Count = Field(gt=0, description="tokens to train on (dataset tokens x epochs)")
     deadline: Duration = Field(gt=0, description="wall-clock time allowed, seconds")
-    sequence_length: Tokens = Field(2048, ge=1)
+    sequence_length: Tokens = Field(2048, ge=1, description="tokens per sequence")
     global_batch_tokens: Tokens = Field(65_536, ge=1, description="tokens per optimizer step")
-    optimizer: Literal["adamw", "sgd", "adafactor"] = "adamw"
-    precision: Literal["bf16", "fp16"] = "bf16"
-    activation_recompute: Literal["none", "selective", "full"] | None = None
+    optimizer: Literal["adamw", "sgd", "adafactor"] = Field("adamw", description="optimizer for trainable parameters")
+    precision: Literal["bf16", "fp16"] = Field("bf16", description="compute precision of the trainable path")
+    activation_recompute: Literal["none", "selective", "full"] | None = Field(
+        None, description="None lets the planner choose"
+    )
 
 
 Workload = Annotated[ServingWorkload | TrainingWorkload | FinetuneWorkload, Field(discriminator="kind")]
@@ -153,14 +161,14 @@ class Budget(Strict):
 
 class InventoryItem(Strict):
     gpu: str = Field(description="catalog GPU name")
-    count: int = Field(ge=1, le=1_000_000)
+    count: int = Field(ge=1, le=1_000_000, description="GPUs of this type already owned")
 
 
 class Constraints(Strict):
     allowed_gpus: list[str] | None = Field(None, description="only these catalog GPUs")
-    excluded_gpus: list[str] = Field(default_factory=list)
+    excluded_gpus: list[str] = Field(default_factory=list, description="never use these catalog GPUs")
     quantizations: list[Quantization] | None = Field(None, description="allowed weight precisions")
-    max_gpus: int | None = Field(None, ge=1, le=1_000_000)
+    max_gpus: int | None = Field(None, ge=1, le=1_000_000, description="cap on GPUs in total, all workloads")
     max_power: Power | None = Field(None, gt=0, description="cap on facility power, W (e.g. '40kW')")
     inventory: list[InventoryItem] = Field(default_factory=list, description="GPUs already owned")
     clouds: list[str] | None = Field(None, description="allowed cloud providers")
@@ -173,17 +181,21 @@ class PinnedConfig(Strict):
     """One configuration to evaluate with ``clusterplan estimate`` (any omitted knob is chosen)."""
 
     workload: int | str | None = Field(None, description="index or name of the workload to estimate")
-    gpu: str | None = None
+    gpu: str | None = Field(None, description="catalog GPU name")
     count: int | None = Field(None, ge=1, le=1_000_000, description="GPUs in total")
-    tp: int | None = Field(None, ge=1, le=1024)
-    pp: int | None = Field(None, ge=1, le=1024)
+    tp: int | None = Field(None, ge=1, le=1024, description="tensor-parallel degree")
+    pp: int | None = Field(None, ge=1, le=1024, description="pipeline-parallel degree")
     dp: int | None = Field(None, ge=1, le=1_000_000, description="data-parallel degree or serving replicas")
-    zero: Literal[0, 1, 2, 3] | None = None
-    quant: Quantization | None = None
-    kv_quant: KvPrecision | None = None
+    zero: Literal[0, 1, 2, 3] | None = Field(None, description="ZeRO stage (training)")
+    quant: Quantization | None = Field(None, description="weight precision / quantization")
+    kv_quant: KvPrecision | None = Field(None, description="KV-cache precision")
     batch: int | None = Field(None, ge=1, le=1_000_000, description="concurrency (serving) or micro-batch")
-    recompute: Literal["none", "selective", "full"] | None = None
-    deployment: Literal["cloud", "owned"] | None = None
+    recompute: Literal["none", "selective", "full"] | None = Field(
+        None, description="activation recomputation (training)"
+    )
+    deployment: Literal["cloud", "owned"] | None = Field(
+        None, description="price as cloud instances or as owned servers"
+    )
 
 
 class Requirement(Strict):
@@ -191,16 +203,20 @@ class Requirement(Strict):
 
     name: str = Field("requirement", description="title used in reports")
     model: ModelRef | None = Field(None, description="the model, unless each workload names its own")
-    workloads: list[Workload] = Field(min_length=1, max_length=64)
+    workloads: list[Workload] = Field(min_length=1, max_length=64, description="what the cluster must do")
     schedule: Literal["sequential", "concurrent"] = Field(
         "concurrent",
         description="sequential: workloads run one after another on the same owned GPUs "
         "(train, then serve); concurrent: they need GPUs at the same time",
     )
-    budget: Budget = Field(default_factory=Budget)
-    deployment: Deployment = "either"
-    constraints: Constraints = Field(default_factory=Constraints)
-    assumptions: Assumptions = Field(default_factory=Assumptions)
+    budget: Budget = Field(default_factory=Budget, description="spending limits over the horizon")
+    deployment: Deployment = Field(
+        "either", description="cloud: rent instances; owned: buy servers; either: the cheaper"
+    )
+    constraints: Constraints = Field(default_factory=Constraints, description="hardware, power and placement limits")
+    assumptions: Assumptions = Field(
+        default_factory=Assumptions, description="efficiency factors and defaults to override (docs/model.md)"
+    )
     config: PinnedConfig | None = Field(None, description="a pinned configuration for `clusterplan estimate`")
 
     @model_validator(mode="after")

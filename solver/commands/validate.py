@@ -1,0 +1,64 @@
+"""``clusterplan validate FILE`` and ``clusterplan schema``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from clusterplan.requirement import Requirement
+
+CatalogOption = typer.Option(
+    None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."
+)
+
+
+def requirement_schema() -> dict[str, object]:
+    """The JSON Schema of a requirement file, as checked in at specs/requirement.schema.json."""
+    schema = Requirement.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://clusterplan.dev/specs/requirement.schema.json"
+    return schema
+
+
+def schema_text() -> str:
+    return json.dumps(requirement_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def validate(
+        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """Check a requirement file and say what it asks for; exit 2 with located errors if it is invalid."""
+        from clusterplan.catalog import load_catalog
+        from clusterplan.cli import guarded, out_console
+        from clusterplan.requirement_loader import load_requirement
+
+        def run() -> None:
+            cat = load_catalog(catalog or [])
+            resolved = load_requirement(file, cat)
+            req = resolved.requirement
+            out_console.print(f"{file}: valid", markup=False)
+            for i, w in enumerate(req.workloads):
+                arch = resolved.model_for(i)
+                out_console.print(f"  workloads[{i}] {w.name}: {w.kind} of {arch.name}", markup=False)
+            out_console.print(
+                f"  deployment: {req.deployment}; horizon {req.budget.horizon:g} months; schedule {req.schedule}",
+                markup=False,
+            )
+
+        guarded(run)
+
+    @app.command()
+    def schema(
+        output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    ) -> None:
+        """Print the JSON Schema of requirement files (checked in at specs/requirement.schema.json)."""
+        text = schema_text()
+        if output is None:
+            typer.echo(text, nl=False)
+        else:
+            output.write_text(text, encoding="utf-8")

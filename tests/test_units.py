@@ -1,0 +1,79 @@
+"""Human units: what a user may write and what it means."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic_core import PydanticCustomError
+
+from clusterplan import units
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5s", 5.0), ("800ms", 0.8), ("30d", 30 * 86400.0), ("2h", 7200.0), ("10min", 600.0), (7, 7.0),
+     ("1.5 s", 1.5), ("2w", 14 * 86400.0), ("1y", 365 * 86400.0)],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert units.parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["fast", "5m", "5 parsecs", "", "s", "-5s", True, [5], "1,5s"])
+def test_bad_durations_are_refused(text: object) -> None:
+    with pytest.raises(PydanticCustomError):
+        units.parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "usd"),
+    [("$1.2M", 1.2e6), ("150k", 150e3), ("$400,000", 4e5), (2_000_000, 2e6), ("$2M", 2e6), ("1e6", 1e6)],
+)
+def test_money(text: object, usd: float) -> None:
+    assert units.parse_money(text) == pytest.approx(usd)
+
+
+@pytest.mark.parametrize("text", ["1.2 million", "€100", "$", "12,34", "1.2m"])
+def test_bad_money_is_refused(text: str) -> None:
+    with pytest.raises(PydanticCustomError):
+        units.parse_money(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("150k", 150e3), ("4k", 4e3), ("300B", 3e11), ("2T", 2e12), ("1,200,000", 1.2e6)]
+)
+def test_counts(text: str, value: float) -> None:
+    assert units.parse_count(text) == pytest.approx(value)
+
+
+def test_rates_power_and_months() -> None:
+    assert units.parse_rate("4k/s") == 4000
+    assert units.parse_power("40kW") == 40_000
+    assert units.parse_power("800w") == 800
+    assert units.parse_months("3y") == pytest.approx(36.0)
+    assert units.parse_months("18 months") == pytest.approx(18.0)
+    assert units.parse_months(24) == 24
+    with pytest.raises(PydanticCustomError):
+        units.parse_months("36d")
+
+
+def test_non_finite_numbers_are_refused() -> None:
+    for bad in (math.nan, math.inf, "1e999"):
+        with pytest.raises(PydanticCustomError):
+            units.parse_count(bad)
+
+
+def test_gb_and_gib() -> None:
+    assert units.gb_to_gib(80) == pytest.approx(74.506, rel=1e-4)
+    assert units.bytes_to_gib(2**30) == 1.0
+    assert units.gib_to_gb(1) == pytest.approx(1.073741824)
+
+
+def test_integer_scaling_rounds_in_the_safe_direction_and_refuses_overflow() -> None:
+    assert units.scale_up(1.001, 0.01, what="demand") == 101
+    assert units.scale_down(1.009, 0.01, what="capacity") == 100
+    assert units.scale_to_int(2.5e12, 0.01, what="cost") == 250_000_000_000_000
+    with pytest.raises(ValueError, match="too large"):
+        units.scale_to_int(1e30, 0.01, what="cost")
+    with pytest.raises(ValueError, match="non-finite"):
+        units.scale_up(math.nan, 1, what="rate")
