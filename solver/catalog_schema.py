@@ -25,13 +25,21 @@ class Row(BaseModel):
 class SourceRef(Row):
     title: str
     url: str | None = None
+    alt_url: str | None = Field(None, description="a second address for the same source")
     as_of: str | None = Field(None, description="when the source was read or published")
+    kind: str | None = Field(None, description="what sort of source: vendor primary, price catalog, estimate, ...")
 
 
 class Provenance(Row):
     source: str = Field(description="key into the catalog's sources map, or a URL")
     as_of: str = Field(description="date the figure was read or published, YYYY-MM-DD or YYYY-MM")
     provisional: bool = Field(False, description="recalled or derived, not checked against a stored copy")
+    provisional_fields: list[str] = Field(
+        default_factory=list, description="which fields of the row are recalled or derived (empty: all or none)"
+    )
+    also_sources: list[str] = Field(
+        default_factory=list, description="further source keys (or URLs) that confirm or qualify the figures"
+    )
     notes: str | None = None
 
 
@@ -53,6 +61,7 @@ class PurchasePrice(Provenance):
 
 class GpuSpec(Provenance):
     id: str = Field(description="catalog key, lower-case with dashes, e.g. 'h100-sxm'")
+    aliases: list[str] = Field(default_factory=list, description="other names accepted for this GPU")
     name: str
     vendor: Literal["nvidia", "amd", "intel"]
     architecture: str
@@ -157,6 +166,8 @@ class CatalogModel(ModelArchitecture):
     aliases: list[str] = Field(default_factory=list)
     source: str
     as_of: str
+    provisional: bool = Field(False, description="a figure (usually published_params) is recalled, not read")
+    notes: str | None = None
 
 
 class OwnedFigure(Provenance):
@@ -175,4 +186,24 @@ class OwnedCosts(Row):
     pue: OwnedFigure = Field(description="power usage effectiveness, dimensionless >= 1")
     electricity_usd_per_kwh: OwnedFigure
     amortisation_months: OwnedFigure
+    network_usd_per_node_by_class: dict[GpuClass, OwnedFigure] = Field(
+        default_factory=dict, description="network_usd_per_node for a GPU class where it differs, USD"
+    )
+    node_power_overhead_w_by_class: dict[GpuClass, OwnedFigure] = Field(
+        default_factory=dict, description="node_power_overhead_w for a GPU class where it differs, W"
+    )
+    colocation_usd_per_kw_month: OwnedFigure | None = Field(
+        None, description="wholesale colocation per kW of IT capacity per month, USD (optional)"
+    )
+    support_fraction_per_year: OwnedFigure | None = Field(
+        None, description="hardware support contract per year as a fraction of hardware price (optional)"
+    )
     node_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per owned server")
+
+    def network_usd_for(self, gpu_class: GpuClass) -> OwnedFigure:
+        """Network cost per node for servers of this GPU class (the class override, else the default)."""
+        return self.network_usd_per_node_by_class.get(gpu_class, self.network_usd_per_node)
+
+    def power_overhead_w_for(self, gpu_class: GpuClass) -> OwnedFigure:
+        """Non-GPU power per node for servers of this GPU class (the class override, else the default)."""
+        return self.node_power_overhead_w_by_class.get(gpu_class, self.node_power_overhead_w)
