@@ -7,8 +7,10 @@ The defaults the planner used are listed in every explanation.
 
 from __future__ import annotations
 
+from typing import Any
+
 from clusterplan.catalog_schema import GpuClass
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
 class PerClass(BaseModel):
@@ -44,6 +46,13 @@ class Assumptions(BaseModel):
 
     Provisional defaults; ``bench/accuracy.py`` fits them per hardware class against
     ``shared/calibration/measurements.yaml`` and ``docs/model.md`` records the fitted values.
+
+    A per-class factor may be overridden in a requirement's ``assumptions:`` block by one number (all
+    classes) or by a mapping of some classes (the others keep their default)::
+
+        assumptions:
+          memory_bandwidth_efficiency: {consumer: 0.6}
+          compute_efficiency: 0.5
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -70,7 +79,8 @@ class Assumptions(BaseModel):
     )
     sustained_clock_fraction: PerClass = Field(
         default_factory=lambda: _pc(1.0, 0.90, 0.80),
-        description="thermal derate of dense sustained deployments (seeds: consumer cards lose 15-25%)",
+        description="thermal derate of tensor-core clocks in dense sustained deployments, applied to compute "
+        "(seeds 002: consumer cards lose 15-25% in dense racks)",
     )
     memory_headroom_fraction: float = Field(
         0.10, ge=0, lt=0.5, description="fraction of GPU memory kept free for fragmentation (seeds: 10-15%)"
@@ -85,3 +95,91 @@ class Assumptions(BaseModel):
         50.0, gt=0, description="per-GPU inter-node network, GB/s (400 Gb/s InfiniBand/EFA per GPU)"
     )
     int4_group_size: int = Field(128, ge=8, description="weights per int4 quantisation group (GPTQ/AWQ)")
+    decode_step_overhead_s: PerClass = Field(
+        default_factory=lambda: _pc(0.001, 0.001, 0.001),
+        description="engine-independent fixed cost of one decode step (scheduling, sampling, launches with "
+        "CUDA graphs), seconds; provisional, fitted by bench/accuracy.py",
+    )
+    scale_up_latency_s: float = Field(
+        8e-6,
+        ge=0,
+        description="start-up latency of one collective over NVLink/Infinity Fabric, seconds "
+        "(llm-analysis floors a TP all-reduce at 8 us)",
+    )
+    pcie_latency_s: float = Field(
+        15e-6,
+        ge=0,
+        description="start-up latency of one collective over PCIe, seconds (assumption between "
+        "NVLink 8-10 us and network 20 us)",
+    )
+    network_latency_s: float = Field(
+        20e-6, ge=0, description="start-up latency of one collective across nodes, seconds (Calculon IB 20 us)"
+    )
+    dp_comm_overlap: float = Field(
+        0.75,
+        ge=0,
+        le=1,
+        description="fraction of data-parallel gradient reduction and ZeRO parameter gathers "
+        "hidden behind backward compute (bucketed overlap, PyTorch DDP / Megatron --overlap-grad-reduce)",
+    )
+    tp_comm_overlap: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="fraction of tensor-parallel all-reduces hidden behind compute "
+        "(0: Megatron default, no TP comm overlap)",
+    )
+    prefill_chunk_tokens: int = Field(
+        8192,
+        ge=1,
+        description="tokens scheduled per engine step (vLLM max_num_batched_tokens); sizes the "
+        "activation buffer of a serving replica",
+    )
+    service_time_scv: float = Field(
+        1.0,
+        ge=0,
+        le=10,
+        description="squared coefficient of variation of a request's service time in the "
+        "queueing model (1: exponential-like output lengths; Allen-Cunneen)",
+    )
+    flash_attention: bool = Field(
+        True,
+        description="attention scores are never materialised (FlashAttention); drops the 5as/h term of "
+        "Korthikanti et al. activations even without recompute",
+    )
+
+    @field_validator(
+        "memory_bandwidth_efficiency",
+        "compute_efficiency",
+        "training_mfu",
+        "sustained_clock_fraction",
+        "decode_step_overhead_s",
+        mode="before",
+    )
+    @classmethod
+    def _partial_per_class(cls, value: Any, info: ValidationInfo) -> Any:
+        """One number sets every class; a mapping of some classes keeps the defaults of the others."""
+        if isinstance(value, bool):
+            return value
+        field = cls.model_fields[info.field_name or ""]
+        factory = field.default_factory
+        default = factory() if factory is not None else None  # type: ignore[call-arg]
+        if isinstance(value, int | float):
+            return {"datacenter": value, "workstation": value, "consumer": value}
+        if isinstance(value, dict) and isinstance(default, PerClass):
+            return {**default.model_dump(), **value}
+        if isinstance(value, PerClassOverride) and isinstance(default, PerClass):
+            return {**default.model_dump(), **value.model_dump(exclude_none=True)}
+        return value
+
+    def used(self, gpu_class: GpuClass) -> dict[str, float | int | bool]:
+        """The value of every factor for one GPU class (what an explanation lists)."""
+        out: dict[str, float | int | bool] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            out[name] = value.of(gpu_class) if isinstance(value, PerClass) else value
+        return out
+
+    def overridden(self) -> list[str]:
+        """Names of the factors a requirement set explicitly."""
+        return sorted(self.model_fields_set)

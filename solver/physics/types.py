@@ -39,6 +39,28 @@ class MemoryBreakdown(Result):
         return self.capacity_gib - self.total_gib
 
 
+class DecodeStepModel(Result):
+    """A replica's decode step as a function of the running batch ``n`` (seconds, per pipeline stage).
+
+    Built by :func:`clusterplan.physics.serving.estimate_serving`; evaluated by
+    :func:`clusterplan.physics.serving.decode_step_s` so the queueing model can ask for the step time at
+    any running batch. Memory terms stream at achieved bandwidth, compute at achieved throughput.
+    """
+
+    pp: int = Field(ge=1)
+    dense_weights_s: float = Field(description="stream the stage's non-expert weights once, s")
+    expert_weights_s: float = Field(description="stream one expert of every layer of the stage, s (the MLP if dense)")
+    moe_experts: int = Field(1, ge=1)
+    experts_per_token: int = Field(1, ge=1)
+    kv_per_seq_s: float = Field(description="stream one sequence's KV cache at the mean context, s")
+    compute_per_seq_s: float = Field(description="one sequence's token FLOPs on the stage, s")
+    comm_fixed_s: float = Field(0.0, description="TP all-reduce start-up latencies of the stage, s")
+    comm_per_seq_s: float = Field(0.0, description="TP all-reduce transfer per sequence, s")
+    pp_hop_fixed_s: float = Field(0.0, description="latency of one stage-to-stage send, s")
+    pp_hop_per_seq_s: float = Field(0.0, description="transfer of one sequence's hidden state between stages, s")
+    overhead_s: float = Field(0.0, description="engine-independent fixed cost per step, s")
+
+
 class ServingEstimate(Result):
     """One serving replica (tp x pp GPUs) of one model on one GPU type at one batch (concurrency)."""
 
@@ -63,6 +85,12 @@ class ServingEstimate(Result):
     bound: Bound
     power_w: float = Field(description="board power of the replica's GPUs at TDP, W")
     notes: list[str] = Field(default_factory=list, description="assumptions applied (derates, replication)")
+    compute_precision: str = Field("", description="precision the matmuls run at (int4/int8 weight-only: 16-bit)")
+    decode_context_tokens: float = Field(0.0, description="mean context a decode step attends over, tokens")
+    prefill_busy_s: float = Field(
+        0.0, description="GPU time one request's prefill takes when interleaved with decode (chunked prefill), s"
+    )
+    step_model: DecodeStepModel | None = Field(None, description="decode step time at any running batch")
 
 
 class LatencyAtLoad(Result):
@@ -74,6 +102,8 @@ class LatencyAtLoad(Result):
     p95_tpot_s: float
     p95_e2e_s: float
     stable: bool = Field(description="False when arrivals exceed the utilisation ceiling")
+    p95_wait_s: float = Field(0.0, description="95th percentile wait for a free batch slot, seconds")
+    mean_running_batch: float = Field(0.0, description="expected sequences decoding at once (Little's law)")
 
 
 class TrainingEstimate(Result):

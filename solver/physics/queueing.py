@@ -1,0 +1,183 @@
+"""Latency of a serving replica under load: a documented queueing model of continuous batching.
+
+Model (stated in ``docs/model.md``):
+
+* A replica holds up to ``B`` (its batch) sequences at once: ``B`` slots of an M/G/B queue with Poisson
+  arrivals at ``λ`` requests/s. Its saturated rate ``μ`` (requests/s at batch ``B``, chunked prefill
+  included) comes from :func:`clusterplan.physics.serving.estimate_serving`; utilisation ``ρ = λ/μ``.
+* Waiting for a slot: Erlang C for ``B`` servers of rate ``μ/B`` (Erlang 1917), ``P(W > t) =
+  C·exp(-(Bμ_slot - λ)t)``, scaled by Allen-Cunneen's ``(c_a² + c_s²)/2`` for non-exponential service
+  (Allen 1990, *Probability, Statistics and Queueing Theory*, §6).
+* Running batch: Little's law ``n = λ·(TTFT + O·TPOT(n))`` solved by bisection; decode slows as
+  ``n`` grows (the roofline step at ``n``), and prefill interleaved at rate ``λ`` takes a share ``λ·P_b``
+  of the replica's time, stretching each step by ``1/(1 - λ·P_b)``.
+* p95 TPOT: the step at the 95th percentile running batch, ``n + 1 + 1.645·sqrt(n)`` (Poisson count of
+  the others plus the request itself), capped at ``B``. p95 TTFT: p95 wait + prefill + the in-flight
+  steps the prompt's chunks share (``ρ`` of the time). p95 end-to-end: p95 wait + TTFT + ``(O-1)`` mean TPOT
+  for a request of mean length (output-length spread is not in this figure).
+* Stable only at ``ρ`` at or below ``utilisation_ceiling``; at ``ρ >= 1`` the queue grows without bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.serving import decode_step_s
+from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
+
+P95_Z = 1.6448536269514722  # standard normal 95th percentile
+BISECTION_STEPS = 60
+
+
+def erlang_c(servers: int, offered_load: float) -> float:
+    """Probability an arrival waits in an M/M/c queue with ``c`` servers and offered load ``a = λ/μ``.
+
+    Erlang B by the stable recursion ``B_k = a·B_{k-1} / (k + a·B_{k-1})``, then
+    ``C = B_c / (1 - ρ·(1 - B_c))`` with ``ρ = a/c`` (Erlang 1917; Kleinrock 1975 vol. 1 §3.5).
+    """
+    if offered_load <= 0:
+        return 0.0
+    if offered_load >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = offered_load * b / (k + offered_load * b)
+    rho = offered_load / servers
+    return b / (1.0 - rho * (1.0 - b))
+
+
+def p95_wait_s(servers: int, arrival_per_s: float, service_rate_per_server: float, service_scv: float) -> float:
+    """95th percentile wait for a server: ``ln(C/0.05) / (c·μ - λ) · (1 + c_s²)/2`` (0 when C <= 5 %).
+
+    M/M/c waiting-time tail (Kleinrock 1975 §3.5) with the Allen-Cunneen variability factor for M/G/c.
+    """
+    capacity = servers * service_rate_per_server
+    if arrival_per_s <= 0:
+        return 0.0
+    if arrival_per_s >= capacity:
+        return math.inf
+    c = erlang_c(servers, arrival_per_s / service_rate_per_server)
+    if c <= 0.05:
+        return 0.0
+    return math.log(c / 0.05) / (capacity - arrival_per_s) * (1.0 + service_scv) / 2.0
+
+
+def _step_s(est: ServingEstimate, n: float) -> float:
+    if est.step_model is None:
+        return est.decode_step_s
+    return decode_step_s(est.step_model, min(max(n, 1.0), float(est.batch)))
+
+
+def _running_batch(est: ServingEstimate, arrival: float, output_tokens: float, stretch: float) -> float:
+    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]`` by bisection."""
+    batch = float(est.batch)
+
+    def excess(n: float) -> float:
+        return arrival * (est.prefill_s + output_tokens * _step_s(est, n + 1.0) * stretch) - n
+
+    if excess(batch) >= 0:
+        return batch
+    lo, hi = 0.0, batch
+    for _ in range(BISECTION_STEPS):
+        mid = (lo + hi) / 2.0
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def latency_at_load(
+    est: ServingEstimate,
+    arrival_requests_per_s: float,
+    *,
+    input_tokens: float,
+    output_tokens: float,
+    assumptions: Assumptions,
+) -> LatencyAtLoad:
+    """p95 TTFT, TPOT and end-to-end latency of one replica receiving ``arrival_requests_per_s``."""
+    lam = max(arrival_requests_per_s, 0.0)
+    mu = est.requests_per_s
+    rho = lam / mu if mu > 0 else math.inf
+    stable = rho <= assumptions.utilisation_ceiling + 1e-12
+    if rho >= 1.0 or mu <= 0:
+        return LatencyAtLoad(
+            arrival_requests_per_s=lam,
+            utilisation=rho,
+            p95_ttft_s=math.inf,
+            p95_tpot_s=math.inf,
+            p95_e2e_s=math.inf,
+            stable=False,
+            p95_wait_s=math.inf,
+            mean_running_batch=float(est.batch),
+        )
+    share = min(lam * est.prefill_busy_s, 0.999)
+    stretch = 1.0 / (1.0 - share)
+    n = _running_batch(est, lam, output_tokens, stretch)
+    batch = float(est.batch)
+    tpot_mean = _step_s(est, min(n + 1.0, batch)) * stretch
+    n95 = min(n + 1.0 + P95_Z * math.sqrt(n), batch)
+    tpot_p95 = _step_s(est, n95) * stretch
+    wait = p95_wait_s(est.batch, lam, mu / est.batch, assumptions.service_time_scv)
+    chunks = max(1, math.ceil(input_tokens / assumptions.prefill_chunk_tokens))
+    ttft = wait + est.prefill_s + min(rho, 1.0) * chunks * _step_s(est, n)
+    e2e = ttft + max(output_tokens - 1.0, 0.0) * tpot_mean
+    return LatencyAtLoad(
+        arrival_requests_per_s=lam,
+        utilisation=rho,
+        p95_ttft_s=ttft,
+        p95_tpot_s=tpot_p95,
+        p95_e2e_s=e2e,
+        stable=stable,
+        p95_wait_s=wait,
+        mean_running_batch=n,
+    )
+
+
+def _meets(lat: LatencyAtLoad, p95_latency_s: float | None, p95_ttft_s: float | None, p95_tpot_s: float | None) -> bool:
+    return (
+        (p95_latency_s is None or lat.p95_e2e_s <= p95_latency_s)
+        and (p95_ttft_s is None or lat.p95_ttft_s <= p95_ttft_s)
+        and (p95_tpot_s is None or lat.p95_tpot_s <= p95_tpot_s)
+    )
+
+
+def max_rate_for_targets(
+    est: ServingEstimate,
+    *,
+    input_tokens: float,
+    output_tokens: float,
+    p95_latency_s: float | None,
+    p95_ttft_s: float | None,
+    p95_tpot_s: float | None,
+    assumptions: Assumptions,
+) -> float:
+    """Largest arrival rate (requests/s) one replica takes with every p95 target met and ``ρ <= ceiling``.
+
+    ``None`` targets are unconstrained. Returns 0.0 when the replica is infeasible or even an idle replica
+    misses a target. Deterministic bisection over ``[0, ceiling·μ]`` with a fixed number of steps; the
+    p95s are non-decreasing in the rate, so the answer is monotone in every target.
+    """
+    if not est.feasible or est.requests_per_s <= 0:
+        return 0.0
+
+    def ok(rate: float) -> bool:
+        lat = latency_at_load(
+            est, rate, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions
+        )
+        return _meets(lat, p95_latency_s, p95_ttft_s, p95_tpot_s)
+
+    if not ok(0.0):
+        return 0.0
+    hi = assumptions.utilisation_ceiling * est.requests_per_s
+    if ok(hi):
+        return hi
+    lo = 0.0
+    for _ in range(BISECTION_STEPS):
+        mid = (lo + hi) / 2.0
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,321 @@
+"""Serving speed of one replica (tp x pp GPUs): prefill, decode step roofline, saturated throughput.
+
+Roofline (Williams et al. 2009; LLM-Viewer ``roofline_model.py``; llm-analysis): a step takes
+``max(bytes / (bandwidth x mem_eff), FLOPs / (peak x compute_eff x clock_fraction))`` plus exposed
+communication. Decode reads the stage's weights once per step plus every running sequence's KV cache;
+prefill is compute-bound (``2·N·s + 2·l·s²·d_attn`` FLOPs, causal attention). Continuous batching with
+chunked prefill (vLLM, Sarathi-Serve arXiv:2403.02310): at saturation the replica spends a share of its
+time on prefill, which stretches the decode steps of the running sequences.
+"""
+
+from __future__ import annotations
+
+import math
+
+from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+from clusterplan.physics import memory, params
+from clusterplan.physics.comm import link_for_group, p2p_s, ring_allreduce_s
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rules
+from clusterplan.physics.types import Bound, DecodeStepModel, ServingEstimate
+from clusterplan.units import BYTES_PER_GB, bytes_to_gib
+
+ACTIVATION_BYTES = 2.0  # 16-bit hidden states on the wire (TP all-reduce, PP send)
+
+
+# ------------------------------------------------------------------------------------------------
+# FLOP counts
+# ------------------------------------------------------------------------------------------------
+
+
+def attention_width(arch: ModelArchitecture) -> int:
+    """``d_attn = heads x head_dim`` (the query width; = hidden size for most models)."""
+    return arch.attention_heads * arch.head_dim_eff
+
+
+def prefill_flops(arch: ModelArchitecture, tokens: float) -> float:
+    """Forward FLOPs of a prompt: ``2·N_active·s + 2·l·s²·d_attn + 2·V·h``.
+
+    Matmuls ``2·N`` per token (Kaplan et al. 2020, arXiv:2001.08361 §2.1) over non-embedding active
+    parameters; causal attention ``QK^T`` and ``AV`` at ``4·d_attn`` FLOPs per (query, key) pair over
+    s²/2 pairs per layer; the LM head only for the last token (vLLM computes logits for sampled tokens).
+    """
+    n = params.non_embedding_params(arch, active=True)
+    return (
+        2.0 * n * tokens
+        + 2.0 * arch.layers * tokens * tokens * attention_width(arch)
+        + 2.0 * arch.vocab_size * arch.hidden_size
+    )
+
+
+def decode_flops_per_token(arch: ModelArchitecture, context_tokens: float) -> float:
+    """FLOPs of one decoded token attending over ``c`` tokens: ``2·N_active + 4·l·c·d_attn + 2·V·h``."""
+    n = params.non_embedding_params(arch, active=True)
+    return (
+        2.0 * n + 4.0 * arch.layers * context_tokens * attention_width(arch) + 2.0 * arch.vocab_size * arch.hidden_size
+    )
+
+
+def experts_touched(moe_experts: int, experts_per_token: int, tokens: float) -> float:
+    """Expected distinct experts a layer reads for ``tokens`` tokens routed uniformly: ``E·(1 - (1 - k/E)^n)``.
+
+    A dense MLP is one expert that is always read.
+    """
+    if moe_experts <= 1:
+        return 1.0
+    n = max(tokens, 1.0)
+    return moe_experts * (1.0 - (1.0 - experts_per_token / moe_experts) ** n)
+
+
+def peak_tflops(gpu: GpuSpec, precision: str) -> float:
+    """Dense tensor throughput at ``precision`` (TFLOPS); falls back to the other 16-bit format, then fp32."""
+    for p in (precision, "fp16" if precision == "bf16" else "bf16", "fp32"):
+        value = gpu.tflops(p)  # type: ignore[arg-type]
+        if value:
+            return value
+    return 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# Decode step model
+# ------------------------------------------------------------------------------------------------
+
+
+def decode_stage_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float, float]:
+    """(memory, compute, communication) seconds of one stage processing ``n`` sequences for one token."""
+    touched = experts_touched(model.moe_experts, model.experts_per_token, n)
+    mem = model.dense_weights_s + model.expert_weights_s * touched + n * model.kv_per_seq_s
+    comp = n * model.compute_per_seq_s
+    comm = (model.comm_fixed_s + n * model.comm_per_seq_s) if n > 0 else 0.0
+    return mem, comp, comm
+
+
+def decode_step_s(model: DecodeStepModel, n: float) -> float:
+    """Time between two tokens of a sequence when ``n`` sequences decode together, seconds.
+
+    One stage: ``max(mem, compute) + TP comm``. With ``pp`` stages the batch splits into
+    ``m = min(pp, n)`` micro-batches in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences
+    plus ``pp - 1`` stage-to-stage sends; then the fixed per-step engine overhead.
+    """
+    n = max(n, 1.0)
+    m = min(float(model.pp), n)
+    per_micro = n / m
+    mem, comp, comm = decode_stage_parts_s(model, per_micro)
+    stage = max(mem, comp) + comm
+    hops = (model.pp - 1) * (model.pp_hop_fixed_s + per_micro * model.pp_hop_per_seq_s)
+    return model.pp * stage + hops + model.overhead_s
+
+
+def decode_bound(model: DecodeStepModel, n: float) -> Bound:
+    """Which resource dominates a decode step at ``n`` sequences."""
+    m = min(float(model.pp), max(n, 1.0))
+    mem, comp, comm = decode_stage_parts_s(model, max(n, 1.0) / m)
+    if comm > max(mem, comp):
+        return "communication"
+    return "compute" if comp > mem else "memory_bandwidth"
+
+
+def saturated_rates(
+    step_s: float, batch: int, prefill_busy_s: float, output_tokens: float
+) -> tuple[float, float, float]:
+    """(requests/s, output tokens/s, TPOT s) of a replica kept full at ``batch`` with chunked prefill.
+
+    A request costs ``P_b`` of prefill time and ``O`` decode tokens shared ``batch`` ways:
+    ``rps = 1 / (P_b + O·t/B)``; decode steps get the time prefill leaves, so ``TPOT = t / (1 - rps·P_b)``.
+    """
+    if batch <= 0 or step_s <= 0:
+        return 0.0, 0.0, math.inf
+    rps = 1.0 / (prefill_busy_s + output_tokens * step_s / batch)
+    busy = min(rps * prefill_busy_s, 0.999)
+    return rps, rps * output_tokens, step_s / (1.0 - busy)
+
+
+# ------------------------------------------------------------------------------------------------
+# The estimate
+# ------------------------------------------------------------------------------------------------
+
+
+def estimate_serving(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    *,
+    tp: int,
+    pp: int,
+    quant: str,
+    kv_precision: str,
+    batch: int,
+    input_tokens: float,
+    output_tokens: float,
+    context_tokens: float,
+    assumptions: Assumptions,
+) -> ServingEstimate:
+    """Memory, speed and the bounding resource of one replica at ``batch`` concurrent sequences.
+
+    ``context_tokens`` sizes the KV cache reserved per sequence (the workload's max context);
+    decode attends over the mean context ``input + output/2``. Infeasible configurations (a broken
+    hardware rule, weights or KV cache that do not fit) come back with ``feasible=False``, readable
+    ``reasons`` and every number still filled in.
+    """
+    a = assumptions
+    cls = gpu.gpu_class
+    reasons = serving_rules(arch, gpu, tp, pp, quant, kv_precision)
+    notes = serving_notes(gpu, quant)
+    batch = max(int(batch), 1)
+
+    mem = memory.serving_memory(
+        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
+        context_tokens=context_tokens, assumptions=a,
+    )  # fmt: skip
+    max_batch = memory.max_batch_by_memory(
+        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,
+        context_tokens=context_tokens, assumptions=a,
+    )  # fmt: skip
+    if max_batch == 0:
+        fixed = mem.weights_gib + mem.runtime_overhead_gib + mem.headroom_gib + mem.activations_gib
+        reasons.append(
+            f"{arch.name} at {quant} with tp={tp}, pp={pp} needs {mem.weights_gib:,.1f} GiB of weights per GPU "
+            f"({fixed:,.1f} GiB with runtime, activations and {a.memory_headroom_fraction:.0%} headroom); "
+            f"{gpu.name} has {gpu.memory_gib:,.1f} GiB and no room for even one {context_tokens:,.0f}-token sequence"
+        )
+    elif batch > max_batch:
+        reasons.append(
+            f"batch {batch} at {context_tokens:,.0f} tokens needs {mem.kv_cache_gib:,.1f} GiB of KV cache per GPU; "
+            f"{gpu.name} has room for at most {max_batch} sequences"
+        )
+
+    # Rates of this GPU class.
+    bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
+    cprec = compute_precision_for_weights(gpu, quant)
+    clock = a.sustained_clock_fraction.of(cls)
+    flops_rate = peak_tflops(gpu, cprec) * 1e12 * a.compute_efficiency.of(cls) * clock
+    if flops_rate <= 0:
+        reasons.append(f"{gpu.name}: no tensor throughput listed for {cprec}")
+        flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
+    if clock < 1.0:
+        notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
+    if tp > arch.kv_heads:
+        notes.append(f"tp={tp} exceeds {arch.kv_heads} KV heads: KV cache and K/V projections are replicated")
+
+    # Per-GPU quantities of the most loaded stage.
+    layers = memory.layers_per_stage(arch.layers, pp)
+    bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size)
+    kvh = memory.kv_heads_per_gpu(arch.kv_heads, tp)
+    attention_params = arch.hidden_size * arch.head_dim_eff * (2 * arch.attention_heads / tp + 2 * kvh)
+    expert_params = params.mlp_params_per_expert(arch) / tp
+    head_params = arch.vocab_size * arch.hidden_size / tp
+    dense_bytes = layers * (attention_params + params.router_params_per_layer(arch)) * bpp
+    dense_bytes += head_params * memory.EMBEDDING_BYTES_PER_PARAM
+    expert_bytes = layers * expert_params * bpp
+    mean_context = input_tokens + output_tokens / 2.0
+    kv_seq_bytes = mean_context * memory.kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision)
+    active_layer_params = attention_params + arch.experts_per_token * expert_params
+    flops_seq = (
+        2.0 * layers * active_layer_params
+        + 4.0 * layers * mean_context * attention_width(arch) / tp
+        + 2.0 * head_params
+    )
+
+    replica_gpus = tp * pp
+    spans_nodes = replica_gpus > gpu.max_gpus_per_node
+    tp_link = link_for_group(gpu, group_size=tp, spans_nodes=False, assumptions=a)
+    pp_link = link_for_group(gpu, group_size=replica_gpus if pp > 1 else 1, spans_nodes=spans_nodes, assumptions=a)
+    eff = a.link_efficiency
+    hidden_bytes = arch.hidden_size * ACTIVATION_BYTES
+    allreduce_one_seq = ring_allreduce_s(hidden_bytes, tp, tp_link, eff) - (tp_link.latency_s if tp > 1 else 0.0)
+    step_model = DecodeStepModel(
+        pp=pp,
+        dense_weights_s=dense_bytes / bw,
+        expert_weights_s=expert_bytes / bw,
+        moe_experts=arch.moe_experts,
+        experts_per_token=arch.experts_per_token,
+        kv_per_seq_s=kv_seq_bytes / bw,
+        compute_per_seq_s=flops_seq / flops_rate,
+        comm_fixed_s=2 * layers * tp_link.latency_s if tp > 1 else 0.0,
+        comm_per_seq_s=2 * layers * allreduce_one_seq,
+        pp_hop_fixed_s=pp_link.latency_s if pp > 1 else 0.0,
+        pp_hop_per_seq_s=(p2p_s(hidden_bytes, pp_link, eff) - pp_link.latency_s) if pp > 1 else 0.0,
+        overhead_s=a.decode_step_overhead_s.of(cls),
+    )
+    step = decode_step_s(step_model, batch)
+    bound: Bound = decode_bound(step_model, batch)
+    if bound == "memory_bandwidth" and batch >= max_batch > 0:
+        bound = "memory_capacity"
+    if max_batch == 0 or batch > max_batch:
+        bound = "memory_capacity"
+
+    # Prefill of one request: sequential through the stages, TP-parallel within a stage.
+    chunks = max(1, math.ceil(input_tokens / a.prefill_chunk_tokens))
+    prefill_compute = prefill_flops(arch, input_tokens) / (tp * flops_rate)
+    prefill_weights = pp * chunks * (
+        dense_bytes + expert_bytes * experts_touched(arch.moe_experts, arch.experts_per_token, input_tokens)
+    ) / bw  # fmt: skip
+    prefill_msg = input_tokens * hidden_bytes
+    prefill_tp_comm = 2 * arch.layers * ring_allreduce_s(prefill_msg, tp, tp_link, eff)
+    prefill_pp_comm = (pp - 1) * p2p_s(prefill_msg, pp_link, eff)
+    prefill = max(prefill_compute, prefill_weights) + prefill_tp_comm + prefill_pp_comm + step_model.overhead_s
+    prefill_busy = (prefill_compute + prefill_tp_comm * (1.0 - a.tp_comm_overlap)) / pp
+
+    rps, tokens_per_s, tpot = saturated_rates(step, batch, prefill_busy, output_tokens)
+    share = rps * prefill_busy
+    notes.append(f"chunked prefill takes {share:.0%} of the replica's time at saturation")
+    e2e = prefill + max(output_tokens - 1.0, 0.0) * tpot
+
+    return ServingEstimate(
+        feasible=not reasons,
+        reasons=reasons,
+        gpu_id=gpu.id,
+        tp=tp,
+        pp=pp,
+        quant=quant,
+        kv_precision=kv_precision,
+        batch=batch,
+        gpus_per_replica=replica_gpus,
+        memory=mem,
+        max_batch_by_memory=max_batch,
+        prefill_s=prefill,
+        decode_step_s=step,
+        ttft_s=prefill,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        output_tokens_per_s=tokens_per_s,
+        requests_per_s=rps,
+        bound=bound,
+        power_w=gpu.tdp_w * replica_gpus,
+        notes=notes,
+        compute_precision=cprec,
+        decode_context_tokens=mean_context,
+        prefill_busy_s=prefill_busy,
+        step_model=step_model,
+    )
+
+
+def max_batch_by_memory(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    *,
+    tp: int,
+    pp: int,
+    quant: str,
+    kv_precision: str,
+    context_tokens: float,
+    assumptions: Assumptions,
+) -> int:
+    """Largest concurrency whose KV cache fits on the most loaded GPU (0 if the weights don't fit)."""
+    return memory.max_batch_by_memory(
+        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,
+        context_tokens=context_tokens, assumptions=assumptions,
+    )  # fmt: skip
+
+
+def single_stream_tokens_per_s(weight_bytes: float, bandwidth_gb_per_s: float, efficiency: float = 1.0) -> float:
+    """Batch-1 decode upper bound: ``bandwidth x efficiency / model bytes`` tokens/s.
+
+    Seeds 002: 7B fp16 (14 GB) on H100 SXM at 3.35 TB/s = 239 tokens/s; at 70 % efficiency on an RTX 4090
+    (1 TB/s), 50 tokens/s.
+    """
+    return bandwidth_gb_per_s * BYTES_PER_GB * efficiency / weight_bytes
+
+
+def kv_gib_per_sequence(arch: ModelArchitecture, *, tp: int, pp: int, kv_precision: str, tokens: float) -> float:
+    """KV cache of one sequence of ``tokens`` on the most loaded GPU, GiB."""
+    return bytes_to_gib(tokens * memory.kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision))

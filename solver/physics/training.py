@@ -1,0 +1,296 @@
+"""Training and fine-tuning of one configuration: memory per GPU, step time, throughput, time to train.
+
+* Memory: mixed-precision state 18 B/param sharded by ZeRO stage (:mod:`clusterplan.physics.memory`);
+  LoRA/QLoRA freeze the base at bf16 or NF4 and train adapters on every linear layer (Hu et al. 2021,
+  arXiv:2106.09685; Dettmers et al. 2023, arXiv:2305.14314 §4 "all linear layers"); activations per
+  Korthikanti et al. 2022 (arXiv:2205.05198) with sequence parallelism whenever tp > 1.
+* FLOPs per token: ``6·N + 12·l·s·d_attn`` (Narayanan et al. 2021, arXiv:2104.04473 §5.1; PaLM
+  arXiv:2204.02311 App. B, the convention MFU figures use); full recompute repeats the forward
+  (``8·N + 16·l·s·d_attn``); LoRA skips weight gradients of the frozen base (``4·N + 6·N_adapter + 12·l·s·d_attn``).
+* Step: ``(m + p - 1)`` micro-batch slots of the most loaded stage (1F1B pipeline; bubble
+  ``(p-1)/(m+p-1)``, Narayanan et al. 2021 §2.2), each at ``training_mfu x dense peak x clock fraction``,
+  plus exposed tensor-parallel all-reduces (4 per layer per micro-batch, 6 with full recompute), pipeline
+  sends, data-parallel gradient reduction (ring, partly overlapped) and the optimizer update (memory-bound).
+"""
+
+from __future__ import annotations
+
+import math
+
+from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+from clusterplan.physics import memory, params
+from clusterplan.physics.comm import link_for_group, p2p_s, ring_allgather_s, ring_allreduce_s
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.rules import training_rules
+from clusterplan.physics.serving import attention_width, peak_tflops
+from clusterplan.physics.types import Bound, TrainingEstimate
+from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
+from clusterplan.units import BYTES_PER_GB
+
+ACTIVATION_BYTES = 2.0
+GRAD_BYTES = 4.0  # fp32 main gradients are what gets reduced (Megatron-LM default for bf16)
+DEQUANT_BYTES_PER_PARAM = memory.NF4_BYTES_PER_PARAM + 2.0 + 2.0  # read NF4, write and re-read bf16
+
+
+def lora_params_per_layer(arch: ModelArchitecture, rank: int) -> int:
+    """LoRA adapter parameters of one layer, every linear layer targeted: ``Σ r·(d_in + d_out)``.
+
+    q, k, v, o projections plus each MLP matrix of each expert (Hu et al. 2021; QLoRA §4).
+    """
+    h, d = arch.hidden_size, arch.head_dim_eff
+    q = rank * (h + arch.attention_heads * d)
+    kv = 2 * rank * (h + arch.kv_heads * d)
+    o = rank * (arch.attention_heads * d + h)
+    matrices = 3 if arch.gated_mlp else 2
+    mlp = arch.moe_experts * matrices * rank * (h + arch.ffn_size)
+    return q + kv + o + mlp
+
+
+def lm_head_params(arch: ModelArchitecture) -> int:
+    """The output projection ``V x h`` (a matmul every token; the input embedding is a lookup)."""
+    return arch.vocab_size * arch.hidden_size
+
+
+def model_flops_per_token(
+    arch: ModelArchitecture, seq_len: float, *, method: str = "full", lora_rank: int = 16
+) -> float:
+    """Useful training FLOPs per token, no recompute: ``6·N + 12·l·s·d_attn`` (LoRA: ``4·N + 6·N_a + ...``).
+
+    ``N`` = active non-embedding parameters plus the LM head. Source: Narayanan et al. 2021 §5.1; PaLM App. B.
+    """
+    n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    attention = 12.0 * arch.layers * seq_len * attention_width(arch)
+    if method == "full":
+        return 6.0 * n + attention
+    adapters = arch.layers * lora_params_per_layer(arch, lora_rank)
+    return 4.0 * n + 6.0 * adapters + attention
+
+
+def hardware_flops_per_token(
+    arch: ModelArchitecture,
+    seq_len: float,
+    *,
+    recompute: str,
+    method: str = "full",
+    lora_rank: int = 16,
+    flash_attention: bool = True,
+) -> float:
+    """FLOPs the GPUs execute per token: model FLOPs plus recomputation.
+
+    Full recompute repeats the forward (``+2·N + 4·l·s·d_attn``; Korthikanti et al. 2022 §5: 8N vs 6N);
+    selective recompute repeats the attention core (``+4·l·s·d_attn``), which FlashAttention already
+    does inside its backward, so it adds nothing when ``flash_attention`` is on.
+    """
+    base = model_flops_per_token(arch, seq_len, method=method, lora_rank=lora_rank)
+    n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    forward_attention = 4.0 * arch.layers * seq_len * attention_width(arch)
+    if recompute == "full":
+        return base + 2.0 * n + forward_attention
+    if recompute == "selective" and not flash_attention:
+        return base + forward_attention
+    return base
+
+
+def pipeline_bubble_fraction(pp: int, micro_batches: int) -> float:
+    """Idle share of a 1F1B pipeline: ``(p - 1) / (m + p - 1)`` (Narayanan et al. 2021 §2.2.1)."""
+    return (pp - 1) / (micro_batches + pp - 1)
+
+
+def _compute_precision(gpu: GpuSpec, precision: str) -> str:
+    if precision == "fp8" and "fp8" in gpu.native_precisions:
+        return "fp8"
+    if precision == "fp32":
+        return "fp32"
+    return precision if precision in ("bf16", "fp16") else "bf16"
+
+
+def estimate_training(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    *,
+    workload: TrainingWorkload | FinetuneWorkload,
+    tp: int,
+    pp: int,
+    dp: int,
+    zero_stage: int,
+    recompute: str,
+    micro_batch: int,
+    nodes_gpus_per_node: int,
+    assumptions: Assumptions,
+) -> TrainingEstimate:
+    """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
+
+    ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
+    Infeasible configurations come back with ``feasible=False`` and readable ``reasons``, numbers filled in.
+    """
+    a = assumptions
+    cls = gpu.gpu_class
+    method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
+    rank = workload.lora_rank if isinstance(workload, FinetuneWorkload) else 0
+    precision = workload.precision
+    reasons = training_rules(arch, gpu, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, precision=precision, method=method)
+    notes: list[str] = []
+    gpus = tp * pp * dp
+    node = max(1, min(nodes_gpus_per_node, gpu.max_gpus_per_node))
+    seq = float(workload.sequence_length)
+    micro_batch = max(int(micro_batch), 1)
+
+    # Micro-batches per optimizer step.
+    sequences_per_step = max(1, math.ceil(workload.global_batch_tokens / seq))
+    per_round = micro_batch * dp
+    micro_batches = max(1, math.ceil(sequences_per_step / per_round))
+    tokens_per_step = micro_batches * per_round * seq
+    if sequences_per_step < per_round:
+        reasons.append(
+            f"global batch of {workload.global_batch_tokens:,.0f} tokens is {sequences_per_step} sequences of "
+            f"{seq:,.0f}; dp={dp} x micro-batch {micro_batch} needs at least {per_round}"
+        )
+    elif tokens_per_step > workload.global_batch_tokens * 1.001:
+        notes.append(f"global batch rounded up to {tokens_per_step:,.0f} tokens ({micro_batches} micro-batches)")
+
+    # Parameters on the most loaded GPU (one TP rank of the most loaded stage).
+    layers = memory.layers_per_stage(arch.layers, pp)
+    layer_p = memory.layer_params_per_gpu(arch, tp)
+    emb_p = memory.embedding_params_per_gpu(arch, tp, pp)
+    model_p = layers * layer_p + emb_p
+    if method == "full":
+        w_b, g_b, o_b = memory.model_state_bytes_per_param(precision, workload.optimizer)
+        w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=dp)
+        trainable = model_p
+        weights, grads, opt = model_p * w, model_p * g, model_p * o
+        gathered_bytes = model_p * w_b  # what ZeRO-3 gathers per pass
+    else:
+        base_bpp = memory.NF4_BYTES_PER_PARAM if method == "qlora" else 2.0
+        base = layers * layer_p * base_bpp + emb_p * memory.EMBEDDING_BYTES_PER_PARAM
+        gathered_bytes = base
+        if zero_stage >= 3:
+            base /= dp
+        trainable = layers * lora_params_per_layer(arch, rank) / tp
+        w_b, g_b, o_b = memory.model_state_bytes_per_param("bf16", workload.optimizer)
+        w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=dp)
+        weights, grads, opt = base + trainable * w, trainable * g, trainable * o
+        notes.append(
+            f"{method}: base frozen at {'NF4' if method == 'qlora' else 'bf16'}; "
+            f"{trainable * tp * pp / 1e6:,.1f}M adapter parameters (rank {rank}, all linear layers)"
+        )
+    if zero_stage >= 3 and dp > 1:
+        weights += 2 * layer_p * 2.0  # current and prefetched layer, gathered at 16 bit
+
+    # Activations.
+    sp = tp > 1
+    per_layer = memory.training_activation_bytes_per_layer(
+        seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
+        attention_heads=arch.attention_heads, ffn_size=arch.ffn_size * arch.experts_per_token,
+        gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute=recompute,
+        flash_attention=a.flash_attention,
+    )  # fmt: skip
+    in_flight = min(pp, micro_batches) if pp > 1 else 1
+    logits = memory.LOGIT_BYTES * seq * micro_batch * arch.vocab_size / tp
+    first_stage = layers * per_layer * in_flight
+    activations = max(first_stage, layers * per_layer + logits) if pp > 1 else first_stage + logits
+    if method == "qlora":
+        activations += layer_p * 2.0  # one layer dequantised to bf16 at a time
+    mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
+    if not mem.fits:
+        reasons.append(
+            f"needs {mem.total_gib:,.1f} GiB per GPU (weights {mem.weights_gib:,.1f}, gradients "
+            f"{mem.gradients_gib:,.1f}, optimizer {mem.optimizer_gib:,.1f}, activations {mem.activations_gib:,.1f}, "
+            f"runtime {mem.runtime_overhead_gib:,.1f}, headroom {mem.headroom_gib:,.1f}); "
+            f"{gpu.name} has {mem.capacity_gib:,.1f} GiB"
+        )
+
+    # Compute.
+    cprec = _compute_precision(gpu, precision)
+    peak = peak_tflops(gpu, cprec)
+    clock = a.sustained_clock_fraction.of(cls)
+    rate = peak * 1e12 * a.training_mfu.of(cls) * clock
+    if rate <= 0:
+        reasons.append(f"{gpu.name}: no tensor throughput listed for {cprec}")
+        rate = 1e9
+    if clock < 1.0:
+        notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
+    hw_flops = hardware_flops_per_token(
+        arch, seq, recompute=recompute, method=method, lora_rank=rank or 16, flash_attention=a.flash_attention
+    )
+    useful_flops = model_flops_per_token(arch, seq, method=method, lora_rank=rank or 16)
+    stage_fraction = layers / arch.layers
+    bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
+    t_micro = hw_flops * micro_batch * seq * stage_fraction / tp / rate
+    if method == "qlora":
+        passes = 3 if recompute == "full" else 2
+        t_micro += passes * layers * layer_p * DEQUANT_BYTES_PER_PARAM / bw
+    slots = micro_batches + pp - 1
+    compute_time = slots * t_micro
+    bubble = pipeline_bubble_fraction(pp, micro_batches)
+
+    # Communication.
+    eff = a.link_efficiency
+    tp_link = link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a)
+    replica = tp * pp
+    pp_link = link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a)
+    dp_link = link_for_group(gpu, group_size=gpus if dp > 1 else 1, spans_nodes=gpus > node, assumptions=a)
+    act_msg = micro_batch * seq * arch.hidden_size * ACTIVATION_BYTES
+    tp_per_layer = 6 if recompute == "full" else 4
+    tp_micro = layers * tp_per_layer * ring_allreduce_s(act_msg, tp, tp_link, eff) * (1.0 - a.tp_comm_overlap)
+    pp_comm = 2 * slots * p2p_s(act_msg / tp, pp_link, eff) if pp > 1 else 0.0
+    grad_bytes = trainable * GRAD_BYTES
+    if dp <= 1:
+        dp_comm = 0.0
+    elif zero_stage == 0:
+        dp_comm = ring_allreduce_s(grad_bytes, dp, dp_link, eff)
+    elif zero_stage == 1:
+        dp_comm = ring_allgather_s(grad_bytes, dp, dp_link, eff) + ring_allgather_s(trainable * w_b, dp, dp_link, eff)
+    elif zero_stage == 2:
+        dp_comm = micro_batches * ring_allgather_s(grad_bytes, dp, dp_link, eff)
+        dp_comm += ring_allgather_s(trainable * w_b, dp, dp_link, eff)
+    else:
+        gathers = 3 if recompute == "full" else 2
+        dp_comm = micro_batches * (
+            gathers * ring_allgather_s(gathered_bytes, dp, dp_link, eff)
+            + ring_allgather_s(grad_bytes, dp, dp_link, eff)
+        )
+    dp_exposed = dp_comm * (1.0 - a.dp_comm_overlap)
+    exposed_comm = slots * tp_micro + pp_comm + dp_exposed
+
+    # Optimizer update streams its shard of state once (read and write), memory-bound.
+    shard = trainable / (dp if zero_stage >= 1 else 1)
+    optimizer_s = shard * (2 * o_b + g_b + 2 * w_b) / bw
+
+    step = compute_time + exposed_comm + optimizer_s
+    tokens_per_s = tokens_per_step / step
+    mfu = useful_flops * tokens_per_s / (gpus * peak * 1e12) if peak > 0 else 0.0
+    time_to_train = workload.tokens / tokens_per_s
+    bound: Bound = "communication" if exposed_comm > compute_time else "compute"
+    if not mem.fits:
+        bound = "memory_capacity"
+    if pp > 1:
+        notes.append(f"pipeline bubble {bubble:.0%} with {micro_batches} micro-batches over {pp} stages")
+    if sp:
+        notes.append("sequence parallelism assumed with tensor parallelism")
+    if time_to_train > workload.deadline:
+        notes.append(f"takes {time_to_train / 86400:,.1f} days; the deadline is {workload.deadline / 86400:,.1f} days")
+
+    return TrainingEstimate(
+        feasible=not reasons,
+        reasons=reasons,
+        gpu_id=gpu.id,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        zero_stage=zero_stage,
+        recompute=recompute,
+        micro_batch=micro_batch,
+        gpus=gpus,
+        memory=mem,
+        flops_per_token=hw_flops,
+        step_time_s=step,
+        compute_time_s=compute_time,
+        exposed_comm_time_s=exposed_comm,
+        bubble_fraction=bubble,
+        tokens_per_s=tokens_per_s,
+        mfu=mfu,
+        time_to_train_s=time_to_train,
+        bound=bound,
+        power_w=gpu.tdp_w * gpus,
+        notes=notes,
+    )
