@@ -125,6 +125,4 @@ def training_rules(
             reasons.append(f"{gpu.name}: QLoRA (bitsandbytes 4-bit) needs compute capability 7.5 or later")
     if zero_stage not in (0, 1, 2, 3):
         reasons.append(f"ZeRO stage {zero_stage} does not exist (0-3)")
-    if zero_stage > 0 and dp == 1:
-        pass  # legal, shards over one GPU: no saving; the estimate shows it
     return reasons

@@ -1,0 +1,174 @@
+"""Serving estimates and the queueing model: hand-checked cases and properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from clusterplan.physics import memory
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.queueing import erlang_c, latency_at_load, max_rate_for_targets, p95_wait_s
+from clusterplan.physics.serving import decode_step_s, estimate_serving, max_batch_by_memory
+from clusterplan.physics.types import ServingEstimate
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA31_8B, MIXTRAL, RTX4090
+
+A = Assumptions()
+
+
+def est(arch=LLAMA31_8B, gpu=H100, *, tp=1, pp=1, quant="bf16", kv="bf16", batch=32, i=800.0, o=250.0, ctx=None,
+        a=A) -> ServingEstimate:  # fmt: skip
+    return estimate_serving(
+        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv, batch=batch, input_tokens=i, output_tokens=o,
+        context_tokens=ctx if ctx is not None else i + o, assumptions=a,
+    )  # fmt: skip
+
+
+def test_batch1_decode_is_weights_over_bandwidth() -> None:
+    """Full bandwidth, no overhead: one token per (weights + KV) / bandwidth."""
+    ideal = Assumptions.model_validate({"memory_bandwidth_efficiency": 1.0, "decode_step_overhead_s": 1e-12})
+    e = est(LLAMA2_7B, H100, quant="fp16", kv="fp16", batch=1, i=1, o=2, a=ideal)
+    read = (
+        memory.serving_weight_bytes_per_gpu(LLAMA2_7B, tp=1, pp=1, quant="fp16")
+        - LLAMA2_7B.vocab_size * LLAMA2_7B.hidden_size * 2  # the input embedding is a lookup, not streamed
+        + 2 * memory.kv_bytes_per_token_per_gpu(LLAMA2_7B, tp=1, pp=1, kv_precision="fp16")
+    )
+    assert e.decode_step_s == pytest.approx(read / 3.35e12, rel=1e-3)
+    assert 240 < 1 / e.decode_step_s < 255  # seeds 002: ~240 tok/s at 14 GB; Llama-2-7B is 13.5 GB
+    assert e.bound == "memory_bandwidth"
+
+
+def test_large_batch_turns_compute_bound() -> None:
+    e = est(LLAMA2_7B, H100, quant="fp8", kv="fp8", batch=512, i=16, o=16)
+    assert e.bound == "compute"
+
+
+def test_estimate_is_feasible_and_consistent() -> None:
+    e = est()
+    assert e.feasible and e.reasons == []
+    assert e.requests_per_s == pytest.approx(e.output_tokens_per_s / 250)
+    assert e.tpot_s >= e.decode_step_s
+    assert e.e2e_s == pytest.approx(e.ttft_s + 249 * e.tpot_s)
+    assert e.memory.fits and e.max_batch_by_memory >= 32
+    assert e.power_w == 700
+    assert e.step_model is not None and decode_step_s(e.step_model, 32) == pytest.approx(e.decode_step_s)
+
+
+def test_infeasible_still_filled() -> None:
+    e = est(LLAMA2_70B, L40S, tp=4, quant="fp8", kv="fp8")
+    assert not e.feasible
+    assert e.reasons == ["L40S: tensor parallel 4 needs NVLink; L40S has PCIe only"]
+    assert e.decode_step_s > 0 and e.output_tokens_per_s > 0
+    weights = est(LLAMA2_70B, A100, quant="fp16", kv="fp16", batch=1)
+    assert not weights.feasible and weights.max_batch_by_memory == 0 and weights.bound == "memory_capacity"
+    assert "no room for even one" in weights.reasons[0]
+    kv = est(LLAMA2_70B, A100, quant="int4", kv="fp16", batch=10_000)
+    assert not kv.feasible and "room for at most" in kv.reasons[0]
+
+
+def test_more_batch_more_throughput_slower_tokens() -> None:
+    small, big = est(batch=8), est(batch=64)
+    assert big.output_tokens_per_s > small.output_tokens_per_s
+    assert big.tpot_s > small.tpot_s
+
+
+def test_tensor_parallel_speeds_up_decode_on_nvlink() -> None:
+    one, four = est(LLAMA2_70B, H100, tp=4, quant="fp8", kv="fp8"), est(LLAMA2_70B, H100, tp=8, quant="fp8", kv="fp8")
+    assert four.decode_step_s < one.decode_step_s
+
+
+def test_pipeline_parallel_reads_fewer_weights_per_gpu() -> None:
+    pp2 = est(LLAMA2_70B, H100, tp=2, pp=2, quant="fp8", kv="fp8")
+    tp2 = est(LLAMA2_70B, H100, tp=2, pp=1, quant="fp8", kv="fp8")
+    assert pp2.memory.weights_gib < tp2.memory.weights_gib
+    assert pp2.feasible
+
+
+def test_moe_reads_touched_experts_only() -> None:
+    e1 = est(MIXTRAL, H100, tp=2, batch=1)
+    dense_like = MIXTRAL.model_copy(update={"moe_experts": 8, "experts_per_token": 8})
+    e_all = est(dense_like, H100, tp=2, batch=1)
+    assert e1.decode_step_s < e_all.decode_step_s
+    assert e1.memory.weights_gib == pytest.approx(e_all.memory.weights_gib)  # all experts held either way
+
+
+def test_consumer_derate_noted() -> None:
+    e = est(LLAMA31_8B, RTX4090, batch=8)
+    assert any("derated to 80%" in n for n in e.notes)
+
+
+def test_max_batch_wrapper() -> None:
+    kw = dict(tp=1, pp=1, quant="bf16", kv_precision="bf16", context_tokens=1050, assumptions=A)
+    assert max_batch_by_memory(LLAMA31_8B, H100, **kw) == memory.max_batch_by_memory(LLAMA31_8B, H100, **kw)
+
+
+# ---------------------------------------------------------------- queueing
+
+
+def test_erlang_c_known_values() -> None:
+    assert erlang_c(1, 0.5) == pytest.approx(0.5)  # M/M/1: P(wait) = rho
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+    assert erlang_c(4, 0.0) == 0
+    assert erlang_c(4, 4.0) == 1
+
+
+def test_p95_wait_mm1() -> None:
+    assert p95_wait_s(1, 0.5, 1.0, 1.0) == pytest.approx(math.log(10) / 0.5)
+    assert p95_wait_s(1, 0.5, 1.0, 0.0) == pytest.approx(math.log(10) / 0.5 / 2)  # deterministic service halves it
+    assert p95_wait_s(1, 1.0, 1.0, 1.0) == math.inf
+
+
+def test_idle_replica_latency_is_unloaded() -> None:
+    e = est()
+    lat = latency_at_load(e, 0.0, input_tokens=800, output_tokens=250, assumptions=A)
+    assert lat.p95_ttft_s == pytest.approx(e.prefill_s)
+    assert lat.p95_tpot_s == pytest.approx(decode_step_s(e.step_model, 1))  # type: ignore[arg-type]
+    assert lat.utilisation == 0 and lat.stable
+
+
+def test_overload_is_unstable() -> None:
+    e = est()
+    lat = latency_at_load(e, e.requests_per_s * 1.1, input_tokens=800, output_tokens=250, assumptions=A)
+    assert not lat.stable and math.isinf(lat.p95_e2e_s)
+    near = latency_at_load(e, e.requests_per_s * 0.9, input_tokens=800, output_tokens=250, assumptions=A)
+    assert not near.stable and math.isfinite(near.p95_e2e_s)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.0, 0.99), st.floats(0.0, 0.99))
+def test_latency_monotone_in_load(f1: float, f2: float) -> None:
+    e = est(batch=16)
+    lo, hi = sorted((f1, f2))
+    a = latency_at_load(e, lo * e.requests_per_s, input_tokens=800, output_tokens=250, assumptions=A)
+    b = latency_at_load(e, hi * e.requests_per_s, input_tokens=800, output_tokens=250, assumptions=A)
+    assert a.p95_ttft_s <= b.p95_ttft_s + 1e-12
+    assert a.p95_tpot_s <= b.p95_tpot_s + 1e-12
+    assert a.p95_e2e_s <= b.p95_e2e_s + 1e-12
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(1.0, 30.0), st.floats(1.0, 30.0))
+def test_max_rate_monotone_in_target(t1: float, t2: float) -> None:
+    e = est(batch=32)
+    lo, hi = sorted((t1, t2))
+    kw = dict(input_tokens=800, output_tokens=250, p95_ttft_s=None, p95_tpot_s=None, assumptions=A)
+    r_lo = max_rate_for_targets(e, p95_latency_s=lo, **kw)
+    r_hi = max_rate_for_targets(e, p95_latency_s=hi, **kw)
+    assert r_lo <= r_hi + 1e-12
+    assert r_hi <= A.utilisation_ceiling * e.requests_per_s + 1e-12
+
+
+def test_max_rate_meets_targets_and_is_tight() -> None:
+    e = est(batch=64)
+    kw = dict(input_tokens=800, output_tokens=250, assumptions=A)
+    rate = max_rate_for_targets(e, p95_latency_s=None, p95_ttft_s=None, p95_tpot_s=0.01, **kw)
+    assert 0 < rate < A.utilisation_ceiling * e.requests_per_s
+    assert latency_at_load(e, rate, **kw).p95_tpot_s <= 0.01
+    assert latency_at_load(e, rate * 1.01, **kw).p95_tpot_s > 0.01
+    unconstrained = max_rate_for_targets(e, p95_latency_s=None, p95_ttft_s=None, p95_tpot_s=None, **kw)
+    assert unconstrained == pytest.approx(A.utilisation_ceiling * e.requests_per_s)
+    assert max_rate_for_targets(e, p95_latency_s=0.1, p95_ttft_s=None, p95_tpot_s=None, **kw) == 0.0
+    bad = est(LLAMA2_70B, L40S, tp=4, quant="fp8", kv="fp8")
+    assert max_rate_for_targets(bad, p95_latency_s=None, p95_ttft_s=None, p95_tpot_s=None, **kw) == 0.0

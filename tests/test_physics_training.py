@@ -1,0 +1,99 @@
+"""Training and fine-tuning estimates: hand-checked pieces and directional properties."""
+
+from __future__ import annotations
+
+import pytest
+from clusterplan.physics import memory
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.training import estimate_training, model_flops_per_token
+from clusterplan.physics.types import TrainingEstimate
+from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
+
+from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA31_8B, RTX4090
+
+A = Assumptions()
+PRETRAIN = TrainingWorkload(kind="training", tokens=100e9, deadline=30 * 86400, sequence_length=4096,
+                            global_batch_tokens=4096 * 512)  # fmt: skip
+
+
+def train(arch=LLAMA2_7B, gpu=H100, *, tp=1, pp=1, dp=8, zero=1, recompute="selective", mb=1, node=8,
+          work=PRETRAIN, a=A) -> TrainingEstimate:  # fmt: skip
+    return estimate_training(arch, gpu, workload=work, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute,
+                             micro_batch=mb, nodes_gpus_per_node=node, assumptions=a)  # fmt: skip
+
+
+def test_single_gpu_step_is_flops_over_rate_plus_optimizer() -> None:
+    work = TrainingWorkload(kind="training", tokens=1e9, deadline=86400, sequence_length=1024, global_batch_tokens=1024)
+    e = train(LLAMA2_7B, H100, dp=1, zero=0, recompute="none", work=work)
+    rate = 989.5e12 * 0.45
+    compute = model_flops_per_token(LLAMA2_7B, 1024) * 1024 / rate
+    assert e.compute_time_s == pytest.approx(compute)
+    assert e.exposed_comm_time_s == 0
+    assert e.step_time_s > e.compute_time_s  # plus the memory-bound optimizer update
+    assert e.mfu < 0.45 and e.mfu > 0.2
+    assert not e.feasible  # 7B x 18 B/param on one 80 GB GPU
+
+
+def test_data_parallel_scales_tokens_and_exposes_some_comm() -> None:
+    one_node = train(dp=8)
+    two_nodes = train(dp=16)
+    assert two_nodes.tokens_per_s > one_node.tokens_per_s
+    assert two_nodes.exposed_comm_time_s > 0
+    assert two_nodes.time_to_train_s == pytest.approx(PRETRAIN.tokens / two_nodes.tokens_per_s)
+
+
+def test_zero_stages_reduce_memory() -> None:
+    totals = [train(zero=z).memory.total_gib for z in (0, 1, 2, 3)]
+    assert totals == sorted(totals, reverse=True)
+    z3 = train(zero=3)
+    assert z3.memory.optimizer_gib == pytest.approx(train(zero=0).memory.optimizer_gib / 8)
+
+
+def test_recompute_trades_flops_for_memory() -> None:
+    none, full = train(recompute="none", mb=4), train(recompute="full", mb=4)
+    assert full.memory.activations_gib < none.memory.activations_gib
+    assert full.flops_per_token > none.flops_per_token
+    assert full.step_time_s > none.step_time_s
+
+
+def test_pipeline_bubble_and_notes() -> None:
+    e = train(LLAMA2_70B, H100, tp=8, pp=4, dp=2, zero=1, mb=1)
+    m = PRETRAIN.global_batch_tokens / 4096 / 2
+    assert e.bubble_fraction == pytest.approx(3 / (m + 3))
+    assert any("pipeline bubble" in n for n in e.notes)
+    assert e.gpus == 64
+
+
+def test_tp_over_pcie_is_ruled_out() -> None:
+    e = train(LLAMA2_7B, L40S, tp=2, dp=4)
+    assert any("needs NVLink" in r for r in e.reasons)
+
+
+def test_global_batch_smaller_than_one_round() -> None:
+    work = TrainingWorkload(kind="training", tokens=1e9, deadline=86400, sequence_length=4096, global_batch_tokens=4096)
+    e = train(dp=8, work=work)
+    assert any("global batch" in r for r in e.reasons)
+
+
+def test_lora_and_qlora_memory_on_a_4090() -> None:
+    kw = dict(tokens=200e6, deadline=2 * 86400, sequence_length=2048, global_batch_tokens=65536)
+    full = FinetuneWorkload(kind="finetune", method="full", **kw)
+    lora = FinetuneWorkload(kind="finetune", method="lora", **kw)
+    qlora = FinetuneWorkload(kind="finetune", method="qlora", **kw)
+    f = train(LLAMA31_8B, RTX4090, dp=1, zero=0, recompute="full", mb=2, node=1, work=full)
+    lo = train(LLAMA31_8B, RTX4090, dp=1, zero=0, recompute="full", mb=2, node=1, work=lora)
+    q = train(LLAMA31_8B, RTX4090, dp=1, zero=0, recompute="full", mb=2, node=1, work=qlora)
+    assert not f.feasible
+    assert lo.memory.total_gib < f.memory.total_gib and q.memory.total_gib < lo.memory.total_gib
+    assert q.feasible
+    # NF4 base (4.127 bits per linear weight) + 16-bit embedding and head + bf16 adapters (half their fp32 grads)
+    base = 32 * memory.layer_params_per_gpu(LLAMA31_8B, 1) * memory.NF4_BYTES_PER_PARAM + 2 * 128256 * 4096 * 2
+    assert q.memory.weights_gib == pytest.approx(base / 2**30 + q.memory.gradients_gib / 2)
+    assert lo.tokens_per_s > f.tokens_per_s  # no weight gradients of the frozen base
+    assert any("adapter parameters" in n for n in lo.notes)
+
+
+def test_fp8_training_needs_native_fp8() -> None:
+    work = PRETRAIN.model_copy(update={"precision": "fp8"})
+    assert any("fp8" in r for r in train(LLAMA2_7B, A100, work=work).reasons)
+    assert train(LLAMA2_7B, H100, work=work, zero=3).feasible
