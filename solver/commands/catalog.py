@@ -1,0 +1,243 @@
+"""``clusterplan catalog gpus|instances|models|sources``: show the catalog, as tables or as JSON.
+
+A thin layer: it loads the catalog (shipped data plus any ``--catalog FILE``), picks the rows and
+renders them. Tables are for people; ``--json`` prints a stable list of the rows (sorted by id) with
+every field, for scripts. Provisional rows (recalled or derived figures) are marked with ``*``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+from clusterplan.catalog import Catalog, load_catalog
+from clusterplan.catalog_schema import CatalogModel, CloudInstance, GpuSpec
+from pydantic import BaseModel
+from rich.table import Table
+
+CATALOG_HELP = "A user catalog YAML that adds or overrides rows (repeatable; applied in order)."
+JSON_HELP = "Print a JSON list of the rows (sorted by id, every field) instead of a table."
+
+CatalogOption = typer.Option(None, "--catalog", "-c", help=CATALOG_HELP)
+JsonOption = typer.Option(False, "--json", help=JSON_HELP)
+GpuFilterOption = typer.Option(None, "--gpu", help="Only instances with this GPU (id or alias).")
+ProviderOption = typer.Option(None, "--provider", "-p", help="Only this provider (repeatable).")
+
+_LINK = {"nvlink": "NVLink", "infinity_fabric": "Infinity Fabric", "pcie": "PCIe"}
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _mark(row: Any) -> str:
+    return "*" if getattr(row, "provisional", False) else ""
+
+
+def _gpu_link(gpu: GpuSpec) -> str:
+    if gpu.scale_up == "pcie":
+        return f"PCIe {gpu.pcie_gen}"
+    return f"{_LINK[gpu.scale_up]} x{gpu.scale_up_domain} {gpu.scale_up_bandwidth_gb_per_s:g} GB/s"
+
+
+def gpu_table(rows: Sequence[GpuSpec]) -> Table:
+    table = Table(title="GPUs", caption="* provisional: some figures recalled or derived (see notes in --json)")
+    for header, justify in [
+        ("id", "left"),
+        ("class", "left"),
+        ("memory GiB", "right"),
+        ("bandwidth GB/s", "right"),
+        ("BF16 TFLOPS", "right"),
+        ("FP8 TFLOPS", "right"),
+        ("GPU link", "left"),
+        ("TDP W", "right"),
+        ("price USD", "right"),
+    ]:
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for g in rows:
+        price = g.price.usd if g.price is not None else None
+        table.add_row(
+            g.id + _mark(g),
+            g.gpu_class,
+            _num(g.memory_gib, 1),
+            _num(g.bandwidth_gb_per_s),
+            _num(g.dense.bf16_tflops, 1) if g.dense.bf16_tflops is not None else f"{_num(g.dense.fp16_tflops, 1)} fp16",
+            _num(g.dense.fp8_tflops, 1),
+            _gpu_link(g),
+            _num(g.tdp_w),
+            _num(price) + (_mark(g.price) if g.price is not None else ""),
+        )
+    return table
+
+
+def instance_table(rows: Sequence[CloudInstance]) -> Table:
+    table = Table(
+        title="Cloud instances",
+        caption="prices USD per hour for the whole instance; per GPU-h = on-demand / GPUs; * provisional",
+    )
+    for header, justify in [
+        ("provider", "left"),
+        ("id", "left"),
+        ("GPU x count", "left"),
+        ("link", "left"),
+        ("on-demand $/h", "right"),
+        ("spot $/h", "right"),
+        ("$/GPU-h", "right"),
+        ("region", "left"),
+        ("as_of", "left"),
+    ]:
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for i in rows:
+        table.add_row(
+            i.provider,
+            i.id + _mark(i),
+            f"{i.gpu_id} x{i.gpus_per_instance}",
+            _LINK[i.gpu_link],
+            _num(i.on_demand_usd_per_hour, 2),
+            _num(i.spot_usd_per_hour, 2),
+            _num(i.on_demand_usd_per_hour / i.gpus_per_instance, 2),
+            i.region,
+            i.as_of,
+        )
+    return table
+
+
+def model_table(rows: Sequence[CatalogModel]) -> Table:
+    from clusterplan.physics.params import active_params, total_params
+
+    table = Table(title="Models", caption="params computed from the shape (B = 10^9); * provisional")
+    for header, justify in [
+        ("id", "left"),
+        ("params B", "right"),
+        ("layers", "right"),
+        ("hidden", "right"),
+        ("heads / kv", "right"),
+        ("experts", "right"),
+        ("context", "right"),
+    ]:
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for m in rows:
+        total = total_params(m) / 1e9
+        params = f"{total:,.1f}"
+        if m.moe_experts > 1:
+            params += f" ({active_params(m) / 1e9:,.1f} active)"
+        table.add_row(
+            m.id + _mark(m),
+            params,
+            str(m.layers),
+            f"{m.hidden_size:,}",
+            f"{m.attention_heads} / {m.kv_heads}",
+            f"{m.moe_experts} (top-{m.experts_per_token})" if m.moe_experts > 1 else "-",
+            _num(m.max_context),
+        )
+    return table
+
+
+def source_table(cat: Catalog) -> Table:
+    table = Table(title="Sources", caption="keys cited by the rows' `source` and `also_sources`")
+    for header in ("key", "title", "as_of"):
+        table.add_column(header)
+    for key in sorted(cat.sources):
+        s = cat.sources[key]
+        table.add_row(key, s.title + (f"\n{s.url}" if s.url else ""), s.as_of or "-")
+    return table
+
+
+def rows_json(rows: Sequence[BaseModel]) -> str:
+    return json.dumps([r.model_dump(mode="json") for r in rows], indent=2, sort_keys=True)
+
+
+def register(app: typer.Typer) -> None:
+    catalog_app = typer.Typer(
+        name="catalog",
+        help=(
+            "Show the catalog: GPUs, cloud instances, models and sources, with units and provenance. "
+            "Add or override rows (for example negotiated prices) with --catalog FILE; see catalog/README.md."
+        ),
+        no_args_is_help=True,
+    )
+    app.add_typer(catalog_app, name="catalog")
+
+    def show(catalog_files: list[Path] | None, render: Callable[[Catalog], None]) -> None:
+        from clusterplan.cli import guarded
+
+        guarded(lambda: render(load_catalog(catalog_files or [])))
+
+    @catalog_app.command("gpus")
+    def gpus(
+        as_json: bool = JsonOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """GPUs: memory (GiB), bandwidth (GB/s), dense BF16/FP8 TFLOPS, GPU link, TDP (W), price (USD), class."""
+
+        def render(cat: Catalog) -> None:
+            rows = [cat.gpus[k] for k in sorted(cat.gpus)]
+            _emit(rows_json(rows) if as_json else gpu_table(rows))
+
+        show(catalog, render)
+
+    @catalog_app.command("instances")
+    def instances(
+        as_json: bool = JsonOption,
+        catalog: list[Path] | None = CatalogOption,
+        gpu: str | None = GpuFilterOption,
+        provider: list[str] | None = ProviderOption,
+    ) -> None:
+        """Cloud instances: provider, id, GPU x count, link, on-demand and spot USD/hour, region, as_of."""
+
+        def render(cat: Catalog) -> None:
+            wanted = {p.lower() for p in provider} if provider else None
+            gpu_id = cat.gpu(gpu).id if gpu is not None else None
+            rows = [
+                cat.instances[k]
+                for k in sorted(cat.instances)
+                if (gpu_id is None or cat.instances[k].gpu_id == gpu_id)
+                and (wanted is None or cat.instances[k].provider.lower() in wanted)
+            ]
+            _emit(rows_json(rows) if as_json else instance_table(rows))
+
+        show(catalog, render)
+
+    @catalog_app.command("models")
+    def models(
+        as_json: bool = JsonOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """Models: parameters (computed, billions), layers, hidden size, heads / KV heads, experts, context."""
+
+        def render(cat: Catalog) -> None:
+            rows = [cat.models[k] for k in sorted(cat.models)]
+            _emit(rows_json(rows) if as_json else model_table(rows))
+
+        show(catalog, render)
+
+    @catalog_app.command("sources")
+    def sources(
+        as_json: bool = JsonOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """Sources the catalog cites, with title, URL and date, and the catalog's fingerprint."""
+
+        def render(cat: Catalog) -> None:
+            if as_json:
+                data = {k: cat.sources[k].model_dump(mode="json") for k in sorted(cat.sources)}
+                _emit(json.dumps(data, indent=2, sort_keys=True))
+            else:
+                _emit(source_table(cat))
+                _emit(f"catalog fingerprint sha256:{cat.fingerprint()}")
+
+        show(catalog, render)
+
+
+def _emit(thing: Table | str) -> None:
+    from clusterplan.cli import out_console
+
+    if isinstance(thing, str):
+        typer.echo(thing)
+    else:
+        out_console.print(thing)
