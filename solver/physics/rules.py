@@ -52,20 +52,29 @@ def compute_precision_for_weights(gpu: GpuSpec, quant: str) -> str:
     return half_precision(gpu)
 
 
+def short_name(gpu: GpuSpec) -> str:
+    """A GPU's name without the vendor word, for messages: 'NVIDIA L40S 48GB' -> 'L40S 48GB'."""
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "AMD Instinct ", "AMD ", "Intel "):
+        if gpu.name.startswith(prefix):
+            return gpu.name[len(prefix) :]
+    return gpu.name
+
+
 def _parallel_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int) -> list[str]:
     reasons: list[str] = []
+    name = short_name(gpu)
     if tp > 1:
         if gpu.scale_up == "pcie":
-            reasons.append(f"{gpu.name}: tensor parallel {tp} needs NVLink; {gpu.name} has PCIe only")
+            reasons.append(f"{name}: tensor parallel {tp} needs NVLink; {name} has PCIe only")
         elif tp > gpu.scale_up_domain:
             link = "NVLink" if gpu.scale_up == "nvlink" else "Infinity Fabric"
             reasons.append(
-                f"{gpu.name}: tensor parallel {tp} needs a {link} domain of {tp} GPUs; "
-                f"{gpu.name} links at most {gpu.scale_up_domain}"
+                f"{name}: tensor parallel {tp} needs a {link} domain of {tp} GPUs; "
+                f"{name} links at most {gpu.scale_up_domain}"
             )
         if tp > gpu.max_gpus_per_node:
             reasons.append(
-                f"{gpu.name}: tensor parallel {tp} would cross nodes (at most {gpu.max_gpus_per_node} GPUs per node)"
+                f"{name}: tensor parallel {tp} would cross nodes (at most {gpu.max_gpus_per_node} GPUs per node)"
             )
     if arch.attention_heads % tp:
         reasons.append(f"{arch.name}: tensor parallel {tp} does not divide its {arch.attention_heads} attention heads")
@@ -81,14 +90,15 @@ def _parallel_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int) -> 
 def serving_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int, quant: str, kv_precision: str) -> list[str]:
     """Why a serving layout cannot run on this GPU at all (empty when it can)."""
     reasons = _parallel_rules(arch, gpu, tp, pp)
+    name = short_name(gpu)
     if quant == "fp8" and not supports_precision(gpu, "fp8"):
-        reasons.append(f"{gpu.name}: fp8 weights need native FP8 tensor cores ({gpu.architecture} has none)")
+        reasons.append(f"{name}: fp8 weights need native FP8 tensor cores ({gpu.architecture} has none)")
     if quant == "bf16" and not supports_precision(gpu, "bf16"):
-        reasons.append(f"{gpu.name}: bf16 needs compute capability 8.0 or later; use fp16")
+        reasons.append(f"{name}: bf16 needs compute capability 8.0 or later; use fp16")
     if kv_precision == "fp8" and not supports_precision(gpu, "fp8"):
-        reasons.append(f"{gpu.name}: an fp8 KV cache needs native FP8 ({gpu.architecture} has none)")
+        reasons.append(f"{name}: an fp8 KV cache needs native FP8 ({gpu.architecture} has none)")
     if kv_precision == "bf16" and not supports_precision(gpu, "bf16"):
-        reasons.append(f"{gpu.name}: a bf16 KV cache needs compute capability 8.0 or later; use fp16")
+        reasons.append(f"{name}: a bf16 KV cache needs compute capability 8.0 or later; use fp16")
     return reasons
 
 
@@ -115,14 +125,15 @@ def training_rules(
 ) -> list[str]:
     """Why a training layout cannot run on this GPU at all (empty when it can)."""
     reasons = _parallel_rules(arch, gpu, tp, pp)
+    name = short_name(gpu)
     if precision == "fp8" and not supports_precision(gpu, "fp8"):
-        reasons.append(f"{gpu.name}: fp8 training needs native FP8 tensor cores ({gpu.architecture} has none)")
+        reasons.append(f"{name}: fp8 training needs native FP8 tensor cores ({gpu.architecture} has none)")
     if precision == "bf16" and not supports_precision(gpu, "bf16"):
-        reasons.append(f"{gpu.name}: bf16 needs compute capability 8.0 or later; train in fp16 with loss scaling")
+        reasons.append(f"{name}: bf16 needs compute capability 8.0 or later; train in fp16 with loss scaling")
     if method == "qlora" and gpu.vendor == "nvidia":
         cc = _cc(gpu)
         if cc is not None and cc < 7.5:
-            reasons.append(f"{gpu.name}: QLoRA (bitsandbytes 4-bit) needs compute capability 7.5 or later")
+            reasons.append(f"{name}: QLoRA (bitsandbytes 4-bit) needs compute capability 7.5 or later")
     if zero_stage not in (0, 1, 2, 3):
         reasons.append(f"ZeRO stage {zero_stage} does not exist (0-3)")
     return reasons

@@ -16,7 +16,7 @@ from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
 from clusterplan.physics.comm import link_for_group, p2p_s, ring_allreduce_s
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rules
+from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rules, short_name
 from clusterplan.physics.types import Bound, DecodeStepModel, ServingEstimate
 from clusterplan.units import BYTES_PER_GB, bytes_to_gib
 
@@ -175,12 +175,12 @@ def estimate_serving(
         reasons.append(
             f"{arch.name} at {quant} with tp={tp}, pp={pp} needs {mem.weights_gib:,.1f} GiB of weights per GPU "
             f"({fixed:,.1f} GiB with runtime, activations and {a.memory_headroom_fraction:.0%} headroom); "
-            f"{gpu.name} has {gpu.memory_gib:,.1f} GiB and no room for even one {context_tokens:,.0f}-token sequence"
+            f"{short_name(gpu)} has {gpu.memory_gib:,.1f} GiB and no room for even one {context_tokens:,.0f}-token sequence"
         )
     elif batch > max_batch:
         reasons.append(
             f"batch {batch} at {context_tokens:,.0f} tokens needs {mem.kv_cache_gib:,.1f} GiB of KV cache per GPU; "
-            f"{gpu.name} has room for at most {max_batch} sequences"
+            f"{short_name(gpu)} has room for at most {max_batch} sequences"
         )
 
     # Rates of this GPU class.
@@ -189,7 +189,7 @@ def estimate_serving(
     clock = a.sustained_clock_fraction.of(cls)
     flops_rate = peak_tflops(gpu, cprec) * 1e12 * a.compute_efficiency.of(cls) * clock
     if flops_rate <= 0:
-        reasons.append(f"{gpu.name}: no tensor throughput listed for {cprec}")
+        reasons.append(f"{short_name(gpu)}: no tensor throughput listed for {cprec}")
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")

@@ -21,7 +21,7 @@ from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
 from clusterplan.physics.comm import link_for_group, p2p_s, ring_allgather_s, ring_allreduce_s
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.rules import training_rules
+from clusterplan.physics.rules import short_name, training_rules
 from clusterplan.physics.serving import attention_width, peak_tflops
 from clusterplan.physics.types import Bound, TrainingEstimate
 from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
@@ -196,7 +196,7 @@ def estimate_training(
             f"needs {mem.total_gib:,.1f} GiB per GPU (weights {mem.weights_gib:,.1f}, gradients "
             f"{mem.gradients_gib:,.1f}, optimizer {mem.optimizer_gib:,.1f}, activations {mem.activations_gib:,.1f}, "
             f"runtime {mem.runtime_overhead_gib:,.1f}, headroom {mem.headroom_gib:,.1f}); "
-            f"{gpu.name} has {mem.capacity_gib:,.1f} GiB"
+            f"{short_name(gpu)} has {mem.capacity_gib:,.1f} GiB"
         )
 
     # Compute.
@@ -205,7 +205,7 @@ def estimate_training(
     clock = a.sustained_clock_fraction.of(cls)
     rate = peak * 1e12 * a.training_mfu.of(cls) * clock
     if rate <= 0:
-        reasons.append(f"{gpu.name}: no tensor throughput listed for {cprec}")
+        reasons.append(f"{short_name(gpu)}: no tensor throughput listed for {cprec}")
         rate = 1e9
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")

@@ -1,0 +1,251 @@
+"""``clusterplan estimate FILE``: the physics of one configuration. A thin typer layer over
+:mod:`clusterplan.estimate`; this module only parses flags and renders."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from clusterplan.errors import FieldProblem, InputError, Location
+from pydantic import ValidationError
+from rich.table import Table
+
+_FLAGS = {
+    "workload": "--workload",
+    "gpu": "--gpu",
+    "count": "--count",
+    "tp": "--tp",
+    "pp": "--pp",
+    "dp": "--dp",
+    "zero": "--zero",
+    "quant": "--quant",
+    "kv_quant": "--kv-quant",
+    "batch": "--batch",
+    "recompute": "--recompute",
+    "deployment": "--deployment",
+}
+
+
+def _pinned(values: dict[str, Any]) -> Any:
+    """Command-line knobs as a PinnedConfig; located errors name the flag."""
+    from clusterplan.requirement import PinnedConfig
+
+    given = {k: v for k, v in values.items() if v is not None}
+    if isinstance(given.get("workload"), str) and given["workload"].isdigit():
+        given["workload"] = int(given["workload"])
+    try:
+        return PinnedConfig.model_validate(given)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            key = str(err["loc"][0]) if err["loc"] else ""
+            msg = str(err["msg"])
+            problems.append(
+                FieldProblem(Location("command line"), _FLAGS.get(key, key), f"{msg}, got {err.get('input')!r}")
+            )
+        raise InputError(problems, fix="see clusterplan estimate --help") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# Rendering (no logic: every number comes from the EstimateResult)
+# ------------------------------------------------------------------------------------------------
+
+
+def _s(seconds: float) -> str:
+    if math.isinf(seconds):
+        return "unbounded"
+    if seconds < 1:
+        return f"{seconds * 1e3:,.1f} ms"
+    if seconds < 120:
+        return f"{seconds:,.2f} s"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:,.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
+def _usd(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    return f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
+
+
+def _table(title: str) -> Table:
+    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(justify="right", overflow="fold")
+    return t
+
+
+def render(result: Any) -> list[Any]:
+    """Rich renderables for an EstimateResult."""
+    c = result.config
+    out: list[Any] = []
+    layout = f"tp {c.tp} x pp {c.pp} x {'replicas' if c.kind == 'serving' else 'dp'} {c.dp}"
+    head = f"{result.requirement}: {c.kind} '{c.workload}' of {c.model} on {c.count} x {c.gpu_name} ({layout})"
+    if c.kind == "serving":
+        head += f", weights {c.quant}, KV {c.kv_quant}, batch {c.batch} per replica"
+    else:
+        head += f", {c.precision}, ZeRO {c.zero}, recompute {c.recompute}, micro-batch {c.batch}"
+    out.append(head)
+    status = "feasible" if result.feasible else "IMPOSSIBLE"
+    out.append(f"status: {status}; bounded by {result.bound.replace('_', ' ')}")
+    for r in result.reasons:
+        out.append(f"  - {r}")
+
+    est = result.serving or result.training
+    m = est.memory
+    mem = _table("\nMemory per GPU (most loaded), GiB")
+    rows = [
+        ("weights", m.weights_gib),
+        ("KV cache", m.kv_cache_gib),
+        ("activations", m.activations_gib),
+        ("gradients", m.gradients_gib),
+        ("optimizer", m.optimizer_gib),
+        ("runtime overhead", m.runtime_overhead_gib),
+        ("headroom", m.headroom_gib),
+    ]
+    for name, value in rows:
+        if value > 0:
+            mem.add_row(name, f"{value:,.2f}")
+    mem.add_row("total / capacity", f"{m.total_gib:,.2f} / {m.capacity_gib:,.2f}")
+    out.append(mem)
+
+    if result.serving is not None:
+        s = result.serving
+        sp = _table("\nSpeed of one replica")
+        sp.add_row("prefill (unloaded TTFT)", _s(s.prefill_s))
+        sp.add_row(f"decode step at batch {s.batch}", _s(s.decode_step_s))
+        sp.add_row("time per output token at saturation", _s(s.tpot_s))
+        sp.add_row("end-to-end, mean request", _s(s.e2e_s))
+        sp.add_row("output tokens/s (saturated)", f"{s.output_tokens_per_s:,.0f}")
+        sp.add_row("requests/s (saturated)", f"{s.requests_per_s:,.2f}")
+        sp.add_row("max batch by memory", f"{s.max_batch_by_memory:,}")
+        sp.add_row("compute precision", s.compute_precision)
+        out.append(sp)
+        load = result.load
+        lat = load.latency
+        lt = _table("\nAt the requested load")
+        lt.add_row(
+            "demand average / peak", f"{load.average_requests_per_s:,.2f} / {load.peak_requests_per_s:,.2f} req/s"
+        )
+        lt.add_row("per replica", f"{load.per_replica_requests_per_s:,.2f} req/s ({lat.utilisation:.0%} utilised)")
+        lt.add_row("mean running batch", f"{lat.mean_running_batch:,.1f}")
+        lt.add_row("p95 TTFT", _s(lat.p95_ttft_s))
+        lt.add_row("p95 TPOT", _s(lat.p95_tpot_s))
+        lt.add_row("p95 end-to-end", _s(lat.p95_e2e_s))
+        for check in load.targets:
+            mark = "meets" if check.met else "MISSES"
+            lt.add_row(f"target {check.name}", f"{mark} {_s(check.target_s)}")
+        lt.add_row("max rate meeting targets", f"{load.max_rate_for_targets_per_replica:,.2f} req/s per replica")
+        out.append(lt)
+    else:
+        t = result.training
+        tt = _table("\nTraining speed")
+        tt.add_row("step time", _s(t.step_time_s))
+        tt.add_row("  compute (incl. pipeline bubble)", _s(t.compute_time_s))
+        tt.add_row("  exposed communication", _s(t.exposed_comm_time_s))
+        tt.add_row("pipeline bubble", f"{t.bubble_fraction:.0%}")
+        tt.add_row("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")
+        tt.add_row("tokens/s per GPU", f"{t.tokens_per_s / t.gpus:,.0f}")
+        tt.add_row("MFU", f"{t.mfu:.0%}")
+        tt.add_row("time to train", _s(t.time_to_train_s))
+        out.append(tt)
+
+    ct = _table("\nCost")
+    if result.cloud is not None:
+        cl = result.cloud
+        ct.add_row("cloud", f"{cl.instances} x {cl.instance}")
+        ct.add_row(f"  {cl.pricing.replace('_', '-')} rate", f"{_usd(cl.usd_per_hour)}/h")
+        if cl.usd_per_month is not None:
+            ct.add_row("  per month (730 h)", _usd(cl.usd_per_month))
+        if cl.usd_per_million_tokens is not None:
+            ct.add_row("  per million output tokens", _usd(cl.usd_per_million_tokens))
+        if cl.usd_total is not None:
+            ct.add_row(f"  training run ({cl.billed_hours} billed h)", _usd(cl.usd_total))
+    if result.owned is not None:
+        ow = result.owned
+        ct.add_row("owned", f"{ow.nodes} node(s) of {ow.gpus_per_node} GPUs")
+        ct.add_row("  capital", _usd(ow.capital_usd))
+        ct.add_row("  power", f"{ow.power_w / 1000:,.1f} kW, {_usd(ow.power_usd_per_month)}/month")
+        if ow.usd_per_month is not None:
+            ct.add_row(f"  per month ({ow.amortisation_months:g} mo amortised + power)", _usd(ow.usd_per_month))
+        if ow.usd_total is not None:
+            ct.add_row("  training run (power + amortisation)", _usd(ow.usd_total))
+        if ow.usd_per_million_tokens is not None:
+            ct.add_row("  per million output tokens", _usd(ow.usd_per_million_tokens))
+    if ct.row_count:
+        out.append(ct)
+
+    lines: list[str] = []
+    if result.choices:
+        lines.append("\nChosen for you:")
+        lines += [f"  - {x}" for x in result.choices]
+    notes = list(est.notes) + list(result.notes) + (list(result.owned.notes) if result.owned else [])
+    if notes:
+        lines.append("Notes:")
+        lines += [f"  - {x}" for x in notes]
+    if result.assumptions_overridden:
+        lines.append("Assumptions overridden: " + ", ".join(result.assumptions_overridden))
+    out.extend(lines)
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def estimate(
+        file: Annotated[Path, typer.Argument(help="Requirement YAML file.")],
+        gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU, e.g. h100-sxm.")] = None,
+        count: Annotated[int | None, typer.Option("--count", help="GPUs in total (default tp x pp x dp).")] = None,
+        tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.")] = None,
+        pp: Annotated[int | None, typer.Option("--pp", help="Pipeline-parallel degree.")] = None,
+        dp: Annotated[
+            int | None, typer.Option("--dp", help="Data-parallel degree (training) or replicas (serving).")
+        ] = None,
+        zero: Annotated[int | None, typer.Option("--zero", help="ZeRO stage 0-3 (training).")] = None,
+        quant: Annotated[
+            str | None, typer.Option("--quant", help="Weights: bf16, fp16, fp8, int8, int4 (serving).")
+        ] = None,
+        kv_quant: Annotated[
+            str | None, typer.Option("--kv-quant", help="KV cache: bf16, fp16, fp8, int8 (serving).")
+        ] = None,
+        batch: Annotated[
+            int | None, typer.Option("--batch", help="Concurrency per replica, or micro-batch (training).")
+        ] = None,
+        recompute: Annotated[
+            str | None, typer.Option("--recompute", help="none, selective or full (training).")
+        ] = None,
+        workload: Annotated[
+            str | None, typer.Option("--workload", help="Workload name or index (default the first).")
+        ] = None,
+        deployment: Annotated[
+            str | None, typer.Option("--deployment", help="cloud or owned (default: the file's).")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the estimate as JSON for tools.")] = False,
+        catalog: Annotated[
+            list[Path] | None,
+            typer.Option("--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."),
+        ] = None,
+    ) -> None:
+        """Estimate memory, speed, latency and cost of one configuration; exit 1 if it cannot run."""
+        from clusterplan.catalog import load_catalog
+        from clusterplan.cli import guarded, out_console
+        from clusterplan.estimate import check_feasible, estimate_file
+
+        def run() -> None:
+            overrides = _pinned(
+                dict(workload=workload, gpu=gpu, count=count, tp=tp, pp=pp, dp=dp, zero=zero, quant=quant,
+                     kv_quant=kv_quant, batch=batch, recompute=recompute, deployment=deployment)
+            )  # fmt: skip
+            cat = load_catalog(catalog or [])
+            result = estimate_file(file, cat, overrides)
+            if as_json:
+                typer.echo(json.dumps(result.model_dump(mode="json"), indent=2, allow_nan=False, default=str))
+            else:
+                for part in render(result):
+                    out_console.print(part, markup=False) if isinstance(part, str) else out_console.print(part)
+            check_feasible(result)
+
+        guarded(run)
