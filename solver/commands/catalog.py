@@ -240,4 +240,12 @@ def _emit(thing: Table | str) -> None:
     if isinstance(thing, str):
         typer.echo(thing)
     else:
-        out_console.print(thing)
+        # Never truncate ids or prices to fit a narrow terminal or a pipe: print the table at its natural width.
+        from rich.console import Console
+        from rich.measure import Measurement
+
+        natural = Measurement.get(out_console, out_console.options.update(width=10_000), thing).maximum
+        if natural <= out_console.width:
+            out_console.print(thing)
+        else:
+            Console(file=out_console.file, width=natural, highlight=False).print(thing)
