@@ -1,0 +1,113 @@
+"""``clusterplan estimate`` as a user meets it, through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from clusterplan.cli import app
+from typer.testing import CliRunner
+
+from conftest import EXAMPLES, ROOT
+
+runner = CliRunner()
+EX = ROOT / "examples" / "requirements"
+
+
+def _json(args: list[str]) -> dict:  # type: ignore[type-arg]
+    result = runner.invoke(app, ["estimate", *args, "--json"])
+    assert result.exit_code in (0, 1), result.output
+    start = result.output.index("{")
+    end = result.output.rindex("}") + 1
+    return json.loads(result.output[start:end])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_estimates_on_h100(example: Path) -> None:
+    result = runner.invoke(app, ["estimate", str(example), "--gpu", "h100-sxm"])
+    assert result.exit_code == 0, result.output
+    assert "status: feasible" in result.output
+    assert "Memory per GPU" in result.output and "Cost" in result.output
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_estimates_on_a_consumer_card(example: Path) -> None:
+    result = runner.invoke(app, ["estimate", str(example), "--gpu", "rtx-4090"])
+    assert result.exit_code in (0, 1), result.output  # impossible is an answer, never a crash
+    assert "status:" in result.output
+
+
+def test_impossible_configuration_exits_1_with_reasons() -> None:
+    result = runner.invoke(app, ["estimate", str(EX / "70b-serving.yaml"), "--gpu", "l40s", "--tp", "4",
+                                 "--quant", "fp8"])  # fmt: skip
+    assert result.exit_code == 1
+    assert "L40S 48GB: tensor parallel 4 needs NVLink; L40S 48GB has PCIe only" in result.output
+    assert "configuration is impossible" in result.output
+
+
+def test_weights_that_do_not_fit() -> None:
+    data = _json([str(EX / "405b-serving.yaml"), "--gpu", "a100-80gb", "--tp", "8", "--pp", "1", "--quant", "bf16"])
+    assert data["feasible"] is False
+    assert any("no room for even one" in r for r in data["reasons"])
+    assert data["serving"]["bound"] == "memory_capacity"
+
+
+def test_json_is_complete() -> None:
+    data = _json([str(EX / "70b-serving.yaml"), "--gpu", "h100-sxm", "--quant", "fp8"])
+    assert data["feasible"] is True
+    assert data["config"]["quant"] == "fp8" and data["config"]["kv_quant"] == "fp8"
+    assert data["config"]["count"] == data["config"]["tp"] * data["config"]["pp"] * data["config"]["dp"]
+    lat = data["load"]["latency"]
+    assert lat["p95_e2e_s"] <= 5.0 and lat["p95_ttft_s"] <= 1.0  # replicas were chosen to meet the targets
+    assert data["cloud"]["usd_per_month"] > 0 and data["owned"]["power_w"] > 0
+    assert data["assumptions"]["utilisation_ceiling"] == 0.8
+
+
+def test_pinned_replicas_set_the_per_replica_load() -> None:
+    data = _json([str(EX / "70b-serving.yaml"), "--gpu", "h100-sxm", "--quant", "fp8", "--tp", "4", "--count", "8"])
+    assert data["config"]["dp"] == 2
+    peak = data["load"]["peak_requests_per_s"]
+    assert data["load"]["per_replica_requests_per_s"] == pytest.approx(peak / 2)
+
+
+def test_config_block_with_flag_overrides(tmp_path: Path) -> None:
+    req = tmp_path / "r.yaml"
+    req.write_text(
+        "model: llama-3.1-70b\n"
+        "workloads:\n  - kind: serving\n    requests_per_min: 60\n    p95_latency: 20s\n"
+        "deployment: cloud\n"
+        "config:\n  gpu: a100-80gb\n  tp: 2\n  quant: int4\n  batch: 16\n"
+    )
+    data = _json([str(req)])
+    assert (data["config"]["gpu_id"], data["config"]["tp"], data["config"]["quant"]) == ("a100-80gb", 2, "int4")
+    assert data["config"]["batch"] == 16
+    over = _json([str(req), "--tp", "1", "--batch", "8"])
+    assert (over["config"]["tp"], over["config"]["quant"], over["config"]["batch"]) == (1, "int4", 8)
+    assert over["owned"] is None and over["cloud"] is not None
+
+
+def test_training_workload_by_name_and_deployment() -> None:
+    data = _json([str(EX / "13b-train-then-serve.yaml"), "--gpu", "h100-sxm", "--workload", "pretrain", "--count",
+                  "32", "--deployment", "cloud"])  # fmt: skip
+    assert data["config"]["kind"] == "training" and data["config"]["count"] == 32
+    assert data["training"]["time_to_train_s"] > 0
+    assert data["cloud"]["usd_total"] == pytest.approx(data["cloud"]["usd_per_hour"] * data["cloud"]["billed_hours"])
+    serving = _json([str(EX / "13b-train-then-serve.yaml"), "--gpu", "h100-sxm", "--workload", "1"])
+    assert serving["config"]["kind"] == "serving"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu", "h100"], "did you mean"),
+        (["--quant", "fp7", "--gpu", "h100-sxm"], "--quant"),
+        ([], "no GPU to estimate on"),
+        (["--gpu", "h100-sxm", "--tp", "2", "--dp", "2", "--count", "8", "--pp", "1"], "does not equal"),
+        (["--gpu", "h100-sxm", "--workload", "nope"], "no workload named 'nope'"),
+    ],
+)
+def test_bad_input_exits_2(args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["estimate", str(EX / "70b-serving.yaml"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
