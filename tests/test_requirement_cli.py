@@ -24,7 +24,7 @@ def _expectation(path: Path) -> str:
         return sidecar.read_text().strip()
     first = path.read_text().splitlines()[0]
     assert first.startswith("# expect: "), f"{path.name} needs an '# expect:' first line"
-    return first[len("# expect: "):]
+    return first[len("# expect: ") :]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
@@ -36,8 +36,14 @@ def test_every_example_validates(example: Path) -> None:
 
 def test_examples_cover_the_documented_cases() -> None:
     names = {p.name for p in EXAMPLES}
-    assert {"70b-serving.yaml", "7b-chat-serving.yaml", "13b-train-then-serve.yaml", "7b-qlora-finetune.yaml",
-            "405b-serving.yaml", "mixtral-serving.yaml"} <= names
+    assert {
+        "70b-serving.yaml",
+        "7b-chat-serving.yaml",
+        "13b-train-then-serve.yaml",
+        "7b-qlora-finetune.yaml",
+        "405b-serving.yaml",
+        "mixtral-serving.yaml",
+    } <= names
 
 
 @pytest.mark.parametrize("broken", BROKEN, ids=lambda p: p.name)
@@ -97,12 +103,23 @@ def test_deep_nesting_is_refused(tmp_path: Path) -> None:
 
 
 def test_hf_config_model_is_read_from_a_local_file(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
-        "max_position_embeddings": 131072}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 32,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "intermediate_size": 14336,
+                "vocab_size": 128256,
+                "max_position_embeddings": 131072,
+            }
+        )
+    )
     (tmp_path / "r.yaml").write_text(
-        "model: {hf_config: config.json, name: my-8b}\nworkloads: [{kind: serving, requests_per_min: 10}]\n")
+        "model: {hf_config: config.json, name: my-8b}\nworkloads: [{kind: serving, requests_per_min: 10}]\n"
+    )
     result = runner.invoke(app, ["validate", str(tmp_path / "r.yaml")])
     assert result.exit_code == 0, result.output
     assert "my-8b" in result.output

@@ -12,8 +12,17 @@ from clusterplan import units
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("5s", 5.0), ("800ms", 0.8), ("30d", 30 * 86400.0), ("2h", 7200.0), ("10min", 600.0), (7, 7.0),
-     ("1.5 s", 1.5), ("2w", 14 * 86400.0), ("1y", 365 * 86400.0)],
+    [
+        ("5s", 5.0),
+        ("800ms", 0.8),
+        ("30d", 30 * 86400.0),
+        ("2h", 7200.0),
+        ("10min", 600.0),
+        (7, 7.0),
+        ("1.5 s", 1.5),
+        ("2w", 14 * 86400.0),
+        ("1y", 365 * 86400.0),
+    ],
 )
 def test_durations(text: object, seconds: float) -> None:
     assert units.parse_duration(text) == pytest.approx(seconds)
