@@ -11,9 +11,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import typer
+from rich.console import Console
+
 from clusterplan import __version__
 from clusterplan.errors import ClusterplanError
-from rich.console import Console
 
 T = TypeVar("T")
 
