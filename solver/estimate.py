@@ -24,6 +24,8 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from clusterplan.catalog import Catalog
 from clusterplan.catalog_schema import CloudInstance, GpuSpec, ModelArchitecture
 from clusterplan.errors import ClusterplanError, ConfigurationImpossible
@@ -31,7 +33,6 @@ from clusterplan.physics import cost, memory, queueing, rules, serving, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
 from clusterplan.requirement import FinetuneWorkload, PinnedConfig, Requirement, ServingWorkload, TrainingWorkload
-from pydantic import BaseModel, ConfigDict, Field
 
 MAX_DEFAULT_BATCH = 256
 MAX_DEFAULT_GPUS = 4096

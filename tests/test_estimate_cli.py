@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from clusterplan.cli import app
 from typer.testing import CliRunner
 
+from clusterplan.cli import app
 from conftest import EXAMPLES, ROOT
 
 runner = CliRunner()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from clusterplan.physics import cost
 from clusterplan.physics.factors import Assumptions
 

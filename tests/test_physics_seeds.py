@@ -7,13 +7,13 @@ says where and why.
 from __future__ import annotations
 
 import pytest
+
 from clusterplan.physics import cost, memory
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.serving import estimate_serving, single_stream_tokens_per_s
 from clusterplan.physics.training import estimate_training
 from clusterplan.requirement import TrainingWorkload
 from clusterplan.units import BYTES_PER_GB, bytes_to_gib
-
 from test_physics_fixtures import A100, H100, LLAMA2_7B, LLAMA2_13B, LLAMA2_70B, RTX4090
 
 A = Assumptions()
@@ -142,3 +142,12 @@ def test_rtx4090_rented_at_two_dollars() -> None:
 def test_p4de_month() -> None:
     # seed 002 Q4: p4de.24xlarge at $41/h "roughly $30k/month"
     assert cost.cloud_cost_usd(41, 1, cost.serving_hours_per_month()) == pytest.approx(29_930)
+
+
+def test_70b_int4_does_not_fit_an_a100_40gb() -> None:
+    # seed 002 Q4 plans "20 single-GPU A100 instances = 20 A100 40GB" for 70B at INT4
+    a100_40 = A100.model_copy(update={"id": "a100-40gb", "memory_gb": 40, "memory_gib": 39.4})
+    kw = dict(tp=1, pp=1, quant="int4", kv_precision="fp16", context_tokens=1200, assumptions=A)
+    assert memory.serving_weight_bytes_per_gpu(LLAMA2_70B, tp=1, pp=1, quant="int4") / BYTES_PER_GB > 36
+    assert memory.max_batch_by_memory(LLAMA2_70B, a100_40, **kw) == 0
+    assert memory.max_batch_by_memory(LLAMA2_70B, A100, **kw) > 32

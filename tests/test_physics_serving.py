@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from clusterplan.physics import memory
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.queueing import erlang_c, latency_at_load, max_rate_for_targets, p95_wait_s
 from clusterplan.physics.serving import decode_step_s, estimate_serving, max_batch_by_memory
 from clusterplan.physics.types import ServingEstimate
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA31_8B, MIXTRAL, RTX4090
 
 A = Assumptions()

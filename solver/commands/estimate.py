@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from clusterplan.errors import FieldProblem, InputError, Location
 from pydantic import ValidationError
 from rich.table import Table
+
+from clusterplan.errors import FieldProblem, InputError, Location
 
 _FLAGS = {
     "workload": "--workload",

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 
-from clusterplan.units import HOURS_PER_MONTH, HOURS_PER_YEAR, SECONDS_PER_HOUR
 from pydantic import BaseModel, ConfigDict
+
+from clusterplan.units import HOURS_PER_MONTH, HOURS_PER_YEAR, SECONDS_PER_HOUR
 
 SERVING_HOURS_PER_MONTH = HOURS_PER_MONTH  # 730
 

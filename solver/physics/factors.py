@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusterplan.catalog_schema import GpuClass
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from clusterplan.catalog_schema import GpuClass
 
 
 class PerClass(BaseModel):
