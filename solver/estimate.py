@@ -61,7 +61,7 @@ class ChosenConfig(Result):
     dp: int = Field(description="data-parallel degree (training) or replicas (serving)")
     quant: str | None = None
     kv_quant: str | None = None
-    batch: int | None = Field(None, description="concurrency per replica (serving) or micro-batch (training)")
+    batch: int | None = Field(default=None, description="concurrency per replica (serving) or micro-batch (training)")
     zero: int | None = None
     recompute: str | None = None
     precision: str | None = None
@@ -92,22 +92,22 @@ class CloudCost(Result):
     instances: int
     pricing: Literal["on_demand", "spot"]
     usd_per_hour: float = Field(description="all instances")
-    usd_per_month: float | None = Field(None, description="serving: 730 h")
-    usd_total: float | None = Field(None, description="training: whole billed hours")
+    usd_per_month: float | None = Field(default=None, description="serving: 730 h")
+    usd_total: float | None = Field(default=None, description="training: whole billed hours")
     billed_hours: int | None = None
-    usd_per_million_tokens: float | None = Field(None, description="serving, at the average demand")
+    usd_per_million_tokens: float | None = Field(default=None, description="serving, at the average demand")
 
 
 class OwnedCost(Result):
     nodes: int
     gpus_per_node: int
-    capital_usd: float | None = Field(None, description="None when the catalog has no purchase price")
+    capital_usd: float | None = Field(default=None, description="None when the catalog has no purchase price")
     power_w: float = Field(description="IT power at full load, W")
     power_usd_per_month: float
     amortised_usd_per_month: float | None
     usd_per_month: float | None
     amortisation_months: float
-    usd_total: float | None = Field(None, description="training: power for the run plus amortisation over it")
+    usd_total: float | None = Field(default=None, description="training: power for the run plus amortisation over it")
     usd_per_million_tokens: float | None = None
     notes: list[str] = Field(default_factory=list)
 
