@@ -8,7 +8,7 @@ Model (stated in ``docs/model.md``):
 * Waiting for a slot: Erlang C for ``B`` servers of rate ``μ/B`` (Erlang 1917), ``P(W > t) =
   C·exp(-(Bμ_slot - λ)t)``, scaled by Allen-Cunneen's ``(c_a² + c_s²)/2`` for non-exponential service
   (Allen 1990, *Probability, Statistics and Queueing Theory*, §6).
-* Running batch: Little's law ``n = λ·(TTFT + O·TPOT(n))`` solved by bisection; decode slows as
+* Running batch: Little's law ``n = λ·(TTFT + O·TPOT(n))`` solved by regula falsi; decode slows as
   ``n`` grows (the roofline step at ``n``), and prefill interleaved at rate ``λ`` takes a share ``λ·P_b``
   of the replica's time, stretching each step by ``1/(1 - λ·P_b)``.
 * p95 TPOT: the step at the 95th percentile running batch, ``n + 1 + 1.645·sqrt(n)`` (Poisson count of
@@ -27,7 +27,8 @@ from clusterplan.physics.serving import decode_step_s
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
 
 P95_Z = 1.6448536269514722  # standard normal 95th percentile
-BISECTION_STEPS = 60
+BISECTION_STEPS = 40  # rate resolution 2^-40 of the ceiling
+ROOT_STEPS = 200
 
 
 def erlang_c(servers: int, offered_load: float) -> float:
@@ -70,21 +71,40 @@ def _step_s(est: ServingEstimate, n: float) -> float:
 
 
 def _running_batch(est: ServingEstimate, arrival: float, output_tokens: float, stretch: float) -> float:
-    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]`` by bisection."""
+    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]``.
+
+    The excess ``g(n) - n`` is positive at 0 and decreasing past its root; regula falsi with the Illinois
+    modification (Dowell & Jarratt 1971) brackets the root to ``1e-10·(1 + B)`` in a handful of steps.
+    """
     batch = float(est.batch)
 
     def excess(n: float) -> float:
         return arrival * (est.prefill_s + output_tokens * _step_s(est, n + 1.0) * stretch) - n
 
-    if excess(batch) >= 0:
+    f_hi = excess(batch)
+    if f_hi >= 0:
         return batch
     lo, hi = 0.0, batch
-    for _ in range(BISECTION_STEPS):
-        mid = (lo + hi) / 2.0
-        if excess(mid) > 0:
-            lo = mid
+    f_lo = excess(lo)
+    if f_lo <= 0:
+        return 0.0
+    tol = 1e-10 * (1.0 + batch)
+    side = 0
+    for _ in range(ROOT_STEPS):
+        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        f_mid = excess(mid)
+        if f_mid > 0:
+            lo, f_lo = mid, f_mid
+            if side == 1:
+                f_hi /= 2.0
+            side = 1
         else:
-            hi = mid
+            hi, f_hi = mid, f_mid
+            if side == -1:
+                f_lo /= 2.0
+            side = -1
+        if hi - lo <= tol or f_mid == 0:
+            break
     return hi
 
 
