@@ -173,13 +173,15 @@ def estimate_serving(
     if max_batch == 0:
         fixed = mem.weights_gib + mem.runtime_overhead_gib + mem.headroom_gib + mem.activations_gib
         reasons.append(
-            f"{arch.name} at {quant} with tp={tp}, pp={pp} needs {mem.weights_gib:,.1f} GiB of weights per GPU "
+            f"does not fit in memory: {arch.name} at {quant} with tp={tp}, pp={pp} needs {mem.weights_gib:,.1f} GiB "
+            "of weights per GPU "
             f"({fixed:,.1f} GiB with runtime, activations and {a.memory_headroom_fraction:.0%} headroom); "
             f"{short_name(gpu)} has {gpu.memory_gib:,.1f} GiB and no room for even one {context_tokens:,.0f}-token sequence"
         )
     elif batch > max_batch:
         reasons.append(
-            f"batch {batch} at {context_tokens:,.0f} tokens needs {mem.kv_cache_gib:,.1f} GiB of KV cache per GPU; "
+            f"does not fit in memory: batch {batch} at {context_tokens:,.0f} tokens needs {mem.kv_cache_gib:,.1f} GiB "
+            "of KV cache per GPU; "
             f"{short_name(gpu)} has room for at most {max_batch} sequences"
         )
 

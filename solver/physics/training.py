@@ -193,7 +193,7 @@ def estimate_training(
     mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
     if not mem.fits:
         reasons.append(
-            f"needs {mem.total_gib:,.1f} GiB per GPU (weights {mem.weights_gib:,.1f}, gradients "
+            f"does not fit in memory: needs {mem.total_gib:,.1f} GiB per GPU (weights {mem.weights_gib:,.1f}, gradients "
             f"{mem.gradients_gib:,.1f}, optimizer {mem.optimizer_gib:,.1f}, activations {mem.activations_gib:,.1f}, "
             f"runtime {mem.runtime_overhead_gib:,.1f}, headroom {mem.headroom_gib:,.1f}); "
             f"{short_name(gpu)} has {mem.capacity_gib:,.1f} GiB"
