@@ -237,6 +237,14 @@ def _check_count(count: int | None, tp: int, pp: int, dp: int | None, what: str)
     return implied
 
 
+def _degrees(arch: ModelArchitecture, gpu: GpuSpec, cfg: PinnedConfig) -> tuple[list[int], list[int]]:
+    """TP degrees to try (the pinned one, else those within the NVLink domain dividing the heads), and PP."""
+    domain = gpu.scale_up_domain if gpu.scale_up != "pcie" else 1
+    tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain and arch.attention_heads % t == 0]
+    pps = [cfg.pp] if cfg.pp else [p for p in PP_DEGREES if p <= arch.layers]
+    return tps, pps
+
+
 def _default_quant(gpu: GpuSpec, req: Requirement, choices: list[str]) -> str:
     half = rules.half_precision(gpu)
     allowed = req.constraints.quantizations
@@ -365,9 +373,7 @@ def _serving_layout(
         return cfg.tp, cfg.pp
     if cfg.tp is not None and cfg.count is not None and cfg.dp is not None and cfg.pp is None:
         return cfg.tp, max(1, cfg.count // (cfg.tp * cfg.dp))
-    domain = gpu.scale_up_domain if gpu.scale_up != "pcie" else 1
-    tps = [cfg.tp] if cfg.tp is not None else [t for t in TP_DEGREES if t <= domain and arch.attention_heads % t == 0]
-    pps = [cfg.pp] if cfg.pp is not None else [p for p in PP_DEGREES if p <= arch.layers]
+    tps, pps = _degrees(arch, gpu, cfg)
     for pp in pps:
         for tp in tps:
             if cfg.count is not None and cfg.count % (tp * pp):
@@ -499,9 +505,7 @@ def _training_candidates(
     count: int | None,
     a: Assumptions,
 ) -> list[TrainingEstimate]:
-    domain = gpu.scale_up_domain if gpu.scale_up != "pcie" else 1
-    tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain and arch.attention_heads % t == 0]
-    pps = [cfg.pp] if cfg.pp else [p for p in PP_DEGREES if p <= arch.layers]
+    tps, pps = _degrees(arch, gpu, cfg)
     recomputes = [cfg.recompute or w.activation_recompute] if (cfg.recompute or w.activation_recompute) else [
         "none", "selective", "full"
     ]  # fmt: skip

@@ -54,10 +54,16 @@ def kv_heads_per_gpu(kv_heads: int, tp: int) -> int:
     return max(math.ceil(kv_heads / tp), 1)
 
 
+def attention_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
+    """One layer's attention weights on one TP rank: ``h·d·(2a/t + 2·max(ceil(k_v/t), 1))`` (K/V replicate)."""
+    return (
+        arch.hidden_size * arch.head_dim_eff * (2 * arch.attention_heads / tp + 2 * kv_heads_per_gpu(arch.kv_heads, tp))
+    )
+
+
 def layer_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
     """One transformer layer's parameters on one TP rank; K/V projections replicate when tp > kv_heads."""
-    d = arch.head_dim_eff
-    attention = arch.hidden_size * d * (2 * arch.attention_heads / tp + 2 * kv_heads_per_gpu(arch.kv_heads, tp))
+    attention = attention_params_per_gpu(arch, tp)
     mlp = arch.moe_experts * params.mlp_params_per_expert(arch) / tp
     return attention + mlp + params.router_params_per_layer(arch)
 

@@ -16,11 +16,14 @@ from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
 from clusterplan.physics.comm import link_for_group, p2p_s, ring_allreduce_s
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.memory import max_batch_by_memory
 from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rules, short_name
 from clusterplan.physics.types import Bound, DecodeStepModel, ServingEstimate
 from clusterplan.units import BYTES_PER_GB, bytes_to_gib
 
 ACTIVATION_BYTES = 2.0  # 16-bit hidden states on the wire (TP all-reduce, PP send)
+
+__all__ = ["decode_step_s", "estimate_serving", "max_batch_by_memory"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -166,7 +169,7 @@ def estimate_serving(
         arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
         context_tokens=context_tokens, assumptions=a,
     )  # fmt: skip
-    max_batch = memory.max_batch_by_memory(
+    max_batch = max_batch_by_memory(
         arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,
         context_tokens=context_tokens, assumptions=a,
     )  # fmt: skip
@@ -201,8 +204,7 @@ def estimate_serving(
     # Per-GPU quantities of the most loaded stage.
     layers = memory.layers_per_stage(arch.layers, pp)
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size)
-    kvh = memory.kv_heads_per_gpu(arch.kv_heads, tp)
-    attention_params = arch.hidden_size * arch.head_dim_eff * (2 * arch.attention_heads / tp + 2 * kvh)
+    attention_params = memory.attention_params_per_gpu(arch, tp)
     expert_params = params.mlp_params_per_expert(arch) / tp
     head_params = arch.vocab_size * arch.hidden_size / tp
     dense_bytes = layers * (attention_params + params.router_params_per_layer(arch)) * bpp
@@ -289,24 +291,6 @@ def estimate_serving(
         prefill_busy_s=prefill_busy,
         step_model=step_model,
     )
-
-
-def max_batch_by_memory(
-    arch: ModelArchitecture,
-    gpu: GpuSpec,
-    *,
-    tp: int,
-    pp: int,
-    quant: str,
-    kv_precision: str,
-    context_tokens: float,
-    assumptions: Assumptions,
-) -> int:
-    """Largest concurrency whose KV cache fits on the most loaded GPU (0 if the weights don't fit)."""
-    return memory.max_batch_by_memory(
-        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,
-        context_tokens=context_tokens, assumptions=assumptions,
-    )  # fmt: skip
 
 
 def single_stream_tokens_per_s(weight_bytes: float, bandwidth_gb_per_s: float, efficiency: float = 1.0) -> float:
