@@ -325,11 +325,8 @@ def _owned_cost(
         amortised = cost.amortised_usd_per_month(capital, months)
         monthly = amortised + power_month
     total: float | None = None
-    if hours is not None:
-        run_power = power_w / 1000.0 * pue * kwh * hours
-        total = run_power + (amortised * hours / cost.SERVING_HOURS_PER_MONTH if amortised is not None else 0.0)
-        if amortised is None:
-            total = None
+    if hours is not None and amortised is not None:
+        total = (power_month + amortised) * hours / cost.SERVING_HOURS_PER_MONTH
     per_m: float | None = None
     if tokens_per_s and monthly is not None:
         per_m = cost.cost_per_million_tokens_usd(monthly / cost.SERVING_HOURS_PER_MONTH, tokens_per_s)
@@ -610,10 +607,11 @@ def _estimate_training(
             notes.append(f"no cloud instance in the catalog offers {gpu.name} for this layout")
         else:
             inst, n, usd_h = found
-            hours = cost.billed_hours(best.time_to_train_s)
             cloud = CloudCost(
                 instance=inst.key, gpus_per_instance=inst.gpus_per_instance, instances=n,
-                pricing=req.constraints.pricing, usd_per_hour=usd_h, usd_total=usd_h * hours, billed_hours=hours,
+                pricing=req.constraints.pricing, usd_per_hour=usd_h,
+                usd_total=cost.training_cloud_cost_usd(usd_h, 1, best.time_to_train_s),
+                billed_hours=cost.billed_hours(best.time_to_train_s),
             )  # fmt: skip
     owned = _owned_cost(catalog, gpu, best.gpus, hours=best.time_to_train_s / 3600.0) if want_owned else None
     kind: Literal["training", "finetune"] = "finetune" if isinstance(w, FinetuneWorkload) else "training"

@@ -19,7 +19,7 @@ from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.memory import max_batch_by_memory
 from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rules, short_name
 from clusterplan.physics.types import Bound, DecodeStepModel, ServingEstimate
-from clusterplan.units import BYTES_PER_GB, bytes_to_gib
+from clusterplan.units import BYTES_PER_GB
 
 ACTIVATION_BYTES = 2.0  # 16-bit hidden states on the wire (TP all-reduce, PP send)
 
@@ -300,8 +300,3 @@ def single_stream_tokens_per_s(weight_bytes: float, bandwidth_gb_per_s: float, e
     (1 TB/s), 50 tokens/s.
     """
     return bandwidth_gb_per_s * BYTES_PER_GB * efficiency / weight_bytes
-
-
-def kv_gib_per_sequence(arch: ModelArchitecture, *, tp: int, pp: int, kv_precision: str, tokens: float) -> float:
-    """KV cache of one sequence of ``tokens`` on the most loaded GPU, GiB."""
-    return bytes_to_gib(tokens * memory.kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision))
