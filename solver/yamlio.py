@@ -116,7 +116,10 @@ class _Converter:
 
 def parse_yaml_text(text: str, file: str) -> LocatedDocument:
     """Parse one YAML document from text; raise InputError with a location on any problem."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:  # the reader refuses control characters before parsing starts
+        raise InputError([FieldProblem(Location(file), "", f"invalid YAML: {exc}")]) from None
     try:
         try:
             root = loader.get_single_node()
