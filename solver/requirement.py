@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
 from clusterplan.catalog_schema import ModelArchitecture, Precision
 from clusterplan.physics.factors import Assumptions
 from clusterplan.units import Count, Duration, Money, Months, Power, Rate, Tokens
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 Quantization = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 KvPrecision = Literal["bf16", "fp16", "fp8", "int8"]

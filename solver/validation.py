@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
 from clusterplan.errors import FieldProblem, InputError, did_you_mean
 from clusterplan.yamlio import LocatedDocument, PathKey, format_path
-from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 

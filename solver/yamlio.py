@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from clusterplan.errors import FieldProblem, InputError, Location
 
 MAX_FILE_BYTES = 4 * 2**20  # requirement and user-catalog files are hand-written; 4 MiB is generous
