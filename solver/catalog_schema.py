@@ -199,6 +199,33 @@ class OwnedCosts(Row):
         None, description="hardware support contract per year as a fraction of hardware price (optional)"
     )
     node_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per owned server")
+    reference_node_gpus: dict[GpuClass, int] = Field(
+        default_factory=lambda: {"datacenter": 8, "workstation": 4, "consumer": 4},
+        description="GPU slots of the node the per-node figures describe, by class; smaller nodes scale down",
+    )
+
+    def node_fraction(self, gpu_class: GpuClass, node_gpus: int) -> float:
+        """Share of a reference node's chassis, network and overhead a node of ``node_gpus`` carries.
+
+        Assumption (catalog/README.md): per-node figures describe a full node of ``reference_node_gpus``;
+        a smaller node costs and draws in proportion to its GPU slots, so a 1-GPU L4 box is not priced
+        as an 8-GPU HGX server. Larger nodes than the reference are priced as full nodes per reference.
+        """
+        reference = self.reference_node_gpus.get(gpu_class, 8)
+        return node_gpus / reference
+
+    def server_usd_for_node(self, gpu_class: GpuClass, node_gpus: int) -> float:
+        """Chassis, CPUs, RAM and storage of one node of ``node_gpus`` GPUs, USD (GPUs excluded)."""
+        figure = self.server_usd_per_node.get(gpu_class)
+        return 0.0 if figure is None else figure.value * self.node_fraction(gpu_class, node_gpus)
+
+    def network_usd_for_node(self, gpu_class: GpuClass, node_gpus: int) -> float:
+        """Network share (NICs, switch ports, cables) of one node of ``node_gpus`` GPUs, USD."""
+        return self.network_usd_for(gpu_class).value * self.node_fraction(gpu_class, node_gpus)
+
+    def power_overhead_w_for_node(self, gpu_class: GpuClass, node_gpus: int) -> float:
+        """Non-GPU power of one node of ``node_gpus`` GPUs, W."""
+        return self.power_overhead_w_for(gpu_class).value * self.node_fraction(gpu_class, node_gpus)
 
     def network_usd_for(self, gpu_class: GpuClass) -> OwnedFigure:
         """Network cost per node for servers of this GPU class (the class override, else the default)."""

@@ -307,11 +307,10 @@ def _owned_cost(
     nodes, per_node = _owned_nodes(catalog, gpu, gpus)
     cls = gpu.gpu_class
     notes: list[str] = []
-    network = owned.network_usd_for(cls).value if nodes > 1 else 0.0
-    if nodes == 1:
-        notes.append("one node: no inter-node network bought")
-    server = owned.server_usd_per_node[cls].value if cls in owned.server_usd_per_node else 0.0
-    power_w = cost.owned_power_w(gpu.tdp_w, gpus, nodes, owned.power_overhead_w_for(cls).value)
+    # Per-node figures scale with the node's GPU slots (OwnedCosts.node_fraction); the planner uses the same.
+    network = owned.network_usd_for_node(cls, per_node)
+    server = owned.server_usd_for_node(cls, per_node)
+    power_w = cost.owned_power_w(gpu.tdp_w, gpus, nodes, owned.power_overhead_w_for_node(cls, per_node))
     pue, kwh = owned.pue.value, owned.electricity_usd_per_kwh.value
     power_month = cost.owned_power_usd_per_month(power_w, pue, kwh)
     months = owned.amortisation_months.value

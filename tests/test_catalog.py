@@ -184,7 +184,7 @@ def _rows_with_provenance(cat: Catalog) -> list[tuple[str, object]]:
         if isinstance(value, OwnedFigure):
             rows.append((f"owned.{name}", value))
         elif isinstance(value, dict):
-            rows += [(f"owned.{name}.{c}", f) for c, f in value.items()]
+            rows += [(f"owned.{name}.{c}", f) for c, f in value.items() if isinstance(f, OwnedFigure)]
     return rows
 
 
