@@ -1,0 +1,99 @@
+"""``clusterplan solve FILE``: the ranked designs and why, or the conflict when nothing fits.
+
+Exit codes: 0 a design was found (optimal, or feasible when the time limit stopped the proof);
+1 infeasible (the output says which constraints conflict and what would restore feasibility);
+4 unknown (the time limit passed before either a design or a proof of infeasibility; raise
+``--time-limit``); 2 bad input.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from clusterplan.errors import ClusterplanError
+
+EXIT_INFEASIBLE = 1
+EXIT_UNKNOWN = 4
+
+
+class ObjectiveChoice(StrEnum):
+    min_cost = "min_cost"
+    max_throughput = "max_throughput"
+    min_latency = "min_latency"
+
+
+class NeedsBudget(ClusterplanError):
+    """--objective max_throughput without any budget: the answer would be unbounded (exit 2)."""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def solve(
+        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        top: int = typer.Option(5, "--top", "-k", min=1, max=50, help="How many distinct designs to return."),
+        json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON (specs/plan.md)."),
+        markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
+        objective: ObjectiveChoice = typer.Option(
+            ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
+        ),
+        time_limit: float = typer.Option(10.0, "--time-limit", min=0.01, help="Seconds per CP-SAT call."),
+        explain: bool = typer.Option(True, "--explain/--no-explain", help="Compute 'why this one'."),
+        catalog: list[Path] | None = typer.Option(
+            None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."
+        ),
+    ) -> None:
+        """Plan: the cheapest feasible GPU cluster designs for a requirement, and why."""
+        from clusterplan.catalog import load_catalog
+        from clusterplan.cli import guarded, out_console
+        from clusterplan.planner.pipeline import PlanOptions, Timings, plan_requirement
+        from clusterplan.planner.solve import SolverSettings
+        from clusterplan.render import jsonout, table
+        from clusterplan.render import markdown as md
+        from clusterplan.requirement_loader import load_requirement
+
+        if json_out and markdown:
+            raise typer.BadParameter("choose one of --json and --markdown")
+
+        def run() -> int:
+            cat = load_catalog(catalog or [])
+            resolved = load_requirement(file, cat)
+            b = resolved.requirement.budget
+            if (
+                objective is ObjectiveChoice.max_throughput
+                and b.capital is None
+                and b.monthly is None
+                and b.total is None
+            ):
+                raise NeedsBudget(
+                    "--objective max_throughput needs a budget to stay within",
+                    fix="add budget.total, budget.monthly or budget.capital to the requirement",
+                )
+            opts = PlanOptions(
+                top=top, objective=objective.value, explain=explain, settings=SolverSettings(time_limit_s=time_limit)
+            )
+            tm = Timings()
+            plan = plan_requirement(resolved, cat, opts, timings=tm)
+            if json_out:
+                typer.echo(jsonout.render(plan), nl=False)
+            elif markdown:
+                typer.echo(md.render(plan), nl=False)
+            else:
+                table.render(plan, out_console)
+                out_console.print(
+                    f"planned in {tm.total_s:.2f} s: candidates {tm.candidates_s:.2f} s, model {tm.build_s:.2f} s, "
+                    f"CP-SAT {tm.solver_s:.2f} s over {tm.solves} solves",
+                    style="dim",
+                    markup=False,
+                )
+            if plan.status == "infeasible":
+                return EXIT_INFEASIBLE
+            if plan.status == "unknown":
+                return EXIT_UNKNOWN
+            return 0
+
+        code = guarded(run)
+        if code:
+            raise typer.Exit(code)

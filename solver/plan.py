@@ -1,0 +1,227 @@
+"""The plan: what ``clusterplan solve`` returns. Pydantic v2, ``extra="forbid"``, units in field names.
+
+This is the stable ``--json`` schema, documented in ``specs/plan.md`` with its JSON Schema in
+``specs/plan.schema.json`` (``SCHEMA_VERSION`` changes when a field changes meaning or goes away).
+The explanation is data here; tables, Markdown and JSON are rendered from it elsewhere.
+Nothing time-dependent is in it (no wall times): the same input gives byte-identical JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1"
+
+Status = Literal["optimal", "feasible", "infeasible", "unknown"]
+FamilyStatus = Literal["binding", "slack", "satisfied", "violated"]
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReplicaGroup(Out):
+    """Replicas of one shape serving one workload."""
+
+    gpu: str = Field(description="catalog GPU id")
+    gpu_name: str
+    tp: int = Field(description="tensor-parallel degree (GPUs in one NVLink group)")
+    pp: int = Field(description="pipeline-parallel stages")
+    quant: str = Field(description="weight precision")
+    kv_cache: str = Field(description="KV-cache precision")
+    batch: int = Field(description="concurrency cap per replica, sequences")
+    replicas: int
+    cloud_replicas: int
+    owned_replicas: int
+    gpus: int = Field(description="replicas x tp x pp")
+    rate_rps: float = Field(description="requests/s one replica takes with the p95 targets met")
+    rate_no_targets_rps: float = Field(description="requests/s one replica takes at the utilisation ceiling")
+    output_tokens_per_s: float = Field(description="saturated output tokens/s of one replica")
+    ttft_s: float = Field(description="unloaded time to first token, s")
+    tpot_s: float = Field(description="time per output token at the batch cap, s")
+    p95_ttft_s: float = Field(description="p95 TTFT of one replica at its rated load, s")
+    p95_tpot_s: float = Field(description="p95 TPOT of one replica at its rated load, s")
+    p95_latency_s: float = Field(description="p95 end-to-end latency of one replica at its rated load, s")
+    memory_gib_per_gpu: float = Field(description="memory used on the most loaded GPU, GiB")
+    gpu_memory_gib: float = Field(description="usable capacity of one GPU, GiB")
+    bound: str = Field(description="resource bounding decode: memory_bandwidth, compute, ...")
+
+
+class ServingPlan(Out):
+    kind: Literal["serving"] = "serving"
+    workload: str
+    model: str
+    demand_rps: float = Field(description="peak demand: average x peak_to_average, requests/s")
+    average_rps: float = Field(description="average demand, requests/s")
+    output_tokens_per_s: float = Field(description="average output tokens/s demanded")
+    capacity_rps: float = Field(description="sum of replicas' rates with the targets met, requests/s")
+    capacity_no_targets_rps: float = Field(description="sum of replicas' rates at the utilisation ceiling")
+    headroom_pct: float = Field(description="capacity over peak demand minus 1, percent")
+    redundancy: int = Field(description="spare replicas required (N+k)")
+    gpus: int
+    groups: list[ReplicaGroup]
+
+
+class TrainingPlan(Out):
+    kind: Literal["training", "finetune"]
+    workload: str
+    model: str
+    gpu: str
+    gpu_name: str
+    tp: int
+    pp: int
+    dp: int
+    zero_stage: int
+    recompute: str
+    micro_batch: int = Field(description="sequences per micro-batch per GPU")
+    gpus: int
+    deployment: Literal["cloud", "owned"]
+    time_to_train_s: float
+    deadline_s: float | None
+    tokens_per_s: float = Field(description="trained tokens/s, all GPUs")
+    mfu: float = Field(description="model FLOPs utilisation, fraction")
+    memory_gib_per_gpu: float
+    gpu_memory_gib: float
+    cloud_instance: str | None = Field(description="provider:instance used on cloud")
+    cloud_instances: int
+    cloud_cost_usd: float = Field(description="instances x $/h x billed hours, USD (cloud only)")
+
+
+class HardwareLine(Out):
+    kind: Literal["cloud", "owned"]
+    gpu: str
+    gpu_name: str
+    offering: str = Field(description="cloud:provider:instance or owned:gpu:size")
+    label: str
+    units: int = Field(description="instances (cloud) or servers (owned) in use")
+    gpus_per_unit: int
+    gpus: int
+    bought: int = Field(description="owned servers to buy")
+    from_inventory: int = Field(description="owned servers already in inventory")
+    usd_per_hour: float = Field(description="one instance, USD/h (cloud)")
+    region: str = ""
+    capital_usd: float = Field(description="purchase of the servers bought, USD")
+    monthly_usd: float = Field(description="recurring per month: instances x $/h x 730, or electricity, USD")
+    power_w: float = Field(description="owned servers at full power, W")
+    purpose: str = Field("", description="serving, or the training workload it runs")
+
+
+class Costs(Out):
+    capital_usd: float = Field(description="owned servers bought, USD")
+    monthly_usd: float = Field(description="recurring per month (cloud serving, owned electricity), USD/month")
+    one_off_usd: float = Field(description="cloud training runs, USD")
+    total_usd: float = Field(description="capital + horizon x monthly + one-off, USD")
+    horizon_months: float
+    usd_per_million_output_tokens: float | None = Field(
+        description="total over the horizon / output tokens served at average demand, USD per 1e6 tokens"
+    )
+
+
+class ConstraintCheck(Out):
+    family: str
+    title: str
+    status: FamilyStatus
+    margin: float | None = Field(description="how far inside the constraint, in 'unit' (negative: violated)")
+    unit: str
+    detail: str
+    relaxed_total_usd: float | None = Field(None, description="optimal total cost with this family switched off")
+    relaxed_design: str | None = None
+
+
+class Design(Out):
+    rank: int
+    summary: str
+    signature: list[str] = Field(description="what makes this design distinct from the others")
+    costs: Costs
+    gpus_total: int = Field(description="GPUs in use at any one time")
+    gpus_by_type: dict[str, int]
+    owned_power_w: float
+    hardware: list[HardwareLine]
+    workloads: list[ServingPlan | TrainingPlan]
+    constraints: list[ConstraintCheck]
+
+
+class LostGpu(Out):
+    workload: str
+    gpu: str
+    gpu_name: str
+    usd_per_gpu_hour: float | None = Field(description="cheapest cost of one GPU-hour of it over the horizon")
+    reason: str
+    families: list[str] = Field(description="constraint families that rule it out (empty: it is just dearer)")
+    extra_cost_usd: float | None = Field(description="how much more the best design with it costs")
+
+
+class MixNote(Out):
+    workload: str
+    mixed_total_usd: float
+    best_single_gpu: str | None
+    best_single_total_usd: float | None
+    saving_usd: float | None
+    text: str
+
+
+class CandidateSummary(Out):
+    workload: str
+    considered: int = Field(description="shapes or layouts evaluated")
+    rows: int = Field(description="candidates the model chose from after pruning dominated ones")
+    excluded: int
+    gpus_with_candidates: list[str]
+
+
+class Explanation(Out):
+    constraints: list[ConstraintCheck]
+    lost_gpus: list[LostGpu]
+    mixes: list[MixNote]
+    candidates: list[CandidateSummary]
+    assumptions: list[str]
+    notes: list[str]
+
+
+class FamilyRef(Out):
+    id: str
+    title: str
+    sentence: str
+
+
+class Relaxation(Out):
+    family: str
+    change: str = Field(description="the least change to the requirement, readable")
+    value: float | None
+    unit: str
+    restores_feasibility: bool = Field(description="this change alone makes the requirement feasible")
+
+
+class Infeasibility(Out):
+    conflict: list[FamilyRef] = Field(description="a minimal set of requirement constraints that cannot hold together")
+    relaxations: list[Relaxation]
+    unplaceable: list[str] = Field(description="workloads no candidate can run, and why")
+    text: str
+
+
+class SolverInfo(Out):
+    status: Status
+    objective: str
+    objective_value: float | None
+    best_bound: float | None
+    gap: float | None = Field(description="relative gap between objective and bound; 0 when optimal")
+    num_workers: int
+    random_seed: int
+    time_limit_s: float
+
+
+class RequirementRef(Out):
+    name: str
+    file: str
+
+
+class Plan(Out):
+    schema_version: str = SCHEMA_VERSION
+    requirement: RequirementRef
+    catalog_fingerprint: str
+    status: Status
+    solver: SolverInfo
+    designs: list[Design]
+    explanation: Explanation | None
+    infeasibility: Infeasibility | None

@@ -1,0 +1,118 @@
+"""Assemble the CP-SAT model from a candidate table. The builder reads only the table.
+
+Formulation
+===========
+
+Sets and data (all from :class:`clusterplan.candidates.CandidateTable`)
+
+* ``S`` serving workloads, ``T`` training/fine-tuning workloads, ``R_w`` the candidate rows of w.
+* A serving row r is a replica shape: GPU type g(r), TP, PP, quantization, batch; it needs
+  ``tp*pp`` GPUs and sustains ``rate[r]`` requests/s with the p95 targets met and ``rate_nolat[r]``
+  at the utilisation ceiling (integers, see :mod:`clusterplan.planner.scaling`).
+* A training row r is a layout (GPU type, TP, PP, DP, ZeRO, recompute, micro-batch): ``gpus[r]``
+  GPUs, ``time[r]`` seconds; on cloud it runs on its cheapest compatible instance type for
+  ``cloud_cost[r]`` (instances x $/h x hours), computed in advance.
+* Offerings O: cloud instance types c (``k_c`` GPUs, ``$/h``, TP domain ``d_c``) and owned server
+  sizes o (``s_o`` GPUs, capital, power at TDP incl. overhead, energy/month, ``I_o`` inventory
+  servers). ``cap_t(u)`` = GPUs of one unit usable by TP groups of size >= t.
+* ``D_w`` = average requests/s x peak_to_average (rounded up); ``k_w`` = redundancy.
+* Families F with enforcement literals ``l_f`` (:mod:`clusterplan.planner.constraints`).
+
+Variables (:class:`clusterplan.planner.variables.PlanVariables`)
+
+* ``xc[w,r], xo[w,r]`` in ``[0, U[w,r]]``: replicas of row r on cloud / owned; ``sel[w,r]`` boolean.
+  ``U[w,r] = max over rates rho of ceil((D_w + k_w * max rho) / rho[r])``: one more replica of a
+  row than that can always be removed without breaking any family, so no optimum is cut off.
+* ``yc[w,r], yo[w,r]`` booleans: training row r runs on cloud / on owned servers.
+* ``n[c]`` cloud instances (serving pool), ``m[o]`` owned servers bought, ``u[o]`` inventory
+  servers used; ``z[w,shape]``, ``cloud[w]``, ``owned[w]`` booleans (the design's signature);
+  ``M_w`` the largest per-replica rate in use.
+
+Constraints
+
+1. Link: ``sel[w,r] => xc+xo >= 1``, ``not sel[w,r] => xc+xo = 0``; ``sel => z[w,shape(r)]``,
+   ``z => OR sel`` of its rows; ``xc <= U*cloud[w]``, ``cloud[w] <= sum xc`` (same for owned).
+2. Shape: ``sum_r sel[w,r] <= 1`` unless the workload allows mixed GPU types;
+   ``sum_r (xc+xo)[w,r] >= 1`` (every serving workload is served).
+3. Training: ``sum_r (yc+yo)[w,r] = 1`` for every w in T.
+4. GPU count: for every GPU type g,
+   cloud ``sum_{w,r: g} tp*pp*xc <= sum_c k_c*n[c]``;
+   owned ``sum_{w} need_w(g) <= sum_o s_o*(m[o]+u[o])`` where ``need_w`` counts serving replicas
+   (``tp*pp*xo``) and the training row (``gpus*yo``). Concurrent schedule: summed over workloads;
+   sequential: each workload alone (the same servers are reused, train then serve).
+5. ``tp_nvlink`` (l): rows with TP wider than the GPU's NVLink domain are unselected, and for every
+   TP size t >= 2 the inequalities of 4 hold with ``tp >= t`` rows on the left and ``cap_t`` on the
+   right. TP sizes and domains are powers of two, so this nested condition is exactly "every TP
+   group inside one domain" (largest-first packing); pipeline stages may span units.
+6. ``throughput`` (l): ``sum_r rate_nolat[r]*(xc+xo) >= D_w`` for w in S.
+7. ``latency`` (l): ``sum_r rate[r]*(xc+xo) >= D_w`` for w in S with a p95 target.
+8. ``redundancy`` (l): ``M_w >= rho[r]*sel[w,r]``, ``sum_r rho[r]*(xc+xo) - k_w*M_w >= D_w``.
+9. ``deadline``, ``allowed_gpus``, ``allowed_quant`` (l): rows marked by the family are unselected.
+10. ``deployment`` (l): units of the excluded kind are 0 (training on them unselected).
+11. ``max_gpus`` (l): ``G <= max_gpus``; ``G`` = owned GPUs + cloud serving GPUs + cloud training
+    GPUs (sequential: owned + the largest cloud phase).
+12. ``power`` (l): ``sum_o power_o*(m[o]+u[o]) <= max_power`` (owned only: your facility).
+13. ``inventory`` (l): ``u[o] <= I_o`` (without an inventory, ``u[o] = 0`` unconditionally).
+14. ``budget_capital`` (l): ``capital <= B``; ``budget_monthly`` (l): ``monthly <= B``;
+    ``budget_total`` (l): ``total <= B`` (cents, budgets rounded down, costs rounded up).
+
+Cost (integer cents)
+
+    capital = sum_o m[o]*capital_o
+    monthly = sum_c n[c]*$/h_c*730 + sum_o (m[o]+u[o])*energy_o
+    one_off = sum_{w in T, r} yc[w,r]*cloud_cost[r]
+    total   = capital + horizon*monthly + one_off
+
+Objectives (:mod:`clusterplan.planner.solve`)
+
+* ``min_cost`` (default): minimise ``total``; then, lexicographically, with ``total <= optimum``
+  fixed, minimise ``G*W - headroom`` (fewer GPUs, then more capacity above demand; ``W`` exceeds any
+  headroom value so GPUs always dominate).
+* ``max_throughput``: maximise min over serving workloads of capacity/demand (ppm), replica bounds
+  widened tenfold; needs a budget; ties by cost.
+* ``min_latency``: minimise the largest p95 at planned load among selected rows (ms); ties by cost.
+
+Memory is enforced while preparing candidates (only rows that fit exist).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from clusterplan.candidates import CandidateTable
+from clusterplan.planner.constraints import Family, FamilyContext, active_families, structure
+from clusterplan.planner.variables import PlanVariables
+
+Objective = str  # "min_cost" | "max_throughput" | "min_latency"
+OBJECTIVES = ("min_cost", "max_throughput", "min_latency")
+
+
+@dataclass
+class BuiltModel:
+    """The base model: every family behind a free literal; solves fix the literals on a clone."""
+
+    model: cp_model.CpModel
+    v: PlanVariables
+    families: list[Family]  # active families, in registry order
+
+    @property
+    def relaxable(self) -> list[str]:
+        return [f.id for f in self.families if f.relaxable]
+
+
+def build(table: CandidateTable, *, objective: Objective = "min_cost") -> BuiltModel:
+    """Build the base model for ``table``. See the module docstring for the formulation."""
+    model = cp_model.CpModel()
+    model.name = f"clusterplan:{table.name}"
+    fams = active_families(table)
+    relaxable = [f.id for f in fams if f.relaxable]
+    v = PlanVariables.create(
+        model, table, families=relaxable, replica_factor=10 if objective == "max_throughput" else 1
+    )
+    structure.add(model, v, table, inventory_family="inventory" in relaxable)
+    for f in fams:
+        lit = v.literal(f.id) if f.relaxable else None
+        f.add(FamilyContext(model=model, v=v, table=table, lit=lit))
+    return BuiltModel(model=model, v=v, families=fams)

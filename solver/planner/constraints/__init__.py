@@ -1,0 +1,111 @@
+"""Constraint families: one module each, registered with an id, a readable sentence and ONE literal.
+
+Every requirement-level constraint is added behind its family's enforcement literal (``OnlyEnforceIf``
+/ implications), so the planner can switch a family off to price its relaxation, and an infeasible
+requirement is explained as a minimal set of *family names* (assumptions on those literals, then a
+deletion loop). ``structure`` (linking, capacity, costs) has no literal: it is what a plan *is*.
+``memory`` has none either: rows that do not fit never reach the model; the family exists so the
+explanation can report the memory margin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from clusterplan.candidates import CandidateTable
+from clusterplan.planner.variables import PlanVariables
+
+
+@dataclass(frozen=True)
+class FamilyContext:
+    model: cp_model.CpModel
+    v: PlanVariables
+    table: CandidateTable
+    lit: cp_model.IntVar | None  # None only for families without a literal (memory)
+
+
+@dataclass(frozen=True)
+class Family:
+    id: str
+    title: str
+    sentence: str  # what the family demands, readable by a user
+    add: Callable[[FamilyContext], None]
+    active: Callable[[CandidateTable], bool]
+    relaxable: bool = True  # False: physics, reported but never switched off
+
+
+def registry() -> list[Family]:
+    """All families in a fixed order (the order explanations list them in)."""
+    from clusterplan.planner.constraints import (
+        allowed_gpus,
+        allowed_quant,
+        budget_capital,
+        budget_monthly,
+        budget_total,
+        deadline,
+        deployment,
+        inventory,
+        latency,
+        max_gpus,
+        memory,
+        power,
+        redundancy,
+        throughput,
+        tp_nvlink,
+    )
+
+    return [
+        memory.FAMILY,
+        throughput.FAMILY,
+        latency.FAMILY,
+        redundancy.FAMILY,
+        deadline.FAMILY,
+        tp_nvlink.FAMILY,
+        allowed_gpus.FAMILY,
+        allowed_quant.FAMILY,
+        deployment.FAMILY,
+        max_gpus.FAMILY,
+        power.FAMILY,
+        inventory.FAMILY,
+        budget_capital.FAMILY,
+        budget_monthly.FAMILY,
+        budget_total.FAMILY,
+    ]
+
+
+def family(fid: str) -> Family:
+    for f in registry():
+        if f.id == fid:
+            return f
+    raise KeyError(fid)
+
+
+def active_families(table: CandidateTable) -> list[Family]:
+    """Families the requirement states (a family with nothing to say is not reported)."""
+    return [f for f in registry() if f.active(table)]
+
+
+def forbid_rows(ctx: FamilyContext, fid: str) -> None:
+    """Shared by row-level families: rows and offerings marked ``forbidden_by`` ``fid`` are unusable
+    while the family's literal is on."""
+    assert ctx.lit is not None
+    v = ctx.v
+    for wc, r, row in v.serving_rows():
+        if fid in row.forbidding_families:
+            ctx.model.add_implication(ctx.lit, v.selected(wc.index, r).Not())
+    for wc, r, trow in v.training_rows():
+        if fid in trow.forbidding_families:
+            for y in v.training_choices(wc.index, r):
+                ctx.model.add_implication(ctx.lit, y.Not())
+    for o in ctx.table.offerings:
+        if any(f == fid for f, _ in o.forbidden_by):
+            for var in v.unit_vars(o):
+                ctx.model.add(var == 0).only_enforce_if(ctx.lit)
+            if o.kind == "cloud":
+                for wc, r, trow in v.training_rows():
+                    y = v.runs_on_cloud(wc.index, r)
+                    if y is not None and trow.cloud_offering == o.key:
+                        ctx.model.add_implication(ctx.lit, y.Not())

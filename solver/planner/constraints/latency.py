@@ -1,0 +1,38 @@
+"""``latency``: at peak demand, every replica's p95 end-to-end latency, TTFT and TPOT are within target.
+
+A row's ``rate`` is the largest arrival rate one replica takes with its p95 figures within target
+(the queueing model, computed while preparing candidates); splitting demand over replicas in
+proportion to their rates keeps every replica within its rate:
+
+    lit => sum_r rate[w,r] * x[w,r] >= D_w      for every serving workload w with a target
+"""
+
+from __future__ import annotations
+
+from clusterplan.candidates import CandidateTable
+from clusterplan.planner.constraints import Family, FamilyContext
+
+
+def add(ctx: FamilyContext) -> None:
+    assert ctx.lit is not None
+    v = ctx.v
+    for wc in ctx.table.workloads:
+        if not wc.is_serving or not wc.targets.any:
+            continue
+        s = v.scales[wc.index]
+        terms = [s.rate[r] * v.replicas(wc.index, r) for r in range(len(wc.rows)) if s.rate[r]]
+        ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
+
+
+def active(table: CandidateTable) -> bool:
+    return any(wc.is_serving and wc.targets.any for wc in table.workloads)
+
+
+FAMILY = Family(
+    id="latency",
+    title="p95 latency targets",
+    sentence="at peak demand every replica keeps p95 end-to-end latency, time to first token and time per "
+    "output token within their targets",
+    add=add,
+    active=active,
+)

@@ -1,0 +1,34 @@
+"""``throughput``: each serving workload's replicas sustain its peak demand at the utilisation ceiling.
+
+lit => sum_r rate_nolat[w,r] * x[w,r] >= D_w      for every serving workload w
+"""
+
+from __future__ import annotations
+
+from clusterplan.candidates import CandidateTable
+from clusterplan.planner.constraints import Family, FamilyContext
+
+
+def add(ctx: FamilyContext) -> None:
+    assert ctx.lit is not None
+    v = ctx.v
+    for wc in ctx.table.workloads:
+        if not wc.is_serving:
+            continue
+        s = v.scales[wc.index]
+        terms = [s.rate_nolat[r] * v.replicas(wc.index, r) for r in range(len(wc.rows)) if s.rate_nolat[r]]
+        ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
+
+
+def active(table: CandidateTable) -> bool:
+    return any(wc.is_serving for wc in table.workloads)
+
+
+FAMILY = Family(
+    id="throughput",
+    title="throughput",
+    sentence="each serving workload's replicas sustain its peak demand (average x peak_to_average) "
+    "below the utilisation ceiling",
+    add=add,
+    active=active,
+)

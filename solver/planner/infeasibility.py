@@ -1,0 +1,322 @@
+"""When nothing fits: a minimal set of conflicting families, and the least relaxation of each.
+
+1. Solve for feasibility with every family's literal as an *assumption* (one worker, no objective).
+   CP-SAT returns a sufficient set of assumptions for infeasibility (a core, not always minimal).
+2. Shrink it with a deletion loop (CPMpy's ``mus``): drop each family in turn and keep it dropped
+   if the rest (all other families off) is still infeasible. What remains is minimal: removing any
+   one member makes the rest feasible.
+3. For each member, the least relaxation that restores feasibility *with every other family of the
+   requirement on*: minimise the relaxed quantity (capital, monthly, total, GPUs, power, training
+   time over deadline, extra owned GPUs) with that family off; for latency targets, bisect a common
+   factor on the targets (the rates depend on the targets through the queueing physics, so each
+   step rebuilds the serving candidates). If relaxing it alone does not suffice, that is said.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from clusterplan.candidates import CandidateTable
+from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
+from clusterplan.planner.constraints import family
+from clusterplan.planner.report import hardware_lines
+from clusterplan.planner.solve import Extra, Planner, Solution
+from clusterplan.planner.status import SolveStatus
+
+Retarget = Callable[[float], CandidateTable]  # latency targets x factor -> a new candidate table
+
+MAX_TARGET_FACTOR = 64.0
+TARGET_BISECTION_STEPS = 7
+
+
+# Families tried first in the deletion loop. The latency and redundancy families imply throughput
+# (their rates never exceed the throughput rate), so when both conflict with a budget, keeping the
+# weaker throughput family yields the more useful relaxation: lower the demand.
+DELETION_FIRST = ("latency", "redundancy")
+
+
+def minimal_conflict(planner: Planner, core: list[str], *, extra: Extra | None = None) -> list[str]:
+    """Deletion loop: a minimal subset of ``core`` that is still infeasible (reported in registry order)."""
+    members = set(core)
+    if members & set(DELETION_FIRST) and "throughput" in planner.families:
+        members.add("throughput")  # implied by latency and redundancy: a candidate to keep instead
+    kept = [f for f in planner.families if f in members]
+    order = [f for f in DELETION_FIRST if f in kept] + [f for f in kept if f not in DELETION_FIRST]
+    for f in order:
+        trial = [g for g in kept if g != f]
+        if planner.feasible(trial, extra=extra) is SolveStatus.INFEASIBLE:
+            kept = trial
+    return kept
+
+
+def find_conflict(planner: Planner, *, extra: Extra | None = None) -> tuple[SolveStatus, list[str]]:
+    """(INFEASIBLE, minimal families) or (the status, []) when the requirement is not proven infeasible.
+
+    An empty list with INFEASIBLE means no combination works even with every family off (every
+    candidate is ruled out by physics, or nothing can be obtained).
+    """
+    status, core = planner.core(planner.families, extra=extra)
+    if status is not SolveStatus.INFEASIBLE:
+        return status, []
+    if not core:
+        return status, []
+    return status, minimal_conflict(planner, core, extra=extra)
+
+
+def _usd(x: float) -> str:
+    return f"${math.ceil(x):,}"
+
+
+def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = None) -> Relaxation:
+    """The smallest change to family ``fid`` that makes the requirement feasible, all else unchanged."""
+    table = planner.table
+    others = [f for f in planner.families if f != fid]
+    lim = table.limits
+
+    if fid == "throughput":
+        # Demand is what throughput, latency and redundancy all scale with: lower it for all three.
+        others = [f for f in others if f not in ("latency", "redundancy")]
+
+    def solve(goal: str) -> tuple[bool, float | None, Solution | None]:
+        out = planner.solve(goal=goal, on=others)
+        if not out.status.has_solution or out.solution is None:
+            return False, None, None
+        return True, out.objective, out.solution
+
+    if fid == "latency" and retarget is not None:
+        return _latency_relaxation(planner, retarget)
+    goal_by_family = {
+        "budget_capital": "min_capital",
+        "budget_monthly": "min_monthly",
+        "budget_total": "min_total",
+        "max_gpus": "min_gpus",
+        "power": "min_power",
+        "deadline": "min_deadline_ratio",
+        "inventory": "min_inventory_extra",
+        "throughput": "max_throughput_ratio",
+    }
+    goal = goal_by_family.get(fid, "min_total")
+    ok, value, sol = solve(goal)
+    if not ok or value is None or sol is None:
+        return Relaxation(
+            family=fid,
+            change=f"relaxing {family(fid).title} alone is not enough",
+            value=None,
+            unit="",
+            restores_feasibility=False,
+        )
+    if fid == "budget_capital":
+        return Relaxation(
+            family=fid,
+            change=f"budget.capital >= {_usd(value / 100)}",
+            value=math.ceil(value / 100),
+            unit="USD",
+            restores_feasibility=True,
+        )
+    if fid == "budget_monthly":
+        return Relaxation(
+            family=fid,
+            change=f"budget.monthly >= {_usd(value / 100)}",
+            value=math.ceil(value / 100),
+            unit="USD/month",
+            restores_feasibility=True,
+        )
+    if fid == "budget_total":
+        return Relaxation(
+            family=fid,
+            change=f"budget.total >= {_usd(value / 100)}",
+            value=math.ceil(value / 100),
+            unit="USD",
+            restores_feasibility=True,
+        )
+    if fid == "max_gpus":
+        return Relaxation(
+            family=fid,
+            change=f"constraints.max_gpus >= {int(value)}",
+            value=value,
+            unit="GPUs",
+            restores_feasibility=True,
+        )
+    if fid == "power":
+        kw = math.ceil(value / 100) / 10
+        return Relaxation(
+            family=fid, change=f"constraints.max_power >= {kw:,.1f}kW", value=kw, unit="kW", restores_feasibility=True
+        )
+    if fid == "deadline":
+        parts = []
+        worst_days = 0.0
+        for wc in table.workloads:
+            a = sol.training_of(wc.index) if not wc.is_serving else None
+            if a is None or wc.deadline_s is None:
+                continue
+            t = wc.training_rows()[a.row].time_to_train_s
+            if t > wc.deadline_s:
+                days = math.ceil(t / 86400 * 10) / 10
+                worst_days = max(worst_days, days)
+                parts.append(f"{wc.name}: deadline >= {days:g}d")
+        return Relaxation(
+            family=fid,
+            change="; ".join(parts) or "deadline: any",
+            value=worst_days or None,
+            unit="days",
+            restores_feasibility=True,
+        )
+    if fid == "inventory":
+        extra = int(value)
+        gpus = sorted({x.gpu for x in hardware_lines(table, sol) if x.kind == "owned" and x.from_inventory})
+        return Relaxation(
+            family=fid,
+            change=f"own {extra} more GPU(s) ({', '.join(gpus)}) free of capital cost",
+            value=extra,
+            unit="GPUs",
+            restores_feasibility=True,
+        )
+    if fid == "throughput":
+        frac = math.floor(value) / 1e6
+        parts = [
+            f"{wc.name}: peak demand <= {wc.demand_rps * frac:,.2f} req/s (asked {wc.demand_rps:,.2f})"
+            for wc in table.workloads
+            if wc.is_serving
+        ]
+        return Relaxation(
+            family=fid, change="; ".join(parts), value=frac * 100, unit="% of demand", restores_feasibility=True
+        )
+    if fid == "redundancy":
+        return Relaxation(
+            family=fid, change="redundancy: 0 (no spare replica)", value=0, unit="replicas", restores_feasibility=True
+        )
+    if fid == "latency":
+        return Relaxation(family=fid, change="drop the p95 targets", value=None, unit="", restores_feasibility=True)
+    if fid == "tp_nvlink":
+        return Relaxation(
+            family=fid,
+            change="tensor parallelism across PCIe or nodes (slow; not recommended)",
+            value=None,
+            unit="",
+            restores_feasibility=True,
+        )
+    if fid == "allowed_gpus":
+        allowed = lim.allowed_gpus or frozenset()
+        used = sorted({x.gpu for x in hardware_lines(table, sol)} - allowed)
+        return Relaxation(
+            family=fid,
+            change=f"allow {', '.join(used) or 'more GPU types'} in constraints.allowed_gpus",
+            value=None,
+            unit="",
+            restores_feasibility=True,
+        )
+    if fid == "allowed_quant":
+        allowed_q = lim.quantizations or frozenset()
+        quants = sorted(
+            {
+                wc.serving_rows()[a.row].quant
+                for wc in table.workloads
+                if wc.is_serving
+                for a in sol.serving_of(wc.index)
+            }
+            - allowed_q
+        )
+        return Relaxation(
+            family=fid,
+            change=f"allow {', '.join(quants) or 'more precisions'} in constraints.quantizations",
+            value=None,
+            unit="",
+            restores_feasibility=True,
+        )
+    if fid == "deployment":
+        return Relaxation(family=fid, change="deployment: either", value=None, unit="", restores_feasibility=True)
+    return Relaxation(family=fid, change=f"relax {fid}", value=None, unit="", restores_feasibility=True)
+
+
+def _latency_relaxation(planner: Planner, retarget: Retarget) -> Relaxation:
+    """Bisect a common factor f >= 1 on every p95 target until the requirement becomes feasible."""
+
+    def feasible_at(factor: float) -> bool:
+        table = retarget(factor)
+        p = Planner(table, objective=planner.objective, settings=planner.settings)
+        return p.feasible(p.families).has_solution
+
+    if not feasible_at(MAX_TARGET_FACTOR):
+        return Relaxation(
+            family="latency",
+            change=f"even {MAX_TARGET_FACTOR:g}x looser p95 targets are not enough",
+            value=None,
+            unit="x",
+            restores_feasibility=False,
+        )
+    lo, hi = 1.0, MAX_TARGET_FACTOR
+    for _ in range(TARGET_BISECTION_STEPS):
+        mid = math.sqrt(lo * hi)
+        if feasible_at(mid):
+            hi = mid
+        else:
+            lo = mid
+    parts = []
+    for wc in planner.table.workloads:
+        if not wc.is_serving or not wc.targets.any:
+            continue
+        t = wc.targets
+        for label, value in (("p95_latency", t.p95_latency_s), ("p95_ttft", t.p95_ttft_s), ("p95_tpot", t.p95_tpot_s)):
+            if value is not None:
+                parts.append(f"{wc.name}: {label} >= {_round_up(value * hi)}s")
+    return Relaxation(
+        family="latency", change="; ".join(parts), value=round(hi, 3), unit="x targets", restores_feasibility=True
+    )
+
+
+def _round_up(x: float) -> str:
+    """Two significant figures, rounded up (a relaxation is never understated)."""
+    if x <= 0:
+        return "0"
+    digits = 2 - math.floor(math.log10(x)) - 1
+    scale = 10.0**digits
+    return f"{math.ceil(x * scale - 1e-9) / scale:g}"
+
+
+def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibility:
+    """The infeasibility report of a requirement whose primary solve was proven infeasible."""
+    table = planner.table
+    unplaceable = unplaceable_workloads(table)
+    if unplaceable:
+        return Infeasibility(
+            conflict=[], relaxations=[], unplaceable=unplaceable, text="no candidate can run: " + "; ".join(unplaceable)
+        )
+    status, conflict = find_conflict(planner)
+    if status is not SolveStatus.INFEASIBLE:
+        return Infeasibility(
+            conflict=[],
+            relaxations=[],
+            unplaceable=[],
+            text="the conflict analysis ran out of time before proving which constraints conflict",
+        )
+    if not conflict:
+        return Infeasibility(
+            conflict=[],
+            relaxations=[],
+            unplaceable=[],
+            text="no design exists even with every stated constraint relaxed",
+        )
+    refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
+    relax = [least_relaxation(planner, f, retarget=retarget) for f in conflict]
+    text = (
+        "these requirements cannot all hold: "
+        + "; ".join(r.title for r in refs)
+        + ". Any one of these changes restores feasibility: "
+        + "; ".join(r.change for r in relax if r.restores_feasibility)
+    )
+    return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], text=text)
+
+
+def unplaceable_workloads(table: CandidateTable) -> list[str]:
+    """Workloads with no candidate row at all: physics rules out every GPU (the most common reasons)."""
+    from collections import Counter
+
+    out = []
+    for wc in table.workloads:
+        if wc.rows:
+            continue
+        counts = Counter(e.reason for e in wc.exclusions)
+        top = [r for r, _ in counts.most_common(2)]
+        out.append(f"{wc.name}: no GPU can run {wc.model_name or 'it'}" + (f" (e.g. {'; '.join(top)})" if top else ""))
+    return out

@@ -1,0 +1,172 @@
+"""Requirement in, :class:`clusterplan.plan.Plan` out: prepare, model, solve, explain.
+
+``plan_table`` works on any candidate table (synthetic ones in tests and benchmarks);
+``plan_requirement`` builds the table from a resolved requirement and the catalog first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from clusterplan.candidates import CandidateTable, build_candidates
+from clusterplan.plan import Infeasibility, Plan, RequirementRef, SolverInfo
+from clusterplan.planner import report
+from clusterplan.planner.builder import OBJECTIVES
+from clusterplan.planner.explain import explain
+from clusterplan.planner.infeasibility import Retarget, analyse, unplaceable_workloads
+from clusterplan.planner.solve import Planner, SolverSettings, rank_designs
+from clusterplan.planner.status import SolveStatus, relative_gap
+
+if TYPE_CHECKING:
+    from clusterplan.catalog import Catalog
+    from clusterplan.requirement_loader import ResolvedRequirement
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    top: int = 5
+    objective: str = "min_cost"
+    explain: bool = True
+    settings: SolverSettings = field(default_factory=SolverSettings)
+
+
+@dataclass
+class Timings:
+    """Wall times, seconds (kept out of the plan so its JSON stays byte-identical run to run)."""
+
+    candidates_s: float = 0.0
+    build_s: float = 0.0
+    solver_s: float = 0.0
+    total_s: float = 0.0
+    solves: int = 0
+
+
+def _status(s: SolveStatus) -> str:
+    return s.value if s is not SolveStatus.MODEL_INVALID else "unknown"
+
+
+def plan_table(
+    table: CandidateTable,
+    options: PlanOptions | None = None,
+    *,
+    file: str = "",
+    catalog_fingerprint: str = "",
+    retarget: Retarget | None = None,
+    timings: Timings | None = None,
+) -> Plan:
+    opts = options or PlanOptions()
+    if opts.objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {opts.objective!r}")
+    ref = RequirementRef(name=table.name, file=file)
+    settings = opts.settings
+    reasons = unplaceable_workloads(table)
+    if reasons:
+        # Physics rules out every candidate of some workload: there is nothing to model.
+        info = SolverInfo(
+            status="infeasible",
+            objective=opts.objective,
+            objective_value=None,
+            best_bound=None,
+            gap=None,
+            num_workers=settings.num_workers,
+            random_seed=settings.random_seed,
+            time_limit_s=settings.time_limit_s,
+        )
+        return Plan(
+            requirement=ref,
+            catalog_fingerprint=catalog_fingerprint,
+            status="infeasible",
+            solver=info,
+            designs=[],
+            explanation=None,
+            infeasibility=Infeasibility(
+                conflict=[], relaxations=[], unplaceable=reasons, text="no candidate can run: " + "; ".join(reasons)
+            ),
+        )
+    planner = Planner(table, objective=opts.objective, settings=settings)
+    ranked = rank_designs(planner, top=opts.top)
+    first = ranked.first
+    gap = None
+    if first.objective is not None and first.bound is not None:
+        gap = relative_gap(first.objective, first.bound)
+    info = SolverInfo(
+        status=_status(ranked.status),
+        objective=opts.objective,
+        objective_value=first.objective,
+        best_bound=first.bound,
+        gap=gap,
+        num_workers=settings.num_workers,
+        random_seed=settings.random_seed,
+        time_limit_s=settings.time_limit_s,
+    )
+    designs = []
+    explanation = None
+    infeasibility = None
+    if ranked.designs:
+        best = ranked.designs[0]
+        assert best.solution is not None
+        if opts.explain:
+            explanation = explain(planner, best)
+            top_checks = explanation.constraints
+        else:
+            top_checks = report.margins(table, best.solution, planner.built.families)
+        for i, out in enumerate(ranked.designs):
+            assert out.solution is not None
+            checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
+            designs.append(report.design(table, out.solution, rank=i + 1, checks=checks))
+    elif ranked.status is SolveStatus.INFEASIBLE:
+        infeasibility = analyse(planner, retarget=retarget)
+    if timings is not None:
+        timings.build_s += planner.build_s
+        timings.solver_s += planner.solve_s
+        timings.solves += planner.solves
+    return Plan(
+        requirement=ref,
+        catalog_fingerprint=catalog_fingerprint,
+        status=info.status,
+        solver=info,
+        designs=designs,
+        explanation=explanation,
+        infeasibility=infeasibility,
+    )
+
+
+def plan_requirement(
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    options: PlanOptions | None = None,
+    *,
+    timings: Timings | None = None,
+) -> Plan:
+    """Plan a resolved requirement against the catalog."""
+    import time
+
+    t0 = time.perf_counter()
+    opts = options or PlanOptions()
+    table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency")
+    t1 = time.perf_counter()
+
+    def retarget(factor: float) -> CandidateTable:
+        req = resolved.requirement
+        workloads = []
+        for w in req.workloads:
+            if w.kind == "serving":
+                w = w.model_copy(
+                    update={
+                        k: getattr(w, k) * factor
+                        for k in ("p95_latency", "p95_ttft", "p95_tpot")
+                        if getattr(w, k) is not None
+                    }
+                )
+            workloads.append(w)
+        scaled = replace(resolved, requirement=req.model_copy(update={"workloads": workloads}))
+        return build_candidates(scaled, catalog, keep_latency=opts.objective == "min_latency")
+
+    tm = timings if timings is not None else Timings()
+    plan = plan_table(
+        table, opts, file=str(resolved.path), catalog_fingerprint=catalog.fingerprint(), retarget=retarget, timings=tm
+    )
+    tm.candidates_s += t1 - t0
+    tm.total_s += time.perf_counter() - t0
+    return plan

@@ -1,0 +1,85 @@
+"""Integer resolutions the CP-SAT model uses, built on :mod:`clusterplan.units` (the one place that scales).
+
+* Money: integer cents. Costs up to $1e12 are 1e14 cents; every coefficient is checked by
+  :func:`clusterplan.units.scale_to_int` against ``CPSAT_MAX_COEFF``.
+* Request rates: per serving workload, a resolution that puts its demand between 1e9 and 1e10
+  units (``10**(floor(log10 D) - 9)`` requests/s, applied as an exact power of ten). Relative precision is 1e-9 of demand whatever
+  its scale (a 0.01 req/s chatbot or 1e9 tokens/s), so rates up to 1e9 tokens/s cannot overflow.
+  Replica rates are rounded *down* and demand *up*: the model never overstates capacity.
+* Power: integer watts (rounded up). Time: integer seconds; ratios in parts per million.
+"""
+
+from __future__ import annotations
+
+import math
+
+from clusterplan.units import scale_down, scale_to_int, scale_up
+
+USD_RESOLUTION = 0.01  # one cent
+PPM = 1_000_000
+
+
+def cents_up(usd: float, *, what: str) -> int:
+    """A cost coefficient in cents, rounded up (costs are never understated)."""
+    return scale_up(usd, USD_RESOLUTION, what=what)
+
+
+def cents_down(usd: float, *, what: str) -> int:
+    """A budget in cents, rounded down (budgets are never overstated)."""
+    return scale_down(usd, USD_RESOLUTION, what=what)
+
+
+def cents_to_usd(cents: int) -> float:
+    return cents * USD_RESOLUTION
+
+
+def rate_exponent(demand_rps: float) -> int:
+    """Decimal exponent e with demand x 10**e between 1e9 and 1e10 integer units."""
+    if demand_rps <= 0 or not math.isfinite(demand_rps):
+        return 9
+    return 9 - math.floor(math.log10(demand_rps))
+
+
+def rate_resolution(exponent: int) -> float:
+    """Requests/s per integer unit."""
+    return 10.0**-exponent
+
+
+def _to_units(rps: float, exponent: int) -> float:
+    # Multiply or divide by an exact power of ten: 4.0 req/s must become exactly 4e9 units, which
+    # dividing by a float resolution (4.0 / 1e-9 = 3999999999.9999995) does not give.
+    return rps * 10**exponent if exponent >= 0 else rps / 10 ** (-exponent)
+
+
+def rate_units_down(rps: float, exponent: int, *, what: str) -> int:
+    """A replica's rate in integer units, rounded down (capacity is never overstated)."""
+    return max(0, scale_down(_to_units(rps, exponent), 1.0, what=what))
+
+
+def rate_units_up(rps: float, exponent: int, *, what: str) -> int:
+    """A demand in integer units, rounded up."""
+    return scale_up(_to_units(rps, exponent), 1.0, what=what)
+
+
+def watts_up(w: float, *, what: str) -> int:
+    return scale_up(w, 1.0, what=what)
+
+
+def watts_down(w: float, *, what: str) -> int:
+    return scale_down(w, 1.0, what=what)
+
+
+def ppm_down(ratio: float, *, what: str) -> int:
+    return max(0, scale_down(ratio * PPM, 1.0, what=what))
+
+
+def ppm_up(ratio: float, *, what: str) -> int:
+    return scale_up(ratio * PPM, 1.0, what=what)
+
+
+def milliseconds_up(seconds: float, *, what: str) -> int:
+    return scale_up(seconds, 1e-3, what=what)
+
+
+def checked(value: float, *, what: str) -> int:
+    return scale_to_int(value, 1.0, what=what)

@@ -1,0 +1,338 @@
+"""Run CP-SAT on the base model: fixed parameters, a status enum, solutions read back as plain data.
+
+Determinism: one search worker (``num_workers = 1``) and a fixed ``random_seed``. CP-SAT's
+multi-worker portfolio is not reproducible run to run, and interleaved search ignores assumptions,
+which the infeasibility analysis needs; the planning models are small, so one worker proves
+optimality well inside the time limit. When the time limit is hit the result depends on the
+machine's speed and the status says ``feasible`` (with bound and gap) or ``unknown``.
+
+Each solve clones the base model, fixes the family literals (on or off), adds the solve's own
+bounds, no-good cuts and objective, and solves the clone; the base is never modified.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from clusterplan.candidates import CandidateTable
+from clusterplan.planner.builder import BuiltModel, Objective, build
+from clusterplan.planner.status import SolveStatus
+from clusterplan.planner.variables import PlanVariables
+
+Extra = Callable[[cp_model.CpModel, PlanVariables], None]
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    time_limit_s: float = 10.0  # per CP-SAT call
+    num_workers: int = 1
+    random_seed: int = 20240601
+
+
+@dataclass(frozen=True)
+class ServingAssignment:
+    workload: int
+    row: int
+    cloud_replicas: int
+    owned_replicas: int
+
+    @property
+    def replicas(self) -> int:
+        return self.cloud_replicas + self.owned_replicas
+
+
+@dataclass(frozen=True)
+class TrainingAssignment:
+    workload: int
+    row: int
+    where: str  # "cloud" | "owned"
+
+
+@dataclass(frozen=True)
+class Solution:
+    """One design as the model chose it: counts only; costs are recomputed from the table."""
+
+    serving: tuple[ServingAssignment, ...]
+    training: tuple[TrainingAssignment, ...]
+    instances: tuple[tuple[str, int], ...]  # cloud offering key, instances
+    bought: tuple[tuple[str, int], ...]  # owned offering key, servers bought
+    from_inventory: tuple[tuple[str, int], ...]  # owned offering key, inventory servers used
+    total_cents: int
+    capital_cents: int
+    monthly_cents: int
+    one_off_cents: int
+    gpus_in_use: int
+    signature_on: frozenset[int]  # proto indices of the signature literals that are true
+
+    def serving_of(self, w: int) -> list[ServingAssignment]:
+        return [a for a in self.serving if a.workload == w]
+
+    def training_of(self, w: int) -> TrainingAssignment | None:
+        for a in self.training:
+            if a.workload == w:
+                return a
+        return None
+
+
+@dataclass
+class Outcome:
+    status: SolveStatus
+    solution: Solution | None = None
+    objective: float | None = None
+    bound: float | None = None
+    wall_s: float = 0.0
+    core: list[str] | None = None  # families in a sufficient set for infeasibility (assumption solves)
+    values: list[int] = field(default_factory=list, repr=False)
+
+
+# goal name -> (aggregate attribute, sense)
+GOALS: dict[str, tuple[str, str]] = {
+    "min_total": ("total_cents", "min"),
+    "min_capital": ("capital_cents", "min"),
+    "min_monthly": ("monthly_cents", "min"),
+    "min_gpus": ("gpus_in_use", "min"),
+    "min_power": ("owned_power_w", "min"),
+    "min_deadline_ratio": ("deadline_ratio_ppm", "min"),
+    "min_inventory_extra": ("inventory_extra_gpus", "min"),
+    "max_served_ratio": ("served_ratio_ppm", "max"),
+    "max_throughput_ratio": ("throughput_ratio_ppm", "max"),
+    "min_p95": ("p95_max_ms", "min"),
+}
+
+
+class Planner:
+    """The base model of one candidate table and every solve made on it."""
+
+    def __init__(
+        self, table: CandidateTable, *, objective: Objective = "min_cost", settings: SolverSettings | None = None
+    ) -> None:
+        self.table = table
+        self.objective = objective
+        self.settings = settings or SolverSettings()
+        t0 = time.perf_counter()
+        self.built: BuiltModel = build(table, objective=objective)
+        self.build_s = time.perf_counter() - t0
+        self.solve_s = 0.0  # total wall time inside CP-SAT
+        self.solves = 0
+
+    @property
+    def v(self) -> PlanVariables:
+        return self.built.v
+
+    @property
+    def families(self) -> list[str]:
+        """Relaxable families the requirement states."""
+        return self.built.relaxable
+
+    # ------------------------------------------------------------------------------------------------
+    def _solver(self) -> cp_model.CpSolver:
+        s = cp_model.CpSolver()
+        s.parameters.num_workers = self.settings.num_workers
+        s.parameters.random_seed = self.settings.random_seed
+        s.parameters.max_time_in_seconds = self.settings.time_limit_s
+        s.parameters.log_search_progress = False
+        # The LP relaxation with every linear constraint (level 2) closes these knapsack-like models
+        # in a handful of conflicts; the default level needs thousands once GPU types may mix.
+        s.parameters.linearization_level = 2
+        return s
+
+    def _clone(self, on: Iterable[str], *, assume: bool = False) -> cp_model.CpModel:
+        m = self.built.model.clone()
+        on_set = set(on)
+        unknown = on_set - set(self.families)
+        if unknown:
+            raise KeyError(f"unknown families: {sorted(unknown)}")
+        for fid, lit in self.v.literals().items():
+            if fid in on_set:
+                if assume:
+                    continue
+                m.add(lit == 1)
+            else:
+                m.add(lit == 0)
+        if assume:
+            m.add_assumptions([self.v.literal(f) for f in self.families if f in on_set])
+        return m
+
+    def _run(self, m: cp_model.CpModel) -> tuple[cp_model.CpSolver, SolveStatus, float]:
+        solver = self._solver()
+        t0 = time.perf_counter()
+        code = solver.solve(m)
+        wall = time.perf_counter() - t0
+        self.solve_s += wall
+        self.solves += 1
+        status = SolveStatus.from_cpsat(code)
+        if status is SolveStatus.MODEL_INVALID:  # a bug, not a user's problem
+            raise RuntimeError(f"CP-SAT rejected the model: {m.validate()}")
+        return solver, status, wall
+
+    def solve(
+        self,
+        *,
+        goal: str = "min_total",
+        on: Iterable[str] | None = None,
+        bounds: Sequence[tuple[str, str, int]] = (),
+        nogoods: Sequence[Solution] = (),
+        extra: Extra | None = None,
+        tiebreak: bool = False,
+        hint: Outcome | None = None,
+    ) -> Outcome:
+        """One CP-SAT solve.
+
+        ``on``: families enforced (default: all the requirement states); the others are switched off.
+        ``goal``: a key of :data:`GOALS`, or ``"feasibility"``. ``bounds``: (aggregate, '<='|'>=', value).
+        ``nogoods``: designs whose signature must differ. ``tiebreak``: instead of ``goal``, minimise
+        GPUs then maximise headroom (used after a min-cost solve with the cost bounded).
+        """
+        fams = self.families if on is None else list(on)
+        m = self._clone(fams)
+        v = self.v
+        for name, op, value in bounds:
+            var = getattr(v, name)
+            m.add(var <= value if op == "<=" else var >= value)
+        sig = v.signature_literals()
+        for ng in nogoods:
+            m.add_bool_or([lit.Not() if lit.index in ng.signature_on else lit for lit in sig])
+        if extra is not None:
+            extra(m, v)
+        if tiebreak:
+            assert v.gpus_in_use is not None and v.headroom_ppm is not None
+            m.minimize(v.gpus_in_use * (v.headroom_ub + 1) - v.headroom_ppm)
+        elif goal != "feasibility":
+            attr, sense = GOALS[goal]
+            var = getattr(v, attr)
+            if sense == "min":
+                m.minimize(var)
+            else:
+                m.maximize(var)
+        if hint is not None and hint.values:
+            m.proto.solution_hint.vars.extend(range(len(hint.values)))
+            m.proto.solution_hint.values.extend(hint.values)
+        solver, status, wall = self._run(m)
+        out = Outcome(status=status, wall_s=wall)
+        if status.has_solution:
+            values = list(solver.response_proto.solution)
+            out.values = values[: len(self.built.model.proto.variables)]
+            out.solution = self._read(values)
+            if goal != "feasibility" or tiebreak:
+                out.objective = solver.objective_value
+                out.bound = solver.best_objective_bound
+        return out
+
+    def core(self, on: Iterable[str], *, extra: Extra | None = None) -> tuple[SolveStatus, list[str]]:
+        """Feasibility with the families of ``on`` as assumptions (the rest off).
+
+        If infeasible, CP-SAT returns a sufficient set of assumptions (not necessarily minimal);
+        :mod:`clusterplan.planner.infeasibility` shrinks it. No objective (assumptions and objectives
+        do not mix well in CP-SAT), one worker.
+        """
+        m = self._clone(on, assume=True)
+        if extra is not None:
+            extra(m, self.v)
+        solver, status, _ = self._run(m)
+        if status is not SolveStatus.INFEASIBLE:
+            return status, []
+        idx = set(solver.sufficient_assumptions_for_infeasibility())
+        by_index = {lit.index: f for f, lit in self.v.literals().items()}
+        return status, [f for f in self.families if self.v.literal(f).index in idx and f in by_index.values()]
+
+    def feasible(self, on: Iterable[str], *, extra: Extra | None = None) -> SolveStatus:
+        return self.solve(goal="feasibility", on=on, extra=extra).status
+
+    # ------------------------------------------------------------------------------------------------
+    def _read(self, values: list[int]) -> Solution:
+        v = self.v
+
+        def val(var: cp_model.IntVar | None) -> int:
+            return 0 if var is None else int(values[var.index])
+
+        serving = []
+        for wc, r, _ in v.serving_rows():
+            xc = val(v._xc.get((wc.index, r)))
+            xo = val(v._xo.get((wc.index, r)))
+            if xc or xo:
+                serving.append(ServingAssignment(wc.index, r, xc, xo))
+        training = []
+        for wc, r, _ in v.training_rows():
+            if val(v.runs_on_cloud(wc.index, r)):
+                training.append(TrainingAssignment(wc.index, r, "cloud"))
+            if val(v.runs_owned(wc.index, r)):
+                training.append(TrainingAssignment(wc.index, r, "owned"))
+        inst, bought, inv = [], [], []
+        for o in self.table.offerings:
+            if o.kind == "cloud":
+                n = val(v.instances(o))
+                if n:
+                    inst.append((o.key, n))
+            else:
+                m, u = val(v.bought(o)), val(v.from_inventory(o))
+                if m:
+                    bought.append((o.key, m))
+                if u:
+                    inv.append((o.key, u))
+        sig_on = frozenset(lit.index for lit in v.signature_literals() if values[lit.index])
+        return Solution(
+            serving=tuple(serving),
+            training=tuple(training),
+            instances=tuple(inst),
+            bought=tuple(bought),
+            from_inventory=tuple(inv),
+            total_cents=val(v.total_cents),
+            capital_cents=val(v.capital_cents),
+            monthly_cents=val(v.monthly_cents),
+            one_off_cents=val(v.one_off_cents),
+            gpus_in_use=val(v.gpus_in_use),
+            signature_on=sig_on,
+        )
+
+
+PRIMARY_GOAL: dict[str, str] = {"min_cost": "min_total", "max_throughput": "max_served_ratio", "min_latency": "min_p95"}
+
+
+@dataclass
+class Ranked:
+    """The top designs, best first, and how the first (the optimum) was proven."""
+
+    status: SolveStatus
+    designs: list[Outcome]
+    first: Outcome  # the primary solve of the best design (objective, bound)
+
+
+def rank_designs(planner: Planner, *, top: int = 5) -> Ranked:
+    """Best design, then the next best with a different signature, up to ``top`` designs.
+
+    Each design takes two solves: the primary objective, then the tie-break with the primary bounded
+    by its optimum (min_cost: fewer GPUs, then more headroom; the other objectives: least cost).
+    A no-good cut on the signature (shapes used per workload, cloud/owned per workload) makes the
+    next design distinct.
+    """
+    goal = PRIMARY_GOAL[planner.objective]
+    attr, sense = GOALS[goal]
+    designs: list[Outcome] = []
+    first: Outcome | None = None
+    nogoods: list[Solution] = []
+    for _ in range(top):
+        prim = planner.solve(goal=goal, nogoods=nogoods)
+        if first is None:
+            first = prim
+        if not prim.status.has_solution or prim.objective is None:
+            break
+        opt = round(prim.objective)
+        if planner.objective == "min_cost":
+            tb = planner.solve(bounds=[(attr, "<=", opt)], nogoods=nogoods, tiebreak=True, hint=prim)
+        else:
+            op = "<=" if sense == "min" else ">="
+            tb = planner.solve(goal="min_total", bounds=[(attr, op, opt)], nogoods=nogoods, hint=prim)
+        best = tb if tb.status.has_solution else prim
+        best.objective, best.bound = prim.objective, prim.bound
+        if prim.status is SolveStatus.FEASIBLE:
+            best.status = SolveStatus.FEASIBLE
+        designs.append(best)
+        assert best.solution is not None
+        nogoods.append(best.solution)
+    assert first is not None
+    status = first.status
+    return Ranked(status=status, designs=designs, first=first)

@@ -1,0 +1,257 @@
+"""All decision variables of the planning model, in one container with intent-revealing accessors.
+
+Constraint modules never index raw lists: they ask for ``v.cloud_replicas(w, r)``,
+``v.instances(offering)``, ``v.literal("budget_total")``. Variables that cannot matter are not
+created (no cloud offering for a GPU type: no cloud-replica variable); accessors then return 0, so
+constraint code reads the same whatever the table holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from clusterplan.candidates import CandidateTable, Offering, ServingRow, TrainingRow, WorkloadCandidates
+from clusterplan.planner import scaling
+
+LinearExpr = cp_model.LinearExprT
+IntVar = cp_model.IntVar
+
+
+@dataclass
+class ServingScale:
+    """Per-workload integer rates (see :mod:`clusterplan.planner.scaling`)."""
+
+    resolution_rps: float
+    demand: int
+    rate: list[int]  # meeting latency targets
+    rate_nolat: list[int]
+    upper: list[int]  # replica upper bound per row
+
+
+@dataclass
+class PlanVariables:
+    model: cp_model.CpModel
+    table: CandidateTable
+    # serving: (w, r) -> var
+    _xc: dict[tuple[int, int], IntVar] = field(default_factory=dict)
+    _xo: dict[tuple[int, int], IntVar] = field(default_factory=dict)
+    _sel: dict[tuple[int, int], IntVar] = field(default_factory=dict)
+    _maxrate: dict[int, IntVar] = field(default_factory=dict)
+    # training
+    _yc: dict[tuple[int, int], IntVar] = field(default_factory=dict)
+    _yo: dict[tuple[int, int], IntVar] = field(default_factory=dict)
+    # offerings: key -> var
+    _instances: dict[str, IntVar] = field(default_factory=dict)
+    _bought: dict[str, IntVar] = field(default_factory=dict)
+    _from_inventory: dict[str, IntVar] = field(default_factory=dict)
+    # signature
+    _shape: dict[tuple[int, tuple[object, ...]], IntVar] = field(default_factory=dict)
+    _uses_cloud: dict[int, IntVar] = field(default_factory=dict)
+    _uses_owned: dict[int, IntVar] = field(default_factory=dict)
+    # family literals
+    _literals: dict[str, IntVar] = field(default_factory=dict)
+    # per-workload integer scales
+    scales: dict[int, ServingScale] = field(default_factory=dict)
+    # aggregates (IntVars defined by equalities in constraints.structure)
+    capital_cents: IntVar | None = None
+    monthly_cents: IntVar | None = None
+    one_off_cents: IntVar | None = None
+    total_cents: IntVar | None = None
+    gpus_in_use: IntVar | None = None
+    owned_gpus: IntVar | None = None
+    owned_power_w: IntVar | None = None
+    headroom_ppm: IntVar | None = None
+    served_ratio_ppm: IntVar | None = None
+    throughput_ratio_ppm: IntVar | None = None
+    p95_max_ms: IntVar | None = None
+    deadline_ratio_ppm: IntVar | None = None
+    inventory_extra_gpus: IntVar | None = None
+    headroom_ub: int = 0
+
+    # -------------------------------------------------------------------------------- creation
+    @classmethod
+    def create(
+        cls, model: cp_model.CpModel, table: CandidateTable, *, families: list[str], replica_factor: int = 1
+    ) -> PlanVariables:
+        v = cls(model=model, table=table)
+        cloud_gpus = {o.gpu_id for o in table.offerings if o.kind == "cloud"}
+        owned_gpus = {o.gpu_id for o in table.offerings if o.kind == "owned"}
+        for wc in table.workloads:
+            w = wc.index
+            if wc.is_serving:
+                scale = _serving_scale(wc, replica_factor)
+                v.scales[w] = scale
+                for r, row in enumerate(wc.serving_rows()):
+                    ub = scale.upper[r]
+                    tag = f"w{w}r{r}"
+                    v._sel[w, r] = model.new_bool_var(f"sel_{tag}")
+                    if row.gpu_id in cloud_gpus:
+                        v._xc[w, r] = model.new_int_var(0, ub, f"xc_{tag}")
+                    if row.gpu_id in owned_gpus:
+                        v._xo[w, r] = model.new_int_var(0, ub, f"xo_{tag}")
+                    v._new_shape(w, row.shape)
+                max_rate = max([*scale.rate, *scale.rate_nolat, 0])
+                v._maxrate[w] = model.new_int_var(0, max_rate, f"maxrate_{w}")
+            else:
+                for r, trow in enumerate(wc.training_rows()):
+                    tag = f"w{w}r{r}"
+                    if trow.cloud_offering is not None:
+                        v._yc[w, r] = model.new_bool_var(f"yc_{tag}")
+                    if trow.gpu_id in owned_gpus:
+                        v._yo[w, r] = model.new_bool_var(f"yo_{tag}")
+                    v._new_shape(w, trow.shape)
+            v._uses_cloud[w] = model.new_bool_var(f"cloud_{w}")
+            v._uses_owned[w] = model.new_bool_var(f"owned_{w}")
+        gpu_need = _gpu_need_bounds(table, v)
+        for o in table.offerings:
+            need = gpu_need.get(o.gpu_id, 0)
+            ub = max(0, math.ceil(need / o.gpus_per_unit))
+            if o.kind == "cloud":
+                v._instances[o.key] = model.new_int_var(0, ub, f"n_{o.key}")
+            else:
+                v._bought[o.key] = model.new_int_var(0, ub if o.purchasable else 0, f"m_{o.key}")
+                v._from_inventory[o.key] = model.new_int_var(0, max(ub, o.inventory_units), f"u_{o.key}")
+        for f in families:
+            v._literals[f] = model.new_bool_var(f"on_{f}")
+        return v
+
+    def _new_shape(self, w: int, shape: tuple[object, ...]) -> None:
+        if (w, shape) not in self._shape:
+            self._shape[w, shape] = self.model.new_bool_var(f"z_{w}_{'_'.join(map(str, shape))}")
+
+    # -------------------------------------------------------------------------------- accessors
+    def serving_rows(self) -> Iterator[tuple[WorkloadCandidates, int, ServingRow]]:
+        for wc in self.table.workloads:
+            if wc.is_serving:
+                for r, row in enumerate(wc.serving_rows()):
+                    yield wc, r, row
+
+    def training_rows(self) -> Iterator[tuple[WorkloadCandidates, int, TrainingRow]]:
+        for wc in self.table.workloads:
+            if not wc.is_serving:
+                for r, row in enumerate(wc.training_rows()):
+                    yield wc, r, row
+
+    def selected(self, w: int, r: int) -> IntVar:
+        """Serving row r of workload w has at least one replica."""
+        return self._sel[w, r]
+
+    def cloud_replicas(self, w: int, r: int) -> LinearExpr:
+        return self._xc.get((w, r), 0)
+
+    def owned_replicas(self, w: int, r: int) -> LinearExpr:
+        return self._xo.get((w, r), 0)
+
+    def replicas(self, w: int, r: int) -> LinearExpr:
+        return self.cloud_replicas(w, r) + self.owned_replicas(w, r)
+
+    def replica_vars(self, w: int, r: int) -> list[IntVar]:
+        return [x for x in (self._xc.get((w, r)), self._xo.get((w, r))) if x is not None]
+
+    def largest_rate(self, w: int) -> IntVar:
+        """Largest per-replica rate among the rows workload w uses (for N+k redundancy)."""
+        return self._maxrate[w]
+
+    def runs_on_cloud(self, w: int, r: int) -> IntVar | None:
+        """Training row r of workload w runs on its cheapest cloud instance type."""
+        return self._yc.get((w, r))
+
+    def runs_owned(self, w: int, r: int) -> IntVar | None:
+        return self._yo.get((w, r))
+
+    def training_choices(self, w: int, r: int) -> list[IntVar]:
+        return [y for y in (self._yc.get((w, r)), self._yo.get((w, r))) if y is not None]
+
+    def instances(self, o: Offering) -> IntVar:
+        """Cloud instances of this type in the serving pool."""
+        return self._instances[o.key]
+
+    def bought(self, o: Offering) -> IntVar:
+        """Owned servers of this size bought."""
+        return self._bought[o.key]
+
+    def from_inventory(self, o: Offering) -> IntVar:
+        """Owned servers of this size taken from inventory (free)."""
+        return self._from_inventory[o.key]
+
+    def owned_units(self, o: Offering) -> LinearExpr:
+        return self._bought[o.key] + self._from_inventory[o.key]
+
+    def unit_vars(self, o: Offering) -> list[IntVar]:
+        if o.kind == "cloud":
+            return [self._instances[o.key]]
+        return [self._bought[o.key], self._from_inventory[o.key]]
+
+    def shape_used(self, w: int, shape: tuple[object, ...]) -> IntVar:
+        return self._shape[w, shape]
+
+    def shapes(self) -> dict[tuple[int, tuple[object, ...]], IntVar]:
+        return dict(self._shape)
+
+    def uses_cloud(self, w: int) -> IntVar:
+        return self._uses_cloud[w]
+
+    def uses_owned(self, w: int) -> IntVar:
+        return self._uses_owned[w]
+
+    def literal(self, family: str) -> IntVar:
+        """The enforcement literal of a constraint family."""
+        return self._literals[family]
+
+    def has_literal(self, family: str) -> bool:
+        return family in self._literals
+
+    def literals(self) -> dict[str, IntVar]:
+        return dict(self._literals)
+
+    def signature_literals(self) -> list[IntVar]:
+        """The booleans a design's signature is made of (shapes used, cloud/owned per workload)."""
+        out = [self._shape[k] for k in sorted(self._shape, key=repr)]
+        out += [self._uses_cloud[w] for w in sorted(self._uses_cloud)]
+        out += [self._uses_owned[w] for w in sorted(self._uses_owned)]
+        return out
+
+
+def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
+    exp = scaling.rate_exponent(wc.demand_rps)
+    res = scaling.rate_resolution(exp)
+    demand = scaling.rate_units_up(wc.demand_rps, exp, what=f"{wc.name}: demand")
+    rate = [scaling.rate_units_down(r.rate_rps, exp, what=f"{wc.name}: rate") for r in wc.serving_rows()]
+    nolat = [scaling.rate_units_down(r.rate_nolat_rps, exp, what=f"{wc.name}: rate") for r in wc.serving_rows()]
+    k = wc.redundancy
+    max_rate = max(rate, default=0)
+    max_nolat = max(nolat, default=0)
+    upper: list[int] = []
+    for r_lat, r_nolat in zip(rate, nolat, strict=True):
+        # Enough replicas of this row alone to meet demand plus k of the largest replica, for each
+        # rate the model may use; one more cannot be needed (removing it keeps every family satisfied).
+        bounds = [1 + k]
+        if r_lat > 0:
+            bounds.append(math.ceil((demand + k * max_rate) / r_lat))
+        if r_nolat > 0:
+            bounds.append(math.ceil((demand + k * max_nolat) / r_nolat))
+        upper.append(max(bounds) * replica_factor + (replica_factor - 1) * k)
+    return ServingScale(resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper)
+
+
+def _gpu_need_bounds(table: CandidateTable, v: PlanVariables) -> dict[str, int]:
+    """Upper bound on GPUs of each type any workload could ask for (sizes instance/server counts)."""
+    need: dict[str, int] = {}
+    for wc in table.workloads:
+        per: dict[str, int] = {}
+        if wc.is_serving:
+            scale = v.scales[wc.index]
+            for r, row in enumerate(wc.serving_rows()):
+                n = scale.upper[r] * row.gpus
+                # One shape per workload: the largest row bounds it; mixed: rows add up.
+                per[row.gpu_id] = per.get(row.gpu_id, 0) + n if wc.allow_mixed else max(per.get(row.gpu_id, 0), n)
+        else:
+            for trow in wc.training_rows():
+                per[trow.gpu_id] = max(per.get(trow.gpu_id, 0), trow.gpus)
+        for g, n in per.items():
+            need[g] = need.get(g, 0) + n
+    return need

@@ -1,0 +1,9 @@
+"""The ``--json`` output: the plan as documented in specs/plan.md, byte-identical for the same input."""
+
+from __future__ import annotations
+
+from clusterplan.plan import Plan
+
+
+def render(plan: Plan) -> str:
+    return plan.model_dump_json(indent=2) + "\n"

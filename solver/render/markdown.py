@@ -1,0 +1,101 @@
+"""Markdown for pasting into a design document."""
+
+from __future__ import annotations
+
+from clusterplan.plan import Plan, ServingPlan, TrainingPlan
+from clusterplan.render.fmt import group_layout, layout, margin, seconds, usd
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+def render(plan: Plan) -> str:
+    out: list[str] = [f"# {plan.requirement.name}", ""]
+    s = plan.solver
+    line = f"Status: **{plan.status}** (objective {s.objective}"
+    if s.gap is not None and s.status == "feasible":
+        line += f"; time limit hit, gap {s.gap:.2%}"
+    out += [line + ").", ""]
+    if plan.designs:
+        out += [
+            "## Designs, best first",
+            "",
+            "| # | GPUs | layout | capital | monthly | total | $/M tok |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for d in plan.designs:
+            lay = "<br>".join(f"{w.workload}: {layout(w)}" for w in d.workloads)
+            out.append(
+                f"| {d.rank} | {_cell(d.summary)} | {_cell(lay)} | {usd(d.costs.capital_usd)} | "
+                f"{usd(d.costs.monthly_usd)} | {usd(d.costs.total_usd)} | "
+                f"{usd(d.costs.usd_per_million_output_tokens)} |"
+            )
+        d = plan.designs[0]
+        out += ["", "## Design 1", ""]
+        for w in d.workloads:
+            if isinstance(w, ServingPlan):
+                out.append(
+                    f"- **{w.workload}** ({w.model}): {w.demand_rps:,.2f} req/s at peak, capacity "
+                    f"{w.capacity_rps:,.2f} req/s ({w.headroom_pct:+.0f}%)"
+                )
+                for g in w.groups:
+                    out.append(
+                        f"  - {group_layout(g)}: TTFT {seconds(g.ttft_s)}, TPOT {seconds(g.tpot_s)}, "
+                        f"p95 {seconds(g.p95_latency_s)} at rated load, "
+                        f"{g.memory_gib_per_gpu:,.1f}/{g.gpu_memory_gib:,.0f} GiB per GPU"
+                    )
+            elif isinstance(w, TrainingPlan):
+                out.append(
+                    f"- **{w.workload}** ({w.model}): {layout(w)}, {seconds(w.time_to_train_s)} "
+                    f"(deadline {seconds(w.deadline_s)}), MFU {w.mfu:.0%}"
+                )
+        out += [
+            "",
+            "| kind | what | units | GPUs | buy | $/h | capital | monthly |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for x in d.hardware:
+            out.append(
+                f"| {x.kind} | {_cell(x.label)} | {x.units} | {x.gpus} | "
+                f"{x.bought if x.kind == 'owned' else '-'} | "
+                f"{f'{x.usd_per_hour:,.2f}' if x.kind == 'cloud' else '-'} | {usd(x.capital_usd)} | "
+                f"{usd(x.monthly_usd)} |"
+            )
+    e = plan.explanation
+    if e is not None:
+        out += [
+            "",
+            "## Why this one",
+            "",
+            "| constraint | status | margin | detail | if relaxed |",
+            "|---|---|---|---|---|",
+        ]
+        for c in e.constraints:
+            relaxed = f"{usd(c.relaxed_total_usd)} ({c.relaxed_design})" if c.relaxed_total_usd is not None else "-"
+            out.append(
+                f"| {c.title} | {c.status} | {margin(c.margin, c.unit)} | {_cell(c.detail)} | {_cell(relaxed)} |"
+            )
+        if e.lost_gpus:
+            out += ["", "Cheaper GPU types that lost:", ""]
+            out += [f"- [{x.workload}] {x.reason}" for x in e.lost_gpus]
+        if e.mixes:
+            out += [""] + [f"- {m.text}" for m in e.mixes]
+        if e.notes:
+            out += ["", "Notes:", ""] + [f"- {n}" for n in e.notes]
+        out += ["", "<details><summary>Assumptions</summary>", ""] + [f"- {a}" for a in e.assumptions]
+        out += ["", "</details>"]
+    inf = plan.infeasibility
+    if inf is not None:
+        out += ["", "## No design meets the requirement", ""]
+        out += [f"- {u}" for u in inf.unplaceable]
+        if inf.conflict:
+            out += ["Conflicting constraints (minimal):", ""] + [f"- **{f.title}**: {f.sentence}" for f in inf.conflict]
+            out += ["", "Least relaxations, each alone:", ""]
+            out += [
+                f"- {r.change}" + ("" if r.restores_feasibility else " (not enough on its own)")
+                for r in inf.relaxations
+            ]
+        elif not inf.unplaceable:
+            out.append(inf.text)
+    return "\n".join(out) + "\n"

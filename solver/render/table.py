@@ -1,0 +1,139 @@
+"""The default human rendering: rich tables of the ranked designs and "Why this one"."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
+from clusterplan.render.fmt import group_layout, layout, margin, seconds, usd
+
+
+def render(plan: Plan, console: Console) -> None:
+    p = console.print
+    s = plan.solver
+    head = f"[bold]{plan.requirement.name}[/bold]  status: [bold]{plan.status.upper()}[/bold]  objective: {s.objective}"
+    if s.status == "feasible" and s.gap is not None:
+        head += f"  (time limit: best bound {s.best_bound:,.0f}, gap {s.gap:.2%})"
+    p(head)
+    if plan.designs:
+        _designs(plan, console)
+        _detail(plan.designs[0], console)
+    if plan.explanation is not None:
+        _why(plan, console)
+    if plan.infeasibility is not None:
+        _infeasible(plan, console)
+
+
+def _designs(plan: Plan, console: Console) -> None:
+    t = Table(title="Designs, best first", title_justify="left", show_lines=True)
+    for col in ("#", "GPUs", "layout", "capital", "monthly", "total", "$/M tok", "headroom"):
+        t.add_column(col, overflow="fold")
+    for d in plan.designs:
+        heads = [f"{w.workload} {w.headroom_pct:+.0f}%" for w in d.workloads if isinstance(w, ServingPlan)]
+        t.add_row(
+            str(d.rank),
+            escape(d.summary),
+            escape("\n".join(f"{w.workload}: {layout(w)}" for w in d.workloads)),
+            usd(d.costs.capital_usd),
+            usd(d.costs.monthly_usd),
+            usd(d.costs.total_usd),
+            usd(d.costs.usd_per_million_output_tokens),
+            "\n".join(heads) or "-",
+        )
+    console.print(t)
+
+
+def _detail(d: Design, console: Console) -> None:
+    t = Table(title="Design 1 in detail", title_justify="left")
+    for col in ("workload", "replicas / layout", "throughput", "TTFT", "TPOT", "p95", "mem/GPU"):
+        t.add_column(col, overflow="fold")
+    for w in d.workloads:
+        if isinstance(w, ServingPlan):
+            for g in w.groups:
+                t.add_row(
+                    escape(w.workload),
+                    escape(group_layout(g)),
+                    f"{g.rate_rps * g.replicas:,.2f} req/s ({w.demand_rps:,.2f} at peak)",
+                    f"{seconds(g.ttft_s)} (p95 {seconds(g.p95_ttft_s)})",
+                    f"{seconds(g.tpot_s)} (p95 {seconds(g.p95_tpot_s)})",
+                    seconds(g.p95_latency_s),
+                    f"{g.memory_gib_per_gpu:,.1f}/{g.gpu_memory_gib:,.0f} GiB",
+                )
+        elif isinstance(w, TrainingPlan):
+            t.add_row(
+                escape(w.workload),
+                escape(layout(w)),
+                f"{w.tokens_per_s:,.0f} tok/s, MFU {w.mfu:.0%}",
+                "-",
+                "-",
+                f"{seconds(w.time_to_train_s)} of {seconds(w.deadline_s)}",
+                f"{w.memory_gib_per_gpu:,.1f}/{w.gpu_memory_gib:,.0f} GiB",
+            )
+    console.print(t)
+    h = Table(title="Hardware", title_justify="left")
+    for col in ("kind", "what", "units", "GPUs", "buy", "from inventory", "$/h", "capital", "monthly", "for"):
+        h.add_column(col, overflow="fold")
+    for x in d.hardware:
+        h.add_row(
+            x.kind,
+            escape(x.label),
+            str(x.units),
+            str(x.gpus),
+            str(x.bought) if x.kind == "owned" else "-",
+            str(x.from_inventory) if x.kind == "owned" else "-",
+            f"{x.usd_per_hour:,.2f}" if x.kind == "cloud" else "-",
+            usd(x.capital_usd),
+            usd(x.monthly_usd),
+            escape(x.purpose),
+        )
+    console.print(h)
+    c = d.costs
+    console.print(
+        f"cost: capital {usd(c.capital_usd)}, monthly {usd(c.monthly_usd)}, one-off {usd(c.one_off_usd)}, "
+        f"total {usd(c.total_usd)} over {c.horizon_months:g} months; {d.gpus_total} GPUs in use",
+        markup=False,
+    )
+
+
+def _why(plan: Plan, console: Console) -> None:
+    e = plan.explanation
+    assert e is not None
+    console.print("\n[bold]Why this one[/bold]")
+    t = Table(title="Constraints at the optimum", title_justify="left")
+    for col in ("constraint", "status", "margin", "detail", "if relaxed"):
+        t.add_column(col, overflow="fold")
+    for chk in e.constraints:
+        relaxed = "-"
+        if chk.relaxed_total_usd is not None:
+            relaxed = f"{usd(chk.relaxed_total_usd)} ({chk.relaxed_design})"
+        t.add_row(chk.title, chk.status, margin(chk.margin, chk.unit), escape(chk.detail), escape(relaxed))
+    console.print(t)
+    if e.lost_gpus:
+        console.print("Cheaper GPU types that lost:")
+        for lost in e.lost_gpus:
+            console.print(f"  - [{lost.workload}] {lost.reason}", markup=False)
+    for m in e.mixes:
+        console.print(f"Mix: {m.text}", markup=False)
+    for n in e.notes:
+        console.print(f"note: {n}", markup=False)
+    console.print("assumptions: " + "; ".join(e.assumptions), markup=False, style="dim")
+
+
+def _infeasible(plan: Plan, console: Console) -> None:
+    inf = plan.infeasibility
+    assert inf is not None
+    console.print("\n[bold red]No design meets the requirement[/bold red]")
+    for u in inf.unplaceable:
+        console.print(f"  - {u}", markup=False)
+    if inf.conflict:
+        console.print("These constraints conflict (a minimal set; dropping any one of them removes the conflict):")
+        for f in inf.conflict:
+            console.print(f"  - {f.title}: {f.sentence}", markup=False)
+        console.print("Least relaxations (each alone, everything else unchanged):")
+        for r in inf.relaxations:
+            tail = "" if r.restores_feasibility else " (not enough on its own)"
+            console.print(f"  - {r.change}{tail}", markup=False)
+    elif not inf.unplaceable:
+        console.print(inf.text, markup=False)

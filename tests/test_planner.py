@@ -1,0 +1,328 @@
+"""The CP-SAT model on small hand-built and synthetic candidate tables (no physics, no catalog)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from clusterplan.candidates import (
+    ALLOWED_GPUS,
+    DEADLINE,
+    TP_NVLINK,
+    CandidateTable,
+    GpuType,
+    Limits,
+    Offering,
+    ServingRow,
+    ServingTargets,
+    TrainingRow,
+    WorkloadCandidates,
+)
+from clusterplan.planner import report
+from clusterplan.planner.builder import build
+from clusterplan.planner.constraints import active_families, registry
+from clusterplan.planner.pipeline import PlanOptions, plan_table
+from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.status import SolveStatus
+from clusterplan.planner.synthetic import synthetic_table
+
+GPU_A = GpuType(id="a", name="A", tdp_w=700, nvlink_domain=8, price_usd=20000)
+GPU_P = GpuType(id="p", name="P", tdp_w=300, nvlink_domain=1, price_usd=5000)
+
+
+def cloud(gid: str, k: int, price: float, domain: int | None = None) -> Offering:
+    return Offering(
+        key=f"cloud:{gid}:{k}",
+        kind="cloud",
+        gpu_id=gid,
+        gpus_per_unit=k,
+        tp_domain=domain if domain is not None else k,
+        usd_per_hour=price,
+        provider="t",
+        instance_id=f"{gid}x{k}",
+    )
+
+
+def owned(gid: str, s: int, capital: float, power: float = 1000.0, inv: int = 0, domain: int | None = None) -> Offering:
+    return Offering(
+        key=f"owned:{gid}:{s}",
+        kind="owned",
+        gpu_id=gid,
+        gpus_per_unit=s,
+        tp_domain=domain if domain is not None else s,
+        capital_usd=capital,
+        power_w=power,
+        energy_usd_per_month=power / 1000 * 0.1 * 730,
+        inventory_units=inv,
+    )
+
+
+def srow(
+    gid: str,
+    tp: int,
+    rate: float,
+    nolat: float | None = None,
+    quant: str = "bf16",
+    forbidden: tuple[tuple[str, str], ...] = (),
+) -> ServingRow:
+    return ServingRow(
+        gpu_id=gid,
+        tp=tp,
+        pp=1,
+        quant=quant,
+        batch=16,
+        rate_rps=rate,
+        rate_nolat_rps=nolat if nolat is not None else rate,
+        p95_e2e_s=1.0,
+        memory_gib=10,
+        capacity_gib=80,
+        forbidden_by=forbidden,
+    )
+
+
+def serving(
+    rows: list[ServingRow], demand: float, *, k: int = 0, mixed: bool = False, idx: int = 0, targets: bool = True
+) -> WorkloadCandidates:
+    return WorkloadCandidates(
+        index=idx,
+        name=f"s{idx}",
+        kind="serving",
+        rows=tuple(rows),
+        demand_rps=demand,
+        average_rps=demand,
+        output_tokens=100,
+        targets=ServingTargets(p95_latency_s=5.0) if targets else ServingTargets(),
+        redundancy=k,
+        allow_mixed=mixed,
+    )
+
+
+def table(workloads: list[WorkloadCandidates], offerings: list[Offering], **limits: object) -> CandidateTable:
+    return CandidateTable(
+        workloads=tuple(workloads), gpus={"a": GPU_A, "p": GPU_P}, offerings=tuple(offerings), limits=Limits(**limits)
+    )  # type: ignore[arg-type]
+
+
+def best(t: CandidateTable):  # type: ignore[no-untyped-def]
+    p = Planner(t)
+    r = rank_designs(p, top=1)
+    return p, r
+
+
+def test_single_row_needs_ceil_demand_over_rate_replicas() -> None:
+    t = table([serving([srow("a", 1, rate=3.0)], demand=10.0)], [cloud("a", 1, 2.0)], horizon_months=1)
+    _, r = best(t)
+    assert r.status is SolveStatus.OPTIMAL
+    sol = r.designs[0].solution
+    assert sol.serving[0].replicas == 4  # ceil(10 / 3)
+    assert sol.instances == (("cloud:a:1", 4),)
+    assert sol.total_cents == round(4 * 2.0 * 730 * 100)
+
+
+def test_tp_groups_stay_inside_an_nvlink_domain() -> None:
+    # One TP4 replica; 4-GPU instances with NVLink cost more per GPU than 1-GPU ones, but TP4 cannot span them.
+    t = table(
+        [serving([srow("a", 4, rate=10.0)], demand=5.0)], [cloud("a", 1, 1.0), cloud("a", 4, 8.0)], horizon_months=1
+    )
+    _, r = best(t)
+    assert dict(r.designs[0].solution.instances) == {"cloud:a:4": 1}
+    # Without the tp_nvlink family four 1-GPU instances would do.
+    p = Planner(t)
+    out = p.solve(on=[f for f in p.families if f != "tp_nvlink"])
+    assert dict(out.solution.instances) == {"cloud:a:1": 4}
+
+
+def test_rows_forbidden_by_a_family_need_it_switched_off() -> None:
+    rows = [
+        srow("p", 2, rate=10.0, forbidden=((TP_NVLINK, "P: tensor parallel 2 needs NVLink"),)),
+        srow("a", 1, rate=1.0),
+    ]
+    t = table([serving(rows, demand=5.0)], [cloud("p", 2, 1.0, domain=1), cloud("a", 1, 3.0)], horizon_months=1)
+    _, r = best(t)
+    assert {a.row for a in r.designs[0].solution.serving} == {1}
+    p = Planner(t)
+    relaxed = p.solve(on=[])
+    assert {a.row for a in relaxed.solution.serving} == {0}
+
+
+def test_redundancy_adds_the_largest_replica() -> None:
+    t = table([serving([srow("a", 1, rate=4.0)], demand=10.0, k=1)], [cloud("a", 1, 1.0)], horizon_months=1)
+    _, r = best(t)
+    assert r.designs[0].solution.serving[0].replicas == 4  # 3 for demand + 1 spare
+
+
+def test_latency_rate_binds_before_throughput_rate() -> None:
+    t = table([serving([srow("a", 1, rate=1.0, nolat=5.0)], demand=4.0)], [cloud("a", 1, 1.0)], horizon_months=1)
+    p, r = best(t)
+    assert r.designs[0].solution.serving[0].replicas == 4
+    out = p.solve(on=["throughput"])
+    assert out.solution.serving[0].replicas == 1
+
+
+def test_one_shape_unless_mixed() -> None:
+    rows = [srow("a", 1, rate=10.0), srow("p", 1, rate=3.0)]
+    offers = [cloud("a", 1, 10.0), cloud("p", 1, 2.5)]
+    # demand 13: one shape -> 2 x a ($20/h) or 5 x p ($12.5/h); mixed -> 1 a + 1 p ($12.5/h) ties, 1a+1p=13
+    single = table([serving(rows, demand=13.0)], offers, horizon_months=1)
+    mixed = table([serving(rows, demand=13.0, mixed=True)], offers, horizon_months=1)
+    _, r1 = best(single)
+    _, r2 = best(mixed)
+    assert len({a.row for a in r1.designs[0].solution.serving}) == 1
+    assert r2.designs[0].solution.total_cents <= r1.designs[0].solution.total_cents
+
+
+def test_owned_servers_shared_when_sequential_summed_when_concurrent() -> None:
+    train = WorkloadCandidates(
+        index=1,
+        name="t",
+        kind="training",
+        deadline_s=10 * 86400,
+        rows=(
+            TrainingRow(
+                gpu_id="a", tp=1, pp=1, dp=8, zero_stage=1, recompute="none", micro_batch=1, time_to_train_s=86400
+            ),
+        ),
+    )
+    serve = serving([srow("a", 1, rate=1.0)], demand=4.0)
+    offers = [owned("a", 8, capital=100000.0)]
+    seq = table([serve, train], offers, schedule="sequential", deployment="owned")
+    con = table([serve, train], offers, schedule="concurrent", deployment="owned")
+    _, rs = best(seq)
+    _, rc = best(con)
+    assert dict(rs.designs[0].solution.bought) == {"owned:a:8": 1}
+    assert dict(rc.designs[0].solution.bought) == {"owned:a:8": 2}
+
+
+def test_inventory_is_used_before_buying_and_costs_no_capital() -> None:
+    t = table(
+        [serving([srow("a", 1, rate=1.0)], demand=10.0)],
+        [owned("a", 8, capital=100000.0, inv=1)],
+        deployment="owned",
+        inventory=(("a", 8),),
+    )
+    _, r = best(t)
+    sol = r.designs[0].solution
+    assert dict(sol.from_inventory) == {"owned:a:8": 1}
+    assert dict(sol.bought) == {"owned:a:8": 1}
+    assert sol.capital_cents == 100000 * 100
+
+
+def test_training_picks_the_cheapest_layout_meeting_the_deadline() -> None:
+    rows = (
+        TrainingRow(
+            gpu_id="a",
+            tp=1,
+            pp=1,
+            dp=8,
+            zero_stage=1,
+            recompute="none",
+            micro_batch=1,
+            time_to_train_s=20 * 86400,
+            cloud_offering="cloud:a:8",
+            cloud_instances=1,
+            cloud_cost_usd=1000,
+            forbidden_by=((DEADLINE, "too slow"),),
+        ),
+        TrainingRow(
+            gpu_id="a",
+            tp=1,
+            pp=1,
+            dp=16,
+            zero_stage=1,
+            recompute="none",
+            micro_batch=1,
+            time_to_train_s=9 * 86400,
+            cloud_offering="cloud:a:8",
+            cloud_instances=2,
+            cloud_cost_usd=1100,
+        ),
+    )
+    train = WorkloadCandidates(index=0, name="t", kind="training", deadline_s=10 * 86400, rows=rows)
+    t = table([train], [cloud("a", 8, 10.0)], deployment="cloud")
+    p, r = best(t)
+    assert r.designs[0].solution.training[0].row == 1
+    assert r.designs[0].solution.one_off_cents == 110000
+    assert p.solve(on=[f for f in p.families if f != "deadline"]).solution.training[0].row == 0
+
+
+def test_capital_budget_pushes_spending_to_cloud() -> None:
+    offers = [cloud("a", 1, 1.0), owned("a", 4, capital=1000.0)]
+    free = table([serving([srow("a", 1, rate=1.0)], demand=4.0)], offers, horizon_months=36)
+    assert best(free)[1].designs[0].solution.bought  # owning is cheaper over 36 months
+    capped = replace(free, limits=replace(free.limits, budget_capital_usd=1.0))
+    p, r = best(capped)
+    sol = r.designs[0].solution
+    assert sol.capital_cents == 0 and sol.instances
+    assert p.solve(on=[]).solution.total_cents < sol.total_cents
+
+
+@pytest.mark.parametrize("budget_field", ["budget_monthly_usd", "budget_total_usd"])
+def test_budgets_too_small_are_infeasible(budget_field: str) -> None:
+    t = table(
+        [serving([srow("a", 1, rate=1.0)], demand=4.0)],
+        [cloud("a", 1, 1.0), owned("a", 4, capital=1000.0)],
+        horizon_months=36,
+        **{budget_field: 1.0},
+    )
+    p, r = best(t)
+    assert r.status is SolveStatus.INFEASIBLE
+    assert p.solve(on=[f for f in p.families if f != budget_field.removesuffix("_usd")]).status.has_solution
+
+
+def test_max_gpus_and_power() -> None:
+    t = table(
+        [serving([srow("a", 1, rate=1.0)], demand=4.0)], [owned("a", 4, capital=1000.0, power=3000.0)], max_gpus=3
+    )
+    assert best(t)[1].status is SolveStatus.INFEASIBLE
+    t2 = table(
+        [serving([srow("a", 1, rate=1.0)], demand=4.0)],
+        [owned("a", 4, capital=1000.0, power=3000.0)],
+        max_power_w=2999.0,
+    )
+    assert best(t2)[1].status is SolveStatus.INFEASIBLE
+    t3 = replace(t2, limits=replace(t2.limits, max_power_w=3000.0))
+    assert best(t3)[1].status is SolveStatus.OPTIMAL
+
+
+def test_allowed_gpus_family() -> None:
+    rows = [srow("a", 1, rate=5.0, forbidden=((ALLOWED_GPUS, "A: not allowed"),)), srow("p", 1, rate=1.0)]
+    t = table([serving(rows, demand=5.0)], [cloud("a", 1, 1.0), cloud("p", 1, 1.0)], allowed_gpus=frozenset({"p"}))
+    _, r = best(t)
+    assert {a.row for a in r.designs[0].solution.serving} == {1}
+
+
+def test_top_k_designs_are_distinct_and_ordered() -> None:
+    t = synthetic_table(gpu_types=4, serving=1, seed=3)
+    p = Planner(t)
+    r = rank_designs(p, top=5)
+    sigs = [tuple(report.signature(t, d.solution)) for d in r.designs]
+    assert len(set(sigs)) == len(sigs)
+    totals = [d.solution.total_cents for d in r.designs]
+    assert totals == sorted(totals)
+
+
+def test_tiebreak_prefers_fewer_gpus_at_equal_cost() -> None:
+    # Same cost: 2 GPUs of one row or 1 GPU of a faster row at the same price per instance.
+    rows = [srow("a", 1, rate=1.0), srow("a", 2, rate=2.0)]
+    t = table([serving(rows, demand=2.0, mixed=True)], [owned("a", 2, capital=1000.0)], deployment="owned")
+    _, r = best(t)
+    assert r.designs[0].solution.gpus_in_use == 2
+
+
+def test_every_family_module_has_a_sentence_and_unique_id() -> None:
+    ids = [f.id for f in registry()]
+    assert len(ids) == len(set(ids))
+    assert all(f.sentence and f.title for f in registry())
+    t = synthetic_table(gpu_types=2, serving=1, seed=0)
+    assert {f.id for f in active_families(t)} >= {"memory", "throughput", "latency"}
+
+
+def test_plan_table_end_to_end_on_a_synthetic_table() -> None:
+    t = synthetic_table(gpu_types=3, serving=2, training=1, seed=5)
+    plan = plan_table(t, PlanOptions(top=3))
+    assert plan.status == "optimal"
+    assert plan.designs and plan.explanation is not None
+    assert plan.designs[0].costs.total_usd <= plan.designs[-1].costs.total_usd
+    built = build(t)
+    assert built.relaxable == [f.id for f in built.families if f.relaxable]
