@@ -540,14 +540,14 @@ def build_offerings(
         if g.price_usd is None and not inv:
             continue
         inv_nodes = inventory_servers(inv, g.max_gpus_per_node, sizes)
-        server = owned.server_usd_per_node[g.gpu_class].value  # type: ignore[index]
-        network = owned.network_usd_for(g.gpu_class).value  # type: ignore[arg-type]
-        overhead_w = owned.power_overhead_w_for(g.gpu_class).value  # type: ignore[arg-type]
+        cls = g.gpu_class
         for s in sizes:
             if s > g.max_gpus_per_node:
                 continue
-            share = s / max(g.max_gpus_per_node, 1)  # a server of s GPUs: its share of a full node
-            power = s * g.tdp_w + share * overhead_w
+            # The catalog's rule: a node of s GPU slots carries s / reference of a full node's
+            # chassis, network and overhead figures (OwnedCosts.node_fraction).
+            node_usd = owned.server_usd_for_node(cls, s) + owned.network_usd_for_node(cls, s)  # type: ignore[arg-type]
+            power = s * g.tdp_w + owned.power_overhead_w_for_node(cls, s)  # type: ignore[arg-type]
             forbidden = (
                 ((DEPLOYMENT, "deployment: cloud excludes owned servers"),) if limits.deployment == "cloud" else ()
             )
@@ -558,7 +558,7 @@ def build_offerings(
                     gpu_id=gid,
                     gpus_per_unit=s,
                     tp_domain=min(_pow2_floor(s), g.nvlink_domain),
-                    capital_usd=(g.price_usd or 0.0) * s + share * (server + network),
+                    capital_usd=(g.price_usd or 0.0) * s + node_usd,
                     power_w=power,
                     energy_usd_per_month=power / 1000.0 * pue * kwh * HOURS_PER_MONTH,
                     inventory_units=inv_nodes.get(s, 0),
@@ -567,9 +567,9 @@ def build_offerings(
                 )
             )
     notes.append(
-        "owned servers cost their purchase price (GPUs, plus chassis and network pro rata to GPUs of a "
-        "full node) and electricity at full power x PUE over the horizon; support contracts and "
-        "colocation are not included"
+        "owned servers cost their purchase price (GPUs, plus chassis and network in proportion to the "
+        "node's GPU slots, catalog OwnedCosts.node_fraction) and electricity at full power x PUE over the "
+        "horizon; support contracts and colocation are not included"
     )
     if limits.inventory:
         notes.append(

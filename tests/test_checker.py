@@ -1,0 +1,128 @@
+"""The independent checker passes every returned design and catches broken ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusterplan.checker import Unit, check_design_on_table, check_plan, pack
+from clusterplan.plan import Plan, ServingPlan, TrainingPlan
+from clusterplan.planner import report
+from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_table
+from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.synthetic import synthetic_table
+from clusterplan.requirement_loader import ResolvedRequirement, load_requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples" / "requirements").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def solved(catalog) -> dict[str, tuple[ResolvedRequirement, Plan]]:  # type: ignore[no-untyped-def]
+    out = {}
+    for path in EXAMPLES:
+        resolved = load_requirement(path, catalog)
+        out[path.stem] = (resolved, plan_requirement(resolved, catalog, PlanOptions(top=3, explain=False)))
+    return out
+
+
+@pytest.mark.parametrize("name", [p.stem for p in EXAMPLES])
+def test_every_returned_design_of_every_example_passes(name: str, solved, catalog) -> None:  # type: ignore[no-untyped-def]
+    resolved, plan = solved[name]
+    for design in plan.designs:
+        assert check_plan(design, resolved, catalog) == [], (name, design.rank)
+
+
+def _first_serving(plan: Plan) -> tuple[int, ServingPlan]:
+    for i, w in enumerate(plan.designs[0].workloads):
+        if isinstance(w, ServingPlan):
+            return i, w
+    raise AssertionError("no serving workload")
+
+
+def test_too_few_replicas_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
+    resolved, plan = solved["70b-serving"]
+    d = plan.designs[0]
+    _, w = _first_serving(plan)
+    g = w.groups[0]
+    fewer = g.model_copy(
+        update={
+            "replicas": 1,
+            "owned_replicas": min(1, g.owned_replicas),
+            "cloud_replicas": 1 - min(1, g.owned_replicas),
+        }
+    )
+    broken = d.model_copy(update={"workloads": [w.model_copy(update={"groups": [fewer]})]})
+    problems = check_plan(broken, resolved, catalog)
+    assert any("demanded" in p or "p95" in p for p in problems), problems
+
+
+def test_understated_cost_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
+    resolved, plan = solved["70b-serving"]
+    d = plan.designs[0]
+    cheap = d.model_copy(update={"costs": d.costs.model_copy(update={"total_usd": d.costs.total_usd - 100})})
+    assert any("total cost" in p for p in check_plan(cheap, resolved, catalog))
+
+
+def test_tensor_parallel_over_pcie_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
+    resolved, plan = solved["70b-serving"]
+    d = plan.designs[0]
+    _, w = _first_serving(plan)
+    g = w.groups[0].model_copy(update={"gpu": "l40s", "tp": 4})
+    broken = d.model_copy(update={"workloads": [w.model_copy(update={"groups": [g]})]})
+    assert any("NVLink" in p for p in check_plan(broken, resolved, catalog))
+
+
+def test_missed_deadline_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
+    resolved, plan = solved["13b-train-then-serve"]
+    d = plan.designs[0]
+    ws = [
+        w.model_copy(update={"dp": 1, "gpus": w.tp * w.pp}) if isinstance(w, TrainingPlan) else w for w in d.workloads
+    ]
+    problems = check_plan(d.model_copy(update={"workloads": ws}), resolved, catalog)
+    assert any("deadline" in p or "time to train" in p for p in problems), problems
+
+
+def test_budget_overrun_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
+    resolved, plan = solved["70b-serving"]
+    req = resolved.requirement
+    tight = req.model_copy(update={"budget": req.budget.model_copy(update={"total": 1000.0})})
+    problems = check_plan(plan.designs[0], ResolvedRequirement(tight, resolved.path, None, resolved.models), catalog)
+    assert any("exceeds budget" in p for p in problems)
+
+
+def test_first_fit_decreasing_packing() -> None:
+    assert pack([4, 2, 1, 1], [Unit(8, 8)])
+    assert not pack([4, 4], [Unit(8, 2)])
+    assert pack([2, 2, 2, 2], [Unit(8, 2)])
+    assert not pack([2], [Unit(8, 1)])
+    assert not pack([1] * 9, [Unit(8, 8)])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_synthetic_designs_pass_the_table_checker(seed: int) -> None:
+    t = synthetic_table(gpu_types=3, serving=2, training=1, seed=seed, mixed=seed % 2 == 1, redundancy=seed % 3)
+    r = rank_designs(Planner(t), top=3)
+    for out in r.designs:
+        d = report.design(t, out.solution, rank=1, checks=[])  # type: ignore[arg-type]
+        assert check_design_on_table(d, t) == []
+
+
+def test_table_checker_catches_a_missing_replica() -> None:
+    t = synthetic_table(gpu_types=2, serving=1, seed=1)
+    plan = plan_table(t, PlanOptions(top=1, explain=False))
+    d = plan.designs[0]
+    w = d.workloads[0]
+    assert isinstance(w, ServingPlan)
+    g = w.groups[0]
+    if g.replicas > 1:
+        g = g.model_copy(
+            update={
+                "replicas": g.replicas - 1,
+                "cloud_replicas": max(0, g.cloud_replicas - 1),
+                "owned_replicas": g.owned_replicas - (1 if g.cloud_replicas == 0 else 0),
+            }
+        )
+        broken = d.model_copy(update={"workloads": [w.model_copy(update={"groups": [g]})]})
+        assert check_design_on_table(broken, t)

@@ -1,0 +1,256 @@
+"""One feasible and one infeasible case per constraint family; the conflict names the family and its
+least relaxation restores feasibility."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from clusterplan.candidates import (
+    ALLOWED_GPUS,
+    ALLOWED_QUANT,
+    DEADLINE,
+    DEPLOYMENT,
+    TP_NVLINK,
+    CandidateTable,
+    GpuType,
+    Limits,
+    Offering,
+    ServingRow,
+    ServingTargets,
+    TrainingRow,
+    WorkloadCandidates,
+)
+from clusterplan.checker import check_design_on_table
+from clusterplan.planner.infeasibility import analyse
+from clusterplan.planner.pipeline import PlanOptions, plan_table
+from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.status import SolveStatus
+
+GPUS = {
+    "a": GpuType(id="a", name="A", tdp_w=500, nvlink_domain=8, price_usd=10000),
+    "p": GpuType(id="p", name="P", tdp_w=300, nvlink_domain=1, price_usd=4000),
+}
+
+
+def cloud(gid: str = "a", k: int = 1, price: float = 1.0, fb: tuple[tuple[str, str], ...] = ()) -> Offering:
+    return Offering(
+        key=f"cloud:{gid}:{k}",
+        kind="cloud",
+        gpu_id=gid,
+        gpus_per_unit=k,
+        tp_domain=min(k, GPUS[gid].nvlink_domain),
+        usd_per_hour=price,
+        provider="t",
+        instance_id=f"{gid}{k}",
+        forbidden_by=fb,
+    )
+
+
+def owned(
+    gid: str = "a", s: int = 8, capital: float = 50000.0, inv: int = 0, fb: tuple[tuple[str, str], ...] = ()
+) -> Offering:
+    return Offering(
+        key=f"owned:{gid}:{s}",
+        kind="owned",
+        gpu_id=gid,
+        gpus_per_unit=s,
+        tp_domain=min(s, GPUS[gid].nvlink_domain),
+        capital_usd=capital,
+        power_w=600.0 * s,
+        energy_usd_per_month=40.0 * s,
+        inventory_units=inv,
+        forbidden_by=fb,
+    )
+
+
+def row(
+    gid: str = "a",
+    tp: int = 1,
+    rate: float = 1.0,
+    nolat: float | None = None,
+    quant: str = "bf16",
+    fb: tuple[tuple[str, str], ...] = (),
+) -> ServingRow:
+    return ServingRow(
+        gpu_id=gid,
+        tp=tp,
+        pp=1,
+        quant=quant,
+        batch=8,
+        rate_rps=rate,
+        rate_nolat_rps=rate if nolat is None else nolat,
+        forbidden_by=fb,
+    )
+
+
+def serve(rows: list[ServingRow], demand: float = 4.0, *, targets: bool = False, k: int = 0) -> WorkloadCandidates:
+    return WorkloadCandidates(
+        index=0,
+        name="s",
+        kind="serving",
+        rows=tuple(rows),
+        demand_rps=demand,
+        average_rps=demand,
+        output_tokens=100,
+        targets=ServingTargets(p95_latency_s=2.0) if targets else ServingTargets(),
+        redundancy=k,
+    )
+
+
+def train(deadline_days: float = 10.0) -> WorkloadCandidates:
+    rows = tuple(
+        TrainingRow(
+            gpu_id="a",
+            tp=1,
+            pp=1,
+            dp=dp,
+            zero_stage=1,
+            recompute="none",
+            micro_batch=1,
+            time_to_train_s=days * 86400,
+            cloud_offering="cloud:a:1",
+            cloud_instances=dp,
+            cloud_cost_usd=dp * days * 24.0,
+            forbidden_by=((DEADLINE, f"{days} d > {deadline_days} d"),) if days > deadline_days else (),
+        )
+        for dp, days in ((4, 16.0), (8, 8.0))
+    )
+    return WorkloadCandidates(index=0, name="t", kind="training", rows=rows, deadline_s=deadline_days * 86400)
+
+
+def tbl(w: WorkloadCandidates, offers: list[Offering], **lim: object) -> CandidateTable:
+    return CandidateTable(workloads=(w,), gpus=GPUS, offerings=tuple(offers), limits=Limits(horizon_months=12, **lim))  # type: ignore[arg-type]
+
+
+Case = tuple[str, CandidateTable, CandidateTable]
+
+CASES: list[Case] = [
+    ("throughput", tbl(serve([row()]), [cloud()], max_gpus=4), tbl(serve([row()]), [cloud()], max_gpus=3)),
+    (
+        "latency",
+        tbl(serve([row(rate=1.0, nolat=4.0)], targets=True), [cloud()], max_gpus=4),
+        tbl(serve([row(rate=1.0, nolat=4.0)], targets=True), [cloud()], max_gpus=3),
+    ),
+    (
+        "redundancy",
+        tbl(serve([row(rate=4.0)], k=1), [cloud()], max_gpus=2),
+        tbl(serve([row(rate=4.0)], k=1), [cloud()], max_gpus=1),
+    ),
+    ("deadline", tbl(train(), [cloud()], max_gpus=8), tbl(train(), [cloud()], max_gpus=4)),
+    (
+        "tp_nvlink",
+        tbl(serve([row("a", tp=2, rate=4.0)]), [cloud("a", 2)]),
+        tbl(serve([row("p", tp=2, rate=4.0, fb=((TP_NVLINK, "P: tensor parallel 2 needs NVLink"),))]), [cloud("p", 2)]),
+    ),
+    (
+        "allowed_gpus",
+        tbl(serve([row("a", rate=4.0)]), [cloud("a")], allowed_gpus=frozenset({"a"})),
+        tbl(
+            serve([row("a", rate=4.0, fb=((ALLOWED_GPUS, "A: not allowed"),))]),
+            [cloud("a")],
+            allowed_gpus=frozenset({"p"}),
+        ),
+    ),
+    (
+        "allowed_quant",
+        tbl(serve([row(rate=4.0)]), [cloud()], quantizations=frozenset({"bf16"})),
+        tbl(
+            serve([row(rate=4.0, quant="int4", fb=((ALLOWED_QUANT, "int4 not allowed"),))]),
+            [cloud()],
+            quantizations=frozenset({"bf16"}),
+        ),
+    ),
+    (
+        "deployment",
+        tbl(serve([row(rate=4.0)]), [cloud(), owned()], deployment="cloud"),
+        tbl(serve([row(rate=4.0)]), [owned(fb=((DEPLOYMENT, "cloud only"),))], deployment="cloud"),
+    ),
+    ("max_gpus", tbl(serve([row()]), [cloud()], max_gpus=4), tbl(serve([row()]), [cloud()], max_gpus=2)),
+    (
+        "power",
+        tbl(serve([row()]), [owned(s=4)], max_power_w=2400.0),
+        tbl(serve([row()]), [owned(s=4)], max_power_w=2000.0),
+    ),
+    (
+        "inventory",
+        tbl(serve([row(rate=0.5)]), [owned(inv=1)], budget_capital_usd=0.0, inventory=(("a", 8),)),
+        tbl(serve([row(rate=0.5)], demand=8.0), [owned(inv=1)], budget_capital_usd=0.0, inventory=(("a", 8),)),
+    ),
+    (
+        "budget_capital",
+        tbl(serve([row()]), [owned()], budget_capital_usd=50000.0),
+        tbl(serve([row()]), [owned()], budget_capital_usd=40000.0),
+    ),
+    (
+        "budget_monthly",
+        tbl(serve([row()]), [cloud()], budget_monthly_usd=2920.0),
+        tbl(serve([row()]), [cloud()], budget_monthly_usd=2000.0),
+    ),
+    (
+        "budget_total",
+        tbl(serve([row()]), [cloud()], budget_total_usd=35040.0),
+        tbl(serve([row()]), [cloud()], budget_total_usd=30000.0),
+    ),
+]
+
+
+@pytest.mark.parametrize(("family", "ok", "bad"), CASES, ids=[c[0] for c in CASES])
+def test_family_feasible_and_infeasible(family: str, ok: CandidateTable, bad: CandidateTable) -> None:
+    p_ok = Planner(ok)
+    assert family in p_ok.families
+    r_ok = rank_designs(p_ok, top=1)
+    assert r_ok.status is SolveStatus.OPTIMAL
+    plan = plan_table(ok, PlanOptions(top=1, explain=False))
+    from clusterplan.checker import check_design_on_table as check
+
+    assert check(plan.designs[0], ok) == []
+
+    p_bad = Planner(bad)
+    assert rank_designs(p_bad, top=1).status is SolveStatus.INFEASIBLE
+    report = analyse(p_bad)
+    ids = [c.id for c in report.conflict]
+    assert family in ids, report
+    relax = {r.family: r for r in report.relaxations}
+    assert relax[family].restores_feasibility, relax[family]
+    # Minimal: dropping any one member makes the rest feasible (all other families off).
+    for f in ids:
+        assert p_bad.feasible([g for g in ids if g != f]).has_solution
+
+
+def test_relaxation_values_are_the_least_ones() -> None:
+    _, _, bad = next(c for c in CASES if c[0] == "max_gpus")
+    rel = {r.family: r for r in analyse(Planner(bad)).relaxations}
+    assert rel["max_gpus"].change == "constraints.max_gpus >= 4"
+    assert "peak demand <= 2.00 req/s" in rel["throughput"].change
+    _, _, bad_total = next(c for c in CASES if c[0] == "budget_total")
+    rel = {r.family: r for r in analyse(Planner(bad_total)).relaxations}
+    assert rel["budget_total"].change == "budget.total >= $35,040"
+    _, _, bad_inv = next(c for c in CASES if c[0] == "inventory")
+    rel = {r.family: r for r in analyse(Planner(bad_inv)).relaxations}
+    assert rel["inventory"].value == 8
+
+
+def test_explanation_marks_binding_families_and_prices_relaxing_them() -> None:
+    ok = tbl(serve([row(rate=1.0, nolat=4.0)], targets=True), [cloud()], max_gpus=8)
+    plan = plan_table(ok, PlanOptions(top=1))
+    assert plan.explanation is not None
+    checks = {c.family: c for c in plan.explanation.constraints}
+    assert checks["latency"].status == "binding"
+    assert checks["latency"].relaxed_total_usd == pytest.approx(730 * 12)
+    assert checks["max_gpus"].status == "slack" and checks["max_gpus"].margin == 4
+
+
+def test_cheaper_gpu_ruled_out_by_a_family_says_which() -> None:
+    rows = [
+        row("a", rate=4.0),
+        row("p", tp=2, rate=8.0, fb=((TP_NVLINK, "P: tensor parallel 2 needs NVLink; P has PCIe only"),)),
+    ]
+    t = replace(tbl(serve(rows), [cloud("a", price=4.0), cloud("p", 2, price=1.0)]))
+    plan = plan_table(t, PlanOptions(top=1))
+    assert plan.explanation is not None
+    lost = {x.gpu: x for x in plan.explanation.lost_gpus}
+    assert lost["p"].families == ["tp_nvlink"]
+    assert "needs NVLink" in lost["p"].reason
+    assert check_design_on_table(plan.designs[0], t) == []
