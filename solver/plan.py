@@ -202,9 +202,13 @@ class Infeasibility(Out):
 
 class SolverInfo(Out):
     status: Status
-    objective: str
-    objective_value: float | None
-    best_bound: float | None
+    objective: str = Field(description="min_cost, max_throughput or min_latency")
+    objective_unit: str = Field(
+        description="unit of objective_value and best_bound: 'US cents' (min_cost), "
+        "'ppm of peak demand' (max_throughput), 'ms' (min_latency)"
+    )
+    objective_value: float | None = Field(description="the best design's objective, in objective_unit")
+    best_bound: float | None = Field(description="CP-SAT's proven bound on the objective, in objective_unit")
     gap: float | None = Field(description="relative gap between objective and bound; 0 when optimal")
     num_workers: int
     random_seed: int
@@ -225,3 +229,17 @@ class Plan(Out):
     designs: list[Design]
     explanation: Explanation | None
     infeasibility: Infeasibility | None
+
+
+def plan_schema() -> dict[str, object]:
+    """The JSON Schema of ``clusterplan solve --json``, as checked in at specs/plan.schema.json."""
+    schema = Plan.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://clusterplan.dev/specs/plan.schema.json"
+    return schema
+
+
+def plan_schema_text() -> str:
+    import json
+
+    return json.dumps(plan_schema(), indent=2, sort_keys=True) + "\n"

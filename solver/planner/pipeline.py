@@ -42,6 +42,9 @@ class Timings:
     solves: int = 0
 
 
+OBJECTIVE_UNITS = {"min_cost": "US cents", "max_throughput": "ppm of peak demand", "min_latency": "ms"}
+
+
 def _status(s: SolveStatus) -> str:
     return s.value if s is not SolveStatus.MODEL_INVALID else "unknown"
 
@@ -66,6 +69,7 @@ def plan_table(
         info = SolverInfo(
             status="infeasible",
             objective=opts.objective,
+            objective_unit=OBJECTIVE_UNITS[opts.objective],
             objective_value=None,
             best_bound=None,
             gap=None,
@@ -93,6 +97,7 @@ def plan_table(
     info = SolverInfo(
         status=_status(ranked.status),
         objective=opts.objective,
+        objective_unit=OBJECTIVE_UNITS[opts.objective],
         objective_value=first.objective,
         best_bound=first.bound,
         gap=gap,
