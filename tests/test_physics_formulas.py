@@ -153,6 +153,19 @@ def test_link_choice() -> None:
     assert comm.link_for_group(H100, group_size=1, spans_nodes=False, assumptions=a) is comm.NO_LINK
 
 
+def test_multi_rail_rings_across_nodes() -> None:
+    """8 GPUs of the group per node drive 8 NICs: min(NVLink 450, 8 x 50) = 400 GB/s (NVIDIA/nccl-tests#29)."""
+    a = Assumptions()
+    one = comm.link_for_group(H100, group_size=64, spans_nodes=True, assumptions=a, members_per_node=1)
+    eight = comm.link_for_group(H100, group_size=64, spans_nodes=True, assumptions=a, members_per_node=8)
+    two = comm.link_for_group(H100, group_size=64, spans_nodes=True, assumptions=a, members_per_node=2)
+    assert one.bandwidth_gb_per_s == 50 and eight.bandwidth_gb_per_s == 400 and two.bandwidth_gb_per_s == 100
+    assert eight.kind == "network" and eight.latency_s == a.network_latency_s
+    nvlink_bound = comm.link_for_group(H100, group_size=64, spans_nodes=True, assumptions=a.model_copy(
+        update={"inter_node_bandwidth_gb_per_s": 100.0}), members_per_node=8)  # fmt: skip
+    assert nvlink_bound.bandwidth_gb_per_s == 450
+
+
 # ---------------------------------------------------------------- rules
 
 

@@ -56,11 +56,19 @@ def link_for_group(
     group_size: int,
     spans_nodes: bool,
     assumptions: Assumptions,
+    members_per_node: int = 1,
 ) -> Link:
     """The slowest link among ``group_size`` GPUs that talk in one collective.
 
     Inside one node: NVLink/Infinity Fabric when the group fits in the scale-up domain, else PCIe.
-    Across nodes: the per-GPU inter-node network (or the intra-node link if that is slower).
+    Across nodes: the per-GPU inter-node network (or PCIe if that is slower). When ``members_per_node`` GPUs
+    of the group share each node, NCCL runs one ring per NIC (multi-rail): each ring crosses the network
+    on a different GPU's NIC, so a ring collective moves at ``min(intra-node link, m x per-GPU network)``.
+    NCCL's maintainers: "DGX-1 can get 48 GB/s because we have 4 IB adapters instead of 1" (100 Gb/s each;
+    NVIDIA/nccl-tests#29); 3 nodes of 8 A100 with 4 HDR NICs reach 85-96 GB/s bus bandwidth against the
+    100 GB/s of their 4 NICs (NVIDIA/nccl-tests#119); "for NDR @ 400Gbps you should see 46-48GB/s per NIC"
+    (NVIDIA/nccl-tests#290). Point-to-point sends (pipeline stages) use one NIC: leave ``members_per_node``
+    at 1 for them.
     """
     if group_size <= 1:
         return NO_LINK
@@ -71,7 +79,15 @@ def link_for_group(
     if not spans_nodes:
         return pcie
     network = Link("network", assumptions.inter_node_bandwidth_gb_per_s, assumptions.network_latency_s)
-    return network if network.bandwidth_gb_per_s <= pcie.bandwidth_gb_per_s else pcie
+    per_rail = network if network.bandwidth_gb_per_s <= pcie.bandwidth_gb_per_s else pcie
+    rails = max(1, min(members_per_node, group_size))
+    if rails == 1:
+        return per_rail
+    if gpu.scale_up != "pcie" and rails <= gpu.scale_up_domain:
+        intra = unidirectional_gb_per_s(gpu.scale_up_bandwidth_gb_per_s)
+    else:
+        intra = pcie.bandwidth_gb_per_s
+    return Link("network", min(intra, rails * per_rail.bandwidth_gb_per_s), assumptions.network_latency_s)
 
 
 def ring_allreduce_s(message_bytes: float, n: int, link: Link, efficiency: float) -> float:

@@ -228,7 +228,12 @@ def estimate_training(
     tp_link = link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a)
     replica = tp * pp
     pp_link = link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a)
-    dp_link = link_for_group(gpu, group_size=gpus if dp > 1 else 1, spans_nodes=gpus > node, assumptions=a)
+    # A data-parallel group is every tp-th GPU of a tp x dp block (Megatron rank order tp, dp, pp): it leaves
+    # the node only when tp x dp does, and then has min(dp, node / tp) members on each node (one NIC each).
+    dp_members_per_node = max(1, min(dp, node // tp)) if tp <= node else 1
+    dp_link = link_for_group(
+        gpu, group_size=dp, spans_nodes=tp * dp > node, assumptions=a, members_per_node=dp_members_per_node
+    )
     act_msg = micro_batch * seq * arch.hidden_size * ACTIVATION_BYTES
     tp_per_layer = 6 if recompute == "full" else 4
     tp_micro = layers * tp_per_layer * ring_allreduce_s(act_msg, tp, tp_link, eff) * (1.0 - a.tp_comm_overlap)
