@@ -3,7 +3,8 @@
 * Memory: mixed-precision state 18 B/param sharded by ZeRO stage (:mod:`clusterplan.physics.memory`);
   LoRA/QLoRA freeze the base at bf16 or NF4 and train adapters on every linear layer (Hu et al. 2021,
   arXiv:2106.09685; Dettmers et al. 2023, arXiv:2305.14314 §4 "all linear layers"); activations per
-  Korthikanti et al. 2022 (arXiv:2205.05198) with sequence parallelism whenever tp > 1.
+  Korthikanti et al. 2022 (arXiv:2205.05198) with sequence parallelism whenever tp > 1; full recompute adds
+  the one layer being recomputed; QLoRA adds one matrix dequantised to 16 bits; 16-bit logits.
 * FLOPs per token: ``6·N + 12·l·s·d_attn`` (Narayanan et al. 2021, arXiv:2104.04473 §5.1; PaLM
   arXiv:2204.02311 App. B, the convention MFU figures use); full recompute repeats the forward
   (``8·N + 16·l·s·d_attn``); LoRA skips weight gradients of the frozen base (``4·N + 6·N_adapter + 12·l·s·d_attn``).
@@ -28,6 +29,9 @@ from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
 from clusterplan.units import BYTES_PER_GB
 
 ACTIVATION_BYTES = 2.0
+# The LM head's output kept for backward at 16 bits; cross-entropy runs fused or in chunks, so no full fp32 copy
+# (torchtune CEWithChunkedOutputLoss, Megatron-LM fused vocab-parallel cross-entropy, Liger fused linear CE).
+TRAINING_LOGIT_BYTES = 2.0
 GRAD_BYTES = 4.0  # fp32 main gradients are what gets reduced (Megatron-LM default for bf16)
 DEQUANT_BYTES_PER_PARAM = memory.NF4_BYTES_PER_PARAM + 2.0 + 2.0  # read NF4, write and re-read bf16
 
@@ -44,6 +48,15 @@ def lora_params_per_layer(arch: ModelArchitecture, rank: int) -> int:
     matrices = 3 if arch.gated_mlp else 2
     mlp = arch.moe_experts * matrices * rank * (h + arch.ffn_size)
     return q + kv + o + mlp
+
+
+def largest_matrix_params(arch: ModelArchitecture, tp: int) -> float:
+    """The largest single weight matrix on one TP rank: an MLP matrix ``h x f / t`` or the Q projection.
+
+    QLoRA dequantises each NF4 weight to 16 bits inside its own linear layer's forward and backward
+    (bitsandbytes ``Linear4bit``, torchao ``NF4Tensor``), so one matrix at a time is live at 16 bits.
+    """
+    return max(arch.hidden_size * arch.ffn_size, arch.hidden_size * arch.attention_heads * arch.head_dim_eff) / tp
 
 
 def lm_head_params(arch: ModelArchitecture) -> int:
@@ -174,7 +187,9 @@ def estimate_training(
             f"{trainable * tp * pp / 1e6:,.1f}M adapter parameters (rank {rank}, all linear layers)"
         )
     if zero_stage >= 3 and dp > 1:
-        weights += 2 * layer_p * 2.0  # current and prefetched layer, gathered at 16 bit
+        # Current and prefetched layer, gathered at the bytes they are stored in: 16-bit, or NF4 for QLoRA's base.
+        gathered_bpp = memory.NF4_BYTES_PER_PARAM if method == "qlora" else 2.0
+        weights += 2 * layer_p * gathered_bpp
 
     # Activations.
     sp = tp > 1
@@ -185,11 +200,19 @@ def estimate_training(
         flash_attention=a.flash_attention,
     )  # fmt: skip
     in_flight = min(pp, micro_batches) if pp > 1 else 1
-    logits = memory.LOGIT_BYTES * seq * micro_batch * arch.vocab_size / tp
+    logits = TRAINING_LOGIT_BYTES * seq * micro_batch * arch.vocab_size / tp
     first_stage = layers * per_layer * in_flight
+    if recompute == "full":
+        # Backward recomputes one layer at a time: its full activations are live on top of the stored inputs.
+        first_stage += memory.training_activation_bytes_per_layer(
+            seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
+            attention_heads=arch.attention_heads, ffn_size=arch.ffn_size * arch.experts_per_token,
+            gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute="none",
+            flash_attention=a.flash_attention,
+        )  # fmt: skip
     activations = max(first_stage, layers * per_layer + logits) if pp > 1 else first_stage + logits
     if method == "qlora":
-        activations += layer_p * 2.0  # one layer dequantised to bf16 at a time
+        activations += largest_matrix_params(arch, tp) * 2.0  # one NF4 matrix dequantised to bf16 at a time
     mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
     if not mem.fits:
         reasons.append(
