@@ -48,7 +48,7 @@ def test_breakeven_with_running_cost() -> None:
 def test_assumptions_accept_partial_per_class_overrides() -> None:
     a = Assumptions.model_validate({"memory_bandwidth_efficiency": {"consumer": 0.6}, "compute_efficiency": 0.5})
     assert a.memory_bandwidth_efficiency.of("consumer") == 0.6
-    assert a.memory_bandwidth_efficiency.of("datacenter") == 0.8
+    assert a.memory_bandwidth_efficiency.of("datacenter") == Assumptions().memory_bandwidth_efficiency.of("datacenter")
     assert a.compute_efficiency.of("workstation") == 0.5
     assert a.overridden() == ["compute_efficiency", "memory_bandwidth_efficiency"]
     assert Assumptions().used("consumer")["sustained_clock_fraction"] == 0.8

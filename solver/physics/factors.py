@@ -7,9 +7,17 @@ The defaults the planner used are listed in every explanation.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from clusterplan.catalog_schema import GpuClass
 
@@ -42,11 +50,82 @@ def _pc(dc: float, ws: float, co: float) -> PerClass:
     return PerClass(datacenter=dc, workstation=ws, consumer=co)
 
 
+Engine = Literal["vllm", "tensorrt-llm", "exllamav2", "llama.cpp"]
+DEFAULT_ENGINE: Engine = "vllm"
+ENGINE_FACTORS = ("memory_bandwidth_efficiency", "compute_efficiency", "decode_step_overhead_s")
+
+
+class EngineProfile(BaseModel):
+    """The serving-kernel factors of one engine family, per GPU class, with the data they were fitted to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    description: str
+    memory_bandwidth_efficiency: PerClass
+    compute_efficiency: PerClass
+    decode_step_overhead_s: PerClass
+    fitted_to: str = Field(description="the measurements the values come from (docs/model.md section 9)")
+
+
+# Fitted by ``python bench/accuracy.py --fit`` against bench/data/measurements*.yaml (docs/model.md section 9 and
+# docs/accuracy.md). A class without measurements for an engine keeps a value derived as its comment says.
+# TensorRT-LLM datacenter fit: memory bandwidth 0.895, compute 0.688, step overhead 4.5 ms.
+_TRT_DC = (0.90, 0.69, 0.0045)
+# Classes without data scale the datacenter compute fit by the provisional class ratios (0.55/0.60, 0.50/0.60).
+_CE_WS, _CE_CO = round(_TRT_DC[1] * 0.55 / 0.60, 2), round(_TRT_DC[1] * 0.50 / 0.60, 2)
+# Single-stream consumer fits (ExLlamaV2 0.860, llama.cpp 0.865): a consumer card streams weights at ~0.86.
+_MBW_CO = 0.86
+_MBW_WS = 0.88  # no workstation data: between the datacenter (0.90) and consumer (0.86) fits
+
+ENGINES: dict[str, EngineProfile] = {
+    "vllm": EngineProfile(
+        description="continuous batching with paged KV cache and chunked prefill (vLLM, SGLang, TGI); the "
+        "production default",
+        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, _MBW_CO),
+        compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
+        decode_step_overhead_s=_pc(_TRT_DC[2], _TRT_DC[2], _TRT_DC[2]),
+        fitted_to="no vLLM measurement in the set survives (the one vLLM 0.5 row is flagged for CPU overhead); "
+        "taken from the TensorRT-LLM fit, which vLLM 0.6 matches in throughput on H100 (vLLM blog 2024-09-05)",
+    ),
+    "tensorrt-llm": EngineProfile(
+        description="NVIDIA TensorRT-LLM and FasterTransformer: fused kernels built per model and batch",
+        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, _MBW_CO),
+        compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
+        decode_step_overhead_s=_pc(_TRT_DC[2], _TRT_DC[2], _TRT_DC[2]),
+        fitted_to="datacenter: 58 unflagged H100/H200/A100 measurements, TensorRT-LLM 0.5 to 1.0 and "
+        "FasterTransformer (static-batch and in-flight throughput, TTFT, decode steps, NIM closed-loop latency); "
+        "workstation and consumer: no data (see the module comment)",
+    ),
+    "exllamav2": EngineProfile(
+        description="ExLlamaV2: single-stream quantised (GPTQ, EXL2) kernels for consumer GPUs",
+        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.86),
+        compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
+        decode_step_overhead_s=_pc(0.00075, 0.00075, 0.00075),
+        fitted_to="consumer: 4 unflagged RTX 4090 / 3090 Ti single-stream measurements (ExLlamaV2 README); "
+        "memory bandwidth 0.860, step overhead 0.75 ms; other classes: TensorRT-LLM's values, no data",
+    ),
+    "llama.cpp": EngineProfile(
+        description="llama.cpp CUDA backend: GGUF weights, single stream",
+        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.87),
+        compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
+        decode_step_overhead_s=_pc(0.0019, 0.0019, 0.0019),
+        fitted_to="consumer: 3 llama-bench tg128 measurements on RTX 4090 / 3090 Ti (F16, Q8_0, Q4_0); memory "
+        "bandwidth 0.865, step overhead 1.9 ms; other classes: TensorRT-LLM's bandwidth, no data",
+    ),
+}
+
+
+def _engine_default(name: str, engine: str) -> PerClass:
+    profile = ENGINES.get(engine, ENGINES[DEFAULT_ENGINE])
+    value: PerClass = getattr(profile, name)
+    return value
+
+
 class Assumptions(BaseModel):
     """Efficiency factors and defaults. Each field documents its unit and source.
 
-    Provisional defaults; ``bench/accuracy.py`` fits them per hardware class against
-    ``shared/calibration/measurements.yaml`` and ``docs/model.md`` records the fitted values.
+    ``bench/accuracy.py`` fits the efficiency factors per GPU class and serving engine against the published
+    measurements in ``bench/data/`` and ``docs/model.md`` (section 9) records each fitted value and its data.
 
     A per-class factor may be overridden in a requirement's ``assumptions:`` block by one number (all
     classes) or by a mapping of some classes (the others keep their default)::
@@ -58,19 +137,27 @@ class Assumptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    engine: Engine = Field(
+        DEFAULT_ENGINE,
+        description="serving engine whose kernel factors (memory_bandwidth_efficiency, compute_efficiency, "
+        "decode_step_overhead_s) are the defaults: vllm (continuous batching, the production default), "
+        "tensorrt-llm, exllamav2 or llama.cpp; factors given explicitly win",
+    )
     memory_bandwidth_efficiency: PerClass = Field(
-        default_factory=lambda: _pc(0.80, 0.75, 0.70),
+        default_factory=lambda: _engine_default("memory_bandwidth_efficiency", DEFAULT_ENGINE),
         description="achieved fraction of peak memory bandwidth in decode (aiconfigurator mem-BW x0.8; "
         "kv-planner MBU 0.75)",
     )
     compute_efficiency: PerClass = Field(
-        default_factory=lambda: _pc(0.60, 0.55, 0.50),
+        default_factory=lambda: _engine_default("compute_efficiency", DEFAULT_ENGINE),
         description="achieved fraction of dense tensor throughput in inference matmuls (prefill)",
     )
     training_mfu: PerClass = Field(
-        default_factory=lambda: _pc(0.45, 0.40, 0.35),
-        description="model FLOPs utilisation of training compute before exposed communication "
-        "(kv-planner MFU 0.50; llm-analysis warns above 0.55)",
+        default_factory=lambda: _pc(0.71, 0.63, 0.78),
+        description="achieved fraction of dense peak on the FLOPs training executes (recompute included), before "
+        "exposed communication. Fitted by bench/accuracy.py: datacenter 0.71 on 11 llm-foundry and torchtune "
+        "A100/H100 runs (with the Hopper fraction), consumer 0.78 on one torchtune RTX 4090 QLoRA run at desktop "
+        "clocks; workstation has no usable data: the datacenter fit x the provisional ratio 0.40/0.45",
     )
     link_efficiency: float = Field(
         0.70, gt=0, le=1, description="achieved fraction of link bandwidth (Calculon NVLink 0.65, IB 0.9)"
@@ -97,9 +184,9 @@ class Assumptions(BaseModel):
     )
     int4_group_size: int = Field(128, ge=8, description="weights per int4 quantisation group (GPTQ/AWQ)")
     decode_step_overhead_s: PerClass = Field(
-        default_factory=lambda: _pc(0.001, 0.001, 0.001),
-        description="engine-independent fixed cost of one decode step (scheduling, sampling, launches with "
-        "CUDA graphs), seconds; provisional, fitted by bench/accuracy.py",
+        default_factory=lambda: _engine_default("decode_step_overhead_s", DEFAULT_ENGINE),
+        description="fixed cost of one engine step (scheduling, sampling, kernel launches), seconds; per engine "
+        "(ENGINES), fitted by bench/accuracy.py",
     )
     scale_up_latency_s: float = Field(
         8e-6,
@@ -143,6 +230,24 @@ class Assumptions(BaseModel):
         description="squared coefficient of variation of a request's service time in the "
         "queueing model (1: exponential-like output lengths; Allen-Cunneen)",
     )
+    architecture_compute_fraction: dict[str, float] = Field(
+        default_factory=lambda: {"Hopper": 0.83, "Blackwell": 0.83},
+        description="share of the class compute factors (compute_efficiency, training_mfu) an architecture "
+        "reaches, by catalog architecture name; unlisted architectures 1.0. Fitted by bench/accuracy.py: H100/H200 "
+        "serving and training against the A100 ones (0.833); Blackwell assumed like Hopper (no data)",
+    )
+    fp8_matmul_fraction: float = Field(
+        0.88,
+        gt=0,
+        le=1,
+        description="achieved FP8 matmul rate as a share of the BF16 one, relative to their datasheet peaks "
+        "(H100 SXM maximum achievable matmul FLOPS: FP8 70.9% of peak, BF16 80.3%; stas00/ml-engineering)",
+    )
+    gqa_shared_kv_reads: bool = Field(
+        True,
+        description="decode attention reads each KV head once for its group of query heads (vLLM, TensorRT-LLM "
+        "XQA since 2024); False: once per query head, as TensorRT-LLM up to 0.6 did for GQA models",
+    )
     flash_attention: bool = Field(
         True,
         description="attention scores are never materialised (FlashAttention); drops the 5as/h term of "
@@ -162,9 +267,12 @@ class Assumptions(BaseModel):
         """One number sets every class; a mapping of some classes keeps the defaults of the others."""
         if isinstance(value, bool):
             return value
-        field = cls.model_fields[info.field_name or ""]
-        factory = field.default_factory
-        default = factory() if factory is not None else None  # type: ignore[call-arg]
+        name = info.field_name or ""
+        if name in ENGINE_FACTORS:
+            default: Any = _engine_default(name, str(info.data.get("engine", DEFAULT_ENGINE)))
+        else:
+            factory = cls.model_fields[name].default_factory
+            default = factory() if factory is not None else None  # type: ignore[call-arg]
         if isinstance(value, int | float):
             return {"datacenter": value, "workstation": value, "consumer": value}
         if isinstance(value, dict) and isinstance(default, PerClass):
@@ -173,13 +281,39 @@ class Assumptions(BaseModel):
             return {**default.model_dump(), **value.model_dump(exclude_none=True)}
         return value
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _engine_defaults(cls, data: Any, handler: ModelWrapValidatorHandler[Assumptions]) -> Assumptions:
+        """Factors not given default to the chosen engine's (they still count as not overridden)."""
+        if not isinstance(data, dict) or data.get("engine", DEFAULT_ENGINE) == DEFAULT_ENGINE:
+            return handler(data)
+        profile = ENGINES.get(str(data["engine"]))
+        if profile is None:
+            return handler(data)  # the Literal rejects it with the allowed names
+        filled = {name: getattr(profile, name) for name in ENGINE_FACTORS if name not in data}
+        result = handler({**data, **filled})
+        result.__pydantic_fields_set__.difference_update(filled)
+        return result
+
     def used(self, gpu_class: GpuClass) -> dict[str, float | int | bool]:
-        """The value of every factor for one GPU class (what an explanation lists)."""
+        """The value of every numeric factor for one GPU class (what an explanation lists).
+
+        ``engine`` is not a number: its effect is the three engine factors listed here, and a requirement
+        that chose an engine shows it in :meth:`overridden`.
+        """
         out: dict[str, float | int | bool] = {}
         for name in type(self).model_fields:
             value = getattr(self, name)
+            if isinstance(value, str | dict):
+                continue
             out[name] = value.of(gpu_class) if isinstance(value, PerClass) else value
         return out
+
+    def compute_fraction(self, architecture: str, precision: str) -> float:
+        """Multiplier on a class's compute factor for one architecture (name, any case) and matmul precision."""
+        by_name = {name.casefold(): value for name, value in self.architecture_compute_fraction.items()}
+        fraction = by_name.get(architecture.casefold(), 1.0)
+        return fraction * (self.fp8_matmul_fraction if precision == "fp8" else 1.0)
 
     def overridden(self) -> list[str]:
         """Names of the factors a requirement set explicitly."""

@@ -192,7 +192,13 @@ def estimate_serving(
     bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
     cprec = compute_precision_for_weights(gpu, quant)
     clock = a.sustained_clock_fraction.of(cls)
-    flops_rate = peak_tflops(gpu, cprec) * 1e12 * a.compute_efficiency.of(cls) * clock
+    flops_rate = (
+        peak_tflops(gpu, cprec)
+        * 1e12
+        * a.compute_efficiency.of(cls)
+        * clock
+        * a.compute_fraction(gpu.architecture, cprec)
+    )
     if flops_rate <= 0:
         reasons.append(f"{short_name(gpu)}: no tensor throughput listed for {cprec}")
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
@@ -212,6 +218,8 @@ def estimate_serving(
     expert_bytes = layers * expert_params * bpp
     mean_context = input_tokens + output_tokens / 2.0
     kv_seq_bytes = mean_context * memory.kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision)
+    if not a.gqa_shared_kv_reads:  # every query head streams its KV head (TensorRT-LLM <= 0.6 with GQA)
+        kv_seq_bytes *= (arch.attention_heads / tp) / memory.kv_heads_per_gpu(arch.kv_heads, tp)
     active_layer_params = attention_params + arch.experts_per_token * expert_params
     flops_seq = (
         2.0 * layers * active_layer_params

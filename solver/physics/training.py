@@ -226,7 +226,7 @@ def estimate_training(
     cprec = _compute_precision(gpu, precision)
     peak = peak_tflops(gpu, cprec)
     clock = a.sustained_clock_fraction.of(cls)
-    rate = peak * 1e12 * a.training_mfu.of(cls) * clock
+    rate = peak * 1e12 * a.training_mfu.of(cls) * clock * a.compute_fraction(gpu.architecture, cprec)
     if rate <= 0:
         reasons.append(f"{short_name(gpu)}: no tensor throughput listed for {cprec}")
         rate = 1e9
