@@ -155,7 +155,7 @@ class Assumptions(BaseModel):
     training_mfu: PerClass = Field(
         default_factory=lambda: _pc(0.71, 0.63, 0.78),
         description="achieved fraction of dense peak on the FLOPs training executes (recompute included), before "
-        "exposed communication. Fitted by bench/accuracy.py: datacenter 0.71 on 11 llm-foundry and torchtune "
+        "exposed communication. Fitted by bench/accuracy.py: datacenter 0.71 on 10 llm-foundry and torchtune "
         "A100/H100 runs (with the Hopper fraction), consumer 0.78 on one torchtune RTX 4090 QLoRA run at desktop "
         "clocks; workstation has no usable data: the datacenter fit x the provisional ratio 0.40/0.45",
     )
