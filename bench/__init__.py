@@ -1,0 +1,1 @@
+"""Benchmarks of clusterplan against published measurements (``python bench/accuracy.py``)."""
