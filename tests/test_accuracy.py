@@ -1,0 +1,108 @@
+"""The performance model against published measurements: accuracy may not regress.
+
+``bench/accuracy.py`` predicts every measurement in ``bench/data/`` with the shipped factors. The levels below
+are what the calibration reached (docs/accuracy.md); each test allows a small margin above them. Flagged
+measurements (the model does not capture what they depend on) are held by a looser all-rows bound so they
+cannot silently get worse either. When a physics change moves these numbers on purpose, rerun
+``python bench/accuracy.py --markdown docs/accuracy.md`` and update the levels with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import accuracy  # noqa: E402
+
+# Reached by the calibration (unflagged rows): median absolute error and worst max(p/m, m/p), per kind.
+REACHED_MEDIAN = {"serving throughput": 0.081, "latency": 0.072, "training throughput": 0.022, "memory": 0.117}
+REACHED_WORST = {"serving throughput": 1.39, "latency": 1.99, "training throughput": 1.28, "memory": 1.19}
+# Every row, flagged included.
+REACHED_WORST_ALL = {"serving throughput": 2.51, "latency": 1.99, "training throughput": 2.38, "memory": 11.38}
+MEDIAN_MARGIN = 0.02  # absolute: two percentage points
+WORST_MARGIN = 1.05  # relative: 5 %
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[accuracy.Row]:
+    return accuracy.evaluate()
+
+
+@pytest.fixture(scope="module")
+def summary(rows: list[accuracy.Row]) -> dict[str, accuracy.KindSummary]:
+    return {k.kind: k for k in accuracy.summarise(rows)}
+
+
+def test_every_measurement_has_settings_and_a_prediction(rows: list[accuracy.Row]) -> None:
+    measurements = accuracy.load_measurements()
+    assert len(rows) == len(measurements) >= 96
+    assert set(accuracy.load_settings()) == {m.id for m in measurements}
+    for r in rows:
+        assert r.predicted > 0 and r.measured > 0, r.id
+    assert {r.kind for r in rows} == set(accuracy.KINDS)
+
+
+@pytest.mark.parametrize("kind", accuracy.KINDS)
+def test_median_error_does_not_regress(summary: dict[str, accuracy.KindSummary], kind: str) -> None:
+    k = summary[kind]
+    assert k.median_abs_error_unflagged <= REACHED_MEDIAN[kind] + MEDIAN_MARGIN, (
+        f"{kind}: median {k.median_abs_error_unflagged:.1%} over {REACHED_MEDIAN[kind]:.1%} reached"
+    )
+
+
+@pytest.mark.parametrize("kind", accuracy.KINDS)
+def test_no_case_exceeds_the_worst_reached(rows: list[accuracy.Row], kind: str) -> None:
+    mine = [r for r in rows if r.kind == kind]
+    worse = [f"{r.id} {r.ratio:.2f}x" for r in mine if not r.flagged and r.ratio > REACHED_WORST[kind] * WORST_MARGIN]
+    assert not worse, f"{kind}: beyond {REACHED_WORST[kind]}x: {worse}"
+    worse_all = [f"{r.id} {r.ratio:.2f}x" for r in mine if r.ratio > REACHED_WORST_ALL[kind] * WORST_MARGIN]
+    assert not worse_all, f"{kind} (flagged included): beyond {REACHED_WORST_ALL[kind]}x: {worse_all}"
+
+
+def test_targets_that_were_met_stay_met(summary: dict[str, accuracy.KindSummary]) -> None:
+    for kind in ("serving throughput", "training throughput"):
+        k = summary[kind]
+        assert k.median_abs_error_unflagged <= k.target_median and k.worst_ratio_unflagged <= 1.5, kind
+    assert summary["latency"].median_abs_error_unflagged <= accuracy.TARGETS["latency"]
+
+
+def test_flagged_rows_say_why(rows: list[accuracy.Row]) -> None:
+    for r in rows:
+        for flag in r.flags:
+            assert len(flag) > 20, f"{r.id}: a flag must say what the model does not capture"
+
+
+def test_vendored_copy_matches_its_provenance_header() -> None:
+    text = (ROOT / "bench" / "data" / "measurements.yaml").read_bytes()
+    header_end = text.index(b"# Published measurements")  # the shared file's own first line
+    assert hashlib.sha256(text[header_end:]).hexdigest() == accuracy.VENDORED_SHA256
+    warning = accuracy.shared_copy_warning()
+    if warning:
+        warnings.warn(warning, stacklevel=1)
+
+
+def test_added_measurements_cite_a_versioned_source() -> None:
+    added = accuracy.load_measurements([ROOT / "bench" / "data" / "measurements-added.yaml"])
+    assert added
+    for m in added:
+        assert m.source.startswith("https://"), m.id
+        versioned = "/blob/" in m.source or "/1.0.0/" in m.source
+        assert versioned, f"{m.id}: cite a commit or a versioned page"
+
+
+def test_factors_are_per_class_engine_or_architecture_never_per_case(rows: list[accuracy.Row]) -> None:
+    ids = {r.id for r in rows}
+    models = {r.model for r in rows}
+    for knob in accuracy.knobs_with_data(rows):
+        assert knob.path[0] in ("engines", "training_mfu", "architecture_compute_fraction"), knob.label
+        assert not set(knob.path) & (ids | models), knob.label
+        if knob.path[0] == "engines":
+            assert knob.path[1] in accuracy.ENGINES and knob.path[3] in accuracy.CLASSES
