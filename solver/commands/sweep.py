@@ -1,0 +1,188 @@
+"""``clusterplan sweep FILE --vary FIELD=SPEC`` and ``clusterplan frontier FILE``.
+
+Exit codes: 0 at least one point has a design; 1 no point has one (every point infeasible, or the
+frontier has no design at any cost); 2 bad input (an unknown field, a value that does not parse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from clusterplan.commands.solve import ObjectiveChoice
+
+EXIT_NO_DESIGN = 1
+
+CatalogOption = typer.Option(
+    None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."
+)
+JobsOption = typer.Option(None, "--jobs", "-j", min=1, help="Points planned in parallel (default: CPU count).")
+TimeLimitOption = typer.Option(10.0, "--time-limit", min=0.01, help="Seconds per CP-SAT call.")
+
+
+class Against(StrEnum):
+    latency = "latency"
+    throughput = "throughput"
+
+
+@contextmanager
+def progress(total: int, what: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on stderr when it is a terminal (no refresh thread: worker processes fork cleanly)."""
+    from clusterplan.cli import err_console
+
+    if not err_console.is_terminal or total < 2:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        auto_refresh=False,
+    ) as bar:
+        task = bar.add_task(what, total=total)
+
+        def done(n: int) -> None:
+            bar.update(task, completed=n)
+            bar.refresh()
+
+        yield done
+
+
+def _plot_format(path: Path | None) -> str | None:
+    from clusterplan.render.plots import format_of
+    from clusterplan.sweep import SweepError
+
+    if path is None:
+        return None
+    fmt = format_of(path.suffix)
+    if fmt is None:
+        raise SweepError(f"--plot {path}: the file name must end in .png or .svg")
+    return fmt
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def sweep(
+        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        vary: list[str] = typer.Option(
+            ...,
+            "--vary",
+            "-v",
+            help="FIELD=SPEC, e.g. budget=200k..2M, p95_latency=1s,2s,5s, gpu_price.h100-sxm=20k..35k "
+            "(commas separate values: write 1.2M, not 1,200,000; give --vary twice for a grid). Fields: budget, demand, p95_latency, input_tokens, output_tokens, "
+            "deadline, electricity_price, gpu_price.<gpu>, or a numeric path like workloads[0].peak_to_average.",
+        ),
+        steps: int = typer.Option(10, "--steps", "-n", min=1, max=500, help="Points in each A..B range."),
+        log: bool = typer.Option(False, "--log", help="Log-spaced steps in A..B ranges."),
+        objective: ObjectiveChoice = typer.Option(
+            ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
+        ),
+        jobs: int | None = JobsOption,
+        csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the sweep as JSON."),
+        plot: Path | None = typer.Option(None, "--plot", help="Plot the objective against the field (.png or .svg)."),
+        time_limit: float = TimeLimitOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """What if: re-plan across values of one or two fields; show where the optimal design switches."""
+        import time
+
+        from clusterplan.cli import guarded, out_console
+        from clusterplan.planner.solve import SolverSettings
+        from clusterplan.render import plots
+        from clusterplan.render import sweep as render
+        from clusterplan.sweep import SweepError, default_jobs, load_base, make_axis, run_sweep
+
+        def run() -> int:
+            if len(vary) > 2:
+                raise SweepError("at most two --vary (a grid)", fix="sweep the third field in separate runs")
+            fmt = _plot_format(plot)
+            base, _ = load_base(file, catalog or [])
+            axes = [make_axis(v, base.data, base.catalog, steps=steps, log=log) for v in vary]
+            if len({a.target.path for a in axes}) < len(axes):
+                raise SweepError("the two --vary set the same field")
+            total = 1
+            for a in axes:
+                total *= len(a.values)
+            n_jobs = jobs or default_jobs()
+            t0 = time.perf_counter()
+            with progress(total, "planning") as on_done:
+                result = run_sweep(
+                    base,
+                    axes,
+                    objective=objective.value,
+                    solver=SolverSettings(time_limit_s=time_limit),
+                    jobs=n_jobs,
+                    on_done=on_done,
+                )
+            elapsed = time.perf_counter() - t0
+            render.sweep_table(result, out_console)
+            if csv_out is not None:
+                csv_out.write_text(render.sweep_csv(result), encoding="utf-8")
+            if json_out is not None:
+                json_out.write_text(render.sweep_json(result), encoding="utf-8")
+            if plot is not None and fmt is not None:
+                plot.write_bytes(plots.sweep_figure(result, fmt))  # type: ignore[arg-type]
+            out_console.print(
+                f"{len(result.rows)} points in {elapsed:.2f} s with {min(n_jobs, len(result.rows))} job(s)",
+                style="dim",
+                markup=False,
+            )
+            return 0 if any(r.shape is not None for r in result.rows) else EXIT_NO_DESIGN
+
+        code = guarded(run)
+        if code:
+            raise typer.Exit(code)
+
+    @app.command()
+    def frontier(
+        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        against: Against = typer.Option(Against.latency, "--against", help="latency or throughput."),
+        points: int = typer.Option(8, "--points", "-n", min=2, max=100, help="Points to plan beyond the cheapest."),
+        jobs: int | None = JobsOption,
+        csv_out: Path | None = typer.Option(None, "--csv", help="Write every point as CSV."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the frontier as JSON."),
+        plot: Path | None = typer.Option(None, "--plot", help="Plot cost against latency/throughput (.png or .svg)."),
+        time_limit: float = TimeLimitOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """The Pareto frontier of total cost against p95 latency (or throughput); dominated designs removed."""
+        from clusterplan.cli import guarded, out_console
+        from clusterplan.planner.solve import SolverSettings
+        from clusterplan.render import plots
+        from clusterplan.render import sweep as render
+        from clusterplan.sweep import default_jobs, load_base, run_frontier
+
+        def run() -> int:
+            fmt = _plot_format(plot)
+            base, _ = load_base(file, catalog or [])
+            with progress(points, "planning") as on_done:
+                result = run_frontier(
+                    base,
+                    against=against.value,  # type: ignore[arg-type]
+                    points=points,
+                    solver=SolverSettings(time_limit_s=time_limit),
+                    jobs=jobs or default_jobs(),
+                    on_done=on_done,
+                )
+            render.frontier_table(result, out_console)
+            if csv_out is not None:
+                csv_out.write_text(render.frontier_csv(result), encoding="utf-8")
+            if json_out is not None:
+                json_out.write_text(render.frontier_json(result), encoding="utf-8")
+            if plot is not None and fmt is not None:
+                plot.write_bytes(plots.frontier_figure(result, fmt))  # type: ignore[arg-type]
+            return 0 if result.frontier else EXIT_NO_DESIGN
+
+        code = guarded(run)
+        if code:
+            raise typer.Exit(code)

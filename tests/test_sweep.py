@@ -1,0 +1,242 @@
+"""``clusterplan sweep`` and ``clusterplan frontier``: rows agree with individual plans, jobs do not matter,
+fields and values parse like a requirement file, bad ones exit 2 with a hint."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from clusterplan.catalog import load_catalog, load_catalog_text
+from clusterplan.cli import app
+from clusterplan.planner.pipeline import PlanOptions, plan_requirement
+from clusterplan.requirement_loader import load_requirement
+from clusterplan.sweep import (
+    PointOutcome,
+    SweepError,
+    catalog_override,
+    grid,
+    load_base,
+    make_axis,
+    pareto,
+    parse_spec,
+    resolve_field,
+    row_of,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "requirements"
+SERVING_70B = EXAMPLES / "70b-serving.yaml"
+runner = CliRunner()
+
+# 0.2 s cannot be met (infeasible), 3 s and 8 s can; 9k input tokens exceed max_context 8k (invalid).
+LATENCY_SPEC = "p95_latency=0.2s,3s,8s"
+
+
+@pytest.fixture(scope="module")
+def sweep_one_job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("sweep") / "one.json"
+    result = runner.invoke(app, ["sweep", str(SERVING_70B), "--vary", LATENCY_SPEC, "-j", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(out.read_text())
+    data["_stdout"] = result.output
+    data["_text"] = out.read_text()
+    return data
+
+
+def _plan_at(tmp_path: Path, p95_s: float) -> Any:
+    """An independent plan of the same point: edit the YAML by hand, write it, solve it."""
+    doc = yaml.safe_load(SERVING_70B.read_text())
+    doc["workloads"][0]["p95_latency"] = f"{p95_s}s"
+    f = tmp_path / f"p95-{p95_s}.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    cat = load_catalog()
+    return plan_requirement(load_requirement(f, cat), cat, PlanOptions(top=1, explain=True))
+
+
+def test_sweep_rows_agree_with_individual_plans(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:
+    rows = sweep_one_job["rows"]
+    assert [r["values"][0] for r in rows] == [0.2, 3.0, 8.0]
+    for row in rows:
+        plan = _plan_at(tmp_path, row["values"][0])
+        if not plan.designs:
+            assert row["status"] == "infeasible" and plan.status == "infeasible"
+            assert plan.infeasibility is not None
+            assert row["binding"] == [f.title for f in plan.infeasibility.conflict]
+            continue
+        expected = row_of(PointOutcome(index=row["index"], values=row["values"], status=plan.status,
+                                       design=plan.designs[0]), "min_cost")  # fmt: skip
+        assert row["status"] == plan.status
+        assert row["design"] == plan.designs[0].summary
+        assert row["total_usd"] == pytest.approx(plan.designs[0].costs.total_usd, abs=1e-6)
+        assert row["binding"] == expected.binding
+        assert (row["gpus"], row["parallelism"], row["quantization"]) == (
+            expected.gpus,
+            expected.parallelism,
+            expected.quantization,
+        )
+        assert row["throughput"] == pytest.approx(expected.throughput)
+        assert row["p95_latency_s"] == pytest.approx(expected.p95_latency_s)
+
+
+def test_sweep_results_do_not_depend_on_jobs(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "two.json"
+    result = runner.invoke(app, ["sweep", str(SERVING_70B), "--vary", LATENCY_SPEC, "-j", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == sweep_one_job["_text"]
+
+
+def test_sweep_table_marks_switches_and_feasibility(sweep_one_job: dict[str, Any]) -> None:
+    rows = sweep_one_job["rows"]
+    assert rows[0]["status"] == "infeasible" and rows[1]["change"] == "feasible from here"
+    assert any("feasible from p95_latency = 3 s" in n for n in sweep_one_job["notes"])
+    if rows[1]["shape"] != rows[2]["shape"]:
+        assert rows[2]["switch"] and rows[2]["change"].endswith(rows[2]["shape"])
+    assert "- feasible from p95_latency = 3 s" in sweep_one_job["_stdout"]
+
+
+def test_invalid_point_is_a_row_not_a_failure(tmp_path: Path) -> None:
+    csv_out = tmp_path / "rows.csv"
+    result = runner.invoke(
+        app, ["sweep", str(SERVING_70B), "--vary", "input_tokens=1k,9k", "-j", "1", "--csv", str(csv_out)]
+    )
+    assert result.exit_code == 0, result.output
+    lines = csv_out.read_text().splitlines()
+    assert lines[0].startswith("input_tokens (tokens),status,")
+    assert lines[1].split(",")[1] == "optimal"
+    assert lines[2].split(",")[1] == "invalid" and "max_context" in lines[2]
+
+
+@pytest.mark.parametrize(
+    ("vary", "expect"),
+    [
+        ("peak_to_avrage=1..2", "did you mean 'peak_to_average'"),
+        ("workloads[0].name=1..2", "is not a number"),
+        ("workloads[4].p95_latency=1s..2s", "there is no workloads[4]"),
+        ("gpu_price.h100=20k..30k", "did you mean 'h100"),
+        ("deadline=1d..2d", "no training or fine-tuning workload"),
+        ("p95_latency=fast..slow", "expected a duration"),
+        ("budget", "is not FIELD=SPEC"),
+    ],
+)
+def test_bad_vary_exits_2_with_a_hint(vary: str, expect: str) -> None:
+    result = runner.invoke(app, ["sweep", str(SERVING_70B), "--vary", vary, "-j", "1"])
+    assert result.exit_code == 2, result.output
+    assert expect in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_plot_suffix_and_max_throughput_without_budget_exit_2(tmp_path: Path) -> None:
+    bad = runner.invoke(app, ["sweep", str(SERVING_70B), "--vary", "demand=1k", "--plot", str(tmp_path / "x.pdf")])
+    assert bad.exit_code == 2 and ".png or .svg" in bad.output
+    unbounded = runner.invoke(app, ["sweep", str(SERVING_70B), "--vary", "demand=1k", "--objective", "max_throughput"])
+    assert unbounded.exit_code == 2 and "needs a budget" in unbounded.output
+
+
+# ------------------------------------------------------------------------------------------------
+# Pure pieces: fields, values, grids, catalog overrides, Pareto
+# ------------------------------------------------------------------------------------------------
+
+
+def test_aliases_follow_the_file(catalog: Any) -> None:
+    base, _ = load_base(EXAMPLES / "7b-chat-serving.yaml")
+    assert resolve_field("budget", base.data, catalog).path == "budget.monthly"  # the field the file sets
+    assert resolve_field("demand", base.data, catalog).path == "workloads[0].tokens_per_sec"
+    assert resolve_field("demand", base.data, catalog).unit == "tokens/s"
+    train, _ = load_base(EXAMPLES / "13b-train-then-serve.yaml")
+    assert resolve_field("deadline", train.data, catalog).path == "workloads[0].deadline"
+    assert resolve_field("demand", train.data, catalog).path == "workloads[1].requests_per_min"
+    assert resolve_field("budget", train.data, catalog).path == "budget.capital"
+    assert resolve_field("assumptions.compute_efficiency", train.data, catalog).quantity == "number"
+    assert resolve_field("constraints.max_gpus", train.data, catalog).quantity == "integer"
+    assert resolve_field("gpu_price.H100 SXM", train.data, catalog).gpu == "h100-sxm"
+
+
+def test_specs_parse_with_units() -> None:
+    assert parse_spec("200k..2M", "money", field="b", steps=3) == [200_000.0, 1_100_000.0, 2_000_000.0]
+    assert parse_spec("1k..100k", "money", field="b", steps=3, log=True) == [1_000.0, 10_000.0, 100_000.0]
+    assert parse_spec("1s,2s,500ms", "duration", field="p") == [1.0, 2.0, 0.5]
+    assert parse_spec("100,200,300", "rate", field="d") == [100.0, 200.0, 300.0]  # a comma separates values
+    assert parse_spec("$1.2M", "money", field="b") == [1_200_000.0]
+    assert parse_spec("1..3", "integer", field="n", steps=5) == [1.0, 2.0, 3.0]  # 1.5 and 2.5 round, repeats go
+    with pytest.raises(SweepError, match="--log needs both ends above zero"):
+        parse_spec("0..10", "number", field="x", log=True)
+
+
+def test_grid_first_axis_fastest(catalog: Any) -> None:
+    base, _ = load_base(SERVING_70B)
+    a = make_axis("p95_latency=1s,2s", base.data, catalog, steps=10, log=False)
+    b = make_axis("demand=100,200,300", base.data, catalog, steps=10, log=False)
+    assert grid([a, b]) == [(1.0, 100.0), (2.0, 100.0), (1.0, 200.0), (2.0, 200.0), (1.0, 300.0), (2.0, 300.0)]
+
+
+def test_catalog_overrides_load_and_keep_provenance(catalog: Any) -> None:
+    price = resolve_field("gpu_price.h100-sxm", {}, catalog)
+    power = resolve_field("electricity_price", {}, catalog)
+    text = catalog_override(catalog, [(price, 20_000.0), (power, 0.25)])
+    assert text is not None
+    over = load_catalog_text(text, "what-if")
+    gpu = over.gpu("h100-sxm")
+    assert gpu.price is not None and gpu.price.usd == 20_000.0 and gpu.price.source == "clusterplan-what-if"
+    assert gpu.source == catalog.gpu("h100-sxm").source and gpu.memory_gib == catalog.gpu("h100-sxm").memory_gib
+    assert over.owned.electricity_usd_per_kwh.value == 0.25
+    assert catalog_override(catalog, []) is None
+
+
+def test_requirement_edits_do_not_touch_the_base(catalog: Any) -> None:
+    base, _ = load_base(SERVING_70B)
+    before = copy.deepcopy(base.data)
+    from clusterplan.planner.solve import SolverSettings
+    from clusterplan.sweep import build_tasks
+
+    axis = make_axis("budget=300k,400k", base.data, catalog, steps=10, log=False)
+    tasks = build_tasks(base, [axis], objective="min_cost", solver=SolverSettings())
+    assert base.data == before
+    assert [yaml.safe_load(t.text)["budget"]["total"] for t in tasks] == [300_000.0, 400_000.0]
+    assert yaml.safe_load(tasks[0].text)["budget"]["horizon"] == 36
+
+
+def test_pareto_drops_dominated_and_repeated_points() -> None:
+    pts = [(100.0, 5.0), (150.0, 5.0), (120.0, 3.0), (100.0, 5.0), (200.0, 4.0), (300.0, 1.0)]
+    assert pareto(pts, maximise=False) == [True, False, True, False, False, True]
+    assert pareto([(1.0, 10.0), (2.0, 8.0), (3.0, 20.0)], maximise=True) == [True, False, True]
+
+
+# ------------------------------------------------------------------------------------------------
+# Frontier and plots
+# ------------------------------------------------------------------------------------------------
+
+
+def test_frontier_has_no_dominated_point(tmp_path: Path) -> None:
+    out = tmp_path / "f.json"
+    plot = tmp_path / "f.svg"
+    result = runner.invoke(
+        app, ["frontier", str(SERVING_70B), "--points", "2", "-j", "2", "--json", str(out), "--plot", str(plot)]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    front = [p for p in data["points"] if p["on_frontier"]]
+    assert front and "Pareto frontier" in result.output
+    for p in front:
+        for q in front:
+            if q is not p:
+                assert not (q["total_usd"] <= p["total_usd"] and q["p95_latency_s"] <= p["p95_latency_s"])
+    costs = [p["total_usd"] for p in front]
+    assert costs == sorted(costs)
+    assert plot.read_text().startswith("<?xml")
+
+
+def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:
+    from clusterplan.render.plots import sweep_figure
+    from clusterplan.sweep import SweepResult
+
+    result = SweepResult.model_validate({k: v for k, v in sweep_one_job.items() if not k.startswith("_")})
+    png = sweep_figure(result, "png")
+    assert png.startswith(b"\x89PNG") and png == sweep_figure(result, "png")
+    svg = sweep_figure(result, "svg")
+    assert svg == sweep_figure(result, "svg") and b"<dc:date>" not in svg
