@@ -1,0 +1,67 @@
+"""``clusterplan report FILE -o review.md | review.html``: a design-review attachment.
+
+Exit codes: 0 the report was written, including for an infeasible requirement (the report explains
+the conflict and the least relaxations); 2 bad input (the requirement, a catalog, or ``-o``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from clusterplan.commands.solve import ObjectiveChoice
+from clusterplan.commands.sweep import CatalogOption, JobsOption, TimeLimitOption, progress
+
+
+class WhatIfChoice(StrEnum):
+    auto = "auto"
+    demand = "demand"
+    budget = "budget"
+    deadline = "deadline"
+    none = "none"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        output: Path = typer.Option(..., "--output", "-o", help="review.md (images beside it) or review.html."),
+        top: int = typer.Option(5, "--top", "-k", min=1, max=20, help="Designs in the alternatives table."),
+        objective: ObjectiveChoice = typer.Option(
+            ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
+        ),
+        what_if: WhatIfChoice = typer.Option(
+            WhatIfChoice.auto,
+            "--what-if",
+            help="The what-if plot: demand (serving), deadline (training), budget, none; auto picks.",
+        ),
+        jobs: int | None = JobsOption,
+        time_limit: float = TimeLimitOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """Write a design-review attachment: summary, designs, memory, what binds, what if, rent vs buy, sources."""
+        from clusterplan.cli import guarded, out_console
+        from clusterplan.planner.solve import SolverSettings
+        from clusterplan.report import output_format, write_report
+        from clusterplan.report.data import WHATIF_FACTORS, assemble
+        from clusterplan.sweep import default_jobs
+
+        def run() -> None:
+            output_format(output)  # refuse a bad suffix before any planning
+            with progress(len(WHATIF_FACTORS), "what if") as on_done:
+                data = assemble(
+                    file,
+                    catalog or [],
+                    top=top,
+                    objective=objective.value,
+                    settings=SolverSettings(time_limit_s=time_limit),
+                    whatif=what_if.value,  # type: ignore[arg-type]
+                    jobs=jobs or default_jobs(),
+                    on_done=on_done,
+                )
+            written = write_report(data, output)
+            out_console.print(f"wrote {', '.join(str(p) for p in written)} ({data.status})", markup=False)
+
+        guarded(run)
