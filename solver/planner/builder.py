@@ -111,7 +111,9 @@ def build(table: CandidateTable, *, objective: Objective = "min_cost") -> BuiltM
     v = PlanVariables.create(
         model, table, families=relaxable, replica_factor=10 if objective == "max_throughput" else 1
     )
-    structure.add(model, v, table, inventory_family="inventory" in relaxable)
+    structure.add(
+        model, v, table, inventory_family="inventory" in relaxable, latency_objective=objective == "min_latency"
+    )
     for f in fams:
         lit = v.literal(f.id) if f.relaxable else None
         f.add(FamilyContext(model=model, v=v, table=table, lit=lit))

@@ -33,11 +33,14 @@ def cents_to_usd(cents: int) -> float:
     return cents * USD_RESOLUTION
 
 
+RATE_DIGITS = 4
+
+
 def rate_exponent(demand_rps: float) -> int:
     """Decimal exponent e with demand x 10**e between 1e9 and 1e10 integer units."""
     if demand_rps <= 0 or not math.isfinite(demand_rps):
-        return 9
-    return 9 - math.floor(math.log10(demand_rps))
+        return RATE_DIGITS
+    return RATE_DIGITS - math.floor(math.log10(demand_rps))
 
 
 def rate_resolution(exponent: int) -> float:

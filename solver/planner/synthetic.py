@@ -74,7 +74,7 @@ def synthetic_offerings(
             )
         inv = (inventory or {}).get(gid, 0)
         for s in (1, 2, 4, 8):
-            power = s * g.tdp_w + 1500
+            power = s * g.tdp_w + 1500 * s / 8
             offs.append(
                 Offering(
                     key=f"owned:{gid}:{s}",
@@ -82,7 +82,8 @@ def synthetic_offerings(
                     gpu_id=gid,
                     gpus_per_unit=s,
                     tp_domain=min(s, g.nvlink_domain),
-                    capital_usd=(g.price_usd or 0) * s + 20000 + 4000,
+                    # Chassis and network pro rata to GPU slots: the catalog's rule for owned nodes.
+                    capital_usd=(g.price_usd or 0) * s + 24000 * s / 8,
                     power_w=power,
                     energy_usd_per_month=power / 1000 * 1.3 * 0.12 * HOURS_PER_MONTH,
                     inventory_units=inv // s if s == 8 else 0,

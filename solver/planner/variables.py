@@ -71,6 +71,7 @@ class PlanVariables:
     deadline_ratio_ppm: IntVar | None = None
     inventory_extra_gpus: IntVar | None = None
     headroom_ub: int = 0
+    total_terms: list[tuple[int, cp_model.IntVar]] = field(default_factory=list)
 
     # -------------------------------------------------------------------------------- creation
     @classmethod
@@ -85,6 +86,9 @@ class PlanVariables:
             if wc.is_serving:
                 scale = _serving_scale(wc, replica_factor)
                 v.scales[w] = scale
+                per_shape: dict[tuple[object, ...], int] = {}
+                for row in wc.serving_rows():
+                    per_shape[row.shape] = per_shape.get(row.shape, 0) + 1
                 for r, row in enumerate(wc.serving_rows()):
                     ub = scale.upper[r]
                     tag = f"w{w}r{r}"
@@ -93,9 +97,13 @@ class PlanVariables:
                         v._xc[w, r] = model.new_int_var(0, ub, f"xc_{tag}")
                     if row.gpu_id in owned_gpus:
                         v._xo[w, r] = model.new_int_var(0, ub, f"xo_{tag}")
-                    v._new_shape(w, row.shape)
-                max_rate = max([*scale.rate, *scale.rate_nolat, 0])
-                v._maxrate[w] = model.new_int_var(0, max_rate, f"maxrate_{w}")
+                    if per_shape[row.shape] == 1:
+                        v._shape[w, row.shape] = v._sel[w, r]  # the shape is used iff its only row is
+                    else:
+                        v._new_shape(w, row.shape)
+                if wc.redundancy > 0:
+                    max_rate = max([*scale.rate, *scale.rate_nolat, 0])
+                    v._maxrate[w] = model.new_int_var(0, max_rate, f"maxrate_{w}")
             else:
                 for r, trow in enumerate(wc.training_rows()):
                     tag = f"w{w}r{r}"
@@ -226,6 +234,21 @@ def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
     max_rate = max(rate, default=0)
     max_nolat = max(nolat, default=0)
     upper: list[int] = []
+    if not wc.allow_mixed and replica_factor == 1:
+        # One shape serves the workload: the fewest replicas meeting every family that may be on
+        # is the most a cost-minimising (or latency-minimising) solution uses. Tight bounds make
+        # x = floor x sel exact in the LP, which is what keeps large models fast.
+        for r_lat, r_nolat in zip(rate, nolat, strict=True):
+            floors = [1]
+            if r_nolat > 0:
+                floors.append(-(-demand // r_nolat))
+            if wc.targets.any and r_lat > 0:
+                floors.append(-(-demand // r_lat))
+            rho = r_lat if wc.targets.any else r_nolat
+            if k > 0 and rho > 0:
+                floors.append(k + -(-demand // rho))
+            upper.append(max(floors))
+        return ServingScale(resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper)
     for r_lat, r_nolat in zip(rate, nolat, strict=True):
         # Enough replicas of this row alone to meet demand plus k of the largest replica, for each
         # rate the model may use; one more cannot be needed (removing it keeps every family satisfied).

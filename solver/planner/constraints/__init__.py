@@ -109,3 +109,25 @@ def forbid_rows(ctx: FamilyContext, fid: str) -> None:
                     y = v.runs_on_cloud(wc.index, r)
                     if y is not None and trow.cloud_offering == o.key:
                         ctx.model.add_implication(ctx.lit, y.Not())
+
+
+def single_shape_floor(ctx: FamilyContext, w: int, rates: list[int], demand: int, *, spare: int = 0) -> None:
+    """For a workload served by one shape: a selected row needs ``spare + ceil(demand / rate)`` replicas.
+
+    Implied by the family's capacity inequality once exactly one row is selected, but written per row
+    it makes the LP relaxation pick whole replica counts of one shape (the convex hull of the
+    per-row integer choices) instead of a fraction of the best rate's replica: the bound then closes
+    these models in a handful of branches. A row with rate 0 cannot be selected at all.
+    """
+    assert ctx.lit is not None
+    v = ctx.v
+    for r, rate in enumerate(rates):
+        sel = v.selected(w, r)
+        if rate <= 0:
+            ctx.model.add_implication(ctx.lit, sel.Not())
+            continue
+        xs = v.replica_vars(w, r)
+        if not xs:
+            continue
+        need = spare + -(-demand // rate)
+        ctx.model.add(sum(xs) >= need).only_enforce_if([ctx.lit, sel])

@@ -10,7 +10,7 @@ proportion to their rates keeps every replica within its rate:
 from __future__ import annotations
 
 from clusterplan.candidates import CandidateTable
-from clusterplan.planner.constraints import Family, FamilyContext
+from clusterplan.planner.constraints import Family, FamilyContext, single_shape_floor
 
 
 def add(ctx: FamilyContext) -> None:
@@ -22,6 +22,8 @@ def add(ctx: FamilyContext) -> None:
         s = v.scales[wc.index]
         terms = [s.rate[r] * v.replicas(wc.index, r) for r in range(len(wc.rows)) if s.rate[r]]
         ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
+        if not wc.allow_mixed:
+            single_shape_floor(ctx, wc.index, s.rate, s.demand)
 
 
 def active(table: CandidateTable) -> bool:

@@ -10,7 +10,7 @@ where rho is the latency-target rate when the workload has targets, else the thr
 from __future__ import annotations
 
 from clusterplan.candidates import CandidateTable
-from clusterplan.planner.constraints import Family, FamilyContext
+from clusterplan.planner.constraints import Family, FamilyContext, single_shape_floor
 
 
 def add(ctx: FamilyContext) -> None:
@@ -23,6 +23,8 @@ def add(ctx: FamilyContext) -> None:
         rho = s.rate if wc.targets.any else s.rate_nolat
         terms = [rho[r] * v.replicas(wc.index, r) for r in range(len(wc.rows)) if rho[r]]
         ctx.model.add(sum(terms) - wc.redundancy * v.largest_rate(wc.index) >= s.demand).only_enforce_if(ctx.lit)
+        if not wc.allow_mixed:
+            single_shape_floor(ctx, wc.index, rho, s.demand, spare=wc.redundancy)
 
 
 def active(table: CandidateTable) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates import CandidateTable
+from clusterplan.candidates import CandidateTable, Offering
 from clusterplan.planner import scaling
 from clusterplan.planner.variables import PlanVariables
 from clusterplan.units import HOURS_PER_MONTH
@@ -96,6 +96,20 @@ def upper_bound(var: cp_model.IntVar) -> int:
     return int(dom[-1])
 
 
+def _pro_rata(small: Offering, big: Offering) -> bool:
+    ratio = big.gpus_per_unit / small.gpus_per_unit
+
+    def same(a: float, b: float) -> bool:
+        return abs(a * ratio - b) <= 1e-9 * max(1.0, abs(b))
+
+    return (
+        same(small.capital_usd, big.capital_usd)
+        and same(small.power_w, big.power_w)
+        and same(small.energy_usd_per_month, big.energy_usd_per_month)
+        and big.tp_domain >= small.tp_domain
+    )
+
+
 def _ub(pairs: Sequence[tuple[int, cp_model.IntVar]]) -> int:
     """Upper bound of sum(coef * var) for non-negative coefficients and variables."""
     total = 0
@@ -113,7 +127,14 @@ def _define(
     return var
 
 
-def add(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, *, inventory_family: bool) -> None:
+def add(
+    model: cp_model.CpModel,
+    v: PlanVariables,
+    table: CandidateTable,
+    *,
+    inventory_family: bool,
+    latency_objective: bool = False,
+) -> None:
     """Add every structural constraint and define the aggregates on ``v``."""
     lim = table.limits
     # (1)-(2) serving: link replicas and selections; one shape unless mixed; serve every workload.
@@ -143,13 +164,18 @@ def add(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, *, inv
                     model.add(sum(xs) == 0).only_enforce_if(sel.Not())
                 else:
                     model.add(sel == 0)
-                model.add(v.largest_rate(w) >= rho[r] * sel)
+                if wc.redundancy > 0:
+                    model.add(v.largest_rate(w) >= rho[r] * sel)
                 by_shape[row.shape].append(sel)
-                model.add_implication(sel, v.shape_used(w, row.shape))
             for shape, members in by_shape.items():
-                model.add_bool_or([*members, v.shape_used(w, shape).Not()])
+                z = v.shape_used(w, shape)
+                if len(members) == 1 and z is members[0]:
+                    continue
+                for sel in members:
+                    model.add_implication(sel, z)
+                model.add_bool_or([*members, z.Not()])
             if not wc.allow_mixed:
-                model.add_at_most_one(sels)
+                model.add_exactly_one(sels)  # one shape, and (below) at least one replica
             model.add(sum(all_x) >= 1)
             model.add(sum(cloud_x) >= v.uses_cloud(w))
             model.add(sum(owned_x) >= v.uses_owned(w))
@@ -174,6 +200,15 @@ def add(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, *, inv
             model.add(v.uses_owned(w) == sum(yos))
     # (4) total GPU count per type and deployment (TP size 1).
     add_capacity(model, v, table, min_t=1, max_t=1, enforce=None)
+    # (4b) symmetry: with prices, power and energy pro rata to GPU slots (the catalog's rule), two
+    # bought servers of size s are worth exactly one of size 2s, which hosts everything they host
+    # (its NVLink domain is no smaller). So WLOG at most one server of each size that has a double.
+    for gid in sorted({o.gpu_id for o in table.offerings if o.kind == "owned"}):
+        sizes = {o.gpus_per_unit: o for o in table.offerings_of(gid, "owned") if o.purchasable}
+        for size, o in sizes.items():
+            big = sizes.get(2 * size)
+            if big is not None and _pro_rata(o, big) and o.forbidden_by == big.forbidden_by:
+                model.add(v.bought(o) <= 1)
     # (5) without inventory no server is free.
     if not inventory_family:
         for o in table.offerings:
@@ -226,6 +261,7 @@ def add(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, *, inv
     v.monthly_cents = _define(model, "monthly_cents", monthly)
     v.one_off_cents = _define(model, "one_off_cents", one_off)
     v.total_cents = _define(model, "total_cents", total)
+    v.total_terms = [(c, x) for c, x in total if c]
     v.owned_gpus = _define(model, "owned_gpus", owned_gpus)
     v.owned_power_w = _define(model, "owned_power_w", power)
     v.inventory_extra_gpus = _define(model, "inventory_extra_gpus", extra)
@@ -263,7 +299,8 @@ def add(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, *, inv
                     headroom.append((c_srv, x))
                 if c_thr:
                     tt.append((c_thr, x))
-            p95_ms.append((scaling.milliseconds_up(row.p95_e2e_s, what="p95"), v.selected(wc.index, r)))
+            if latency_objective:
+                p95_ms.append((scaling.milliseconds_up(row.p95_e2e_s, what="p95"), v.selected(wc.index, r)))
         served_terms.append(st)
         thr_terms.append(tt)
         served_caps.append(_ub(st))

@@ -6,7 +6,7 @@ lit => sum_r rate_nolat[w,r] * x[w,r] >= D_w      for every serving workload w
 from __future__ import annotations
 
 from clusterplan.candidates import CandidateTable
-from clusterplan.planner.constraints import Family, FamilyContext
+from clusterplan.planner.constraints import Family, FamilyContext, single_shape_floor
 
 
 def add(ctx: FamilyContext) -> None:
@@ -18,6 +18,8 @@ def add(ctx: FamilyContext) -> None:
         s = v.scales[wc.index]
         terms = [s.rate_nolat[r] * v.replicas(wc.index, r) for r in range(len(wc.rows)) if s.rate_nolat[r]]
         ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
+        if not wc.allow_mixed:
+            single_shape_floor(ctx, wc.index, s.rate_nolat, s.demand)
 
 
 def active(table: CandidateTable) -> bool:
