@@ -326,3 +326,36 @@ def test_plan_table_end_to_end_on_a_synthetic_table() -> None:
     assert plan.designs[0].costs.total_usd <= plan.designs[-1].costs.total_usd
     built = build(t)
     assert built.relaxable == [f.id for f in built.families if f.relaxable]
+
+
+def test_time_limit_never_reports_infeasible() -> None:
+    from clusterplan.checker import check_design_on_table
+    from clusterplan.planner.solve import SolverSettings
+
+    t = synthetic_table(gpu_types=96, serving=16, seed=3)
+    plan = plan_table(t, PlanOptions(top=1, explain=False, settings=SolverSettings(time_limit_s=0.05)))
+    assert plan.status in ("unknown", "feasible", "optimal")
+    assert plan.infeasibility is None
+    if plan.status == "unknown":
+        assert plan.designs == []
+    else:
+        assert plan.solver.gap is not None
+        assert all(check_design_on_table(d, t) == [] for d in plan.designs)
+
+
+def test_max_throughput_within_budget_and_min_latency() -> None:
+    rows = [srow("a", 1, rate=1.0), srow("a", 2, rate=3.0)]
+    rows[1] = replace(rows[1], p95_e2e_s=0.5)
+    t = table(
+        [serving(rows, demand=2.0, mixed=True)],
+        [cloud("a", 1, 1.0), cloud("a", 2, 2.0)],
+        horizon_months=1,
+        budget_total_usd=4 * 730.0,
+    )
+    plan = plan_table(t, PlanOptions(top=1, objective="max_throughput", explain=False))
+    w = plan.designs[0].workloads[0]
+    assert isinstance(w, report.ServingPlan)
+    assert w.capacity_rps == pytest.approx(6.0)  # 4 GPUs of budget: two TP2 replicas
+    assert plan.designs[0].costs.total_usd <= 4 * 730.0 + 1e-6
+    fast = plan_table(t, PlanOptions(top=1, objective="min_latency", explain=False))
+    assert {g.tp for g in fast.designs[0].workloads[0].groups} == {2}  # type: ignore[union-attr]

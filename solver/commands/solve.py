@@ -26,7 +26,7 @@ class ObjectiveChoice(StrEnum):
 
 
 class NeedsBudget(ClusterplanError):
-    """--objective max_throughput without any budget: the answer would be unbounded (exit 2)."""
+    """--objective max_throughput or min_latency without any budget: the answer is unbounded (exit 2)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -62,14 +62,15 @@ def register(app: typer.Typer) -> None:
             resolved = load_requirement(file, cat)
             b = resolved.requirement.budget
             if (
-                objective is ObjectiveChoice.max_throughput
+                objective is not ObjectiveChoice.min_cost
                 and b.capital is None
                 and b.monthly is None
                 and b.total is None
             ):
                 raise NeedsBudget(
-                    "--objective max_throughput needs a budget to stay within",
+                    f"--objective {objective.value} needs a budget to stay within",
                     fix="add budget.total, budget.monthly or budget.capital to the requirement",
+                    hint="without one, more money always buys more throughput or lower latency",
                 )
             opts = PlanOptions(
                 top=top, objective=objective.value, explain=explain, settings=SolverSettings(time_limit_s=time_limit)

@@ -21,8 +21,10 @@ Sets and data (all from :class:`clusterplan.candidates.CandidateTable`)
 Variables (:class:`clusterplan.planner.variables.PlanVariables`)
 
 * ``xc[w,r], xo[w,r]`` in ``[0, U[w,r]]``: replicas of row r on cloud / owned; ``sel[w,r]`` boolean.
-  ``U[w,r] = max over rates rho of ceil((D_w + k_w * max rho) / rho[r])``: one more replica of a
-  row than that can always be removed without breaking any family, so no optimum is cut off.
+  One shape per workload (min-cost and min-latency objectives): ``U[w,r]`` = the largest of the
+  per-family floors of 6-8 below (fewer replicas never break a family, more only cost more).
+  Mixed workloads: ``U[w,r] = max over rates rho of ceil((D_w + k_w * max rho) / rho[r])``: one more
+  replica than that can always be removed without breaking any family. max_throughput: x10.
 * ``yc[w,r], yo[w,r]`` booleans: training row r runs on cloud / on owned servers.
 * ``n[c]`` cloud instances (serving pool), ``m[o]`` owned servers bought, ``u[o]`` inventory
   servers used; ``z[w,shape]``, ``cloud[w]``, ``owned[w]`` booleans (the design's signature);
@@ -32,7 +34,7 @@ Constraints
 
 1. Link: ``sel[w,r] => xc+xo >= 1``, ``not sel[w,r] => xc+xo = 0``; ``sel => z[w,shape(r)]``,
    ``z => OR sel`` of its rows; ``xc <= U*cloud[w]``, ``cloud[w] <= sum xc`` (same for owned).
-2. Shape: ``sum_r sel[w,r] <= 1`` unless the workload allows mixed GPU types;
+2. Shape: ``sum_r sel[w,r] = 1`` unless the workload allows mixed GPU types;
    ``sum_r (xc+xo)[w,r] >= 1`` (every serving workload is served).
 3. Training: ``sum_r (yc+yo)[w,r] = 1`` for every w in T.
 4. GPU count: for every GPU type g,
@@ -47,12 +49,19 @@ Constraints
 6. ``throughput`` (l): ``sum_r rate_nolat[r]*(xc+xo) >= D_w`` for w in S.
 7. ``latency`` (l): ``sum_r rate[r]*(xc+xo) >= D_w`` for w in S with a p95 target.
 8. ``redundancy`` (l): ``M_w >= rho[r]*sel[w,r]``, ``sum_r rho[r]*(xc+xo) - k_w*M_w >= D_w``.
+   For a workload served by one shape, each of 6-8 also states its per-row floor:
+   ``l and sel[w,r] => xc+xo >= spare + ceil(D_w / rate[r])`` (rate 0: ``l => not sel[w,r]``).
+   Implied once exactly one row is selected, it makes the LP relaxation the convex hull of whole
+   replica counts of one shape (the bound then closes these models in few branches).
 9. ``deadline``, ``allowed_gpus``, ``allowed_quant`` (l): rows marked by the family are unselected.
 10. ``deployment`` (l): units of the excluded kind are 0 (training on them unselected).
 11. ``max_gpus`` (l): ``G <= max_gpus``; ``G`` = owned GPUs + cloud serving GPUs + cloud training
     GPUs (sequential: owned + the largest cloud phase).
 12. ``power`` (l): ``sum_o power_o*(m[o]+u[o]) <= max_power`` (owned only: your facility).
 13. ``inventory`` (l): ``u[o] <= I_o`` (without an inventory, ``u[o] = 0`` unconditionally).
+    Symmetry cut (structural): where owned server sizes s and 2s of a GPU cost, draw and bill pro
+    rata to GPU slots (the catalog's rule), ``m[s] <= 1``: two bought s-servers are worth one
+    2s-server, which hosts everything they host.
 14. ``budget_capital`` (l): ``capital <= B``; ``budget_monthly`` (l): ``monthly <= B``;
     ``budget_total`` (l): ``total <= B`` (cents, budgets rounded down, costs rounded up).
 
@@ -70,7 +79,11 @@ Objectives (:mod:`clusterplan.planner.solve`)
   headroom value so GPUs always dominate).
 * ``max_throughput``: maximise min over serving workloads of capacity/demand (ppm), replica bounds
   widened tenfold; needs a budget; ties by cost.
-* ``min_latency``: minimise the largest p95 at planned load among selected rows (ms); ties by cost.
+* ``min_latency``: minimise the largest p95 at rated load among selected rows (ms); needs a budget;
+  ties by cost.
+
+Solver: one worker, fixed seed (deterministic), ``linearization_level = 2`` (every linear
+constraint in the LP relaxation; the default level needs thousands of conflicts once GPU types mix).
 
 Memory is enforced while preparing candidates (only rows that fit exist).
 """

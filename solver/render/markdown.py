@@ -98,4 +98,10 @@ def render(plan: Plan) -> str:
             ]
         elif not inf.unplaceable:
             out.append(inf.text)
+    if plan.status == "unknown":
+        out += [
+            "",
+            f"No answer within the time limit ({s.time_limit_s:g} s per CP-SAT call): neither a design nor a "
+            "proof that none exists.",
+        ]
     return "\n".join(out) + "\n"

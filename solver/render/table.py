@@ -24,6 +24,12 @@ def render(plan: Plan, console: Console) -> None:
         _why(plan, console)
     if plan.infeasibility is not None:
         _infeasible(plan, console)
+    if plan.status == "unknown":
+        console.print(
+            f"No answer within the time limit ({s.time_limit_s:g} s per CP-SAT call): neither a design "
+            "nor a proof that none exists. Raise --time-limit.",
+            markup=False,
+        )
 
 
 def _designs(plan: Plan, console: Console) -> None:
