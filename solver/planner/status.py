@@ -9,6 +9,7 @@ infeasibility: it is never reported as infeasible.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -25,11 +26,11 @@ class SolveStatus(StrEnum):
         return self in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
 
     @classmethod
-    def from_cpsat(cls, code: int) -> SolveStatus:
+    def from_cpsat(cls, code: Any) -> SolveStatus:
         return _FROM_CPSAT[code]
 
 
-_FROM_CPSAT: dict[int, SolveStatus] = {
+_FROM_CPSAT: dict[Any, SolveStatus] = {
     cp_model.OPTIMAL: SolveStatus.OPTIMAL,
     cp_model.FEASIBLE: SolveStatus.FEASIBLE,
     cp_model.INFEASIBLE: SolveStatus.INFEASIBLE,

@@ -155,7 +155,8 @@ class PlanVariables:
         return self._xo.get((w, r), 0)
 
     def replicas(self, w: int, r: int) -> LinearExpr:
-        return self.cloud_replicas(w, r) + self.owned_replicas(w, r)
+        xs = self.replica_vars(w, r)
+        return cp_model.LinearExpr.sum(xs) if xs else 0
 
     def replica_vars(self, w: int, r: int) -> list[IntVar]:
         return [x for x in (self._xc.get((w, r)), self._xo.get((w, r))) if x is not None]
