@@ -718,84 +718,103 @@ def serving_candidates(
     excl: list[Exclusion] = []
     considered = 0
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
+    # Rows another row of the same GPU type dominates are dropped (prune_serving_rows). Shapes are
+    # visited from the fewest GPUs up, so a shape whose best possible rate (its rate without
+    # targets) is already beaten by copies of a smaller shape is skipped before its latency-target
+    # rate (the expensive queueing search) is computed: the outcome is the same table, faster.
+    cross = (not allow_mixed) or w.redundancy == 0
+    skip_dominated = cross and not keep_latency
+    quant_order = {q: i for i, q in enumerate(SERVING_QUANTS)}
     for gid in sorted(gpus):
         spec = catalog.gpus[gid]
         g = gpus[gid]
         half = rules.half_precision(spec)
-        for quant_choice in SERVING_QUANTS:
+        combos = sorted(
+            ((quant_choice, tp, pp) for quant_choice in SERVING_QUANTS for tp, pp in serving_shapes(g)),
+            key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]]),
+        )
+        mine: list[ServingRow] = []
+        for quant_choice, tp, pp in combos:
             quant = half if quant_choice == "bf16" else quant_choice
             kv = _kv_default(quant, w, half)
-            for tp, pp in serving_shapes(g):
-                considered += 1
-                hard = [r for r in rules.serving_rules(arch, spec, tp, pp, quant, kv) if not _is_link_reason(r)]
-                if hard:
-                    excl.append(Exclusion(gid, HARDWARE, hard[0]))
-                    continue
-                shape = {
-                    "tp": tp,
-                    "pp": pp,
-                    "quant": quant,
-                    "kv_precision": kv,
-                    "context_tokens": w.context_tokens,
-                    "assumptions": assumptions,
-                }
-                max_batch = serving.max_batch_by_memory(arch, spec, **shape)  # type: ignore[arg-type]
-                if max_batch < 1:
-                    est = serving.estimate_serving(
-                        arch, spec, batch=1, input_tokens=w.input_tokens, output_tokens=w.output_tokens, **shape
-                    )  # type: ignore[arg-type]
-                    reasons = [r for r in est.reasons if not _is_link_reason(r)]
-                    excl.append(
-                        Exclusion(
-                            gid,
-                            MEMORY,
-                            reasons[0]
-                            if reasons
-                            else f"{g.name}: {arch.name} does not fit at {quant}, TP {tp}, PP {pp}",
-                        )
+            considered += 1
+            hard = [r for r in rules.serving_rules(arch, spec, tp, pp, quant, kv) if not _is_link_reason(r)]
+            if hard:
+                excl.append(Exclusion(gid, HARDWARE, hard[0]))
+                continue
+            shape = {
+                "tp": tp,
+                "pp": pp,
+                "quant": quant,
+                "kv_precision": kv,
+                "context_tokens": w.context_tokens,
+                "assumptions": assumptions,
+            }
+            max_batch = serving.max_batch_by_memory(arch, spec, **shape)  # type: ignore[arg-type]
+            if max_batch < 1:
+                est = serving.estimate_serving(
+                    arch, spec, batch=1, input_tokens=w.input_tokens, output_tokens=w.output_tokens, **shape
+                )  # type: ignore[arg-type]
+                reasons = [r for r in est.reasons if not _is_link_reason(r)]
+                excl.append(
+                    Exclusion(
+                        gid,
+                        MEMORY,
+                        reasons[0] if reasons else f"{g.name}: {arch.name} does not fit at {quant}, TP {tp}, PP {pp}",
                     )
+                )
+                continue
+            forbidden = tuple(_forbidden_for(g, limits, tp=tp, quant=quant))
+            # The largest batch that fits is the operating point: a larger concurrency cap never
+            # lowers the rate a replica takes within its targets (the running batch follows the
+            # load; the cap only adds room), so it dominates smaller batches for cost. The
+            # min-latency objective also gets batch 1.
+            for batch in sorted({max_batch, 1} if keep_latency else {max_batch}, reverse=True):
+                est = serving.estimate_serving(
+                    arch, spec, batch=batch, input_tokens=w.input_tokens, output_tokens=w.output_tokens, **shape
+                )  # type: ignore[arg-type]
+                if _link_only(est.reasons):
+                    # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
+                    est = est.model_copy(update={"feasible": True, "reasons": []})
+                if not est.feasible:
+                    reason = est.reasons[0] if est.reasons else f"{g.name}: infeasible"
+                    excl.append(Exclusion(gid, _exclusion_family(reason), reason))
                     continue
-                forbidden = tuple(_forbidden_for(g, limits, tp=tp, quant=quant))
-                # The largest batch that fits is the operating point: a larger concurrency cap never
-                # lowers the rate a replica takes within its targets (the running batch follows the
-                # load; the cap only adds room), so it dominates smaller batches for cost. The
-                # min-latency objective also gets batch 1.
-                for batch in sorted({max_batch, 1} if keep_latency else {max_batch}, reverse=True):
-                    est = serving.estimate_serving(
-                        arch, spec, batch=batch, input_tokens=w.input_tokens, output_tokens=w.output_tokens, **shape
-                    )  # type: ignore[arg-type]
-                    if _link_only(est.reasons):
-                        # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
-                        est = est.model_copy(update={"feasible": True, "reasons": []})
-                    if not est.feasible:
-                        reason = est.reasons[0] if est.reasons else f"{g.name}: infeasible"
-                        excl.append(Exclusion(gid, _exclusion_family(reason), reason))
-                        continue
-                    rate = max_rate_meeting(est, targets, **tk)  # type: ignore[arg-type]
-                    rate_nolat = assumptions.utilisation_ceiling * est.requests_per_s
-                    lat = queueing.latency_at_load(est, rate if rate > 0 else rate_nolat, **tk)  # type: ignore[arg-type]
-                    rows.append(
-                        ServingRow(
-                            gpu_id=gid,
-                            tp=tp,
-                            pp=pp,
-                            quant=quant,
-                            batch=est.batch,
-                            rate_rps=rate,
-                            rate_nolat_rps=rate_nolat,
-                            kv_precision=kv,
-                            p95_e2e_s=lat.p95_e2e_s,
-                            p95_ttft_s=lat.p95_ttft_s,
-                            p95_tpot_s=lat.p95_tpot_s,
-                            ttft_s=est.ttft_s,
-                            tpot_s=est.tpot_s,
-                            output_tokens_per_s=est.output_tokens_per_s,
-                            memory_gib=est.memory.total_gib,
-                            capacity_gib=est.memory.capacity_gib,
-                            bound=est.bound,
-                            forbidden_by=forbidden,
-                        )
+                rate_nolat = assumptions.utilisation_ceiling * est.requests_per_s
+                fams = frozenset(f for f, _ in forbidden)
+                if skip_dominated and any(
+                    a.tp <= tp
+                    and a.gpus <= tp * pp
+                    and a.forbidding_families <= fams
+                    and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= rate_nolat
+                    for a in mine
+                ):
+                    continue
+                rate = max_rate_meeting(est, targets, **tk)  # type: ignore[arg-type]
+                lat = queueing.latency_at_load(est, rate if rate > 0 else rate_nolat, **tk)  # type: ignore[arg-type]
+                rows.append(
+                    ServingRow(
+                        gpu_id=gid,
+                        tp=tp,
+                        pp=pp,
+                        quant=quant,
+                        batch=est.batch,
+                        rate_rps=rate,
+                        rate_nolat_rps=rate_nolat,
+                        kv_precision=kv,
+                        p95_e2e_s=lat.p95_e2e_s,
+                        p95_ttft_s=lat.p95_ttft_s,
+                        p95_tpot_s=lat.p95_tpot_s,
+                        ttft_s=est.ttft_s,
+                        tpot_s=est.tpot_s,
+                        output_tokens_per_s=est.output_tokens_per_s,
+                        memory_gib=est.memory.total_gib,
+                        capacity_gib=est.memory.capacity_gib,
+                        bound=est.bound,
+                        forbidden_by=forbidden,
                     )
+                )
+                mine.append(rows[-1])
     if targets.any:
         for gid in sorted(gpus):
             mine = [r for r in rows if r.gpu_id == gid]
@@ -810,7 +829,6 @@ def serving_candidates(
                         f"{best.tpot_s * 1000:.0f} ms at TP {best.tp}, {best.quant})",
                     )
                 )
-    cross = (not allow_mixed) or w.redundancy == 0
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
     return WorkloadCandidates(
         index=index,
@@ -867,6 +885,10 @@ def _dp_ladder(max_dp: int) -> list[int]:
 
 
 MAX_TRAINING_GPUS = 4096
+# Doubling DP past the first layout that meets the deadline buys speed nobody asked for with more
+# GPUs (owned: more capital; cloud: the same GPU-hours or more). Two more doublings are kept, for
+# instance-size rounding and for what-if sweeps that tighten the deadline; larger ones are not tried.
+EXTRA_DP_AFTER_DEADLINE = 2
 TRAINING_PP = (1, 2, 4, 8)
 MICRO_BATCHES = (8, 4, 2, 1)
 
@@ -959,7 +981,7 @@ def training_candidates(
     """Every parallel layout of one training/fine-tuning workload on every GPU type.
 
     Layouts: GPU x TP in {1,2,4,8} x PP in {1,2,4,8} x DP in powers of two (up to the sequences per
-    optimizer step and 4,096 GPUs); per layout the fastest ZeRO stage, recompute policy and micro-batch
+    optimizer step and 4,096 GPUs, and two doublings past the first DP that meets the deadline); per layout the fastest ZeRO stage, recompute policy and micro-batch
     that fit (:func:`_fastest_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
     """
@@ -992,7 +1014,10 @@ def training_candidates(
                     continue
                 forbidden = _forbidden_for(g, limits, tp=tp, quant=None)
                 max_dp = max(1, min(MAX_TRAINING_GPUS // (tp * pp), seqs_per_step))
+                beyond_deadline = 0  # layouts evaluated after the first that meets the deadline
                 for dp in _dp_ladder(max_dp):
+                    if beyond_deadline > EXTRA_DP_AFTER_DEADLINE:
+                        break
                     considered += 1
                     est, last_reason = _fastest_layout(
                         arch,
@@ -1021,6 +1046,8 @@ def training_candidates(
                     fb = list(forbidden)
                     if not within and not any(f == TP_NVLINK for f, _ in fb):
                         fb.append((TP_NVLINK, f"{g.name}: no cloud instance links {tp} GPUs with NVLink"))
+                    if beyond_deadline or est.time_to_train_s <= w.deadline:
+                        beyond_deadline += 1
                     if est.time_to_train_s > w.deadline:
                         fb.append(
                             (

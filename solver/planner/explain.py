@@ -170,7 +170,8 @@ def lost_gpus(planner: Planner, best: Outcome, *, limit: int = LOST_GPU_LIMIT) -
             c = _unit_cost(table, gid)
             if c is not None and c < threshold:
                 cands.append((c, gid))
-        for cost, gid in sorted(cands)[:limit]:
+        # The closest competitors first: the GPU types just cheaper than the one chosen.
+        for cost, gid in sorted(cands, key=lambda c: (-c[0], c[1]))[:limit]:
             out.append(_why_lost(planner, wc, gid, cost, base_total))
     return out
 

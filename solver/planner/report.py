@@ -313,6 +313,8 @@ def margins(table: CandidateTable, sol: Solution, fams: list[Family]) -> list[Co
                 for r in used_rows:
                     free = r.capacity_gib - r.memory_gib
                     text = f"{wc.name}: {r.memory_gib:,.1f} of {r.capacity_gib:,.1f} GiB per {r.gpu_id} GPU"
+                    if isinstance(r, ServingRow):
+                        text += f" (the KV cache for the batch cap of {r.batch} fills what the weights leave)"
                     if worst is None or free < worst[0]:
                         worst = (free, text)
             if worst is not None:
