@@ -531,7 +531,6 @@ def build_offerings(
     offerings = [cheapest[k] for k in sorted(cheapest)]
 
     owned = catalog.owned
-    sizes = sorted(owned.node_sizes)
     pue = owned.pue.value
     kwh = owned.electricity_usd_per_kwh.value
     for gid in sorted(gpus):
@@ -539,11 +538,14 @@ def build_offerings(
         inv = limits.inventory_of(gid)
         if g.price_usd is None and not inv:
             continue
-        inv_nodes = inventory_servers(inv, g.max_gpus_per_node, sizes)
+        spec = catalog.gpus.get(gid)
+        all_sizes = [s for s in sorted(owned.node_sizes) if s <= g.max_gpus_per_node] or [1]
+        # Sizes it can be bought in (HGX B200 comes on 8-GPU boards only); inventory may sit in any size.
+        buy_sizes = owned.sizes_for(spec) if spec is not None else all_sizes
+        inv_nodes = inventory_servers(inv, g.max_gpus_per_node, all_sizes)
+        sizes = sorted(set(buy_sizes) | set(inv_nodes))
         cls = g.gpu_class
         for s in sizes:
-            if s > g.max_gpus_per_node:
-                continue
             # The catalog's rule: a node of s GPU slots carries s / reference of a full node's
             # chassis, network and overhead figures (OwnedCosts.node_fraction).
             node_usd = owned.server_usd_for_node(cls, s) + owned.network_usd_for_node(cls, s)  # type: ignore[arg-type]
@@ -562,7 +564,7 @@ def build_offerings(
                     power_w=power,
                     energy_usd_per_month=power / 1000.0 * pue * kwh * HOURS_PER_MONTH,
                     inventory_units=inv_nodes.get(s, 0),
-                    purchasable=g.price_usd is not None,
+                    purchasable=g.price_usd is not None and s in buy_sizes,
                     forbidden_by=forbidden,
                 )
             )

@@ -81,6 +81,11 @@ class GpuSpec(Provenance):
     pcie_bandwidth_gb_per_s: float = Field(gt=0, description="PCIe x16 bidirectional, GB/s")
     tdp_w: float = Field(gt=0, description="board power, W")
     max_gpus_per_node: int = Field(8, ge=1, description="largest server this GPU ships in")
+    owned_node_sizes: list[int] | None = Field(
+        None,
+        description="server sizes (GPUs per node) this GPU is sold in, e.g. [8] for HGX B200 boards; "
+        "default: the owned node_sizes up to max_gpus_per_node",
+    )
     price: PurchasePrice | None = None
 
     @model_validator(mode="after")
@@ -93,6 +98,8 @@ class GpuSpec(Provenance):
             raise ValueError("a PCIe-only GPU has scale_up_domain 1")
         if self.scale_up_domain > self.max_gpus_per_node:
             raise ValueError("scale_up_domain cannot exceed max_gpus_per_node")
+        if self.owned_node_sizes is not None and (not self.owned_node_sizes or min(self.owned_node_sizes) < 1):
+            raise ValueError("owned_node_sizes must be a non-empty list of positive GPU counts")
         return self
 
     def tflops(self, precision: Precision) -> float | None:
@@ -203,6 +210,12 @@ class OwnedCosts(Row):
         default_factory=lambda: {"datacenter": 8, "workstation": 4, "consumer": 4},
         description="GPU slots of the node the per-node figures describe, by class; smaller nodes scale down",
     )
+
+    def sizes_for(self, gpu: GpuSpec) -> list[int]:
+        """Owned server sizes a GPU can be bought in, ascending (its own list, else ours up to its maximum)."""
+        own = gpu.owned_node_sizes if gpu.owned_node_sizes is not None else self.node_sizes
+        # A user catalog that lowers max_gpus_per_node (a rack power limit) clips the sizes on sale.
+        return sorted(s for s in own if s <= gpu.max_gpus_per_node) or [gpu.max_gpus_per_node]
 
     def node_fraction(self, gpu_class: GpuClass, node_gpus: int) -> float:
         """Share of a reference node's chassis, network and overhead a node of ``node_gpus`` carries.

@@ -26,8 +26,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+# Piped output (a file, a CI log, a design doc) gets room for the plan's tables; a terminal keeps its width.
+_PIPE_WIDTH = 160
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-out_console = Console(highlight=False, soft_wrap=True)
+out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
 
 _state = {"debug": False}
 

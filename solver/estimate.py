@@ -289,7 +289,7 @@ def _cheapest_instance(
 
 def _owned_nodes(catalog: Catalog, gpu: GpuSpec, gpus: int) -> tuple[int, int]:
     """(nodes, GPUs per node): the largest owned server size this GPU ships in, enough nodes for ``gpus``."""
-    sizes = [s for s in catalog.owned.node_sizes if s <= gpu.max_gpus_per_node] or [1]
+    sizes = catalog.owned.sizes_for(gpu)
     fitting = [s for s in sizes if s >= gpus]
     per_node = min(fitting) if fitting else max(sizes)
     return math.ceil(gpus / per_node), per_node

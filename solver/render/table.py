@@ -53,7 +53,16 @@ def _designs(plan: Plan, console: Console) -> None:
 
 def _detail(d: Design, console: Console) -> None:
     t = Table(title="Design 1 in detail", title_justify="left")
-    for col in ("workload", "replicas / layout", "throughput", "TTFT", "TPOT", "p95", "mem/GPU"):
+    columns = (
+        "workload",
+        "replicas / layout",
+        "throughput",
+        "TTFT idle / p95 at load",
+        "TPOT full batch / p95 at load",
+        "p95 e2e",
+        "mem/GPU",
+    )
+    for col in columns:
         t.add_column(col, overflow="fold")
     for w in d.workloads:
         if isinstance(w, ServingPlan):
@@ -62,8 +71,8 @@ def _detail(d: Design, console: Console) -> None:
                     escape(w.workload),
                     escape(group_layout(g)),
                     f"{g.rate_rps * g.replicas:,.2f} req/s ({w.demand_rps:,.2f} at peak)",
-                    f"{seconds(g.ttft_s)} (p95 {seconds(g.p95_ttft_s)})",
-                    f"{seconds(g.tpot_s)} (p95 {seconds(g.p95_tpot_s)})",
+                    f"{seconds(g.ttft_s)} / {seconds(g.p95_ttft_s)}",
+                    f"{seconds(g.tpot_s)} / {seconds(g.p95_tpot_s)}",
                     seconds(g.p95_latency_s),
                     f"{g.memory_gib_per_gpu:,.1f}/{g.gpu_memory_gib:,.0f} GiB",
                 )
