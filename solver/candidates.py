@@ -644,42 +644,23 @@ def max_rate_meeting(
 ) -> float:
     """Largest arrival rate one replica takes with its p95 targets met and utilisation <= the ceiling.
 
-    The same question as :func:`clusterplan.physics.queueing.max_rate_for_targets`, answered with the
-    same :func:`~clusterplan.physics.queueing.latency_at_load` but a coarser bisection (``steps``
+    :func:`clusterplan.physics.queueing.max_rate_for_targets` with a coarser bisection (``steps``
     halvings of ``[0, ceiling x saturated rate]``, keeping the feasible end): the planner asks it
     thousands of times, and 1/256 of the saturated rate, rounded down, is well inside the model's
     accuracy. Without targets the answer is ``ceiling x saturated rate`` (no latency evaluated).
     """
     from clusterplan.physics import queueing
 
-    if not est.feasible or est.requests_per_s <= 0:
-        return 0.0
-    hi = assumptions.utilisation_ceiling * est.requests_per_s
-    if not targets.any:
-        return hi
-
-    def ok(rate: float) -> bool:
-        lat = queueing.latency_at_load(
-            est, rate, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions
-        )
-        return (
-            (targets.p95_latency_s is None or lat.p95_e2e_s <= targets.p95_latency_s)
-            and (targets.p95_ttft_s is None or lat.p95_ttft_s <= targets.p95_ttft_s)
-            and (targets.p95_tpot_s is None or lat.p95_tpot_s <= targets.p95_tpot_s)
-        )
-
-    if not ok(0.0):
-        return 0.0
-    if ok(hi):
-        return hi
-    lo = 0.0
-    for _ in range(steps):
-        mid = (lo + hi) / 2.0
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return queueing.max_rate_for_targets(
+        est,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        p95_latency_s=targets.p95_latency_s,
+        p95_ttft_s=targets.p95_ttft_s,
+        p95_tpot_s=targets.p95_tpot_s,
+        assumptions=assumptions,
+        steps=steps,
+    )
 
 
 def serving_shapes(g: GpuType) -> list[tuple[int, int]]:

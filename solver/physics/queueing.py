@@ -172,15 +172,18 @@ def max_rate_for_targets(
     p95_ttft_s: float | None,
     p95_tpot_s: float | None,
     assumptions: Assumptions,
+    steps: int = BISECTION_STEPS,
 ) -> float:
     """Largest arrival rate (requests/s) one replica takes with every p95 target met and ``ρ <= ceiling``.
 
     ``None`` targets are unconstrained. Returns 0.0 when the replica is infeasible or even an idle replica
-    misses a target. Deterministic bisection over ``[0, ceiling·μ]`` with a fixed number of steps; the
-    p95s are non-decreasing in the rate, so the answer is monotone in every target.
+    misses a target. Deterministic bisection over ``[0, ceiling·μ]`` with ``steps`` halvings, keeping the
+    feasible end; the p95s are non-decreasing in the rate, so the answer is monotone in every target.
     """
     if not est.feasible or est.requests_per_s <= 0:
         return 0.0
+    if p95_latency_s is None and p95_ttft_s is None and p95_tpot_s is None:
+        return assumptions.utilisation_ceiling * est.requests_per_s
 
     def ok(rate: float) -> bool:
         lat = latency_at_load(
@@ -194,7 +197,7 @@ def max_rate_for_targets(
     if ok(hi):
         return hi
     lo = 0.0
-    for _ in range(BISECTION_STEPS):
+    for _ in range(steps):
         mid = (lo + hi) / 2.0
         if ok(mid):
             lo = mid
