@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from clusterplan.catalog import Catalog, UnknownNameError, load_catalog
 from clusterplan.catalog_schema import OwnedFigure
 from clusterplan.errors import ClusterplanError

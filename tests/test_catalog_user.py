@@ -10,10 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from clusterplan.catalog import CatalogInputError, load_catalog, load_catalog_text
 from clusterplan.cli import app
 from clusterplan.errors import CatalogError, InputError
-from typer.testing import CliRunner
 
 DATA = Path(__file__).resolve().parent / "data" / "catalogs"
 NEGOTIATED = DATA / "negotiated.yaml"

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from clusterplan.catalog import Catalog, load_catalog
-from clusterplan.catalog_schema import CatalogModel, CloudInstance, GpuSpec
 from pydantic import BaseModel
 from rich.table import Table
+
+from clusterplan.catalog import Catalog, load_catalog
+from clusterplan.catalog_schema import CatalogModel, CloudInstance, GpuSpec
 
 CATALOG_HELP = "A user catalog YAML that adds or overrides rows (repeatable; applied in order)."
 JSON_HELP = "Print a JSON list of the rows (sorted by id, every field) instead of a table."
