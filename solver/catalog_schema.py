@@ -182,6 +182,10 @@ class OwnedFigure(Provenance):
     unit: str
 
 
+def _reference_node_gpus() -> dict[GpuClass, int]:
+    return {"datacenter": 8, "workstation": 4, "consumer": 4}
+
+
 class OwnedCosts(Row):
     """Assumptions for owned hardware; each figure carries its own provenance."""
 
@@ -207,7 +211,7 @@ class OwnedCosts(Row):
     )
     node_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per owned server")
     reference_node_gpus: dict[GpuClass, int] = Field(
-        default_factory=lambda: {"datacenter": 8, "workstation": 4, "consumer": 4},
+        default_factory=_reference_node_gpus,
         description="GPU slots of the node the per-node figures describe, by class; smaller nodes scale down",
     )
 
