@@ -898,20 +898,17 @@ def _fastest_layout(
     """
     from clusterplan.physics import training
 
-    def estimate(zero: int, rec: str, mb: int) -> tuple[TrainingEstimate, str]:
-        est = training.estimate_training(
-            arch,
-            spec,
-            workload=w,
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            zero_stage=zero,
-            recompute=rec,
-            micro_batch=mb,
-            nodes_gpus_per_node=node,
-            assumptions=assumptions,
-        )
+    def estimate(zero: int, rec: str, mb: int) -> tuple[TrainingEstimate | None, str]:
+        """The estimate and its first reason; no estimate when it does not fit (the reason is the same)."""
+        args = (arch, spec)
+        layout = dict(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=mb, nodes_gpus_per_node=node)
+        # Rules, batch and memory come first in the estimate's reasons, and most settings tried fail
+        # there: checking them alone skips the timing model (the first reason is the same).
+        early = training.training_fit_reasons(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)
+        early = [r for r in early if not _is_link_reason(r)]
+        if early:
+            return None, early[0]
+        est = training.estimate_training(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)
         reasons = [r for r in est.reasons if not _is_link_reason(r)]
         return est, reasons[0] if reasons else ""
 
@@ -941,6 +938,7 @@ def _fastest_layout(
                     if not reason:
                         found = est
                         break
+            assert found is not None  # settings with a reason never reach here
             if best is None or found.time_to_train_s < best.time_to_train_s:
                 best = found
             if zero == zero_stages[0] and found.micro_batch == sizes[0]:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
@@ -24,7 +25,7 @@ from clusterplan.physics.comm import link_for_group, p2p_s, ring_allgather_s, ri
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.rules import short_name, training_rules
 from clusterplan.physics.serving import attention_width, peak_tflops
-from clusterplan.physics.types import Bound, TrainingEstimate
+from clusterplan.physics.types import Bound, MemoryBreakdown, TrainingEstimate
 from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
 from clusterplan.units import BYTES_PER_GB
 
@@ -117,7 +118,32 @@ def _compute_precision(gpu: GpuSpec, precision: str) -> str:
     return precision if precision in ("bf16", "fp16") else "bf16"
 
 
-def estimate_training(
+@dataclass
+class _MemoryPhase:
+    """What :func:`estimate_training` computes up to and including the memory check."""
+
+    reasons: list[str]
+    notes: list[str]
+    method: str
+    rank: int
+    gpus: int
+    node: int
+    seq: float
+    micro_batch: int
+    micro_batches: int
+    tokens_per_step: float
+    layers: int
+    layer_p: float
+    trainable: float
+    w_b: float
+    g_b: float
+    o_b: float
+    gathered_bytes: float
+    sp: bool
+    mem: MemoryBreakdown
+
+
+def _memory_phase(
     arch: ModelArchitecture,
     gpu: GpuSpec,
     *,
@@ -130,14 +156,8 @@ def estimate_training(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
-) -> TrainingEstimate:
-    """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
-
-    ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
-    Infeasible configurations come back with ``feasible=False`` and readable ``reasons``, numbers filled in.
-    """
+) -> _MemoryPhase:
     a = assumptions
-    cls = gpu.gpu_class
     method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
     rank = workload.lora_rank if isinstance(workload, FinetuneWorkload) else 0
     precision = workload.precision
@@ -221,6 +241,71 @@ def estimate_training(
             f"runtime {mem.runtime_overhead_gib:,.1f}, headroom {mem.headroom_gib:,.1f}); "
             f"{short_name(gpu)} has {mem.capacity_gib:,.1f} GiB"
         )
+
+    return _MemoryPhase(
+        reasons=reasons, notes=notes, method=method, rank=rank, gpus=gpus, node=node, seq=seq,
+        micro_batch=micro_batch, micro_batches=micro_batches,
+        tokens_per_step=tokens_per_step, layers=layers, layer_p=layer_p, trainable=trainable,
+        w_b=w_b, g_b=g_b, o_b=o_b, gathered_bytes=gathered_bytes, sp=sp, mem=mem,
+    )  # fmt: skip
+
+
+def training_fit_reasons(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    *,
+    workload: TrainingWorkload | FinetuneWorkload,
+    tp: int,
+    pp: int,
+    dp: int,
+    zero_stage: int,
+    recompute: str,
+    micro_batch: int,
+    nodes_gpus_per_node: int,
+    assumptions: Assumptions,
+) -> list[str]:
+    """The reasons :func:`estimate_training` finds before timing anything (rules, batch, memory), in its order.
+
+    A prefix of ``estimate_training(...).reasons``: the reasons found later (a GPU without tensor
+    throughput for the precision) come after these. Cheaper than the full estimate when only the fit matters.
+    """
+    return _memory_phase(
+        arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
+        micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
+    ).reasons  # fmt: skip
+
+
+def estimate_training(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    *,
+    workload: TrainingWorkload | FinetuneWorkload,
+    tp: int,
+    pp: int,
+    dp: int,
+    zero_stage: int,
+    recompute: str,
+    micro_batch: int,
+    nodes_gpus_per_node: int,
+    assumptions: Assumptions,
+) -> TrainingEstimate:
+    """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
+
+    ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
+    Infeasible configurations come back with ``feasible=False`` and readable ``reasons``, numbers filled in.
+    """
+    a = assumptions
+    cls = gpu.gpu_class
+    ph = _memory_phase(
+        arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
+        micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
+    )  # fmt: skip
+    reasons, notes, mem = ph.reasons, ph.notes, ph.mem
+    method, rank, precision = ph.method, ph.rank, workload.precision
+    gpus, node, seq, micro_batch = ph.gpus, ph.node, ph.seq, ph.micro_batch
+    micro_batches, tokens_per_step = ph.micro_batches, ph.tokens_per_step
+    layers, layer_p, trainable, gathered_bytes, sp = ph.layers, ph.layer_p, ph.trainable, ph.gathered_bytes, ph.sp
+    w_b, g_b, o_b = ph.w_b, ph.g_b, ph.o_b
 
     # Compute.
     cprec = _compute_precision(gpu, precision)
