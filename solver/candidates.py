@@ -904,11 +904,11 @@ def _fastest_layout(
         layout = dict(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=mb, nodes_gpus_per_node=node)
         # Rules, batch and memory come first in the estimate's reasons, and most settings tried fail
         # there: checking them alone skips the timing model (the first reason is the same).
-        early = training.training_fit_reasons(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)
-        early = [r for r in early if not _is_link_reason(r)]
+        fit = training.training_fit(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)
+        early = [r for r in fit.reasons if not _is_link_reason(r)]
         if early:
             return None, early[0]
-        est = training.estimate_training(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)
+        est = training.estimate_training(*args, workload=w, recompute=rec, assumptions=assumptions, **layout, fit=fit)
         reasons = [r for r in est.reasons if not _is_link_reason(r)]
         return est, reasons[0] if reasons else ""
 

@@ -119,8 +119,8 @@ def _compute_precision(gpu: GpuSpec, precision: str) -> str:
 
 
 @dataclass
-class _MemoryPhase:
-    """What :func:`estimate_training` computes up to and including the memory check."""
+class TrainingFit:
+    """What :func:`estimate_training` computes up to and including the memory check (:func:`training_fit`)."""
 
     reasons: list[str]
     notes: list[str]
@@ -156,7 +156,7 @@ def _memory_phase(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
-) -> _MemoryPhase:
+) -> TrainingFit:
     a = assumptions
     method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
     rank = workload.lora_rank if isinstance(workload, FinetuneWorkload) else 0
@@ -242,7 +242,7 @@ def _memory_phase(
             f"{short_name(gpu)} has {mem.capacity_gib:,.1f} GiB"
         )
 
-    return _MemoryPhase(
+    return TrainingFit(
         reasons=reasons, notes=notes, method=method, rank=rank, gpus=gpus, node=node, seq=seq,
         micro_batch=micro_batch, micro_batches=micro_batches,
         tokens_per_step=tokens_per_step, layers=layers, layer_p=layer_p, trainable=trainable,
@@ -250,7 +250,7 @@ def _memory_phase(
     )  # fmt: skip
 
 
-def training_fit_reasons(
+def training_fit(
     arch: ModelArchitecture,
     gpu: GpuSpec,
     *,
@@ -263,16 +263,17 @@ def training_fit_reasons(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
-) -> list[str]:
-    """The reasons :func:`estimate_training` finds before timing anything (rules, batch, memory), in its order.
+) -> TrainingFit:
+    """The part of :func:`estimate_training` before timing anything: rules, batch and memory.
 
-    A prefix of ``estimate_training(...).reasons``: the reasons found later (a GPU without tensor
-    throughput for the precision) come after these. Cheaper than the full estimate when only the fit matters.
+    Its ``reasons`` are a prefix of ``estimate_training(...).reasons`` (reasons found later, such as a
+    GPU without tensor throughput for the precision, come after). Cheaper when only the fit matters;
+    pass it to :func:`estimate_training` (same arguments) to finish the estimate without redoing it.
     """
     return _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
-    ).reasons  # fmt: skip
+    )  # fmt: skip
 
 
 def estimate_training(
@@ -288,19 +289,21 @@ def estimate_training(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
+    fit: TrainingFit | None = None,
 ) -> TrainingEstimate:
     """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
 
     ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
     Infeasible configurations come back with ``feasible=False`` and readable ``reasons``, numbers filled in.
+    ``fit``: :func:`training_fit` of the same arguments, already computed.
     """
     a = assumptions
     cls = gpu.gpu_class
-    ph = _memory_phase(
+    ph = fit or _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
     )  # fmt: skip
-    reasons, notes, mem = ph.reasons, ph.notes, ph.mem
+    reasons, notes, mem = list(ph.reasons), list(ph.notes), ph.mem
     method, rank, precision = ph.method, ph.rank, workload.precision
     gpus, node, seq, micro_batch = ph.gpus, ph.node, ph.seq, ph.micro_batch
     micro_batches, tokens_per_step = ph.micro_batches, ph.tokens_per_step
