@@ -280,7 +280,7 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
 def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) -> list[str]:
     """Every violation of the requirement by ``design``, re-evaluated with the physics and the catalog."""
     from clusterplan.physics import cost as physics_cost
-    from clusterplan.physics import queueing, rules, serving, training
+    from clusterplan.physics import queueing, serving, training
 
     req = resolved.requirement
     c = req.constraints
@@ -394,7 +394,6 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     f"{wp.workload}: time to train stated {wp.time_to_train_s:.0f} s, "
                     f"physics says {est.time_to_train_s:.0f} s"
                 )
-            del rules
             if wp.deployment == "cloud":
                 lines = [p for p in priced if p.line.kind == "cloud" and p.line.purpose.startswith(wp.workload + " (")]
                 if len(lines) != 1:
