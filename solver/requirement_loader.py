@@ -22,6 +22,17 @@ if TYPE_CHECKING:
 
 MAX_HF_CONFIG_BYTES = 1 * 2**20
 
+# The ranges clusterplan plans within (docs/guarantees.md). Outside them the solver's integer
+# scaling cannot represent the figures exactly, so a value beyond one is refused, located, rather
+# than planned wrongly: peak demand beyond 10**7 requests/min rounded every replica's rate to zero
+# ("infeasible"), a budget of $10**17 or a demand of 10**-6 requests/min overflowed CP-SAT.
+MIN_PEAK_REQUESTS_PER_MIN = 0.01  # about 14 requests a day; below it one replica of anything is enough
+MAX_PEAK_REQUESTS_PER_MIN = 1e7  # about 6x the busiest public chat service's average
+MAX_USD = 1e12
+MAX_TRAINING_TOKENS = 1e15
+MIN_DEADLINE_S = 60.0
+MAX_POWER_W = 1e10
+
 # Hugging Face model_type values whose MLP is a plain two-matrix MLP (GELU), not SwiGLU.
 _UNGATED_MODEL_TYPES = {"gptj", "gpt2", "gpt_neox", "falcon", "mpt", "gpt_bigcode", "bloom", "opt", "phi"}
 
@@ -120,9 +131,46 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
                 ("workloads", i),
                 f"needs {ctx:,.0f} tokens of context; {arch.name} supports {arch.max_context:,}",
             )
+    _check_ranges(req, problem)
     if problems:
         raise InputError(problems)
     return ResolvedRequirement(requirement=req, path=doc.file, document=doc, models=tuple(models))
+
+
+def _check_ranges(req: Requirement, problem: Any) -> None:
+    """Refuse figures outside the ranges the planner represents exactly (see the constants above)."""
+    for key in ("capital", "monthly", "total"):
+        value = getattr(req.budget, key)
+        if value is not None and value > MAX_USD:
+            problem(("budget", key), f"${value:,.4g} is beyond the ${MAX_USD:,.0f} clusterplan plans within")
+    c = req.constraints
+    if c.max_power is not None and c.max_power > MAX_POWER_W:
+        problem(("constraints", "max_power"), f"{c.max_power:,.4g} W is beyond the {MAX_POWER_W:,.0f} W limit")
+    for i, w in enumerate(req.workloads):
+        if w.kind == "serving":
+            field = "requests_per_min" if w.requests_per_min is not None else "tokens_per_sec"
+            peak = w.requests_per_s * w.peak_to_average * 60.0
+            if peak < MIN_PEAK_REQUESTS_PER_MIN:
+                problem(
+                    ("workloads", i, field),
+                    f"peak demand is {peak:.3g} requests/min; clusterplan plans for at least "
+                    f"{MIN_PEAK_REQUESTS_PER_MIN:g} (about 14 a day): ask for {MIN_PEAK_REQUESTS_PER_MIN:g}, "
+                    "one replica is enough either way",
+                )
+            elif peak > MAX_PEAK_REQUESTS_PER_MIN:
+                problem(
+                    ("workloads", i, field),
+                    f"peak demand is {peak:,.4g} requests/min; clusterplan plans for at most "
+                    f"{MAX_PEAK_REQUESTS_PER_MIN:,.0f}: check the unit, or split the demand into regions",
+                )
+        else:
+            if w.tokens > MAX_TRAINING_TOKENS:
+                problem(
+                    ("workloads", i, "tokens"),
+                    f"{w.tokens:,.4g} tokens is beyond the {MAX_TRAINING_TOKENS:,.0f} clusterplan plans for",
+                )
+            if w.deadline < MIN_DEADLINE_S:
+                problem(("workloads", i, "deadline"), f"{w.deadline:g} s is shorter than the minimum of one minute")
 
 
 def _check_gpu(catalog: Catalog, name: str, path: PathKey, problem: Any) -> None:
