@@ -106,8 +106,11 @@ class _Converter:
                 raise self.fail(node, path, f"YAML tag {node.tag!r} is not allowed")
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                    raise self.fail(key_node, path, "keys must be plain names (merge keys '<<' are not supported)")
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:merge":
+                    raise self.fail(key_node, path, "merge keys '<<' are not supported; write the fields out")
+                if not isinstance(key_node, yaml.ScalarNode):
+                    kind = "a list" if isinstance(key_node, yaml.SequenceNode) else "a mapping"
+                    raise self.fail(key_node, path, f"a key must be a plain name, not {kind}")
                 key = str(key_node.value)
                 if key in out:
                     first = self.positions.get((*path, key))
@@ -132,6 +135,10 @@ def parse_yaml_text(text: str, file: str) -> LocatedDocument:
             mark = exc.problem_mark or exc.context_mark
             loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file)
             problem = exc.problem or exc.context or "invalid YAML"
+            if problem.startswith("but found another document"):
+                problem = "a file holds one YAML document; a second one ('---') starts here"
+            elif mark is not None and _char_at(text, mark.index) == "\t":
+                problem += " (a tab: YAML indents with spaces)"
             raise InputError([FieldProblem(loc, "", f"invalid YAML: {problem}")]) from None
         except yaml.YAMLError as exc:
             raise InputError([FieldProblem(Location(file), "", f"invalid YAML: {exc}")]) from None
@@ -144,6 +151,10 @@ def parse_yaml_text(text: str, file: str) -> LocatedDocument:
         return LocatedDocument(file=file, data=data, positions=converter.positions)
     finally:
         loader.dispose()
+
+
+def _char_at(text: str, index: int) -> str:
+    return text[index] if 0 <= index < len(text) else ""
 
 
 def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
