@@ -35,6 +35,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from clusterplan.catalog_schema import (
     CatalogModel,
     CloudInstance,
@@ -46,7 +48,6 @@ from clusterplan.catalog_schema import (
 from clusterplan.errors import CatalogError, ClusterplanError, FieldProblem, InputError, Location
 from clusterplan.validation import validate_document
 from clusterplan.yamlio import LocatedDocument, PathKey, format_path, load_yaml_file, parse_yaml_text
-from pydantic import BaseModel
 
 __all__ = [
     "SECTIONS",
@@ -62,6 +63,23 @@ SHIPPED_PACKAGE = "clusterplan.catalog_data"
 SHIPPED_FILES = {name: f"{name}.yaml" for name in SECTIONS}
 AS_OF_PATTERN = re.compile(r"\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?")
 GPU_CLASSES = ("datacenter", "workstation", "consumer")
+
+# Ceilings on money figures (docs/guarantees.md): beyond them the planner's integer cents overflow
+# (a user catalog pricing a GPU at $1e15 crashed the model builder), and no real figure comes close.
+MAX_GPU_USD = 1e7
+MAX_INSTANCE_USD_PER_HOUR = 1e5
+MAX_OWNED_VALUE = {
+    "server_usd_per_node": 1e8,
+    "network_usd_per_node": 1e8,
+    "network_usd_per_node_by_class": 1e8,
+    "electricity_usd_per_kwh": 100.0,
+    "colocation_usd_per_kw_month": 1e6,
+    "node_power_overhead_w": 1e6,
+    "node_power_overhead_w_by_class": 1e6,
+    "pue": 10.0,
+    "amortisation_months": 1200.0,
+    "support_fraction_per_year": 10.0,
+}
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -589,6 +607,15 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
         check_refs("gpus", gpu_id, gpu)
         if gpu.price is not None:
             check_refs("gpus", gpu_id, gpu.price, ("price",))
+            if gpu.price.usd > MAX_GPU_USD:
+                report(
+                    "gpus",
+                    gpu_id,
+                    f"GPU '{gpu_id}' is priced at ${gpu.price.usd:,.4g}, beyond the ${MAX_GPU_USD:,.0f} per GPU "
+                    "clusterplan plans with; check the unit",
+                    "price",
+                    "usd",
+                )
         for precision in gpu.native_precisions:
             if gpu.tflops(precision) is None:
                 report("gpus", gpu_id, f"'{precision}' is listed as native but dense has no figure for it", "dense")
@@ -596,6 +623,16 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
 
     for key, inst in tables.instances.items():
         check_refs("instances", key, inst)
+        for price_field in ("on_demand_usd_per_hour", "spot_usd_per_hour"):
+            price = getattr(inst, price_field)
+            if price is not None and price > MAX_INSTANCE_USD_PER_HOUR:
+                report(
+                    "instances",
+                    key,
+                    f"instance '{key}' costs ${price:,.4g} an hour, beyond the ${MAX_INSTANCE_USD_PER_HOUR:,.0f} "
+                    "clusterplan plans with; check the unit",
+                    price_field,
+                )
         gpu = tables.gpus.get(inst.gpu_id)
         if gpu is None:
             hint = _suggest(inst.gpu_id, _name_index(tables.gpus.values()))
@@ -638,6 +675,16 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
                 figures.extend(((name, str(k)), v) for k, v in value.items() if isinstance(v, OwnedFigure))
         for sub, figure in figures:
             check_refs("owned", "", figure, sub)
+            ceiling = MAX_OWNED_VALUE.get(sub[0])
+            if ceiling is not None and figure.value > ceiling:
+                report(
+                    "owned",
+                    "",
+                    f"{'.'.join(sub)} is {figure.value:,.4g} {figure.unit}, beyond the {ceiling:,.0f} "
+                    "clusterplan plans with; check the unit",
+                    *sub,
+                    "value",
+                )
         missing = [c for c in GPU_CLASSES if c not in owned.server_usd_per_node]
         if missing:
             report("owned", "", f"server_usd_per_node lacks GPU class {', '.join(missing)}", "server_usd_per_node")
