@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from clusterplan.errors import ClusterplanError
+
+if TYPE_CHECKING:
+    from clusterplan.plan import Plan
 
 EXIT_INFEASIBLE = 1
 EXIT_UNKNOWN = 4
@@ -27,6 +31,18 @@ class ObjectiveChoice(StrEnum):
 
 class NeedsBudget(ClusterplanError):
     """--objective max_throughput or min_latency without any budget: the answer is unbounded (exit 2)."""
+
+
+def time_limit_note(plan: Plan) -> str | None:
+    """The plain sentence for a design found but not proven optimal (status feasible); None otherwise."""
+    s = plan.solver
+    if s.status != "feasible":
+        return None
+    gap = f" (gap {s.gap:.1%} to the best bound)" if s.gap is not None else ""
+    return (
+        f"Stopped at the time limit ({s.time_limit_s:g} s per CP-SAT call); not proven optimal{gap}. "
+        "A cheaper design may exist: raise --time-limit to close the gap."
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -83,6 +99,9 @@ def register(app: typer.Typer) -> None:
                 typer.echo(md.render(plan), nl=False)
             else:
                 table.render(plan, out_console)
+                note = time_limit_note(plan)
+                if note:
+                    out_console.print(note, markup=False)
                 out_console.print(
                     f"planned in {tm.total_s:.2f} s: candidates {tm.candidates_s:.2f} s, model {tm.build_s:.2f} s, "
                     f"CP-SAT {tm.solver_s:.2f} s over {tm.solves} solves",

@@ -19,11 +19,32 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from clusterplan.candidates import CandidateTable
+from clusterplan.errors import ClusterplanError
 from clusterplan.planner.builder import BuiltModel, Objective, build
+from clusterplan.planner.constraints.structure import upper_bound
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.variables import PlanVariables
 
 Extra = Callable[[cp_model.CpModel, PlanVariables], None]
+
+# Largest value the combined tie-break objective may reach. CP-SAT refuses an objective that might
+# overflow int64 by its own, more cautious, reckoning; 2**53 leaves a wide margin.
+TIEBREAK_MAX_OBJECTIVE = 2**53
+
+
+class OutOfRange(ClusterplanError):
+    """Figures too large or too small for the solver's integers to represent exactly (exit code 2).
+
+    The requirement and catalog loaders refuse, located, every value outside the documented ranges
+    (docs/guarantees.md); this is the backstop for combinations of in-range values that still overflow.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"cannot plan this requirement exactly: {detail}",
+            fix="check the units of the demand, budgets, deadlines and any user-catalog prices",
+            hint="docs/guarantees.md lists the ranges clusterplan plans within",
+        )
 
 
 @dataclass(frozen=True)
@@ -114,7 +135,12 @@ class Planner:
         self.objective = objective
         self.settings = settings or SolverSettings()
         t0 = time.perf_counter()
-        self.built: BuiltModel = build(table, objective=objective)
+        try:
+            self.built: BuiltModel = build(table, objective=objective)
+        except ValueError as exc:
+            if "for the solver" not in str(exc):
+                raise  # a bug, not a range problem
+            raise OutOfRange(str(exc)) from None  # clusterplan.units refused to scale a figure
         self.build_s = time.perf_counter() - t0
         self.solve_s = 0.0  # total wall time inside CP-SAT
         self.solves = 0
@@ -165,8 +191,11 @@ class Planner:
         self.solve_s += wall
         self.solves += 1
         status = SolveStatus.from_cpsat(code)
-        if status is SolveStatus.MODEL_INVALID:  # a bug, not a user's problem
-            raise RuntimeError(f"CP-SAT rejected the model: {m.validate()}")
+        if status is SolveStatus.MODEL_INVALID:
+            reason = m.validate()
+            if "overflow" in reason:  # coefficients times bounds beyond int64: the figures' range
+                raise OutOfRange(reason.splitlines()[0])
+            raise RuntimeError(f"CP-SAT rejected the model: {reason}")  # a bug, not a user's problem
         return solver, status, wall
 
     def solve(
@@ -200,7 +229,15 @@ class Planner:
             extra(m, v)
         if tiebreak:
             assert v.gpus_in_use is not None and v.headroom_ppm is not None
-            m.minimize(v.gpus_in_use * (v.headroom_ub + 1) - v.headroom_ppm)
+            # Lexicographic (fewest GPUs, then most headroom) as one objective, when it fits in
+            # int64. A tiny demand (a request a minute against replicas taking dozens a second)
+            # puts headroom beyond any meaningful order and made gpus x (headroom_ub + 1) overflow:
+            # then fewest GPUs alone breaks the tie.
+            gpus_ub = upper_bound(v.gpus_in_use)
+            if gpus_ub * (v.headroom_ub + 1) + v.headroom_ub <= TIEBREAK_MAX_OBJECTIVE:
+                m.minimize(v.gpus_in_use * (v.headroom_ub + 1) - v.headroom_ppm)
+            else:
+                m.minimize(v.gpus_in_use)
         elif goal != "feasibility":
             attr, sense = GOALS[goal]
             var = getattr(v, attr)
