@@ -23,9 +23,50 @@ MAX_DEPTH = 64
 
 PathKey = tuple[str | int, ...]
 
-# libyaml's parser when PyYAML was built with it (several times faster on the catalog); same safe
-# constructor, same node marks. The pure-Python parser otherwise.
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+class _TooDeep(Exception):
+    def __init__(self, mark: Any) -> None:
+        self.mark = mark
+
+
+class _DepthLimited:
+    """Refuse nesting deeper than MAX_DEPTH while composing, before recursing any further.
+
+    libyaml composes nodes recursively in C: 50,000 nested '[' overflowed the C stack (a segfault,
+    not an exception). So libyaml only parses to events here and Python composes, depth-limited.
+    """
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self._depth > MAX_DEPTH:
+            raise _TooDeep(self.peek_event().start_mark)  # type: ignore[attr-defined]
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        finally:
+            self._depth -= 1
+
+
+_CParser: Any = getattr(getattr(yaml, "cyaml", None), "CParser", None)
+
+if _CParser is not None:
+    # libyaml's parser (several times faster on the catalog) with the pure-Python composer, the same
+    # safe constructor and the same node marks.
+    class _Loader(
+        _DepthLimited, yaml.composer.Composer, _CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver
+    ):  # type: ignore[misc]
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            yaml.composer.Composer.__init__(self)
+
+else:  # pragma: no cover - PyYAML without libyaml
+
+    class _Loader(_DepthLimited, yaml.SafeLoader):  # type: ignore[no-redef]
+        pass
+
 
 _SCALAR_TAGS = {
     "tag:yaml.org,2002:str",
@@ -142,6 +183,9 @@ def parse_yaml_text(text: str, file: str) -> LocatedDocument:
             raise InputError([FieldProblem(loc, "", f"invalid YAML: {problem}")]) from None
         except yaml.YAMLError as exc:
             raise InputError([FieldProblem(Location(file), "", f"invalid YAML: {exc}")]) from None
+        except _TooDeep as exc:
+            loc = Location(file, exc.mark.line + 1, exc.mark.column + 1)
+            raise InputError([FieldProblem(loc, "", f"nested more than {MAX_DEPTH} levels deep")]) from None
         except RecursionError:
             raise InputError([FieldProblem(Location(file), "", f"nested more than {MAX_DEPTH} levels deep")]) from None
         if root is None:
@@ -164,6 +208,10 @@ def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
         raise InputError([FieldProblem(Location(file), "", "no such file")], fix="check the path")
     if path.is_dir():
         raise InputError([FieldProblem(Location(file), "", "is a directory, expected a YAML file")])
+    if not path.is_file():  # opening a named pipe with no writer blocks forever
+        raise InputError(
+            [FieldProblem(Location(file), "", "is not a regular file (a pipe, socket or device); expected a YAML file")]
+        )
     try:
         size = path.stat().st_size
         if size > max_bytes:
