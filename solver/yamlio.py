@@ -55,7 +55,7 @@ if _CParser is not None:
     # safe constructor and the same node marks.
     class _Loader(
         _DepthLimited, yaml.composer.Composer, _CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver
-    ):  # type: ignore[misc]
+    ):
         def __init__(self, stream: str) -> None:
             _CParser.__init__(self, stream)
             yaml.constructor.SafeConstructor.__init__(self)
