@@ -5,6 +5,10 @@ A row's ``rate`` is the largest arrival rate one replica takes with its p95 figu
 proportion to their rates keeps every replica within its rate:
 
     lit => sum_r rate[w,r] * x[w,r] >= D_w      for every serving workload w with a target
+    lit => x[w,r] = 0                           for every row with rate[w,r] = 0
+
+A row with rate 0 misses a target even unloaded: any request routed to one of its replicas would
+miss it, so none may be deployed (a distinct second-best design once added such a replica).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ def add(ctx: FamilyContext) -> None:
         s = v.scales[wc.index]
         terms = [s.rate[r] * v.replicas(wc.index, r) for r in range(len(wc.rows)) if s.rate[r]]
         ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
+        for r in range(len(wc.rows)):
+            if not s.rate[r]:
+                for x in v.replica_vars(wc.index, r):
+                    ctx.model.add(x == 0).only_enforce_if(ctx.lit)
         if not wc.allow_mixed:
             single_shape_floor(ctx, wc.index, s.rate, s.demand)
 
