@@ -27,6 +27,8 @@ from clusterplan.physics.serving import decode_step_s
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
 
 P95_Z = 1.6448536269514722  # standard normal 95th percentile
+ERLANG_TAIL_SIGMAS = 12.0  # servers this many standard deviations above the load never all fill
+ERLANG_TAIL_SLACK = 20.0
 BISECTION_STEPS = 40  # rate resolution 2^-40 of the ceiling
 ROOT_STEPS = 200
 
@@ -41,6 +43,11 @@ def erlang_c(servers: int, offered_load: float) -> float:
         return 0.0
     if offered_load >= servers:
         return 1.0
+    if servers > offered_load + ERLANG_TAIL_SIGMAS * math.sqrt(offered_load) + ERLANG_TAIL_SLACK:
+        # All c servers busy needs a Poisson(a) count at least c: beyond a + 12 sqrt(a) + 20 that tail is
+        # below 1e-25 (normal approximation to the Poisson tail), so C is 0 to double precision. Without
+        # this the recursion below runs once per slot, millions of times for a tiny model's batch.
+        return 0.0
     b = 1.0
     for k in range(1, servers + 1):
         b = offered_load * b / (k + offered_load * b)
