@@ -140,12 +140,6 @@ def alarm() -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=_Timeout,
-    reason="hang: a tiny inline model fits ~24 million sequences on one GPU, and queueing.erlang_c loops "
-    "once per sequence for every rate the candidate search tries (solver/candidates.py, physics/queueing.py)",
-)
 def test_a_tiny_inline_model_is_planned_or_refused_within_seconds(catalog: Any, alarm: None) -> None:
     text = (
         "model: {name: toy, layers: 1, hidden_size: 1, attention_heads: 1, kv_heads: 1, ffn_size: 1, vocab_size: 1}\n"
