@@ -18,7 +18,7 @@ Both return a list of readable violations; an empty list means the design is val
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -56,9 +56,25 @@ class Unit:
 
 
 def pack(groups: Iterable[int], units: Iterable[Unit]) -> bool:
-    """First-fit decreasing of TP groups (powers of two) into NVLink domains; exact for powers of two."""
+    """First-fit decreasing of TP groups (powers of two) into NVLink domains; exact for powers of two.
+
+    Domains are powers of two; when every group is too, a domain's free room stays a multiple of
+    the group being placed, so one domain with room is as good as another and first fit reduces to
+    counting free room by size: O(groups x sizes) instead of O(groups x domains), which took minutes
+    for 17,000 replicas on 67,000 GPUs.
+    """
     items = sorted(groups, reverse=True)
-    free = sorted((b for u in units for b in u.bins()), reverse=True)
+    bins = [b for u in units for b in u.bins()]
+    if all(g >= 1 and g & (g - 1) == 0 for g in items):
+        rooms = Counter(bins)
+        for size in items:
+            room = min((r for r, n in rooms.items() if n and r >= size), default=None)
+            if room is None:
+                return False
+            rooms[room] -= 1
+            rooms[room - size] += 1
+        return True
+    free = sorted(bins, reverse=True)
     for size in items:
         for i, room in enumerate(free):
             if room >= size:
