@@ -64,6 +64,14 @@ def find_conflict(planner: Planner, *, extra: Extra | None = None) -> tuple[Solv
     return status, minimal_conflict(planner, core, extra=extra)
 
 
+# Budget families: the requirement field each one enforces and its unit.
+_BUDGET_FIELDS = {
+    "budget_capital": ("budget.capital", "USD"),
+    "budget_monthly": ("budget.monthly", "USD/month"),
+    "budget_total": ("budget.total", "USD"),
+}
+
+
 def _usd(x: float) -> str:
     return f"${math.ceil(x):,}"
 
@@ -106,28 +114,13 @@ def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = 
             unit="",
             restores_feasibility=False,
         )
-    if fid == "budget_capital":
+    if fid in _BUDGET_FIELDS:
+        field, unit = _BUDGET_FIELDS[fid]
         return Relaxation(
             family=fid,
-            change=f"budget.capital >= {_usd(value / 100)}",
+            change=f"{field} >= {_usd(value / 100)}",
             value=math.ceil(value / 100),
-            unit="USD",
-            restores_feasibility=True,
-        )
-    if fid == "budget_monthly":
-        return Relaxation(
-            family=fid,
-            change=f"budget.monthly >= {_usd(value / 100)}",
-            value=math.ceil(value / 100),
-            unit="USD/month",
-            restores_feasibility=True,
-        )
-    if fid == "budget_total":
-        return Relaxation(
-            family=fid,
-            change=f"budget.total >= {_usd(value / 100)}",
-            value=math.ceil(value / 100),
-            unit="USD",
+            unit=unit,
             restores_feasibility=True,
         )
     if fid == "max_gpus":
