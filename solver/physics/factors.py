@@ -69,13 +69,14 @@ class EngineProfile(BaseModel):
 
 # Fitted by ``python bench/accuracy.py --fit`` against bench/data/measurements*.yaml (docs/model.md section 9 and
 # docs/accuracy.md). A class without measurements for an engine keeps a value derived as its comment says.
-# TensorRT-LLM datacenter fit: memory bandwidth 0.895, compute 0.688, step overhead 4.5 ms.
-_TRT_DC = (0.90, 0.69, 0.0045)
+# TensorRT-LLM datacenter fit (memory traffic and matmuls not overlapped, NCCL all-reduce latencies; docs/model.md
+# section 3): memory bandwidth 0.92 (the search's upper bound), compute 0.812, step overhead 3.41 ms.
+_TRT_DC = (0.92, 0.81, 0.0034)
 # Classes without data scale the datacenter compute fit by the provisional class ratios (0.55/0.60, 0.50/0.60).
 _CE_WS, _CE_CO = round(_TRT_DC[1] * 0.55 / 0.60, 2), round(_TRT_DC[1] * 0.50 / 0.60, 2)
-# Single-stream consumer fits (ExLlamaV2 0.860, llama.cpp 0.865): a consumer card streams weights at ~0.86.
-_MBW_CO = 0.86
-_MBW_WS = 0.88  # no workstation data: between the datacenter (0.90) and consumer (0.86) fits
+# Single-stream consumer fits (ExLlamaV2 0.891, llama.cpp 0.876): a consumer card streams weights at ~0.88.
+_MBW_CO = 0.88
+_MBW_WS = 0.90  # no workstation data: between the datacenter (0.92) and consumer (0.88) fits
 
 ENGINES: dict[str, EngineProfile] = {
     "vllm": EngineProfile(
@@ -92,25 +93,25 @@ ENGINES: dict[str, EngineProfile] = {
         memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, _MBW_CO),
         compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
         decode_step_overhead_s=_pc(_TRT_DC[2], _TRT_DC[2], _TRT_DC[2]),
-        fitted_to="datacenter: 58 unflagged H100/H200/A100 measurements, TensorRT-LLM 0.5 to 1.0 and "
+        fitted_to="datacenter: 70 unflagged H100/H200/A100/L40S measurements, TensorRT-LLM 0.5 to 1.0 and "
         "FasterTransformer (static-batch and in-flight throughput, TTFT, decode steps, NIM closed-loop latency); "
         "workstation and consumer: no data (see the module comment)",
     ),
     "exllamav2": EngineProfile(
         description="ExLlamaV2: single-stream quantised (GPTQ, EXL2) kernels for consumer GPUs",
-        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.86),
+        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.89),
         compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
-        decode_step_overhead_s=_pc(0.00075, 0.00075, 0.00075),
+        decode_step_overhead_s=_pc(0.00076, 0.00076, 0.00076),
         fitted_to="consumer: 4 unflagged RTX 4090 / 3090 Ti single-stream measurements (ExLlamaV2 README); "
-        "memory bandwidth 0.860, step overhead 0.75 ms; other classes: TensorRT-LLM's values, no data",
+        "memory bandwidth 0.891, step overhead 0.76 ms; other classes: TensorRT-LLM's values, no data",
     ),
     "llama.cpp": EngineProfile(
         description="llama.cpp CUDA backend: GGUF weights, single stream",
-        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.87),
+        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.88),
         compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
         decode_step_overhead_s=_pc(0.0019, 0.0019, 0.0019),
         fitted_to="consumer: 3 llama-bench tg128 measurements on RTX 4090 / 3090 Ti (F16, Q8_0, Q4_0); memory "
-        "bandwidth 0.865, step overhead 1.9 ms; other classes: TensorRT-LLM's bandwidth, no data",
+        "bandwidth 0.876, step overhead 1.9 ms; other classes: TensorRT-LLM's bandwidth, no data",
     ),
 }
 
@@ -145,18 +146,19 @@ class Assumptions(BaseModel):
     )
     memory_bandwidth_efficiency: PerClass = Field(
         default_factory=lambda: _engine_default("memory_bandwidth_efficiency", DEFAULT_ENGINE),
-        description="achieved fraction of peak memory bandwidth in decode (aiconfigurator mem-BW x0.8; "
-        "kv-planner MBU 0.75)",
+        description="achieved fraction of peak memory bandwidth while a serving step streams weights and KV cache "
+        "(aiconfigurator mem-BW x0.8; kv-planner MBU 0.75)",
     )
     compute_efficiency: PerClass = Field(
         default_factory=lambda: _engine_default("compute_efficiency", DEFAULT_ENGINE),
-        description="achieved fraction of dense tensor throughput in inference matmuls (prefill)",
+        description="achieved fraction of dense tensor throughput while inference matmuls run; their time adds to "
+        "the memory stream's (no overlap, Calculon's no_overlap mode)",
     )
     training_mfu: PerClass = Field(
-        default_factory=lambda: _pc(0.71, 0.63, 0.78),
+        default_factory=lambda: _pc(0.70, 0.62, 0.77),
         description="achieved fraction of dense peak on the FLOPs training executes (recompute included), before "
-        "exposed communication. Fitted by bench/accuracy.py: datacenter 0.71 on 10 llm-foundry and torchtune "
-        "A100/H100 runs (with the Hopper fraction), consumer 0.78 on one torchtune RTX 4090 QLoRA run at desktop "
+        "exposed communication. Fitted by bench/accuracy.py: datacenter 0.70 on 10 llm-foundry and torchtune "
+        "A100/H100 runs (with the Hopper fraction), consumer 0.77 on one torchtune RTX 4090 QLoRA run at desktop "
         "clocks; workstation has no usable data: the datacenter fit x the provisional ratio 0.40/0.45",
     )
     link_efficiency: float = Field(
@@ -191,14 +193,15 @@ class Assumptions(BaseModel):
     scale_up_latency_s: float = Field(
         8e-6,
         ge=0,
-        description="start-up latency of one collective over NVLink/Infinity Fabric, seconds "
-        "(llm-analysis floors a TP all-reduce at 8 us)",
+        description="start-up latency of a point-to-point send or a data-parallel collective over NVLink/Infinity "
+        "Fabric, seconds (llm-analysis floors a TP all-reduce at 8 us); TP all-reduces use NCCL's protocol "
+        "latencies (physics/comm.py NCCL_RING_PROTOCOLS)",
     )
     pcie_latency_s: float = Field(
         15e-6,
         ge=0,
-        description="start-up latency of one collective over PCIe, seconds (assumption between "
-        "NVLink 8-10 us and network 20 us)",
+        description="start-up latency of a point-to-point send or a data-parallel collective over PCIe, seconds "
+        "(assumption between NVLink 8-10 us and network 20 us); TP all-reduces use NCCL's protocol latencies",
     )
     network_latency_s: float = Field(
         20e-6, ge=0, description="start-up latency of one collective across nodes, seconds (Calculon IB 20 us)"
@@ -231,10 +234,10 @@ class Assumptions(BaseModel):
         "queueing model (1: exponential-like output lengths; Allen-Cunneen)",
     )
     architecture_compute_fraction: dict[str, float] = Field(
-        default_factory=lambda: {"Hopper": 0.83, "Blackwell": 0.83},
+        default_factory=lambda: {"Hopper": 0.84, "Blackwell": 0.84},
         description="share of the class compute factors (compute_efficiency, training_mfu) an architecture "
         "reaches, by catalog architecture name; unlisted architectures 1.0. Fitted by bench/accuracy.py: H100/H200 "
-        "serving and training against the A100 ones (0.833); Blackwell assumed like Hopper (no data)",
+        "serving and training against the A100 ones (0.839); Blackwell assumed like Hopper (no data)",
     )
     fp8_matmul_fraction: float = Field(
         0.88,

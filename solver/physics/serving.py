@@ -1,9 +1,11 @@
 """Serving speed of one replica (tp x pp GPUs): prefill, decode step roofline, saturated throughput.
 
-Roofline (Williams et al. 2009; LLM-Viewer ``roofline_model.py``; llm-analysis): a step takes
-``max(bytes / (bandwidth x mem_eff), FLOPs / (peak x compute_eff x clock_fraction))`` plus exposed
-communication. Decode reads the stage's weights once per step plus every running sequence's KV cache;
-prefill is compute-bound (``2·N·s + 2·l·s²·d_attn`` FLOPs, causal attention). Continuous batching with
+Memory traffic and FLOPs (LLM-Viewer ``roofline_model.py``; llm-analysis) without overlap (Calculon's
+``no_overlap`` processing mode): a step takes ``bytes / (bandwidth x mem_eff) + FLOPs / (peak x compute_eff x
+clock_fraction)`` plus exposed communication, the TP all-reduces timed by NCCL's own cost model
+(:func:`clusterplan.physics.comm.nccl_allreduce_s`). Decode reads the stage's weights once per step plus every
+running sequence's KV cache; prefill streams the weights once per chunk and runs ``2·N·s + 2·l·s²·d_attn`` FLOPs
+(causal attention). Continuous batching with
 chunked prefill (vLLM, Sarathi-Serve arXiv:2403.02310): at saturation the replica spends a share of its
 time on prefill, which stretches the decode steps of the running sequences.
 """
@@ -14,7 +16,7 @@ import math
 
 from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
-from clusterplan.physics.comm import link_for_group, p2p_s, ring_allreduce_s
+from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, nccl_allreduce_terms, p2p_s
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.memory import max_batch_by_memory
 from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rules, short_name
@@ -84,27 +86,50 @@ def peak_tflops(gpu: GpuSpec, precision: str) -> float:
 # ------------------------------------------------------------------------------------------------
 
 
+def tp_comm_s(model: DecodeStepModel, n: float) -> float:
+    """The stage's TP all-reduces of ``n`` sequences' hidden states, each at its fastest NCCL protocol, seconds."""
+    if n <= 0 or model.tp_allreduces == 0 or not model.tp_allreduce_latency_s:
+        return 0.0
+    one = min(
+        lat + n * per for lat, per in zip(model.tp_allreduce_latency_s, model.tp_allreduce_per_seq_s, strict=True)
+    )
+    return model.tp_allreduces * one
+
+
 def decode_stage_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float, float]:
     """(memory, compute, communication) seconds of one stage processing ``n`` sequences for one token."""
     touched = experts_touched(model.moe_experts, model.experts_per_token, n)
     mem = model.dense_weights_s + model.expert_weights_s * touched + n * model.kv_per_seq_s
     comp = n * model.compute_per_seq_s
-    comm = (model.comm_fixed_s + n * model.comm_per_seq_s) if n > 0 else 0.0
-    return mem, comp, comm
+    return mem, comp, tp_comm_s(model, n)
+
+
+def stage_compute_s(memory_s: float, compute_s: float) -> float:
+    """Processing time of kernels that stream ``memory_s`` of bytes and run ``compute_s`` of FLOPs: their sum.
+
+    Calculon (Isaev et al., SC'23; ``calculon/system.py``) offers ``roofline`` (the larger of the two) and
+    ``no_overlap`` (the sum) and ships ``no_overlap`` for A100 and H100 (``systems/a100_80g.json``,
+    ``systems/h100_80g_nvl8.json``). The sum is what the measurements support: a 128-token prefill sits near the
+    ridge point (arithmetic intensity 128-256 FLOP/B), where the roofline's max predicted Llama-2-70B TP4 at half
+    the measured time on both A100 and H100 (docs/model.md section 3). Far from the ridge the sum and the max
+    differ by the smaller term only.
+    """
+    return memory_s + compute_s
 
 
 def decode_step_s(model: DecodeStepModel, n: float) -> float:
     """Time between two tokens of a sequence when ``n`` sequences decode together, seconds.
 
-    One stage: ``max(mem, compute) + TP comm``. With ``pp`` stages the batch splits into
-    ``m = min(pp, n)`` micro-batches in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences
-    plus ``pp - 1`` stage-to-stage sends; then the fixed per-step engine overhead.
+    One stage: ``mem + compute + TP comm``, memory traffic and matmuls not overlapped (Calculon's
+    ``no_overlap`` processing mode, the one its A100 and H100 system files use). With ``pp`` stages the batch
+    splits into ``m = min(pp, n)`` micro-batches in flight, and a token waits ``pp`` stage-times of ``n/m``
+    sequences plus ``pp - 1`` stage-to-stage sends; then the fixed per-step engine overhead.
     """
     n = max(n, 1.0)
     m = min(float(model.pp), n)
     per_micro = n / m
     mem, comp, comm = decode_stage_parts_s(model, per_micro)
-    stage = max(mem, comp) + comm
+    stage = stage_compute_s(mem, comp) + comm
     hops = (model.pp - 1) * (model.pp_hop_fixed_s + per_micro * model.pp_hop_per_seq_s)
     return model.pp * stage + hops + model.overhead_s
 
@@ -233,7 +258,7 @@ def estimate_serving(
     pp_link = link_for_group(gpu, group_size=replica_gpus if pp > 1 else 1, spans_nodes=spans_nodes, assumptions=a)
     eff = a.link_efficiency
     hidden_bytes = arch.hidden_size * ACTIVATION_BYTES
-    allreduce_one_seq = ring_allreduce_s(hidden_bytes, tp, tp_link, eff) - (tp_link.latency_s if tp > 1 else 0.0)
+    allreduce_terms = nccl_allreduce_terms(tp, tp_link, eff)  # (latency s, s per byte) per NCCL protocol
     step_model = DecodeStepModel(
         pp=pp,
         dense_weights_s=dense_bytes / bw,
@@ -242,8 +267,9 @@ def estimate_serving(
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=flops_seq / flops_rate,
-        comm_fixed_s=2 * layers * tp_link.latency_s if tp > 1 else 0.0,
-        comm_per_seq_s=2 * layers * allreduce_one_seq,
+        tp_allreduces=2 * layers if tp > 1 else 0,  # Megatron TP: after attention and after the MLP
+        tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
+        tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in allreduce_terms],
         pp_hop_fixed_s=pp_link.latency_s if pp > 1 else 0.0,
         pp_hop_per_seq_s=(p2p_s(hidden_bytes, pp_link, eff) - pp_link.latency_s) if pp > 1 else 0.0,
         overhead_s=a.decode_step_overhead_s.of(cls),
@@ -261,10 +287,12 @@ def estimate_serving(
     prefill_weights = pp * chunks * (
         dense_bytes + expert_bytes * experts_touched(arch.moe_experts, arch.experts_per_token, input_tokens)
     ) / bw  # fmt: skip
-    prefill_msg = input_tokens * hidden_bytes
-    prefill_tp_comm = 2 * arch.layers * ring_allreduce_s(prefill_msg, tp, tp_link, eff)
-    prefill_pp_comm = (pp - 1) * p2p_s(prefill_msg, pp_link, eff)
-    prefill = max(prefill_compute, prefill_weights) + prefill_tp_comm + prefill_pp_comm + step_model.overhead_s
+    chunk_msg = input_tokens / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
+    prefill_tp_comm = chunks * 2 * arch.layers * nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
+    prefill_pp_comm = (pp - 1) * p2p_s(input_tokens * hidden_bytes, pp_link, eff)
+    prefill = (
+        stage_compute_s(prefill_weights, prefill_compute) + prefill_tp_comm + prefill_pp_comm + step_model.overhead_s
+    )
     prefill_busy = (prefill_compute + prefill_tp_comm * (1.0 - a.tp_comm_overlap)) / pp
 
     rps, tokens_per_s, tpot = saturated_rates(step, batch, prefill_busy, output_tokens)

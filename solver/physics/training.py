@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
-from clusterplan.physics.comm import link_for_group, p2p_s, ring_allgather_s, ring_allreduce_s
+from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, p2p_s, ring_allgather_s, ring_allreduce_s
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.rules import short_name, training_rules
 from clusterplan.physics.serving import attention_width, peak_tflops
@@ -347,7 +347,8 @@ def estimate_training(
     )
     act_msg = micro_batch * seq * arch.hidden_size * ACTIVATION_BYTES
     tp_per_layer = 6 if recompute == "full" else 4
-    tp_micro = layers * tp_per_layer * ring_allreduce_s(act_msg, tp, tp_link, eff) * (1.0 - a.tp_comm_overlap)
+    # TP stays inside a node: NCCL's protocol latencies apply (comm.nccl_allreduce_s), as in serving.
+    tp_micro = layers * tp_per_layer * nccl_allreduce_s(act_msg, tp, tp_link, eff) * (1.0 - a.tp_comm_overlap)
     pp_comm = 2 * slots * p2p_s(act_msg / tp, pp_link, eff) if pp > 1 else 0.0
     grad_bytes = trainable * GRAD_BYTES
     if dp <= 1:

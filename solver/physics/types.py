@@ -54,8 +54,14 @@ class DecodeStepModel(Result):
     experts_per_token: int = Field(1, ge=1)
     kv_per_seq_s: float = Field(description="stream one sequence's KV cache at the mean context, s")
     compute_per_seq_s: float = Field(description="one sequence's token FLOPs on the stage, s")
-    comm_fixed_s: float = Field(0.0, description="TP all-reduce start-up latencies of the stage, s")
-    comm_per_seq_s: float = Field(0.0, description="TP all-reduce transfer per sequence, s")
+    tp_allreduces: int = Field(0, ge=0, description="TP all-reduces of the stage per step (2 per layer)")
+    tp_allreduce_latency_s: list[float] = Field(
+        default_factory=list, description="start-up latency of one TP all-reduce, s, per NCCL protocol"
+    )
+    tp_allreduce_per_seq_s: list[float] = Field(
+        default_factory=list,
+        description="transfer of one sequence's hidden state in one TP all-reduce, s, per protocol",
+    )
     pp_hop_fixed_s: float = Field(0.0, description="latency of one stage-to-stage send, s")
     pp_hop_per_seq_s: float = Field(0.0, description="transfer of one sequence's hidden state between stages, s")
     overhead_s: float = Field(0.0, description="engine-independent fixed cost per step, s")
