@@ -4,6 +4,7 @@
   ``baseLat + 2(n-1)·hwLat + 2(n-1)/n · M / (B · eff · share)``.
 * Serving kernels stream bytes and run FLOPs without overlap (Calculon's ``no_overlap`` processing mode): a
   128-token prefill of Llama-2-70B on 4 H100s, the case the roofline's max put at half the measured 26 ms.
+* Training memory: the 16-bit logits and the one layer rebuilt by full recompute are never live together.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import pytest
 
 from clusterplan.physics import comm, memory, params, serving
 from clusterplan.physics.factors import Assumptions
-from test_physics_fixtures import H100, L40S, LLAMA2_70B, LLAMA31_8B
+from clusterplan.physics.training import TRAINING_LOGIT_BYTES, estimate_training
+from clusterplan.requirement import FinetuneWorkload
+from test_physics_fixtures import H100, L40S, LLAMA2_70B, LLAMA31_8B, RTX4090
 
 NVLINK = comm.Link("nvlink", 450, 8e-6)  # H100: 900 GB/s bidirectional, one direction per ring
 
@@ -101,3 +104,21 @@ def test_pcie_tp_uses_pcie_latencies() -> None:
     )  # fmt: skip
     assert e.step_model is not None
     assert e.step_model.tp_allreduce_latency_s == pytest.approx([6.6e-6 + 2 * 1.0e-6, 8.4e-6 + 2 * 5.7e-6])
+
+
+# ---------------------------------------------------------------- training memory
+
+
+def test_logits_and_the_recomputed_layer_are_not_live_together() -> None:
+    """Llama 3.1 8B LoRA, batch 2 x 2048, full recompute: stored inputs + max(logits, one layer), not the sum."""
+    work = FinetuneWorkload(kind="finetune", method="lora", lora_rank=8, tokens=1e9, deadline=1e6,
+                            sequence_length=2048, global_batch_tokens=4096)  # fmt: skip
+    e = estimate_training(LLAMA31_8B, RTX4090, workload=work, tp=1, pp=1, dp=1, zero_stage=0, recompute="full",
+                          micro_batch=2, nodes_gpus_per_node=1, assumptions=Assumptions())  # fmt: skip
+    kw = dict(seq_len=2048, micro_batch=2, hidden_size=4096, attention_heads=32, ffn_size=14336, gated_mlp=True,
+              tp=1, sequence_parallel=False, flash_attention=True)  # fmt: skip
+    stored = 32 * memory.training_activation_bytes_per_layer(**kw, recompute="full")  # 2·s·b·h per layer
+    layer = memory.training_activation_bytes_per_layer(**kw, recompute="none")
+    logits = TRAINING_LOGIT_BYTES * 4096 * 128256
+    assert layer < logits
+    assert e.memory.activations_gib == pytest.approx((stored + logits) / 2**30)

@@ -4,7 +4,8 @@
   LoRA/QLoRA freeze the base at bf16 or NF4 and train adapters on every linear layer (Hu et al. 2021,
   arXiv:2106.09685; Dettmers et al. 2023, arXiv:2305.14314 §4 "all linear layers"); activations per
   Korthikanti et al. 2022 (arXiv:2205.05198) with sequence parallelism whenever tp > 1; full recompute adds
-  the one layer being recomputed; QLoRA adds one matrix dequantised to 16 bits; 16-bit logits.
+  the one layer being recomputed and QLoRA one matrix dequantised to 16 bits, both live in backward only after
+  the 16-bit logits are freed, so the peak holds the larger of the two.
 * FLOPs per token: ``6·N + 12·l·s·d_attn`` (Narayanan et al. 2021, arXiv:2104.04473 §5.1; PaLM
   arXiv:2204.02311 App. B, the convention MFU figures use); full recompute repeats the forward
   (``8·N + 16·l·s·d_attn``); LoRA skips weight gradients of the frozen base (``4·N + 6·N_adapter + 12·l·s·d_attn``).
@@ -221,18 +222,24 @@ def _memory_phase(
     )  # fmt: skip
     in_flight = min(pp, micro_batches) if pp > 1 else 1
     logits = TRAINING_LOGIT_BYTES * seq * micro_batch * arch.vocab_size / tp
-    first_stage = layers * per_layer * in_flight
+    # Backward with full recompute rebuilds one layer at a time: its full activations are live on top of the stored
+    # inputs. QLoRA dequantises one NF4 matrix to bf16 inside each linear, one at a time.
+    layer_work = 0.0
     if recompute == "full":
-        # Backward recomputes one layer at a time: its full activations are live on top of the stored inputs.
-        first_stage += memory.training_activation_bytes_per_layer(
+        layer_work += memory.training_activation_bytes_per_layer(
             seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
             attention_heads=arch.attention_heads, ffn_size=arch.ffn_size * arch.experts_per_token,
             gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute="none",
             flash_attention=a.flash_attention,
         )  # fmt: skip
-    activations = max(first_stage, layers * per_layer + logits) if pp > 1 else first_stage + logits
     if method == "qlora":
-        activations += largest_matrix_params(arch, tp) * 2.0  # one NF4 matrix dequantised to bf16 at a time
+        layer_work += largest_matrix_params(arch, tp) * 2.0
+    # The logits are consumed by the loss and LM-head backward before the first layer's backward starts (autograd
+    # frees a node's saved tensors once it has run; torchtune recipes ``del logits`` before ``loss.backward()``
+    # because they "peak backward memory"), so the peak is the stored inputs plus the larger of the two, not both.
+    stored = layers * per_layer
+    last_stage = stored + max(logits, layer_work)
+    activations = max(stored * in_flight + layer_work, last_stage) if pp > 1 else last_stage
     mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
     if not mem.fits:
         reasons.append(
