@@ -35,7 +35,7 @@ from clusterplan.candidates import (
 )
 from clusterplan.checker import Unit, check_design_on_table, pack
 from clusterplan.planner import report
-from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.solve import Planner, SolverSettings, rank_designs
 from clusterplan.planner.status import SolveStatus
 from clusterplan.units import HOURS_PER_MONTH
 
@@ -369,10 +369,10 @@ def tables(draw: st.DrawFn) -> CandidateTable:
     )
 
 
-def _model_optimum(table: CandidateTable) -> tuple[SolveStatus, float | None, list[str]]:
+def _model_optimum(table: CandidateTable, relaxation: str = "auto") -> tuple[SolveStatus, float | None, list[str]]:
     if any(not wc.rows for wc in table.workloads):
         return SolveStatus.INFEASIBLE, None, []
-    p = Planner(table)
+    p = Planner(table, settings=SolverSettings(relaxation=relaxation))
     r = rank_designs(p, top=1)
     if not r.designs:
         return r.status, None, []
@@ -382,10 +382,8 @@ def _model_optimum(table: CandidateTable) -> tuple[SolveStatus, float | None, li
     return r.status, design.costs.total_usd, check_design_on_table(design, table)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-@given(tables())
-def test_cp_sat_agrees_with_brute_force(table: CandidateTable) -> None:
-    status, total, problems = _model_optimum(table)
+def _agrees(table: CandidateTable, relaxation: str) -> None:
+    status, total, problems = _model_optimum(table, relaxation)
     brute = brute_force(table)
     assert status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
     assert (status is SolveStatus.OPTIMAL) == brute.feasible, (status, brute)
@@ -397,3 +395,17 @@ def test_cp_sat_agrees_with_brute_force(table: CandidateTable) -> None:
             brute.total_usd,
         )
         assert problems == []
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(tables())
+def test_cp_sat_agrees_with_brute_force(table: CandidateTable) -> None:
+    _agrees(table, "auto")  # these models are small: CP-SAT alone
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(tables())
+def test_lp_reduced_cost_fixing_keeps_the_optimum(table: CandidateTable) -> None:
+    """Large models go through the LP, an incumbent and reduced-cost fixing (planner.relaxation);
+    forced on here, every solve of the ranking must still reach the brute-force optimum."""
+    _agrees(table, "on")

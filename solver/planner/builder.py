@@ -46,8 +46,9 @@ Constraints
    TP size t >= 2 the inequalities of 4 hold with ``tp >= t`` rows on the left and ``cap_t`` on the
    right. TP sizes and domains are powers of two, so this nested condition is exactly "every TP
    group inside one domain" (largest-first packing); pipeline stages may span units.
-6. ``throughput`` (l): ``sum_r rate_nolat[r]*(xc+xo) >= D_w`` for w in S.
-7. ``latency`` (l): ``sum_r rate[r]*(xc+xo) >= D_w`` for w in S with a p95 target.
+6. ``throughput`` (l): ``sum_r min(rate_nolat[r], D_w)*(xc+xo) >= D_w`` for w in S (a rate above the
+   demand capped at it: the same integer solutions, a tighter LP relaxation).
+7. ``latency`` (l): ``sum_r min(rate[r], D_w)*(xc+xo) >= D_w`` for w in S with a p95 target.
 8. ``redundancy`` (l): ``M_w >= rho[r]*sel[w,r]``, ``sum_r rho[r]*(xc+xo) - k_w*M_w >= D_w``.
    For a workload served by one shape, each of 6-8 also states its per-row floor:
    ``l and sel[w,r] => xc+xo >= spare + ceil(D_w / rate[r])`` (rate 0: ``l => not sel[w,r]``).
@@ -84,6 +85,9 @@ Objectives (:mod:`clusterplan.planner.solve`)
 
 Solver: one worker, fixed seed (deterministic), ``linearization_level = 2`` (every linear
 constraint in the LP relaxation; the default level needs thousands of conflicts once GPU types mix).
+Models of 5,000 variables or more (hundreds of GPU types) are first relaxed to an LP and solved by
+GLOP, which gives an incumbent (CP-SAT where the LP points) and reduced-cost fixing; CP-SAT then
+solves the reduced model, whose optimum is the full model's (:mod:`clusterplan.planner.relaxation`).
 
 Memory is enforced while preparing candidates (only rows that fit exist).
 """

@@ -20,7 +20,9 @@ from ortools.sat.python import cp_model
 
 from clusterplan.candidates import CandidateTable
 from clusterplan.errors import ClusterplanError
+from clusterplan.planner import relaxation
 from clusterplan.planner.builder import BuiltModel, Objective, build
+from clusterplan.planner.constraints import one_shape_restriction
 from clusterplan.planner.constraints.structure import upper_bound
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.variables import PlanVariables
@@ -49,9 +51,17 @@ class OutOfRange(ClusterplanError):
 
 @dataclass(frozen=True)
 class SolverSettings:
-    time_limit_s: float = 10.0  # per CP-SAT call
+    time_limit_s: float = 10.0  # per solve (a reduced solve's LP and incumbent steps included)
     num_workers: int = 1
     random_seed: int = 20240601
+    # LP reduced-cost fixing before CP-SAT (:mod:`clusterplan.planner.relaxation`): "auto" for
+    # models of RELAXATION_MIN_VARIABLES variables or more, "on" always, "off" never.
+    relaxation: str = "auto"
+
+
+# Below this size CP-SAT proves the optimum in a fraction of a second on its own (every example has
+# under 1,000 variables); above it, its own LP bound arrives late or never (x16 catalog).
+RELAXATION_MIN_VARIABLES = 5000
 
 
 @dataclass(frozen=True)
@@ -142,7 +152,8 @@ class Planner:
                 raise  # a bug, not a range problem
             raise OutOfRange(str(exc)) from None  # clusterplan.units refused to scale a figure
         self.build_s = time.perf_counter() - t0
-        self.solve_s = 0.0  # total wall time inside CP-SAT
+        self.solve_s = 0.0  # total wall time inside the solvers (CP-SAT, and GLOP for large models)
+        self.lp_s = 0.0  # of which: LP relaxations (GLOP) before large solves
         self.solves = 0
 
     @property
@@ -155,11 +166,11 @@ class Planner:
         return self.built.relaxable
 
     # ------------------------------------------------------------------------------------------------
-    def _solver(self) -> cp_model.CpSolver:
+    def _solver(self, time_limit_s: float | None = None) -> cp_model.CpSolver:
         s = cp_model.CpSolver()
         s.parameters.num_workers = self.settings.num_workers
         s.parameters.random_seed = self.settings.random_seed
-        s.parameters.max_time_in_seconds = self.settings.time_limit_s
+        s.parameters.max_time_in_seconds = self.settings.time_limit_s if time_limit_s is None else time_limit_s
         s.parameters.log_search_progress = False
         # The LP relaxation with every linear constraint (level 2) closes these knapsack-like models
         # in a handful of conflicts; the default level needs thousands once GPU types may mix.
@@ -183,8 +194,10 @@ class Planner:
             m.add_assumptions([self.v.literal(f) for f in self.families if f in on_set])
         return m
 
-    def _run(self, m: cp_model.CpModel) -> tuple[cp_model.CpSolver, SolveStatus, float]:
-        solver = self._solver()
+    def _run(
+        self, m: cp_model.CpModel, time_limit_s: float | None = None
+    ) -> tuple[cp_model.CpSolver, SolveStatus, float]:
+        solver = self._solver(time_limit_s)
         t0 = time.perf_counter()
         code = solver.solve(m)
         wall = time.perf_counter() - t0
@@ -248,7 +261,13 @@ class Planner:
         if hint is not None and hint.values:
             m.proto.solution_hint.vars.extend(range(len(hint.values)))
             m.proto.solution_hint.values.extend(hint.values)
-        solver, status, wall = self._run(m)
+        t0 = time.perf_counter()
+        limit = None
+        if (tiebreak or goal != "feasibility") and self._relax(m):
+            m = self._reduce(m, keep_hint=hint is not None and bool(hint.values))
+            limit = max(0.0, self.settings.time_limit_s - (time.perf_counter() - t0))
+        solver, status, wall = self._run(m, limit)
+        wall = time.perf_counter() - t0
         out = Outcome(status=status, wall_s=wall)
         if status.has_solution:
             values = list(solver.response_proto.solution)
@@ -258,6 +277,66 @@ class Planner:
                 out.objective = solver.objective_value
                 out.bound = solver.best_objective_bound
         return out
+
+    def _relax(self, m: cp_model.CpModel) -> bool:
+        mode = self.settings.relaxation
+        if mode == "auto":
+            return len(m.proto.variables) >= RELAXATION_MIN_VARIABLES
+        return mode == "on"
+
+    def _incumbent(self, m: cp_model.CpModel, deadline: float) -> tuple[relaxation.Relaxation, list[int] | None]:
+        """The LP relaxation of ``m`` and a solution of ``m`` found where the LP points (RINS)."""
+        t0 = time.perf_counter()
+        rel = relaxation.solve_relaxation(m.proto)
+        lp_s = time.perf_counter() - t0
+        self.lp_s += lp_s
+        self.solve_s += lp_s
+        if not rel.optimal:
+            return rel, None
+        sub = m.clone()
+        for i, value in rel.integral([lit.index for lit in self.v.choice_literals()]):
+            sub.add(sub.get_int_var_from_proto_index(i) == value)
+        solver, status, _ = self._run(sub, max(0.0, deadline - time.perf_counter()))
+        return rel, list(solver.response_proto.solution) if status.has_solution else None
+
+    def _reduce(self, m: cp_model.CpModel, *, keep_hint: bool) -> cp_model.CpModel:
+        """``m`` with the variables fixed that no solution as good as an incumbent can move.
+
+        The LP relaxation (GLOP), an incumbent from CP-SAT in the neighbourhood the LP induces, then
+        reduced-cost fixing and the LP bound: see :mod:`clusterplan.planner.relaxation`. Every
+        optimum of ``m`` is a solution of the result, so an OPTIMAL there is optimal for ``m``.
+        Where workloads may mix GPU types the LP is loose (fractions of replicas and instances) and
+        its neighbourhood poor, so the same is done with one shape per workload
+        (:func:`~clusterplan.planner.constraints.one_shape_restriction`) and the better incumbent kept.
+        Returns ``m`` itself when the LP or the incumbent step gives nothing.
+        """
+        deadline = time.perf_counter() + self.settings.time_limit_s
+        rel, best = self._incumbent(m, deadline)
+        if not rel.optimal:
+            return m  # LP infeasible (so is m) or numerically unsure: CP-SAT decides on its own
+        if any(wc.is_serving and wc.allow_mixed for wc in self.table.workloads):
+            restricted = m.clone()
+            one_shape_restriction(restricted, self.v, self.table)
+            _, alt = self._incumbent(restricted, deadline)
+            if alt is not None and (
+                best is None or relaxation.objective_value(m.proto, alt) < relaxation.objective_value(m.proto, best)
+            ):
+                best = alt
+        if best is None:
+            return m
+        incumbent = relaxation.objective_value(m.proto, best)
+        reduced = m.clone()
+        for i, value in rel.fixable(incumbent):
+            reduced.add(reduced.get_int_var_from_proto_index(i) == value)
+        obj = reduced.proto.objective
+        reduced.add(
+            sum(c * reduced.get_int_var_from_proto_index(v) for v, c in zip(obj.vars, obj.coeffs, strict=True))
+            >= rel.bound(incumbent)
+        )
+        if not keep_hint:
+            reduced.proto.solution_hint.vars.extend(range(len(best)))
+            reduced.proto.solution_hint.values.extend(best)
+        return reduced
 
     def core(self, on: Iterable[str], *, extra: Extra | None = None) -> tuple[SolveStatus, list[str]]:
         """Feasibility with the families of ``on`` as assumptions (the rest off).

@@ -217,6 +217,10 @@ class PlanVariables:
     def literals(self) -> dict[str, IntVar]:
         return dict(self._literals)
 
+    def choice_literals(self) -> list[IntVar]:
+        """The booleans that pick rows: serving rows selected, training rows run on cloud / owned."""
+        return [*self._sel.values(), *self._yc.values(), *self._yo.values()]
+
     def signature_literals(self) -> list[IntVar]:
         """The booleans a design's signature is made of (shapes used, cloud/owned per workload)."""
         out = [self._shape[k] for k in sorted(self._shape, key=repr)]

@@ -131,3 +131,25 @@ def single_shape_floor(ctx: FamilyContext, w: int, rates: list[int], demand: int
             continue
         need = spare + -(-demand // rate)
         ctx.model.add(sum(xs) >= need).only_enforce_if([ctx.lit, sel])
+
+
+def one_shape_restriction(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """Restrict every mixed serving workload to one shape: a neighbourhood to look for an incumbent in.
+
+    Never a rule of a plan (a mixed workload may use several shapes); a solution of the restricted
+    model is a solution of the full one. Adds what the demand families add for an unmixed workload:
+    exactly one row, and each enforced family's per-row replica floor.
+    """
+    literals = v.literals()
+    for wc in table.workloads:
+        if not (wc.is_serving and wc.allow_mixed):
+            continue
+        w = wc.index
+        model.add_exactly_one([v.selected(w, r) for r in range(len(wc.rows))])
+        s = v.scales[w]
+        rho = s.rate if wc.targets.any else s.rate_nolat
+        floors = [("throughput", s.rate_nolat, 0), ("latency", s.rate, 0), ("redundancy", rho, wc.redundancy)]
+        for fid, rates, spare in floors:
+            if fid in literals and (fid != "latency" or wc.targets.any) and (fid != "redundancy" or spare > 0):
+                ctx = FamilyContext(model=model, v=v, table=table, lit=literals[fid])
+                single_shape_floor(ctx, w, rates, s.demand, spare=spare)

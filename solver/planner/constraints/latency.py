@@ -24,7 +24,8 @@ def add(ctx: FamilyContext) -> None:
         if not wc.is_serving or not wc.targets.any:
             continue
         s = v.scales[wc.index]
-        terms = [s.rate[r] * v.replicas(wc.index, r) for r in range(len(wc.rows)) if s.rate[r]]
+        # Rates capped at the demand: the same integer solutions, a tighter LP (see ``throughput``).
+        terms = [min(rate, s.demand) * v.replicas(wc.index, r) for r, rate in enumerate(s.rate) if rate]
         ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
         for r in range(len(wc.rows)):
             if not s.rate[r]:

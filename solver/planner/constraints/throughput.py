@@ -16,7 +16,9 @@ def add(ctx: FamilyContext) -> None:
         if not wc.is_serving:
             continue
         s = v.scales[wc.index]
-        terms = [s.rate_nolat[r] * v.replicas(wc.index, r) for r in range(len(wc.rows)) if s.rate_nolat[r]]
+        # A replica rated above the demand counts as the demand: the same integer solutions, and a
+        # tighter LP (a fraction of one big replica no longer meets demand in the relaxation).
+        terms = [min(rate, s.demand) * v.replicas(wc.index, r) for r, rate in enumerate(s.rate_nolat) if rate]
         ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
         if not wc.allow_mixed:
             single_shape_floor(ctx, wc.index, s.rate_nolat, s.demand)
