@@ -2,8 +2,9 @@
 
 * TP all-reduces follow NCCL's cost model (``src/graph/tuning.cc``): the fastest of LL, LL128 and Simple, each
   ``baseLat + 2(n-1)·hwLat + 2(n-1)/n · M / (B · eff · share)``.
-* Serving kernels stream bytes and run FLOPs without overlap (Calculon's ``no_overlap`` processing mode): a
+* A prompt's pass streams the weights and runs its FLOPs without overlap (Calculon's ``no_overlap`` mode): a
   128-token prefill of Llama-2-70B on 4 H100s, the case the roofline's max put at half the measured 26 ms.
+  A decode step is a roofline per kind of kernel (LLM-Viewer): matmuls, then attention.
 * Training memory: the 16-bit logits and the one layer rebuilt by full recompute are never live together.
 """
 
@@ -55,11 +56,7 @@ def test_pcie_has_no_ll128_and_network_keeps_the_plain_ring() -> None:
     assert comm.nccl_allreduce_s(0, 8, NVLINK, 1.0) == 0.0
 
 
-# ---------------------------------------------------------------- no overlap of bytes and FLOPs
-
-
-def test_stage_time_is_memory_plus_compute() -> None:
-    assert serving.stage_compute_s(3e-3, 2e-3) == pytest.approx(5e-3)
+# ---------------------------------------------------------------- prefill without overlap, decode per kernel
 
 
 def test_llama2_70b_tp4_prefill_of_128_tokens_by_hand() -> None:
@@ -86,15 +83,24 @@ def test_llama2_70b_tp4_prefill_of_128_tokens_by_hand() -> None:
     assert allreduces == pytest.approx(160 * 33.0e-6, rel=0.01)  # 5.3 ms: the TP latency the flat 8 µs missed
 
 
-def test_decode_step_adds_compute_to_the_stream() -> None:
+def test_decode_step_is_a_roofline_per_kernel_kind() -> None:
+    """max(weights, matmul FLOPs) + max(KV cache, attention FLOPs): the attention kernels follow the matmuls."""
     e = serving.estimate_serving(
-        LLAMA31_8B, H100, tp=1, pp=1, quant="bf16", kv_precision="bf16", batch=64, input_tokens=512,
+        LLAMA31_8B, H100, tp=1, pp=1, quant="bf16", kv_precision="bf16", batch=512, input_tokens=512,
         output_tokens=256, context_tokens=768, assumptions=Assumptions(decode_step_overhead_s=1e-6),
     )  # fmt: skip
     m = e.step_model
     assert m is not None
-    mem = m.dense_weights_s + m.expert_weights_s + 64 * m.kv_per_seq_s
-    assert e.decode_step_s == pytest.approx(mem + 64 * m.compute_per_seq_s + 1e-6)
+    weights, kv = m.dense_weights_s + m.expert_weights_s, 512 * m.kv_per_seq_s
+    matmuls, attention = 512 * m.compute_per_seq_s, 512 * m.attention_compute_per_seq_s
+    assert matmuls > weights and kv > attention  # compute-bound matmuls, memory-bound attention
+    assert e.decode_step_s == pytest.approx(matmuls + kv + 1e-6)
+    # the single roofline over the sums would have hidden the KV stream behind the matmuls
+    assert e.decode_step_s > max(weights + kv, matmuls + attention) + 1e-6
+
+
+def test_prefill_adds_weights_and_flops() -> None:
+    assert serving.prefill_compute_s(3e-3, 2e-3) == pytest.approx(5e-3)
 
 
 def test_pcie_tp_uses_pcie_latencies() -> None:

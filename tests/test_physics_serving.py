@@ -35,10 +35,7 @@ def test_batch1_decode_is_weights_over_bandwidth() -> None:
         - LLAMA2_7B.vocab_size * LLAMA2_7B.hidden_size * 2  # the input embedding is a lookup, not streamed
         + 2 * memory.kv_bytes_per_token_per_gpu(LLAMA2_7B, tp=1, pp=1, kv_precision="fp16")
     )
-    assert e.step_model is not None
-    matmuls = e.step_model.compute_per_seq_s  # batch 1: not overlapped with the stream, under 1 % of it
-    assert matmuls < 0.01 * read / 3.35e12
-    assert e.decode_step_s == pytest.approx(read / 3.35e12 + matmuls, rel=1e-3)
+    assert e.decode_step_s == pytest.approx(read / 3.35e12, rel=1e-3)
     assert 240 < 1 / e.decode_step_s < 255  # seeds 002: ~240 tok/s at 14 GB; Llama-2-7B is 13.5 GB
     assert e.bound == "memory_bandwidth"
 

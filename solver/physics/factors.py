@@ -69,14 +69,15 @@ class EngineProfile(BaseModel):
 
 # Fitted by ``python bench/accuracy.py --fit`` against bench/data/measurements*.yaml (docs/model.md section 9 and
 # docs/accuracy.md). A class without measurements for an engine keeps a value derived as its comment says.
-# TensorRT-LLM datacenter fit (memory traffic and matmuls not overlapped, NCCL all-reduce latencies; docs/model.md
-# section 3): memory bandwidth 0.92 (the search's upper bound), compute 0.812, step overhead 3.41 ms.
-_TRT_DC = (0.92, 0.81, 0.0034)
+# TensorRT-LLM datacenter fit (decode a roofline per kernel kind, prefill weight stream plus FLOPs, NCCL all-reduce
+# latencies; docs/model.md section 3): memory bandwidth 0.92 (the search's upper bound), compute 0.723, step
+# overhead 3.43 ms.
+_TRT_DC = (0.92, 0.72, 0.0034)
 # Classes without data scale the datacenter compute fit by the provisional class ratios (0.55/0.60, 0.50/0.60).
 _CE_WS, _CE_CO = round(_TRT_DC[1] * 0.55 / 0.60, 2), round(_TRT_DC[1] * 0.50 / 0.60, 2)
-# Single-stream consumer fits (ExLlamaV2 0.891, llama.cpp 0.876): a consumer card streams weights at ~0.88.
-_MBW_CO = 0.88
-_MBW_WS = 0.90  # no workstation data: between the datacenter (0.92) and consumer (0.88) fits
+# Single-stream consumer fits (ExLlamaV2 0.860, llama.cpp 0.861): a consumer card streams weights at ~0.86.
+_MBW_CO = 0.86
+_MBW_WS = 0.89  # no workstation data: between the datacenter (0.92) and consumer (0.86) fits
 
 ENGINES: dict[str, EngineProfile] = {
     "vllm": EngineProfile(
@@ -93,25 +94,25 @@ ENGINES: dict[str, EngineProfile] = {
         memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, _MBW_CO),
         compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
         decode_step_overhead_s=_pc(_TRT_DC[2], _TRT_DC[2], _TRT_DC[2]),
-        fitted_to="datacenter: 70 unflagged H100/H200/A100/L40S measurements, TensorRT-LLM 0.5 to 1.0 and "
+        fitted_to="datacenter: 71 unflagged H100/H200/A100/L40S measurements, TensorRT-LLM 0.5 to 1.0 and "
         "FasterTransformer (static-batch and in-flight throughput, TTFT, decode steps, NIM closed-loop latency); "
         "workstation and consumer: no data (see the module comment)",
     ),
     "exllamav2": EngineProfile(
         description="ExLlamaV2: single-stream quantised (GPTQ, EXL2) kernels for consumer GPUs",
-        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.89),
+        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.86),
         compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
-        decode_step_overhead_s=_pc(0.00076, 0.00076, 0.00076),
+        decode_step_overhead_s=_pc(0.00075, 0.00075, 0.00075),
         fitted_to="consumer: 4 unflagged RTX 4090 / 3090 Ti single-stream measurements (ExLlamaV2 README); "
-        "memory bandwidth 0.891, step overhead 0.76 ms; other classes: TensorRT-LLM's values, no data",
+        "memory bandwidth 0.860, step overhead 0.75 ms; other classes: TensorRT-LLM's values, no data",
     ),
     "llama.cpp": EngineProfile(
         description="llama.cpp CUDA backend: GGUF weights, single stream",
-        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.88),
+        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.86),
         compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
         decode_step_overhead_s=_pc(0.0019, 0.0019, 0.0019),
         fitted_to="consumer: 3 llama-bench tg128 measurements on RTX 4090 / 3090 Ti (F16, Q8_0, Q4_0); memory "
-        "bandwidth 0.876, step overhead 1.9 ms; other classes: TensorRT-LLM's bandwidth, no data",
+        "bandwidth 0.861, step overhead 1.9 ms; other classes: TensorRT-LLM's bandwidth, no data",
     ),
 }
 
@@ -151,8 +152,8 @@ class Assumptions(BaseModel):
     )
     compute_efficiency: PerClass = Field(
         default_factory=lambda: _engine_default("compute_efficiency", DEFAULT_ENGINE),
-        description="achieved fraction of dense tensor throughput while inference matmuls run; their time adds to "
-        "the memory stream's (no overlap, Calculon's no_overlap mode)",
+        description="achieved fraction of dense tensor throughput in inference matmuls (a decode step's roofline; "
+        "in prefill their time adds to the weight stream's, Calculon's no_overlap mode)",
     )
     training_mfu: PerClass = Field(
         default_factory=lambda: _pc(0.70, 0.62, 0.77),

@@ -1,12 +1,11 @@
 """Serving speed of one replica (tp x pp GPUs): prefill, decode step roofline, saturated throughput.
 
-Memory traffic and FLOPs (LLM-Viewer ``roofline_model.py``; llm-analysis) without overlap (Calculon's
-``no_overlap`` processing mode): a step takes ``bytes / (bandwidth x mem_eff) + FLOPs / (peak x compute_eff x
-clock_fraction)`` plus exposed communication, the TP all-reduces timed by NCCL's own cost model
-(:func:`clusterplan.physics.comm.nccl_allreduce_s`). Decode reads the stage's weights once per step plus every
-running sequence's KV cache; prefill streams the weights once per chunk and runs ``2·N·s + 2·l·s²·d_attn`` FLOPs
-(causal attention). Continuous batching with
-chunked prefill (vLLM, Sarathi-Serve arXiv:2403.02310): at saturation the replica spends a share of its
+Bytes at ``bandwidth x mem_eff`` and FLOPs at ``peak x compute_eff x clock_fraction``. A decode step is a roofline
+per kind of kernel (LLM-Viewer ``roofline_model.py``; llm-analysis): ``max(weights, matmul FLOPs) + max(KV cache,
+attention FLOPs)``; a prompt's pass adds its weight stream and FLOPs (Calculon's ``no_overlap`` mode, which the
+prefill measurements need). Plus exposed communication, the TP all-reduces timed by NCCL's own cost model
+(:func:`clusterplan.physics.comm.nccl_allreduce_s`). Prefill runs ``2·N·s + 2·l·s²·d_attn`` FLOPs (causal
+attention) and streams the weights once per chunk. Continuous batching with chunked prefill (vLLM, Sarathi-Serve arXiv:2403.02310): at saturation the replica spends a share of its
 time on prefill, which stretches the decode steps of the running sequences.
 """
 
@@ -100,36 +99,49 @@ def decode_stage_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float
     """(memory, compute, communication) seconds of one stage processing ``n`` sequences for one token."""
     touched = experts_touched(model.moe_experts, model.experts_per_token, n)
     mem = model.dense_weights_s + model.expert_weights_s * touched + n * model.kv_per_seq_s
-    comp = n * model.compute_per_seq_s
+    comp = n * (model.compute_per_seq_s + model.attention_compute_per_seq_s)
     return mem, comp, tp_comm_s(model, n)
 
 
-def stage_compute_s(memory_s: float, compute_s: float) -> float:
-    """Processing time of kernels that stream ``memory_s`` of bytes and run ``compute_s`` of FLOPs: their sum.
+def decode_stage_s(model: DecodeStepModel, n: float) -> float:
+    """One stage's decode step for ``n`` sequences, seconds: a roofline per kind of kernel, the kinds in sequence.
+
+    ``max(weights, matmul FLOPs) + max(KV cache, attention FLOPs) + TP comm``. LLM-Viewer (``roofline_model.py``)
+    bounds each operation by its own roofline and adds the operations: the matmuls stream the weights while they
+    multiply, but the attention kernels that stream the KV cache run after them, not alongside.
+    """
+    touched = experts_touched(model.moe_experts, model.experts_per_token, n)
+    weights = model.dense_weights_s + model.expert_weights_s * touched
+    matmuls = max(weights, n * model.compute_per_seq_s)
+    attention = max(n * model.kv_per_seq_s, n * model.attention_compute_per_seq_s)
+    return matmuls + attention + tp_comm_s(model, n)
+
+
+def prefill_compute_s(weights_s: float, compute_s: float) -> float:
+    """A prompt's pass through the stage's matmuls, seconds: weight stream **plus** FLOPs, not the larger.
 
     Calculon (Isaev et al., SC'23; ``calculon/system.py``) offers ``roofline`` (the larger of the two) and
     ``no_overlap`` (the sum) and ships ``no_overlap`` for A100 and H100 (``systems/a100_80g.json``,
-    ``systems/h100_80g_nvl8.json``). The sum is what the measurements support: a 128-token prefill sits near the
-    ridge point (arithmetic intensity 128-256 FLOP/B), where the roofline's max predicted Llama-2-70B TP4 at half
-    the measured time on both A100 and H100 (docs/model.md section 3). Far from the ridge the sum and the max
-    differ by the smaller term only.
+    ``systems/h100_80g_nvl8.json``). The prefill measurements need the sum: a 128-token prompt sits at the ridge
+    point (arithmetic intensity 128-256 FLOP/B), where the larger term put Llama-2-70B TP4 at half the measured
+    TTFT on both A100 and H100 (TensorRT-LLM 0.5; docs/model.md section 3). Decode steps keep the roofline
+    (:func:`decode_stage_s`): the in-flight-batching throughput rows fit it and fall ~10 % low with the sum.
+    Far from the ridge the two differ by the smaller term only.
     """
-    return memory_s + compute_s
+    return weights_s + compute_s
 
 
 def decode_step_s(model: DecodeStepModel, n: float) -> float:
     """Time between two tokens of a sequence when ``n`` sequences decode together, seconds.
 
-    One stage: ``mem + compute + TP comm``, memory traffic and matmuls not overlapped (Calculon's
-    ``no_overlap`` processing mode, the one its A100 and H100 system files use). With ``pp`` stages the batch
-    splits into ``m = min(pp, n)`` micro-batches in flight, and a token waits ``pp`` stage-times of ``n/m``
-    sequences plus ``pp - 1`` stage-to-stage sends; then the fixed per-step engine overhead.
+    One stage: :func:`decode_stage_s`. With ``pp`` stages the batch splits into ``m = min(pp, n)`` micro-batches
+    in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences plus ``pp - 1`` stage-to-stage sends;
+    then the fixed per-step engine overhead.
     """
     n = max(n, 1.0)
     m = min(float(model.pp), n)
     per_micro = n / m
-    mem, comp, comm = decode_stage_parts_s(model, per_micro)
-    stage = stage_compute_s(mem, comp) + comm
+    stage = decode_stage_s(model, per_micro)
     hops = (model.pp - 1) * (model.pp_hop_fixed_s + per_micro * model.pp_hop_per_seq_s)
     return model.pp * stage + hops + model.overhead_s
 
@@ -246,11 +258,8 @@ def estimate_serving(
     if not a.gqa_shared_kv_reads:  # every query head streams its KV head (TensorRT-LLM <= 0.6 with GQA)
         kv_seq_bytes *= (arch.attention_heads / tp) / memory.kv_heads_per_gpu(arch.kv_heads, tp)
     active_layer_params = attention_params + arch.experts_per_token * expert_params
-    flops_seq = (
-        2.0 * layers * active_layer_params
-        + 4.0 * layers * mean_context * attention_width(arch) / tp
-        + 2.0 * head_params
-    )
+    matmul_flops_seq = 2.0 * layers * active_layer_params + 2.0 * head_params
+    attention_flops_seq = 4.0 * layers * mean_context * attention_width(arch) / tp
 
     replica_gpus = tp * pp
     spans_nodes = replica_gpus > gpu.max_gpus_per_node
@@ -266,7 +275,8 @@ def estimate_serving(
         moe_experts=arch.moe_experts,
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
-        compute_per_seq_s=flops_seq / flops_rate,
+        compute_per_seq_s=matmul_flops_seq / flops_rate,
+        attention_compute_per_seq_s=attention_flops_seq / flops_rate,
         tp_allreduces=2 * layers if tp > 1 else 0,  # Megatron TP: after attention and after the MLP
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
         tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in allreduce_terms],
@@ -291,7 +301,7 @@ def estimate_serving(
     prefill_tp_comm = chunks * 2 * arch.layers * nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
     prefill_pp_comm = (pp - 1) * p2p_s(input_tokens * hidden_bytes, pp_link, eff)
     prefill = (
-        stage_compute_s(prefill_weights, prefill_compute) + prefill_tp_comm + prefill_pp_comm + step_model.overhead_s
+        prefill_compute_s(prefill_weights, prefill_compute) + prefill_tp_comm + prefill_pp_comm + step_model.overhead_s
     )
     prefill_busy = (prefill_compute + prefill_tp_comm * (1.0 - a.tp_comm_overlap)) / pp
 

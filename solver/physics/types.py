@@ -53,7 +53,10 @@ class DecodeStepModel(Result):
     moe_experts: int = Field(1, ge=1)
     experts_per_token: int = Field(1, ge=1)
     kv_per_seq_s: float = Field(description="stream one sequence's KV cache at the mean context, s")
-    compute_per_seq_s: float = Field(description="one sequence's token FLOPs on the stage, s")
+    compute_per_seq_s: float = Field(description="one sequence's matmul FLOPs (weights, LM head) on the stage, s")
+    attention_compute_per_seq_s: float = Field(
+        0.0, description="one sequence's attention FLOPs over its KV cache on the stage, s"
+    )
     tp_allreduces: int = Field(0, ge=0, description="TP all-reduces of the stage per step (2 per layer)")
     tp_allreduce_latency_s: list[float] = Field(
         default_factory=list, description="start-up latency of one TP all-reduce, s, per NCCL protocol"
