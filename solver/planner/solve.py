@@ -154,6 +154,8 @@ class Planner:
         self.build_s = time.perf_counter() - t0
         self.solve_s = 0.0  # total wall time inside the solvers (CP-SAT, and GLOP for large models)
         self.lp_s = 0.0  # of which: LP relaxations (GLOP) before large solves
+        # The cost LP of each min-cost solve, by (families on, no-goods): its tie-break reuses it.
+        self._cost_lp: dict[object, relaxation.Relaxation] = {}
         self.solves = 0
 
     @property
@@ -264,7 +266,17 @@ class Planner:
         t0 = time.perf_counter()
         limit = None
         if (tiebreak or goal != "feasibility") and self._relax(m):
-            m = self._reduce(m, keep_hint=hint is not None and bool(hint.values))
+            # A tie-break bounds the cost by the optimum just proven: the cost LP of that solve
+            # already says which variables no design that cheap can move (no second LP needed).
+            key = (frozenset(fams), tuple(ng.signature_on for ng in nogoods)) if extra is None else None
+            caps = [value for name, op, value in bounds if name == "total_cents" and op == "<="]
+            cost_lp = self._cost_lp.get(key) if key is not None and len(caps) == len(bounds) == 1 else None
+            if tiebreak and cost_lp is not None:
+                m = _fixed(m, cost_lp, caps[0])
+            else:
+                m, rel = self._reduce(m, keep_hint=hint is not None and bool(hint.values))
+                if goal == "min_total" and not bounds and key is not None and rel is not None:
+                    self._cost_lp[key] = rel
             limit = max(0.0, self.settings.time_limit_s - (time.perf_counter() - t0))
         solver, status, wall = self._run(m, limit)
         wall = time.perf_counter() - t0
@@ -299,7 +311,7 @@ class Planner:
         solver, status, _ = self._run(sub, max(0.0, deadline - time.perf_counter()))
         return rel, list(solver.response_proto.solution) if status.has_solution else None
 
-    def _reduce(self, m: cp_model.CpModel, *, keep_hint: bool) -> cp_model.CpModel:
+    def _reduce(self, m: cp_model.CpModel, *, keep_hint: bool) -> tuple[cp_model.CpModel, relaxation.Relaxation | None]:
         """``m`` with the variables fixed that no solution as good as an incumbent can move.
 
         The LP relaxation (GLOP), an incumbent from CP-SAT in the neighbourhood the LP induces, then
@@ -308,12 +320,21 @@ class Planner:
         Where workloads may mix GPU types the LP is loose (fractions of replicas and instances) and
         its neighbourhood poor, so the same is done with one shape per workload
         (:func:`~clusterplan.planner.constraints.one_shape_restriction`) and the better incumbent kept.
-        Returns ``m`` itself when the LP or the incumbent step gives nothing.
+        Returns ``m`` itself when the LP or the incumbent step gives nothing; and the LP, if it solved.
         """
         deadline = time.perf_counter() + self.settings.time_limit_s
         rel, best = self._incumbent(m, deadline)
         if not rel.optimal:
-            return m  # LP infeasible (so is m) or numerically unsure: CP-SAT decides on its own
+            return m, None  # LP infeasible (so is m) or numerically unsure: CP-SAT decides on its own
+        if keep_hint:  # the caller's hint (the primary optimum, for a tie-break) may be the better one
+            check = self._solver(max(0.0, deadline - time.perf_counter()))
+            check.parameters.fix_variables_to_their_hinted_value = True
+            if check.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                hinted = list(check.response_proto.solution)
+                if best is None or relaxation.objective_value(m.proto, hinted) < relaxation.objective_value(
+                    m.proto, best
+                ):
+                    best = hinted
         if any(wc.is_serving and wc.allow_mixed for wc in self.table.workloads):
             restricted = m.clone()
             one_shape_restriction(restricted, self.v, self.table)
@@ -323,11 +344,9 @@ class Planner:
             ):
                 best = alt
         if best is None:
-            return m
+            return m, rel
         incumbent = relaxation.objective_value(m.proto, best)
-        reduced = m.clone()
-        for i, value in rel.fixable(incumbent):
-            reduced.add(reduced.get_int_var_from_proto_index(i) == value)
+        reduced = _fixed(m, rel, incumbent)
         obj = reduced.proto.objective
         reduced.add(
             sum(c * reduced.get_int_var_from_proto_index(v) for v, c in zip(obj.vars, obj.coeffs, strict=True))
@@ -336,7 +355,7 @@ class Planner:
         if not keep_hint:
             reduced.proto.solution_hint.vars.extend(range(len(best)))
             reduced.proto.solution_hint.values.extend(best)
-        return reduced
+        return reduced, rel
 
     def core(self, on: Iterable[str], *, extra: Extra | None = None) -> tuple[SolveStatus, list[str]]:
         """Feasibility with the families of ``on`` as assumptions (the rest off).
@@ -403,6 +422,14 @@ class Planner:
             gpus_in_use=val(v.gpus_in_use),
             signature_on=sig_on,
         )
+
+
+def _fixed(m: cp_model.CpModel, rel: relaxation.Relaxation, incumbent: float) -> cp_model.CpModel:
+    """A copy of ``m`` with the variables fixed that no solution of objective <= ``incumbent`` moves."""
+    reduced = m.clone()
+    for i, value in rel.fixable(incumbent):
+        reduced.add(reduced.get_int_var_from_proto_index(i) == value)
+    return reduced
 
 
 PRIMARY_GOAL: dict[str, str] = {"min_cost": "min_total", "max_throughput": "max_served_ratio", "min_latency": "min_p95"}
