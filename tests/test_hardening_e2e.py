@@ -37,7 +37,7 @@ from clusterplan.plan import Plan
 from clusterplan.requirement_loader import load_requirement
 
 EXAMPLES = int(os.environ.get("CLUSTERPLAN_FUZZ_EXAMPLES", "30"))
-TIME_LIMIT_S = 2.0  # per CP-SAT call
+TIME_LIMIT_S = 2.0  # per solve
 WALL_BOUND_S = 60.0  # one whole run: candidates, a handful of CP-SAT calls, infeasibility analysis
 
 SHIPPED = load_catalog()

@@ -40,7 +40,7 @@ def time_limit_note(plan: Plan) -> str | None:
         return None
     gap = f" (gap {s.gap:.1%} to the best bound)" if s.gap is not None else ""
     return (
-        f"Stopped at the time limit ({s.time_limit_s:g} s per CP-SAT call); not proven optimal{gap}. "
+        f"Stopped at the time limit ({s.time_limit_s:g} s per solve); not proven optimal{gap}. "
         "A cheaper design may exist: raise --time-limit to close the gap."
     )
 
@@ -55,7 +55,12 @@ def register(app: typer.Typer) -> None:
         objective: ObjectiveChoice = typer.Option(
             ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
         ),
-        time_limit: float = typer.Option(10.0, "--time-limit", min=0.01, help="Seconds per CP-SAT call."),
+        time_limit: float = typer.Option(
+            10.0,
+            "--time-limit",
+            min=0.01,
+            help="Seconds per solve (each CP-SAT call, with its LP steps on large models).",
+        ),
         explain: bool = typer.Option(True, "--explain/--no-explain", help="Compute 'why this one'."),
         catalog: list[Path] | None = typer.Option(
             None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."

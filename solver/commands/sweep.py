@@ -21,7 +21,9 @@ CatalogOption = typer.Option(
     None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."
 )
 JobsOption = typer.Option(None, "--jobs", "-j", min=1, help="Points planned in parallel (default: CPU count).")
-TimeLimitOption = typer.Option(10.0, "--time-limit", min=0.01, help="Seconds per CP-SAT call.")
+TimeLimitOption = typer.Option(
+    10.0, "--time-limit", min=0.01, help="Seconds per solve (each CP-SAT call, with its LP steps on large models)."
+)
 
 
 class Against(StrEnum):

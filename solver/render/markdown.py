@@ -101,7 +101,7 @@ def render(plan: Plan) -> str:
     if plan.status == "unknown":
         out += [
             "",
-            f"No answer within the time limit ({s.time_limit_s:g} s per CP-SAT call): neither a design nor a "
+            f"No answer within the time limit ({s.time_limit_s:g} s per solve): neither a design nor a "
             "proof that none exists.",
         ]
     return "\n".join(out) + "\n"

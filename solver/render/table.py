@@ -26,7 +26,7 @@ def render(plan: Plan, console: Console) -> None:
         _infeasible(plan, console)
     if plan.status == "unknown":
         console.print(
-            f"No answer within the time limit ({s.time_limit_s:g} s per CP-SAT call): neither a design "
+            f"No answer within the time limit ({s.time_limit_s:g} s per solve): neither a design "
             "nor a proof that none exists. Raise --time-limit.",
             markup=False,
         )
