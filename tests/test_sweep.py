@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ from typer.testing import CliRunner
 
 from clusterplan.catalog import load_catalog, load_catalog_text
 from clusterplan.cli import app
-from clusterplan.planner.pipeline import PlanOptions, plan_requirement
+from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_table
+from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement_loader import load_requirement
 from clusterplan.sweep import (
     PointOutcome,
@@ -82,6 +84,23 @@ def test_sweep_rows_agree_with_individual_plans(sweep_one_job: dict[str, Any], t
         )
         assert row["throughput"] == pytest.approx(expected.throughput)
         assert row["p95_latency_s"] == pytest.approx(expected.p95_latency_s)
+
+
+def test_explain_binding_gives_the_same_design_and_conflict_without_the_rest() -> None:
+    """What a sweep row plans with: the full explanation's first design and minimal conflict, nothing more."""
+    t = synthetic_table(gpu_types=3, serving=2, training=1, seed=5)
+    full = plan_table(t, PlanOptions(top=1, explain=True))
+    binding = plan_table(t, PlanOptions(top=1, explain="binding"))
+    assert binding.designs == full.designs and full.explanation is not None
+    assert binding.explanation is None
+    short = replace(t, limits=replace(t.limits, budget_total_usd=1.0))
+    full = plan_table(short, PlanOptions(top=1, explain=True))
+    binding = plan_table(short, PlanOptions(top=1, explain="binding"))
+    assert binding.status == full.status == "infeasible"
+    assert binding.infeasibility is not None and full.infeasibility is not None
+    assert binding.infeasibility.conflict == full.infeasibility.conflict != []
+    assert full.infeasibility.relaxations and binding.infeasibility.relaxations == []
+    assert binding.infeasibility.text == "conflict: " + ", ".join(f.title for f in full.infeasibility.conflict)
 
 
 def test_sweep_results_do_not_depend_on_jobs(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:

@@ -7,14 +7,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from clusterplan.candidates import CandidateTable, build_candidates
-from clusterplan.plan import Infeasibility, Plan, RequirementRef, SolverInfo
+from clusterplan.plan import FamilyRef, Infeasibility, Plan, RequirementRef, SolverInfo
 from clusterplan.planner import report
 from clusterplan.planner.builder import OBJECTIVES
-from clusterplan.planner.explain import explain
-from clusterplan.planner.infeasibility import Retarget, analyse, unplaceable_workloads
+from clusterplan.planner.constraints import family
+from clusterplan.planner.explain import constraint_checks, explain
+from clusterplan.planner.infeasibility import Retarget, analyse, find_conflict, unplaceable_workloads
 from clusterplan.planner.solve import Planner, SolverSettings, rank_designs
 from clusterplan.planner.status import SolveStatus, relative_gap
 
@@ -25,9 +26,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PlanOptions:
+    """How to plan. ``explain`` says how much of the why to work out (each part costs solves):
+
+    * ``True``: the whole :class:`clusterplan.plan.Explanation` of the best design (binding families
+      with their relaxed optimum, cheaper GPU types that lost, mixes); when infeasible, a minimal
+      conflict and the least relaxation of each member.
+    * ``"binding"``: only which families bind the best design (its constraint checks, no
+      ``explanation``); when infeasible, the minimal conflict without relaxations and a one-line
+      ``text``. What one row of a what-if sweep shows.
+    * ``False``: margins only; when infeasible, the same analysis as ``True``.
+    """
+
     top: int = 5
     objective: str = "min_cost"
-    explain: bool = True
+    explain: bool | Literal["binding"] = True
     settings: SolverSettings = field(default_factory=SolverSettings)
 
 
@@ -111,7 +123,9 @@ def plan_table(
     if ranked.designs:
         best = ranked.designs[0]
         assert best.solution is not None
-        if opts.explain:
+        if opts.explain == "binding":
+            top_checks = constraint_checks(planner, best)
+        elif opts.explain:
             explanation = explain(planner, best)
             top_checks = explanation.constraints
         else:
@@ -121,7 +135,7 @@ def plan_table(
             checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
             designs.append(report.design(table, out.solution, rank=i + 1, checks=checks))
     elif ranked.status is SolveStatus.INFEASIBLE:
-        infeasibility = analyse(planner, retarget=retarget)
+        infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
     if timings is not None:
         timings.build_s += planner.build_s
         timings.solver_s += planner.solve_s
@@ -135,6 +149,19 @@ def plan_table(
         explanation=explanation,
         infeasibility=infeasibility,
     )
+
+
+def _conflict_only(planner: Planner) -> Infeasibility:
+    """A minimal conflict without the least relaxations (``explain="binding"``); ``text`` is one line."""
+    status, conflict = find_conflict(planner)
+    refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
+    if status is not SolveStatus.INFEASIBLE:
+        text = "the conflict search ran out of time"
+    elif refs:
+        text = "conflict: " + ", ".join(r.title for r in refs)
+    else:
+        text = "no design even with every constraint off"
+    return Infeasibility(conflict=refs, relaxations=[], unplaceable=[], text=text)
 
 
 def plan_requirement(
