@@ -14,10 +14,10 @@ Pure data in and out; no printing. The layers, in order:
 4. **Running.** :func:`run_task` loads and plans one point; :func:`run_tasks` runs them inline
    (``jobs=1``) or in a process pool, and always returns them in point order, so results do not depend
    on ``jobs`` (the planner has a fixed seed and one search worker).
-   A point plans with :func:`plan_point`: the planner's own candidate table, ranking and binding test
-   (:func:`clusterplan.planner.explain.constraint_checks`) and conflict search, but not the rest of the
-   explanation (lost GPU types, mixes, least relaxations), which a row does not show. The tests check
-   that its design equals ``plan_requirement(..., PlanOptions(top=1))``'s first design.
+   A point plans with :func:`plan_point`: ``plan_requirement`` with ``explain="binding"``, which works
+   out which constraints bind (or conflict) but not the rest of the explanation (lost GPU types, mixes,
+   least relaxations), which a row does not show. The tests check that its design equals
+   ``plan_requirement(..., PlanOptions(top=1))``'s first design.
 5. **Reading.** :func:`assemble` turns outcomes into :class:`SweepRow` s, marks where the optimal design
    switches and where the requirement becomes feasible, and writes the notes a reader wants first.
 6. **Frontiers.** :func:`run_frontier` plans at tightening p95 targets below the cheapest design's p95
@@ -655,42 +655,19 @@ def plan_point(
 ) -> PointOutcome:
     """The best design of one point with its binding constraints, or the conflict when there is none.
 
-    The same candidate table, ranking and binding test as ``plan_requirement(top=1, explain=True)``
-    (its first design is equal to this one), without the parts of the explanation a row does not show.
+    ``plan_requirement`` with ``top=1`` and ``explain="binding"``: the rest of the explanation (lost
+    GPU types, mixes, least relaxations) is not worked out, as a row does not show it.
     """
-    from clusterplan.candidates import build_candidates
-    from clusterplan.planner import report
-    from clusterplan.planner.explain import constraint_checks
-    from clusterplan.planner.infeasibility import find_conflict, unplaceable_workloads
-    from clusterplan.planner.solve import Planner, rank_designs
-    from clusterplan.planner.status import SolveStatus
+    from clusterplan.planner.pipeline import PlanOptions, plan_requirement
 
-    table = build_candidates(resolved, catalog, keep_latency=objective == "min_latency")
-    reasons = unplaceable_workloads(table)
-    if reasons:
-        return PointOutcome(
-            index=0, values=[], status="infeasible", detail="no candidate can run: " + "; ".join(reasons)
-        )
-    planner = Planner(table, objective=objective, settings=settings)  # type: ignore[arg-type]
-    ranked = rank_designs(planner, top=1)
-    status: RowStatus = ranked.status.value if ranked.status is not SolveStatus.MODEL_INVALID else "unknown"  # type: ignore[assignment]
-    if ranked.designs:
-        best = ranked.designs[0]
-        assert best.solution is not None
-        checks = constraint_checks(planner, best)
-        return PointOutcome(
-            index=0, values=[], status=status, design=report.design(table, best.solution, rank=1, checks=checks)
-        )
-    if ranked.status is SolveStatus.INFEASIBLE:
-        from clusterplan.planner.constraints import family
-
-        proven, members = find_conflict(planner)
-        refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in members]
-        detail = "conflict: " + ", ".join(r.title for r in refs) if refs else "no design even with every constraint off"
-        if proven is not SolveStatus.INFEASIBLE:
-            detail = "the conflict search ran out of time"
-        return PointOutcome(index=0, values=[], status="infeasible", conflict=refs, detail=detail)
-    return PointOutcome(index=0, values=[], status=status, detail="time limit reached before a design or a proof")
+    options = PlanOptions(top=1, objective=objective, explain="binding", settings=settings)
+    plan = plan_requirement(resolved, catalog, options)
+    if plan.designs:
+        return PointOutcome(index=0, values=[], status=plan.status, design=plan.designs[0])
+    if plan.infeasibility is not None:
+        why = plan.infeasibility
+        return PointOutcome(index=0, values=[], status="infeasible", conflict=why.conflict, detail=why.text)
+    return PointOutcome(index=0, values=[], status=plan.status, detail="time limit reached before a design or a proof")
 
 
 def run_task(task: PointTask) -> PointOutcome:
