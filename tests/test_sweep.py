@@ -1,5 +1,5 @@
-"""``clusterplan sweep`` and ``clusterplan frontier``: rows agree with individual plans, jobs do not matter,
-fields and values parse like a requirement file, bad ones exit 2 with a hint."""
+"""``clusterplan sweep``: rows agree with individual plans, jobs do not matter, bad fields and values exit 2
+with a hint. Fields and values themselves: test_sweep_vary.py; frontiers: test_frontier.py."""
 
 from __future__ import annotations
 
@@ -13,23 +13,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from clusterplan.catalog import load_catalog, load_catalog_text
+from clusterplan.catalog import load_catalog
 from clusterplan.cli import app
 from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.planner.synthetic import synthetic_table
+from clusterplan.points import PointOutcome, load_base
 from clusterplan.requirement_loader import load_requirement
-from clusterplan.sweep import (
-    PointOutcome,
-    SweepError,
-    catalog_override,
-    grid,
-    load_base,
-    make_axis,
-    pareto,
-    parse_spec,
-    resolve_field,
-    row_of,
-)
+from clusterplan.sweep import grid, row_of
+from clusterplan.vary import make_axis
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "requirements"
@@ -158,33 +149,8 @@ def test_bad_plot_suffix_and_max_throughput_without_budget_exit_2(tmp_path: Path
 
 
 # ------------------------------------------------------------------------------------------------
-# Pure pieces: fields, values, grids, catalog overrides, Pareto
+# Grids and points
 # ------------------------------------------------------------------------------------------------
-
-
-def test_aliases_follow_the_file(catalog: Any) -> None:
-    base, _ = load_base(EXAMPLES / "7b-chat-serving.yaml")
-    assert resolve_field("budget", base.data, catalog).path == "budget.monthly"  # the field the file sets
-    assert resolve_field("demand", base.data, catalog).path == "workloads[0].tokens_per_sec"
-    assert resolve_field("demand", base.data, catalog).unit == "tokens/s"
-    train, _ = load_base(EXAMPLES / "13b-train-then-serve.yaml")
-    assert resolve_field("deadline", train.data, catalog).path == "workloads[0].deadline"
-    assert resolve_field("demand", train.data, catalog).path == "workloads[1].requests_per_min"
-    assert resolve_field("budget", train.data, catalog).path == "budget.capital"
-    assert resolve_field("assumptions.compute_efficiency", train.data, catalog).quantity == "number"
-    assert resolve_field("constraints.max_gpus", train.data, catalog).quantity == "integer"
-    assert resolve_field("gpu_price.H100 SXM", train.data, catalog).gpu == "h100-sxm"
-
-
-def test_specs_parse_with_units() -> None:
-    assert parse_spec("200k..2M", "money", field="b", steps=3) == [200_000.0, 1_100_000.0, 2_000_000.0]
-    assert parse_spec("1k..100k", "money", field="b", steps=3, log=True) == [1_000.0, 10_000.0, 100_000.0]
-    assert parse_spec("1s,2s,500ms", "duration", field="p") == [1.0, 2.0, 0.5]
-    assert parse_spec("100,200,300", "rate", field="d") == [100.0, 200.0, 300.0]  # a comma separates values
-    assert parse_spec("$1.2M", "money", field="b") == [1_200_000.0]
-    assert parse_spec("1..3", "integer", field="n", steps=5) == [1.0, 2.0, 3.0]  # 1.5 and 2.5 round, repeats go
-    with pytest.raises(SweepError, match="--log needs both ends above zero"):
-        parse_spec("0..10", "number", field="x", log=True)
 
 
 def test_grid_first_axis_fastest(catalog: Any) -> None:
@@ -192,19 +158,6 @@ def test_grid_first_axis_fastest(catalog: Any) -> None:
     a = make_axis("p95_latency=1s,2s", base.data, catalog, steps=10, log=False)
     b = make_axis("demand=100,200,300", base.data, catalog, steps=10, log=False)
     assert grid([a, b]) == [(1.0, 100.0), (2.0, 100.0), (1.0, 200.0), (2.0, 200.0), (1.0, 300.0), (2.0, 300.0)]
-
-
-def test_catalog_overrides_load_and_keep_provenance(catalog: Any) -> None:
-    price = resolve_field("gpu_price.h100-sxm", {}, catalog)
-    power = resolve_field("electricity_price", {}, catalog)
-    text = catalog_override(catalog, [(price, 20_000.0), (power, 0.25)])
-    assert text is not None
-    over = load_catalog_text(text, "what-if")
-    gpu = over.gpu("h100-sxm")
-    assert gpu.price is not None and gpu.price.usd == 20_000.0 and gpu.price.source == "clusterplan-what-if"
-    assert gpu.source == catalog.gpu("h100-sxm").source and gpu.memory_gib == catalog.gpu("h100-sxm").memory_gib
-    assert over.owned.electricity_usd_per_kwh.value == 0.25
-    assert catalog_override(catalog, []) is None
 
 
 def test_requirement_edits_do_not_touch_the_base(catalog: Any) -> None:
@@ -220,34 +173,9 @@ def test_requirement_edits_do_not_touch_the_base(catalog: Any) -> None:
     assert yaml.safe_load(tasks[0].text)["budget"]["horizon"] == 36
 
 
-def test_pareto_drops_dominated_and_repeated_points() -> None:
-    pts = [(100.0, 5.0), (150.0, 5.0), (120.0, 3.0), (100.0, 5.0), (200.0, 4.0), (300.0, 1.0)]
-    assert pareto(pts, maximise=False) == [True, False, True, False, False, True]
-    assert pareto([(1.0, 10.0), (2.0, 8.0), (3.0, 20.0)], maximise=True) == [True, False, True]
-
-
 # ------------------------------------------------------------------------------------------------
-# Frontier and plots
+# Plots
 # ------------------------------------------------------------------------------------------------
-
-
-def test_frontier_has_no_dominated_point(tmp_path: Path) -> None:
-    out = tmp_path / "f.json"
-    plot = tmp_path / "f.svg"
-    result = runner.invoke(
-        app, ["frontier", str(SERVING_70B), "--points", "2", "-j", "2", "--json", str(out), "--plot", str(plot)]
-    )
-    assert result.exit_code == 0, result.output
-    data = json.loads(out.read_text())
-    front = [p for p in data["points"] if p["on_frontier"]]
-    assert front and "Pareto frontier" in result.output
-    for p in front:
-        for q in front:
-            if q is not p:
-                assert not (q["total_usd"] <= p["total_usd"] and q["p95_latency_s"] <= p["p95_latency_s"])
-    costs = [p["total_usd"] for p in front]
-    assert costs == sorted(costs)
-    assert plot.read_text().startswith("<?xml")
 
 
 def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:

@@ -61,7 +61,7 @@ def progress(total: int, what: str) -> Iterator[Callable[[int], None] | None]:
 
 def _plot_format(path: Path | None) -> str | None:
     from clusterplan.render.plots import format_of
-    from clusterplan.sweep import SweepError
+    from clusterplan.vary import SweepError
 
     if path is None:
         return None
@@ -100,9 +100,11 @@ def register(app: typer.Typer) -> None:
 
         from clusterplan.cli import guarded, out_console
         from clusterplan.planner.solve import SolverSettings
+        from clusterplan.points import default_jobs, load_base
         from clusterplan.render import plots
         from clusterplan.render import sweep as render
-        from clusterplan.sweep import SweepError, default_jobs, load_base, make_axis, run_sweep
+        from clusterplan.sweep import run_sweep
+        from clusterplan.vary import SweepError, make_axis
 
         def run() -> int:
             if len(vary) > 2:
@@ -159,10 +161,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The Pareto frontier of total cost against p95 latency (or throughput); dominated designs removed."""
         from clusterplan.cli import guarded, out_console
+        from clusterplan.frontier import run_frontier
         from clusterplan.planner.solve import SolverSettings
+        from clusterplan.points import default_jobs, load_base
         from clusterplan.render import plots
         from clusterplan.render import sweep as render
-        from clusterplan.sweep import default_jobs, load_base, run_frontier
 
         def run() -> int:
             fmt = _plot_format(plot)

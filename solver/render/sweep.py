@@ -1,4 +1,5 @@
-"""Sweeps and frontiers as a rich table, CSV and JSON. Formatting only; the data is :mod:`clusterplan.sweep`."""
+"""Sweeps and frontiers as a rich table, CSV and JSON. Formatting only; the data is :mod:`clusterplan.sweep`
+and :mod:`clusterplan.frontier`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from clusterplan.frontier import FrontierResult
 from clusterplan.render.fmt import seconds, usd
-from clusterplan.sweep import FrontierResult, SweepResult, format_value
+from clusterplan.sweep import SweepResult
+from clusterplan.vary import format_value
 
 
 def _num(x: float | None, unit: str = "") -> str:
