@@ -15,9 +15,10 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 
-from clusterplan.candidates import CandidateTable
+from clusterplan.candidates import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
 from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
 from clusterplan.planner.constraints import family
 from clusterplan.planner.report import hardware_lines
@@ -272,9 +273,7 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
     table = planner.table
     unplaceable = unplaceable_workloads(table)
     if unplaceable:
-        return Infeasibility(
-            conflict=[], relaxations=[], unplaceable=unplaceable, text="no candidate can run: " + "; ".join(unplaceable)
-        )
+        return unplaceable_report(unplaceable)
     status, conflict = find_conflict(planner)
     if status is not SolveStatus.INFEASIBLE:
         return Infeasibility(
@@ -301,15 +300,97 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
     return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], text=text)
 
 
-def unplaceable_workloads(table: CandidateTable) -> list[str]:
-    """Workloads with no candidate row at all: physics rules out every GPU (the most common reasons)."""
-    from collections import Counter
+def unplaceable_report(reasons: list[str]) -> Infeasibility:
+    """The report when physics rules out every candidate of some workload: nothing to model or relax."""
+    return Infeasibility(
+        conflict=[], relaxations=[], unplaceable=reasons, text="no candidate can run: " + "; ".join(reasons)
+    )
 
+
+# GPU ids listed by name in a "none of the GPUs it may use (...)" sentence; more are counted.
+LISTED_GPUS = 8
+EXAMPLE_REASONS = 2
+
+
+def usable_gpus(table: CandidateTable) -> list[str]:
+    """GPU types the requirement lets a plan use: in allowed_gpus (less excluded_gpus) and obtainable
+    under its deployment, clouds, regions and pricing (an offering no family forbids: a cloud
+    instance, or an owned server that can be bought or is in inventory)."""
+    allowed = table.limits.allowed_gpus
+    out = []
+    for gid in sorted(table.gpus):
+        if allowed is not None and gid not in allowed:
+            continue
+        if any(
+            not o.forbidden_by and (o.kind == "cloud" or o.purchasable or o.inventory_units)
+            for o in table.offerings_of(gid)
+        ):
+            out.append(gid)
+    return out
+
+
+def unplaceable_workloads(table: CandidateTable) -> list[str]:
+    """Workloads with no candidate row at all, and why: physics rules out every GPU type the
+    requirement lets them use (the closest ones as examples), and which ruled-out GPUs could run them.
+
+    Only the GPUs the requirement allows are reasoned about: a GPU it already excluded
+    (allowed_gpus, deployment, clouds, regions) is no example of why nothing fits.
+    """
+    usable = usable_gpus(table)
     out = []
     for wc in table.workloads:
         if wc.rows:
             continue
-        counts = Counter(e.reason for e in wc.exclusions)
-        top = [r for r, _ in counts.most_common(2)]
-        out.append(f"{wc.name}: no GPU can run {wc.model_name or 'it'}" + (f" (e.g. {'; '.join(top)})" if top else ""))
+        out.append(_unplaceable(table, wc, usable))
     return out
+
+
+def _unplaceable(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> str:
+    what = wc.model_name or "it"
+    # GPUs physics admits that cannot be obtained had their rows dropped (availability): they could.
+    could = sorted({e.gpu_id for e in wc.exclusions if e.family == AVAILABILITY})
+    pool = usable or sorted(table.gpus)
+    closest = sorted(pool, key=lambda g: (-table.gpus[g].memory_gib, g))
+    reasons = []
+    for gid in closest:
+        e = most_common_reason([x for x in wc.exclusions if x.family != AVAILABILITY], gid)
+        if e is not None and e.reason not in reasons:
+            reasons.append(e.reason)
+        if len(reasons) == EXAMPLE_REASONS:
+            break
+    if not reasons:  # no reason recorded (a synthetic table): the most common ones
+        reasons = [r for r, _ in Counter(e.reason for e in wc.exclusions).most_common(EXAMPLE_REASONS)]
+    examples = f" (e.g. {'; '.join(reasons)})" if reasons else ""
+    # Restricted: allowed_gpus is set, or a GPU that can be had some way is not one it may use.
+    restricted = table.limits.allowed_gpus is not None or set(usable) != {o.gpu_id for o in table.offerings}
+    if not usable:
+        head = "no GPU the requirement allows can be obtained (allowed_gpus, deployment, clouds and regions)"
+        if not could:
+            head += f", and no other GPU can run {what} either{examples}"
+    elif not restricted:
+        head = f"no GPU can run {what}{examples}"
+    else:
+        listed = (
+            ", ".join(usable) if len(usable) <= LISTED_GPUS else f"{len(usable)} types, e.g. {', '.join(closest[:3])}"
+        )
+        closest_reason = f" (closest: {reasons[0]})" if reasons else ""
+        head = f"none of the GPUs the requirement allows ({listed}) can run {what}{closest_reason}"
+        if not could:
+            head += ", and no other GPU in the catalog can either"
+    if could:
+        head += "; GPUs that could run it but are ruled out: " + "; ".join(_why_out(table, wc, g) for g in could)
+    return f"{wc.name}: {head}"
+
+
+def _why_out(table: CandidateTable, wc: WorkloadCandidates, gid: str) -> str:
+    """Why a GPU that physics admits is out of reach: allowed_gpus, and how it could be obtained."""
+    why = []
+    allowed = table.limits.allowed_gpus
+    if allowed is not None and gid not in allowed:
+        why.append("not in constraints.allowed_gpus")
+    name = table.gpus[gid].name if gid in table.gpus else gid
+    for e in wc.exclusions:
+        if e.gpu_id == gid and e.family == AVAILABILITY:
+            why.append(e.reason.removeprefix(f"{name}: "))
+            break
+    return f"{gid} ({'; '.join(why)})" if why else gid

@@ -15,7 +15,13 @@ from clusterplan.planner import report
 from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.constraints import family
 from clusterplan.planner.explain import constraint_checks, explain
-from clusterplan.planner.infeasibility import Retarget, analyse, find_conflict, unplaceable_workloads
+from clusterplan.planner.infeasibility import (
+    Retarget,
+    analyse,
+    find_conflict,
+    unplaceable_report,
+    unplaceable_workloads,
+)
 from clusterplan.planner.solve import Planner, SolverSettings, rank_designs
 from clusterplan.planner.status import SolveStatus, relative_gap
 
@@ -96,9 +102,7 @@ def plan_table(
             solver=info,
             designs=[],
             explanation=None,
-            infeasibility=Infeasibility(
-                conflict=[], relaxations=[], unplaceable=reasons, text="no candidate can run: " + "; ".join(reasons)
-            ),
+            infeasibility=unplaceable_report(reasons),
         )
     planner = Planner(table, objective=opts.objective, settings=settings)
     ranked = rank_designs(planner, top=opts.top)
