@@ -191,6 +191,11 @@ class Relaxation(Out):
     value: float | None
     unit: str
     restores_feasibility: bool = Field(description="this change alone makes the requirement feasible")
+    still_conflicting: list[str] = Field(
+        default_factory=list,
+        description="when this change alone is not enough: the families (ids) that still cannot all hold "
+        "with it made, a minimal set; empty otherwise",
+    )
 
 
 class Infeasibility(Out):

@@ -9,7 +9,10 @@
    requirement on*: minimise the relaxed quantity (capital, monthly, total, GPUs, power, training
    time over deadline, extra owned GPUs) with that family off; for latency targets, bisect a common
    factor on the targets (the rates depend on the targets through the queueing physics, so each
-   step rebuilds the serving candidates). If relaxing it alone does not suffice, that is said.
+   step rebuilds the serving candidates).
+4. If relaxing a member alone does not suffice, that is said, with the families that still cannot
+   all hold once it is relaxed (a minimal set again), so the user knows what else to change. A solve
+   that ran out of time is reported as such, never as "not enough".
 """
 
 from __future__ import annotations
@@ -37,10 +40,17 @@ TARGET_BISECTION_STEPS = 7
 DELETION_FIRST = ("latency", "redundancy")
 
 
-def minimal_conflict(planner: Planner, core: list[str], *, extra: Extra | None = None) -> list[str]:
-    """Deletion loop: a minimal subset of ``core`` that is still infeasible (reported in registry order)."""
+def minimal_conflict(
+    planner: Planner, core: list[str], *, extra: Extra | None = None, among: list[str] | None = None
+) -> list[str]:
+    """Deletion loop: a minimal subset of ``core`` that is still infeasible (reported in registry order).
+
+    ``among``: the families that may be kept (default: all the requirement states); a family
+    switched off by the caller is never brought back in.
+    """
+    allowed = planner.families if among is None else among
     members = set(core)
-    if members & set(DELETION_FIRST) and "throughput" in planner.families:
+    if members & set(DELETION_FIRST) and "throughput" in allowed:
         members.add("throughput")  # implied by latency and redundancy: a candidate to keep instead
     kept = [f for f in planner.families if f in members]
     order = [f for f in DELETION_FIRST if f in kept] + [f for f in kept if f not in DELETION_FIRST]
@@ -65,6 +75,58 @@ def find_conflict(planner: Planner, *, extra: Extra | None = None) -> tuple[Solv
     return status, minimal_conflict(planner, core, extra=extra)
 
 
+def still_conflicting(planner: Planner, off: set[str]) -> tuple[SolveStatus, list[str]]:
+    """With the families of ``off`` switched off and every other one on: (INFEASIBLE, a minimal set
+    that still conflicts), or (the status, []) when that is not proven."""
+    on = [f for f in planner.families if f not in off]
+    status, core = planner.core(on)
+    if status is not SolveStatus.INFEASIBLE or not core:
+        return status, []
+    return status, minimal_conflict(planner, core, among=on)
+
+
+def _relaxed_with(fid: str) -> set[str]:
+    """The families one relaxation switches off: lowering the demand relaxes all three that scale with it."""
+    return {"throughput", "latency", "redundancy"} if fid == "throughput" else {fid}
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _rest_clause(rest: list[str]) -> str:
+    """What still conflicts, readable: one family rules out every design; several cannot all hold."""
+    titles = _and([family(f).title for f in rest])
+    return f"{titles} still rules out every design" if len(rest) == 1 else f"{titles} still cannot all hold"
+
+
+def _not_enough(planner: Planner, fid: str, *, lead: str = "") -> Relaxation:
+    """Relaxing ``fid`` alone is proven not to be enough: say so, and what still conflicts."""
+    lead = lead or f"relaxing {family(fid).title} alone is not enough"
+    status, rest = still_conflicting(planner, _relaxed_with(fid))
+    if rest:
+        change = f"{lead}: with it relaxed, {_rest_clause(rest)}"
+    elif status is SolveStatus.INFEASIBLE:
+        change = f"{lead}: no design exists even with every other stated constraint relaxed too"
+    else:
+        change = f"{lead} (which other constraints conflict was not found within the time limit)"
+    return Relaxation(
+        family=fid, change=change, value=None, unit="", restores_feasibility=False, still_conflicting=rest
+    )
+
+
+def _timed_out(planner: Planner, fid: str) -> Relaxation:
+    """The search for the least relaxation ran out of time: neither a value nor a proof there is none."""
+    return Relaxation(
+        family=fid,
+        change=f"the least relaxation of {family(fid).title} was not found within the time limit "
+        f"({planner.settings.time_limit_s:g} s per solve); raise --time-limit",
+        value=None,
+        unit="",
+        restores_feasibility=False,
+    )
+
+
 # Budget families: the requirement field each one enforces and its unit.
 _BUDGET_FIELDS = {
     "budget_capital": ("budget.capital", "USD"),
@@ -77,24 +139,23 @@ def _usd(x: float) -> str:
     return f"${math.ceil(x):,}"
 
 
+def _rps(x: float) -> str:
+    """A request rate: two decimals, or three significant figures below 0.01 (never '0.00' for a demand)."""
+    if x >= 0.01 or x <= 0:
+        return f"{x:,.2f}"
+    return f"{x:.3g}"
+
+
 def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = None) -> Relaxation:
     """The smallest change to family ``fid`` that makes the requirement feasible, all else unchanged."""
-    table = planner.table
-    others = [f for f in planner.families if f != fid]
-    lim = table.limits
-
-    if fid == "throughput":
-        # Demand is what throughput, latency and redundancy all scale with: lower it for all three.
-        others = [f for f in others if f not in ("latency", "redundancy")]
-
-    def solve(goal: str) -> tuple[bool, float | None, Solution | None]:
-        out = planner.solve(goal=goal, on=others)
-        if not out.status.has_solution or out.solution is None:
-            return False, None, None
-        return True, out.objective, out.solution
-
     if fid == "latency" and retarget is not None:
         return _latency_relaxation(planner, retarget)
+    return _least_by_solving(planner, fid)
+
+
+def _least_by_solving(planner: Planner, fid: str) -> Relaxation:
+    """Optimise the relaxed quantity with ``fid`` off and every other family on."""
+    others = [f for f in planner.families if f not in _relaxed_with(fid)]
     goal_by_family = {
         "budget_capital": "min_capital",
         "budget_monthly": "min_monthly",
@@ -105,16 +166,22 @@ def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = 
         "inventory": "min_inventory_extra",
         "throughput": "max_throughput_ratio",
     }
-    goal = goal_by_family.get(fid, "min_total")
-    ok, value, sol = solve(goal)
-    if not ok or value is None or sol is None:
-        return Relaxation(
-            family=fid,
-            change=f"relaxing {family(fid).title} alone is not enough",
-            value=None,
-            unit="",
-            restores_feasibility=False,
-        )
+    out = planner.solve(goal=goal_by_family.get(fid, "min_total"), on=others)
+    if out.status is SolveStatus.INFEASIBLE:
+        return _not_enough(planner, fid)
+    if not out.status.has_solution or out.solution is None or out.objective is None:
+        return _timed_out(planner, fid)
+    rel = _relaxation_at(planner, fid, out.objective, out.solution)
+    if out.status is SolveStatus.FEASIBLE and rel.restores_feasibility:
+        # The time limit stopped the search: this change works, but a smaller one may too.
+        rel = rel.model_copy(update={"change": rel.change + " (time limit: a smaller change may also work)"})
+    return rel
+
+
+def _relaxation_at(planner: Planner, fid: str, value: float, sol: Solution) -> Relaxation:
+    """The change that the relaxed optimum ``value`` (solution ``sol``) of family ``fid`` stands for."""
+    table = planner.table
+    lim = table.limits
     if fid in _BUDGET_FIELDS:
         field, unit = _BUDGET_FIELDS[fid]
         return Relaxation(
@@ -168,8 +235,10 @@ def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = 
         )
     if fid == "throughput":
         frac = math.floor(value) / 1e6
+        if frac <= 0:
+            return _demand_below_resolution(planner)
         parts = [
-            f"{wc.name}: peak demand <= {wc.demand_rps * frac:,.2f} req/s (asked {wc.demand_rps:,.2f})"
+            f"{wc.name}: peak demand <= {_rps(wc.demand_rps * frac)} req/s (asked {_rps(wc.demand_rps)})"
             for wc in table.workloads
             if wc.is_serving
         ]
@@ -223,6 +292,37 @@ def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = 
     return Relaxation(family=fid, change=f"relax {fid}", value=None, unit="", restores_feasibility=True)
 
 
+def _demand_below_resolution(planner: Planner) -> Relaxation:
+    """Throughput relaxed to 0% of the demand is no relaxation: say why the search found nothing.
+
+    The solver counts request rates in units sized to the demand (clusterplan.planner.scaling); a
+    replica slower than one unit counts as 0 and cannot serve. At a demand many orders of magnitude
+    above what one replica takes, that is every replica, and lowering the demand changes the units.
+    """
+    slow = []
+    for wc in planner.table.workloads:
+        if not wc.is_serving or not wc.rows:
+            continue
+        unit = planner.v.scales[wc.index].resolution_rps
+        fastest = max(r.rate_nolat_rps for r in wc.serving_rows())
+        if fastest < unit:
+            slow.append(
+                f"{wc.name}: its fastest replica takes {fastest:.3g} req/s, below the "
+                f"{unit:g} req/s the solver counts in at a peak demand of {_rps(wc.demand_rps)} req/s"
+            )
+    if not slow:
+        return _not_enough(planner, "throughput", lead="lowering the demand alone is not enough")
+    return Relaxation(
+        family="throughput",
+        change="the least demand that fits was not computed: "
+        + "; ".join(slow)
+        + " (more replicas than any plan could hold); plan a lower demand",
+        value=None,
+        unit="",
+        restores_feasibility=False,
+    )
+
+
 def _latency_relaxation(planner: Planner, retarget: Retarget) -> Relaxation:
     """Bisect a common factor f >= 1 on every p95 target until the requirement becomes feasible."""
 
@@ -268,6 +368,10 @@ def _round_up(x: float) -> str:
     return f"{math.ceil(x * scale - 1e-9) / scale:g}"
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
 def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibility:
     """The infeasibility report of a requirement whose primary solve was proven infeasible."""
     table = planner.table
@@ -291,12 +395,12 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
         )
     refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
     relax = [least_relaxation(planner, f, retarget=retarget) for f in conflict]
-    text = (
-        "these requirements cannot all hold: "
-        + "; ".join(r.title for r in refs)
-        + ". Any one of these changes restores feasibility: "
-        + "; ".join(r.change for r in relax if r.restores_feasibility)
-    )
+    text = "these requirements cannot all hold: " + "; ".join(r.title for r in refs) + "."
+    fixes = [r.change for r in relax if r.restores_feasibility]
+    if fixes:
+        text += " Any one of these changes restores feasibility: " + "; ".join(fixes)
+    else:
+        text += " " + " ".join(_sentence(r.change) for r in relax)
     return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], text=text)
 
 

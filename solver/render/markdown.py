@@ -92,10 +92,7 @@ def render(plan: Plan) -> str:
         if inf.conflict:
             out += ["Conflicting constraints (minimal):", ""] + [f"- **{f.title}**: {f.sentence}" for f in inf.conflict]
             out += ["", "Least relaxations, each alone:", ""]
-            out += [
-                f"- {r.change}" + ("" if r.restores_feasibility else " (not enough on its own)")
-                for r in inf.relaxations
-            ]
+            out += [f"- {r.change}" for r in inf.relaxations]
         elif not inf.unplaceable:
             out.append(inf.text)
     if plan.status == "unknown":

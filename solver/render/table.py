@@ -148,7 +148,6 @@ def _infeasible(plan: Plan, console: Console) -> None:
             console.print(f"  - {f.title}: {f.sentence}", markup=False)
         console.print("Least relaxations (each alone, everything else unchanged):")
         for r in inf.relaxations:
-            tail = "" if r.restores_feasibility else " (not enough on its own)"
-            console.print(f"  - {r.change}{tail}", markup=False)
+            console.print(f"  - {r.change}", markup=False)
     elif not inf.unplaceable:
         console.print(inf.text, markup=False)

@@ -1,0 +1,234 @@
+"""When nothing fits, the explanation says what would: never a dangling colon, never a
+relaxation that is not one, never "not enough" for a search that ran out of time.
+
+Before: a conflict none of whose members could be relaxed alone ended its text with "Any one of
+these changes restores feasibility: " and nothing after it, and the table said "relaxing X alone is
+not enough (not enough on its own)" without saying what else conflicts; a relaxation solve that
+timed out was reported as "not enough"; a demand no replica registers at was "relaxed" to
+"peak demand <= 0.00 req/s".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rich.console import Console
+from typer.testing import CliRunner
+
+from clusterplan.candidates import (
+    CandidateTable,
+    Exclusion,
+    GpuType,
+    Limits,
+    Offering,
+    ServingRow,
+    ServingTargets,
+    WorkloadCandidates,
+)
+from clusterplan.cli import app
+from clusterplan.plan import Plan
+from clusterplan.planner import infeasibility
+from clusterplan.planner.constraints import family
+from clusterplan.planner.infeasibility import analyse
+from clusterplan.planner.pipeline import PlanOptions, plan_table
+from clusterplan.planner.solve import Outcome, Planner
+from clusterplan.planner.status import SolveStatus
+from clusterplan.render import markdown, table
+
+runner = CliRunner()
+
+SMALL_SERVING: dict[str, Any] = {
+    "name": "tiny latency",
+    "model": "llama-3.1-8b",
+    "workloads": [
+        {
+            "kind": "serving",
+            "name": "assistant",
+            "requests_per_min": 100,
+            "input_tokens": 800,
+            "output_tokens": 250,
+            "p95_latency": "1ms",
+        }
+    ],
+    "budget": {"horizon": 24},
+    "deployment": "cloud",
+}
+
+
+def _solve(tmp_path: Path, doc: dict[str, Any], *extra: str, name: str = "req.yaml") -> tuple[int, str]:
+    f = tmp_path / name
+    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    result = runner.invoke(app, ["solve", str(f), *extra])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout
+
+
+def _infeasibility(tmp_path: Path, doc: dict[str, Any], *extra: str) -> dict[str, Any]:
+    code, out = _solve(tmp_path, doc, "--json", *extra)
+    assert code == 1, out
+    inf = json.loads(out)["infeasibility"]
+    assert isinstance(inf, dict)
+    return inf
+
+
+def _not_dangling(text: str) -> None:
+    assert text.strip(), "empty explanation"
+    assert not text.rstrip().endswith(":"), text
+
+
+GPUS = {"a": GpuType(id="a", name="A", tdp_w=500, nvlink_domain=8, price_usd=10000)}
+
+
+def _owned() -> Offering:
+    return Offering(
+        key="owned:a:8",
+        kind="owned",
+        gpu_id="a",
+        gpus_per_unit=8,
+        tp_domain=8,
+        capital_usd=50000.0,
+        power_w=4800.0,
+        energy_usd_per_month=320.0,
+    )
+
+
+def _serving(rows: tuple[ServingRow, ...], exclusions: tuple[Exclusion, ...] = ()) -> WorkloadCandidates:
+    return WorkloadCandidates(
+        index=0,
+        name="svc",
+        kind="serving",
+        rows=rows,
+        exclusions=exclusions,
+        model_name="M",
+        demand_rps=2.0,
+        average_rps=2.0,
+        input_tokens=100,
+        output_tokens=100,
+        targets=ServingTargets(),
+    )
+
+
+def _two_conflicts() -> CandidateTable:
+    """Owned servers only: the capital budget and the power cap each rule out every design alone."""
+    row = ServingRow(gpu_id="a", tp=1, pp=1, quant="bf16", batch=8, rate_rps=1.0, rate_nolat_rps=1.0)
+    limits = Limits(horizon_months=12, budget_capital_usd=1000.0, max_power_w=1000.0)
+    return CandidateTable(workloads=(_serving((row,)),), gpus=GPUS, offerings=(_owned(),), limits=limits)
+
+
+def test_when_relaxing_the_conflict_alone_is_not_enough_the_other_conflict_is_named() -> None:
+    t = _two_conflicts()
+    report = analyse(Planner(t))
+    assert len(report.conflict) == 1
+    (relax,) = report.relaxations
+    assert not relax.restores_feasibility
+    other = "budget_capital" if relax.family == "power" else "power"
+    assert relax.still_conflicting == [other]
+    other_title = {"budget_capital": "capital budget", "power": "power cap"}[other]
+    assert other_title in relax.change
+    _not_dangling(report.text)
+    assert other_title in report.text
+    plan = plan_table(t, PlanOptions(top=1))
+    md = markdown.render(plan)
+    assert other_title in md and "not enough on its own" not in md
+
+
+TWO_CONFLICTS: dict[str, Any] = {
+    "name": "two conflicts",
+    "model": "llama-3.1-8b",
+    "workloads": [
+        {
+            "kind": "serving",
+            "name": "assistant",
+            "requests_per_min": 20000,
+            "input_tokens": 800,
+            "output_tokens": 250,
+            "p95_latency": "10s",
+        }
+    ],
+    "budget": {"total": "$1000"},
+    "deployment": "owned",
+    "constraints": {"max_gpus": 1},
+}
+
+
+def test_a_conflict_no_single_relaxation_fixes_says_what_else_to_change_cli(tmp_path: Path) -> None:
+    """$1,000 in total and one GPU for 20,000 requests a minute: raising the budget alone does not help."""
+    inf = _infeasibility(tmp_path, TWO_CONFLICTS)
+    _not_dangling(inf["text"])
+    assert not any(r["restores_feasibility"] for r in inf["relaxations"])
+    for r in inf["relaxations"]:
+        assert r["still_conflicting"], r
+        assert r["family"] not in r["still_conflicting"]
+        for fid in r["still_conflicting"]:
+            assert family(fid).title in r["change"] and family(fid).title in inf["text"]
+    code, out = _solve(tmp_path, TWO_CONFLICTS)
+    assert code == 1 and "still cannot all hold" in out and "not enough on its own" not in out
+
+
+def test_a_relaxation_that_ran_out_of_time_is_not_called_not_enough(monkeypatch: pytest.MonkeyPatch) -> None:
+    """UNKNOWN is not INFEASIBLE: "relaxing X alone is not enough" would be a claim nobody proved."""
+    t = _two_conflicts()
+    planner = Planner(t)
+    conflict = infeasibility.find_conflict(planner)[1]
+    monkeypatch.setattr(planner, "solve", lambda **_: Outcome(status=SolveStatus.UNKNOWN))
+    relax = infeasibility.least_relaxation(planner, conflict[0])
+    assert not relax.restores_feasibility
+    assert "not enough" not in relax.change
+    assert "time limit" in relax.change
+
+
+def test_demand_no_replica_registers_is_not_relaxed_to_zero(tmp_path: Path) -> None:
+    """166,667 req/s on a 405B model: the best the solver could serve was 0 ppm of it, which was
+    reported as 'peak demand <= 0.00 req/s' restoring feasibility."""
+    doc = {
+        "name": "huge demand",
+        "model": "llama-3.1-405b",
+        "workloads": [
+            {
+                "kind": "serving",
+                "name": "chat",
+                "requests_per_min": 10_000_000,
+                "input_tokens": 8000,
+                "output_tokens": 2000,
+            }
+        ],
+        "deployment": "cloud",
+        "constraints": {"allowed_gpus": ["a100-80gb"]},
+    }
+    inf = _infeasibility(tmp_path, doc)
+    _not_dangling(inf["text"])
+    for r in inf["relaxations"]:
+        assert "<= 0.00 req/s" not in r["change"] and "<= 0 req/s" not in r["change"], r
+        if r["family"] == "throughput":
+            assert not r["restores_feasibility"], r
+            assert r["value"] is None or r["value"] > 0
+
+
+def _dangling_headers(text: str) -> list[str]:
+    """Lines ending in a colon with no list item under them."""
+    lines = [x for x in text.splitlines() if x.strip()]
+    return [
+        x
+        for x, nxt in zip(lines, [*lines[1:], ""], strict=True)
+        if x.rstrip().endswith(":") and not nxt.lstrip().startswith("- ")
+    ]
+
+
+def test_no_rendering_ends_a_heading_with_nothing_under_it(tmp_path: Path) -> None:
+    code, out = _solve(tmp_path, SMALL_SERVING, "--json")
+    assert code == 1
+    plans = [Plan.model_validate_json(out), plan_table(_two_conflicts(), PlanOptions(top=1))]
+    for plan in plans:
+        assert plan.infeasibility is not None
+        for r in plan.infeasibility.relaxations:
+            assert r.value is None or 0 < r.value < float("inf"), r
+        _not_dangling(plan.infeasibility.text)
+        assert _dangling_headers(markdown.render(plan)) == []
+        console = Console(record=True, width=200)
+        table.render(plan, console)
+        assert _dangling_headers(console.export_text()) == []
