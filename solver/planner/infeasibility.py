@@ -7,9 +7,9 @@
    one member makes the rest feasible.
 3. For each member, the least relaxation that restores feasibility *with every other family of the
    requirement on*: minimise the relaxed quantity (capital, monthly, total, GPUs, power, training
-   time over deadline, extra owned GPUs) with that family off; for latency targets, bisect a common
+   time over deadline, extra owned GPUs) with that family off; for latency targets, search a common
    factor on the targets (the rates depend on the targets through the queueing physics, so each
-   step rebuilds the serving candidates).
+   step rebuilds the serving candidates), then give back every target that need not move.
 4. If relaxing a member alone does not suffice, that is said, with the families that still cannot
    all hold once it is relaxed (a minimal set again), so the user knows what else to change. A solve
    that ran out of time is reported as such, never as "not enough".
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from clusterplan.candidates import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
 from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
@@ -28,10 +28,21 @@ from clusterplan.planner.report import hardware_lines
 from clusterplan.planner.solve import Extra, Planner, Solution
 from clusterplan.planner.status import SolveStatus
 
-Retarget = Callable[[float], CandidateTable]  # latency targets x factor -> a new candidate table
+# A latency target: (workload index, requirement field: p95_latency, p95_ttft or p95_tpot).
+TargetKey = tuple[int, str]
+# Each target times its factor (absent: 1) -> the candidate table of the requirement so changed.
+Retarget = Callable[[Mapping[TargetKey, float]], CandidateTable]
 
-MAX_TARGET_FACTOR = 64.0
+TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
+# The latency search tries targets 64x, 64^2x, ... looser, bisecting inside the first bracket that
+# is feasible (7 halvings of the exponent: within 64^(1/128), about 3%, rounded up). It stops once
+# every target is at least LOOSEST_TARGET_S: past an hour, a p95 target no longer constrains a plan.
+TARGET_FACTOR_STEP = 64.0
 TARGET_BISECTION_STEPS = 7
+LOOSEST_TARGET_S = 3600.0
+# Targets still relaxed after the give-backs that are then tightened one by one (7 rebuilds each);
+# any further ones keep the common factor (a relaxation that works, not necessarily the least).
+SHRINK_TARGETS_MAX = 6
 
 
 # Families tried first in the deletion loop. The latency and redundancy families imply throughput
@@ -323,39 +334,117 @@ def _demand_below_resolution(planner: Planner) -> Relaxation:
     )
 
 
+def _serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]]:
+    """Every p95 target the requirement states: (key, workload name, seconds), in a fixed order."""
+    out: list[tuple[TargetKey, str, float]] = []
+    for wc in table.workloads:
+        if not wc.is_serving:
+            continue
+        t = wc.targets
+        for field, value in zip(TARGET_FIELDS, (t.p95_latency_s, t.p95_ttft_s, t.p95_tpot_s), strict=True):
+            if value is not None:
+                out.append(((wc.index, field), wc.name, value))
+    return out
+
+
 def _latency_relaxation(planner: Planner, retarget: Retarget) -> Relaxation:
-    """Bisect a common factor f >= 1 on every p95 target until the requirement becomes feasible."""
+    """The least looser p95 targets that make the requirement feasible, all else unchanged.
 
-    def feasible_at(factor: float) -> bool:
-        table = retarget(factor)
-        p = Planner(table, objective=planner.objective, settings=planner.settings)
-        return p.feasible(p.families).has_solution
+    Every target is multiplied by a common factor f: f = 64, 64^2, ... until feasible (or every
+    target is past LOOSEST_TARGET_S), then f is bisected inside that bracket. Targets that can then
+    go back to their stated value are given back (a workload at a time, then a target at a time),
+    and each of the first SHRINK_TARGETS_MAX targets still relaxed is bisected down on its own, the
+    others held: the change names only the targets that must move, each about as little as it must
+    (an unreachable TTFT does not drag the end-to-end target along; a TPOT target does not stay at
+    f times its value when the end-to-end target already implies it). Lowering one target only makes
+    the others harder, so one pass in a fixed order ends at a point where no single target can be
+    tightened further. Each step rebuilds the candidate table (the rates depend on the targets).
+    """
+    targets = _serving_targets(planner.table)
+    if not targets:
+        return _least_by_solving(planner, "latency")
+    statuses: dict[tuple[tuple[TargetKey, float], ...], SolveStatus] = {}
 
-    if not feasible_at(MAX_TARGET_FACTOR):
-        return Relaxation(
-            family="latency",
-            change=f"even {MAX_TARGET_FACTOR:g}x looser p95 targets are not enough",
-            value=None,
-            unit="x",
-            restores_feasibility=False,
-        )
-    lo, hi = 1.0, MAX_TARGET_FACTOR
+    def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
+        key = tuple(sorted(factors.items()))
+        if key not in statuses:
+            p = Planner(retarget(factors), objective=planner.objective, settings=planner.settings)
+            statuses[key] = p.feasible(p.families)
+        return statuses[key]
+
+    def common(f: float) -> dict[TargetKey, float]:
+        return {k: f for k, _, _ in targets}
+
+    tightest = min(v for _, _, v in targets)
+    lo, hi = 1.0, TARGET_FACTOR_STEP
+    while not status_at(common(hi)).has_solution:
+        if status_at(common(hi)) is not SolveStatus.INFEASIBLE:
+            return _timed_out(planner, "latency")
+        if tightest * hi >= LOOSEST_TARGET_S:
+            return _latency_not_enough(planner, retarget, common(hi))
+        lo, hi = hi, hi * TARGET_FACTOR_STEP
     for _ in range(TARGET_BISECTION_STEPS):
         mid = math.sqrt(lo * hi)
-        if feasible_at(mid):
+        if status_at(common(mid)).has_solution:
             hi = mid
         else:
             lo = mid
-    parts = []
-    for wc in planner.table.workloads:
-        if not wc.is_serving or not wc.targets.any:
+    factors = common(hi)
+
+    def others_relaxed(keys: set[TargetKey]) -> bool:
+        """Some target outside ``keys`` stays relaxed: else holding ``keys`` lower is known infeasible."""
+        return any(f != 1.0 for k, f in factors.items() if k not in keys)
+
+    def give_back(keys: set[TargetKey]) -> bool:
+        nonlocal factors
+        trial = {k: (1.0 if k in keys else f) for k, f in factors.items()}
+        if trial == factors or not others_relaxed(keys):
+            return False
+        if status_at(trial).has_solution:
+            factors = trial
+            return True
+        return False
+
+    workloads = sorted({k[0] for k, _, _ in targets})
+    if len(workloads) > 1:
+        for w in workloads:
+            give_back({k for k, _, _ in targets if k[0] == w})
+    shrunk = 0
+    for k, _, _ in targets:
+        if factors[k] == 1.0 or give_back({k}) or not others_relaxed({k}) or shrunk >= SHRINK_TARGETS_MAX:
             continue
-        t = wc.targets
-        for label, value in (("p95_latency", t.p95_latency_s), ("p95_ttft", t.p95_ttft_s), ("p95_tpot", t.p95_tpot_s)):
-            if value is not None:
-                parts.append(f"{wc.name}: {label} >= {_round_up(value * hi)}s")
+        shrunk += 1
+        k_lo, k_hi = 1.0, factors[k]
+        for _ in range(TARGET_BISECTION_STEPS):
+            mid = math.sqrt(k_lo * k_hi)
+            if status_at({**factors, k: mid}).has_solution:
+                k_hi = mid
+            else:
+                k_lo = mid
+        factors = {**factors, k: k_hi}
+    parts = [f"{name}: {k[1]} >= {_round_up(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
     return Relaxation(
-        family="latency", change="; ".join(parts), value=round(hi, 3), unit="x targets", restores_feasibility=True
+        family="latency",
+        change="; ".join(parts),
+        value=round(max(factors.values()), 3),
+        unit="x targets",
+        restores_feasibility=True,
+    )
+
+
+def _latency_not_enough(planner: Planner, retarget: Retarget, factors: Mapping[TargetKey, float]) -> Relaxation:
+    """No p95 target restores feasibility: say what still conflicts with every target past an hour."""
+    loose = Planner(retarget(factors), objective=planner.objective, settings=planner.settings)
+    status, rest = find_conflict(loose)
+    lead = f"relaxing the p95 targets alone is not enough (even at {LOOSEST_TARGET_S / 3600:g} h or more each)"
+    if rest:
+        change = f"{lead}: with them relaxed, {_rest_clause(rest)}"
+    elif status is SolveStatus.INFEASIBLE:
+        change = f"{lead}: no design exists even with every other stated constraint relaxed too"
+    else:
+        change = f"{lead} (which other constraints conflict was not found within the time limit)"
+    return Relaxation(
+        family="latency", change=change, value=None, unit="", restores_feasibility=False, still_conflicting=rest
     )
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -16,7 +17,9 @@ from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.constraints import family
 from clusterplan.planner.explain import constraint_checks, explain
 from clusterplan.planner.infeasibility import (
+    TARGET_FIELDS,
     Retarget,
+    TargetKey,
     analyse,
     find_conflict,
     unplaceable_report,
@@ -168,6 +171,47 @@ def _conflict_only(planner: Planner) -> Infeasibility:
     return Infeasibility(conflict=refs, relaxations=[], unplaceable=[], text=text)
 
 
+def retargeter(
+    resolved: ResolvedRequirement, catalog: Catalog, table: CandidateTable, *, keep_latency: bool = False
+) -> Retarget:
+    """The candidate table of ``resolved`` with p95 targets scaled, for the infeasibility analysis.
+
+    ``table`` is the requirement's own table. Only the serving workloads whose targets change are
+    rebuilt: one workload's candidates never depend on another's, so the rest (training layouts
+    included, the slowest to prepare) are taken from ``table`` unchanged.
+    """
+
+    def retarget(factors: Mapping[TargetKey, float]) -> CandidateTable:
+        req = resolved.requirement
+        changed = [
+            i
+            for i, w in enumerate(req.workloads)
+            if w.kind == "serving" and any(factors.get((i, k), 1.0) != 1.0 for k in TARGET_FIELDS)
+        ]
+        if not changed:
+            return table
+        scaled = []
+        for i in changed:
+            w = req.workloads[i]
+            scaled.append(
+                w.model_copy(
+                    update={
+                        k: getattr(w, k) * factors.get((i, k), 1.0) for k in TARGET_FIELDS if getattr(w, k) is not None
+                    }
+                )
+            )
+        sub = replace(
+            resolved,
+            requirement=req.model_copy(update={"workloads": scaled}),
+            models=tuple(resolved.model_for(i) for i in changed),
+        )
+        rebuilt = build_candidates(sub, catalog, keep_latency=keep_latency)
+        fresh = {i: replace(wc, index=i) for i, wc in zip(changed, rebuilt.workloads, strict=True)}
+        return replace(table, workloads=tuple(fresh.get(wc.index, wc) for wc in table.workloads))
+
+    return retarget
+
+
 def plan_requirement(
     resolved: ResolvedRequirement,
     catalog: Catalog,
@@ -183,21 +227,7 @@ def plan_requirement(
     table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency")
     t1 = time.perf_counter()
 
-    def retarget(factor: float) -> CandidateTable:
-        req = resolved.requirement
-        workloads = []
-        for w in req.workloads:
-            if w.kind == "serving":
-                w = w.model_copy(
-                    update={
-                        k: getattr(w, k) * factor
-                        for k in ("p95_latency", "p95_ttft", "p95_tpot")
-                        if getattr(w, k) is not None
-                    }
-                )
-            workloads.append(w)
-        scaled = replace(resolved, requirement=req.model_copy(update={"workloads": workloads}))
-        return build_candidates(scaled, catalog, keep_latency=opts.objective == "min_latency")
+    retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency")
 
     tm = timings if timings is not None else Timings()
     plan = plan_table(
