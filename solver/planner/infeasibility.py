@@ -318,16 +318,14 @@ def _demand_below_resolution(planner: Planner) -> Relaxation:
         fastest = max(r.rate_nolat_rps for r in wc.serving_rows())
         if fastest < unit:
             slow.append(
-                f"{wc.name}: its fastest replica takes {fastest:.3g} req/s, below the "
+                f"{wc.name}: even the fastest replica on any GPU takes {fastest:.3g} req/s, below the "
                 f"{unit:g} req/s the solver counts in at a peak demand of {_rps(wc.demand_rps)} req/s"
             )
     if not slow:
         return _not_enough(planner, "throughput", lead="lowering the demand alone is not enough")
     return Relaxation(
         family="throughput",
-        change="the least demand that fits was not computed: "
-        + "; ".join(slow)
-        + " (more replicas than any plan could hold); plan a lower demand",
+        change="the least demand that fits was not computed: " + "; ".join(slow) + "; plan a lower demand",
         value=None,
         unit="",
         restores_feasibility=False,
