@@ -233,3 +233,19 @@ def test_no_rendering_ends_a_heading_with_nothing_under_it(tmp_path: Path) -> No
         console = Console(record=True, width=200)
         table.render(plan, console)
         assert _dangling_headers(console.export_text()) == []
+
+
+def test_a_tiny_demand_relaxation_is_printed_with_its_digits_not_as_zero() -> None:
+    """0.004 req/s against one GPU that takes 0.001: the demand relaxation read 'peak demand <= 0.00
+    req/s (asked 0.00)'."""
+    from dataclasses import replace
+
+    row = ServingRow(gpu_id="a", tp=1, pp=1, quant="bf16", batch=8, rate_rps=0.001, rate_nolat_rps=0.001)
+    wc = replace(_serving((row,)), demand_rps=0.004, average_rps=0.004)
+    cloud = Offering(key="cloud:a:1", kind="cloud", gpu_id="a", gpus_per_unit=1, tp_domain=1, usd_per_hour=1.0)
+    t = CandidateTable(workloads=(wc,), gpus=GPUS, offerings=(cloud,), limits=Limits(max_gpus=1))
+    report = analyse(Planner(t))
+    relax = {r.family: r for r in report.relaxations}
+    assert relax["throughput"].restores_feasibility
+    assert relax["throughput"].change == "svc: peak demand <= 0.001 req/s (asked 0.004)"
+    assert relax["max_gpus"].change == "constraints.max_gpus >= 4"
