@@ -20,12 +20,12 @@ from collections import Counter
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates import CandidateTable, ServingRow, WorkloadCandidates, most_common_reason
+from clusterplan.candidates import CandidateTable, WorkloadCandidates, most_common_reason
 from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostGpu, MixNote
 from clusterplan.planner.constraints import family
 from clusterplan.planner.infeasibility import find_conflict
 from clusterplan.planner.report import hardware_lines, margins, summary_text
-from clusterplan.planner.solve import GOALS, PRIMARY_GOAL, Extra, Outcome, Planner, Solution
+from clusterplan.planner.solve import PRIMARY_GOAL, Extra, Outcome, Planner, Solution
 from clusterplan.planner.variables import PlanVariables
 
 LOST_GPU_LIMIT = 6
@@ -64,8 +64,9 @@ def single_gpu_type(w: int) -> Extra:
 
 
 def _improves(planner: Planner, relaxed: float, optimum: float) -> bool:
-    _, sense = GOALS[PRIMARY_GOAL[planner.objective]]
-    return relaxed < optimum - 0.5 if sense == "min" else relaxed > optimum + 0.5
+    if PRIMARY_GOAL[planner.objective].minimise:
+        return relaxed < optimum - 0.5
+    return relaxed > optimum + 0.5
 
 
 def constraint_checks(planner: Planner, best: Outcome) -> list[ConstraintCheck]:
@@ -74,11 +75,12 @@ def constraint_checks(planner: Planner, best: Outcome) -> list[ConstraintCheck]:
     table = planner.table
     checks = margins(table, best.solution, planner.built.families)
     out: list[ConstraintCheck] = []
+    goal = PRIMARY_GOAL[planner.objective]
     for c in checks:
-        if c.family not in planner.families or (planner.objective == "min_cost" and c.family == "budget_total"):
+        if c.family not in planner.families or goal in family(c.family).cannot_bind:
             out.append(c)
             continue
-        relaxed = planner.solve(goal=PRIMARY_GOAL[planner.objective], on=[f for f in planner.families if f != c.family])
+        relaxed = planner.solve(goal=goal, on=[f for f in planner.families if f != c.family])
         if (
             relaxed.status.has_solution
             and relaxed.objective is not None
@@ -118,29 +120,6 @@ def _row_reason(wc: WorkloadCandidates, gid: str, fid: str) -> str | None:
             if f == fid:
                 return reason
     return None
-
-
-def _latency_reason(table: CandidateTable, wc: WorkloadCandidates, gid: str) -> str:
-    """Why a GPU type cannot meet a workload's p95 targets at any replica count."""
-    name = table.gpus[gid].name
-    rows = [r for r in wc.rows if r.gpu_id == gid and isinstance(r, ServingRow)]
-    t = wc.targets
-    want = ", ".join(
-        f"{label} {v:g} s"
-        for label, v in (("p95 latency", t.p95_latency_s), ("p95 TTFT", t.p95_ttft_s), ("p95 TPOT", t.p95_tpot_s))
-        if v is not None
-    )
-    usable = [r for r in rows if r.rate_rps > 0]
-    if not rows:
-        return f"{name}: cannot meet the p95 targets ({want})"
-    if not usable:
-        fast = min(rows, key=lambda r: (r.ttft_s + r.tpot_s * wc.output_tokens, r.gpus))
-        return (
-            f"{name}: no replica meets the p95 targets ({want}) even lightly loaded; fastest is TP{fast.tp} "
-            f"PP{fast.pp} {fast.quant}: TTFT {fast.ttft_s:.2f} s, TPOT {fast.tpot_s * 1000:.0f} ms unloaded, "
-            f"{fast.ttft_s + fast.tpot_s * max(wc.output_tokens - 1, 0):.1f} s for {wc.output_tokens:g} tokens"
-        )
-    return f"{name}: only layouts that other constraints rule out meet the p95 targets ({want})"
 
 
 def _offering_reason(table: CandidateTable, gid: str, fid: str) -> str | None:
@@ -209,15 +188,11 @@ def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: flo
     _, conflict = find_conflict(planner, extra=force)
     texts = []
     for fid in conflict:
-        if fid == "latency" and wc.is_serving:
-            text = _latency_reason(table, wc, gid)
-        else:
-            text = (
-                _row_reason(wc, gid, fid)
-                or _offering_reason(table, gid, fid)
-                or f"{family(fid).title}: {family(fid).sentence}"
-            )
-        texts.append(text)
+        f = family(fid)
+        own = f.why_gpu_lost(table, wc, gid) if f.why_gpu_lost is not None else None
+        texts.append(
+            own or _row_reason(wc, gid, fid) or _offering_reason(table, gid, fid) or f"{f.title}: {f.sentence}"
+        )
     if not texts:
         texts.append(f"{name}: cannot be placed")
     reason = "; ".join(texts)

@@ -23,8 +23,9 @@ from collections.abc import Callable, Mapping
 
 from clusterplan.candidates import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
 from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
-from clusterplan.planner.constraints import family
-from clusterplan.planner.report import hardware_lines
+from clusterplan.planner.constraints import Relaxing, family
+from clusterplan.planner.constraints.facts import NotEnough, RelaxedAt
+from clusterplan.planner.report import facts
 from clusterplan.planner.solve import Extra, Planner, Solution
 from clusterplan.planner.status import SolveStatus
 
@@ -45,10 +46,10 @@ LOOSEST_TARGET_S = 3600.0
 SHRINK_TARGETS_MAX = 6
 
 
-# Families tried first in the deletion loop. The latency and redundancy families imply throughput
-# (their rates never exceed the throughput rate), so when both conflict with a budget, keeping the
-# weaker throughput family yields the more useful relaxation: lower the demand.
-DELETION_FIRST = ("latency", "redundancy")
+def _relaxing(fid: str) -> Relaxing:
+    r = family(fid).relaxation
+    assert r is not None, f"{fid} is never switched off"
+    return r
 
 
 def minimal_conflict(
@@ -61,10 +62,12 @@ def minimal_conflict(
     """
     allowed = planner.families if among is None else among
     members = set(core)
-    if members & set(DELETION_FIRST) and "throughput" in allowed:
-        members.add("throughput")  # implied by latency and redundancy: a candidate to keep instead
+    # A family a member implies (latency and N+k imply throughput: their rates never exceed the
+    # throughput rate) is a candidate to keep instead: it yields the more useful relaxation.
+    members |= {g for f in core for g in _relaxing(f).implies if g in allowed}
     kept = [f for f in planner.families if f in members]
-    order = [f for f in DELETION_FIRST if f in kept] + [f for f in kept if f not in DELETION_FIRST]
+    # Families marked deletion_first are tried first (in registry order), so the weaker one is kept.
+    order = [f for f in kept if _relaxing(f).deletion_first] + [f for f in kept if not _relaxing(f).deletion_first]
     for f in order:
         trial = [g for g in kept if g != f]
         if planner.feasible(trial, extra=extra) is SolveStatus.INFEASIBLE:
@@ -97,8 +100,9 @@ def still_conflicting(planner: Planner, off: set[str]) -> tuple[SolveStatus, lis
 
 
 def _relaxed_with(fid: str) -> set[str]:
-    """The families one relaxation switches off: lowering the demand relaxes all three that scale with it."""
-    return {"throughput", "latency", "redundancy"} if fid == "throughput" else {fid}
+    """The families one relaxation switches off: the family and those relaxed with it (lowering the
+    demand relaxes every family that scales with it)."""
+    return {fid, *_relaxing(fid).with_families}
 
 
 def _and(words: list[str]) -> str:
@@ -138,46 +142,17 @@ def _timed_out(planner: Planner, fid: str) -> Relaxation:
     )
 
 
-# Budget families: the requirement field each one enforces and its unit.
-_BUDGET_FIELDS = {
-    "budget_capital": ("budget.capital", "USD"),
-    "budget_monthly": ("budget.monthly", "USD/month"),
-    "budget_total": ("budget.total", "USD"),
-}
-
-
-def _usd(x: float) -> str:
-    return f"${math.ceil(x):,}"
-
-
-def _rps(x: float) -> str:
-    """A request rate: two decimals, or three significant figures below 0.01 (never '0.00' for a demand)."""
-    if x >= 0.01 or x <= 0:
-        return f"{x:,.2f}"
-    return f"{x:.3g}"
-
-
 def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = None) -> Relaxation:
     """The smallest change to family ``fid`` that makes the requirement feasible, all else unchanged."""
-    if fid == "latency" and retarget is not None:
-        return _latency_relaxation(planner, retarget)
+    if _relaxing(fid).by_targets and retarget is not None:
+        return _target_relaxation(planner, fid, retarget)
     return _least_by_solving(planner, fid)
 
 
 def _least_by_solving(planner: Planner, fid: str) -> Relaxation:
-    """Optimise the relaxed quantity with ``fid`` off and every other family on."""
+    """Optimise the family's relaxation goal with ``fid`` (and those relaxed with it) off, every other on."""
     others = [f for f in planner.families if f not in _relaxed_with(fid)]
-    goal_by_family = {
-        "budget_capital": "min_capital",
-        "budget_monthly": "min_monthly",
-        "budget_total": "min_total",
-        "max_gpus": "min_gpus",
-        "power": "min_power",
-        "deadline": "min_deadline_ratio",
-        "inventory": "min_inventory_extra",
-        "throughput": "max_throughput_ratio",
-    }
-    out = planner.solve(goal=goal_by_family.get(fid, "min_total"), on=others)
+    out = planner.solve(goal=_relaxing(fid).goal, on=others)
     if out.status is SolveStatus.INFEASIBLE:
         return _not_enough(planner, fid)
     if not out.status.has_solution or out.solution is None or out.objective is None:
@@ -191,145 +166,18 @@ def _least_by_solving(planner: Planner, fid: str) -> Relaxation:
 
 def _relaxation_at(planner: Planner, fid: str, value: float, sol: Solution) -> Relaxation:
     """The change that the relaxed optimum ``value`` (solution ``sol``) of family ``fid`` stands for."""
-    table = planner.table
-    lim = table.limits
-    if fid in _BUDGET_FIELDS:
-        field, unit = _BUDGET_FIELDS[fid]
-        return Relaxation(
-            family=fid,
-            change=f"{field} >= {_usd(value / 100)}",
-            value=math.ceil(value / 100),
-            unit=unit,
-            restores_feasibility=True,
-        )
-    if fid == "max_gpus":
-        return Relaxation(
-            family=fid,
-            change=f"constraints.max_gpus >= {int(value)}",
-            value=value,
-            unit="GPUs",
-            restores_feasibility=True,
-        )
-    if fid == "power":
-        kw = math.ceil(value / 100) / 10
-        return Relaxation(
-            family=fid, change=f"constraints.max_power >= {kw:,.1f}kW", value=kw, unit="kW", restores_feasibility=True
-        )
-    if fid == "deadline":
-        parts = []
-        worst_days = 0.0
-        for wc in table.workloads:
-            a = sol.training_of(wc.index) if not wc.is_serving else None
-            if a is None or wc.deadline_s is None:
-                continue
-            t = wc.training_rows()[a.row].time_to_train_s
-            if t > wc.deadline_s:
-                days = math.ceil(t / 86400 * 10) / 10
-                worst_days = max(worst_days, days)
-                parts.append(f"{wc.name}: deadline >= {days:g}d")
-        return Relaxation(
-            family=fid,
-            change="; ".join(parts) or "deadline: any",
-            value=worst_days or None,
-            unit="days",
-            restores_feasibility=True,
-        )
-    if fid == "inventory":
-        extra = int(value)
-        gpus = sorted({x.gpu for x in hardware_lines(table, sol) if x.kind == "owned" and x.from_inventory})
-        return Relaxation(
-            family=fid,
-            change=f"own {extra} more GPU(s) ({', '.join(gpus)}) free of capital cost",
-            value=extra,
-            unit="GPUs",
-            restores_feasibility=True,
-        )
-    if fid == "throughput":
-        frac = math.floor(value) / 1e6
-        if frac <= 0:
-            return _demand_below_resolution(planner)
-        parts = [
-            f"{wc.name}: peak demand <= {_rps(wc.demand_rps * frac)} req/s (asked {_rps(wc.demand_rps)})"
-            for wc in table.workloads
-            if wc.is_serving
-        ]
-        return Relaxation(
-            family=fid, change="; ".join(parts), value=frac * 100, unit="% of demand", restores_feasibility=True
-        )
-    if fid == "redundancy":
-        return Relaxation(
-            family=fid, change="redundancy: 0 (no spare replica)", value=0, unit="replicas", restores_feasibility=True
-        )
-    if fid == "latency":
-        return Relaxation(family=fid, change="drop the p95 targets", value=None, unit="", restores_feasibility=True)
-    if fid == "tp_nvlink":
-        return Relaxation(
-            family=fid,
-            change="tensor parallelism across PCIe or nodes (slow; not recommended)",
-            value=None,
-            unit="",
-            restores_feasibility=True,
-        )
-    if fid == "allowed_gpus":
-        allowed = lim.allowed_gpus or frozenset()
-        used = sorted({x.gpu for x in hardware_lines(table, sol)} - allowed)
-        return Relaxation(
-            family=fid,
-            change=f"allow {', '.join(used) or 'more GPU types'} in constraints.allowed_gpus",
-            value=None,
-            unit="",
-            restores_feasibility=True,
-        )
-    if fid == "allowed_quant":
-        allowed_q = lim.quantizations or frozenset()
-        quants = sorted(
-            {
-                wc.serving_rows()[a.row].quant
-                for wc in table.workloads
-                if wc.is_serving
-                for a in sol.serving_of(wc.index)
-            }
-            - allowed_q
-        )
-        return Relaxation(
-            family=fid,
-            change=f"allow {', '.join(quants) or 'more precisions'} in constraints.quantizations",
-            value=None,
-            unit="",
-            restores_feasibility=True,
-        )
-    if fid == "deployment":
-        return Relaxation(family=fid, change="deployment: either", value=None, unit="", restores_feasibility=True)
-    return Relaxation(family=fid, change=f"relax {fid}", value=None, unit="", restores_feasibility=True)
-
-
-def _demand_below_resolution(planner: Planner) -> Relaxation:
-    """Throughput relaxed to 0% of the demand is no relaxation: say why the search found nothing.
-
-    The solver counts request rates in units sized to the demand (clusterplan.planner.scaling); a
-    replica slower than one unit counts as 0 and cannot serve. At a demand many orders of magnitude
-    above what one replica takes, that is every replica, and lowering the demand changes the units.
-    """
-    slow = []
-    for wc in planner.table.workloads:
-        if not wc.is_serving or not wc.rows:
-            continue
-        unit = planner.v.scales[wc.index].resolution_rps
-        fastest = max(r.rate_nolat_rps for r in wc.serving_rows())
-        if fastest < unit:
-            slow.append(
-                f"{wc.name}: even the fastest replica on any GPU takes {fastest:.3g} req/s, below the "
-                f"{unit:g} req/s the solver counts in at a peak demand of {_rps(wc.demand_rps)} req/s"
-            )
-    if not slow:
-        return _not_enough(planner, "throughput", lead="lowering the demand alone is not enough")
-    return Relaxation(
-        family="throughput",
-        change="the least demand that fits was not computed: " + "; ".join(slow) + "; plan a lower demand",
-        value=None,
-        unit="",
-        restores_feasibility=False,
+    at = RelaxedAt(
+        fid=fid,
+        value=value,
+        design=facts(planner.table, sol),
+        resolution_rps={
+            wc.index: planner.v.scales[wc.index].resolution_rps for wc in planner.table.workloads if wc.is_serving
+        },
     )
+    rel = _relaxing(fid).at(at)
+    if isinstance(rel, NotEnough):
+        return _not_enough(planner, fid, lead=rel.lead)
+    return rel
 
 
 def _serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]]:
@@ -345,7 +193,7 @@ def _serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]
     return out
 
 
-def _latency_relaxation(planner: Planner, retarget: Retarget) -> Relaxation:
+def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxation:
     """The least looser p95 targets that make the requirement feasible, all else unchanged.
 
     Every target is multiplied by a common factor f: f = 64, 64^2, ... until feasible (or every
@@ -360,7 +208,7 @@ def _latency_relaxation(planner: Planner, retarget: Retarget) -> Relaxation:
     """
     targets = _serving_targets(planner.table)
     if not targets:
-        return _least_by_solving(planner, "latency")
+        return _least_by_solving(planner, fid)
     statuses: dict[tuple[tuple[TargetKey, float], ...], SolveStatus] = {}
 
     def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
@@ -377,9 +225,9 @@ def _latency_relaxation(planner: Planner, retarget: Retarget) -> Relaxation:
     lo, hi = 1.0, TARGET_FACTOR_STEP
     while not status_at(common(hi)).has_solution:
         if status_at(common(hi)) is not SolveStatus.INFEASIBLE:
-            return _timed_out(planner, "latency")
+            return _timed_out(planner, fid)
         if tightest * hi >= LOOSEST_TARGET_S:
-            return _latency_not_enough(planner, retarget, common(hi))
+            return _targets_not_enough(planner, fid, retarget, common(hi))
         lo, hi = hi, hi * TARGET_FACTOR_STEP
     for _ in range(TARGET_BISECTION_STEPS):
         mid = math.sqrt(lo * hi)
@@ -422,7 +270,7 @@ def _latency_relaxation(planner: Planner, retarget: Retarget) -> Relaxation:
         factors = {**factors, k: k_hi}
     parts = [f"{name}: {k[1]} >= {_round_up(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
     return Relaxation(
-        family="latency",
+        family=fid,
         change="; ".join(parts),
         value=round(max(factors.values()), 3),
         unit="x targets",
@@ -430,7 +278,9 @@ def _latency_relaxation(planner: Planner, retarget: Retarget) -> Relaxation:
     )
 
 
-def _latency_not_enough(planner: Planner, retarget: Retarget, factors: Mapping[TargetKey, float]) -> Relaxation:
+def _targets_not_enough(
+    planner: Planner, fid: str, retarget: Retarget, factors: Mapping[TargetKey, float]
+) -> Relaxation:
     """No p95 target restores feasibility: say what still conflicts with every target past an hour."""
     loose = Planner(retarget(factors), objective=planner.objective, settings=planner.settings)
     status, rest = find_conflict(loose)
@@ -442,7 +292,7 @@ def _latency_not_enough(planner: Planner, retarget: Retarget, factors: Mapping[T
     else:
         change = f"{lead} (which other constraints conflict was not found within the time limit)"
     return Relaxation(
-        family="latency", change=change, value=None, unit="", restores_feasibility=False, still_conflicting=rest
+        family=fid, change=change, value=None, unit="", restores_feasibility=False, still_conflicting=rest
     )
 
 

@@ -13,13 +13,13 @@ from clusterplan.plan import (
     ConstraintCheck,
     Costs,
     Design,
-    FamilyStatus,
     HardwareLine,
     ReplicaGroup,
     ServingPlan,
     TrainingPlan,
 )
 from clusterplan.planner.constraints import Family
+from clusterplan.planner.constraints.facts import DesignFacts
 from clusterplan.planner.solve import Solution
 from clusterplan.units import HOURS_PER_MONTH, SECONDS_PER_HOUR
 
@@ -283,138 +283,30 @@ def design(table: CandidateTable, sol: Solution, *, rank: int, checks: list[Cons
 
 
 # ------------------------------------------------------------------------------------------------
-# Margins: how far inside each family a design sits (pure arithmetic)
+# Margins: how far inside each family a design sits (pure arithmetic, in the family modules)
 # ------------------------------------------------------------------------------------------------
 
 
-def margins(table: CandidateTable, sol: Solution, fams: list[Family]) -> list[ConstraintCheck]:
-    """One check per active family: margin, unit and a readable detail (status 'slack'/'satisfied';
-    the explainer upgrades it to 'binding' when relaxing the family lowers the optimum)."""
+def facts(table: CandidateTable, sol: Solution) -> DesignFacts:
+    """The design ``sol`` as the plain numbers a family's margin, check and relaxation read."""
     hw = hardware_lines(table, sol)
     costs = costs_of(table, sol, hw)
-    lim = table.limits
-    out: list[ConstraintCheck] = []
-
-    def add(f: Family, margin: float | None, unit: str, detail: str) -> None:
-        status: FamilyStatus = "satisfied" if margin is None else ("slack" if margin >= -1e-9 else "violated")
-        out.append(ConstraintCheck(family=f.id, title=f.title, status=status, margin=margin, unit=unit, detail=detail))
-
-    for f in fams:
-        fid = f.id
-        if fid == "memory":
-            worst: tuple[float, str] | None = None
-            for wc in table.workloads:
-                used_rows: list[ServingRow | TrainingRow] = []
-                if wc.is_serving:
-                    used_rows = [wc.serving_rows()[a.row] for a in sol.serving_of(wc.index)]
-                else:
-                    a = sol.training_of(wc.index)
-                    used_rows = [wc.training_rows()[a.row]] if a is not None else []
-                for r in used_rows:
-                    free = r.capacity_gib - r.memory_gib
-                    text = f"{wc.name}: {r.memory_gib:,.1f} of {r.capacity_gib:,.1f} GiB per {r.gpu_id} GPU"
-                    if isinstance(r, ServingRow):
-                        text += f" (the KV cache for the batch cap of {r.batch} fills what the weights leave)"
-                    if worst is None or free < worst[0]:
-                        worst = (free, text)
-            if worst is not None:
-                add(f, worst[0], "GiB", f"tightest: {worst[1]}")
-        elif fid in ("throughput", "latency", "redundancy"):
-            worst_pct: tuple[float, str] | None = None
-            for wc in table.workloads:
-                if (
-                    not wc.is_serving
-                    or (fid == "latency" and not wc.targets.any)
-                    or (fid == "redundancy" and wc.redundancy <= 0)
-                ):
-                    continue
-                assigned = sol.serving_of(wc.index)
-                rows = [(a, wc.serving_rows()[a.row]) for a in assigned]
-                if fid == "throughput":
-                    cap = sum(a.replicas * r.rate_nolat_rps for a, r in rows)
-                    text = f"{wc.name}: {cap:,.2f} req/s at the utilisation ceiling for {wc.demand_rps:,.2f} at peak"
-                elif fid == "latency":
-                    cap = sum(a.replicas * r.rate_rps for a, r in rows)
-                    worst_p95 = max((r.p95_e2e_s for _, r in rows), default=0.0)
-                    text = (
-                        f"{wc.name}: {cap:,.2f} req/s within targets for {wc.demand_rps:,.2f} at peak; "
-                        f"p95 {worst_p95:,.2f} s at rated load (target {_fmt_opt(wc.targets.p95_latency_s)})"
-                    )
-                else:
-                    rho = [(a, r.rate_rps if wc.targets.any else r.rate_nolat_rps) for a, r in rows]
-                    biggest = max((x for _, x in rho), default=0.0)
-                    cap = sum(a.replicas * x for a, x in rho) - wc.redundancy * biggest
-                    text = f"{wc.name}: {cap:,.2f} req/s with {wc.redundancy} replica(s) lost, for {wc.demand_rps:,.2f}"
-                pct = (cap / wc.demand_rps - 1.0) * 100.0 if wc.demand_rps > 0 else 0.0
-                if worst_pct is None or pct < worst_pct[0]:
-                    worst_pct = (pct, text)
-            if worst_pct is not None:
-                add(f, worst_pct[0], "% above peak demand", worst_pct[1])
-        elif fid == "deadline":
-            worst_d: tuple[float, str] | None = None
-            for wc in table.workloads:
-                a = sol.training_of(wc.index) if not wc.is_serving else None
-                if a is None or wc.deadline_s is None:
-                    continue
-                r = wc.training_rows()[a.row]
-                days = (wc.deadline_s - r.time_to_train_s) / 86400.0
-                text = f"{wc.name}: {r.time_to_train_s / 86400:,.1f} d of {wc.deadline_s / 86400:,.1f} d"
-                if worst_d is None or days < worst_d[0]:
-                    worst_d = (days, text)
-            if worst_d is not None:
-                add(f, worst_d[0], "days", worst_d[1])
-        elif fid == "tp_nvlink":
-            add(f, None, "", "every tensor-parallel group sits inside one NVLink domain")
-        elif fid == "allowed_gpus":
-            add(f, None, "", "only allowed GPU types are used")
-        elif fid == "allowed_quant":
-            add(f, None, "", "only allowed weight precisions are used")
-        elif fid == "deployment":
-            add(f, None, "", f"deployment: {lim.deployment}")
-        elif fid == "max_gpus" and lim.max_gpus is not None:
-            used = gpus_in_use(table, hw)
-            add(f, float(lim.max_gpus - used), "GPUs", f"{used} of {lim.max_gpus} GPUs")
-        elif fid == "power" and lim.max_power_w is not None:
-            used_w = sum(x.power_w for x in hw)
-            add(
-                f,
-                (lim.max_power_w - used_w) / 1000.0,
-                "kW",
-                f"{used_w / 1000:,.1f} of {lim.max_power_w / 1000:,.1f} kW (owned servers at full power)",
-            )
-        elif fid == "inventory":
-            have = sum(o.inventory_units * o.gpus_per_unit for o in table.offerings if o.kind == "owned")
-            used_inv = sum(x.from_inventory * x.gpus_per_unit for x in hw if x.kind == "owned")
-            add(
-                f,
-                float(have - used_inv),
-                "GPUs",
-                f"{used_inv} of {have} owned GPUs used; "
-                f"{sum(x.bought * x.gpus_per_unit for x in hw if x.kind == 'owned')} bought",
-            )
-        elif fid == "budget_capital" and lim.budget_capital_usd is not None:
-            add(
-                f,
-                lim.budget_capital_usd - costs.capital_usd,
-                "USD",
-                f"${costs.capital_usd:,.0f} of ${lim.budget_capital_usd:,.0f}",
-            )
-        elif fid == "budget_monthly" and lim.budget_monthly_usd is not None:
-            add(
-                f,
-                lim.budget_monthly_usd - costs.monthly_usd,
-                "USD/month",
-                f"${costs.monthly_usd:,.0f} of ${lim.budget_monthly_usd:,.0f} per month",
-            )
-        elif fid == "budget_total" and lim.budget_total_usd is not None:
-            add(
-                f,
-                lim.budget_total_usd - costs.total_usd,
-                "USD",
-                f"${costs.total_usd:,.0f} of ${lim.budget_total_usd:,.0f} over {lim.horizon_months:g} months",
-            )
-    return out
+    return DesignFacts(
+        table=table,
+        serving=sol.serving,
+        training=sol.training,
+        instances=sol.instances,
+        bought=sol.bought,
+        from_inventory=sol.from_inventory,
+        capital_usd=costs.capital_usd,
+        monthly_usd=costs.monthly_usd,
+        total_usd=costs.total_usd,
+        gpus_in_use=gpus_in_use(table, hw),
+        owned_power_w=sum(x.power_w for x in hw),
+    )
 
 
-def _fmt_opt(x: float | None) -> str:
-    return "none" if x is None else f"{x:g} s"
+def margins(table: CandidateTable, sol: Solution, fams: list[Family]) -> list[ConstraintCheck]:
+    """One check per active family that has a margin to report, in registry order."""
+    d = facts(table, sol)
+    return [c for c in (f.constraint_check(d) for f in fams) if c is not None]

@@ -23,6 +23,7 @@ from clusterplan.errors import ClusterplanError
 from clusterplan.planner import relaxation
 from clusterplan.planner.builder import BuiltModel, Objective, build
 from clusterplan.planner.constraints import one_shape_restriction
+from clusterplan.planner.constraints.goals import Bound, Goal
 from clusterplan.planner.constraints.structure import upper_bound
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.variables import PlanVariables
@@ -120,21 +121,6 @@ class Outcome:
     values: list[int] = field(default_factory=list, repr=False)
 
 
-# goal name -> (aggregate attribute, sense)
-GOALS: dict[str, tuple[str, str]] = {
-    "min_total": ("total_cents", "min"),
-    "min_capital": ("capital_cents", "min"),
-    "min_monthly": ("monthly_cents", "min"),
-    "min_gpus": ("gpus_in_use", "min"),
-    "min_power": ("owned_power_w", "min"),
-    "min_deadline_ratio": ("deadline_ratio_ppm", "min"),
-    "min_inventory_extra": ("inventory_extra_gpus", "min"),
-    "max_served_ratio": ("served_ratio_ppm", "max"),
-    "max_throughput_ratio": ("throughput_ratio_ppm", "max"),
-    "min_p95": ("p95_max_ms", "min"),
-}
-
-
 class Planner:
     """The base model of one candidate table and every solve made on it."""
 
@@ -216,9 +202,9 @@ class Planner:
     def solve(
         self,
         *,
-        goal: str = "min_total",
+        goal: Goal = Goal.MIN_TOTAL,
         on: Iterable[str] | None = None,
-        bounds: Sequence[tuple[str, str, int]] = (),
+        bounds: Sequence[Bound] = (),
         nogoods: Sequence[Solution] = (),
         extra: Extra | None = None,
         tiebreak: bool = False,
@@ -227,16 +213,16 @@ class Planner:
         """One CP-SAT solve.
 
         ``on``: families enforced (default: all the requirement states); the others are switched off.
-        ``goal``: a key of :data:`GOALS`, or ``"feasibility"``. ``bounds``: (aggregate, '<='|'>=', value).
+        ``goal``: what to optimise (``Goal.FEASIBILITY``: nothing). ``bounds``: goals held no worse than a value.
         ``nogoods``: designs whose signature must differ. ``tiebreak``: instead of ``goal``, minimise
         GPUs then maximise headroom (used after a min-cost solve with the cost bounded).
         """
         fams = self.families if on is None else list(on)
         m = self._clone(fams)
         v = self.v
-        for name, op, value in bounds:
-            var = getattr(v, name)
-            m.add(var <= value if op == "<=" else var >= value)
+        for b in bounds:
+            var = b.goal.variable(v)
+            m.add(var <= b.value if b.goal.minimise else var >= b.value)
         sig = v.signature_literals()
         for ng in nogoods:
             m.add_bool_or([lit.Not() if lit.index in ng.signature_on else lit for lit in sig])
@@ -253,29 +239,27 @@ class Planner:
                 m.minimize(v.gpus_in_use * (v.headroom_ub + 1) - v.headroom_ppm)
             else:
                 m.minimize(v.gpus_in_use)
-        elif goal != "feasibility":
-            attr, sense = GOALS[goal]
-            var = getattr(v, attr)
-            if sense == "min":
-                m.minimize(var)
+        elif goal is not Goal.FEASIBILITY:
+            if goal.minimise:
+                m.minimize(goal.variable(v))
             else:
-                m.maximize(var)
+                m.maximize(goal.variable(v))
         if hint is not None and hint.values:
             m.proto.solution_hint.vars.extend(range(len(hint.values)))
             m.proto.solution_hint.values.extend(hint.values)
         t0 = time.perf_counter()
         limit = None
-        if (tiebreak or goal != "feasibility") and self._relax(m):
+        if (tiebreak or goal is not Goal.FEASIBILITY) and self._relax(m):
             # A tie-break bounds the cost by the optimum just proven: the cost LP of that solve
             # already says which variables no design that cheap can move (no second LP needed).
             key = (frozenset(fams), tuple(ng.signature_on for ng in nogoods)) if extra is None else None
-            caps = [value for name, op, value in bounds if name == "total_cents" and op == "<="]
+            caps = [b.value for b in bounds if b.goal is Goal.MIN_TOTAL]
             cost_lp = self._cost_lp.get(key) if key is not None and len(caps) == len(bounds) == 1 else None
             if tiebreak and cost_lp is not None:
                 m = _fixed(m, cost_lp, caps[0])
             else:
                 m, rel = self._reduce(m, keep_hint=hint is not None and bool(hint.values))
-                if goal == "min_total" and not bounds and key is not None and rel is not None:
+                if goal is Goal.MIN_TOTAL and not bounds and key is not None and rel is not None:
                     self._cost_lp[key] = rel
             limit = max(0.0, self.settings.time_limit_s - (time.perf_counter() - t0))
         solver, status, wall = self._run(m, limit)
@@ -285,7 +269,7 @@ class Planner:
             values = list(solver.response_proto.solution)
             out.values = values[: len(self.built.model.proto.variables)]
             out.solution = self._read(values)
-            if goal != "feasibility" or tiebreak:
+            if goal is not Goal.FEASIBILITY or tiebreak:
                 out.objective = solver.objective_value
                 out.bound = solver.best_objective_bound
         return out
@@ -375,7 +359,7 @@ class Planner:
         return status, [f for f in self.families if self.v.literal(f).index in idx and f in by_index.values()]
 
     def feasible(self, on: Iterable[str], *, extra: Extra | None = None) -> SolveStatus:
-        return self.solve(goal="feasibility", on=on, extra=extra).status
+        return self.solve(goal=Goal.FEASIBILITY, on=on, extra=extra).status
 
     # ------------------------------------------------------------------------------------------------
     def _read(self, values: list[int]) -> Solution:
@@ -432,7 +416,12 @@ def _fixed(m: cp_model.CpModel, rel: relaxation.Relaxation, incumbent: float) ->
     return reduced
 
 
-PRIMARY_GOAL: dict[str, str] = {"min_cost": "min_total", "max_throughput": "max_served_ratio", "min_latency": "min_p95"}
+# Each objective's primary goal (the tie-break after it: fewest GPUs for min_cost, else least cost).
+PRIMARY_GOAL: dict[str, Goal] = {
+    "min_cost": Goal.MIN_TOTAL,
+    "max_throughput": Goal.MAX_SERVED_RATIO,
+    "min_latency": Goal.MIN_P95,
+}
 
 
 @dataclass
@@ -453,7 +442,6 @@ def rank_designs(planner: Planner, *, top: int = 5) -> Ranked:
     next design distinct.
     """
     goal = PRIMARY_GOAL[planner.objective]
-    attr, sense = GOALS[goal]
     designs: list[Outcome] = []
     first: Outcome | None = None
     nogoods: list[Solution] = []
@@ -465,10 +453,9 @@ def rank_designs(planner: Planner, *, top: int = 5) -> Ranked:
             break
         opt = round(prim.objective)
         if planner.objective == "min_cost":
-            tb = planner.solve(bounds=[(attr, "<=", opt)], nogoods=nogoods, tiebreak=True, hint=prim)
+            tb = planner.solve(bounds=[Bound(goal, opt)], nogoods=nogoods, tiebreak=True, hint=prim)
         else:
-            op = "<=" if sense == "min" else ">="
-            tb = planner.solve(goal="min_total", bounds=[(attr, op, opt)], nogoods=nogoods, hint=prim)
+            tb = planner.solve(goal=Goal.MIN_TOTAL, bounds=[Bound(goal, opt)], nogoods=nogoods, hint=prim)
         best = tb if tb.status.has_solution else prim
         best.objective, best.bound = prim.objective, prim.bound
         if prim.status is SolveStatus.FEASIBLE:

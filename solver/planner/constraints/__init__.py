@@ -1,4 +1,4 @@
-"""Constraint families: one module each, registered with an id, a readable sentence and ONE literal.
+"""Constraint families: one module each, owning its whole story.
 
 Every requirement-level constraint is added behind its family's enforcement literal (``OnlyEnforceIf``
 / implications), so the planner can switch a family off to price its relaxation, and an infeasible
@@ -6,6 +6,24 @@ requirement is explained as a minimal set of *family names* (assumptions on thos
 deletion loop). ``structure`` (linking, capacity, costs) has no literal: it is what a plan *is*.
 ``memory`` has none either: rows that do not fit never reach the model; the family exists so the
 explanation can report the memory margin.
+
+Adding a family is one module here plus its test. The module defines ``FAMILY = Family(...)`` with:
+
+* ``id``, ``title``, ``sentence``: its name in explanations and what it demands, readable by a user;
+* ``add(ctx)``: its CP-SAT constraints, behind ``ctx.lit``;
+* ``active(table)``: whether the requirement states it (a family with nothing to say is not reported);
+* ``margin(design)``: how far inside it a design sits, a :class:`~.facts.Margin` (or None: nothing
+  to measure), from :class:`~.facts.DesignFacts` alone;
+* ``check(design)``: whether a design meets it, without a solver (the brute-force test's and the
+  validator's view: it must agree with ``add``);
+* ``relaxation``: a :class:`Relaxing` (None: physics, reported but never switched off): the goal
+  optimised with the family off, the families relaxed with it, its place in the deletion loop, and
+  ``at(RelaxedAt)``: the change the relaxed optimum stands for, in the requirement's words;
+* optionally ``floor`` (a per-row replica floor a demand family adds for a one-shape workload) and
+  ``why_gpu_lost`` (a family-specific reason a cheaper GPU type cannot be used).
+
+Then list it in :func:`registry`. The explainers (``report``, ``explain``, ``infeasibility``) iterate
+over the registry and never branch on family ids.
 """
 
 from __future__ import annotations
@@ -15,8 +33,11 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates import CandidateTable
-from clusterplan.planner.variables import PlanVariables
+from clusterplan.candidates import CandidateTable, WorkloadCandidates
+from clusterplan.plan import ConstraintCheck, FamilyStatus, Relaxation
+from clusterplan.planner.constraints.facts import MARGIN_TOLERANCE, DesignFacts, Margin, NotEnough, RelaxedAt
+from clusterplan.planner.constraints.goals import Goal
+from clusterplan.planner.variables import PlanVariables, ServingScale
 
 
 @dataclass(frozen=True)
@@ -28,13 +49,53 @@ class FamilyContext:
 
 
 @dataclass(frozen=True)
+class Relaxing:
+    """How a family is relaxed when it conflicts."""
+
+    goal: Goal  # optimised with the family (and ``with_families``) off, every other family on
+    at: Callable[[RelaxedAt], Relaxation | NotEnough]  # the change that optimum stands for
+    with_families: tuple[str, ...] = ()  # switched off with it (lowering the demand relaxes N+k too)
+    implies: tuple[str, ...] = ()  # weaker families it implies: kept in the deletion loop instead of it
+    deletion_first: bool = False  # tried first in the deletion loop (so a weaker family is kept)
+    by_targets: bool = False  # relaxed by loosening its p95 targets (a search that rebuilds candidates)
+
+
+# A per-row replica floor for a one-shape workload: (rates per row, spare replicas), or None.
+Floor = Callable[[WorkloadCandidates, ServingScale], tuple[list[int], int] | None]
+# Why a cheaper GPU type cannot serve a workload, in this family's terms (None: the generic reason).
+WhyLost = Callable[[CandidateTable, WorkloadCandidates, str], str | None]
+
+
+@dataclass(frozen=True)
 class Family:
     id: str
     title: str
     sentence: str  # what the family demands, readable by a user
     add: Callable[[FamilyContext], None]
     active: Callable[[CandidateTable], bool]
-    relaxable: bool = True  # False: physics, reported but never switched off
+    margin: Callable[[DesignFacts], Margin | None]
+    check: Callable[[DesignFacts], bool]
+    relaxation: Relaxing | None  # None: physics, reported but never switched off
+    floor: Floor | None = None
+    why_gpu_lost: WhyLost | None = None
+    cannot_bind: tuple[Goal, ...] = ()  # primary goals that switching this family off never improves
+
+    @property
+    def relaxable(self) -> bool:
+        return self.relaxation is not None
+
+    def constraint_check(self, design: DesignFacts) -> ConstraintCheck | None:
+        """The family's margin at ``design`` as a report line (status 'slack', 'satisfied' or 'violated';
+        the explainer upgrades it to 'binding' when relaxing the family improves the optimum)."""
+        m = self.margin(design)
+        if m is None:
+            return None
+        status: FamilyStatus = (
+            "satisfied" if m.value is None else ("slack" if m.value >= -MARGIN_TOLERANCE else "violated")
+        )
+        return ConstraintCheck(
+            family=self.id, title=self.title, status=status, margin=m.value, unit=m.unit, detail=m.detail
+        )
 
 
 def registry() -> list[Family]:
@@ -147,9 +208,9 @@ def one_shape_restriction(model: cp_model.CpModel, v: PlanVariables, table: Cand
         w = wc.index
         model.add_exactly_one([v.selected(w, r) for r in range(len(wc.rows))])
         s = v.scales[w]
-        rho = s.rate if wc.targets.any else s.rate_nolat
-        floors = [("throughput", s.rate_nolat, 0), ("latency", s.rate, 0), ("redundancy", rho, wc.redundancy)]
-        for fid, rates, spare in floors:
-            if fid in literals and (fid != "latency" or wc.targets.any) and (fid != "redundancy" or spare > 0):
-                ctx = FamilyContext(model=model, v=v, table=table, lit=literals[fid])
+        for f in registry():
+            floor = f.floor(wc, s) if f.floor is not None and f.id in literals else None
+            if floor is not None:
+                rates, spare = floor
+                ctx = FamilyContext(model=model, v=v, table=table, lit=literals[f.id])
                 single_shape_floor(ctx, w, rates, s.demand, spare=spare)

@@ -6,7 +6,10 @@ lit => every unit of the excluded kind is 0 (and training rows on it are unselec
 from __future__ import annotations
 
 from clusterplan.candidates import DEPLOYMENT, CandidateTable
-from clusterplan.planner.constraints import Family, FamilyContext, forbid_rows
+from clusterplan.plan import Relaxation
+from clusterplan.planner.constraints import Family, FamilyContext, Relaxing, forbid_rows
+from clusterplan.planner.constraints.facts import DesignFacts, Margin, NotEnough, RelaxedAt, restores
+from clusterplan.planner.constraints.goals import Goal
 
 
 def add(ctx: FamilyContext) -> None:
@@ -17,10 +20,29 @@ def active(table: CandidateTable) -> bool:
     return table.limits.deployment != "either"
 
 
+def margin(d: DesignFacts) -> Margin | None:
+    return Margin(None, "", f"deployment: {d.table.limits.deployment}")
+
+
+def check(d: DesignFacts) -> bool:
+    """Cloud only: no owned server, no owned training run; owned only: no instance, no cloud run."""
+    kinds = {"cloud" for _, n in d.instances if n} | {"owned" for n in d.owned_units().values() if n}
+    kinds |= {a.where for a in d.training}
+    deployment = d.table.limits.deployment
+    return deployment == "either" or kinds <= {deployment}
+
+
+def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
+    return restores(r.fid, "deployment: either")
+
+
 FAMILY = Family(
     id="deployment",
     title="deployment",
     sentence="GPUs come only from the deployment the requirement names (cloud or owned)",
     add=add,
     active=active,
+    margin=margin,
+    check=check,
+    relaxation=Relaxing(goal=Goal.MIN_TOTAL, at=relaxation_at),
 )

@@ -7,7 +7,10 @@ lit => G <= max_gpus,  G = owned GPUs + cloud serving GPUs + cloud training GPUs
 from __future__ import annotations
 
 from clusterplan.candidates import CandidateTable
-from clusterplan.planner.constraints import Family, FamilyContext
+from clusterplan.plan import Relaxation
+from clusterplan.planner.constraints import Family, FamilyContext, Relaxing
+from clusterplan.planner.constraints.facts import DesignFacts, Margin, NotEnough, RelaxedAt, restores, within
+from clusterplan.planner.constraints.goals import Goal
 
 
 def add(ctx: FamilyContext) -> None:
@@ -21,10 +24,28 @@ def active(table: CandidateTable) -> bool:
     return table.limits.max_gpus is not None
 
 
+def margin(d: DesignFacts) -> Margin | None:
+    cap = d.table.limits.max_gpus
+    if cap is None:
+        return None
+    return Margin(float(cap - d.gpus_in_use), "GPUs", f"{d.gpus_in_use} of {cap} GPUs")
+
+
+def check(d: DesignFacts) -> bool:
+    return within(d.gpus_in_use, d.table.limits.max_gpus)
+
+
+def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
+    return restores(r.fid, f"constraints.max_gpus >= {int(r.value)}", r.value, "GPUs")
+
+
 FAMILY = Family(
     id="max_gpus",
     title="GPU count cap",
     sentence="GPUs in use at any one time stay within constraints.max_gpus",
     add=add,
     active=active,
+    margin=margin,
+    check=check,
+    relaxation=Relaxing(goal=Goal.MIN_GPUS, at=relaxation_at),
 )

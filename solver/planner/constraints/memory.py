@@ -4,8 +4,9 @@ fit never reach the model), so the family has no literal; the explanation report
 
 from __future__ import annotations
 
-from clusterplan.candidates import CandidateTable
+from clusterplan.candidates import CandidateTable, ServingRow, TrainingRow
 from clusterplan.planner.constraints import Family, FamilyContext
+from clusterplan.planner.constraints.facts import DesignFacts, Margin, worst
 
 
 def add(ctx: FamilyContext) -> None:
@@ -16,6 +17,34 @@ def active(table: CandidateTable) -> bool:
     return True
 
 
+def _used_rows(d: DesignFacts) -> list[tuple[str, ServingRow | TrainingRow]]:
+    out: list[tuple[str, ServingRow | TrainingRow]] = []
+    for wc in d.table.workloads:
+        if wc.is_serving:
+            out += [(wc.name, r) for _, r in d.serving_rows(wc)]
+        else:
+            tr = d.training_row(wc)
+            out += [(wc.name, tr[1])] if tr is not None else []
+    return out
+
+
+def margin(d: DesignFacts) -> Margin | None:
+    """Free GiB on the most loaded GPU of the tightest row in use."""
+    items = []
+    for name, r in _used_rows(d):
+        text = f"{name}: {r.memory_gib:,.1f} of {r.capacity_gib:,.1f} GiB per {r.gpu_id} GPU"
+        if isinstance(r, ServingRow):
+            text += f" (the KV cache for the batch cap of {r.batch} fills what the weights leave)"
+        items.append((r.capacity_gib - r.memory_gib, text))
+    w = worst(items)
+    return None if w is None else Margin(w[0], "GiB", f"tightest: {w[1]}")
+
+
+def check(d: DesignFacts) -> bool:
+    """Every row in use fits its GPU (the candidate table holds only such rows)."""
+    return all(r.memory_gib <= r.capacity_gib for _, r in _used_rows(d))
+
+
 FAMILY = Family(
     id="memory",
     title="memory fits",
@@ -23,5 +52,7 @@ FAMILY = Family(
     "with the fragmentation headroom kept free",
     add=add,
     active=active,
-    relaxable=False,
+    margin=margin,
+    check=check,
+    relaxation=None,
 )

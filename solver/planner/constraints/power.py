@@ -7,9 +7,14 @@ The cap is on *your* facility: cloud instances draw their provider's power and d
 
 from __future__ import annotations
 
+import math
+
 from clusterplan.candidates import CandidateTable
+from clusterplan.plan import Relaxation
 from clusterplan.planner import scaling
-from clusterplan.planner.constraints import Family, FamilyContext
+from clusterplan.planner.constraints import Family, FamilyContext, Relaxing
+from clusterplan.planner.constraints.facts import DesignFacts, Margin, NotEnough, RelaxedAt, restores, within
+from clusterplan.planner.constraints.goals import Goal
 
 
 def add(ctx: FamilyContext) -> None:
@@ -23,10 +28,35 @@ def active(table: CandidateTable) -> bool:
     return table.limits.max_power_w is not None
 
 
+def margin(d: DesignFacts) -> Margin | None:
+    cap = d.table.limits.max_power_w
+    if cap is None:
+        return None
+    used_w = d.owned_power_w
+    return Margin(
+        (cap - used_w) / 1000.0,
+        "kW",
+        f"{used_w / 1000:,.1f} of {cap / 1000:,.1f} kW (owned servers at full power)",
+    )
+
+
+def check(d: DesignFacts) -> bool:
+    return within(d.owned_power_w, d.table.limits.max_power_w)
+
+
+def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
+    """The relaxed optimum (W) in kW, rounded up to a tenth."""
+    kw = math.ceil(r.value / 100) / 10
+    return restores(r.fid, f"constraints.max_power >= {kw:,.1f}kW", kw, "kW")
+
+
 FAMILY = Family(
     id="power",
     title="power cap",
     sentence="owned servers at full power (GPUs at TDP plus node overhead) fit within constraints.max_power",
     add=add,
     active=active,
+    margin=margin,
+    check=check,
+    relaxation=Relaxing(goal=Goal.MIN_POWER, at=relaxation_at),
 )

@@ -15,7 +15,10 @@ Two parts, both behind the literal:
 from __future__ import annotations
 
 from clusterplan.candidates import TP_NVLINK, CandidateTable
-from clusterplan.planner.constraints import Family, FamilyContext, forbid_rows
+from clusterplan.plan import Relaxation
+from clusterplan.planner.constraints import Family, FamilyContext, Relaxing, forbid_rows
+from clusterplan.planner.constraints.facts import DesignFacts, Margin, NotEnough, RelaxedAt, restores
+from clusterplan.planner.constraints.goals import Goal
 from clusterplan.planner.constraints.structure import add_capacity
 
 
@@ -32,10 +35,42 @@ def active(table: CandidateTable) -> bool:
     return False
 
 
+def margin(d: DesignFacts) -> Margin | None:
+    return Margin(None, "", "every tensor-parallel group sits inside one NVLink domain")
+
+
+def check(d: DesignFacts) -> bool:
+    """No row in use is marked for TP beyond NVLink, none has TP above its GPU's NVLink domain, and a
+    cloud training run's TP fits its instance's domain. (Packing the groups into the units bought is
+    the enumerator's part: the facts do not say which group sits on which unit.)"""
+    t = d.table
+    for wc in t.workloads:
+        rows = [r for _, r in d.serving_rows(wc)]
+        tr = d.training_row(wc)
+        if tr is not None:
+            a, trow = tr
+            rows.append(trow)
+            cloud = t.offering(trow.cloud_offering) if trow.cloud_offering is not None else None
+            if a.where == "cloud" and cloud is not None and trow.tp > cloud.tp_domain:
+                return False
+        for r in rows:
+            g = t.gpus.get(r.gpu_id)
+            if TP_NVLINK in r.forbidding_families or (g is not None and r.tp > g.nvlink_domain):
+                return False
+    return True
+
+
+def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
+    return restores(r.fid, "tensor parallelism across PCIe or nodes (slow; not recommended)")
+
+
 FAMILY = Family(
     id="tp_nvlink",
     title="tensor parallel within NVLink",
     sentence="tensor-parallel groups stay inside one NVLink domain of one instance or server",
     add=add,
     active=active,
+    margin=margin,
+    check=check,
+    relaxation=Relaxing(goal=Goal.MIN_TOTAL, at=relaxation_at),
 )
