@@ -1,11 +1,13 @@
 """A brute-force enumerator over the same candidate rows agrees with CP-SAT's optimum.
 
-The enumerator is written from the semantics, not from the model: for every allowed shape it takes
-the fewest replicas that meet every family, every split between cloud and owned, every way to buy
-instances and servers up to what could be needed, packs the tensor-parallel groups into concrete
+The enumerator is written from the semantics, not from the model: for every shape it takes the
+fewest replicas that meet every family, every split between cloud and owned, every way to rent
+instances and buy servers up to what could be needed, packs the tensor-parallel groups into concrete
 NVLink domains (first-fit decreasing), prices it in floating-point dollars and keeps the cheapest
-design that meets the budgets, GPU cap and power cap. Hypothesis draws small random requirements,
-including infeasible ones. ``bench/solve_bench.py`` imports :func:`brute_force` for its ratios.
+design. Whether a design is allowed is decided only by the families' solver-free ``check`` (each
+family module's own view of what it demands), never by family ids here. Hypothesis draws small
+random requirements, including infeasible ones. ``bench/solve_bench.py`` imports
+:func:`brute_force` for its ratios.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ from clusterplan.candidates import (
 )
 from clusterplan.checker import Unit, check_design_on_table, pack
 from clusterplan.planner import report
-from clusterplan.planner.solve import Planner, SolverSettings, rank_designs
+from clusterplan.planner.constraints import Family, active_families
+from clusterplan.planner.constraints.facts import DesignFacts
+from clusterplan.planner.solve import (
+    Planner,
+    ServingAssignment,
+    SolverSettings,
+    TrainingAssignment,
+    rank_designs,
+)
 from clusterplan.planner.status import SolveStatus
 from clusterplan.units import HOURS_PER_MONTH
 
@@ -47,39 +57,59 @@ class BruteResult:
     evaluated: int = 0
 
 
-def _active(table: CandidateTable) -> set[str]:
-    fams = {ALLOWED_GPUS} if table.limits.allowed_gpus is not None else set()
-    fams |= {TP_NVLINK, DEADLINE}
-    if table.limits.deployment != "either":
-        fams.add(DEPLOYMENT)
-    return fams
+def _facts(
+    table: CandidateTable,
+    serving: tuple[ServingAssignment, ...] = (),
+    training: tuple[TrainingAssignment, ...] = (),
+    *,
+    instances: tuple[tuple[str, int], ...] = (),
+    bought: tuple[tuple[str, int], ...] = (),
+    from_inventory: tuple[tuple[str, int], ...] = (),
+    capital: float = 0.0,
+    monthly: float = 0.0,
+    total: float = 0.0,
+    gpus: int = 0,
+    power: float = 0.0,
+) -> DesignFacts:
+    return DesignFacts(
+        table=table,
+        serving=serving,
+        training=training,
+        instances=tuple((k, n) for k, n in instances if n),
+        bought=tuple((k, n) for k, n in bought if n),
+        from_inventory=tuple((k, n) for k, n in from_inventory if n),
+        capital_usd=capital,
+        monthly_usd=monthly,
+        total_usd=total,
+        gpus_in_use=gpus,
+        owned_power_w=power,
+    )
 
 
-def _allowed(forbidden: tuple[tuple[str, str], ...], active: set[str]) -> bool:
-    return not any(f in active for f, _ in forbidden)
+def _allowed(fams: list[Family], d: DesignFacts) -> bool:
+    """Every family the requirement states accepts the design (or the part of it decided so far:
+    a part with no units and no cost breaks only the families that read its rows and replicas)."""
+    return all(f.check(d) for f in fams)
 
 
-def _min_replicas(row: ServingRow, wc: WorkloadCandidates) -> int | None:
-    d = wc.demand_rps
-    rho = row.rate_rps if wc.targets.any else row.rate_nolat_rps
-    if row.rate_nolat_rps <= 0 or (wc.targets.any and row.rate_rps <= 0):
+def _min_replicas(table: CandidateTable, fams: list[Family], wc: WorkloadCandidates, r: int) -> int | None:
+    """The fewest replicas of row ``r`` every family accepts (more only cost more), or None."""
+    row = wc.serving_rows()[r]
+    rates = [x for x in (row.rate_rps, row.rate_nolat_rps) if x > 0]
+    if not rates:
         return None
-    x = max(1, math.ceil(d / row.rate_nolat_rps - 1e-12))
-    if wc.targets.any:
-        x = max(x, math.ceil(d / row.rate_rps - 1e-12))
-    x = max(x, wc.redundancy + math.ceil(d / rho - 1e-12))
-    return x
+    most = wc.redundancy + math.ceil(wc.demand_rps / min(rates)) + 1  # never more than this is needed
+    for x in range(1, most + 1):
+        # All on cloud or all owned: how replicas split is decided later; the count must suit one.
+        if any(_allowed(fams, _facts(table, (ServingAssignment(wc.index, r, x - xo, xo),))) for xo in (0, x)):
+            return x
+    return None
 
 
-def _purchases(
-    offers: list[Offering], need_gpus: int, inventory: bool
-) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
+def _purchases(offers: list[Offering], need_gpus: int) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Every (bought, from-inventory) vector up to what ``need_gpus`` could use."""
     ranges_m = [range(0, (math.ceil(need_gpus / o.gpus_per_unit) if o.purchasable else 0) + 1) for o in offers]
-    ranges_u = [
-        range(0, min(o.inventory_units, math.ceil(need_gpus / o.gpus_per_unit)) + 1) if inventory else range(1)
-        for o in offers
-    ]
+    ranges_u = [range(0, min(o.inventory_units, math.ceil(need_gpus / o.gpus_per_unit)) + 1) for o in offers]
     for m in itertools.product(*ranges_m):
         for u in itertools.product(*ranges_u):
             yield m, u
@@ -88,51 +118,48 @@ def _purchases(
 def brute_force(table: CandidateTable) -> BruteResult:
     """Cheapest design for tables with at most one serving workload (one shape) and one training one."""
     lim = table.limits
-    active = _active(table)
+    fams = active_families(table)
     serving = [wc for wc in table.workloads if wc.is_serving]
     training = [wc for wc in table.workloads if not wc.is_serving]
     assert len(serving) <= 1 and len(training) <= 1 and not any(wc.allow_mixed for wc in serving)
     h = lim.horizon_months
-    inventory_family = any(o.inventory_units for o in table.offerings)
     best = math.inf
     evaluated = 0
 
-    s_choices: list[tuple[ServingRow | None, int]] = [(None, 0)]
+    s_choices: list[tuple[int, ServingRow | None, int]] = [(-1, None, 0)]
     if serving:
         s_choices = []
-        for row in serving[0].serving_rows():
-            if _allowed(row.forbidden_by, active):
-                x = _min_replicas(row, serving[0])
-                if x is not None:
-                    s_choices.append((row, x))
-    t_choices: list[tuple[TrainingRow | None, str]] = [(None, "")]
+        for r, row in enumerate(serving[0].serving_rows()):
+            x = _min_replicas(table, fams, serving[0], r)
+            if x is not None:
+                s_choices.append((r, row, x))
+    t_choices: list[tuple[int, TrainingRow | None, str]] = [(-1, None, "")]
     if training:
         t_choices = []
-        wc = training[0]
-        for trow in wc.training_rows():
-            if not _allowed(trow.forbidden_by, active):
-                continue
-            if trow.cloud_offering is not None and _allowed(table.offering(trow.cloud_offering).forbidden_by, active):
-                t_choices.append((trow, "cloud"))
-            if any(_allowed(o.forbidden_by, active) for o in table.offerings_of(trow.gpu_id, "owned")):
-                t_choices.append((trow, "owned"))
-    for (srow, x), (trow, where) in itertools.product(s_choices, t_choices):
+        for r, trow in enumerate(training[0].training_rows()):
+            if trow.cloud_offering is not None:
+                t_choices.append((r, trow, "cloud"))
+            if table.offerings_of(trow.gpu_id, "owned"):
+                t_choices.append((r, trow, "owned"))
+    for (sr, srow, x), (tr, trow, where) in itertools.product(s_choices, t_choices):
         splits = range(x + 1) if srow is not None else range(1)
         for xc in splits:
             xo = x - xc if srow is not None else 0
+            s_assign = (ServingAssignment(serving[0].index, sr, xc, xo),) if srow is not None else ()
+            t_assign = (TrainingAssignment(training[0].index, tr, where),) if trow is not None else ()
+            if not _allowed(fams, _facts(table, s_assign, t_assign)):
+                continue
             one_off = 0.0
             train_cloud_gpus = 0
             if trow is not None and where == "cloud":
                 o = table.offering(trow.cloud_offering)  # type: ignore[arg-type]
-                if trow.tp > o.tp_domain and TP_NVLINK in active:
-                    continue
                 one_off = trow.cloud_cost_usd
                 train_cloud_gpus = trow.cloud_instances * o.gpus_per_unit
             # Cloud serving pool: every instance mix that hosts xc replicas (kept as options: the
             # cheapest may break the GPU cap where a dearer one does not).
-            cloud_options: list[tuple[float, int]] = [(0.0, 0)]
+            cloud_options: list[tuple[float, int, tuple[tuple[str, int], ...]]] = [(0.0, 0, ())]
             if srow is not None and xc:
-                offers = [o for o in table.offerings_of(srow.gpu_id, "cloud") if _allowed(o.forbidden_by, active)]
+                offers = table.offerings_of(srow.gpu_id, "cloud")
                 items = [srow.tp] * (xc * srow.pp)
                 need = xc * srow.gpus
                 cloud_options = []
@@ -145,6 +172,7 @@ def brute_force(table: CandidateTable) -> BruteResult:
                             (
                                 sum(k * o.usd_per_hour * HOURS_PER_MONTH for o, k in zip(offers, n, strict=True)),
                                 sum(k * o.gpus_per_unit for o, k in zip(offers, n, strict=True)),
+                                tuple((o.key, k) for o, k in zip(offers, n, strict=True)),
                             )
                         )
                 if not cloud_options:
@@ -155,17 +183,17 @@ def brute_force(table: CandidateTable) -> BruteResult:
                 owned_items[srow.gpu_id]["s"] += [srow.tp] * (xo * srow.pp)
             if trow is not None and where == "owned":
                 owned_items[trow.gpu_id]["t"] += [trow.tp] * (trow.pp * trow.dp)
-            options: list[list[tuple[float, float, float, int, float]]] = []
+            options: list[list[_Owned]] = []
             ok = True
             for gid, by_w in sorted(owned_items.items()):
-                offers = [o for o in table.offerings_of(gid, "owned") if _allowed(o.forbidden_by, active)]
+                offers = table.offerings_of(gid, "owned")
                 need = (
                     max(sum(v) for v in by_w.values())
                     if lim.schedule == "sequential"
                     else sum(sum(v) for v in by_w.values())
                 )
                 opts = []
-                for m, u in _purchases(offers, need, inventory_family):
+                for m, u in _purchases(offers, need):
                     units = [
                         Unit(o.gpus_per_unit, o.tp_domain)
                         for o, k in zip(offers, [a + b for a, b in zip(m, u, strict=True)], strict=True)
@@ -175,39 +203,61 @@ def brute_force(table: CandidateTable) -> BruteResult:
                         list(by_w.values()) if lim.schedule == "sequential" else [[i for v in by_w.values() for i in v]]
                     )
                     if all(pack(g, units) for g in groups):
-                        capital = sum(k * o.capital_usd for o, k in zip(offers, m, strict=True))
-                        energy = sum((a + b) * o.energy_usd_per_month for o, a, b in zip(offers, m, u, strict=True))
-                        gpus = sum((a + b) * o.gpus_per_unit for o, a, b in zip(offers, m, u, strict=True))
-                        power = sum((a + b) * o.power_w for o, a, b in zip(offers, m, u, strict=True))
-                        opts.append((capital, energy, power, gpus, capital + energy * h))
+                        opts.append(
+                            _Owned(
+                                capital=sum(k * o.capital_usd for o, k in zip(offers, m, strict=True)),
+                                energy=sum(
+                                    (a + b) * o.energy_usd_per_month for o, a, b in zip(offers, m, u, strict=True)
+                                ),
+                                power=sum((a + b) * o.power_w for o, a, b in zip(offers, m, u, strict=True)),
+                                gpus=sum((a + b) * o.gpus_per_unit for o, a, b in zip(offers, m, u, strict=True)),
+                                bought=tuple((o.key, k) for o, k in zip(offers, m, strict=True)),
+                                from_inventory=tuple((o.key, k) for o, k in zip(offers, u, strict=True)),
+                            )
+                        )
                 if not opts:
                     ok = False
                     break
                 options.append(opts)
             if not ok:
                 continue
-            for (cloud_month, cloud_gpus), combo in itertools.product(cloud_options, itertools.product(*options)):
+            for (cloud_month, cloud_gpus, inst), combo in itertools.product(cloud_options, itertools.product(*options)):
                 evaluated += 1
-                capital = sum(c[0] for c in combo)
-                monthly = cloud_month + sum(c[1] for c in combo)
-                power = sum(c[2] for c in combo)
-                owned_gpus = sum(c[3] for c in combo)
+                capital = sum(c.capital for c in combo)
+                monthly = cloud_month + sum(c.energy for c in combo)
                 total = capital + monthly * h + one_off
+                owned_gpus = sum(c.gpus for c in combo)
                 gpus = owned_gpus + (
                     max(cloud_gpus, train_cloud_gpus) if lim.schedule == "sequential" else cloud_gpus + train_cloud_gpus
                 )
-                if lim.budget_capital_usd is not None and capital > lim.budget_capital_usd:
-                    continue
-                if lim.budget_monthly_usd is not None and monthly > lim.budget_monthly_usd:
-                    continue
-                if lim.budget_total_usd is not None and total > lim.budget_total_usd:
-                    continue
-                if lim.max_gpus is not None and gpus > lim.max_gpus:
-                    continue
-                if lim.max_power_w is not None and power > lim.max_power_w:
-                    continue
-                best = min(best, total)
+                design = _facts(
+                    table,
+                    s_assign,
+                    t_assign,
+                    instances=inst,
+                    bought=tuple(b for c in combo for b in c.bought),
+                    from_inventory=tuple(u for c in combo for u in c.from_inventory),
+                    capital=capital,
+                    monthly=monthly,
+                    total=total,
+                    gpus=gpus,
+                    power=sum(c.power for c in combo),
+                )
+                if _allowed(fams, design):
+                    best = min(best, total)
     return BruteResult(feasible=best < math.inf, total_usd=best, evaluated=evaluated)
+
+
+@dataclass(frozen=True)
+class _Owned:
+    """One way to hold the owned servers of one GPU type: costs and units."""
+
+    capital: float
+    energy: float
+    power: float
+    gpus: int
+    bought: tuple[tuple[str, int], ...]
+    from_inventory: tuple[tuple[str, int], ...]
 
 
 # ------------------------------------------------------------------------------------------------

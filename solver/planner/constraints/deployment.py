@@ -25,9 +25,10 @@ def margin(d: DesignFacts) -> Margin | None:
 
 
 def check(d: DesignFacts) -> bool:
-    """Cloud only: no owned server, no owned training run; owned only: no instance, no cloud run."""
+    """Cloud only: no owned server, replica or training run; owned only: no cloud instance, replica or run."""
     kinds = {"cloud" for _, n in d.instances if n} | {"owned" for n in d.owned_units().values() if n}
     kinds |= {a.where for a in d.training}
+    kinds |= {w for a in d.serving for w, n in (("cloud", a.cloud_replicas), ("owned", a.owned_replicas)) if n}
     deployment = d.table.limits.deployment
     return deployment == "either" or kinds <= {deployment}
 
