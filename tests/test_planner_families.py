@@ -3,7 +3,10 @@ least relaxation restores feasibility."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -23,8 +26,12 @@ from clusterplan.candidates import (
     WorkloadCandidates,
 )
 from clusterplan.checker import check_design_on_table
+from clusterplan.planner import constraints
+from clusterplan.planner.constraints import Family, memory, registry
+from clusterplan.planner.constraints.goals import Goal
 from clusterplan.planner.infeasibility import analyse
 from clusterplan.planner.pipeline import PlanOptions, plan_table
+from clusterplan.planner.report import facts
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.status import SolveStatus
 
@@ -254,3 +261,87 @@ def test_cheaper_gpu_ruled_out_by_a_family_says_which() -> None:
     assert lost["p"].families == ["tp_nvlink"]
     assert "needs NVLink" in lost["p"].reason
     assert check_design_on_table(plan.designs[0], t) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# Each family module defines its whole story; the explainers never name a family
+# ------------------------------------------------------------------------------------------------
+
+CONSTRAINTS_DIR = Path(constraints.__file__).parent
+NOT_FAMILIES = {"__init__", "structure", "facts", "goals"}  # shared modules of the package
+EXPLAINERS = ("report", "infeasibility", "explain", "solve", "pipeline")
+
+
+def test_every_module_in_the_package_is_a_registered_family() -> None:
+    modules = {p.stem for p in CONSTRAINTS_DIR.glob("*.py")} - NOT_FAMILIES
+    ids = [f.id for f in registry()]
+    assert len(ids) == len(set(ids))
+    assert modules == set(ids)
+
+
+@pytest.mark.parametrize("fam", registry(), ids=lambda f: f.id)
+def test_every_family_defines_every_part(fam: Family) -> None:
+    module = importlib.import_module(f"clusterplan.planner.constraints.{fam.id}")
+    assert module.FAMILY is fam
+    assert module.__doc__ and fam.id in module.__doc__
+    assert fam.title and fam.sentence
+    for part in (fam.add, fam.active, fam.margin, fam.check):
+        assert callable(part) and part.__module__ == module.__name__, part
+    if fam.relaxation is None:  # physics: never switched off
+        return
+    r = fam.relaxation
+    assert isinstance(r.goal, Goal) and r.goal is not Goal.FEASIBILITY
+    assert callable(r.at) and r.at.__module__ == module.__name__
+    known = {f.id for f in registry()}
+    assert set(r.with_families) <= known and set(r.implies) <= known
+    assert fam.id not in r.with_families and fam.id not in r.implies
+
+
+def _literals(tree: ast.AST) -> set[str]:
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+@pytest.mark.parametrize("name", EXPLAINERS)
+def test_explainers_never_name_a_family(name: str) -> None:
+    """No family id appears as a string in the modules that iterate over the registry."""
+    path = CONSTRAINTS_DIR.parent / f"{name}.py"
+    named = _literals(ast.parse(path.read_text())) & {f.id for f in registry()}
+    assert named == set(), f"{path.name} names {sorted(named)}"
+
+
+@pytest.mark.parametrize(("family", "ok", "bad"), CASES, ids=[c[0] for c in CASES])
+def test_check_agrees_with_the_model(family: str, ok: CandidateTable, bad: CandidateTable) -> None:
+    """The optimum with every family on passes every family's solver-free check; the optimum of the
+    infeasible case with the family (and those relaxed with it) off violates that family's check,
+    and its margin, where it has one, says 'violated'."""
+    fam = constraints.family(family)
+    p_ok = Planner(ok)
+    best = rank_designs(p_ok, top=1).designs[0].solution
+    assert best is not None
+    d_ok = facts(ok, best)
+    assert [f.id for f in p_ok.built.families if not f.check(d_ok)] == []
+
+    p_bad = Planner(bad)
+    assert fam.relaxation is not None
+    off = {family, *fam.relaxation.with_families}
+    out = p_bad.solve(goal=Goal.MIN_TOTAL, on=[f for f in p_bad.families if f not in off])
+    assert out.solution is not None, "the case must be feasible with the family off"
+    d_bad = facts(bad, out.solution)
+    assert not fam.check(d_bad)
+    assert [f.id for f in p_bad.built.families if f.id not in off and not f.check(d_bad)] == []
+    c = fam.constraint_check(d_bad)
+    assert c is not None
+    if c.margin is not None:
+        assert c.status == "violated", c
+
+
+def test_memory_check_rejects_a_row_that_does_not_fit() -> None:
+    t = tbl(serve([row()]), [cloud()])
+    fits = facts(t, rank_designs(Planner(t), top=1).designs[0].solution)  # type: ignore[arg-type]
+    assert memory.FAMILY.check(fits)
+    big = replace(t.workloads[0].rows[0], memory_gib=90.0, capacity_gib=80.0)
+    t_big = replace(t, workloads=(replace(t.workloads[0], rows=(big,)),))
+    over = replace(fits, table=t_big)
+    assert not memory.FAMILY.check(over)
+    c = memory.FAMILY.constraint_check(over)
+    assert c is not None and c.status == "violated" and c.margin == pytest.approx(-10.0)
