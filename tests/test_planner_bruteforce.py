@@ -136,11 +136,11 @@ def brute_force(table: CandidateTable) -> BruteResult:
     t_choices: list[tuple[int, TrainingRow | None, str]] = [(-1, None, "")]
     if training:
         t_choices = []
-        for r, trow in enumerate(training[0].training_rows()):
-            if trow.cloud_offering is not None:
-                t_choices.append((r, trow, "cloud"))
-            if table.offerings_of(trow.gpu_id, "owned"):
-                t_choices.append((r, trow, "owned"))
+        for r, t_row in enumerate(training[0].training_rows()):
+            if t_row.cloud_offering is not None:
+                t_choices.append((r, t_row, "cloud"))
+            if table.offerings_of(t_row.gpu_id, "owned"):
+                t_choices.append((r, t_row, "owned"))
     for (sr, srow, x), (tr, trow, where) in itertools.product(s_choices, t_choices):
         splits = range(x + 1) if srow is not None else range(1)
         for xc in splits:

@@ -339,7 +339,7 @@ def test_memory_check_rejects_a_row_that_does_not_fit() -> None:
     t = tbl(serve([row()]), [cloud()])
     fits = facts(t, rank_designs(Planner(t), top=1).designs[0].solution)  # type: ignore[arg-type]
     assert memory.FAMILY.check(fits)
-    big = replace(t.workloads[0].rows[0], memory_gib=90.0, capacity_gib=80.0)
+    big = replace(t.workloads[0].serving_rows()[0], memory_gib=90.0, capacity_gib=80.0)
     t_big = replace(t, workloads=(replace(t.workloads[0], rows=(big,)),))
     over = replace(fits, table=t_big)
     assert not memory.FAMILY.check(over)

@@ -14,7 +14,7 @@ Two parts, both behind the literal:
 
 from __future__ import annotations
 
-from clusterplan.candidates import TP_NVLINK, CandidateTable
+from clusterplan.candidates import TP_NVLINK, CandidateTable, ServingRow, TrainingRow
 from clusterplan.plan import Relaxation
 from clusterplan.planner.constraints import Family, FamilyContext, Relaxing, forbid_rows
 from clusterplan.planner.constraints.facts import DesignFacts, Margin, NotEnough, RelaxedAt, restores
@@ -45,7 +45,7 @@ def check(d: DesignFacts) -> bool:
     the enumerator's part: the facts do not say which group sits on which unit.)"""
     t = d.table
     for wc in t.workloads:
-        rows = [r for _, r in d.serving_rows(wc)]
+        rows: list[ServingRow | TrainingRow] = [r for _, r in d.serving_rows(wc)]
         tr = d.training_row(wc)
         if tr is not None:
             a, trow = tr
