@@ -6,10 +6,12 @@
    if the rest (all other families off) is still infeasible. What remains is minimal: removing any
    one member makes the rest feasible.
 3. For each member, the least relaxation that restores feasibility *with every other family of the
-   requirement on*: minimise the relaxed quantity (capital, monthly, total, GPUs, power, training
-   time over deadline, extra owned GPUs) with that family off; for latency targets, search a common
-   factor on the targets (the rates depend on the targets through the queueing physics, so each
-   step rebuilds the serving candidates), then give back every target that need not move.
+   requirement on*: optimise the family's relaxation goal (capital, monthly, total, GPUs, power,
+   training time over deadline, extra owned GPUs, served demand) with that family off, and let the
+   family's module say what the optimum stands for (``Relaxing.at``); for a family relaxed by its
+   targets (latency), search a common factor on the targets (the rates depend on the targets
+   through the queueing physics, so each step rebuilds the serving candidates), then give back
+   every target that need not move.
 4. If relaxing a member alone does not suffice, that is said, with the families that still cannot
    all hold once it is relaxed (a minimal set again), so the user knows what else to change. A solve
    that ran out of time is reported as such, never as "not enough".
