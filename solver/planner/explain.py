@@ -27,6 +27,7 @@ from clusterplan.planner.infeasibility import find_conflict
 from clusterplan.planner.report import hardware_lines, margins, summary_text
 from clusterplan.planner.solve import GOALS, PRIMARY_GOAL, Extra, Outcome, Planner, Solution
 from clusterplan.planner.variables import PlanVariables
+from clusterplan.render.reasons import render_reason
 
 LOST_GPU_LIMIT = 6
 
@@ -182,7 +183,11 @@ def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: flo
     rows = [r for r in wc.rows if r.gpu_id == gid]
     excluded = most_common_reason(wc.exclusions, gid)
     if not rows:
-        reason = excluded.reason if excluded is not None else f"{name}: no candidate could run {wc.model_name}"
+        reason = (
+            render_reason(excluded.reason)
+            if excluded is not None
+            else f"{name}: no candidate could run {wc.model_name}"
+        )
         return LostGpu(
             workload=wc.name,
             gpu=gid,
@@ -221,8 +226,9 @@ def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: flo
     if not texts:
         texts.append(f"{name}: cannot be placed")
     reason = "; ".join(texts)
-    if excluded is not None and excluded.reason not in reason:
-        reason += f" (other layouts: {excluded.reason})"
+    other = render_reason(excluded.reason) if excluded is not None else None
+    if other is not None and other not in reason:
+        reason += f" (other layouts: {other})"
     return LostGpu(
         workload=wc.name,
         gpu=gid,
