@@ -12,6 +12,7 @@ candidates: the catalog name); quantities carry their units in their names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, Literal
@@ -342,11 +343,11 @@ class Stated(Reason):
         return self.stated_category
 
 
-def of_category(reasons: list[Reason] | tuple[Reason, ...], category: ReasonCategory) -> bool:
+def of_category(reasons: Sequence[Reason], category: ReasonCategory) -> bool:
     """Whether there are reasons and every one is of ``category``."""
     return bool(reasons) and all(r.category is category for r in reasons)
 
 
-def without(reasons: list[Reason] | tuple[Reason, ...], category: ReasonCategory) -> list[Reason]:
+def without(reasons: Sequence[Reason], category: ReasonCategory) -> list[Reason]:
     """The reasons not of ``category`` (e.g. the hard reasons: not the link ones)."""
     return [r for r in reasons if r.category is not category]
