@@ -20,7 +20,8 @@ from collections import Counter
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates import CandidateTable, ServingRow, WorkloadCandidates, most_common_reason
+from clusterplan.candidates import TP_NVLINK, CandidateTable, ServingRow, WorkloadCandidates, most_common_reason
+from clusterplan.physics.reasons import ReasonCategory
 from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostGpu, MixNote
 from clusterplan.planner.constraints import family
 from clusterplan.planner.infeasibility import find_conflict
@@ -226,9 +227,9 @@ def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: flo
     if not texts:
         texts.append(f"{name}: cannot be placed")
     reason = "; ".join(texts)
-    other = render_reason(excluded.reason) if excluded is not None else None
-    if other is not None and other not in reason:
-        reason += f" (other layouts: {other})"
+    # A link reason is what the tp_nvlink family's own text already says: not repeated.
+    if excluded is not None and not (excluded.reason.category is ReasonCategory.LINK and TP_NVLINK in conflict):
+        reason += f" (other layouts: {render_reason(excluded.reason)})"
     return LostGpu(
         workload=wc.name,
         gpu=gid,
