@@ -3,8 +3,9 @@
 Everything the planner may choose is costed and estimated here, *before* any solver runs (the
 SkyPilot habit): one row per replica shape (serving) or per parallel layout (training/fine-tuning),
 each with the physics' numbers, and one :class:`Offering` per way of obtaining a GPU (a cloud
-instance type or an owned server size). Every candidate ruled out records a readable reason
-(:class:`Exclusion`); those reasons answer "why did the cheaper GPUs lose".
+instance type or an owned server size). Every candidate ruled out records its reason
+(:class:`Exclusion`, a :mod:`clusterplan.physics.reasons` record: decided on by code and category,
+worded only when shown); those reasons answer "why did the cheaper GPUs lose".
 
 Rows the *user's* constraints forbid (a GPU not in ``allowed_gpus``, a quantization not allowed,
 tensor parallelism over PCIe, a training layout that misses the deadline) are kept in the table and
@@ -24,6 +25,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
+from clusterplan.physics.reasons import (
+    MissesLatencyTargets,
+    ModelDoesNotFit,
+    NoLayoutFits,
+    NotObtainable,
+    Reason,
+    ReasonCategory,
+    Stated,
+    of_category,
+    without,
+)
 from clusterplan.units import HOURS_PER_MONTH
 
 if TYPE_CHECKING:
@@ -47,6 +59,14 @@ DEPLOYMENT = "deployment"
 MEMORY = "memory"
 HARDWARE = "hardware"
 AVAILABILITY = "availability"
+LATENCY = "latency"
+# The exclusion category of a reason's category (link, precision, layout and hardware facts: HARDWARE).
+_EXCLUSION_FAMILY = {
+    ReasonCategory.MEMORY: MEMORY,
+    ReasonCategory.LATENCY: LATENCY,
+    ReasonCategory.AVAILABILITY: AVAILABILITY,
+}
+_CATEGORY_OF_FAMILY = {f: c for c, f in _EXCLUSION_FAMILY.items()}
 
 TP_DEGREES = (1, 2, 4, 8)
 PP_DEGREES = (1, 2, 4)
@@ -189,11 +209,29 @@ class TrainingRow:
 
 @dataclass(frozen=True, slots=True)
 class Exclusion:
-    """A candidate ruled out before the model, with the readable reason."""
+    """A candidate ruled out before the model, with its reason record (:func:`excluded` files it by category).
+
+    A reason given as a sentence (hand-built tables) is kept as a :class:`Stated` record of ``family``.
+    """
 
     gpu_id: str
     family: str
-    reason: str
+    reason: Reason
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reason, str):
+            category = _CATEGORY_OF_FAMILY.get(self.family, ReasonCategory.HARDWARE)
+            object.__setattr__(self, "reason", Stated(self.reason, category))
+
+
+def exclusion_family(reason: Reason) -> str:
+    """The exclusion category a reason files under, from its code's category (never its wording)."""
+    return _EXCLUSION_FAMILY.get(reason.category, HARDWARE)
+
+
+def excluded(gpu_id: str, reason: Reason) -> Exclusion:
+    """A candidate of ``gpu_id`` ruled out for ``reason``, filed under the category its code implies."""
+    return Exclusion(gpu_id, exclusion_family(reason), reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,10 +645,6 @@ def _forbidden_for(gpu: GpuType, limits: Limits, *, tp: int, quant: str | None) 
     return out
 
 
-def _is_link_reason(reason: str) -> bool:
-    return "needs NVLink" in reason or ("needs a " in reason and "domain" in reason)
-
-
 def _batch_ladder(max_batch: int) -> list[int]:
     out = []
     b = 1
@@ -621,13 +655,9 @@ def _batch_ladder(max_batch: int) -> list[int]:
     return sorted(set(out))
 
 
-def _link_only(reasons: Sequence[str]) -> bool:
-    return bool(reasons) and all(_is_link_reason(r) for r in reasons)
-
-
-def _exclusion_family(reason: str) -> str:
-    low = reason.lower()
-    return MEMORY if ("gib" in low or "memory" in low or "fit" in low) else HARDWARE
+def _hard(reasons: Sequence[Reason]) -> list[Reason]:
+    """Reasons no constraint family can waive: all but the link ones (``tp_nvlink`` decides those)."""
+    return without(reasons, ReasonCategory.LINK)
 
 
 RATE_SEARCH_STEPS = 8  # bisection steps of the latency-target rate: within 1/256 of saturation, rounded down
@@ -721,9 +751,9 @@ def serving_candidates(
             quant = half if quant_choice == "bf16" else quant_choice
             kv = _kv_default(quant, w, half)
             considered += 1
-            hard = [r for r in rules.serving_rules(arch, spec, tp, pp, quant, kv) if not _is_link_reason(r)]
+            hard = _hard(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
             if hard:
-                excl.append(Exclusion(gid, HARDWARE, hard[0]))
+                excl.append(excluded(gid, hard[0]))
                 continue
             shape = {
                 "tp": tp,
@@ -738,14 +768,9 @@ def serving_candidates(
                 est = serving.estimate_serving(
                     arch, spec, batch=1, input_tokens=w.input_tokens, output_tokens=w.output_tokens, **shape
                 )  # type: ignore[arg-type]
-                reasons = [r for r in est.reasons if not _is_link_reason(r)]
-                excl.append(
-                    Exclusion(
-                        gid,
-                        MEMORY,
-                        reasons[0] if reasons else f"{g.name}: {arch.name} does not fit at {quant}, TP {tp}, PP {pp}",
-                    )
-                )
+                reasons = _hard(est.why_not)
+                fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
+                excl.append(excluded(gid, reasons[0] if reasons else fallback))
                 continue
             forbidden = tuple(_forbidden_for(g, limits, tp=tp, quant=quant))
             # The largest batch that fits is the operating point: a larger concurrency cap never
@@ -756,12 +781,11 @@ def serving_candidates(
                 est = serving.estimate_serving(
                     arch, spec, batch=batch, input_tokens=w.input_tokens, output_tokens=w.output_tokens, **shape
                 )  # type: ignore[arg-type]
-                if _link_only(est.reasons):
+                if of_category(est.why_not, ReasonCategory.LINK):
                     # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
-                    est = est.model_copy(update={"feasible": True, "reasons": []})
+                    est = est.model_copy(update={"feasible": True, "why_not": []})
                 if not est.feasible:
-                    reason = est.reasons[0] if est.reasons else f"{g.name}: infeasible"
-                    excl.append(Exclusion(gid, _exclusion_family(reason), reason))
+                    excl.append(excluded(gid, est.why_not[0]))  # infeasible: at least one reason
                     continue
                 rate_nolat = assumptions.utilisation_ceiling * est.requests_per_s
                 fams = frozenset(f for f, _ in forbidden)
@@ -804,14 +828,15 @@ def serving_candidates(
             if mine and all(r.rate_rps <= 0 for r in mine):
                 best = min(mine, key=lambda r: r.p95_ttft_s)
                 excl.append(
-                    Exclusion(
+                    excluded(
                         gid,
-                        "latency",
-                        f"{gpus[gid].name}: even a lightly loaded replica misses "
-                        f"the p95 targets (best: TTFT {best.ttft_s:.2f} s, TPOT "
-                        f"{best.tpot_s * 1000:.0f} ms at TP {best.tp}, {best.quant})",
+                        MissesLatencyTargets(
+                            gpu=gpus[gid].name, best_ttft_s=best.ttft_s, best_tpot_s=best.tpot_s, best_tp=best.tp,
+                            best_quant=best.quant, p95_ttft_target_s=targets.p95_ttft_s,
+                            p95_tpot_target_s=targets.p95_tpot_s,
+                        ),
                     )
-                )
+                )  # fmt: skip
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
     return WorkloadCandidates(
         index=index,
@@ -889,7 +914,7 @@ def _fastest_layout(
     seqs_per_step: int,
     node: int,
     assumptions: Assumptions,
-) -> tuple[TrainingEstimate | None, str]:
+) -> tuple[TrainingEstimate | None, Reason | None]:
     """The fastest (ZeRO, recompute, micro-batch) that fits one tp x pp x dp layout, or the last reason.
 
     Fastest first: for each recompute policy, the lowest ZeRO stage that fits some micro-batch, at the
@@ -898,44 +923,44 @@ def _fastest_layout(
     """
     from clusterplan.physics import training
 
-    def estimate(zero: int, rec: str, mb: int) -> tuple[TrainingEstimate | None, str]:
+    def estimate(zero: int, rec: str, mb: int) -> tuple[TrainingEstimate | None, Reason | None]:
         """The estimate and its first reason; no estimate when it does not fit (the reason is the same)."""
         args = (arch, spec)
         layout = dict(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=mb, nodes_gpus_per_node=node)
         # Rules, batch and memory come first in the estimate's reasons, and most settings tried fail
         # there: checking them alone skips the timing model (the first reason is the same).
         fit = training.training_fit(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)
-        early = [r for r in fit.reasons if not _is_link_reason(r)]
+        early = _hard(fit.why_not)
         if early:
             return None, early[0]
         est = training.estimate_training(*args, workload=w, recompute=rec, assumptions=assumptions, **layout, fit=fit)
-        reasons = [r for r in est.reasons if not _is_link_reason(r)]
-        return est, reasons[0] if reasons else ""
+        reasons = _hard(est.why_not)
+        return est, reasons[0] if reasons else None
 
     sizes = [mb for mb in MICRO_BATCHES if mb * dp <= seqs_per_step] or [1]
     friendly_checked = False
     best: TrainingEstimate | None = None
-    last_reason = ""
+    last_reason: Reason | None = None
     for rec in recomputes:
         for zero in zero_stages:
             found, reason = estimate(zero, rec, sizes[0])
-            if reason:
+            if reason is not None:
                 last_reason = reason
                 if not friendly_checked:
                     # Memory only shrinks with a higher ZeRO stage, more recompute and a smaller
                     # micro-batch: if the friendliest setting does not fit, nothing does.
                     friendly_checked = True
                     _, reason = estimate(max(zero_stages), recomputes[-1], 1)
-                    if reason:
+                    if reason is not None:
                         return None, reason
                 if len(sizes) == 1:
                     continue
                 found, reason = estimate(zero, rec, 1)
-                if reason:
+                if reason is not None:
                     continue
                 for mb in sizes[1:-1]:
                     est, reason = estimate(zero, rec, mb)
-                    if not reason:
+                    if reason is None:
                         found = est
                         break
             assert found is not None  # settings with a reason never reach here
@@ -982,16 +1007,14 @@ def training_candidates(
                 zero_stages: tuple[int, ...] = (0, 1, 2, 3) if pp == 1 else (0, 1)
                 if method != "full":
                     zero_stages = (0,)
-                hard = [
-                    r
-                    for r in rules.training_rules(
+                hard = _hard(
+                    rules.training_rule_reasons(
                         arch, spec, tp=tp, pp=pp, dp=1, zero_stage=0, precision=w.precision, method=method
                     )
-                    if not _is_link_reason(r)
-                ]
+                )
                 considered += 1
                 if hard:
-                    excl.append(Exclusion(gid, HARDWARE, hard[0]))
+                    excl.append(excluded(gid, hard[0]))
                     continue
                 forbidden = _forbidden_for(g, limits, tp=tp, quant=None)
                 max_dp = max(1, min(MAX_TRAINING_GPUS // (tp * pp), seqs_per_step))
@@ -1014,13 +1037,7 @@ def training_candidates(
                         assumptions=assumptions,
                     )
                     if est is None:
-                        excl.append(
-                            Exclusion(
-                                gid,
-                                _exclusion_family(last_reason) if last_reason else MEMORY,
-                                last_reason or f"{g.name}: no layout fits",
-                            )
-                        )
+                        excl.append(excluded(gid, last_reason or NoLayoutFits(gpu=g.name)))
                         continue
                     n = tp * pp * dp
                     cloud, n_inst, cost, within = _cloud_for_training(offerings, gid, tp, n, est.time_to_train_s)
@@ -1094,13 +1111,7 @@ def build_candidates(resolved: ResolvedRequirement, catalog: Catalog, *, keep_la
     for wc in workloads:
         rows = [r for r in wc.rows if r.gpu_id in placeable]
         extra = tuple(
-            Exclusion(
-                gid,
-                AVAILABILITY,
-                f"{gpus[gid].name}: no cloud instance in the allowed clouds "
-                "and regions, and no purchase price in the catalog",
-            )
-            for gid in sorted({r.gpu_id for r in wc.rows} - placeable)
+            excluded(gid, NotObtainable(gpu=gpus[gid].name)) for gid in sorted({r.gpu_id for r in wc.rows} - placeable)
         )
         final.append(replace(wc, rows=tuple(rows), exclusions=wc.exclusions + extra))  # type: ignore[arg-type]
     return CandidateTable(

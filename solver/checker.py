@@ -23,7 +23,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from clusterplan.physics.reasons import ReasonCategory, without
 from clusterplan.plan import Design, HardwareLine, ServingPlan, TrainingPlan
+from clusterplan.render.reasons import render_reason
 from clusterplan.units import HOURS_PER_MONTH
 
 if TYPE_CHECKING:
@@ -342,15 +344,15 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     context_tokens=w.context_tokens,
                     assumptions=a,
                 )
-                hard = [r for r in est.reasons if not ("needs NVLink" in r or "domain" in r)]
+                hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
                 if hard:
-                    problems.append(f"{wp.workload}: {g.gpu} TP{g.tp} PP{g.pp} {g.quant}: {hard[0]}")
+                    problems.append(f"{wp.workload}: {g.gpu} TP{g.tp} PP{g.pp} {g.quant}: {render_reason(hard[0])}")
                 if not est.memory.fits:
                     problems.append(f"{wp.workload}: {g.gpu} needs {est.memory.total_gib:.1f} GiB per GPU")
                 if hard:
                     rates.append((g.replicas, 0.0, 0.0))
                     continue
-                est = est.model_copy(update={"feasible": True, "reasons": []})
+                est = est.model_copy(update={"feasible": True, "why_not": []})
                 ests.append((g, est))
                 tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": a}
                 r = queueing.max_rate_for_targets(
@@ -398,9 +400,9 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 nodes_gpus_per_node=spec.max_gpus_per_node,
                 assumptions=a,
             )
-            hard = [r for r in est.reasons if not ("needs NVLink" in r or "domain" in r)]
+            hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
             if hard:
-                problems.append(f"{wp.workload}: {hard[0]}")
+                problems.append(f"{wp.workload}: {render_reason(hard[0])}")
             if est.time_to_train_s > w.deadline * (1 + 1e-9):
                 problems.append(
                     f"{wp.workload}: {est.time_to_train_s / 86400:.1f} d misses the {w.deadline / 86400:.1f} d deadline"

@@ -32,6 +32,7 @@ from clusterplan.errors import ClusterplanError, ConfigurationImpossible
 from clusterplan.physics import cost, memory, queueing, rules, serving, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
+from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement import FinetuneWorkload, PinnedConfig, Requirement, ServingWorkload, TrainingWorkload
 
 MAX_DEFAULT_BATCH = 256
@@ -476,7 +477,7 @@ def _estimate_serving(
         requirement=req.name,
         config=config,
         feasible=est.feasible,
-        reasons=list(est.reasons),
+        reasons=render_reasons(est.why_not),
         serving=est,
         load=load,
         cloud=cloud,
@@ -586,7 +587,7 @@ def _estimate_training(
                 fix="give a count that is a multiple of tp x pp, or leave tp and pp out",
             )
         # Nothing feasible: show the layout that comes closest (fewest reasons, least memory per capacity).
-        best = min(tried, key=lambda e: (len(e.reasons), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
+        best = min(tried, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
         if not all_pinned:
             choices.append(
                 f"no layout tried runs; shown: the closest ({best.gpus} GPUs, tp={best.tp}, pp={best.pp}, "
@@ -623,7 +624,7 @@ def _estimate_training(
         requirement=req.name,
         config=config,
         feasible=best.feasible,
-        reasons=list(best.reasons),
+        reasons=render_reasons(best.why_not),
         training=best,
         cloud=cloud,
         owned=owned,

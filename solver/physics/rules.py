@@ -1,4 +1,4 @@
-"""Hardware and layout rules: what a GPU can run at all. Each broken rule is one readable sentence.
+"""Hardware and layout rules: what a GPU can run at all. Each broken rule is one reason record.
 
 Rules here are yes/no facts (precision support, link topology, divisibility); whether memory fits is
 decided by :mod:`clusterplan.physics.memory` and reported by the estimators alongside these reasons.
@@ -6,9 +6,27 @@ decided by :mod:`clusterplan.physics.memory` and reported by the estimators alon
 
 from __future__ import annotations
 
+from typing import Literal
+
 from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+from clusterplan.physics.reasons import (
+    Bf16Unsupported,
+    Fp8Unsupported,
+    PpExceedsLayers,
+    QloraUnsupported,
+    Reason,
+    TpCrossesNodes,
+    TpExceedsScaleUpDomain,
+    TpNeedsNvlink,
+    TpSplitsAttentionHeads,
+    TpSplitsKvHeads,
+    ZeroStageUnknown,
+)
+from clusterplan.render.reasons import render_reasons
 
 _WEIGHT_ONLY = {"int8", "int4"}
+# bitsandbytes' 4-bit kernels (QLoRA) need Turing or later.
+QLORA_MIN_COMPUTE_CAPABILITY = 7.5
 
 
 def _cc(gpu: GpuSpec) -> float | None:
@@ -60,46 +78,46 @@ def short_name(gpu: GpuSpec) -> str:
     return gpu.name
 
 
-def _parallel_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int) -> list[str]:
-    reasons: list[str] = []
+def _parallel_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int) -> list[Reason]:
+    reasons: list[Reason] = []
     name = short_name(gpu)
     if tp > 1:
         if gpu.scale_up == "pcie":
-            reasons.append(f"{name}: tensor parallel {tp} needs NVLink; {name} has PCIe only")
+            reasons.append(TpNeedsNvlink(gpu=name, tp=tp))
         elif tp > gpu.scale_up_domain:
-            link = "NVLink" if gpu.scale_up == "nvlink" else "Infinity Fabric"
-            reasons.append(
-                f"{name}: tensor parallel {tp} needs a {link} domain of {tp} GPUs; "
-                f"{name} links at most {gpu.scale_up_domain}"
-            )
+            link: Literal["nvlink", "infinity_fabric"] = "nvlink" if gpu.scale_up == "nvlink" else "infinity_fabric"
+            reasons.append(TpExceedsScaleUpDomain(gpu=name, tp=tp, link=link, domain_gpus=gpu.scale_up_domain))
         if tp > gpu.max_gpus_per_node:
-            reasons.append(
-                f"{name}: tensor parallel {tp} would cross nodes (at most {gpu.max_gpus_per_node} GPUs per node)"
-            )
+            reasons.append(TpCrossesNodes(gpu=name, tp=tp, gpus_per_node=gpu.max_gpus_per_node))
     if arch.attention_heads % tp:
-        reasons.append(f"{arch.name}: tensor parallel {tp} does not divide its {arch.attention_heads} attention heads")
+        reasons.append(TpSplitsAttentionHeads(model=arch.name, tp=tp, attention_heads=arch.attention_heads))
     elif arch.kv_heads % tp and tp % arch.kv_heads:
-        reasons.append(
-            f"{arch.name}: tensor parallel {tp} neither divides nor is a multiple of its {arch.kv_heads} KV heads"
-        )
+        reasons.append(TpSplitsKvHeads(model=arch.name, tp=tp, kv_heads=arch.kv_heads))
     if pp > arch.layers:
-        reasons.append(f"{arch.name}: pipeline parallel {pp} exceeds its {arch.layers} layers")
+        reasons.append(PpExceedsLayers(model=arch.name, pp=pp, layers=arch.layers))
     return reasons
 
 
-def serving_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int, quant: str, kv_precision: str) -> list[str]:
+def serving_rule_reasons(
+    arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int, quant: str, kv_precision: str
+) -> list[Reason]:
     """Why a serving layout cannot run on this GPU at all (empty when it can)."""
     reasons = _parallel_rules(arch, gpu, tp, pp)
     name = short_name(gpu)
     if quant == "fp8" and not supports_precision(gpu, "fp8"):
-        reasons.append(f"{name}: fp8 weights need native FP8 tensor cores ({gpu.architecture} has none)")
+        reasons.append(Fp8Unsupported(gpu=name, gpu_architecture=gpu.architecture, use="weights"))
     if quant == "bf16" and not supports_precision(gpu, "bf16"):
-        reasons.append(f"{name}: bf16 needs compute capability 8.0 or later; use fp16")
+        reasons.append(Bf16Unsupported(gpu=name, use="weights"))
     if kv_precision == "fp8" and not supports_precision(gpu, "fp8"):
-        reasons.append(f"{name}: an fp8 KV cache needs native FP8 ({gpu.architecture} has none)")
+        reasons.append(Fp8Unsupported(gpu=name, gpu_architecture=gpu.architecture, use="kv_cache"))
     if kv_precision == "bf16" and not supports_precision(gpu, "bf16"):
-        reasons.append(f"{name}: a bf16 KV cache needs compute capability 8.0 or later; use fp16")
+        reasons.append(Bf16Unsupported(gpu=name, use="kv_cache"))
     return reasons
+
+
+def serving_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int, quant: str, kv_precision: str) -> list[str]:
+    """:func:`serving_rule_reasons` as sentences, for display (decide on the records, never on these)."""
+    return render_reasons(serving_rule_reasons(arch, gpu, tp, pp, quant, kv_precision))
 
 
 def serving_notes(gpu: GpuSpec, quant: str) -> list[str]:
@@ -110,6 +128,33 @@ def serving_notes(gpu: GpuSpec, quant: str) -> list[str]:
             f"{quant} weight-only: weights are dequantised and multiplied at {compute_precision_for_weights(gpu, quant)}"
         )
     return notes
+
+
+def training_rule_reasons(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    zero_stage: int,
+    precision: str,
+    method: str = "full",
+) -> list[Reason]:
+    """Why a training layout cannot run on this GPU at all (empty when it can)."""
+    reasons = _parallel_rules(arch, gpu, tp, pp)
+    name = short_name(gpu)
+    if precision == "fp8" and not supports_precision(gpu, "fp8"):
+        reasons.append(Fp8Unsupported(gpu=name, gpu_architecture=gpu.architecture, use="training"))
+    if precision == "bf16" and not supports_precision(gpu, "bf16"):
+        reasons.append(Bf16Unsupported(gpu=name, use="training"))
+    if method == "qlora" and gpu.vendor == "nvidia":
+        cc = _cc(gpu)
+        if cc is not None and cc < QLORA_MIN_COMPUTE_CAPABILITY:
+            reasons.append(QloraUnsupported(gpu=name, min_compute_capability=QLORA_MIN_COMPUTE_CAPABILITY))
+    if zero_stage not in (0, 1, 2, 3):
+        reasons.append(ZeroStageUnknown(zero_stage=zero_stage))
+    return reasons
 
 
 def training_rules(
@@ -123,17 +168,7 @@ def training_rules(
     precision: str,
     method: str = "full",
 ) -> list[str]:
-    """Why a training layout cannot run on this GPU at all (empty when it can)."""
-    reasons = _parallel_rules(arch, gpu, tp, pp)
-    name = short_name(gpu)
-    if precision == "fp8" and not supports_precision(gpu, "fp8"):
-        reasons.append(f"{name}: fp8 training needs native FP8 tensor cores ({gpu.architecture} has none)")
-    if precision == "bf16" and not supports_precision(gpu, "bf16"):
-        reasons.append(f"{name}: bf16 needs compute capability 8.0 or later; train in fp16 with loss scaling")
-    if method == "qlora" and gpu.vendor == "nvidia":
-        cc = _cc(gpu)
-        if cc is not None and cc < 7.5:
-            reasons.append(f"{name}: QLoRA (bitsandbytes 4-bit) needs compute capability 7.5 or later")
-    if zero_stage not in (0, 1, 2, 3):
-        reasons.append(f"ZeRO stage {zero_stage} does not exist (0-3)")
-    return reasons
+    """:func:`training_rule_reasons` as sentences, for display (decide on the records, never on these)."""
+    return render_reasons(
+        training_rule_reasons(arch, gpu, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, precision=precision, method=method)
+    )

@@ -18,7 +18,8 @@ from clusterplan.physics import memory, params
 from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, nccl_allreduce_terms, p2p_s
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.memory import max_batch_by_memory
-from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rules, short_name
+from clusterplan.physics.reasons import KvCacheDoesNotFit, NoTensorThroughput, Reason, WeightsDoNotFit
+from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rule_reasons, short_name
 from clusterplan.physics.types import Bound, DecodeStepModel, ServingEstimate
 from clusterplan.units import BYTES_PER_GB
 
@@ -193,12 +194,12 @@ def estimate_serving(
 
     ``context_tokens`` sizes the KV cache reserved per sequence (the workload's max context);
     decode attends over the mean context ``input + output/2``. Infeasible configurations (a broken
-    hardware rule, weights or KV cache that do not fit) come back with ``feasible=False``, readable
-    ``reasons`` and every number still filled in.
+    hardware rule, weights or KV cache that do not fit) come back with ``feasible=False``, reason
+    records in ``why_not`` and every number still filled in.
     """
     a = assumptions
     cls = gpu.gpu_class
-    reasons = serving_rules(arch, gpu, tp, pp, quant, kv_precision)
+    reasons: list[Reason] = serving_rule_reasons(arch, gpu, tp, pp, quant, kv_precision)
     notes = serving_notes(gpu, quant)
     batch = max(int(batch), 1)
 
@@ -213,17 +214,19 @@ def estimate_serving(
     if max_batch == 0:
         fixed = mem.weights_gib + mem.runtime_overhead_gib + mem.headroom_gib + mem.activations_gib
         reasons.append(
-            f"does not fit in memory: {arch.name} at {quant} with tp={tp}, pp={pp} needs {mem.weights_gib:,.1f} GiB "
-            "of weights per GPU "
-            f"({fixed:,.1f} GiB with runtime, activations and {a.memory_headroom_fraction:.0%} headroom); "
-            f"{short_name(gpu)} has {gpu.memory_gib:,.1f} GiB and no room for even one {context_tokens:,.0f}-token sequence"
-        )
+            WeightsDoNotFit(
+                gpu=short_name(gpu), model=arch.name, quant=quant, tp=tp, pp=pp, weights_gib=mem.weights_gib,
+                fixed_gib=fixed, headroom_fraction=a.memory_headroom_fraction, capacity_gib=gpu.memory_gib,
+                context_tokens=context_tokens,
+            )
+        )  # fmt: skip
     elif batch > max_batch:
         reasons.append(
-            f"does not fit in memory: batch {batch} at {context_tokens:,.0f} tokens needs {mem.kv_cache_gib:,.1f} GiB "
-            "of KV cache per GPU; "
-            f"{short_name(gpu)} has room for at most {max_batch} sequences"
-        )
+            KvCacheDoesNotFit(
+                gpu=short_name(gpu), batch=batch, context_tokens=context_tokens, kv_cache_gib=mem.kv_cache_gib,
+                max_batch=max_batch,
+            )
+        )  # fmt: skip
 
     # Rates of this GPU class.
     bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
@@ -237,7 +240,7 @@ def estimate_serving(
         * a.compute_fraction(gpu.architecture, cprec)
     )
     if flops_rate <= 0:
-        reasons.append(f"{short_name(gpu)}: no tensor throughput listed for {cprec}")
+        reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
@@ -312,7 +315,7 @@ def estimate_serving(
 
     return ServingEstimate(
         feasible=not reasons,
-        reasons=reasons,
+        why_not=reasons,
         gpu_id=gpu.id,
         tp=tp,
         pp=pp,

@@ -24,7 +24,8 @@ from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
 from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, p2p_s, ring_allgather_s, ring_allreduce_s
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.rules import short_name, training_rules
+from clusterplan.physics.reasons import GlobalBatchTooSmall, NoTensorThroughput, Reason, TrainingDoesNotFit
+from clusterplan.physics.rules import short_name, training_rule_reasons
 from clusterplan.physics.serving import attention_width, peak_tflops
 from clusterplan.physics.types import Bound, MemoryBreakdown, TrainingEstimate
 from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
@@ -123,7 +124,7 @@ def _compute_precision(gpu: GpuSpec, precision: str) -> str:
 class TrainingFit:
     """What :func:`estimate_training` computes up to and including the memory check (:func:`training_fit`)."""
 
-    reasons: list[str]
+    why_not: list[Reason]
     notes: list[str]
     method: str
     rank: int
@@ -162,7 +163,9 @@ def _memory_phase(
     method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
     rank = workload.lora_rank if isinstance(workload, FinetuneWorkload) else 0
     precision = workload.precision
-    reasons = training_rules(arch, gpu, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, precision=precision, method=method)
+    reasons = training_rule_reasons(
+        arch, gpu, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, precision=precision, method=method
+    )
     notes: list[str] = []
     gpus = tp * pp * dp
     node = max(1, min(nodes_gpus_per_node, gpu.max_gpus_per_node))
@@ -176,9 +179,11 @@ def _memory_phase(
     tokens_per_step = micro_batches * per_round * seq
     if sequences_per_step < per_round:
         reasons.append(
-            f"global batch of {workload.global_batch_tokens:,.0f} tokens is {sequences_per_step} sequences of "
-            f"{seq:,.0f}; dp={dp} x micro-batch {micro_batch} needs at least {per_round}"
-        )
+            GlobalBatchTooSmall(
+                global_batch_tokens=workload.global_batch_tokens, sequences_per_step=sequences_per_step,
+                sequence_tokens=seq, dp=dp, micro_batch=micro_batch,
+            )
+        )  # fmt: skip
     elif tokens_per_step > workload.global_batch_tokens * 1.001:
         notes.append(f"global batch rounded up to {tokens_per_step:,.0f} tokens ({micro_batches} micro-batches)")
 
@@ -243,14 +248,15 @@ def _memory_phase(
     mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
     if not mem.fits:
         reasons.append(
-            f"does not fit in memory: needs {mem.total_gib:,.1f} GiB per GPU (weights {mem.weights_gib:,.1f}, gradients "
-            f"{mem.gradients_gib:,.1f}, optimizer {mem.optimizer_gib:,.1f}, activations {mem.activations_gib:,.1f}, "
-            f"runtime {mem.runtime_overhead_gib:,.1f}, headroom {mem.headroom_gib:,.1f}); "
-            f"{short_name(gpu)} has {mem.capacity_gib:,.1f} GiB"
-        )
+            TrainingDoesNotFit(
+                gpu=short_name(gpu), needed_gib=mem.total_gib, weights_gib=mem.weights_gib,
+                gradients_gib=mem.gradients_gib, optimizer_gib=mem.optimizer_gib, activations_gib=mem.activations_gib,
+                runtime_gib=mem.runtime_overhead_gib, headroom_gib=mem.headroom_gib, capacity_gib=mem.capacity_gib,
+            )
+        )  # fmt: skip
 
     return TrainingFit(
-        reasons=reasons, notes=notes, method=method, rank=rank, gpus=gpus, node=node, seq=seq,
+        why_not=reasons, notes=notes, method=method, rank=rank, gpus=gpus, node=node, seq=seq,
         micro_batch=micro_batch, micro_batches=micro_batches,
         tokens_per_step=tokens_per_step, layers=layers, layer_p=layer_p, trainable=trainable,
         w_b=w_b, g_b=g_b, o_b=o_b, gathered_bytes=gathered_bytes, sp=sp, mem=mem,
@@ -273,7 +279,7 @@ def training_fit(
 ) -> TrainingFit:
     """The part of :func:`estimate_training` before timing anything: rules, batch and memory.
 
-    Its ``reasons`` are a prefix of ``estimate_training(...).reasons`` (reasons found later, such as a
+    Its ``why_not`` is a prefix of ``estimate_training(...).why_not`` (reasons found later, such as a
     GPU without tensor throughput for the precision, come after). Cheaper when only the fit matters;
     pass it to :func:`estimate_training` (same arguments) to finish the estimate without redoing it.
     """
@@ -301,7 +307,7 @@ def estimate_training(
     """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
 
     ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
-    Infeasible configurations come back with ``feasible=False`` and readable ``reasons``, numbers filled in.
+    Infeasible configurations come back with ``feasible=False`` and reason records in ``why_not``, numbers filled in.
     ``fit``: :func:`training_fit` of the same arguments, already computed.
     """
     a = assumptions
@@ -310,7 +316,7 @@ def estimate_training(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
     )  # fmt: skip
-    reasons, notes, mem = list(ph.reasons), list(ph.notes), ph.mem
+    reasons, notes, mem = list(ph.why_not), list(ph.notes), ph.mem
     method, rank, precision = ph.method, ph.rank, workload.precision
     gpus, node, seq, micro_batch = ph.gpus, ph.node, ph.seq, ph.micro_batch
     micro_batches, tokens_per_step = ph.micro_batches, ph.tokens_per_step
@@ -323,7 +329,7 @@ def estimate_training(
     clock = a.sustained_clock_fraction.of(cls)
     rate = peak * 1e12 * a.training_mfu.of(cls) * clock * a.compute_fraction(gpu.architecture, cprec)
     if rate <= 0:
-        reasons.append(f"{short_name(gpu)}: no tensor throughput listed for {cprec}")
+        reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
         rate = 1e9
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
@@ -396,7 +402,7 @@ def estimate_training(
 
     return TrainingEstimate(
         feasible=not reasons,
-        reasons=reasons,
+        why_not=reasons,
         gpu_id=gpu.id,
         tp=tp,
         pp=pp,

@@ -6,15 +6,46 @@ These are the contract between the physics (``clusterplan.physics``), the candid
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, SerializerFunctionWrapHandler, model_serializer
+
+from clusterplan.physics.reasons import Reason
+from clusterplan.render.reasons import render_reasons
 
 Bound = Literal["memory_capacity", "memory_bandwidth", "compute", "communication"]
 
 
 class Result(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Judged(Result):
+    """An estimate that may be infeasible: ``why_not`` holds the reason records, empty when feasible.
+
+    Layers decide on the records. Serialised (``estimate --json``), the records become their
+    sentences under ``reasons``, right after ``feasible``, as the output has always read.
+    """
+
+    feasible: bool
+    why_not: list[InstanceOf[Reason]] = Field(
+        default_factory=list, exclude=True, description="why not feasible (clusterplan.physics.reasons records)"
+    )
+
+    @property
+    def reasons(self) -> list[str]:
+        """The reasons as sentences, for display."""
+        return render_reasons(self.why_not)
+
+    @model_serializer(mode="wrap")
+    def _reasons_as_text(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out[key] = value
+            if key == "feasible":
+                out["reasons"] = self.reasons
+        return out
 
 
 class MemoryBreakdown(Result):
@@ -70,11 +101,9 @@ class DecodeStepModel(Result):
     overhead_s: float = Field(0.0, description="engine-independent fixed cost per step, s")
 
 
-class ServingEstimate(Result):
+class ServingEstimate(Judged):
     """One serving replica (tp x pp GPUs) of one model on one GPU type at one batch (concurrency)."""
 
-    feasible: bool
-    reasons: list[str] = Field(default_factory=list, description="why not feasible, readable")
     gpu_id: str
     tp: int
     pp: int
@@ -115,11 +144,9 @@ class LatencyAtLoad(Result):
     mean_running_batch: float = Field(0.0, description="expected sequences decoding at once (Little's law)")
 
 
-class TrainingEstimate(Result):
+class TrainingEstimate(Judged):
     """One training or fine-tuning configuration: tp x pp x dp GPUs of one type."""
 
-    feasible: bool
-    reasons: list[str] = Field(default_factory=list)
     gpu_id: str
     tp: int
     pp: int

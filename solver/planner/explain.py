@@ -20,13 +20,15 @@ from collections import Counter
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates import CandidateTable, WorkloadCandidates, most_common_reason
+from clusterplan.candidates import TP_NVLINK, CandidateTable, WorkloadCandidates, most_common_reason
+from clusterplan.physics.reasons import ReasonCategory
 from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostGpu, MixNote
 from clusterplan.planner.constraints import family
 from clusterplan.planner.infeasibility import find_conflict
 from clusterplan.planner.report import hardware_lines, margins, summary_text
 from clusterplan.planner.solve import PRIMARY_GOAL, Extra, Outcome, Planner, Solution
 from clusterplan.planner.variables import PlanVariables
+from clusterplan.render.reasons import render_reason
 
 LOST_GPU_LIMIT = 6
 
@@ -161,7 +163,11 @@ def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: flo
     rows = [r for r in wc.rows if r.gpu_id == gid]
     excluded = most_common_reason(wc.exclusions, gid)
     if not rows:
-        reason = excluded.reason if excluded is not None else f"{name}: no candidate could run {wc.model_name}"
+        reason = (
+            render_reason(excluded.reason)
+            if excluded is not None
+            else f"{name}: no candidate could run {wc.model_name}"
+        )
         return LostGpu(
             workload=wc.name,
             gpu=gid,
@@ -196,8 +202,9 @@ def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: flo
     if not texts:
         texts.append(f"{name}: cannot be placed")
     reason = "; ".join(texts)
-    if excluded is not None and excluded.reason not in reason:
-        reason += f" (other layouts: {excluded.reason})"
+    # A link reason is what the tp_nvlink family's own text already says: not repeated.
+    if excluded is not None and not (excluded.reason.category is ReasonCategory.LINK and TP_NVLINK in conflict):
+        reason += f" (other layouts: {render_reason(excluded.reason)})"
     return LostGpu(
         workload=wc.name,
         gpu=gid,

@@ -24,12 +24,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from clusterplan.candidates import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
+from clusterplan.physics.reasons import Reason
 from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
 from clusterplan.planner.constraints import Relaxing, family
 from clusterplan.planner.constraints.facts import NotEnough, RelaxedAt
 from clusterplan.planner.report import facts
 from clusterplan.planner.solve import Extra, Planner, Solution
 from clusterplan.planner.status import SolveStatus
+from clusterplan.render.reasons import render_predicate, render_reasons
 
 # A latency target: (workload index, requirement field: p95_latency, p95_ttft or p95_tpot).
 TargetKey = tuple[int, str]
@@ -394,15 +396,16 @@ def _unplaceable(table: CandidateTable, wc: WorkloadCandidates, usable: list[str
     could = sorted({e.gpu_id for e in wc.exclusions if e.family == AVAILABILITY})
     pool = usable or sorted(table.gpus)
     closest = sorted(pool, key=lambda g: (-table.gpus[g].memory_gib, g))
-    reasons = []
+    found: list[Reason] = []
     for gid in closest:
         e = most_common_reason([x for x in wc.exclusions if x.family != AVAILABILITY], gid)
-        if e is not None and e.reason not in reasons:
-            reasons.append(e.reason)
-        if len(reasons) == EXAMPLE_REASONS:
+        if e is not None and e.reason not in found:
+            found.append(e.reason)
+        if len(found) == EXAMPLE_REASONS:
             break
-    if not reasons:  # no reason recorded (a synthetic table): the most common ones
-        reasons = [r for r, _ in Counter(e.reason for e in wc.exclusions).most_common(EXAMPLE_REASONS)]
+    if not found:  # no reason recorded (a synthetic table): the most common ones
+        found = [r for r, _ in Counter(e.reason for e in wc.exclusions).most_common(EXAMPLE_REASONS)]
+    reasons = render_reasons(found)
     examples = f" (e.g. {'; '.join(reasons)})" if reasons else ""
     # Restricted: allowed_gpus is set, or a GPU that can be had some way is not one it may use.
     restricted = table.limits.allowed_gpus is not None or set(usable) != {o.gpu_id for o in table.offerings}
@@ -431,9 +434,8 @@ def _why_out(table: CandidateTable, wc: WorkloadCandidates, gid: str) -> str:
     allowed = table.limits.allowed_gpus
     if allowed is not None and gid not in allowed:
         why.append("not in constraints.allowed_gpus")
-    name = table.gpus[gid].name if gid in table.gpus else gid
     for e in wc.exclusions:
         if e.gpu_id == gid and e.family == AVAILABILITY:
-            why.append(e.reason.removeprefix(f"{name}: "))
+            why.append(render_predicate(e.reason))  # the line names the GPU already
             break
     return f"{gid} ({'; '.join(why)})" if why else gid

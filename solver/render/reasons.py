@@ -1,0 +1,131 @@
+"""The words for a reason record (:mod:`clusterplan.physics.reasons`): the one place a reason becomes a sentence.
+
+Every place that shows why something cannot run (``estimate``'s output, the infeasibility text, the
+plan's lost-GPU notes) calls :func:`render_reason` at the boundary; layers below decide on codes.
+A sentence is ``"<subject>: <predicate>"`` when the reason is about one GPU or model, else the
+predicate alone; :func:`render_predicate` gives the predicate where the subject is already said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from clusterplan.physics.reasons import (
+    Bf16Unsupported,
+    Fp8Unsupported,
+    GlobalBatchTooSmall,
+    KvCacheDoesNotFit,
+    MissesLatencyTargets,
+    ModelDoesNotFit,
+    NoLayoutFits,
+    NoTensorThroughput,
+    NotObtainable,
+    PpExceedsLayers,
+    QloraUnsupported,
+    Reason,
+    Stated,
+    TpCrossesNodes,
+    TpExceedsScaleUpDomain,
+    TpNeedsNvlink,
+    TpSplitsAttentionHeads,
+    TpSplitsKvHeads,
+    TrainingDoesNotFit,
+    WeightsDoNotFit,
+    ZeroStageUnknown,
+)
+
+_LINK_NAME = {"nvlink": "NVLink", "infinity_fabric": "Infinity Fabric"}
+_FP8_NEED = {
+    "weights": "fp8 weights need native FP8 tensor cores",
+    "kv_cache": "an fp8 KV cache needs native FP8",
+    "training": "fp8 training needs native FP8 tensor cores",
+}
+_BF16_NEED = {
+    "weights": "bf16 needs compute capability 8.0 or later; use fp16",
+    "kv_cache": "a bf16 KV cache needs compute capability 8.0 or later; use fp16",
+    "training": "bf16 needs compute capability 8.0 or later; train in fp16 with loss scaling",
+}
+
+
+def reason_parts(r: Reason) -> tuple[str | None, str]:
+    """(subject, predicate) of a reason: the GPU or model it is about (None if neither), and what is wrong."""
+    match r:
+        case TpNeedsNvlink():
+            return r.gpu, f"tensor parallel {r.tp} needs NVLink; {r.gpu} has PCIe only"
+        case TpExceedsScaleUpDomain():
+            link = _LINK_NAME[r.link]
+            return (
+                r.gpu,
+                f"tensor parallel {r.tp} needs a {link} domain of {r.tp} GPUs; {r.gpu} links at most {r.domain_gpus}",
+            )
+        case TpCrossesNodes():
+            return r.gpu, f"tensor parallel {r.tp} would cross nodes (at most {r.gpus_per_node} GPUs per node)"
+        case TpSplitsAttentionHeads():
+            return r.model, f"tensor parallel {r.tp} does not divide its {r.attention_heads} attention heads"
+        case TpSplitsKvHeads():
+            return r.model, f"tensor parallel {r.tp} neither divides nor is a multiple of its {r.kv_heads} KV heads"
+        case PpExceedsLayers():
+            return r.model, f"pipeline parallel {r.pp} exceeds its {r.layers} layers"
+        case Fp8Unsupported():
+            return r.gpu, f"{_FP8_NEED[r.use]} ({r.gpu_architecture} has none)"
+        case Bf16Unsupported():
+            return r.gpu, _BF16_NEED[r.use]
+        case QloraUnsupported():
+            return r.gpu, f"QLoRA (bitsandbytes 4-bit) needs compute capability {r.min_compute_capability:g} or later"
+        case ZeroStageUnknown():
+            return None, f"ZeRO stage {r.zero_stage} does not exist (0-3)"
+        case GlobalBatchTooSmall():
+            return None, (
+                f"global batch of {r.global_batch_tokens:,.0f} tokens is {r.sequences_per_step} sequences of "
+                f"{r.sequence_tokens:,.0f}; dp={r.dp} x micro-batch {r.micro_batch} needs at least {r.sequences_needed}"
+            )
+        case NoTensorThroughput():
+            return r.gpu, f"no tensor throughput listed for {r.precision}"
+        case WeightsDoNotFit():
+            return None, (
+                f"does not fit in memory: {r.model} at {r.quant} with tp={r.tp}, pp={r.pp} needs "
+                f"{r.weights_gib:,.1f} GiB of weights per GPU ({r.fixed_gib:,.1f} GiB with runtime, activations "
+                f"and {r.headroom_fraction:.0%} headroom); {r.gpu} has {r.capacity_gib:,.1f} GiB and no room for "
+                f"even one {r.context_tokens:,.0f}-token sequence"
+            )
+        case KvCacheDoesNotFit():
+            return None, (
+                f"does not fit in memory: batch {r.batch} at {r.context_tokens:,.0f} tokens needs "
+                f"{r.kv_cache_gib:,.1f} GiB of KV cache per GPU; {r.gpu} has room for at most {r.max_batch} sequences"
+            )
+        case TrainingDoesNotFit():
+            return None, (
+                f"does not fit in memory: needs {r.needed_gib:,.1f} GiB per GPU (weights {r.weights_gib:,.1f}, "
+                f"gradients {r.gradients_gib:,.1f}, optimizer {r.optimizer_gib:,.1f}, activations "
+                f"{r.activations_gib:,.1f}, runtime {r.runtime_gib:,.1f}, headroom {r.headroom_gib:,.1f}); "
+                f"{r.gpu} has {r.capacity_gib:,.1f} GiB"
+            )
+        case ModelDoesNotFit():
+            return r.gpu, f"{r.model} does not fit at {r.quant}, TP {r.tp}, PP {r.pp}"
+        case NoLayoutFits():
+            return r.gpu, "no layout fits"
+        case MissesLatencyTargets():
+            return r.gpu, (
+                f"even a lightly loaded replica misses the p95 targets (best: TTFT {r.best_ttft_s:.2f} s, "
+                f"TPOT {r.best_tpot_s * 1000:.0f} ms at TP {r.best_tp}, {r.best_quant})"
+            )
+        case NotObtainable():
+            return r.gpu, "no cloud instance in the allowed clouds and regions, and no purchase price in the catalog"
+        case Stated():
+            return None, r.text
+    raise TypeError(f"no wording for reason {r.code.value} ({type(r).__name__})")
+
+
+def render_reason(r: Reason) -> str:
+    """The sentence for a reason, e.g. ``"L40S: tensor parallel 4 needs NVLink; L40S has PCIe only"``."""
+    subject, predicate = reason_parts(r)
+    return f"{subject}: {predicate}" if subject is not None else predicate
+
+
+def render_predicate(r: Reason) -> str:
+    """The sentence without its subject, for a line that already names the GPU or model."""
+    return reason_parts(r)[1]
+
+
+def render_reasons(reasons: Iterable[Reason]) -> list[str]:
+    return [render_reason(r) for r in reasons]
