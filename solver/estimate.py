@@ -481,9 +481,11 @@ def _estimate_serving(
         if cloud is None:
             notes.append(f"no cloud instance in the catalog hosts a TP {tp} group of {gpu.name}")
     if want_owned:
-        owned, why = _owned_cost(req, catalog, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s)
-        if why:
-            notes.append(why)
+        owned, unowned = _owned_cost(
+            req, catalog, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s
+        )
+        if unowned:
+            notes.append(unowned)
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=count, tp=tp, pp=pp, dp=replicas, quant=quant, kv_quant=kv, batch=batch,
