@@ -40,8 +40,9 @@ def owned_server(
     return ServerPrice(
         capital_usd=cost.owned_capital_usd(gpu_price_usd or 0.0, gpus, 1, node_usd, 0.0),
         power_w=power,
-        # kW x PUE x $/kWh x 730 h (clusterplan.physics.cost.owned_power_usd_per_month, in the planner's order)
-        energy_usd_per_month=power / 1000.0 * owned.pue.value * owned.electricity_usd_per_kwh.value * HOURS_PER_MONTH,
+        energy_usd_per_month=cost.owned_power_usd_per_month(
+            power, owned.pue.value, owned.electricity_usd_per_kwh.value
+        ),
     )
 
 
