@@ -60,17 +60,8 @@ def _money(result: Any) -> tuple[float, float, float, float | None, Any]:
     """(capital, monthly, total over the horizon, $ per million output tokens, hardware) of one estimate."""
     priced = result.owned if result.owned is not None else result.cloud
     assert priced is not None, "the estimate priced nothing"
-    capital = getattr(priced, "capital_usd", 0.0) or 0.0
-    monthly = priced.usd_per_month or 0.0
-    total = priced.usd_total
-    if total is None:  # serving estimates before one path: a per-month figure only
-        total = capital + monthly * result_horizon(result)
-    return capital, monthly, total, priced.usd_per_million_tokens, getattr(priced, "hardware", None)
-
-
-def result_horizon(result: Any) -> float:
-    costs = getattr(result.owned or result.cloud, "costs", None)
-    return costs.horizon_months if costs is not None else 0.0
+    c = priced.costs
+    return c.capital_usd, c.monthly_usd, c.total_usd, c.usd_per_million_output_tokens, priced.hardware
 
 
 def _hardware_key(lines: Any) -> list[tuple[str, str, int, int]]:
@@ -104,7 +95,7 @@ def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> 
                 bad.close(f"{tag} TTFT", g.ttft_s, s.ttft_s)
                 bad.close(f"{tag} TPOT", g.tpot_s, s.tpot_s)
                 bad.close(f"{tag} rate within targets", g.rate_rps, load.max_rate_for_targets_per_replica)
-                rated = getattr(load, "rated", None) or load.latency
+                rated = load.rated
                 bad.close(f"{tag} p95 TTFT", g.p95_ttft_s, rated.p95_ttft_s)
                 bad.close(f"{tag} p95 TPOT", g.p95_tpot_s, rated.p95_tpot_s)
                 bad.close(f"{tag} p95 latency", g.p95_latency_s, rated.p95_e2e_s)
