@@ -19,7 +19,6 @@ builder :func:`build_candidates` fills them from a resolved requirement, the cat
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from clusterplan.catalog import Catalog
     from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
-    from clusterplan.physics.types import ServingEstimate, TrainingEstimate
     from clusterplan.requirement import FinetuneWorkload, Requirement, ServingWorkload, TrainingWorkload
     from clusterplan.requirement_loader import ResolvedRequirement
 
@@ -568,9 +566,9 @@ def build_offerings(
             cheapest[k] = off
     offerings = [cheapest[k] for k in sorted(cheapest)]
 
+    from clusterplan.design.pricing import owned_server
+
     owned = catalog.owned
-    pue = owned.pue.value
-    kwh = owned.electricity_usd_per_kwh.value
     for gid in sorted(gpus):
         g = gpus[gid]
         inv = limits.inventory_of(gid)
@@ -586,8 +584,7 @@ def build_offerings(
         for s in sizes:
             # The catalog's rule: a node of s GPU slots carries s / reference of a full node's
             # chassis, network and overhead figures (OwnedCosts.node_fraction).
-            node_usd = owned.server_usd_for_node(cls, s) + owned.network_usd_for_node(cls, s)  # type: ignore[arg-type]
-            power = s * g.tdp_w + owned.power_overhead_w_for_node(cls, s)  # type: ignore[arg-type]
+            server = owned_server(owned, cls, g.tdp_w, g.price_usd, s)
             forbidden = (
                 ((DEPLOYMENT, "deployment: cloud excludes owned servers"),) if limits.deployment == "cloud" else ()
             )
@@ -598,9 +595,9 @@ def build_offerings(
                     gpu_id=gid,
                     gpus_per_unit=s,
                     tp_domain=min(_pow2_floor(s), g.nvlink_domain),
-                    capital_usd=(g.price_usd or 0.0) * s + node_usd,
-                    power_w=power,
-                    energy_usd_per_month=power / 1000.0 * pue * kwh * HOURS_PER_MONTH,
+                    capital_usd=server.capital_usd,
+                    power_w=server.power_w,
+                    energy_usd_per_month=server.energy_usd_per_month,
                     inventory_units=inv_nodes.get(s, 0),
                     purchasable=g.price_usd is not None and s in buy_sizes,
                     forbidden_by=forbidden,
@@ -660,39 +657,6 @@ def _hard(reasons: Sequence[Reason]) -> list[Reason]:
     return without(reasons, ReasonCategory.LINK)
 
 
-RATE_SEARCH_STEPS = 8  # bisection steps of the latency-target rate: within 1/256 of saturation, rounded down
-
-
-def max_rate_meeting(
-    est: ServingEstimate,
-    targets: ServingTargets,
-    *,
-    input_tokens: float,
-    output_tokens: float,
-    assumptions: Assumptions,
-    steps: int = RATE_SEARCH_STEPS,
-) -> float:
-    """Largest arrival rate one replica takes with its p95 targets met and utilisation <= the ceiling.
-
-    :func:`clusterplan.physics.queueing.max_rate_for_targets` with a coarser bisection (``steps``
-    halvings of ``[0, ceiling x saturated rate]``, keeping the feasible end): the planner asks it
-    thousands of times, and 1/256 of the saturated rate, rounded down, is well inside the model's
-    accuracy. Without targets the answer is ``ceiling x saturated rate`` (no latency evaluated).
-    """
-    from clusterplan.physics import queueing
-
-    return queueing.max_rate_for_targets(
-        est,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        p95_latency_s=targets.p95_latency_s,
-        p95_ttft_s=targets.p95_ttft_s,
-        p95_tpot_s=targets.p95_tpot_s,
-        assumptions=assumptions,
-        steps=steps,
-    )
-
-
 def serving_shapes(g: GpuType) -> list[tuple[int, int]]:
     """(TP, PP) pairs tried for one GPU type.
 
@@ -724,13 +688,13 @@ def serving_candidates(
     fits, with the rate meeting the p95 targets and the rate at the utilisation ceiling. Anything
     physics rules out becomes an :class:`Exclusion`.
     """
-    from clusterplan.physics import queueing, rules, serving
+    from clusterplan.design import evaluate
+    from clusterplan.physics import rules
 
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
     rows: list[ServingRow] = []
     excl: list[Exclusion] = []
     considered = 0
-    tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
     # Rows another row of the same GPU type dominates are dropped (prune_serving_rows). Shapes are
     # visited from the fewest GPUs up, so a shape whose best possible rate (its rate without
     # targets) is already beaten by copies of a smaller shape is skipped before its latency-target
@@ -755,19 +719,10 @@ def serving_candidates(
             if hard:
                 excl.append(excluded(gid, hard[0]))
                 continue
-            shape = {
-                "tp": tp,
-                "pp": pp,
-                "quant": quant,
-                "kv_precision": kv,
-                "context_tokens": w.context_tokens,
-                "assumptions": assumptions,
-            }
-            max_batch = serving.max_batch_by_memory(arch, spec, **shape)  # type: ignore[arg-type]
+            point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
+            max_batch = evaluate.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
             if max_batch < 1:
-                est = serving.estimate_serving(
-                    arch, spec, batch=1, input_tokens=w.input_tokens, output_tokens=w.output_tokens, **shape
-                )  # type: ignore[arg-type]
+                est = evaluate.serving_estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
                 reasons = _hard(est.why_not)
                 fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
                 excl.append(excluded(gid, reasons[0] if reasons else fallback))
@@ -777,17 +732,16 @@ def serving_candidates(
             # lowers the rate a replica takes within its targets (the running batch follows the
             # load; the cap only adds room), so it dominates smaller batches for cost. The
             # min-latency objective also gets batch 1.
-            for batch in sorted({max_batch, 1} if keep_latency else {max_batch}, reverse=True):
-                est = serving.estimate_serving(
-                    arch, spec, batch=batch, input_tokens=w.input_tokens, output_tokens=w.output_tokens, **shape
-                )  # type: ignore[arg-type]
+            top = evaluate.serving_batch(max_batch)
+            for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
+                est = evaluate.serving_estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
                 if of_category(est.why_not, ReasonCategory.LINK):
                     # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
                     est = est.model_copy(update={"feasible": True, "why_not": []})
                 if not est.feasible:
                     excl.append(excluded(gid, est.why_not[0]))  # infeasible: at least one reason
                     continue
-                rate_nolat = assumptions.utilisation_ceiling * est.requests_per_s
+                rate_nolat = evaluate.rate_at_ceiling(est, assumptions)
                 fams = frozenset(f for f, _ in forbidden)
                 if skip_dominated and any(
                     a.tp <= tp
@@ -797,8 +751,8 @@ def serving_candidates(
                     for a in mine
                 ):
                     continue
-                rate = max_rate_meeting(est, targets, **tk)  # type: ignore[arg-type]
-                lat = queueing.latency_at_load(est, rate if rate > 0 else rate_nolat, **tk)  # type: ignore[arg-type]
+                rated = evaluate.serving_rates(est, w, assumptions)
+                rate, lat = rated.rate_rps, rated.rated
                 rows.append(
                     ServingRow(
                         gpu_id=gid,
@@ -856,33 +810,6 @@ def serving_candidates(
     )
 
 
-def _cloud_for_training(
-    offerings: Sequence[Offering], gpu_id: str, tp: int, gpus: int, seconds: float
-) -> tuple[Offering | None, int, float, bool]:
-    """Cheapest cloud instance type for a training layout: (offering, instances, cost, TP fits inside it).
-
-    Billed in whole hours (:func:`clusterplan.physics.cost.training_cloud_cost_usd`).
-    """
-    from clusterplan.physics.cost import training_cloud_cost_usd
-
-    best: tuple[float, str, Offering, int] | None = None
-    best_any: tuple[float, str, Offering, int] | None = None
-    for o in offerings:
-        if o.kind != "cloud" or o.gpu_id != gpu_id:
-            continue
-        n = math.ceil(gpus / o.gpus_per_unit)
-        cand = (training_cloud_cost_usd(o.usd_per_hour, n, seconds), o.key, o, n)
-        if best_any is None or cand[:2] < best_any[:2]:
-            best_any = cand
-        if tp <= o.tp_domain and (best is None or cand[:2] < best[:2]):
-            best = cand
-    if best is not None:
-        return best[2], best[3], best[0], True
-    if best_any is not None:
-        return best_any[2], best_any[3], best_any[0], False
-    return None, 0, 0.0, True
-
-
 def _dp_ladder(max_dp: int) -> list[int]:
     out = []
     d = 1
@@ -898,80 +825,6 @@ MAX_TRAINING_GPUS = 4096
 # instance-size rounding and for what-if sweeps that tighten the deadline; larger ones are not tried.
 EXTRA_DP_AFTER_DEADLINE = 2
 TRAINING_PP = (1, 2, 4, 8)
-MICRO_BATCHES = (8, 4, 2, 1)
-
-
-def _fastest_layout(
-    arch: ModelArchitecture,
-    spec: GpuSpec,
-    w: TrainingWorkload | FinetuneWorkload,
-    *,
-    tp: int,
-    pp: int,
-    dp: int,
-    zero_stages: Sequence[int],
-    recomputes: Sequence[str],
-    seqs_per_step: int,
-    node: int,
-    assumptions: Assumptions,
-) -> tuple[TrainingEstimate | None, Reason | None]:
-    """The fastest (ZeRO, recompute, micro-batch) that fits one tp x pp x dp layout, or the last reason.
-
-    Fastest first: for each recompute policy, the lowest ZeRO stage that fits some micro-batch, at the
-    largest micro-batch that fits (memory grows with it, and so does efficiency); then the fastest of
-    the recompute policies. A handful of estimates per layout instead of every combination.
-    """
-    from clusterplan.physics import training
-
-    def estimate(zero: int, rec: str, mb: int) -> tuple[TrainingEstimate | None, Reason | None]:
-        """The estimate and its first reason; no estimate when it does not fit (the reason is the same)."""
-        args = (arch, spec)
-        layout = dict(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=mb, nodes_gpus_per_node=node)
-        # Rules, batch and memory come first in the estimate's reasons, and most settings tried fail
-        # there: checking them alone skips the timing model (the first reason is the same).
-        fit = training.training_fit(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)
-        early = _hard(fit.why_not)
-        if early:
-            return None, early[0]
-        est = training.estimate_training(*args, workload=w, recompute=rec, assumptions=assumptions, **layout, fit=fit)
-        reasons = _hard(est.why_not)
-        return est, reasons[0] if reasons else None
-
-    sizes = [mb for mb in MICRO_BATCHES if mb * dp <= seqs_per_step] or [1]
-    friendly_checked = False
-    best: TrainingEstimate | None = None
-    last_reason: Reason | None = None
-    for rec in recomputes:
-        for zero in zero_stages:
-            found, reason = estimate(zero, rec, sizes[0])
-            if reason is not None:
-                last_reason = reason
-                if not friendly_checked:
-                    # Memory only shrinks with a higher ZeRO stage, more recompute and a smaller
-                    # micro-batch: if the friendliest setting does not fit, nothing does.
-                    friendly_checked = True
-                    _, reason = estimate(max(zero_stages), recomputes[-1], 1)
-                    if reason is not None:
-                        return None, reason
-                if len(sizes) == 1:
-                    continue
-                found, reason = estimate(zero, rec, 1)
-                if reason is not None:
-                    continue
-                for mb in sizes[1:-1]:
-                    est, reason = estimate(zero, rec, mb)
-                    if reason is None:
-                        found = est
-                        break
-            assert found is not None  # settings with a reason never reach here
-            if best is None or found.time_to_train_s < best.time_to_train_s:
-                best = found
-            if zero == zero_stages[0] and found.micro_batch == sizes[0]:
-                # Nothing later can beat it: more recompute only adds work, and it already has the
-                # lowest ZeRO stage and the largest micro-batch.
-                return best, last_reason
-            break
-    return best, last_reason
 
 
 def training_candidates(
@@ -988,25 +841,24 @@ def training_candidates(
 
     Layouts: GPU x TP in {1,2,4,8} x PP in {1,2,4,8} x DP in powers of two (up to the sequences per
     optimizer step and 4,096 GPUs, and two doublings past the first DP that meets the deadline); per layout the fastest ZeRO stage, recompute policy and micro-batch
-    that fit (:func:`_fastest_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
+    that fit (:func:`clusterplan.design.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
     """
+    from clusterplan.design import evaluate, pricing
     from clusterplan.physics import rules
 
     rows: list[TrainingRow] = []
     excl: list[Exclusion] = []
     considered = 0
     method = getattr(w, "method", "full")
-    recomputes = [w.activation_recompute] if w.activation_recompute else ["none", "selective", "full"]
-    seqs_per_step = max(1, int(w.global_batch_tokens // w.sequence_length))
+    recomputes = evaluate.recomputes_for(w)
+    seqs_per_step = evaluate.sequences_per_step(w)
     for gid in sorted(gpus):
         spec = catalog.gpus[gid]
         g = gpus[gid]
         for tp in TP_DEGREES:
             for pp in TRAINING_PP:
-                zero_stages: tuple[int, ...] = (0, 1, 2, 3) if pp == 1 else (0, 1)
-                if method != "full":
-                    zero_stages = (0,)
+                zero_stages = evaluate.zero_stages_for(pp, method)
                 hard = _hard(
                     rules.training_rule_reasons(
                         arch, spec, tp=tp, pp=pp, dp=1, zero_stage=0, precision=w.precision, method=method
@@ -1023,7 +875,7 @@ def training_candidates(
                     if beyond_deadline > EXTRA_DP_AFTER_DEADLINE:
                         break
                     considered += 1
-                    est, last_reason = _fastest_layout(
+                    est, last_reason = evaluate.fastest_training_layout(
                         arch,
                         spec,
                         w,
@@ -1032,15 +884,15 @@ def training_candidates(
                         dp=dp,
                         zero_stages=zero_stages,
                         recomputes=recomputes,
-                        seqs_per_step=seqs_per_step,
-                        node=g.max_gpus_per_node,
                         assumptions=assumptions,
                     )
                     if est is None:
                         excl.append(excluded(gid, last_reason or NoLayoutFits(gpu=g.name)))
                         continue
                     n = tp * pp * dp
-                    cloud, n_inst, cost, within = _cloud_for_training(offerings, gid, tp, n, est.time_to_train_s)
+                    cloud, n_inst, cost, within = pricing.cheapest_training_cloud(
+                        offerings, gid, tp, n, est.time_to_train_s
+                    )
                     fb = list(forbidden)
                     if not within and not any(f == TP_NVLINK for f, _ in fb):
                         fb.append((TP_NVLINK, f"{g.name}: no cloud instance links {tp} GPUs with NVLink"))

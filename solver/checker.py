@@ -159,19 +159,28 @@ def _gpus_in_use(priced: list[Priced], sequential: bool) -> int:
     return owned + (max([serving, *training]) if sequential else serving + sum(training))
 
 
-def _totals(design: Design, priced: list[Priced], one_off: float, horizon: float, problems: list[str]) -> None:
-    capital = sum(p.capital_usd for p in priced)
-    monthly = sum(p.monthly_usd for p in priced)
-    total = capital + monthly * horizon + one_off
+def _totals(
+    design: Design, priced: list[Priced], one_off: float, horizon: float, tokens_per_s: float, problems: list[str]
+) -> None:
+    """The design's costs against its hardware as this checker priced it, totalled by
+    :func:`clusterplan.design.pricing.costs` (the planner's and estimate's arithmetic)."""
+    from clusterplan.design import pricing
+
+    lines = [p.line.model_copy(update={"capital_usd": p.capital_usd, "monthly_usd": p.monthly_usd}) for p in priced]
+    mine = pricing.costs(lines, horizon_months=horizon, one_off_usd=one_off, output_tokens_per_s=tokens_per_s)
     c = design.costs
-    for label, mine, stated in (
-        ("capital", capital, c.capital_usd),
-        ("monthly", monthly, c.monthly_usd),
-        ("one-off", one_off, c.one_off_usd),
-        ("total", total, c.total_usd),
+    for label, got, stated in (
+        ("capital", mine.capital_usd, c.capital_usd),
+        ("monthly", mine.monthly_usd, c.monthly_usd),
+        ("one-off", mine.one_off_usd, c.one_off_usd),
+        ("total", mine.total_usd, c.total_usd),
+        ("per million output tokens", mine.usd_per_million_output_tokens, c.usd_per_million_output_tokens),
     ):
-        if not _close(mine, stated, USD_TOLERANCE * max(1, len(priced))):
-            problems.append(f"{label} cost stated ${stated:,.2f}, recomputed ${mine:,.2f}")
+        if got is None or stated is None:
+            if got != stated:
+                problems.append(f"{label} cost stated {stated}, recomputed {got}")
+        elif not _close(got, stated, USD_TOLERANCE * max(1, len(priced))):
+            problems.append(f"{label} cost stated ${stated:,.2f}, recomputed ${got:,.2f}")
 
 
 @dataclass(frozen=True)
@@ -256,6 +265,10 @@ def _serving_capacity(
 
 
 def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[list[Priced], list[str]]:
+    """Each hardware line re-priced from the catalog (owned servers by
+    :func:`clusterplan.design.pricing.owned_server`, as the planner's offerings are)."""
+    from clusterplan.design.pricing import owned_server
+
     problems: list[str] = []
     priced: list[Priced] = []
     owned = catalog.owned
@@ -283,22 +296,28 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
             priced.append(Priced(x, Unit(inst.gpus_per_instance, domain), 0.0, monthly, 0.0))
         else:
             s = x.gpus_per_unit
-            node_usd = owned.server_usd_for_node(gpu.gpu_class, s) + owned.network_usd_for_node(gpu.gpu_class, s)
-            power = s * gpu.tdp_w + owned.power_overhead_w_for_node(gpu.gpu_class, s)
             gpu_price = gpu.price.usd if gpu.price is not None else None
             if x.bought and gpu_price is None:
                 problems.append(f"{x.offering}: bought, but the catalog has no price for {x.gpu}")
-                gpu_price = 0.0
-            capital = x.bought * ((gpu_price or 0.0) * s + node_usd)
-            energy = x.units * power / 1000.0 * owned.pue.value * owned.electricity_usd_per_kwh.value * HOURS_PER_MONTH
-            priced.append(Priced(x, Unit(s, min(s, nvlink)), capital, energy, x.units * power))
+            server = owned_server(owned, gpu.gpu_class, gpu.tdp_w, gpu_price, s)
+            priced.append(
+                Priced(
+                    x,
+                    Unit(s, min(s, nvlink)),
+                    x.bought * server.capital_usd,
+                    x.units * server.energy_usd_per_month,
+                    x.units * server.power_w,
+                )
+            )
     return priced, problems
 
 
 def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) -> list[str]:
     """Every violation of the requirement by ``design``, re-evaluated with the physics and the catalog."""
+    from clusterplan.design import evaluate
     from clusterplan.physics import cost as physics_cost
-    from clusterplan.physics import queueing, serving, training
+    from clusterplan.physics import queueing
+    from clusterplan.requirement import ServingWorkload
 
     req = resolved.requirement
     c = req.constraints
@@ -331,17 +350,15 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 domain = 1 if spec.scale_up == "pcie" else spec.scale_up_domain
                 if g.tp > domain:
                     problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
-                est = serving.estimate_serving(
+                est = evaluate.serving_estimate(
                     arch,
                     spec,
+                    w,
                     tp=g.tp,
                     pp=g.pp,
                     quant=g.quant,
                     kv_precision=g.kv_cache,
                     batch=g.batch,
-                    input_tokens=w.input_tokens,
-                    output_tokens=w.output_tokens,
-                    context_tokens=w.context_tokens,
                     assumptions=a,
                 )
                 hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
@@ -387,17 +404,16 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 problems.append(f"{wp.workload}: TP{wp.tp} exceeds the NVLink domain of {wp.gpu}")
             if wp.gpus != wp.tp * wp.pp * wp.dp:
                 problems.append(f"{wp.workload}: {wp.gpus} GPUs is not TP x PP x DP")
-            est = training.estimate_training(
+            est = evaluate.training_point(
                 arch,
                 spec,
-                workload=w,
+                w,
                 tp=wp.tp,
                 pp=wp.pp,
                 dp=wp.dp,
                 zero_stage=wp.zero_stage,
                 recompute=wp.recompute,
                 micro_batch=wp.micro_batch,
-                nodes_gpus_per_node=spec.max_gpus_per_node,
                 assumptions=a,
             )
             hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
@@ -427,7 +443,8 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                             f"{wp.workload}: cloud cost stated ${wp.cloud_cost_usd:,.2f}, recomputed ${cost:,.2f}"
                         )
     _placement(design, priced, req.schedule == "sequential", problems)
-    _totals(design, priced, one_off, req.budget.horizon, problems)
+    tokens = sum(w.requests_per_s * w.output_tokens for w in req.workloads if isinstance(w, ServingWorkload))
+    _totals(design, priced, one_off, req.budget.horizon, tokens, problems)
     allowed = None
     if c.allowed_gpus is not None or c.excluded_gpus:
         ids = {catalog.gpu(n).id for n in c.allowed_gpus} if c.allowed_gpus is not None else set(catalog.gpus)
@@ -529,7 +546,8 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
                 if tr.cloud_offering is not None and any(f for f, _ in table.offering(tr.cloud_offering).forbidden_by):
                     problems.append(f"{wp.workload}: runs on a forbidden cloud offering")
     _placement(design, priced, lim.schedule == "sequential", problems)
-    _totals(design, priced, one_off, lim.horizon_months, problems)
+    tokens = sum(wc.average_rps * wc.output_tokens for wc in table.workloads if wc.is_serving)
+    _totals(design, priced, one_off, lim.horizon_months, tokens, problems)
     view = LimitsView(
         lim.horizon_months,
         lim.budget_capital_usd,

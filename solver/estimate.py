@@ -10,36 +10,45 @@ Choices for omitted knobs:
 * weights ``bf16`` (``fp16`` where the GPU has no bf16), or the first precision ``constraints.quantizations``
   allows that the GPU runs; KV cache follows the workload's ``kv_cache_precision`` or the weights.
 * serving ``tp``/``pp``: the smallest tensor-parallel degree (within the NVLink domain) at which the weights
-  fit, then pipeline stages; ``batch``: the largest the memory holds, capped at 256; replicas (``dp``):
-  enough for the peak demand at the largest per-replica rate meeting the p95 targets, plus redundancy.
-* training: the fastest feasible (tp, pp, ZeRO stage, recompute, micro-batch) for the GPU count; the count
+  fit, then pipeline stages; ``batch``: the planner's batch policy (the largest the memory holds,
+  :func:`clusterplan.design.evaluate.serving_batch`); replicas (``dp``): enough for the peak demand at the
+  largest per-replica rate meeting the p95 targets, plus redundancy.
+* training: the fastest feasible (tp, pp, ZeRO stage, recompute, micro-batch) for the GPU count, searched as
+  the planner's candidates search (:func:`clusterplan.design.evaluate.fastest_training_layout`); the count
   itself, if omitted, is the smallest number of whole nodes that meets the deadline (up to 4,096 GPUs).
 * ``count`` is ``tp x pp x dp``; a given count fixes ``dp = count / (tp x pp)``.
-* cost: ``deployment`` from the flag, the file's config, or the requirement (``either`` shows both).
+* cost: ``deployment`` from the flag, the file's config, or the requirement (``either`` shows both). The
+  hardware is the cheapest one offering type of the planner's offerings that hosts the layout alone, priced
+  by :mod:`clusterplan.design.pricing` over the requirement's horizon: the figures ``solve`` reports. Owned
+  hardware also gets an amortised month (capital over the catalog's amortisation months plus power),
+  labelled as such.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog import Catalog
-from clusterplan.catalog_schema import CloudInstance, GpuSpec, ModelArchitecture
+from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+from clusterplan.design import evaluate, pricing
 from clusterplan.errors import ClusterplanError, ConfigurationImpossible
-from clusterplan.physics import cost, memory, queueing, rules, serving, training
+from clusterplan.physics import cost, memory, queueing, rules
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
+from clusterplan.plan import Costs, HardwareLine
 from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement import FinetuneWorkload, PinnedConfig, Requirement, ServingWorkload, TrainingWorkload
 
-MAX_DEFAULT_BATCH = 256
+if TYPE_CHECKING:
+    from clusterplan.candidates import Offering
+
 MAX_DEFAULT_GPUS = 4096
-TP_DEGREES = (1, 2, 4, 8, 16, 32, 64, 72)
+TP_DEGREES = (1, 2, 4, 8, 16, 32, 64, 72)  # serving tp/pp defaults: the smallest that fits
 PP_DEGREES = (1, 2, 4, 8, 16)
-MICRO_BATCHES = (1, 2, 4, 8)
 QUANT_ORDER = ("bf16", "fp16", "fp8", "int8", "int4")
 
 
@@ -75,42 +84,54 @@ class TargetCheck(Result):
     met: bool
 
 
+class CloudCost(Result):
+    """The layout on rented instances, priced as ``solve`` prices it (over the requirement's horizon)."""
+
+    instance: str = Field(description="provider:id")
+    gpus_per_instance: int
+    instances: int
+    pricing: Literal["on_demand", "spot"]
+    usd_per_hour: float = Field(description="all instances")
+    usd_per_month: float = Field(description="recurring per month (serving: 730 h; training: 0)")
+    usd_total: float = Field(description="serving: total over the horizon; training: the run, whole billed hours")
+    billed_hours: int | None = None
+    usd_per_million_tokens: float | None = Field(default=None, description="serving: total over the horizon / tokens")
+    costs: Costs
+    hardware: list[HardwareLine]
+
+
+class OwnedCost(Result):
+    """The layout on owned servers, priced as ``solve`` prices it (over the requirement's horizon)."""
+
+    nodes: int
+    gpus_per_node: int
+    capital_usd: float = Field(description="servers bought (inventory servers are free)")
+    power_w: float = Field(description="IT power at full load, W")
+    power_usd_per_month: float
+    usd_per_month: float = Field(description="recurring per month: electricity (solve's monthly)")
+    usd_total: float = Field(description="capital + horizon x monthly")
+    usd_per_million_tokens: float | None = Field(default=None, description="serving: total over the horizon / tokens")
+    amortisation_months: float
+    amortised_usd_per_month: float = Field(
+        description="amortised view: capital / amortisation months + electricity (not solve's cost view)"
+    )
+    costs: Costs
+    hardware: list[HardwareLine]
+    notes: list[str] = Field(default_factory=list)
+
+
 class LoadSummary(Result):
     """A serving configuration under the requirement's demand."""
 
     average_requests_per_s: float
     peak_requests_per_s: float
     per_replica_requests_per_s: float
-    latency: LatencyAtLoad
+    latency: LatencyAtLoad = Field(description="at the requested load: peak / replicas per replica")
     targets: list[TargetCheck] = Field(default_factory=list)
     max_rate_for_targets_per_replica: float = Field(description="largest per-replica rate meeting every target")
+    rate_no_targets_per_replica: float = Field(description="per-replica rate at the utilisation ceiling")
+    rated: LatencyAtLoad = Field(description="at the rated rate: the p95s solve reports")
     serves_peak: bool
-
-
-class CloudCost(Result):
-    instance: str = Field(description="provider:id")
-    gpus_per_instance: int
-    instances: int
-    pricing: Literal["on_demand", "spot"]
-    usd_per_hour: float = Field(description="all instances")
-    usd_per_month: float | None = Field(default=None, description="serving: 730 h")
-    usd_total: float | None = Field(default=None, description="training: whole billed hours")
-    billed_hours: int | None = None
-    usd_per_million_tokens: float | None = Field(default=None, description="serving, at the average demand")
-
-
-class OwnedCost(Result):
-    nodes: int
-    gpus_per_node: int
-    capital_usd: float | None = Field(default=None, description="None when the catalog has no purchase price")
-    power_w: float = Field(description="IT power at full load, W")
-    power_usd_per_month: float
-    amortised_usd_per_month: float | None
-    usd_per_month: float | None
-    amortisation_months: float
-    usd_total: float | None = Field(default=None, description="training: power for the run plus amortisation over it")
-    usd_per_million_tokens: float | None = None
-    notes: list[str] = Field(default_factory=list)
 
 
 class EstimateResult(Result):
@@ -267,82 +288,82 @@ def _default_kv(quant: str, gpu: GpuSpec, workload: ServingWorkload, choices: li
     return kv
 
 
-def _cheapest_instance(
-    catalog: Catalog, gpu: GpuSpec, req: Requirement, *, gpus: int, group: int
-) -> tuple[CloudInstance, int, float] | None:
-    """The cheapest instance type for ``gpus`` GPUs whose instances hold a whole ``group`` (a TP x PP replica
-    for serving, the TP group for training): (instance, instances, USD/hour for all)."""
-    c = req.constraints
-    spot = c.pricing == "spot"
-    best: tuple[CloudInstance, int, float] | None = None
-    for inst in catalog.instances_for(gpu.id, providers=c.clouds, regions=c.regions):
-        rate = inst.spot_usd_per_hour if spot else inst.on_demand_usd_per_hour
-        if rate is None:
-            continue
-        if group > 1 and (inst.gpus_per_instance < group or inst.gpus_per_instance % group):
-            continue
-        instances = math.ceil(gpus / inst.gpus_per_instance)
-        total = instances * rate
-        if best is None or total < best[2] - 1e-9:
-            best = (inst, instances, total)
-    return best
+def _offerings(catalog: Catalog, req: Requirement, gpu: GpuSpec) -> list[Offering]:
+    """The planner's offerings of this GPU type (instance types per size and NVLink domain, owned server sizes)."""
+    from clusterplan.candidates import build_offerings, gpu_type_of, limits_of
+
+    offerings, _ = build_offerings(catalog, req, {gpu.id: gpu_type_of(gpu)}, limits_of(req, catalog))
+    return offerings
 
 
-def _owned_nodes(catalog: Catalog, gpu: GpuSpec, gpus: int) -> tuple[int, int]:
-    """(nodes, GPUs per node): the largest owned server size this GPU ships in, enough nodes for ``gpus``."""
-    sizes = catalog.owned.sizes_for(gpu)
-    fitting = [s for s in sizes if s >= gpus]
-    per_node = min(fitting) if fitting else max(sizes)
-    return math.ceil(gpus / per_node), per_node
+def _costs(
+    req: Requirement, lines: list[HardwareLine], *, one_off_usd: float = 0.0, tokens_per_s: float = 0.0
+) -> Costs:
+    return pricing.costs(
+        lines, horizon_months=req.budget.horizon, one_off_usd=one_off_usd, output_tokens_per_s=tokens_per_s
+    )
+
+
+def _cloud_serving(
+    req: Requirement, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int, tokens_per_s: float
+) -> CloudCost | None:
+    """The cheapest instance type hosting ``groups`` TP groups, rented around the clock over the horizon."""
+    found = pricing.cheapest_hosting(
+        offerings, gpu_id=gpu.id, kind="cloud", tp=tp, groups=groups, horizon_months=req.budget.horizon
+    )
+    if found is None:
+        return None
+    o, n, _ = found
+    line = pricing.cloud_line(o, n, gpu_name=gpu.name)
+    c = _costs(req, [line], tokens_per_s=tokens_per_s)
+    return CloudCost(
+        instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=req.constraints.pricing,
+        usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
+        usd_per_million_tokens=c.usd_per_million_output_tokens, costs=c, hardware=[line],
+    )  # fmt: skip
+
+
+def _cloud_training(
+    req: Requirement, gpu: GpuSpec, offerings: list[Offering], est: TrainingEstimate, workload: str
+) -> CloudCost | None:
+    """The run on the cheapest instance type the planner would rent for it, billed in whole hours."""
+    o, n, run_usd, _ = pricing.cheapest_training_cloud(offerings, gpu.id, est.tp, est.gpus, est.time_to_train_s)
+    if o is None:
+        return None
+    line = pricing.training_cloud_line(o, n, gpu_name=gpu.name, workload=workload, seconds=est.time_to_train_s)
+    c = _costs(req, [line], one_off_usd=run_usd)
+    return CloudCost(
+        instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=req.constraints.pricing,
+        usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
+        billed_hours=cost.billed_hours(est.time_to_train_s), costs=c, hardware=[line],
+    )  # fmt: skip
 
 
 def _owned_cost(
-    catalog: Catalog,
-    gpu: GpuSpec,
-    gpus: int,
-    *,
-    hours: float | None = None,
-    tokens_per_s: float | None = None,
-) -> OwnedCost:
-    owned = catalog.owned
-    nodes, per_node = _owned_nodes(catalog, gpu, gpus)
-    cls = gpu.gpu_class
-    notes: list[str] = []
-    # Per-node figures scale with the node's GPU slots (OwnedCosts.node_fraction); the planner uses the same.
-    network = owned.network_usd_for_node(cls, per_node)
-    server = owned.server_usd_for_node(cls, per_node)
-    power_w = cost.owned_power_w(gpu.tdp_w, gpus, nodes, owned.power_overhead_w_for_node(cls, per_node))
-    pue, kwh = owned.pue.value, owned.electricity_usd_per_kwh.value
-    power_month = cost.owned_power_usd_per_month(power_w, pue, kwh)
-    months = owned.amortisation_months.value
-    capital: float | None = None
-    amortised: float | None = None
-    monthly: float | None = None
-    if gpu.price is None:
-        notes.append(f"the catalog has no purchase price for {gpu.name}: capital unknown")
-    else:
-        capital = cost.owned_capital_usd(gpu.price.usd, gpus, nodes, server, network)
-        amortised = cost.amortised_usd_per_month(capital, months)
-        monthly = amortised + power_month
-    total: float | None = None
-    if hours is not None and amortised is not None:
-        total = (power_month + amortised) * hours / cost.SERVING_HOURS_PER_MONTH
-    per_m: float | None = None
-    if tokens_per_s and monthly is not None:
-        per_m = cost.cost_per_million_tokens_usd(monthly / cost.SERVING_HOURS_PER_MONTH, tokens_per_s)
-    return OwnedCost(
-        nodes=nodes,
-        gpus_per_node=per_node,
-        capital_usd=capital,
-        power_w=power_w,
-        power_usd_per_month=power_month,
-        amortised_usd_per_month=amortised,
-        usd_per_month=monthly,
-        amortisation_months=months,
-        usd_total=total,
-        usd_per_million_tokens=per_m,
-        notes=notes,
+    req: Requirement, catalog: Catalog, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int,
+    tokens_per_s: float = 0.0,
+) -> tuple[OwnedCost | None, str | None]:  # fmt: skip
+    """The cheapest owned server size hosting ``groups`` TP groups, over the horizon; or why it cannot be owned."""
+    found = pricing.cheapest_hosting(
+        offerings, gpu_id=gpu.id, kind="owned", tp=tp, groups=groups, horizon_months=req.budget.horizon
     )
+    if found is None:
+        return None, (
+            f"the catalog has no purchase price for {gpu.name} and the requirement lists too few of them in its "
+            "inventory: it cannot be owned"
+        )
+    o, bought, inventory = found
+    line = pricing.owned_line(o, bought=bought, from_inventory=inventory, gpu_name=gpu.name)
+    c = _costs(req, [line], tokens_per_s=tokens_per_s)
+    months = catalog.owned.amortisation_months.value
+    notes = [f"{inventory} server(s) from the inventory: power only, no capital"] if inventory else []
+    owned = OwnedCost(
+        nodes=line.units, gpus_per_node=o.gpus_per_unit, capital_usd=c.capital_usd, power_w=line.power_w,
+        power_usd_per_month=line.monthly_usd, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
+        usd_per_million_tokens=c.usd_per_million_output_tokens, amortisation_months=months,
+        amortised_usd_per_month=pricing.amortised_usd_per_month(c, months), costs=c, hardware=[line], notes=notes,
+    )  # fmt: skip
+    return owned, None
 
 
 def _deployments(req: Requirement, cfg: PinnedConfig) -> tuple[bool, bool]:
@@ -400,21 +421,17 @@ def _estimate_serving(
     kv = cfg.kv_quant or _default_kv(quant, gpu, w, choices)
     context = w.context_tokens
     tp, pp = _serving_layout(arch, gpu, cfg, quant, kv, context, a, choices)
-    kw: dict[str, Any] = dict(tp=tp, pp=pp, quant=quant, kv_precision=kv, assumptions=a)
-    max_batch = serving.max_batch_by_memory(arch, gpu, context_tokens=context, **kw)
+    point: dict[str, Any] = dict(tp=tp, pp=pp, quant=quant, kv_precision=kv, assumptions=a)
+    most = evaluate.max_batch(arch, gpu, w, **point)
     if cfg.batch is not None:
         batch = cfg.batch
     else:
-        batch = max(1, min(max_batch, MAX_DEFAULT_BATCH))
-        choices.append(f"batch {batch}: the largest the memory holds (max {max_batch}), capped at {MAX_DEFAULT_BATCH}")
-    est = serving.estimate_serving(
-        arch, gpu, batch=batch, input_tokens=w.input_tokens, output_tokens=w.output_tokens, context_tokens=context,
-        **kw,
-    )  # fmt: skip
+        batch = evaluate.serving_batch(most)
+        choices.append(f"batch {batch}: the largest the memory holds (the planner's operating point)")
+    est = evaluate.serving_estimate(arch, gpu, w, batch=batch, **point)
     tk: dict[str, Any] = dict(input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a)
-    rate = queueing.max_rate_for_targets(
-        est, p95_latency_s=w.p95_latency, p95_ttft_s=w.p95_ttft, p95_tpot_s=w.p95_tpot, **tk
-    )
+    rates = evaluate.serving_rates(est, w, a)
+    rate = rates.rate_rps
     average = w.requests_per_s
     peak = average * w.peak_to_average
     group = tp * pp
@@ -446,6 +463,8 @@ def _estimate_serving(
         latency=lat,
         targets=checks,
         max_rate_for_targets_per_replica=rate,
+        rate_no_targets_per_replica=rates.rate_no_targets_rps,
+        rated=rates.rated,
         serves_peak=lat.stable and all(c.met for c in checks),
     )
     notes: list[str] = []
@@ -455,20 +474,19 @@ def _estimate_serving(
             "ceiling: add replicas"
         )
     want_cloud, want_owned = _deployments(req, cfg)
-    cloud = None
+    offerings = _offerings(catalog, req, gpu)
+    tokens_per_s = average * w.output_tokens
+    cloud = owned = None
     if want_cloud:
-        found = _cheapest_instance(catalog, gpu, req, gpus=count, group=group)
-        if found is None:
-            notes.append(f"no cloud instance in the catalog offers {gpu.name} with {group} GPUs per replica")
-        else:
-            inst, n, usd_h = found
-            cloud = CloudCost(
-                instance=inst.key, gpus_per_instance=inst.gpus_per_instance, instances=n,
-                pricing=req.constraints.pricing, usd_per_hour=usd_h,
-                usd_per_month=usd_h * cost.serving_hours_per_month(),
-                usd_per_million_tokens=cost.cost_per_million_tokens_usd(usd_h, average * w.output_tokens),
-            )  # fmt: skip
-    owned = _owned_cost(catalog, gpu, count, tokens_per_s=average * w.output_tokens) if want_owned else None
+        cloud = _cloud_serving(req, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s)
+        if cloud is None:
+            notes.append(f"no cloud instance in the catalog hosts a TP {tp} group of {gpu.name}")
+    if want_owned:
+        owned, unowned = _owned_cost(
+            req, catalog, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s
+        )
+        if unowned:
+            notes.append(unowned)
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=count, tp=tp, pp=pp, dp=replicas, quant=quant, kv_quant=kv, batch=batch,
@@ -494,49 +512,66 @@ def _estimate_serving(
 # ------------------------------------------------------------------------------------------------
 
 
-def _training_candidates(
+Layout = tuple[int, int, int, tuple[int, ...], list[str], list[int] | None]  # tp, pp, dp, ZeRO, recompute, micro
+
+
+def _search_training(
     arch: ModelArchitecture,
     gpu: GpuSpec,
     w: TrainingWorkload | FinetuneWorkload,
     cfg: PinnedConfig,
-    count: int | None,
+    count: int,
     a: Assumptions,
-) -> list[TrainingEstimate]:
-    tps, pps = _degrees(arch, gpu, cfg)
-    recomputes = [cfg.recompute or w.activation_recompute] if (cfg.recompute or w.activation_recompute) else [
-        "none", "selective", "full"
-    ]  # fmt: skip
-    mbs = [cfg.batch] if cfg.batch else list(MICRO_BATCHES)
-    out: list[TrainingEstimate] = []
+) -> tuple[TrainingEstimate | None, list[Layout]]:
+    """The fastest layout of ``count`` GPUs, searched as the planner's candidates are (same TP and PP degrees,
+    ZeRO stages, recompute policies and micro-batches; knobs the user pinned stay pinned); and the layouts tried."""
+    from clusterplan.candidates import TP_DEGREES, TRAINING_PP, gpu_type_of
+
+    domain = gpu_type_of(gpu).nvlink_domain
+    tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain]
+    pps = [cfg.pp] if cfg.pp else [p for p in TRAINING_PP if p <= arch.layers]
+    method = getattr(w, "method", "full")
+    best: TrainingEstimate | None = None
+    tried: list[Layout] = []
     for tp in tps:
         for pp in pps:
-            group = tp * pp
-            if count is not None:
-                if count % group:
-                    continue
-                dp = count // group
-            else:
-                dp = cfg.dp or 1
+            if count % (tp * pp):
+                continue
+            dp = count // (tp * pp)
             if cfg.dp is not None and dp != cfg.dp:
                 continue
-            zeros = [cfg.zero] if cfg.zero is not None else ([0] if dp == 1 else [1, 2, 3])
-            for zero in zeros:
-                for rc in recomputes:
-                    for mb in mbs:
-                        est = training.estimate_training(
-                            arch, gpu, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=rc,
-                            micro_batch=mb, nodes_gpus_per_node=min(tp * pp * dp, gpu.max_gpus_per_node),
-                            assumptions=a,
-                        )  # fmt: skip
-                        out.append(est)
-    return out
+            zeros = (cfg.zero,) if cfg.zero is not None else evaluate.zero_stages_for(pp, method)
+            recs = [cfg.recompute] if cfg.recompute else evaluate.recomputes_for(w)
+            mbs = [cfg.batch] if cfg.batch else None
+            tried.append((tp, pp, dp, zeros, recs, mbs))
+            est, _ = evaluate.fastest_training_layout(
+                arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stages=zeros, recomputes=recs, assumptions=a,
+                micro_batches=mbs,
+            )  # fmt: skip
+            if est is not None and (best is None or est.time_to_train_s < best.time_to_train_s):
+                best = est
+    return best, tried
 
 
-def _best(estimates: list[TrainingEstimate]) -> TrainingEstimate | None:
-    feasible = [e for e in estimates if e.feasible]
-    if not feasible:
-        return None
-    return max(feasible, key=lambda e: (e.tokens_per_s, -e.tp, -e.pp, -e.zero_stage, -e.micro_batch))
+def _point(
+    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, *, tp: int,
+    pp: int, dp: int, zero: int, recompute: str, micro_batch: int,
+) -> TrainingEstimate:  # fmt: skip
+    return evaluate.training_point(
+        arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute, micro_batch=micro_batch,
+        assumptions=a,
+    )  # fmt: skip
+
+
+def _closest(
+    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, tried: list[Layout]
+) -> TrainingEstimate:
+    """Nothing runs: each layout tried at its most memory-friendly setting; the one closest to running."""
+    ests = [
+        _point(arch, gpu, w, a, tp=tp, pp=pp, dp=dp, zero=max(zeros), recompute=recs[-1], micro_batch=min(mbs or [1]))
+        for tp, pp, dp, zeros, recs, mbs in tried
+    ]
+    return min(ests, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
 
 
 def _estimate_training(
@@ -559,20 +594,18 @@ def _estimate_training(
     all_pinned = all(v is not None for v in (cfg.tp, cfg.pp, cfg.zero, cfg.batch)) and (
         cfg.recompute or w.activation_recompute
     )
-    tried: list[TrainingEstimate] = []
+    tried: list[Layout] = []
     best: TrainingEstimate | None = None
     if count is not None:
         if cfg.tp and cfg.pp:
             _check_count(count, cfg.tp, cfg.pp, cfg.dp, "dp")
-        tried = _training_candidates(arch, gpu, w, cfg, count, a)
-        best = _best(tried)
+        best, tried = _search_training(arch, gpu, w, cfg, count, a)
     else:
         node = gpu.max_gpus_per_node
         sizes = [s for s in (1, 2, 4) if s < node] + [node * k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)]
         for size in [s for s in sizes if s <= MAX_DEFAULT_GPUS]:
-            batch = _training_candidates(arch, gpu, w, cfg, size, a)
-            tried += batch
-            found = _best(batch)
+            found, layouts = _search_training(arch, gpu, w, cfg, size, a)
+            tried += layouts
             if found is not None:
                 best = found
                 if found.time_to_train_s <= w.deadline:
@@ -587,33 +620,35 @@ def _estimate_training(
                 fix="give a count that is a multiple of tp x pp, or leave tp and pp out",
             )
         # Nothing feasible: show the layout that comes closest (fewest reasons, least memory per capacity).
-        best = min(tried, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
+        best = _closest(arch, gpu, w, a, tried)
         if not all_pinned:
             choices.append(
                 f"no layout tried runs; shown: the closest ({best.gpus} GPUs, tp={best.tp}, pp={best.pp}, "
                 f"ZeRO {best.zero_stage}, recompute {best.recompute}, micro-batch {best.micro_batch})"
             )
-    elif not all_pinned:
-        choices.append(
-            f"tp={best.tp}, pp={best.pp}, ZeRO {best.zero_stage}, recompute {best.recompute}, micro-batch "
-            f"{best.micro_batch}: the fastest feasible layout tried"
-        )
+    else:
+        # The search leaves link reasons (TP over PCIe) to the planner's tp_nvlink family; shown here in full.
+        best = _point(
+            arch, gpu, w, a, tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero_stage, recompute=best.recompute,
+            micro_batch=best.micro_batch,
+        )  # fmt: skip
+        if not all_pinned:
+            choices.append(
+                f"tp={best.tp}, pp={best.pp}, ZeRO {best.zero_stage}, recompute {best.recompute}, micro-batch "
+                f"{best.micro_batch}: the fastest feasible layout tried"
+            )
     want_cloud, want_owned = _deployments(req, cfg)
-    cloud = None
+    offerings = _offerings(catalog, req, gpu)
+    cloud = owned = None
     notes: list[str] = []
     if want_cloud:
-        found = _cheapest_instance(catalog, gpu, req, gpus=best.gpus, group=best.tp)
-        if found is None:
+        cloud = _cloud_training(req, gpu, offerings, best, w.name)
+        if cloud is None:
             notes.append(f"no cloud instance in the catalog offers {gpu.name} for this layout")
-        else:
-            inst, n, usd_h = found
-            cloud = CloudCost(
-                instance=inst.key, gpus_per_instance=inst.gpus_per_instance, instances=n,
-                pricing=req.constraints.pricing, usd_per_hour=usd_h,
-                usd_total=cost.training_cloud_cost_usd(usd_h, 1, best.time_to_train_s),
-                billed_hours=cost.billed_hours(best.time_to_train_s),
-            )  # fmt: skip
-    owned = _owned_cost(catalog, gpu, best.gpus, hours=best.time_to_train_s / 3600.0) if want_owned else None
+    if want_owned:
+        owned, why = _owned_cost(req, catalog, gpu, offerings, tp=best.tp, groups=best.pp * best.dp)
+        if why:
+            notes.append(why)
     kind: Literal["training", "finetune"] = "finetune" if isinstance(w, FinetuneWorkload) else "training"
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind=kind, model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,

@@ -111,3 +111,21 @@ def test_bad_input_exits_2(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["estimate", str(EX / "70b-serving.yaml"), *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_owned_cost_is_solves_view_with_the_amortised_month_labelled() -> None:
+    """The 70B example's top design: solve says $1,135/month and $1.35 per million tokens over 36 months;
+    estimate once said $7,551/month (60-month amortisation) and $0.86. Now the same figures, and the
+    amortised month shown as such."""
+    args = [str(EX / "70b-serving.yaml"), "--gpu", "h200", "--count", "8", "--tp", "2", "--quant", "fp8"]
+    result = runner.invoke(app, ["estimate", *args, "--deployment", "owned"])
+    assert result.exit_code == 0, result.output
+    lines = {line.strip().rsplit("  ", 1)[0].strip(): line.split()[-1] for line in result.output.splitlines() if line}
+    assert lines["capital"] == "$384,996"
+    assert "$1,135" in result.output.split("per month (electricity)")[1].splitlines()[0]
+    assert lines["total over 36 months"] == "$425,851"
+    assert lines["per million output tokens (36 months)"] == "$1.35"
+    assert "amortised view: capital over 60 months + electricity" in result.output and "$7,551/month" in result.output
+    data = _json([*args, "--deployment", "owned"])
+    assert data["config"]["batch"] == 146  # the planner's batch: the memory maximum
+    assert data["owned"]["costs"]["monthly_usd"] == pytest.approx(1134.86, abs=0.005)

@@ -141,6 +141,11 @@ def render(result: Any) -> list[Any]:
             mark = "meets" if check.met else "MISSES"
             lt.add_row(f"target {check.name}", f"{mark} {_s(check.target_s)}")
         lt.add_row("max rate meeting targets", f"{load.max_rate_for_targets_per_replica:,.2f} req/s per replica")
+        r = load.rated
+        lt.add_row(
+            "p95 TTFT / TPOT / end-to-end at that rate",
+            f"{_s(r.p95_ttft_s)} / {_s(r.p95_tpot_s)} / {_s(r.p95_e2e_s)}",
+        )
         out.append(lt)
     else:
         t = result.training
@@ -155,28 +160,36 @@ def render(result: Any) -> list[Any]:
         tt.add_row("time to train", _s(t.time_to_train_s))
         out.append(tt)
 
-    ct = _table("\nCost")
+    ct = _table("\nCost (as solve prices it)")
     if result.cloud is not None:
         cl = result.cloud
+        c = cl.costs
         ct.add_row("cloud", f"{cl.instances} x {cl.instance}")
         ct.add_row(f"  {cl.pricing.replace('_', '-')} rate", f"{_usd(cl.usd_per_hour)}/h")
-        if cl.usd_per_month is not None:
-            ct.add_row("  per month (730 h)", _usd(cl.usd_per_month))
-        if cl.usd_per_million_tokens is not None:
-            ct.add_row("  per million output tokens", _usd(cl.usd_per_million_tokens))
-        if cl.usd_total is not None:
-            ct.add_row(f"  training run ({cl.billed_hours} billed h)", _usd(cl.usd_total))
+        if cl.billed_hours is not None:
+            ct.add_row(f"  training run ({cl.billed_hours} billed h)", _usd(c.one_off_usd))
+        else:
+            ct.add_row("  per month (730 h)", _usd(c.monthly_usd))
+        ct.add_row(f"  total over {c.horizon_months:g} months", _usd(c.total_usd))
+        if c.usd_per_million_output_tokens is not None:
+            ct.add_row(
+                f"  per million output tokens ({c.horizon_months:g} months)", _usd(c.usd_per_million_output_tokens)
+            )
     if result.owned is not None:
         ow = result.owned
-        ct.add_row("owned", f"{ow.nodes} node(s) of {ow.gpus_per_node} GPUs")
-        ct.add_row("  capital", _usd(ow.capital_usd))
-        ct.add_row("  power", f"{ow.power_w / 1000:,.1f} kW, {_usd(ow.power_usd_per_month)}/month")
-        if ow.usd_per_month is not None:
-            ct.add_row(f"  per month ({ow.amortisation_months:g} mo amortised + power)", _usd(ow.usd_per_month))
-        if ow.usd_total is not None:
-            ct.add_row("  training run (power + amortisation)", _usd(ow.usd_total))
-        if ow.usd_per_million_tokens is not None:
-            ct.add_row("  per million output tokens", _usd(ow.usd_per_million_tokens))
+        c = ow.costs
+        ct.add_row("owned", f"{ow.nodes} server(s) of {ow.gpus_per_node} GPUs")
+        ct.add_row("  capital", _usd(c.capital_usd))
+        ct.add_row("  per month (electricity)", f"{_usd(c.monthly_usd)} ({ow.power_w / 1000:,.1f} kW)")
+        ct.add_row(f"  total over {c.horizon_months:g} months", _usd(c.total_usd))
+        if c.usd_per_million_output_tokens is not None:
+            ct.add_row(
+                f"  per million output tokens ({c.horizon_months:g} months)", _usd(c.usd_per_million_output_tokens)
+            )
+        ct.add_row(
+            f"  amortised view: capital over {ow.amortisation_months:g} months + electricity",
+            f"{_usd(ow.amortised_usd_per_month)}/month",
+        )
     if ct.row_count:
         out.append(ct)
 

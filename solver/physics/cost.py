@@ -57,8 +57,8 @@ def owned_power_w(gpu_tdp_w: float, gpus: int, nodes: int, node_overhead_w: floa
 
 
 def owned_power_usd_per_month(power_w: float, pue: float, usd_per_kwh: float) -> float:
-    """Electricity per month: ``kW x PUE x 730 h x $/kWh``."""
-    return power_w / 1000.0 * pue * SERVING_HOURS_PER_MONTH * usd_per_kwh
+    """Electricity per month: ``kW x PUE x $/kWh x 730 h`` (the one formula the planner, estimate and checker use)."""
+    return power_w / 1000.0 * pue * usd_per_kwh * SERVING_HOURS_PER_MONTH
 
 
 def amortised_usd_per_month(capital_usd: float, months: float) -> float:

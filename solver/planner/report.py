@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from clusterplan.candidates import CandidateTable, ServingRow, TrainingRow, WorkloadCandidates
+from clusterplan.design import pricing
 from clusterplan.plan import (
     ConstraintCheck,
     Costs,
@@ -21,7 +22,6 @@ from clusterplan.plan import (
 from clusterplan.planner.constraints import Family
 from clusterplan.planner.constraints.facts import DesignFacts
 from clusterplan.planner.solve import Solution
-from clusterplan.units import HOURS_PER_MONTH, SECONDS_PER_HOUR
 
 
 def _gpu_name(table: CandidateTable, gid: str) -> str:
@@ -115,52 +115,19 @@ def training_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) 
 
 
 def hardware_lines(table: CandidateTable, sol: Solution) -> list[HardwareLine]:
+    """The instances and servers a solution uses, each priced by :mod:`clusterplan.design.pricing`."""
     lines: list[HardwareLine] = []
     for key, n in sol.instances:
         o = table.offering(key)
-        lines.append(
-            HardwareLine(
-                kind="cloud",
-                gpu=o.gpu_id,
-                gpu_name=_gpu_name(table, o.gpu_id),
-                offering=o.key,
-                label=o.label,
-                units=n,
-                gpus_per_unit=o.gpus_per_unit,
-                gpus=n * o.gpus_per_unit,
-                bought=0,
-                from_inventory=0,
-                usd_per_hour=o.usd_per_hour,
-                region=o.region,
-                capital_usd=0.0,
-                monthly_usd=n * o.usd_per_hour * HOURS_PER_MONTH,
-                power_w=0.0,
-                purpose="serving",
-            )
-        )
+        lines.append(pricing.cloud_line(o, n, gpu_name=_gpu_name(table, o.gpu_id)))
     bought = dict(sol.bought)
     inv = dict(sol.from_inventory)
     for o in table.offerings:
         if o.kind != "owned" or (o.key not in bought and o.key not in inv):
             continue
-        m, u = bought.get(o.key, 0), inv.get(o.key, 0)
         lines.append(
-            HardwareLine(
-                kind="owned",
-                gpu=o.gpu_id,
-                gpu_name=_gpu_name(table, o.gpu_id),
-                offering=o.key,
-                label=o.label,
-                units=m + u,
-                gpus_per_unit=o.gpus_per_unit,
-                gpus=(m + u) * o.gpus_per_unit,
-                bought=m,
-                from_inventory=u,
-                usd_per_hour=0.0,
-                capital_usd=m * o.capital_usd,
-                monthly_usd=(m + u) * o.energy_usd_per_month,
-                power_w=(m + u) * o.power_w,
-                purpose="shared",
+            pricing.owned_line(
+                o, bought=bought.get(o.key, 0), from_inventory=inv.get(o.key, 0), gpu_name=_gpu_name(table, o.gpu_id)
             )
         )
     for wc in table.workloads:
@@ -172,48 +139,27 @@ def hardware_lines(table: CandidateTable, sol: Solution) -> list[HardwareLine]:
             continue
         o = table.offering(row.cloud_offering)
         lines.append(
-            HardwareLine(
-                kind="cloud",
-                gpu=o.gpu_id,
+            pricing.training_cloud_line(
+                o,
+                row.cloud_instances,
                 gpu_name=_gpu_name(table, o.gpu_id),
-                offering=o.key,
-                label=o.label,
-                units=row.cloud_instances,
-                gpus_per_unit=o.gpus_per_unit,
-                gpus=row.cloud_instances * o.gpus_per_unit,
-                bought=0,
-                from_inventory=0,
-                usd_per_hour=o.usd_per_hour,
-                region=o.region,
-                capital_usd=0.0,
-                monthly_usd=0.0,
-                power_w=0.0,
-                purpose=f"{wc.name} ({row.time_to_train_s / SECONDS_PER_HOUR:,.0f} h)",
+                workload=wc.name,
+                seconds=row.time_to_train_s,
             )
         )
     return lines
 
 
 def costs_of(table: CandidateTable, sol: Solution, hardware: list[HardwareLine]) -> Costs:
-    h = table.limits.horizon_months
-    capital = sum(line.capital_usd for line in hardware)
-    monthly = sum(line.monthly_usd for line in hardware)
+    """The solution's costs over the horizon (:func:`clusterplan.design.pricing.costs`)."""
     one_off = 0.0
     for wc in table.workloads:
         a = sol.training_of(wc.index) if not wc.is_serving else None
         if a is not None and a.where == "cloud":
             one_off += wc.training_rows()[a.row].cloud_cost_usd
-    total = capital + monthly * h + one_off
     tokens = sum(wc.average_rps * wc.output_tokens for wc in table.workloads if wc.is_serving)
-    seconds = h * HOURS_PER_MONTH * SECONDS_PER_HOUR
-    per_m = total / (tokens * seconds / 1e6) if tokens > 0 else None
-    return Costs(
-        capital_usd=capital,
-        monthly_usd=monthly,
-        one_off_usd=one_off,
-        total_usd=total,
-        horizon_months=h,
-        usd_per_million_output_tokens=per_m,
+    return pricing.costs(
+        hardware, horizon_months=table.limits.horizon_months, one_off_usd=one_off, output_tokens_per_s=tokens
     )
 
 

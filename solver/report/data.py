@@ -2,8 +2,8 @@
 
 :func:`assemble` plans the requirement (with the full explanation), then adds what a review needs
 around the plan: a one-paragraph summary, the per-GPU memory breakdown of each replica group and
-training layout (:func:`clusterplan.estimate.estimate_requirement` on the design's own layout, the
-same physics the candidates came from), what relaxing each binding constraint would save, a small
+training layout (:func:`clusterplan.estimate.estimate_requirement` on the design's own layout: the
+same evaluation and pricing, :mod:`clusterplan.design`, the candidates and the plan came from), what relaxing each binding constraint would save, a small
 what-if sweep (:mod:`clusterplan.sweep`), rent against buy for the recommended layout
 (:func:`clusterplan.physics.cost.rent_vs_buy_breakeven`), every efficiency factor with where it came
 from, the catalog rows used with their sources and dates, and what is needed to reproduce it
@@ -227,18 +227,20 @@ def rent_buy_rows(estimates: Sequence[tuple[str, Any, str]], design: Design, hor
     for label, est, kind in estimates:
         cloud, owned = est.cloud, est.owned
         cfg = est.config
+        capital = owned.capital_usd if owned is not None else None
+        running = owned.power_usd_per_month if owned is not None else None
         if kind == "serving":
-            hours = horizon_months * cost.serving_hours_per_month()
+            # The estimate's costs over the requirement's horizon: the figures solve reports.
             period = f"over {horizon_months:g} months"
+            rent_total = cloud.costs.total_usd if cloud is not None else None
+            buy_total = owned.costs.total_usd if owned is not None else None
         else:
             hours = float(cost.billed_hours(est.training.time_to_train_s))
             period = f"for the run ({hours:,.0f} h)"
-        rent_total = cloud.usd_per_hour * hours if cloud is not None else None
-        capital = owned.capital_usd if owned is not None else None
-        running = owned.power_usd_per_month if owned is not None else None
-        buy_total = None
-        if capital is not None and running is not None:
-            buy_total = capital + running * hours / cost.serving_hours_per_month()
+            rent_total = cloud.costs.one_off_usd if cloud is not None else None
+            buy_total = None
+            if capital is not None and running is not None:
+                buy_total = capital + running * hours / cost.serving_hours_per_month()
         breakeven = None
         if cloud is not None and capital is not None and running is not None:
             be = cost.rent_vs_buy_breakeven(
@@ -613,9 +615,10 @@ def assemble(
         whatif_note=whatif_note,
         rent_buy=rent_buy_rows(estimates, design, horizon) if design is not None else [],
         rent_buy_note=(
-            "each workload's layout priced alone, both ways: rented on the cheapest catalog instance that holds a "
-            "replica, bought as servers of the largest size the GPU ships in, electricity at full power x PUE; "
-            "serving runs around the clock over the horizon, training for its billed hours"
+            "each workload's layout priced alone, both ways, as the planner prices it: rented on the cheapest "
+            "instance type that holds its tensor-parallel groups, bought as the server size that costs least over "
+            "the horizon (the largest at equal cost), electricity at full power x PUE; serving runs around the "
+            "clock over the horizon, training for its billed hours"
         ),
         factors=factor_rows(resolved, classes or ["datacenter", "workstation", "consumer"]),
         planner_notes=list(plan.explanation.notes) if plan.explanation is not None else [],

@@ -1,0 +1,194 @@
+"""What a design's hardware costs: hardware lines (offerings x units) in, :class:`Costs` out.
+
+The planner (:mod:`clusterplan.planner.report`), ``clusterplan estimate`` and the checker price through
+these functions. One cost view: the requirement's horizon (capital + horizon x monthly + one-off cloud
+training); an amortised month (capital / amortisation months + recurring) is a separate, labelled view.
+Formulas and their sources are in :mod:`clusterplan.physics.cost`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from clusterplan.physics import cost
+from clusterplan.plan import Costs, HardwareLine
+from clusterplan.units import HOURS_PER_MONTH, SECONDS_PER_HOUR
+
+if TYPE_CHECKING:
+    from clusterplan.candidates import Offering
+    from clusterplan.catalog_schema import OwnedCosts
+
+
+@dataclass(frozen=True, slots=True)
+class ServerPrice:
+    """One owned server of ``gpus`` GPU slots."""
+
+    capital_usd: float  # GPUs + chassis + network
+    power_w: float  # at TDP, with the node's non-GPU overhead
+    energy_usd_per_month: float  # power x PUE x $/kWh x 730 h
+
+
+def owned_server(
+    owned: OwnedCosts, gpu_class: str, tdp_w: float, gpu_price_usd: float | None, gpus: int
+) -> ServerPrice:
+    """A server of ``gpus`` slots: per-node figures scale with its slots (catalog ``OwnedCosts.node_fraction``)."""
+    node_usd = owned.server_usd_for_node(gpu_class, gpus) + owned.network_usd_for_node(gpu_class, gpus)  # type: ignore[arg-type]
+    power = cost.owned_power_w(tdp_w, gpus, 1, owned.power_overhead_w_for_node(gpu_class, gpus))  # type: ignore[arg-type]
+    return ServerPrice(
+        capital_usd=cost.owned_capital_usd(gpu_price_usd or 0.0, gpus, 1, node_usd, 0.0),
+        power_w=power,
+        energy_usd_per_month=cost.owned_power_usd_per_month(
+            power, owned.pue.value, owned.electricity_usd_per_kwh.value
+        ),
+    )
+
+
+def cloud_line(o: Offering, units: int, *, gpu_name: str, purpose: str = "serving") -> HardwareLine:
+    """``units`` instances of a cloud offering; serving runs 730 h a month, training is billed as one-off."""
+    return HardwareLine(
+        kind="cloud",
+        gpu=o.gpu_id,
+        gpu_name=gpu_name,
+        offering=o.key,
+        label=o.label,
+        units=units,
+        gpus_per_unit=o.gpus_per_unit,
+        gpus=units * o.gpus_per_unit,
+        bought=0,
+        from_inventory=0,
+        usd_per_hour=o.usd_per_hour,
+        region=o.region,
+        capital_usd=0.0,
+        monthly_usd=units * o.usd_per_hour * HOURS_PER_MONTH if purpose == "serving" else 0.0,
+        power_w=0.0,
+        purpose=purpose,
+    )
+
+
+def training_cloud_line(o: Offering, units: int, *, gpu_name: str, workload: str, seconds: float) -> HardwareLine:
+    """A training run's instances: no monthly cost, the run is one-off (:func:`training_run_usd`)."""
+    return cloud_line(o, units, gpu_name=gpu_name, purpose=f"{workload} ({seconds / SECONDS_PER_HOUR:,.0f} h)")
+
+
+def training_run_usd(o: Offering, units: int, seconds: float) -> float:
+    """Instances x $/h x whole billed hours."""
+    return cost.training_cloud_cost_usd(o.usd_per_hour, units, seconds)
+
+
+def owned_line(o: Offering, *, bought: int, from_inventory: int, gpu_name: str) -> HardwareLine:
+    """Owned servers of one size: capital for those bought, electricity for all of them."""
+    units = bought + from_inventory
+    return HardwareLine(
+        kind="owned",
+        gpu=o.gpu_id,
+        gpu_name=gpu_name,
+        offering=o.key,
+        label=o.label,
+        units=units,
+        gpus_per_unit=o.gpus_per_unit,
+        gpus=units * o.gpus_per_unit,
+        bought=bought,
+        from_inventory=from_inventory,
+        usd_per_hour=0.0,
+        capital_usd=bought * o.capital_usd,
+        monthly_usd=units * o.energy_usd_per_month,
+        power_w=units * o.power_w,
+        purpose="shared",
+    )
+
+
+def costs(
+    hardware: Sequence[HardwareLine], *, horizon_months: float, one_off_usd: float, output_tokens_per_s: float
+) -> Costs:
+    """Capital, monthly, one-off and total over the horizon; $ per million output tokens at average demand.
+
+    ``total = capital + horizon x monthly + one-off``; ``$/M = total / (tokens/s x horizon seconds / 1e6)``.
+    """
+    capital = sum(line.capital_usd for line in hardware)
+    monthly = sum(line.monthly_usd for line in hardware)
+    total = capital + monthly * horizon_months + one_off_usd
+    seconds = horizon_months * HOURS_PER_MONTH * SECONDS_PER_HOUR
+    per_m = total / (output_tokens_per_s * seconds / 1e6) if output_tokens_per_s > 0 else None
+    return Costs(
+        capital_usd=capital,
+        monthly_usd=monthly,
+        one_off_usd=one_off_usd,
+        total_usd=total,
+        horizon_months=horizon_months,
+        usd_per_million_output_tokens=per_m,
+    )
+
+
+def amortised_usd_per_month(c: Costs, amortisation_months: float) -> float:
+    """The amortised view: capital spread over ``amortisation_months`` plus the recurring monthly cost."""
+    return cost.amortised_usd_per_month(c.capital_usd, amortisation_months) + c.monthly_usd
+
+
+# ------------------------------------------------------------------------------------------------
+# The hardware one pinned layout needs, priced alone (``clusterplan estimate``)
+# ------------------------------------------------------------------------------------------------
+
+
+def units_for(o: Offering, tp: int, groups: int) -> int | None:
+    """Units of ``o`` that host ``groups`` tensor-parallel groups of ``tp`` GPUs (None: a group does not fit)."""
+    per_unit = o.tp_capacity(tp) // tp if tp >= 1 else 0
+    if per_unit <= 0:
+        return None
+    return math.ceil(groups / per_unit)
+
+
+def cheapest_hosting(
+    offerings: Sequence[Offering], *, gpu_id: str, kind: str, tp: int, groups: int, horizon_months: float
+) -> tuple[Offering, int, int] | None:
+    """(offering, units bought or rented, units from inventory): the one offering type of ``kind`` that hosts
+    ``groups`` TP groups of ``tp`` GPUs for the least total over the horizon (inventory servers are free);
+    of equal totals (to the cent: server figures scale with the GPU slots), the fewest, largest units."""
+    best: tuple[float, int, str, Offering, int, int] | None = None
+    for o in offerings:
+        if o.kind != kind or o.gpu_id != gpu_id:
+            continue
+        n = units_for(o, tp, groups)
+        if n is None:
+            continue
+        if kind == "cloud":
+            inv, paid = 0, n
+            total = n * o.usd_per_hour * HOURS_PER_MONTH * horizon_months
+        else:
+            inv = min(n, o.inventory_units)
+            paid = n - inv
+            if paid and not o.purchasable:
+                continue
+            total = paid * o.capital_usd + n * o.energy_usd_per_month * horizon_months
+        cand = (round(total, 2), n, o.key, o, paid, inv)
+        if best is None or cand[:3] < best[:3]:
+            best = cand
+    return None if best is None else (best[3], best[4], best[5])
+
+
+def cheapest_training_cloud(
+    offerings: Sequence[Offering], gpu_id: str, tp: int, gpus: int, seconds: float
+) -> tuple[Offering | None, int, float, bool]:
+    """Cheapest cloud instance type for a training layout: (offering, instances, cost, TP fits inside it).
+
+    Billed in whole hours (:func:`training_run_usd`); an instance type whose NVLink domain holds the TP
+    group is preferred; failing that, the cheapest of any (the tp_nvlink family decides whether it may run).
+    """
+    best: tuple[float, str, Offering, int] | None = None
+    best_any: tuple[float, str, Offering, int] | None = None
+    for o in offerings:
+        if o.kind != "cloud" or o.gpu_id != gpu_id:
+            continue
+        n = math.ceil(gpus / o.gpus_per_unit)
+        cand = (training_run_usd(o, n, seconds), o.key, o, n)
+        if best_any is None or cand[:2] < best_any[:2]:
+            best_any = cand
+        if tp <= o.tp_domain and (best is None or cand[:2] < best[:2]):
+            best = cand
+    if best is not None:
+        return best[2], best[3], best[0], True
+    if best_any is not None:
+        return best_any[2], best_any[3], best_any[0], False
+    return None, 0, 0.0, True
