@@ -12,15 +12,15 @@ from __future__ import annotations
 import hashlib
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
+
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import accuracy  # noqa: E402
+from bench import accuracy
 
 # Reached by the calibration (unflagged rows): median absolute error and worst max(p/m, m/p), per kind.
 REACHED_MEDIAN = {"serving throughput": 0.065, "latency": 0.057, "training throughput": 0.035, "memory": 0.062}

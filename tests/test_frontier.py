@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from clusterplan.cli import app
 from clusterplan.frontier import pareto
+from conftest import example
 
-SERVING_70B = Path(__file__).resolve().parent.parent / "examples" / "requirements" / "70b-serving.yaml"
+SERVING_70B = example("70b-serving")
 runner = CliRunner()
 
 

@@ -15,13 +15,12 @@ from typer.testing import CliRunner
 
 from clusterplan.catalog import load_catalog
 from clusterplan.cli import app
-from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_table
+from clusterplan.planner.pipeline import PlanOptions, plan_table
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.points import PointOutcome, load_base
-from clusterplan.requirement_loader import load_requirement
 from clusterplan.sweep import grid, row_of
 from clusterplan.vary import make_axis
-from conftest import example
+from conftest import example, plan_file
 
 SERVING_70B = example("70b-serving")
 runner = CliRunner()
@@ -47,8 +46,7 @@ def _plan_at(tmp_path: Path, p95_s: float) -> Any:
     doc["workloads"][0]["p95_latency"] = f"{p95_s}s"
     f = tmp_path / f"p95-{p95_s}.yaml"
     f.write_text(yaml.safe_dump(doc))
-    cat = load_catalog()
-    return plan_requirement(load_requirement(f, cat), cat, PlanOptions(top=1, explain=True))
+    return plan_file(f, load_catalog())
 
 
 def test_sweep_rows_agree_with_individual_plans(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:
