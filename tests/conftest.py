@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 import yaml
@@ -60,12 +60,12 @@ def catalog() -> Catalog:
 # ------------------------------------------------------------------------------------------------
 
 
-def plan_file(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | str = True) -> Plan:
+def plan_file(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | Literal["binding"] = True) -> Plan:
     """Load a requirement file against ``catalog`` and plan it, as ``clusterplan solve`` does."""
     from clusterplan.planner.pipeline import PlanOptions, plan_requirement
     from clusterplan.requirement_loader import load_requirement
 
-    return plan_requirement(load_requirement(path, catalog), catalog, PlanOptions(top=top, explain=explain))  # type: ignore[arg-type]
+    return plan_requirement(load_requirement(path, catalog), catalog, PlanOptions(top=top, explain=explain))
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:
