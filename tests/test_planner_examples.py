@@ -21,6 +21,7 @@ changed (regeneration keeps a ``why`` only where the hardware and layout are unc
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -174,6 +175,7 @@ def test_every_golden_number_is_explained(golden: dict[str, dict[str, Any]]) -> 
 # ------------------------------------------------------------------------------------------------
 
 
+@functools.cache
 def _yaml(name: str) -> Any:
     return yaml.safe_load((ROOT / "catalog" / name).read_text())
 
