@@ -1,18 +1,225 @@
-"""Shared fixtures: the shipped catalog (loaded once), paths to examples and test data."""
+"""Shared test paths, fixtures and builders (what tests/README.md calls the shared layer).
+
+- Paths: ``ROOT``, ``EXAMPLES`` (the shipped example requirements), ``EXAMPLES_DIR``, ``DATA``, ``example``.
+- Running: ``plan_file`` (one example through the planner), ``run_cli`` (the ``clusterplan`` CLI in-process),
+  ``solve_doc`` / ``infeasibility_of`` (write a requirement dict, solve it through the CLI),
+  ``assert_not_dangling`` (an explanation never ends on a colon).
+- Builders of hand-made candidate tables for the CP-SAT model (no physics, no catalog): two GPU types
+  ``GPU_A`` (NVLink 8) and ``GPU_P`` (PCIe), ``cloud``/``owned`` offerings, ``srow`` serving rows,
+  ``serving`` workloads, ``table``; and ``serving_workload`` for the explanation tests' one-workload tables.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from clusterplan.candidates import (
+    CandidateTable,
+    Exclusion,
+    GpuType,
+    Limits,
+    Offering,
+    ServingRow,
+    ServingTargets,
+    WorkloadCandidates,
+)
+
+if TYPE_CHECKING:
+    from clusterplan.catalog import Catalog
+    from clusterplan.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples" / "requirements").glob("*.yaml"))
+EXAMPLES_DIR = ROOT / "examples" / "requirements"
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 DATA = Path(__file__).resolve().parent / "data"
+
+_RUNNER = CliRunner()
+
+
+def example(stem: str) -> Path:
+    """The shipped example requirement ``examples/requirements/<stem>.yaml``."""
+    path = EXAMPLES_DIR / f"{stem}.yaml"
+    assert path.exists(), path
+    return path
 
 
 @pytest.fixture(scope="session")
-def catalog():  # type: ignore[no-untyped-def]
+def catalog() -> Catalog:
     from clusterplan.catalog import load_catalog
 
     return load_catalog()
+
+
+# ------------------------------------------------------------------------------------------------
+# Running the planner and the CLI
+# ------------------------------------------------------------------------------------------------
+
+
+def plan_file(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | Literal["binding"] = True) -> Plan:
+    """Load a requirement file against ``catalog`` and plan it, as ``clusterplan solve`` does."""
+    from clusterplan.planner.pipeline import PlanOptions, plan_requirement
+    from clusterplan.requirement_loader import load_requirement
+
+    return plan_requirement(load_requirement(path, catalog), catalog, PlanOptions(top=top, explain=explain))
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    """``clusterplan ARGS`` in-process. A traceback other than ``SystemExit`` is re-raised: it is a bug."""
+    from clusterplan.cli import app
+
+    result = _RUNNER.invoke(app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def solve_doc(tmp_path: Path, doc: dict[str, Any], *extra: str, name: str = "req.yaml") -> tuple[int, str]:
+    """Write ``doc`` as a requirement file, run ``clusterplan solve FILE EXTRA``: (exit code, stdout)."""
+    f = tmp_path / name
+    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    result = run_cli("solve", str(f), *extra)
+    return result.exit_code, result.stdout
+
+
+def infeasibility_of(tmp_path: Path, doc: dict[str, Any], *extra: str) -> dict[str, Any]:
+    """The ``infeasibility`` object of ``clusterplan solve --json`` on ``doc``, which must exit 1."""
+    import json
+
+    code, out = solve_doc(tmp_path, doc, "--json", *extra)
+    assert code == 1, out
+    inf = json.loads(out)["infeasibility"]
+    assert isinstance(inf, dict)
+    return inf
+
+
+def assert_not_dangling(text: str) -> None:
+    """An explanation says something and never ends on a colon with nothing after it."""
+    assert text.strip(), "empty explanation"
+    assert not text.rstrip().endswith(":"), text
+
+
+# A small 8B chat service whose 1 ms p95 no GPU reaches (infeasible on latency alone).
+SMALL_SERVING: dict[str, Any] = {
+    "name": "tiny latency",
+    "model": "llama-3.1-8b",
+    "workloads": [
+        {
+            "kind": "serving",
+            "name": "assistant",
+            "requests_per_min": 100,
+            "input_tokens": 800,
+            "output_tokens": 250,
+            "p95_latency": "1ms",
+        }
+    ],
+    "budget": {"horizon": 24},
+    "deployment": "cloud",
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# Hand-made candidate tables (the CP-SAT model's input, without physics or a catalog)
+# ------------------------------------------------------------------------------------------------
+
+GPU_A = GpuType(id="a", name="A", tdp_w=700, nvlink_domain=8, price_usd=20000)
+GPU_P = GpuType(id="p", name="P", tdp_w=300, nvlink_domain=1, price_usd=5000)
+
+
+def cloud(gid: str, k: int, price: float, domain: int | None = None) -> Offering:
+    """A cloud instance of ``k`` GPUs ``gid`` at ``price`` USD/h (TP domain ``k`` unless given)."""
+    return Offering(
+        key=f"cloud:{gid}:{k}",
+        kind="cloud",
+        gpu_id=gid,
+        gpus_per_unit=k,
+        tp_domain=domain if domain is not None else k,
+        usd_per_hour=price,
+        provider="t",
+        instance_id=f"{gid}x{k}",
+    )
+
+
+def owned(gid: str, s: int, capital: float, power: float = 1000.0, inv: int = 0, domain: int | None = None) -> Offering:
+    """An owned server of ``s`` GPUs ``gid``: ``capital`` USD, ``power`` W at $0.10/kWh, ``inv`` in inventory."""
+    return Offering(
+        key=f"owned:{gid}:{s}",
+        kind="owned",
+        gpu_id=gid,
+        gpus_per_unit=s,
+        tp_domain=domain if domain is not None else s,
+        capital_usd=capital,
+        power_w=power,
+        energy_usd_per_month=power / 1000 * 0.1 * 730,  # kW x $0.10/kWh x 730 h
+        inventory_units=inv,
+    )
+
+
+def srow(
+    gid: str,
+    tp: int,
+    rate: float,
+    nolat: float | None = None,
+    quant: str = "bf16",
+    forbidden: tuple[tuple[str, str], ...] = (),
+) -> ServingRow:
+    """One replica shape: ``rate`` req/s with the targets met (``nolat`` without them; default the same)."""
+    return ServingRow(
+        gpu_id=gid,
+        tp=tp,
+        pp=1,
+        quant=quant,
+        batch=16,
+        rate_rps=rate,
+        rate_nolat_rps=nolat if nolat is not None else rate,
+        p95_e2e_s=1.0,
+        memory_gib=10,
+        capacity_gib=80,
+        forbidden_by=forbidden,
+    )
+
+
+def serving(
+    rows: list[ServingRow], demand: float, *, k: int = 0, mixed: bool = False, idx: int = 0, targets: bool = True
+) -> WorkloadCandidates:
+    """A serving workload of ``demand`` req/s over ``rows`` with N+``k`` redundancy."""
+    return WorkloadCandidates(
+        index=idx,
+        name=f"s{idx}",
+        kind="serving",
+        rows=tuple(rows),
+        demand_rps=demand,
+        average_rps=demand,
+        output_tokens=100,
+        targets=ServingTargets(p95_latency_s=5.0) if targets else ServingTargets(),
+        redundancy=k,
+        allow_mixed=mixed,
+    )
+
+
+def table(workloads: list[WorkloadCandidates], offerings: list[Offering], **limits: Any) -> CandidateTable:
+    """A candidate table over ``GPU_A`` and ``GPU_P`` with ``limits`` (fields of :class:`Limits`)."""
+    return CandidateTable(
+        workloads=tuple(workloads), gpus={"a": GPU_A, "p": GPU_P}, offerings=tuple(offerings), limits=Limits(**limits)
+    )
+
+
+def serving_workload(rows: tuple[ServingRow, ...], exclusions: tuple[Exclusion, ...] = ()) -> WorkloadCandidates:
+    """The explanation tests' one serving workload "svc" of model "M": 2 req/s, no latency targets."""
+    return WorkloadCandidates(
+        index=0,
+        name="svc",
+        kind="serving",
+        rows=rows,
+        exclusions=exclusions,
+        model_name="M",
+        demand_rps=2.0,
+        average_rps=2.0,
+        input_tokens=100,
+        output_tokens=100,
+        targets=ServingTargets(),
+    )

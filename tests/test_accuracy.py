@@ -12,15 +12,15 @@ from __future__ import annotations
 import hashlib
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
+
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import accuracy  # noqa: E402
+from bench import accuracy
 
 # Reached by the calibration (unflagged rows): median absolute error and worst max(p/m, m/p), per kind.
 REACHED_MEDIAN = {"serving throughput": 0.065, "latency": 0.057, "training throughput": 0.035, "memory": 0.062}
@@ -101,8 +101,11 @@ def test_added_measurements_cite_a_versioned_source() -> None:
 def test_factors_are_per_class_engine_or_architecture_never_per_case(rows: list[accuracy.Row]) -> None:
     ids = {r.id for r in rows}
     models = {r.model for r in rows}
-    for knob in accuracy.knobs_with_data(rows):
+    knobs = accuracy.knobs_with_data(rows)
+    for knob in knobs:
         assert knob.path[0] in ("engines", "training_mfu", "architecture_compute_fraction"), knob.label
         assert not set(knob.path) & (ids | models), knob.label
-        if knob.path[0] == "engines":
-            assert knob.path[1] in accuracy.ENGINES and knob.path[3] in accuracy.CLASSES
+    engine_knobs = [k for k in knobs if k.path[0] == "engines"]
+    assert engine_knobs  # engines.<engine>.<factor>.<class>: per engine and GPU class, never per case
+    for knob in engine_knobs:
+        assert knob.path[1] in accuracy.ENGINES and knob.path[3] in accuracy.CLASSES, knob.label

@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 from clusterplan.catalog import CatalogInputError, load_catalog, load_catalog_text
 from clusterplan.cli import app
 from clusterplan.errors import CatalogError, InputError
+from conftest import DATA
 
-DATA = Path(__file__).resolve().parent / "data" / "catalogs"
-NEGOTIATED = DATA / "negotiated.yaml"
-BROKEN = sorted(DATA.glob("bad-*.yaml"))
+CATALOGS = DATA / "catalogs"
+NEGOTIATED = CATALOGS / "negotiated.yaml"
+BROKEN = sorted(CATALOGS.glob("bad-*.yaml"))
 runner = CliRunner()
 
 
@@ -106,14 +107,14 @@ def test_partial_gpu_override_keeps_the_other_fields() -> None:
 
 def test_errors_are_catalog_and_input_errors() -> None:
     with pytest.raises(CatalogInputError) as info:
-        load_catalog([DATA / "bad-negative-price.yaml"])
+        load_catalog([CATALOGS / "bad-negative-price.yaml"])
     assert isinstance(info.value, CatalogError) and isinstance(info.value, InputError)
     assert info.value.exit_code == 2
 
 
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(CatalogInputError) as info:
-        load_catalog([DATA / "bad-zero-memory.yaml"])
+        load_catalog([CATALOGS / "bad-zero-memory.yaml"])
     paths = {p.path for p in info.value.problems}
     assert {"gpus[0].memory_gb", "gpus[0].memory_gib"} <= paths
 

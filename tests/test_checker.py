@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from clusterplan.checker import Unit, check_design_on_table, check_plan, pack
@@ -13,9 +11,7 @@ from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_tab
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement_loader import ResolvedRequirement, load_requirement
-
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples" / "requirements").glob("*.yaml"))
+from conftest import EXAMPLES, cloud, serving, srow, table
 
 
 @pytest.fixture(scope="module")
@@ -110,19 +106,18 @@ def test_synthetic_designs_pass_the_table_checker(seed: int) -> None:
 
 
 def test_table_checker_catches_a_missing_replica() -> None:
-    t = synthetic_table(gpu_types=2, serving=1, seed=1)
+    # 10 req/s at 3 req/s per replica: ceil(10 / 3) = 4 replicas on four 1-GPU instances.
+    t = table([serving([srow("a", 1, rate=3.0)], demand=10.0)], [cloud("a", 1, 2.0)], horizon_months=1)
     plan = plan_table(t, PlanOptions(top=1, explain=False))
     d = plan.designs[0]
     w = d.workloads[0]
     assert isinstance(w, ServingPlan)
-    g = w.groups[0]
-    if g.replicas > 1:
-        g = g.model_copy(
-            update={
-                "replicas": g.replicas - 1,
-                "cloud_replicas": max(0, g.cloud_replicas - 1),
-                "owned_replicas": g.owned_replicas - (1 if g.cloud_replicas == 0 else 0),
-            }
-        )
-        broken = d.model_copy(update={"workloads": [w.model_copy(update={"groups": [g]})]})
-        assert check_design_on_table(broken, t)
+    (g,) = w.groups
+    assert (g.replicas, g.cloud_replicas) == (4, 4)
+    assert check_design_on_table(d, t) == []
+    three = g.model_copy(update={"replicas": 3, "cloud_replicas": 3, "gpus": 3})
+    broken = d.model_copy(update={"workloads": [w.model_copy(update={"groups": [three]})]})
+    problems = check_design_on_table(broken, t)
+    # 3 x 3 = 9 req/s: short of the demand both within the p95 target and at the utilisation ceiling.
+    short = [p for p in problems if "demanded" in p]
+    assert len(short) == 2 and all("9.000" in p for p in short), problems

@@ -30,10 +30,10 @@ from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_tab
 from clusterplan.planner.solve import OutOfRange
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement_loader import load_requirement_text
-from conftest import EXAMPLES
+from conftest import example
 
 runner = CliRunner()
-EXAMPLE_70B = next(p for p in EXAMPLES if p.name == "70b-serving.yaml")
+EXAMPLE_70B = example("70b-serving")
 
 # Four serving workloads that may mix GPU types: enough that CP-SAT needs more than a few
 # hundredths of a second to prove the optimum, small enough that candidates take about two seconds.

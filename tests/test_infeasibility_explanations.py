@@ -10,26 +10,19 @@ timed out was reported as "not enough"; a demand no replica registers at was "re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from rich.console import Console
-from typer.testing import CliRunner
 
 from clusterplan.candidates import (
     CandidateTable,
-    Exclusion,
     GpuType,
     Limits,
     Offering,
     ServingRow,
-    ServingTargets,
-    WorkloadCandidates,
 )
-from clusterplan.cli import app
 from clusterplan.plan import Plan
 from clusterplan.planner import infeasibility
 from clusterplan.planner.constraints import family
@@ -38,48 +31,7 @@ from clusterplan.planner.pipeline import PlanOptions, plan_table
 from clusterplan.planner.solve import Outcome, Planner
 from clusterplan.planner.status import SolveStatus
 from clusterplan.render import markdown, table
-
-runner = CliRunner()
-
-SMALL_SERVING: dict[str, Any] = {
-    "name": "tiny latency",
-    "model": "llama-3.1-8b",
-    "workloads": [
-        {
-            "kind": "serving",
-            "name": "assistant",
-            "requests_per_min": 100,
-            "input_tokens": 800,
-            "output_tokens": 250,
-            "p95_latency": "1ms",
-        }
-    ],
-    "budget": {"horizon": 24},
-    "deployment": "cloud",
-}
-
-
-def _solve(tmp_path: Path, doc: dict[str, Any], *extra: str, name: str = "req.yaml") -> tuple[int, str]:
-    f = tmp_path / name
-    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    result = runner.invoke(app, ["solve", str(f), *extra])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout
-
-
-def _infeasibility(tmp_path: Path, doc: dict[str, Any], *extra: str) -> dict[str, Any]:
-    code, out = _solve(tmp_path, doc, "--json", *extra)
-    assert code == 1, out
-    inf = json.loads(out)["infeasibility"]
-    assert isinstance(inf, dict)
-    return inf
-
-
-def _not_dangling(text: str) -> None:
-    assert text.strip(), "empty explanation"
-    assert not text.rstrip().endswith(":"), text
-
+from conftest import SMALL_SERVING, assert_not_dangling, infeasibility_of, serving_workload, solve_doc
 
 GPUS = {"a": GpuType(id="a", name="A", tdp_w=500, nvlink_domain=8, price_usd=10000)}
 
@@ -97,27 +49,11 @@ def _owned() -> Offering:
     )
 
 
-def _serving(rows: tuple[ServingRow, ...], exclusions: tuple[Exclusion, ...] = ()) -> WorkloadCandidates:
-    return WorkloadCandidates(
-        index=0,
-        name="svc",
-        kind="serving",
-        rows=rows,
-        exclusions=exclusions,
-        model_name="M",
-        demand_rps=2.0,
-        average_rps=2.0,
-        input_tokens=100,
-        output_tokens=100,
-        targets=ServingTargets(),
-    )
-
-
 def _two_conflicts() -> CandidateTable:
     """Owned servers only: the capital budget and the power cap each rule out every design alone."""
     row = ServingRow(gpu_id="a", tp=1, pp=1, quant="bf16", batch=8, rate_rps=1.0, rate_nolat_rps=1.0)
     limits = Limits(horizon_months=12, budget_capital_usd=1000.0, max_power_w=1000.0)
-    return CandidateTable(workloads=(_serving((row,)),), gpus=GPUS, offerings=(_owned(),), limits=limits)
+    return CandidateTable(workloads=(serving_workload((row,)),), gpus=GPUS, offerings=(_owned(),), limits=limits)
 
 
 def test_when_relaxing_the_conflict_alone_is_not_enough_the_other_conflict_is_named() -> None:
@@ -130,7 +66,7 @@ def test_when_relaxing_the_conflict_alone_is_not_enough_the_other_conflict_is_na
     assert relax.still_conflicting == [other]
     other_title = {"budget_capital": "capital budget", "power": "power cap"}[other]
     assert other_title in relax.change
-    _not_dangling(report.text)
+    assert_not_dangling(report.text)
     assert other_title in report.text
     plan = plan_table(t, PlanOptions(top=1))
     md = markdown.render(plan)
@@ -158,15 +94,15 @@ TWO_CONFLICTS: dict[str, Any] = {
 
 def test_a_conflict_no_single_relaxation_fixes_says_what_else_to_change_cli(tmp_path: Path) -> None:
     """$1,000 in total and one GPU for 20,000 requests a minute: raising the budget alone does not help."""
-    inf = _infeasibility(tmp_path, TWO_CONFLICTS)
-    _not_dangling(inf["text"])
+    inf = infeasibility_of(tmp_path, TWO_CONFLICTS)
+    assert_not_dangling(inf["text"])
     assert not any(r["restores_feasibility"] for r in inf["relaxations"])
     for r in inf["relaxations"]:
         assert r["still_conflicting"], r
         assert r["family"] not in r["still_conflicting"]
         for fid in r["still_conflicting"]:
             assert family(fid).title in r["change"] and family(fid).title in inf["text"]
-    code, out = _solve(tmp_path, TWO_CONFLICTS)
+    code, out = solve_doc(tmp_path, TWO_CONFLICTS)
     assert code == 1 and "still cannot all hold" in out and "not enough on its own" not in out
 
 
@@ -200,14 +136,14 @@ def test_demand_no_replica_registers_is_not_relaxed_to_zero(tmp_path: Path) -> N
         "deployment": "cloud",
         "constraints": {"allowed_gpus": ["a100-80gb"]},
     }
-    inf = _infeasibility(tmp_path, doc)
-    _not_dangling(inf["text"])
+    inf = infeasibility_of(tmp_path, doc)
+    assert_not_dangling(inf["text"])
     for r in inf["relaxations"]:
         assert "<= 0.00 req/s" not in r["change"] and "<= 0 req/s" not in r["change"], r
-        if r["family"] == "throughput":
-            assert not r["restores_feasibility"], r
-            assert "plan a lower demand" in r["change"] and "10 req/s the solver counts in" in r["change"]
-            assert r["value"] is None or r["value"] > 0
+    (r,) = [r for r in inf["relaxations"] if r["family"] == "throughput"]
+    assert not r["restores_feasibility"], r
+    assert "plan a lower demand" in r["change"] and "10 req/s the solver counts in" in r["change"]
+    assert r["value"] is None or r["value"] > 0
 
 
 def _dangling_headers(text: str) -> list[str]:
@@ -221,14 +157,14 @@ def _dangling_headers(text: str) -> list[str]:
 
 
 def test_no_rendering_ends_a_heading_with_nothing_under_it(tmp_path: Path) -> None:
-    code, out = _solve(tmp_path, SMALL_SERVING, "--json")
+    code, out = solve_doc(tmp_path, SMALL_SERVING, "--json")
     assert code == 1
     plans = [Plan.model_validate_json(out), plan_table(_two_conflicts(), PlanOptions(top=1))]
     for plan in plans:
         assert plan.infeasibility is not None
         for r in plan.infeasibility.relaxations:
             assert r.value is None or 0 < r.value < float("inf"), r
-        _not_dangling(plan.infeasibility.text)
+        assert_not_dangling(plan.infeasibility.text)
         assert _dangling_headers(markdown.render(plan)) == []
         console = Console(record=True, width=200)
         table.render(plan, console)
@@ -241,7 +177,7 @@ def test_a_tiny_demand_relaxation_is_printed_with_its_digits_not_as_zero() -> No
     from dataclasses import replace
 
     row = ServingRow(gpu_id="a", tp=1, pp=1, quant="bf16", batch=8, rate_rps=0.001, rate_nolat_rps=0.001)
-    wc = replace(_serving((row,)), demand_rps=0.004, average_rps=0.004)
+    wc = replace(serving_workload((row,)), demand_rps=0.004, average_rps=0.004)
     cloud = Offering(key="cloud:a:1", kind="cloud", gpu_id="a", gpus_per_unit=1, tp_domain=1, usd_per_hour=1.0)
     t = CandidateTable(workloads=(wc,), gpus=GPUS, offerings=(cloud,), limits=Limits(max_gpus=1))
     report = analyse(Planner(t))

@@ -8,66 +8,20 @@ target by the same factor, so an unreachable TTFT dragged the end-to-end target 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-from typer.testing import CliRunner
-
-from clusterplan.cli import app
-
-runner = CliRunner()
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "requirements"
-
-SMALL_SERVING: dict[str, Any] = {
-    "name": "tiny latency",
-    "model": "llama-3.1-8b",
-    "workloads": [
-        {
-            "kind": "serving",
-            "name": "assistant",
-            "requests_per_min": 100,
-            "input_tokens": 800,
-            "output_tokens": 250,
-            "p95_latency": "1ms",
-        }
-    ],
-    "budget": {"horizon": 24},
-    "deployment": "cloud",
-}
-
-
-def _solve(tmp_path: Path, doc: dict[str, Any], *extra: str, name: str = "req.yaml") -> tuple[int, str]:
-    f = tmp_path / name
-    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    result = runner.invoke(app, ["solve", str(f), *extra])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout
-
-
-def _infeasibility(tmp_path: Path, doc: dict[str, Any], *extra: str) -> dict[str, Any]:
-    code, out = _solve(tmp_path, doc, "--json", *extra)
-    assert code == 1, out
-    inf = json.loads(out)["infeasibility"]
-    assert isinstance(inf, dict)
-    return inf
+from conftest import SMALL_SERVING, assert_not_dangling, example, infeasibility_of, solve_doc
 
 
 def _with_workload(doc: dict[str, Any], **update: Any) -> dict[str, Any]:
     return {**doc, "workloads": [{**doc["workloads"][0], **update}]}
 
 
-def _not_dangling(text: str) -> None:
-    assert text.strip(), "empty explanation"
-    assert not text.rstrip().endswith(":"), text
-
-
 def test_a_1ms_p95_latency_gets_the_least_target_that_works_not_a_dangling_colon(tmp_path: Path) -> None:
-    inf = _infeasibility(tmp_path, SMALL_SERVING)
-    _not_dangling(inf["text"])
+    inf = infeasibility_of(tmp_path, SMALL_SERVING)
+    assert_not_dangling(inf["text"])
     (lat,) = [r for r in inf["relaxations"] if r["family"] == "latency"]
     assert lat["restores_feasibility"], lat
     m = re.fullmatch(r"assistant: p95_latency >= ([0-9.]+)s", lat["change"])
@@ -75,19 +29,19 @@ def test_a_1ms_p95_latency_gets_the_least_target_that_works_not_a_dangling_colon
     assert m.group(1) in inf["text"]
     target = float(m.group(1))
     # The change works as stated...
-    code, out = _solve(tmp_path, _with_workload(SMALL_SERVING, p95_latency=f"{target}s"), "--json")
+    code, out = solve_doc(tmp_path, _with_workload(SMALL_SERVING, p95_latency=f"{target}s"), "--json")
     assert code == 0, out
     # ... and it is the least one, within the bisection's few percent.
-    code, _ = _solve(tmp_path, _with_workload(SMALL_SERVING, p95_latency=f"{target / 1.1:.4f}s"), "--json")
+    code, _ = solve_doc(tmp_path, _with_workload(SMALL_SERVING, p95_latency=f"{target / 1.1:.4f}s"), "--json")
     assert code == 1
 
 
 def test_the_table_and_markdown_show_the_latency_relaxation(tmp_path: Path) -> None:
-    code, out = _solve(tmp_path, SMALL_SERVING)
+    code, out = solve_doc(tmp_path, SMALL_SERVING)
     assert code == 1
     assert "assistant: p95_latency >= " in out
     assert "64x" not in out
-    code, out = _solve(tmp_path, SMALL_SERVING, "--markdown")
+    code, out = solve_doc(tmp_path, SMALL_SERVING, "--markdown")
     assert code == 1
     assert "assistant: p95_latency >= " in out
 
@@ -111,13 +65,13 @@ def test_an_unreachable_ttft_relaxes_the_ttft_only(tmp_path: Path) -> None:
         "budget": {"horizon": 36},
         "deployment": "either",
     }
-    inf = _infeasibility(tmp_path, doc)
-    _not_dangling(inf["text"])
+    inf = infeasibility_of(tmp_path, doc)
+    assert_not_dangling(inf["text"])
     (lat,) = [r for r in inf["relaxations"] if r["family"] == "latency"]
     assert lat["restores_feasibility"], lat
     m = re.fullmatch(r"chat: p95_ttft >= ([0-9.]+)s", lat["change"])
     assert m, lat["change"]
-    code, out = _solve(tmp_path, _with_workload(doc, p95_ttft=f"{m.group(1)}s"), "--json")
+    code, out = solve_doc(tmp_path, _with_workload(doc, p95_ttft=f"{m.group(1)}s"), "--json")
     assert code == 0, out
 
 
@@ -132,7 +86,7 @@ def test_the_retargeted_table_is_the_table_of_the_retargeted_requirement() -> No
     from clusterplan.requirement_loader import load_requirement
 
     catalog = load_catalog()
-    resolved = load_requirement(EXAMPLES / "13b-train-then-serve.yaml", catalog)
+    resolved = load_requirement(example("13b-train-then-serve"), catalog)
     req = resolved.requirement
     doc = req.model_copy(
         update={"workloads": [*req.workloads, req.workloads[1].model_copy(update={"name": "second", "p95_ttft": 2.0})]}
@@ -155,18 +109,18 @@ def test_two_unreachable_targets_each_move_only_as_far_as_they_must(tmp_path: Pa
     """5 ms end to end and 1 ms per token: both must move, but the TPOT target no longer moves by the
     end-to-end target's factor (to 0.2 s a token, looser than the new end-to-end target implies)."""
     doc = _with_workload(SMALL_SERVING, p95_latency="5ms", p95_tpot="1ms")
-    inf = _infeasibility(tmp_path, doc)
-    _not_dangling(inf["text"])
+    inf = infeasibility_of(tmp_path, doc)
+    assert_not_dangling(inf["text"])
     (lat,) = [r for r in inf["relaxations"] if r["family"] == "latency"]
     m = re.fullmatch(r"assistant: p95_latency >= ([0-9.]+)s; assistant: p95_tpot >= ([0-9.]+)s", lat["change"])
     assert m and lat["restores_feasibility"], lat
     e2e, tpot = float(m.group(1)), float(m.group(2))
     # The common factor alone gave 1 ms x (e2e / 5 ms), about 0.2 s a token.
     assert tpot < 0.05 * (e2e / 1.1)
-    code, out = _solve(tmp_path, _with_workload(doc, p95_latency=f"{e2e}s", p95_tpot=f"{tpot}s"), "--json")
+    code, out = solve_doc(tmp_path, _with_workload(doc, p95_latency=f"{e2e}s", p95_tpot=f"{tpot}s"), "--json")
     assert code == 0, out
     # Neither can be tightened by 10% with the other as stated: the change is minimal.
     for tighter in ({"p95_latency": f"{e2e / 1.1:.4f}s", "p95_tpot": f"{tpot}s"},
                     {"p95_latency": f"{e2e}s", "p95_tpot": f"{tpot / 1.1:.5f}s"}):  # fmt: skip
-        code, _ = _solve(tmp_path, _with_workload(doc, **tighter), "--json")
+        code, _ = solve_doc(tmp_path, _with_workload(doc, **tighter), "--json")
         assert code == 1, tighter

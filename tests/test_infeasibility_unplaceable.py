@@ -8,14 +8,12 @@ requirement rules out could run the workload, and what rules it out.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from clusterplan.candidates import (
     AVAILABILITY,
@@ -25,53 +23,10 @@ from clusterplan.candidates import (
     GpuType,
     Limits,
     Offering,
-    ServingRow,
-    ServingTargets,
-    WorkloadCandidates,
 )
-from clusterplan.cli import app
 from clusterplan.planner.infeasibility import unplaceable_workloads
 from clusterplan.planner.pipeline import PlanOptions, plan_table
-
-runner = CliRunner()
-
-
-def _solve(tmp_path: Path, doc: dict[str, Any], *extra: str, name: str = "req.yaml") -> tuple[int, str]:
-    f = tmp_path / name
-    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    result = runner.invoke(app, ["solve", str(f), *extra])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout
-
-
-def _infeasibility(tmp_path: Path, doc: dict[str, Any], *extra: str) -> dict[str, Any]:
-    code, out = _solve(tmp_path, doc, "--json", *extra)
-    assert code == 1, out
-    inf = json.loads(out)["infeasibility"]
-    assert isinstance(inf, dict)
-    return inf
-
-
-def _not_dangling(text: str) -> None:
-    assert text.strip(), "empty explanation"
-    assert not text.rstrip().endswith(":"), text
-
-
-def _serving(rows: tuple[ServingRow, ...], exclusions: tuple[Exclusion, ...] = ()) -> WorkloadCandidates:
-    return WorkloadCandidates(
-        index=0,
-        name="svc",
-        kind="serving",
-        rows=rows,
-        exclusions=exclusions,
-        model_name="M",
-        demand_rps=2.0,
-        average_rps=2.0,
-        input_tokens=100,
-        output_tokens=100,
-        targets=ServingTargets(),
-    )
+from conftest import assert_not_dangling, infeasibility_of, serving_workload, solve_doc
 
 
 def _unplaceable_table(limits: Limits, offerings: tuple[Offering, ...]) -> CandidateTable:
@@ -85,7 +40,7 @@ def _unplaceable_table(limits: Limits, offerings: tuple[Offering, ...]) -> Candi
         Exclusion("mid", MEMORY, "does not fit in memory: M needs 211 GiB per GPU; Mid 80GB has 80 GiB"),
         Exclusion("big", AVAILABILITY, "Big 500GB: no cloud instance in the allowed clouds and regions, and no purchase price in the catalog"),
     )  # fmt: skip
-    return CandidateTable(workloads=(_serving((), excl),), gpus=gpus, offerings=offerings, limits=limits)
+    return CandidateTable(workloads=(serving_workload((), excl),), gpus=gpus, offerings=offerings, limits=limits)
 
 
 def _offer(gid: str, kind: str, fb: tuple[tuple[str, str], ...] = ()) -> Offering:
@@ -112,13 +67,13 @@ def test_no_gpu_can_run_ignores_gpus_the_deployment_rules_out() -> None:
     assert "Mid 80GB" not in msg
     plan = plan_table(t, PlanOptions(top=1))
     assert plan.infeasibility is not None and plan.infeasibility.unplaceable == [msg]
-    _not_dangling(plan.infeasibility.text)
+    assert_not_dangling(plan.infeasibility.text)
 
 
 def test_no_gpu_can_run_without_restrictions_keeps_the_plain_sentence() -> None:
     t = _unplaceable_table(Limits(), (_offer("small", "owned"), _offer("mid", "owned")))
     t = CandidateTable(
-        workloads=(_serving((), tuple(e for e in t.workloads[0].exclusions if e.gpu_id != "big")),),
+        workloads=(serving_workload((), tuple(e for e in t.workloads[0].exclusions if e.gpu_id != "big")),),
         gpus={g: t.gpus[g] for g in ("small", "mid")},
         offerings=t.offerings,
         limits=t.limits,
@@ -195,9 +150,9 @@ def test_no_gpu_can_run_a_giant_model_names_only_allowed_gpus_cli(tmp_path: Path
         cat["gpus"] = [_big_gpu_row()]
     cat_file = tmp_path / "cat.yaml"
     cat_file.write_text(yaml.safe_dump(cat, sort_keys=False), encoding="utf-8")
-    inf = _infeasibility(tmp_path, GIANT, "--catalog", str(cat_file))
+    inf = infeasibility_of(tmp_path, GIANT, "--catalog", str(cat_file))
     (msg,) = inf["unplaceable"]
-    _not_dangling(inf["text"])
+    assert_not_dangling(inf["text"])
     # Only the two allowed GPUs are reasoned about.
     names = set(re.findall(r"(A10 24GB|A100 SXM4 40GB|B200|H200|MI3\d\dX|L40S|RTX)", msg))
     assert names == set(), msg
@@ -207,5 +162,5 @@ def test_no_gpu_can_run_a_giant_model_names_only_allowed_gpus_cli(tmp_path: Path
         assert "big-g1" in msg and "not in constraints.allowed_gpus" in msg
     else:
         assert "no other GPU" in msg
-    code, out = _solve(tmp_path, GIANT, "--catalog", str(cat_file))
+    code, out = solve_doc(tmp_path, GIANT, "--catalog", str(cat_file))
     assert code == 1 and "a100-80gb, h100-sxm" in out

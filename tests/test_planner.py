@@ -11,11 +11,6 @@ from clusterplan.candidates import (
     DEADLINE,
     TP_NVLINK,
     CandidateTable,
-    GpuType,
-    Limits,
-    Offering,
-    ServingRow,
-    ServingTargets,
     TrainingRow,
     WorkloadCandidates,
 )
@@ -26,82 +21,7 @@ from clusterplan.planner.pipeline import PlanOptions, plan_table
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.synthetic import synthetic_table
-
-GPU_A = GpuType(id="a", name="A", tdp_w=700, nvlink_domain=8, price_usd=20000)
-GPU_P = GpuType(id="p", name="P", tdp_w=300, nvlink_domain=1, price_usd=5000)
-
-
-def cloud(gid: str, k: int, price: float, domain: int | None = None) -> Offering:
-    return Offering(
-        key=f"cloud:{gid}:{k}",
-        kind="cloud",
-        gpu_id=gid,
-        gpus_per_unit=k,
-        tp_domain=domain if domain is not None else k,
-        usd_per_hour=price,
-        provider="t",
-        instance_id=f"{gid}x{k}",
-    )
-
-
-def owned(gid: str, s: int, capital: float, power: float = 1000.0, inv: int = 0, domain: int | None = None) -> Offering:
-    return Offering(
-        key=f"owned:{gid}:{s}",
-        kind="owned",
-        gpu_id=gid,
-        gpus_per_unit=s,
-        tp_domain=domain if domain is not None else s,
-        capital_usd=capital,
-        power_w=power,
-        energy_usd_per_month=power / 1000 * 0.1 * 730,
-        inventory_units=inv,
-    )
-
-
-def srow(
-    gid: str,
-    tp: int,
-    rate: float,
-    nolat: float | None = None,
-    quant: str = "bf16",
-    forbidden: tuple[tuple[str, str], ...] = (),
-) -> ServingRow:
-    return ServingRow(
-        gpu_id=gid,
-        tp=tp,
-        pp=1,
-        quant=quant,
-        batch=16,
-        rate_rps=rate,
-        rate_nolat_rps=nolat if nolat is not None else rate,
-        p95_e2e_s=1.0,
-        memory_gib=10,
-        capacity_gib=80,
-        forbidden_by=forbidden,
-    )
-
-
-def serving(
-    rows: list[ServingRow], demand: float, *, k: int = 0, mixed: bool = False, idx: int = 0, targets: bool = True
-) -> WorkloadCandidates:
-    return WorkloadCandidates(
-        index=idx,
-        name=f"s{idx}",
-        kind="serving",
-        rows=tuple(rows),
-        demand_rps=demand,
-        average_rps=demand,
-        output_tokens=100,
-        targets=ServingTargets(p95_latency_s=5.0) if targets else ServingTargets(),
-        redundancy=k,
-        allow_mixed=mixed,
-    )
-
-
-def table(workloads: list[WorkloadCandidates], offerings: list[Offering], **limits: object) -> CandidateTable:
-    return CandidateTable(
-        workloads=tuple(workloads), gpus={"a": GPU_A, "p": GPU_P}, offerings=tuple(offerings), limits=Limits(**limits)
-    )  # type: ignore[arg-type]
+from conftest import cloud, owned, serving, srow, table
 
 
 def best(t: CandidateTable):  # type: ignore[no-untyped-def]
@@ -130,7 +50,7 @@ def test_tp_groups_stay_inside_an_nvlink_domain() -> None:
     # Without the tp_nvlink family four 1-GPU instances would do.
     p = Planner(t)
     out = p.solve(on=[f for f in p.families if f != "tp_nvlink"])
-    assert dict(out.solution.instances) == {"cloud:a:1": 4}
+    assert out.solution is not None and dict(out.solution.instances) == {"cloud:a:1": 4}
 
 
 def test_rows_forbidden_by_a_family_need_it_switched_off() -> None:
@@ -143,7 +63,7 @@ def test_rows_forbidden_by_a_family_need_it_switched_off() -> None:
     assert {a.row for a in r.designs[0].solution.serving} == {1}
     p = Planner(t)
     relaxed = p.solve(on=[])
-    assert {a.row for a in relaxed.solution.serving} == {0}
+    assert relaxed.solution is not None and {a.row for a in relaxed.solution.serving} == {0}
 
 
 def test_redundancy_adds_the_largest_replica() -> None:
@@ -162,14 +82,20 @@ def test_latency_rate_binds_before_throughput_rate() -> None:
 
 def test_one_shape_unless_mixed() -> None:
     rows = [srow("a", 1, rate=10.0), srow("p", 1, rate=3.0)]
-    offers = [cloud("a", 1, 10.0), cloud("p", 1, 2.5)]
-    # demand 13: one shape -> 2 x a ($20/h) or 5 x p ($12.5/h); mixed -> 1 a + 1 p ($12.5/h) ties, 1a+1p=13
+    offers = [cloud("a", 1, 8.0), cloud("p", 1, 2.5)]
+    # Demand 13 req/s. One shape: 2 x a = $16/h or 5 x p = $12.50/h (ceil(13 / 3) = 5).
+    # Mixed: 1 a + 1 p = 13 req/s for $10.50/h, strictly cheaper than either single shape.
     single = table([serving(rows, demand=13.0)], offers, horizon_months=1)
     mixed = table([serving(rows, demand=13.0, mixed=True)], offers, horizon_months=1)
     _, r1 = best(single)
     _, r2 = best(mixed)
-    assert len({a.row for a in r1.designs[0].solution.serving}) == 1
-    assert r2.designs[0].solution.total_cents <= r1.designs[0].solution.total_cents
+    one = r1.designs[0].solution
+    assert {(a.row, a.replicas) for a in one.serving} == {(1, 5)}
+    assert one.total_cents == round(12.5 * 730 * 100)
+    mix = r2.designs[0].solution
+    assert {(a.row, a.replicas) for a in mix.serving} == {(0, 1), (1, 1)}  # two shapes, one replica each
+    assert dict(mix.instances) == {"cloud:a:1": 1, "cloud:p:1": 1}
+    assert mix.total_cents == round(10.5 * 730 * 100) < one.total_cents
 
 
 def test_owned_servers_shared_when_sequential_summed_when_concurrent() -> None:
@@ -295,19 +221,62 @@ def test_allowed_gpus_family() -> None:
 def test_top_k_designs_are_distinct_and_ordered() -> None:
     t = synthetic_table(gpu_types=4, serving=1, seed=3)
     p = Planner(t)
-    r = rank_designs(p, top=5)
-    sigs = [tuple(report.signature(t, d.solution)) for d in r.designs]
+    sols = [d.solution for d in rank_designs(p, top=5).designs if d.solution is not None]
+    assert len(sols) == 5
+    sigs = [tuple(report.signature(t, s)) for s in sols]
     assert len(set(sigs)) == len(sigs)
-    totals = [d.solution.total_cents for d in r.designs]
+    totals = [s.total_cents for s in sols]
     assert totals == sorted(totals)
 
 
-def test_tiebreak_prefers_fewer_gpus_at_equal_cost() -> None:
-    # Same cost: 2 GPUs of one row or 1 GPU of a faster row at the same price per instance.
-    rows = [srow("a", 1, rate=1.0), srow("a", 2, rate=2.0)]
-    t = table([serving(rows, demand=2.0, mixed=True)], [owned("a", 2, capital=1000.0)], deployment="owned")
-    _, r = best(t)
-    assert r.designs[0].solution.gpus_in_use == 2
+# Two ways to serve 4 req/s for $4/h each; the first needs fewer GPUs. Listed in both orders: which of
+# two equal-cost optima CP-SAT meets first depends on the order, the tie-break must not.
+TIES = {
+    # 2 "a" GPUs at $2/h taking 2 req/s each, or 4 "p" GPUs at $1/h taking 1 req/s each.
+    "faster-gpu": (
+        [srow("a", 1, rate=2.0), srow("p", 1, rate=1.0)],
+        [cloud("a", 1, 2.0), cloud("p", 1, 1.0)],
+        {"cloud:a:1": 2},
+        {"cloud:p:1": 4},
+    ),
+    # Four TP1 replicas on a 4-GPU instance, or on an 8-GPU instance at the same $4/h.
+    "smaller-instance": (
+        [srow("a", 1, rate=1.0)],
+        [cloud("a", 4, 4.0), cloud("a", 8, 4.0)],
+        {"cloud:a:4": 1},
+        {"cloud:a:8": 1},
+    ),
+}
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["listed", "reversed"])
+@pytest.mark.parametrize("case", sorted(TIES))
+def test_tiebreak_prefers_fewer_gpus_at_equal_cost(case: str, reverse: bool) -> None:
+    rows, offers, fewer, more = TIES[case]
+    if reverse:
+        rows, offers = rows[::-1], offers[::-1]
+    got = best(table([serving(rows, demand=4.0)], offers, horizon_months=1))[1].designs[0].solution
+    assert dict(got.instances) == fewer
+    assert got.total_cents == round(4.0 * 730 * 100)
+    # The other design really ties: alone on the table, it costs the same with more GPUs.
+    (other,) = (o for o in offers if o.key in more)
+    alone = best(table([serving(rows, demand=4.0)], [other], horizon_months=1))[1].designs[0].solution
+    assert dict(alone.instances) == more
+    assert alone.total_cents == got.total_cents and alone.gpus_in_use > got.gpus_in_use
+
+
+@pytest.mark.parametrize("p_first", [True, False], ids=["p-row-first", "a-row-first"])
+def test_tiebreak_then_prefers_more_headroom(p_first: bool) -> None:
+    # Demand 2 req/s, one GPU at $1/h either way: "a" takes 2 req/s (no headroom), "p" takes 3 (50%).
+    rows = [srow("p", 1, rate=3.0), srow("a", 1, rate=2.0)]
+    if not p_first:
+        rows.reverse()
+    t = table([serving(rows, demand=2.0)], [cloud("a", 1, 1.0), cloud("p", 1, 1.0)], horizon_months=1)
+    r = rank_designs(Planner(t), top=2)
+    first, second = (d.solution for d in r.designs if d.solution is not None)
+    assert dict(first.instances) == {"cloud:p:1": 1}
+    assert dict(second.instances) == {"cloud:a:1": 1}
+    assert first.total_cents == second.total_cents and first.gpus_in_use == second.gpus_in_use == 1
 
 
 def test_every_family_module_has_a_sentence_and_unique_id() -> None:
@@ -324,8 +293,27 @@ def test_plan_table_end_to_end_on_a_synthetic_table() -> None:
     assert plan.status == "optimal"
     assert plan.designs and plan.explanation is not None
     assert plan.designs[0].costs.total_usd <= plan.designs[-1].costs.total_usd
-    built = build(t)
-    assert built.relaxable == [f.id for f in built.families if f.relaxable]
+
+
+def test_relaxable_families_are_the_stated_ones_less_memory() -> None:
+    # Stated by this table: serving (throughput), N+1 (redundancy), cloud only (deployment), a GPU cap
+    # and a total budget. No latency target, no tensor parallelism: latency and tp_nvlink are silent.
+    quiet = table(
+        [serving([srow("a", 1, rate=1.0)], demand=2.0, k=1, targets=False)],
+        [cloud("a", 1, 1.0)],
+        deployment="cloud",
+        max_gpus=8,
+        budget_total_usd=1e6,
+    )
+    built = build(quiet)
+    assert [f.id for f in built.families] == [
+        "memory", "throughput", "redundancy", "deployment", "max_gpus", "budget_total",
+    ]  # fmt: skip
+    assert built.relaxable == ["throughput", "redundancy", "deployment", "max_gpus", "budget_total"]
+    assert Planner(quiet).families == built.relaxable
+    # A p95 target and a TP2 row add latency and tp_nvlink; memory is never relaxable.
+    loud = table([serving([srow("a", 2, rate=1.0)], demand=2.0)], [cloud("a", 2, 1.0)])
+    assert build(loud).relaxable == ["throughput", "latency", "tp_nvlink"]
 
 
 def test_time_limit_never_reports_infeasible() -> None:

@@ -16,9 +16,9 @@ from clusterplan.cli import app
 from clusterplan.planner.pipeline import PlanOptions, plan_requirement
 from clusterplan.render.fmt import usd
 from clusterplan.requirement_loader import load_requirement
+from conftest import example
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVING_70B = ROOT / "examples" / "requirements" / "70b-serving.yaml"
+SERVING_70B = example("70b-serving")
 runner = CliRunner()
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}

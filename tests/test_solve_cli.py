@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from clusterplan.cli import app
+from conftest import example
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "requirements" / "70b-serving.yaml"
+EXAMPLE = example("70b-serving")
 
 runner = CliRunner()
 

@@ -6,11 +6,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from clusterplan.plan import Plan, plan_schema_text
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def test_checked_in_schema_is_current() -> None:

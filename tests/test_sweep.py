@@ -15,16 +15,14 @@ from typer.testing import CliRunner
 
 from clusterplan.catalog import load_catalog
 from clusterplan.cli import app
-from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_table
+from clusterplan.planner.pipeline import PlanOptions, plan_table
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.points import PointOutcome, load_base
-from clusterplan.requirement_loader import load_requirement
 from clusterplan.sweep import grid, row_of
 from clusterplan.vary import make_axis
+from conftest import example, plan_file
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples" / "requirements"
-SERVING_70B = EXAMPLES / "70b-serving.yaml"
+SERVING_70B = example("70b-serving")
 runner = CliRunner()
 
 # 0.2 s cannot be met (infeasible), 3 s and 8 s can; 9k input tokens exceed max_context 8k (invalid).
@@ -48,20 +46,18 @@ def _plan_at(tmp_path: Path, p95_s: float) -> Any:
     doc["workloads"][0]["p95_latency"] = f"{p95_s}s"
     f = tmp_path / f"p95-{p95_s}.yaml"
     f.write_text(yaml.safe_dump(doc))
-    cat = load_catalog()
-    return plan_requirement(load_requirement(f, cat), cat, PlanOptions(top=1, explain=True))
+    return plan_file(f, load_catalog())
 
 
 def test_sweep_rows_agree_with_individual_plans(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:
     rows = sweep_one_job["rows"]
-    assert [r["values"][0] for r in rows] == [0.2, 3.0, 8.0]
-    for row in rows:
+    assert [(r["values"][0], r["status"]) for r in rows] == [(0.2, "infeasible"), (3.0, "optimal"), (8.0, "optimal")]
+    infeasible, *feasible = rows
+    plan = _plan_at(tmp_path, 0.2)
+    assert plan.status == "infeasible" and not plan.designs and plan.infeasibility is not None
+    assert infeasible["binding"] == [f.title for f in plan.infeasibility.conflict] != []
+    for row in feasible:
         plan = _plan_at(tmp_path, row["values"][0])
-        if not plan.designs:
-            assert row["status"] == "infeasible" and plan.status == "infeasible"
-            assert plan.infeasibility is not None
-            assert row["binding"] == [f.title for f in plan.infeasibility.conflict]
-            continue
         expected = row_of(PointOutcome(index=row["index"], values=row["values"], status=plan.status,
                                        design=plan.designs[0]), "min_cost")  # fmt: skip
         assert row["status"] == plan.status
@@ -105,9 +101,13 @@ def test_sweep_table_marks_switches_and_feasibility(sweep_one_job: dict[str, Any
     rows = sweep_one_job["rows"]
     assert rows[0]["status"] == "infeasible" and rows[1]["change"] == "feasible from here"
     assert any("feasible from p95_latency = 3 s" in n for n in sweep_one_job["notes"])
-    if rows[1]["shape"] != rows[2]["shape"]:
-        assert rows[2]["switch"] and rows[2]["change"].endswith(rows[2]["shape"])
     assert "- feasible from p95_latency = 3 s" in sweep_one_job["_stdout"]
+    # From 3 s to 8 s the optimum changes shape: the row says so, and so does a note.
+    assert not rows[1]["switch"]
+    one, other = rows[1]["shape"], rows[2]["shape"]
+    assert one and other and one != other
+    assert rows[2]["switch"] and rows[2]["change"] == f"{one} → {other}"
+    assert f"the optimal design switches at p95_latency = 8 s: {one} → {other}" in sweep_one_job["notes"]
 
 
 def test_invalid_point_is_a_row_not_a_failure(tmp_path: Path) -> None:

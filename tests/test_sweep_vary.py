@@ -3,7 +3,6 @@ field's units, catalog overrides load and keep their provenance."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,16 +10,15 @@ import pytest
 from clusterplan.catalog import load_catalog_text
 from clusterplan.points import load_base
 from clusterplan.vary import SweepError, catalog_override, parse_spec, resolve_field
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "requirements"
+from conftest import example
 
 
 def test_aliases_follow_the_file(catalog: Any) -> None:
-    base, _ = load_base(EXAMPLES / "7b-chat-serving.yaml")
+    base, _ = load_base(example("7b-chat-serving"))
     assert resolve_field("budget", base.data, catalog).path == "budget.monthly"  # the field the file sets
     assert resolve_field("demand", base.data, catalog).path == "workloads[0].tokens_per_sec"
     assert resolve_field("demand", base.data, catalog).unit == "tokens/s"
-    train, _ = load_base(EXAMPLES / "13b-train-then-serve.yaml")
+    train, _ = load_base(example("13b-train-then-serve"))
     assert resolve_field("deadline", train.data, catalog).path == "workloads[0].deadline"
     assert resolve_field("demand", train.data, catalog).path == "workloads[1].requests_per_min"
     assert resolve_field("budget", train.data, catalog).path == "budget.capital"
