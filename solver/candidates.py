@@ -622,7 +622,7 @@ def _kv_default(quant: str, w: ServingWorkload, half: str) -> str:
     return "fp8" if quant == "fp8" else half
 
 
-def _forbidden_for(gpu: GpuType, limits: Limits, *, tp: int, quant: str | None) -> list[tuple[str, str]]:
+def forbidden_for(gpu: GpuType, limits: Limits, *, tp: int, quant: str | None) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if limits.allowed_gpus is not None and gpu.id not in limits.allowed_gpus:
         out.append((ALLOWED_GPUS, f"{gpu.name}: not in constraints.allowed_gpus (or excluded)"))
@@ -652,7 +652,7 @@ def _batch_ladder(max_batch: int) -> list[int]:
     return sorted(set(out))
 
 
-def _hard(reasons: Sequence[Reason]) -> list[Reason]:
+def hard_reasons(reasons: Sequence[Reason]) -> list[Reason]:
     """Reasons no constraint family can waive: all but the link ones (``tp_nvlink`` decides those)."""
     return without(reasons, ReasonCategory.LINK)
 
@@ -715,7 +715,7 @@ def serving_candidates(
             quant = half if quant_choice == "bf16" else quant_choice
             kv = _kv_default(quant, w, half)
             considered += 1
-            hard = _hard(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
+            hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
             if hard:
                 excl.append(excluded(gid, hard[0]))
                 continue
@@ -723,11 +723,11 @@ def serving_candidates(
             max_batch = evaluate.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
             if max_batch < 1:
                 est = evaluate.serving_estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
-                reasons = _hard(est.why_not)
+                reasons = hard_reasons(est.why_not)
                 fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
                 excl.append(excluded(gid, reasons[0] if reasons else fallback))
                 continue
-            forbidden = tuple(_forbidden_for(g, limits, tp=tp, quant=quant))
+            forbidden = tuple(forbidden_for(g, limits, tp=tp, quant=quant))
             # The largest batch that fits is the operating point: a larger concurrency cap never
             # lowers the rate a replica takes within its targets (the running batch follows the
             # load; the cap only adds room), so it dominates smaller batches for cost. The
@@ -859,7 +859,7 @@ def training_candidates(
         for tp in TP_DEGREES:
             for pp in TRAINING_PP:
                 zero_stages = evaluate.zero_stages_for(pp, method)
-                hard = _hard(
+                hard = hard_reasons(
                     rules.training_rule_reasons(
                         arch, spec, tp=tp, pp=pp, dp=1, zero_stage=0, precision=w.precision, method=method
                     )
@@ -868,7 +868,7 @@ def training_candidates(
                 if hard:
                     excl.append(excluded(gid, hard[0]))
                     continue
-                forbidden = _forbidden_for(g, limits, tp=tp, quant=None)
+                forbidden = forbidden_for(g, limits, tp=tp, quant=None)
                 max_dp = max(1, min(MAX_TRAINING_GPUS // (tp * pp), seqs_per_step))
                 beyond_deadline = 0  # layouts evaluated after the first that meets the deadline
                 for dp in _dp_ladder(max_dp):
