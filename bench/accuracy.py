@@ -31,13 +31,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from clusterplan.catalog import Catalog, load_catalog
-from clusterplan.catalog_schema import GpuClass, GpuSpec, ModelArchitecture
+from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, ENGINES, Assumptions
 from clusterplan.physics.serving import decode_step_s
 from clusterplan.physics.types import ServingEstimate
-from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
+from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

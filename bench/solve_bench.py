@@ -36,10 +36,10 @@ def _median(xs: list[float]) -> float:
 
 
 def bench_examples(repeats: int) -> list[dict[str, object]]:
-    from clusterplan.catalog import load_catalog
-    from clusterplan.planner.pipeline import PlanOptions, Timings, plan_requirement
+    from clusterplan.catalog.load import load_catalog
+    from clusterplan.pipeline import PlanOptions, Timings, plan_requirement
     from clusterplan.planner.solve import Planner
-    from clusterplan.requirement_loader import load_requirement
+    from clusterplan.requirement.load import load_requirement
 
     catalog = load_catalog()
     rows = []

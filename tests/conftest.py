@@ -18,7 +18,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from clusterplan.candidates import (
+from clusterplan.candidates.table import (
     CandidateTable,
     Exclusion,
     GpuType,
@@ -30,7 +30,7 @@ from clusterplan.candidates import (
 )
 
 if TYPE_CHECKING:
-    from clusterplan.catalog import Catalog
+    from clusterplan.catalog.load import Catalog
     from clusterplan.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def example(stem: str) -> Path:
 
 @pytest.fixture(scope="session")
 def catalog() -> Catalog:
-    from clusterplan.catalog import load_catalog
+    from clusterplan.catalog.load import load_catalog
 
     return load_catalog()
 
@@ -62,8 +62,8 @@ def catalog() -> Catalog:
 
 def plan_file(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | Literal["binding"] = True) -> Plan:
     """Load a requirement file against ``catalog`` and plan it, as ``clusterplan solve`` does."""
-    from clusterplan.planner.pipeline import PlanOptions, plan_requirement
-    from clusterplan.requirement_loader import load_requirement
+    from clusterplan.pipeline import PlanOptions, plan_requirement
+    from clusterplan.requirement.load import load_requirement
 
     return plan_requirement(load_requirement(path, catalog), catalog, PlanOptions(top=top, explain=explain))
 

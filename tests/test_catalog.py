@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from clusterplan.catalog import Catalog, UnknownNameError, load_catalog
-from clusterplan.catalog_schema import OwnedFigure
+from clusterplan.catalog.load import Catalog, UnknownNameError, load_catalog
+from clusterplan.catalog.schema import OwnedFigure
 from clusterplan.errors import ClusterplanError
 from clusterplan.physics.params import active_params, total_params
 

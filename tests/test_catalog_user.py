@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from clusterplan.catalog import CatalogInputError, load_catalog, load_catalog_text
+from clusterplan.catalog.load import CatalogInputError, load_catalog, load_catalog_text
 from clusterplan.cli import app
 from clusterplan.errors import CatalogError, InputError
 from conftest import DATA

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from clusterplan.checker import Unit, check_design_on_table, check_plan, pack
+from clusterplan.design.check import Unit, check_design_on_table, check_plan, pack
+from clusterplan.explain import designs
+from clusterplan.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
-from clusterplan.planner import report
-from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.synthetic import synthetic_table
-from clusterplan.requirement_loader import ResolvedRequirement, load_requirement
+from clusterplan.requirement.load import ResolvedRequirement, load_requirement
 from conftest import EXAMPLES, cloud, serving, srow, table
 
 
@@ -101,7 +101,7 @@ def test_synthetic_designs_pass_the_table_checker(seed: int) -> None:
     t = synthetic_table(gpu_types=3, serving=2, training=1, seed=seed, mixed=seed % 2 == 1, redundancy=seed % 3)
     r = rank_designs(Planner(t), top=3)
     for out in r.designs:
-        d = report.design(t, out.solution, rank=1, checks=[])  # type: ignore[arg-type]
+        d = designs.design(t, out.solution, rank=1, checks=[])  # type: ignore[arg-type]
         assert check_design_on_table(d, t) == []
 
 

@@ -1,4 +1,4 @@
-"""``clusterplan frontier`` (:mod:`clusterplan.frontier`): Pareto marking, and no frontier point dominates another."""
+"""``clusterplan frontier`` (:mod:`clusterplan.whatif.frontier`): Pareto marking, and no frontier point dominates another."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from clusterplan.cli import app
-from clusterplan.frontier import pareto
+from clusterplan.whatif.frontier import pareto
 from conftest import example
 
 SERVING_70B = example("70b-serving")

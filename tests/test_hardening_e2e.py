@@ -2,7 +2,7 @@
 
 Every run of ``clusterplan solve FILE --catalog CAT --json`` must end in one of:
 
-* exit 0: a plan whose every design the independent checker (:mod:`clusterplan.checker`) confirms
+* exit 0: a plan whose every design the independent checker (:mod:`clusterplan.design.check`) confirms
   against the same requirement and catalog;
 * exit 1: an infeasibility explanation with a non-empty conflict or unplaceable list;
 * exit 2: a refusal located in the requirement or the user catalog (``file:line:col``), or the
@@ -30,11 +30,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from clusterplan.catalog import load_catalog
-from clusterplan.checker import Unit, check_plan, pack
+from clusterplan.catalog.load import load_catalog
 from clusterplan.cli import app
+from clusterplan.design.check import Unit, check_plan, pack
 from clusterplan.plan import Plan
-from clusterplan.requirement_loader import load_requirement
+from clusterplan.requirement.load import load_requirement
 
 EXAMPLES = int(os.environ.get("CLUSTERPLAN_FUZZ_EXAMPLES", "30"))
 TIME_LIMIT_S = 2.0  # per solve

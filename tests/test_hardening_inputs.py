@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from clusterplan.catalog import load_catalog
+from clusterplan.catalog.load import load_catalog
 from clusterplan.cli import app
 from clusterplan.errors import ClusterplanError
-from clusterplan.requirement_loader import load_requirement
-from clusterplan.yamlio import MAX_FILE_BYTES
+from clusterplan.inputs.yamlio import MAX_FILE_BYTES
+from clusterplan.requirement.load import load_requirement
 from conftest import DATA
 
 runner = CliRunner()

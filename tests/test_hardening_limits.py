@@ -21,15 +21,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from clusterplan.checker import check_design_on_table, check_plan
 from clusterplan.cli import app
 from clusterplan.commands.solve import time_limit_note
+from clusterplan.design.check import check_design_on_table, check_plan
 from clusterplan.errors import ClusterplanError
+from clusterplan.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.plan import Plan
-from clusterplan.planner.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.planner.solve import OutOfRange
 from clusterplan.planner.synthetic import synthetic_table
-from clusterplan.requirement_loader import load_requirement_text
+from clusterplan.requirement.load import load_requirement_text
 from conftest import example
 
 runner = CliRunner()
@@ -226,7 +226,7 @@ def test_the_time_limit_sentence_is_only_for_feasible(solved_70b: Plan) -> None:
 def test_cli_exit_codes_follow_the_status(
     solved_70b: Plan, status: str, code: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import clusterplan.planner.pipeline as pipeline
+    import clusterplan.pipeline as pipeline
 
     plan = _as_status(solved_70b, status, 0.125 if status == "feasible" else None)
     if status != "feasible":

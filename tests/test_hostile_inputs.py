@@ -16,9 +16,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterplan.catalog import load_catalog
+from clusterplan.catalog.load import load_catalog
 from clusterplan.errors import ClusterplanError, InputError
-from clusterplan.requirement_loader import load_requirement_text
+from clusterplan.requirement.load import load_requirement_text
 from conftest import EXAMPLES
 
 CATALOG = load_catalog()
@@ -86,7 +86,7 @@ def test_mutated_requirements_are_accepted_or_refused_with_a_location(doc: dict[
 @settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes_never_crash_the_loader(data: bytes) -> None:
-    from clusterplan.yamlio import parse_yaml_text
+    from clusterplan.inputs.yamlio import parse_yaml_text
 
     try:
         text = data.decode("utf-8")

@@ -16,21 +16,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from clusterplan.candidates import (
-    CandidateTable,
-    GpuType,
-    Limits,
-    Offering,
-    ServingRow,
-)
+from clusterplan.candidates.table import CandidateTable, GpuType, Limits, Offering, ServingRow
+from clusterplan.explain import infeasibility
+from clusterplan.explain.infeasibility import analyse
+from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.plan import Plan
-from clusterplan.planner import infeasibility
-from clusterplan.planner.constraints import family
-from clusterplan.planner.infeasibility import analyse
-from clusterplan.planner.pipeline import PlanOptions, plan_table
+from clusterplan.planner.families import family
 from clusterplan.planner.solve import Outcome, Planner
 from clusterplan.planner.status import SolveStatus
-from clusterplan.render import markdown, table
+from clusterplan.render import plan_markdown, table
 from conftest import SMALL_SERVING, assert_not_dangling, infeasibility_of, serving_workload, solve_doc
 
 GPUS = {"a": GpuType(id="a", name="A", tdp_w=500, nvlink_domain=8, price_usd=10000)}
@@ -69,7 +63,7 @@ def test_when_relaxing_the_conflict_alone_is_not_enough_the_other_conflict_is_na
     assert_not_dangling(report.text)
     assert other_title in report.text
     plan = plan_table(t, PlanOptions(top=1))
-    md = markdown.render(plan)
+    md = plan_markdown.render(plan)
     assert other_title in md and "not enough on its own" not in md
 
 
@@ -165,7 +159,7 @@ def test_no_rendering_ends_a_heading_with_nothing_under_it(tmp_path: Path) -> No
         for r in plan.infeasibility.relaxations:
             assert r.value is None or 0 < r.value < float("inf"), r
         assert_not_dangling(plan.infeasibility.text)
-        assert _dangling_headers(markdown.render(plan)) == []
+        assert _dangling_headers(plan_markdown.render(plan)) == []
         console = Console(record=True, width=200)
         table.render(plan, console)
         assert _dangling_headers(console.export_text()) == []

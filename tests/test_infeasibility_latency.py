@@ -80,10 +80,10 @@ def test_the_retargeted_table_is_the_table_of_the_retargeted_requirement() -> No
     exactly what preparing the whole changed requirement gives (training layouts included)."""
     from dataclasses import replace
 
-    from clusterplan.candidates import build_candidates
-    from clusterplan.catalog import load_catalog
-    from clusterplan.planner.pipeline import retargeter
-    from clusterplan.requirement_loader import load_requirement
+    from clusterplan.candidates.build import build_candidates
+    from clusterplan.catalog.load import load_catalog
+    from clusterplan.pipeline import retargeter
+    from clusterplan.requirement.load import load_requirement
 
     catalog = load_catalog()
     resolved = load_requirement(example("13b-train-then-serve"), catalog)

@@ -15,17 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterplan.candidates import (
-    AVAILABILITY,
-    MEMORY,
-    CandidateTable,
-    Exclusion,
-    GpuType,
-    Limits,
-    Offering,
-)
-from clusterplan.planner.infeasibility import unplaceable_workloads
-from clusterplan.planner.pipeline import PlanOptions, plan_table
+from clusterplan.candidates.table import AVAILABILITY, MEMORY, CandidateTable, Exclusion, GpuType, Limits, Offering
+from clusterplan.explain.infeasibility import unplaceable_workloads
+from clusterplan.pipeline import PlanOptions, plan_table
 from conftest import assert_not_dangling, infeasibility_of, serving_workload, solve_doc
 
 
@@ -123,7 +115,7 @@ GIANT: dict[str, Any] = {
 
 
 def _big_gpu_row() -> dict[str, Any]:
-    from clusterplan.catalog import load_catalog
+    from clusterplan.catalog.load import load_catalog
 
     row = load_catalog().gpu("h200").model_dump(mode="json", exclude_none=True)
     row.update(

@@ -40,8 +40,8 @@ class Mismatches:
 
 
 def _plan(path: Path, catalog: Any) -> tuple[Any, Any]:
-    from clusterplan.planner.pipeline import PlanOptions, plan_requirement
-    from clusterplan.requirement_loader import load_requirement
+    from clusterplan.pipeline import PlanOptions, plan_requirement
+    from clusterplan.requirement.load import load_requirement
 
     resolved = load_requirement(path, catalog)
     plan = plan_requirement(resolved, catalog, PlanOptions(top=1, explain=False))
@@ -50,8 +50,8 @@ def _plan(path: Path, catalog: Any) -> tuple[Any, Any]:
 
 
 def _estimate(resolved: Any, catalog: Any, **pins: Any) -> Any:
-    from clusterplan.estimate import estimate_requirement
-    from clusterplan.requirement import PinnedConfig
+    from clusterplan.design.estimate import estimate_requirement
+    from clusterplan.requirement.schema import PinnedConfig
 
     return estimate_requirement(resolved.requirement, list(resolved.models), catalog, PinnedConfig(**pins))
 

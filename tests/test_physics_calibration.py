@@ -15,7 +15,7 @@ import pytest
 from clusterplan.physics import comm, memory, params, serving
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.training import TRAINING_LOGIT_BYTES, estimate_training
-from clusterplan.requirement import FinetuneWorkload
+from clusterplan.requirement.schema import FinetuneWorkload
 from test_physics_fixtures import H100, L40S, LLAMA2_70B, LLAMA31_8B, RTX4090
 
 NVLINK = comm.Link("nvlink", 450, 8e-6)  # H100: 900 GB/s bidirectional, one direction per ring

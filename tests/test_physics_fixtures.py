@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusterplan.catalog_schema import DenseThroughput, GpuSpec, ModelArchitecture
+from clusterplan.catalog.schema import DenseThroughput, GpuSpec, ModelArchitecture
 
 _PROV: dict[str, Any] = {"source": "test", "as_of": "2026-11"}
 

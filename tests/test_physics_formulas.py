@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from clusterplan.catalog_schema import ModelArchitecture
+from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.physics import comm, memory, rules, serving, training
 from clusterplan.physics.factors import Assumptions
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_70B, RTX4090, T4

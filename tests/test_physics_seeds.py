@@ -12,7 +12,7 @@ from clusterplan.physics import cost, memory
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.serving import estimate_serving, single_stream_tokens_per_s
 from clusterplan.physics.training import estimate_training
-from clusterplan.requirement import TrainingWorkload
+from clusterplan.requirement.schema import TrainingWorkload
 from clusterplan.units import BYTES_PER_GB, bytes_to_gib
 from test_physics_fixtures import A100, H100, LLAMA2_7B, LLAMA2_13B, LLAMA2_70B, RTX4090
 

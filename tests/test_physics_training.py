@@ -8,7 +8,7 @@ from clusterplan.physics import memory
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.training import estimate_training, model_flops_per_token
 from clusterplan.physics.types import TrainingEstimate
-from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
+from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA31_8B, RTX4090
 
 A = Assumptions()

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from clusterplan.candidates import (
+from clusterplan.candidates.table import (
     ALLOWED_GPUS,
     DEADLINE,
     TP_NVLINK,
@@ -14,10 +14,10 @@ from clusterplan.candidates import (
     TrainingRow,
     WorkloadCandidates,
 )
-from clusterplan.planner import report
+from clusterplan.explain import designs
+from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.planner.builder import build
-from clusterplan.planner.constraints import active_families, registry
-from clusterplan.planner.pipeline import PlanOptions, plan_table
+from clusterplan.planner.families import active_families, registry
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.synthetic import synthetic_table
@@ -223,7 +223,7 @@ def test_top_k_designs_are_distinct_and_ordered() -> None:
     p = Planner(t)
     sols = [d.solution for d in rank_designs(p, top=5).designs if d.solution is not None]
     assert len(sols) == 5
-    sigs = [tuple(report.signature(t, s)) for s in sols]
+    sigs = [tuple(designs.signature(t, s)) for s in sols]
     assert len(set(sigs)) == len(sigs)
     totals = [s.total_cents for s in sols]
     assert totals == sorted(totals)
@@ -317,7 +317,7 @@ def test_relaxable_families_are_the_stated_ones_less_memory() -> None:
 
 
 def test_time_limit_never_reports_infeasible() -> None:
-    from clusterplan.checker import check_design_on_table
+    from clusterplan.design.check import check_design_on_table
     from clusterplan.planner.solve import SolverSettings
 
     t = synthetic_table(gpu_types=96, serving=16, seed=3)
@@ -342,7 +342,7 @@ def test_max_throughput_within_budget_and_min_latency() -> None:
     )
     plan = plan_table(t, PlanOptions(top=1, objective="max_throughput", explain=False))
     w = plan.designs[0].workloads[0]
-    assert isinstance(w, report.ServingPlan)
+    assert isinstance(w, designs.ServingPlan)
     assert w.capacity_rps == pytest.approx(6.0)  # 4 GPUs of budget: two TP2 replicas
     assert plan.designs[0].costs.total_usd <= 4 * 730.0 + 1e-6
     fast = plan_table(t, PlanOptions(top=1, objective="min_latency", explain=False))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterplan.candidates import (
+from clusterplan.candidates.table import (
     ALLOWED_GPUS,
     DEADLINE,
     DEPLOYMENT,
@@ -35,10 +35,10 @@ from clusterplan.candidates import (
     TrainingRow,
     WorkloadCandidates,
 )
-from clusterplan.checker import Unit, check_design_on_table, pack
-from clusterplan.planner import report
-from clusterplan.planner.constraints import Family, active_families
-from clusterplan.planner.constraints.facts import DesignFacts
+from clusterplan.design.check import Unit, check_design_on_table, pack
+from clusterplan.explain import designs
+from clusterplan.planner.families import Family, active_families
+from clusterplan.planner.families.facts import DesignFacts
 from clusterplan.planner.solve import (
     Planner,
     ServingAssignment,
@@ -428,7 +428,7 @@ def _model_optimum(table: CandidateTable, relaxation: str = "auto") -> tuple[Sol
         return r.status, None, []
     sol = r.designs[0].solution
     assert sol is not None
-    design = report.design(table, sol, rank=1, checks=[])
+    design = designs.design(table, sol, rank=1, checks=[])
     return r.status, design.costs.total_usd, check_design_on_table(design, table)
 
 

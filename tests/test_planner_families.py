@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterplan.candidates import (
+from clusterplan.candidates.table import (
     ALLOWED_GPUS,
     ALLOWED_QUANT,
     DEADLINE,
@@ -25,13 +25,13 @@ from clusterplan.candidates import (
     TrainingRow,
     WorkloadCandidates,
 )
-from clusterplan.checker import check_design_on_table
-from clusterplan.planner import constraints
-from clusterplan.planner.constraints import Family, memory, registry
-from clusterplan.planner.constraints.goals import Goal
-from clusterplan.planner.infeasibility import analyse
-from clusterplan.planner.pipeline import PlanOptions, plan_table
-from clusterplan.planner.report import facts
+from clusterplan.design.check import check_design_on_table
+from clusterplan.explain.designs import facts
+from clusterplan.explain.infeasibility import analyse
+from clusterplan.pipeline import PlanOptions, plan_table
+from clusterplan.planner import families as constraints
+from clusterplan.planner.families import Family, memory, registry
+from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.status import SolveStatus
 
@@ -210,7 +210,7 @@ def test_family_feasible_and_infeasible(family: str, ok: CandidateTable, bad: Ca
     r_ok = rank_designs(p_ok, top=1)
     assert r_ok.status is SolveStatus.OPTIMAL
     plan = plan_table(ok, PlanOptions(top=1, explain=False))
-    from clusterplan.checker import check_design_on_table as check
+    from clusterplan.design.check import check_design_on_table as check
 
     assert check(plan.designs[0], ok) == []
 
@@ -269,7 +269,8 @@ def test_cheaper_gpu_ruled_out_by_a_family_says_which() -> None:
 
 CONSTRAINTS_DIR = Path(constraints.__file__).parent
 NOT_FAMILIES = {"__init__", "structure", "facts", "goals"}  # shared modules of the package
-EXPLAINERS = ("report", "infeasibility", "explain", "solve", "pipeline")
+SOLVER_DIR = CONSTRAINTS_DIR.parent.parent
+EXPLAINERS = ("explain/designs", "explain/infeasibility", "explain/binding", "planner/solve", "pipeline")
 
 
 def test_every_module_in_the_package_is_a_registered_family() -> None:
@@ -281,7 +282,7 @@ def test_every_module_in_the_package_is_a_registered_family() -> None:
 
 @pytest.mark.parametrize("fam", registry(), ids=lambda f: f.id)
 def test_every_family_defines_every_part(fam: Family) -> None:
-    module = importlib.import_module(f"clusterplan.planner.constraints.{fam.id}")
+    module = importlib.import_module(f"clusterplan.planner.families.{fam.id}")
     assert module.FAMILY is fam
     assert module.__doc__ and fam.id in module.__doc__
     assert fam.title and fam.sentence
@@ -304,7 +305,7 @@ def _literals(tree: ast.AST) -> set[str]:
 @pytest.mark.parametrize("name", EXPLAINERS)
 def test_explainers_never_name_a_family(name: str) -> None:
     """No family id appears as a string in the modules that iterate over the registry."""
-    path = CONSTRAINTS_DIR.parent / f"{name}.py"
+    path = SOLVER_DIR / f"{name}.py"
     named = _literals(ast.parse(path.read_text())) & {f.id for f in registry()}
     assert named == set(), f"{path.name} names {sorted(named)}"
 

@@ -1,4 +1,4 @@
-"""The LP step for large models (``clusterplan.planner.relaxation``): a valid bound, exact fixing.
+"""The LP step for large models (``clusterplan.planner.lp_bound``): a valid bound, exact fixing.
 
 The brute-force cross-check (``test_planner_bruteforce.py``) runs the fixing on small random tables;
 these tests hold it on tables large enough for the planner to choose it by itself, against CP-SAT
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from ortools.sat.python import cp_model
 
-from clusterplan.planner import relaxation
+from clusterplan.planner import lp_bound
 from clusterplan.planner.solve import RELAXATION_MIN_VARIABLES, Planner, SolverSettings, rank_designs
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.synthetic import synthetic_table
@@ -47,7 +47,7 @@ def _knapsack() -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
 
 def test_relaxation_bound_is_below_the_integer_optimum_and_fixing_keeps_it() -> None:
     m, xs = _knapsack()
-    rel = relaxation.solve_relaxation(m.proto)
+    rel = lp_bound.solve_relaxation(m.proto)
     assert rel.optimal
     assert rel.objective == pytest.approx(6.0)  # b = 1.5: 4 * 1.5
     s = cp_model.CpSolver()
@@ -71,9 +71,9 @@ def test_an_unenforced_row_is_dropped_and_an_infeasible_lp_is_reported() -> None
     m.add(x >= 10).only_enforce_if(off)  # never enforced once off is fixed false
     m.add(off == 0)
     m.minimize(x)
-    assert relaxation.solve_relaxation(m.proto).objective == pytest.approx(0.0)
+    assert lp_bound.solve_relaxation(m.proto).objective == pytest.approx(0.0)
     m.add(x >= 5)
-    assert not relaxation.solve_relaxation(m.proto).optimal
+    assert not lp_bound.solve_relaxation(m.proto).optimal
 
 
 def test_ranking_with_the_lp_path_matches_cp_sat_alone() -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusterplan.candidates import AVAILABILITY, HARDWARE, LATENCY, MEMORY, build_candidates, exclusion_family
+from clusterplan.candidates.build import build_candidates
+from clusterplan.candidates.table import AVAILABILITY, HARDWARE, LATENCY, MEMORY, exclusion_family
 from clusterplan.physics import reasons as R
 from clusterplan.physics.reasons import CATEGORY, Reason, ReasonCategory, ReasonCode
 from clusterplan.render.reasons import render_predicate, render_reason
@@ -161,7 +162,7 @@ def test_categories_come_from_codes_never_from_words() -> None:
 
 
 def test_a_candidate_ruled_out_for_memory_is_classified_memory_by_code(tmp_path: Path, catalog) -> None:  # type: ignore[no-untyped-def]
-    from clusterplan.requirement_loader import load_requirement
+    from clusterplan.requirement.load import load_requirement
 
     doc = {
         "name": "fit",

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from clusterplan.catalog import load_catalog
+from clusterplan.catalog.load import load_catalog
 from clusterplan.cli import app
-from clusterplan.planner.pipeline import PlanOptions, plan_requirement
+from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.render.fmt import usd
-from clusterplan.requirement_loader import load_requirement
+from clusterplan.requirement.load import load_requirement
 from conftest import example
 
 SERVING_70B = example("70b-serving")

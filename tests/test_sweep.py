@@ -13,13 +13,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from clusterplan.catalog import load_catalog
+from clusterplan.catalog.load import load_catalog
 from clusterplan.cli import app
-from clusterplan.planner.pipeline import PlanOptions, plan_table
+from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.planner.synthetic import synthetic_table
-from clusterplan.points import PointOutcome, load_base
-from clusterplan.sweep import grid, row_of
-from clusterplan.vary import make_axis
+from clusterplan.whatif.points import PointOutcome, load_base
+from clusterplan.whatif.sweep import grid, row_of
+from clusterplan.whatif.vary import make_axis
 from conftest import example, plan_file
 
 SERVING_70B = example("70b-serving")
@@ -164,7 +164,7 @@ def test_requirement_edits_do_not_touch_the_base(catalog: Any) -> None:
     base, _ = load_base(SERVING_70B)
     before = copy.deepcopy(base.data)
     from clusterplan.planner.solve import SolverSettings
-    from clusterplan.sweep import build_tasks
+    from clusterplan.whatif.sweep import build_tasks
 
     axis = make_axis("budget=300k,400k", base.data, catalog, steps=10, log=False)
     tasks = build_tasks(base, [axis], objective="min_cost", solver=SolverSettings())
@@ -180,7 +180,7 @@ def test_requirement_edits_do_not_touch_the_base(catalog: Any) -> None:
 
 def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:
     from clusterplan.render.plots import sweep_figure
-    from clusterplan.sweep import SweepResult
+    from clusterplan.whatif.sweep import SweepResult
 
     result = SweepResult.model_validate({k: v for k, v in sweep_one_job.items() if not k.startswith("_")})
     png = sweep_figure(result, "png")

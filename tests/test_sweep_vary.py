@@ -1,4 +1,4 @@
-"""``--vary`` fields and values (:mod:`clusterplan.vary`): aliases follow the file, values parse with the
+"""``--vary`` fields and values (:mod:`clusterplan.whatif.vary`): aliases follow the file, values parse with the
 field's units, catalog overrides load and keep their provenance."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from clusterplan.catalog import load_catalog_text
-from clusterplan.points import load_base
-from clusterplan.vary import SweepError, catalog_override, parse_spec, resolve_field
+from clusterplan.catalog.load import load_catalog_text
+from clusterplan.whatif.points import load_base
+from clusterplan.whatif.vary import SweepError, catalog_override, parse_spec, resolve_field
 from conftest import example
 
 

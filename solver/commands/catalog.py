@@ -16,8 +16,8 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from clusterplan.catalog import Catalog, load_catalog
-from clusterplan.catalog_schema import CatalogModel, CloudInstance, GpuSpec
+from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.schema import CatalogModel, CloudInstance, GpuSpec
 
 CATALOG_HELP = "A user catalog YAML that adds or overrides rows (repeatable; applied in order)."
 JSON_HELP = "Print a JSON list of the rows (sorted by id, every field) instead of a table."

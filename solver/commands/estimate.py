@@ -1,5 +1,5 @@
 """``clusterplan estimate FILE``: the physics of one configuration. A thin typer layer over
-:mod:`clusterplan.estimate`; this module only parses flags and renders."""
+:mod:`clusterplan.design.estimate`; this module only parses flags and renders."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ _FLAGS = {
 
 def _pinned(values: dict[str, Any]) -> Any:
     """Command-line knobs as a PinnedConfig; located errors name the flag."""
-    from clusterplan.requirement import PinnedConfig
+    from clusterplan.requirement.schema import PinnedConfig
 
     given = {k: v for k, v in values.items() if v is not None}
     if isinstance(given.get("workload"), str) and given["workload"].isdigit():
@@ -244,9 +244,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Estimate memory, speed, latency and cost of one configuration; exit 1 if it cannot run."""
-        from clusterplan.catalog import load_catalog
+        from clusterplan.catalog.load import load_catalog
         from clusterplan.cli import guarded, out_console
-        from clusterplan.estimate import check_feasible, estimate_file
+        from clusterplan.design.estimate import check_feasible, estimate_file
 
         def run() -> None:
             overrides = _pinned(

@@ -44,9 +44,9 @@ def register(app: typer.Typer) -> None:
         """Write a design-review attachment: summary, designs, memory, what binds, what if, rent vs buy, sources."""
         from clusterplan.cli import guarded, out_console
         from clusterplan.planner.solve import SolverSettings
-        from clusterplan.report import output_format, write_report
-        from clusterplan.report.data import WHATIF_FACTORS, assemble
-        from clusterplan.sweep import default_jobs
+        from clusterplan.review import output_format, write_report
+        from clusterplan.review.data import WHATIF_FACTORS, assemble
+        from clusterplan.whatif.sweep import default_jobs
 
         def run() -> None:
             output_format(output)  # refuse a bad suffix before any planning

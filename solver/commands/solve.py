@@ -67,13 +67,12 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Plan: the cheapest feasible GPU cluster designs for a requirement, and why."""
-        from clusterplan.catalog import load_catalog
+        from clusterplan.catalog.load import load_catalog
         from clusterplan.cli import guarded, out_console
-        from clusterplan.planner.pipeline import PlanOptions, Timings, plan_requirement
+        from clusterplan.pipeline import PlanOptions, Timings, plan_requirement
         from clusterplan.planner.solve import SolverSettings
-        from clusterplan.render import jsonout, table
-        from clusterplan.render import markdown as md
-        from clusterplan.requirement_loader import load_requirement
+        from clusterplan.render import jsonout, plan_markdown, table
+        from clusterplan.requirement.load import load_requirement
 
         if json_out and markdown:
             raise typer.BadParameter("choose one of --json and --markdown")
@@ -101,7 +100,7 @@ def register(app: typer.Typer) -> None:
             if json_out:
                 typer.echo(jsonout.render(plan), nl=False)
             elif markdown:
-                typer.echo(md.render(plan), nl=False)
+                typer.echo(plan_markdown.render(plan), nl=False)
             else:
                 table.render(plan, out_console)
                 note = time_limit_note(plan)

@@ -61,7 +61,7 @@ def progress(total: int, what: str) -> Iterator[Callable[[int], None] | None]:
 
 def _plot_format(path: Path | None) -> str | None:
     from clusterplan.render.plots import format_of
-    from clusterplan.vary import SweepError
+    from clusterplan.whatif.vary import SweepError
 
     if path is None:
         return None
@@ -100,11 +100,10 @@ def register(app: typer.Typer) -> None:
 
         from clusterplan.cli import guarded, out_console
         from clusterplan.planner.solve import SolverSettings
-        from clusterplan.points import default_jobs, load_base
-        from clusterplan.render import plots
-        from clusterplan.render import sweep as render
-        from clusterplan.sweep import run_sweep
-        from clusterplan.vary import SweepError, make_axis
+        from clusterplan.render import plots, sweep_view
+        from clusterplan.whatif.points import default_jobs, load_base
+        from clusterplan.whatif.sweep import run_sweep
+        from clusterplan.whatif.vary import SweepError, make_axis
 
         def run() -> int:
             if len(vary) > 2:
@@ -129,11 +128,11 @@ def register(app: typer.Typer) -> None:
                     on_done=on_done,
                 )
             elapsed = time.perf_counter() - t0
-            render.sweep_table(result, out_console)
+            sweep_view.sweep_table(result, out_console)
             if csv_out is not None:
-                csv_out.write_text(render.sweep_csv(result), encoding="utf-8")
+                csv_out.write_text(sweep_view.sweep_csv(result), encoding="utf-8")
             if json_out is not None:
-                json_out.write_text(render.sweep_json(result), encoding="utf-8")
+                json_out.write_text(sweep_view.sweep_json(result), encoding="utf-8")
             if plot is not None and fmt is not None:
                 plot.write_bytes(plots.sweep_figure(result, fmt))  # type: ignore[arg-type]
             out_console.print(
@@ -161,11 +160,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The Pareto frontier of total cost against p95 latency (or throughput); dominated designs removed."""
         from clusterplan.cli import guarded, out_console
-        from clusterplan.frontier import run_frontier
         from clusterplan.planner.solve import SolverSettings
-        from clusterplan.points import default_jobs, load_base
-        from clusterplan.render import plots
-        from clusterplan.render import sweep as render
+        from clusterplan.render import plots, sweep_view
+        from clusterplan.whatif.frontier import run_frontier
+        from clusterplan.whatif.points import default_jobs, load_base
 
         def run() -> int:
             fmt = _plot_format(plot)
@@ -179,11 +177,11 @@ def register(app: typer.Typer) -> None:
                     jobs=jobs or default_jobs(),
                     on_done=on_done,
                 )
-            render.frontier_table(result, out_console)
+            sweep_view.frontier_table(result, out_console)
             if csv_out is not None:
-                csv_out.write_text(render.frontier_csv(result), encoding="utf-8")
+                csv_out.write_text(sweep_view.frontier_csv(result), encoding="utf-8")
             if json_out is not None:
-                json_out.write_text(render.frontier_json(result), encoding="utf-8")
+                json_out.write_text(sweep_view.frontier_json(result), encoding="utf-8")
             if plot is not None and fmt is not None:
                 plot.write_bytes(plots.frontier_figure(result, fmt))  # type: ignore[arg-type]
             return 0 if result.frontier else EXIT_NO_DESIGN

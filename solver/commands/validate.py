@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from clusterplan.requirement import Requirement
+from clusterplan.requirement.schema import Requirement
 
 CatalogOption = typer.Option(
     None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."
@@ -33,9 +33,9 @@ def register(app: typer.Typer) -> None:
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """Check a requirement file and say what it asks for; exit 2 with located errors if it is invalid."""
-        from clusterplan.catalog import load_catalog
+        from clusterplan.catalog.load import load_catalog
         from clusterplan.cli import guarded, out_console
-        from clusterplan.requirement_loader import load_requirement
+        from clusterplan.requirement.load import load_requirement
 
         def run() -> None:
             cat = load_catalog(catalog or [])

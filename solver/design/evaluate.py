@@ -20,10 +20,10 @@ from clusterplan.physics import queueing, serving, training
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 
 if TYPE_CHECKING:
-    from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+    from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
-    from clusterplan.requirement import FinetuneWorkload, ServingWorkload, TrainingWorkload
+    from clusterplan.requirement.schema import FinetuneWorkload, ServingWorkload, TrainingWorkload
 
 RATE_SEARCH_STEPS = 8  # bisection steps of the latency-target rate: within 1/256 of saturation, rounded down
 MICRO_BATCHES = (8, 4, 2, 1)  # tried largest first: memory grows with it, and so does efficiency

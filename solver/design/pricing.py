@@ -1,6 +1,6 @@
 """What a design's hardware costs: hardware lines (offerings x units) in, :class:`Costs` out.
 
-The planner (:mod:`clusterplan.planner.report`), ``clusterplan estimate`` and the checker price through
+The planner (:mod:`clusterplan.explain.designs`), ``clusterplan estimate`` and the checker price through
 these functions. One cost view: the requirement's horizon (capital + horizon x monthly + one-off cloud
 training); an amortised month (capital / amortisation months + recurring) is a separate, labelled view.
 Formulas and their sources are in :mod:`clusterplan.physics.cost`.
@@ -18,8 +18,8 @@ from clusterplan.plan import Costs, HardwareLine
 from clusterplan.units import HOURS_PER_MONTH, SECONDS_PER_HOUR
 
 if TYPE_CHECKING:
-    from clusterplan.candidates import Offering
-    from clusterplan.catalog_schema import OwnedCosts
+    from clusterplan.candidates.table import Offering
+    from clusterplan.catalog.schema import OwnedCosts
 
 
 @dataclass(frozen=True, slots=True)

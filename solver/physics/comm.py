@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from clusterplan.catalog_schema import GpuSpec
+from clusterplan.catalog.schema import GpuSpec
 from clusterplan.physics.factors import Assumptions
 from clusterplan.units import BYTES_PER_GB
 

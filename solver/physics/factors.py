@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from clusterplan.catalog_schema import GpuClass
+from clusterplan.catalog.schema import GpuClass
 
 
 class PerClass(BaseModel):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import params
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import MemoryBreakdown

@@ -7,7 +7,7 @@ Norm weights and biases are ignored (< 0.1% of parameters for every catalog mode
 
 from __future__ import annotations
 
-from clusterplan.catalog_schema import ModelArchitecture
+from clusterplan.catalog.schema import ModelArchitecture
 
 
 def attention_params_per_layer(arch: ModelArchitecture) -> int:

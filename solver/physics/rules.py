@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics.reasons import (
     Bf16Unsupported,
     Fp8Unsupported,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
 from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, nccl_allreduce_terms, p2p_s
 from clusterplan.physics.factors import Assumptions

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from clusterplan.catalog_schema import GpuSpec, ModelArchitecture
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
 from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, p2p_s, ring_allgather_s, ring_allreduce_s
 from clusterplan.physics.factors import Assumptions
@@ -28,7 +28,7 @@ from clusterplan.physics.reasons import GlobalBatchTooSmall, NoTensorThroughput,
 from clusterplan.physics.rules import short_name, training_rule_reasons
 from clusterplan.physics.serving import attention_width, peak_tflops
 from clusterplan.physics.types import Bound, MemoryBreakdown, TrainingEstimate
-from clusterplan.requirement import FinetuneWorkload, TrainingWorkload
+from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from clusterplan.units import BYTES_PER_GB
 
 ACTIVATION_BYTES = 2.0

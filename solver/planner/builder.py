@@ -16,7 +16,7 @@ Sets and data (all from :class:`clusterplan.candidates.CandidateTable`)
   sizes o (``s_o`` GPUs, capital, power at TDP incl. overhead, energy/month, ``I_o`` inventory
   servers). ``cap_t(u)`` = GPUs of one unit usable by TP groups of size >= t.
 * ``D_w`` = average requests/s x peak_to_average (rounded up); ``k_w`` = redundancy.
-* Families F with enforcement literals ``l_f`` (:mod:`clusterplan.planner.constraints`).
+* Families F with enforcement literals ``l_f`` (:mod:`clusterplan.planner.families`).
 
 Variables (:class:`clusterplan.planner.variables.PlanVariables`)
 
@@ -87,7 +87,7 @@ Solver: one worker, fixed seed (deterministic), ``linearization_level = 2`` (eve
 constraint in the LP relaxation; the default level needs thousands of conflicts once GPU types mix).
 Models of 5,000 variables or more (hundreds of GPU types) are first relaxed to an LP and solved by
 GLOP, which gives an incumbent (CP-SAT where the LP points) and reduced-cost fixing; CP-SAT then
-solves the reduced model, whose optimum is the full model's (:mod:`clusterplan.planner.relaxation`).
+solves the reduced model, whose optimum is the full model's (:mod:`clusterplan.planner.lp_bound`).
 
 Memory is enforced while preparing candidates (only rows that fit exist).
 """
@@ -98,8 +98,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates import CandidateTable
-from clusterplan.planner.constraints import Family, FamilyContext, active_families, structure
+from clusterplan.candidates.table import CandidateTable
+from clusterplan.planner.families import Family, FamilyContext, active_families, structure
 from clusterplan.planner.variables import PlanVariables
 
 Objective = str  # "min_cost" | "max_throughput" | "min_latency"

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates import CandidateTable
+from clusterplan.candidates.table import CandidateTable
 from clusterplan.errors import ClusterplanError
-from clusterplan.planner import relaxation
+from clusterplan.planner import lp_bound
 from clusterplan.planner.builder import BuiltModel, Objective, build
-from clusterplan.planner.constraints import one_shape_restriction
-from clusterplan.planner.constraints.goals import Bound, Goal
-from clusterplan.planner.constraints.structure import upper_bound
+from clusterplan.planner.families import one_shape_restriction
+from clusterplan.planner.families.goals import Bound, Goal
+from clusterplan.planner.families.structure import upper_bound
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.variables import PlanVariables
 
@@ -55,7 +55,7 @@ class SolverSettings:
     time_limit_s: float = 10.0  # per solve (a reduced solve's LP and incumbent steps included)
     num_workers: int = 1
     random_seed: int = 20240601
-    # LP reduced-cost fixing before CP-SAT (:mod:`clusterplan.planner.relaxation`): "auto" for
+    # LP reduced-cost fixing before CP-SAT (:mod:`clusterplan.planner.lp_bound`): "auto" for
     # models of RELAXATION_MIN_VARIABLES variables or more, "on" always, "off" never.
     relaxation: str = "auto"
 
@@ -141,7 +141,7 @@ class Planner:
         self.solve_s = 0.0  # total wall time inside the solvers (CP-SAT, and GLOP for large models)
         self.lp_s = 0.0  # of which: LP relaxations (GLOP) before large solves
         # The cost LP of each min-cost solve, by (families on, no-goods): its tie-break reuses it.
-        self._cost_lp: dict[object, relaxation.Relaxation] = {}
+        self._cost_lp: dict[object, lp_bound.Relaxation] = {}
         self.solves = 0
 
     @property
@@ -280,10 +280,10 @@ class Planner:
             return len(m.proto.variables) >= RELAXATION_MIN_VARIABLES
         return mode == "on"
 
-    def _incumbent(self, m: cp_model.CpModel, deadline: float) -> tuple[relaxation.Relaxation, list[int] | None]:
+    def _incumbent(self, m: cp_model.CpModel, deadline: float) -> tuple[lp_bound.Relaxation, list[int] | None]:
         """The LP relaxation of ``m`` and a solution of ``m`` found where the LP points (RINS)."""
         t0 = time.perf_counter()
-        rel = relaxation.solve_relaxation(m.proto)
+        rel = lp_bound.solve_relaxation(m.proto)
         lp_s = time.perf_counter() - t0
         self.lp_s += lp_s
         self.solve_s += lp_s
@@ -295,15 +295,15 @@ class Planner:
         solver, status, _ = self._run(sub, max(0.0, deadline - time.perf_counter()))
         return rel, list(solver.response_proto.solution) if status.has_solution else None
 
-    def _reduce(self, m: cp_model.CpModel, *, keep_hint: bool) -> tuple[cp_model.CpModel, relaxation.Relaxation | None]:
+    def _reduce(self, m: cp_model.CpModel, *, keep_hint: bool) -> tuple[cp_model.CpModel, lp_bound.Relaxation | None]:
         """``m`` with the variables fixed that no solution as good as an incumbent can move.
 
         The LP relaxation (GLOP), an incumbent from CP-SAT in the neighbourhood the LP induces, then
-        reduced-cost fixing and the LP bound: see :mod:`clusterplan.planner.relaxation`. Every
+        reduced-cost fixing and the LP bound: see :mod:`clusterplan.planner.lp_bound`. Every
         optimum of ``m`` is a solution of the result, so an OPTIMAL there is optimal for ``m``.
         Where workloads may mix GPU types the LP is loose (fractions of replicas and instances) and
         its neighbourhood poor, so the same is done with one shape per workload
-        (:func:`~clusterplan.planner.constraints.one_shape_restriction`) and the better incumbent kept.
+        (:func:`~clusterplan.planner.families.one_shape_restriction`) and the better incumbent kept.
         Returns ``m`` itself when the LP or the incumbent step gives nothing; and the LP, if it solved.
         """
         deadline = time.perf_counter() + self.settings.time_limit_s
@@ -315,21 +315,19 @@ class Planner:
             check.parameters.fix_variables_to_their_hinted_value = True
             if check.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 hinted = list(check.response_proto.solution)
-                if best is None or relaxation.objective_value(m.proto, hinted) < relaxation.objective_value(
-                    m.proto, best
-                ):
+                if best is None or lp_bound.objective_value(m.proto, hinted) < lp_bound.objective_value(m.proto, best):
                     best = hinted
         if any(wc.is_serving and wc.allow_mixed for wc in self.table.workloads):
             restricted = m.clone()
             one_shape_restriction(restricted, self.v, self.table)
             _, alt = self._incumbent(restricted, deadline)
             if alt is not None and (
-                best is None or relaxation.objective_value(m.proto, alt) < relaxation.objective_value(m.proto, best)
+                best is None or lp_bound.objective_value(m.proto, alt) < lp_bound.objective_value(m.proto, best)
             ):
                 best = alt
         if best is None:
             return m, rel
-        incumbent = relaxation.objective_value(m.proto, best)
+        incumbent = lp_bound.objective_value(m.proto, best)
         reduced = _fixed(m, rel, incumbent)
         obj = reduced.proto.objective
         reduced.add(
@@ -345,7 +343,7 @@ class Planner:
         """Feasibility with the families of ``on`` as assumptions (the rest off).
 
         If infeasible, CP-SAT returns a sufficient set of assumptions (not necessarily minimal);
-        :mod:`clusterplan.planner.infeasibility` shrinks it. No objective (assumptions and objectives
+        :mod:`clusterplan.explain.infeasibility` shrinks it. No objective (assumptions and objectives
         do not mix well in CP-SAT), one worker.
         """
         m = self._clone(on, assume=True)
@@ -408,7 +406,7 @@ class Planner:
         )
 
 
-def _fixed(m: cp_model.CpModel, rel: relaxation.Relaxation, incumbent: float) -> cp_model.CpModel:
+def _fixed(m: cp_model.CpModel, rel: lp_bound.Relaxation, incumbent: float) -> cp_model.CpModel:
     """A copy of ``m`` with the variables fixed that no solution of objective <= ``incumbent`` moves."""
     reduced = m.clone()
     for i, value in rel.fixable(incumbent):

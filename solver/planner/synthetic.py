@@ -9,7 +9,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from clusterplan.candidates import (
+from clusterplan.candidates.prune import prune_serving_rows, prune_training_rows
+from clusterplan.candidates.table import (
     ALLOWED_GPUS,
     DEADLINE,
     DEPLOYMENT,
@@ -22,8 +23,6 @@ from clusterplan.candidates import (
     ServingTargets,
     TrainingRow,
     WorkloadCandidates,
-    prune_serving_rows,
-    prune_training_rows,
 )
 from clusterplan.units import HOURS_PER_MONTH
 

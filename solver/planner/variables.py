@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates import CandidateTable, Offering, ServingRow, TrainingRow, WorkloadCandidates
+from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow, WorkloadCandidates
 from clusterplan.planner import scaling
 
 LinearExpr = cp_model.LinearExprT

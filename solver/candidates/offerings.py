@@ -1,0 +1,193 @@
+"""Offerings: every way to obtain a GPU type (a cloud instance or an owned server size), and the requirement's limits."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import GpuSpec
+    from clusterplan.requirement.schema import Requirement
+from clusterplan.candidates.table import (
+    ALLOWED_GPUS,
+    ALLOWED_QUANT,
+    DEPLOYMENT,
+    TP_NVLINK,
+    GpuType,
+    Limits,
+    Offering,
+    half_equivalent,
+)
+
+
+def limits_of(req: Requirement, catalog: Catalog) -> Limits:
+    c = req.constraints
+    allowed: frozenset[str] | None = None
+    if c.allowed_gpus is not None or c.excluded_gpus:
+        ids = {catalog.gpu(n).id for n in c.allowed_gpus} if c.allowed_gpus is not None else set(catalog.gpus)
+        ids -= {catalog.gpu(n).id for n in c.excluded_gpus}
+        allowed = frozenset(ids)
+    quants = frozenset(half_equivalent(q) for q in c.quantizations) if c.quantizations is not None else None
+    inventory: dict[str, int] = defaultdict(int)
+    for item in c.inventory:
+        inventory[catalog.gpu(item.gpu).id] += item.count
+    return Limits(
+        horizon_months=req.budget.horizon,
+        budget_capital_usd=req.budget.capital,
+        budget_monthly_usd=req.budget.monthly,
+        budget_total_usd=req.budget.total,
+        max_gpus=c.max_gpus,
+        max_power_w=c.max_power,
+        deployment=req.deployment,
+        schedule=req.schedule,
+        allowed_gpus=allowed,
+        quantizations=quants,
+        inventory=tuple(sorted(inventory.items())),
+    )
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def gpu_type_of(spec: GpuSpec) -> GpuType:
+    domain = 1 if spec.scale_up == "pcie" else _pow2_floor(min(spec.scale_up_domain, spec.max_gpus_per_node))
+    return GpuType(
+        id=spec.id,
+        name=spec.name,
+        gpu_class=spec.gpu_class,
+        tdp_w=spec.tdp_w,
+        memory_gib=spec.memory_gib,
+        nvlink_domain=domain,
+        max_gpus_per_node=spec.max_gpus_per_node,
+        price_usd=spec.price.usd if spec.price is not None else None,
+    )
+
+
+def inventory_servers(count: int, max_per_node: int, sizes: Sequence[int]) -> Counter[int]:
+    """Servers an inventory of ``count`` GPUs is assumed to sit in: as many of the largest size the GPU
+    ships in as fit, the remainder in smaller power-of-two sizes (binary decomposition)."""
+    usable = sorted((s for s in sizes if s <= max_per_node), reverse=True)
+    out: Counter[int] = Counter()
+    left = count
+    for s in usable:
+        if s <= 0:
+            continue
+        out[s] += left // s
+        left %= s
+    return Counter({s: n for s, n in out.items() if n})
+
+
+def build_offerings(
+    catalog: Catalog, req: Requirement, gpus: dict[str, GpuType], limits: Limits
+) -> tuple[list[Offering], list[str]]:
+    """Cloud instance types (cheapest per GPU type, size and TP domain) and owned server sizes."""
+    notes: list[str] = []
+    c = req.constraints
+    providers = [p.lower() for p in c.clouds] if c.clouds else None
+    cheapest: dict[tuple[str, int, int], Offering] = {}
+    for key in sorted(catalog.instances):
+        inst = catalog.instances[key]
+        if inst.gpu_id not in gpus:
+            continue
+        if providers is not None and inst.provider.lower() not in providers:
+            continue
+        if c.regions and inst.region not in c.regions:
+            continue
+        price = inst.on_demand_usd_per_hour
+        if c.pricing == "spot":
+            if inst.spot_usd_per_hour is None:
+                continue
+            price = inst.spot_usd_per_hour
+        g = gpus[inst.gpu_id]
+        domain = 1 if inst.gpu_link == "pcie" else _pow2_floor(min(inst.gpus_per_instance, g.nvlink_domain))
+        forbidden = (
+            ((DEPLOYMENT, "deployment: owned excludes cloud instances"),) if limits.deployment == "owned" else ()
+        )
+        off = Offering(
+            key=f"cloud:{inst.key}",
+            kind="cloud",
+            gpu_id=inst.gpu_id,
+            gpus_per_unit=inst.gpus_per_instance,
+            tp_domain=domain,
+            usd_per_hour=price,
+            provider=inst.provider,
+            region=inst.region,
+            instance_id=inst.id,
+            forbidden_by=forbidden,
+        )
+        k = (inst.gpu_id, inst.gpus_per_instance, domain)
+        if k not in cheapest or price < cheapest[k].usd_per_hour:
+            cheapest[k] = off
+    offerings = [cheapest[k] for k in sorted(cheapest)]
+
+    from clusterplan.design.pricing import owned_server
+
+    owned = catalog.owned
+    for gid in sorted(gpus):
+        g = gpus[gid]
+        inv = limits.inventory_of(gid)
+        if g.price_usd is None and not inv:
+            continue
+        spec = catalog.gpus.get(gid)
+        all_sizes = [s for s in sorted(owned.node_sizes) if s <= g.max_gpus_per_node] or [1]
+        # Sizes it can be bought in (HGX B200 comes on 8-GPU boards only); inventory may sit in any size.
+        buy_sizes = owned.sizes_for(spec) if spec is not None else all_sizes
+        inv_nodes = inventory_servers(inv, g.max_gpus_per_node, all_sizes)
+        sizes = sorted(set(buy_sizes) | set(inv_nodes))
+        cls = g.gpu_class
+        for s in sizes:
+            # The catalog's rule: a node of s GPU slots carries s / reference of a full node's
+            # chassis, network and overhead figures (OwnedCosts.node_fraction).
+            server = owned_server(owned, cls, g.tdp_w, g.price_usd, s)
+            forbidden = (
+                ((DEPLOYMENT, "deployment: cloud excludes owned servers"),) if limits.deployment == "cloud" else ()
+            )
+            offerings.append(
+                Offering(
+                    key=f"owned:{gid}:{s}",
+                    kind="owned",
+                    gpu_id=gid,
+                    gpus_per_unit=s,
+                    tp_domain=min(_pow2_floor(s), g.nvlink_domain),
+                    capital_usd=server.capital_usd,
+                    power_w=server.power_w,
+                    energy_usd_per_month=server.energy_usd_per_month,
+                    inventory_units=inv_nodes.get(s, 0),
+                    purchasable=g.price_usd is not None and s in buy_sizes,
+                    forbidden_by=forbidden,
+                )
+            )
+    notes.append(
+        "owned servers cost their purchase price (GPUs, plus chassis and network in proportion to the "
+        "node's GPU slots, catalog OwnedCosts.node_fraction) and electricity at full power x PUE over the "
+        "horizon; support contracts and colocation are not included"
+    )
+    if limits.inventory:
+        notes.append(
+            "inventory GPUs are assumed to sit in servers of the largest size the GPU ships in "
+            "(the remainder in smaller power-of-two servers); they cost power, not capital"
+        )
+    return offerings, notes
+
+
+def forbidden_for(gpu: GpuType, limits: Limits, *, tp: int, quant: str | None) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if limits.allowed_gpus is not None and gpu.id not in limits.allowed_gpus:
+        out.append((ALLOWED_GPUS, f"{gpu.name}: not in constraints.allowed_gpus (or excluded)"))
+    if quant is not None and limits.quantizations is not None and half_equivalent(quant) not in limits.quantizations:
+        out.append((ALLOWED_QUANT, f"{quant}: not in constraints.quantizations"))
+    if tp > gpu.nvlink_domain:
+        if gpu.nvlink_domain == 1:
+            out.append((TP_NVLINK, f"{gpu.name}: tensor parallel {tp} needs NVLink; {gpu.name} has PCIe only"))
+        else:
+            out.append(
+                (
+                    TP_NVLINK,
+                    f"{gpu.name}: tensor parallel {tp} needs an NVLink domain of {tp} GPUs; "
+                    f"{gpu.name} links at most {gpu.nvlink_domain}",
+                )
+            )
+    return out

@@ -1,0 +1,202 @@
+"""Serving rows: every replica shape of a serving workload on every GPU type, with its rates and reasons."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from clusterplan.physics.reasons import (
+    MissesLatencyTargets,
+    ModelDoesNotFit,
+    ReasonCategory,
+    of_category,
+)
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import ModelArchitecture
+    from clusterplan.physics.factors import Assumptions
+    from clusterplan.requirement.schema import ServingWorkload
+from clusterplan.candidates.offerings import forbidden_for
+from clusterplan.candidates.prune import prune_serving_rows
+from clusterplan.candidates.table import (
+    PP_DEGREES,
+    SERVING_QUANTS,
+    TP_DEGREES,
+    Exclusion,
+    GpuType,
+    Limits,
+    ServingRow,
+    ServingTargets,
+    WorkloadCandidates,
+    excluded,
+    hard_reasons,
+)
+
+
+def _kv_default(quant: str, w: ServingWorkload, half: str) -> str:
+    if w.kv_cache_precision is not None:
+        return w.kv_cache_precision
+    return "fp8" if quant == "fp8" else half
+
+
+def _batch_ladder(max_batch: int) -> list[int]:
+    out = []
+    b = 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    out.append(max_batch)
+    return sorted(set(out))
+
+
+def serving_shapes(g: GpuType) -> list[tuple[int, int]]:
+    """(TP, PP) pairs tried for one GPU type.
+
+    TP 1, 2, 4, 8 (wider than the NVLink domain: kept, forbidden by ``tp_nvlink``); pipeline
+    parallelism 2 and 4 only on top of the widest NVLink TP group (for PCIe-only GPUs, TP 1): PP
+    inside one NVLink domain never beats TP there, and PP is how a replica spans domains or nodes.
+    """
+    widest = min(g.nvlink_domain, max(TP_DEGREES))
+    shapes = [(tp, 1) for tp in TP_DEGREES]
+    shapes += [(widest, pp) for pp in PP_DEGREES if pp > 1]
+    return shapes
+
+
+def serving_candidates(
+    index: int,
+    w: ServingWorkload,
+    arch: ModelArchitecture,
+    catalog: Catalog,
+    gpus: dict[str, GpuType],
+    limits: Limits,
+    assumptions: Assumptions,
+    allow_mixed: bool,
+    keep_latency: bool = False,
+) -> WorkloadCandidates:
+    """Every replica shape of one serving workload on every GPU type, with its rates and reasons.
+
+    Shapes: GPU x (TP, PP) from :func:`serving_shapes` x weight precision (16-bit, fp8, int8, int4).
+    Per shape one operating point becomes a row: the largest batch (concurrency cap) whose KV cache
+    fits, with the rate meeting the p95 targets and the rate at the utilisation ceiling. Anything
+    physics rules out becomes an :class:`Exclusion`.
+    """
+    from clusterplan.design import evaluate
+    from clusterplan.physics import rules
+
+    targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
+    rows: list[ServingRow] = []
+    excl: list[Exclusion] = []
+    considered = 0
+    # Rows another row of the same GPU type dominates are dropped (prune_serving_rows). Shapes are
+    # visited from the fewest GPUs up, so a shape whose best possible rate (its rate without
+    # targets) is already beaten by copies of a smaller shape is skipped before its latency-target
+    # rate (the expensive queueing search) is computed: the outcome is the same table, faster.
+    cross = (not allow_mixed) or w.redundancy == 0
+    skip_dominated = cross and not keep_latency
+    quant_order = {q: i for i, q in enumerate(SERVING_QUANTS)}
+    for gid in sorted(gpus):
+        spec = catalog.gpus[gid]
+        g = gpus[gid]
+        half = rules.half_precision(spec)
+        combos = sorted(
+            ((quant_choice, tp, pp) for quant_choice in SERVING_QUANTS for tp, pp in serving_shapes(g)),
+            key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]]),
+        )
+        mine: list[ServingRow] = []
+        for quant_choice, tp, pp in combos:
+            quant = half if quant_choice == "bf16" else quant_choice
+            kv = _kv_default(quant, w, half)
+            considered += 1
+            hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
+            if hard:
+                excl.append(excluded(gid, hard[0]))
+                continue
+            point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
+            max_batch = evaluate.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
+            if max_batch < 1:
+                est = evaluate.serving_estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
+                reasons = hard_reasons(est.why_not)
+                fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
+                excl.append(excluded(gid, reasons[0] if reasons else fallback))
+                continue
+            forbidden = tuple(forbidden_for(g, limits, tp=tp, quant=quant))
+            # The largest batch that fits is the operating point: a larger concurrency cap never
+            # lowers the rate a replica takes within its targets (the running batch follows the
+            # load; the cap only adds room), so it dominates smaller batches for cost. The
+            # min-latency objective also gets batch 1.
+            top = evaluate.serving_batch(max_batch)
+            for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
+                est = evaluate.serving_estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
+                if of_category(est.why_not, ReasonCategory.LINK):
+                    # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
+                    est = est.model_copy(update={"feasible": True, "why_not": []})
+                if not est.feasible:
+                    excl.append(excluded(gid, est.why_not[0]))  # infeasible: at least one reason
+                    continue
+                rate_nolat = evaluate.rate_at_ceiling(est, assumptions)
+                fams = frozenset(f for f, _ in forbidden)
+                if skip_dominated and any(
+                    a.tp <= tp
+                    and a.gpus <= tp * pp
+                    and a.forbidding_families <= fams
+                    and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= rate_nolat
+                    for a in mine
+                ):
+                    continue
+                rated = evaluate.serving_rates(est, w, assumptions)
+                rate, lat = rated.rate_rps, rated.rated
+                rows.append(
+                    ServingRow(
+                        gpu_id=gid,
+                        tp=tp,
+                        pp=pp,
+                        quant=quant,
+                        batch=est.batch,
+                        rate_rps=rate,
+                        rate_nolat_rps=rate_nolat,
+                        kv_precision=kv,
+                        p95_e2e_s=lat.p95_e2e_s,
+                        p95_ttft_s=lat.p95_ttft_s,
+                        p95_tpot_s=lat.p95_tpot_s,
+                        ttft_s=est.ttft_s,
+                        tpot_s=est.tpot_s,
+                        output_tokens_per_s=est.output_tokens_per_s,
+                        memory_gib=est.memory.total_gib,
+                        capacity_gib=est.memory.capacity_gib,
+                        bound=est.bound,
+                        forbidden_by=forbidden,
+                    )
+                )
+                mine.append(rows[-1])
+    if targets.any:
+        for gid in sorted(gpus):
+            mine = [r for r in rows if r.gpu_id == gid]
+            if mine and all(r.rate_rps <= 0 for r in mine):
+                best = min(mine, key=lambda r: r.p95_ttft_s)
+                excl.append(
+                    excluded(
+                        gid,
+                        MissesLatencyTargets(
+                            gpu=gpus[gid].name, best_ttft_s=best.ttft_s, best_tpot_s=best.tpot_s, best_tp=best.tp,
+                            best_quant=best.quant, p95_ttft_target_s=targets.p95_ttft_s,
+                            p95_tpot_target_s=targets.p95_tpot_s,
+                        ),
+                    )
+                )  # fmt: skip
+    pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
+    return WorkloadCandidates(
+        index=index,
+        name=w.name,
+        kind="serving",
+        rows=tuple(pruned),
+        exclusions=tuple(excl),
+        model_name=arch.name,
+        demand_rps=w.requests_per_s * w.peak_to_average,
+        average_rps=w.requests_per_s,
+        input_tokens=w.input_tokens,
+        output_tokens=w.output_tokens,
+        targets=targets,
+        redundancy=w.redundancy,
+        allow_mixed=allow_mixed,
+        considered=considered,
+    )

@@ -1,0 +1,364 @@
+"""The candidate table's records: GPU types, offerings, serving rows, training rows, exclusions, limits."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from clusterplan.physics.reasons import (
+    Reason,
+    ReasonCategory,
+    Stated,
+    without,
+)
+from clusterplan.units import HOURS_PER_MONTH
+
+if TYPE_CHECKING:
+    pass
+
+
+OfferingKind = Literal["cloud", "owned"]
+
+
+WorkloadKind = Literal["serving", "training", "finetune"]
+
+
+# Family ids a row or an offering may be forbidden by (see clusterplan.planner.families).
+TP_NVLINK = "tp_nvlink"
+
+
+ALLOWED_GPUS = "allowed_gpus"
+
+
+ALLOWED_QUANT = "allowed_quant"
+
+
+DEADLINE = "deadline"
+
+
+DEPLOYMENT = "deployment"
+
+
+# Exclusion-only categories: physics facts, not user constraints, never relaxed.
+MEMORY = "memory"
+
+
+HARDWARE = "hardware"
+
+
+AVAILABILITY = "availability"
+
+
+LATENCY = "latency"
+
+
+# The exclusion category of a reason's category (link, precision, layout and hardware facts: HARDWARE).
+_EXCLUSION_FAMILY = {
+    ReasonCategory.MEMORY: MEMORY,
+    ReasonCategory.LATENCY: LATENCY,
+    ReasonCategory.AVAILABILITY: AVAILABILITY,
+}
+
+
+_CATEGORY_OF_FAMILY = {f: c for c, f in _EXCLUSION_FAMILY.items()}
+
+
+TP_DEGREES = (1, 2, 4, 8)
+
+
+PP_DEGREES = (1, 2, 4)
+
+
+SERVING_QUANTS = ("bf16", "fp8", "int8", "int4")  # 'bf16' stands for the GPU's 16-bit (fp16 where no bf16)
+
+
+def half_equivalent(quant: str) -> str:
+    """bf16 and fp16 are the same choice (the GPU's 16-bit format) for allowed-quantization checks."""
+    return "bf16" if quant in ("bf16", "fp16") else quant
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    """What the model needs to know about one GPU type."""
+
+    id: str
+    name: str
+    gpu_class: str = "datacenter"
+    tdp_w: float = 700.0
+    memory_gib: float = 80.0
+    nvlink_domain: int = 8  # GPUs in one NVLink/IF domain; 1 for PCIe-only GPUs
+    max_gpus_per_node: int = 8
+    price_usd: float | None = None  # purchase price per GPU; None: cannot be bought
+
+
+@dataclass(frozen=True, slots=True)
+class Offering:
+    """One way to obtain GPUs of one type: a cloud instance type or an owned server size.
+
+    ``tp_domain`` is the largest tensor-parallel group one unit hosts (a power of two): the NVLink
+    domain inside the instance or server, 1 when its GPUs talk over PCIe only.
+    """
+
+    key: str
+    kind: OfferingKind
+    gpu_id: str
+    gpus_per_unit: int
+    tp_domain: int
+    usd_per_hour: float = 0.0  # cloud: whole instance
+    capital_usd: float = 0.0  # owned: one server (GPUs + chassis + network)
+    power_w: float = 0.0  # owned: one server at TDP, including non-GPU overhead, W
+    energy_usd_per_month: float = 0.0  # owned: power x PUE x electricity price x 730 h
+    inventory_units: int = 0  # owned: servers of this size already owned (free)
+    purchasable: bool = True  # owned: can more be bought (the GPU has a price)
+    provider: str = ""
+    region: str = ""
+    instance_id: str = ""
+    forbidden_by: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        if self.kind == "cloud":
+            return f"{self.provider}:{self.instance_id}" if self.provider else self.key
+        return f"{self.gpu_id} server, {self.gpus_per_unit} GPU{'s' if self.gpus_per_unit > 1 else ''}"
+
+    def tp_capacity(self, t: int) -> int:
+        """GPUs of one unit usable by tensor-parallel groups of size >= t (0 if t > tp_domain)."""
+        if t > self.tp_domain:
+            return 0
+        if t <= 1:
+            return self.gpus_per_unit
+        return (self.gpus_per_unit // self.tp_domain) * self.tp_domain
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRow:
+    """One replica shape of one serving workload at one batch (concurrency), with its physics."""
+
+    gpu_id: str
+    tp: int
+    pp: int
+    quant: str
+    batch: int
+    rate_rps: float  # requests/s one replica sustains meeting the latency targets (0: it cannot)
+    rate_nolat_rps: float  # requests/s one replica sustains at the utilisation ceiling, no targets
+    kv_precision: str = "bf16"
+    p95_e2e_s: float = 0.0  # at its planned load
+    p95_ttft_s: float = 0.0
+    p95_tpot_s: float = 0.0
+    ttft_s: float = 0.0  # unloaded
+    tpot_s: float = 0.0
+    output_tokens_per_s: float = 0.0  # saturated
+    memory_gib: float = 0.0  # most loaded GPU
+    capacity_gib: float = 0.0
+    bound: str = ""
+    forbidden_by: tuple[tuple[str, str], ...] = ()  # (family id, reason)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def shape(self) -> tuple[str, int, int, str]:
+        return (self.gpu_id, self.tp, self.pp, self.quant)
+
+    @property
+    def forbidding_families(self) -> frozenset[str]:
+        return frozenset(f for f, _ in self.forbidden_by)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingRow:
+    """One training or fine-tuning layout (tp x pp x dp GPUs of one type) with its physics."""
+
+    gpu_id: str
+    tp: int
+    pp: int
+    dp: int
+    zero_stage: int
+    recompute: str
+    micro_batch: int
+    time_to_train_s: float
+    tokens_per_s: float = 0.0
+    mfu: float = 0.0
+    memory_gib: float = 0.0
+    capacity_gib: float = 0.0
+    bound: str = ""
+    forbidden_by: tuple[tuple[str, str], ...] = ()
+    cloud_offering: str | None = None  # key of the cheapest cloud instance type that hosts it
+    cloud_instances: int = 0  # instances of that type
+    cloud_cost_usd: float = 0.0  # instances x price x billed hours
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def shape(self) -> tuple[str, int, int, str]:
+        return (self.gpu_id, self.tp, self.pp, f"zero{self.zero_stage}")
+
+    @property
+    def forbidding_families(self) -> frozenset[str]:
+        return frozenset(f for f, _ in self.forbidden_by)
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """A candidate ruled out before the model, with its reason record (:func:`excluded` files it by category).
+
+    A reason given as a sentence (hand-built tables) is kept as a :class:`Stated` record of ``family``.
+    """
+
+    gpu_id: str
+    family: str
+    reason: Reason
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reason, str):
+            category = _CATEGORY_OF_FAMILY.get(self.family, ReasonCategory.HARDWARE)
+            object.__setattr__(self, "reason", Stated(self.reason, category))
+
+
+def exclusion_family(reason: Reason) -> str:
+    """The exclusion category a reason files under, from its code's category (never its wording)."""
+    return _EXCLUSION_FAMILY.get(reason.category, HARDWARE)
+
+
+def excluded(gpu_id: str, reason: Reason) -> Exclusion:
+    """A candidate of ``gpu_id`` ruled out for ``reason``, filed under the category its code implies."""
+    return Exclusion(gpu_id, exclusion_family(reason), reason)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingTargets:
+    p95_latency_s: float | None = None
+    p95_ttft_s: float | None = None
+    p95_tpot_s: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.p95_latency_s, self.p95_ttft_s, self.p95_tpot_s))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadCandidates:
+    """The candidate rows of one workload and what it asks for."""
+
+    index: int
+    name: str
+    kind: WorkloadKind
+    rows: tuple[ServingRow, ...] | tuple[TrainingRow, ...]
+    exclusions: tuple[Exclusion, ...] = ()
+    model_name: str = ""
+    # serving
+    demand_rps: float = 0.0  # average x peak_to_average, requests/s
+    average_rps: float = 0.0
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    targets: ServingTargets = field(default_factory=ServingTargets)
+    redundancy: int = 0
+    allow_mixed: bool = False
+    # training / fine-tuning
+    deadline_s: float | None = None
+    tokens: float = 0.0
+    considered: int = 0  # candidates evaluated before pruning
+
+    @property
+    def is_serving(self) -> bool:
+        return self.kind == "serving"
+
+    def serving_rows(self) -> tuple[ServingRow, ...]:
+        assert self.kind == "serving"
+        return self.rows  # type: ignore[return-value]
+
+    def training_rows(self) -> tuple[TrainingRow, ...]:
+        assert self.kind != "serving"
+        return self.rows  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The requirement's global constraints, in base units (USD, W, months)."""
+
+    horizon_months: float = 36.0
+    budget_capital_usd: float | None = None
+    budget_monthly_usd: float | None = None
+    budget_total_usd: float | None = None
+    max_gpus: int | None = None
+    max_power_w: float | None = None
+    deployment: Literal["cloud", "owned", "either"] = "either"
+    schedule: Literal["sequential", "concurrent"] = "concurrent"
+    allowed_gpus: frozenset[str] | None = None  # after excluded_gpus; None: all
+    quantizations: frozenset[str] | None = None
+    inventory: tuple[tuple[str, int], ...] = ()  # (gpu id, count)
+
+    @property
+    def horizon_hours(self) -> float:
+        return self.horizon_months * HOURS_PER_MONTH
+
+    def inventory_of(self, gpu_id: str) -> int:
+        return sum(c for g, c in self.inventory if g == gpu_id)
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateTable:
+    """Everything the CP-SAT model reads. The builder never looks anywhere else."""
+
+    workloads: tuple[WorkloadCandidates, ...]
+    gpus: dict[str, GpuType]
+    offerings: tuple[Offering, ...]
+    limits: Limits = field(default_factory=Limits)
+    name: str = "requirement"
+    assumptions_used: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def offerings_of(self, gpu_id: str, kind: OfferingKind | None = None) -> list[Offering]:
+        return [o for o in self.offerings if o.gpu_id == gpu_id and (kind is None or o.kind == kind)]
+
+    def offering(self, key: str) -> Offering:
+        for o in self.offerings:
+            if o.key == key:
+                return o
+        raise KeyError(key)
+
+    def gpu_unit_cost_usd_per_hour(self, gpu_id: str) -> float | None:
+        """Cheapest cost of one GPU-hour of this type over the horizon, on any usable offering.
+
+        Cloud: instance price / GPUs per instance. Owned: (server capital / GPUs + energy over the
+        horizon / GPUs) / horizon hours. Used only to say which GPU types are "cheaper" in explanations.
+        """
+        best: float | None = None
+        hours = self.limits.horizon_hours
+        for o in self.offerings_of(gpu_id):
+            if o.forbidden_by:
+                continue
+            if o.kind == "cloud":
+                c = o.usd_per_hour / o.gpus_per_unit
+            elif o.purchasable or o.inventory_units:
+                capital = 0.0 if o.inventory_units else o.capital_usd
+                c = (capital + o.energy_usd_per_month * self.limits.horizon_months) / o.gpus_per_unit / hours
+            else:
+                continue
+            best = c if best is None else min(best, c)
+        return best
+
+
+def most_common_reason(exclusions: Iterable[Exclusion], gpu_id: str) -> Exclusion | None:
+    """The reason that best says why one GPU type's candidates were ruled out.
+
+    Memory first when memory ruled out any of them (its last reason: candidates are generated from
+    the least to the most aggressive layout, so the last is the closest to fitting); otherwise the
+    most common category, again its last reason.
+    """
+    mine = [e for e in exclusions if e.gpu_id == gpu_id]
+    if not mine:
+        return None
+    counts = Counter(e.family for e in mine)
+    fam = MEMORY if MEMORY in counts else max(sorted(counts), key=lambda f: counts[f])
+    return [e for e in mine if e.family == fam][-1]
+
+
+def hard_reasons(reasons: Sequence[Reason]) -> list[Reason]:
+    """Reasons no constraint family can waive: all but the link ones (``tp_nvlink`` decides those)."""
+    return without(reasons, ReasonCategory.LINK)

@@ -1,0 +1,299 @@
+"""Why this one: each family's margin and whether it binds, what relaxing it would cost, why the
+cheaper GPU types lost, and whether a mix of GPU types beat every single type.
+
+All of it is data (:mod:`clusterplan.plan`); rendering lives in :mod:`clusterplan.render`.
+
+* **Binding or slack.** A family binds when switching it off (every other family on) improves the
+  optimum; its ``relaxed_total_usd`` is that optimum. Budgets cannot bind a min-cost optimum
+  (removing an upper bound on cost never lowers the least cost), except capital and monthly
+  budgets, which can push spending from one kind to another.
+* **Cheaper GPU types.** For each GPU type cheaper per GPU-hour than the cheapest one a workload
+  uses: if physics ruled out all its candidates, the most common reason; otherwise the workload is
+  forced onto it: feasible means it simply costs more (and how much); infeasible means a minimal set
+  of families rules it out (assumptions + deletion loop), reported with the candidate-level reason
+  where the family is row-level (e.g. ``L40S: tensor parallel 4 needs NVLink; L40S has PCIe only``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ortools.sat.python import cp_model
+
+from clusterplan.candidates.table import TP_NVLINK, CandidateTable, WorkloadCandidates, most_common_reason
+from clusterplan.explain.designs import hardware_lines, margins, summary_text
+from clusterplan.explain.infeasibility import find_conflict
+from clusterplan.physics.reasons import ReasonCategory
+from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostGpu, MixNote
+from clusterplan.planner.families import family
+from clusterplan.planner.solve import PRIMARY_GOAL, Extra, Outcome, Planner, Solution
+from clusterplan.planner.variables import PlanVariables
+from clusterplan.render.reasons import render_reason
+
+LOST_GPU_LIMIT = 6
+
+
+def force_gpu(w: int, gpu_id: str) -> Extra:
+    """An extra constraint: workload ``w`` runs only on ``gpu_id``."""
+
+    def add(m: cp_model.CpModel, v: PlanVariables) -> None:
+        wc = v.table.workloads[w]
+        for r, row in enumerate(wc.rows):
+            if row.gpu_id == gpu_id:
+                continue
+            if wc.is_serving:
+                m.add(v.selected(w, r) == 0)
+            else:
+                for y in v.training_choices(w, r):
+                    m.add(y == 0)
+
+    return add
+
+
+def single_gpu_type(w: int) -> Extra:
+    """An extra constraint: workload ``w`` uses one GPU type (for 'does the mix beat every single type')."""
+
+    def add(m: cp_model.CpModel, v: PlanVariables) -> None:
+        wc = v.table.workloads[w]
+        used: dict[str, cp_model.IntVar] = {}
+        for r, row in enumerate(wc.rows):
+            if row.gpu_id not in used:
+                used[row.gpu_id] = m.new_bool_var(f"single_{w}_{row.gpu_id}")
+            m.add_implication(v.selected(w, r), used[row.gpu_id])
+        m.add_at_most_one(list(used.values()))
+
+    return add
+
+
+def _improves(planner: Planner, relaxed: float, optimum: float) -> bool:
+    if PRIMARY_GOAL[planner.objective].minimise:
+        return relaxed < optimum - 0.5
+    return relaxed > optimum + 0.5
+
+
+def constraint_checks(planner: Planner, best: Outcome) -> list[ConstraintCheck]:
+    """Margins of the best design, each family marked binding (with its relaxed optimum) or not."""
+    assert best.solution is not None and best.objective is not None
+    table = planner.table
+    checks = margins(table, best.solution, planner.built.families)
+    out: list[ConstraintCheck] = []
+    goal = PRIMARY_GOAL[planner.objective]
+    for c in checks:
+        if c.family not in planner.families or goal in family(c.family).cannot_bind:
+            out.append(c)
+            continue
+        relaxed = planner.solve(goal=goal, on=[f for f in planner.families if f != c.family])
+        if (
+            relaxed.status.has_solution
+            and relaxed.objective is not None
+            and relaxed.solution is not None
+            and _improves(planner, relaxed.objective, best.objective)
+        ):
+            sol = relaxed.solution
+            out.append(
+                c.model_copy(
+                    update={
+                        "status": "binding",
+                        "relaxed_total_usd": sol.total_cents / 100.0,
+                        "relaxed_design": summary_text(table, hardware_lines(table, sol)),
+                    }
+                )
+            )
+        else:
+            out.append(c)
+    return out
+
+
+def _unit_cost(table: CandidateTable, gid: str) -> float | None:
+    return table.gpu_unit_cost_usd_per_hour(gid)
+
+
+def _gpus_used(wc: WorkloadCandidates, sol: Solution) -> set[str]:
+    if wc.is_serving:
+        return {wc.rows[a.row].gpu_id for a in sol.serving_of(wc.index)}
+    a = sol.training_of(wc.index)
+    return {wc.rows[a.row].gpu_id} if a is not None else set()
+
+
+def _row_reason(wc: WorkloadCandidates, gid: str, fid: str) -> str | None:
+    rows = sorted((r for r in wc.rows if r.gpu_id == gid), key=lambda r: (r.gpus, r.tp))
+    for r in rows:
+        for f, reason in r.forbidden_by:
+            if f == fid:
+                return reason
+    return None
+
+
+def _offering_reason(table: CandidateTable, gid: str, fid: str) -> str | None:
+    for o in table.offerings_of(gid):
+        for f, reason in o.forbidden_by:
+            if f == fid:
+                return f"{table.gpus[gid].name}: {reason}"
+    return None
+
+
+def lost_gpus(planner: Planner, best: Outcome, *, limit: int = LOST_GPU_LIMIT) -> list[LostGpu]:
+    assert best.solution is not None
+    table = planner.table
+    sol = best.solution
+    base_total = sol.total_cents / 100.0
+    out: list[LostGpu] = []
+    for wc in table.workloads:
+        used = _gpus_used(wc, sol)
+        used_costs = [c for c in (_unit_cost(table, g) for g in used) if c is not None]
+        if not used_costs:
+            continue
+        threshold = min(used_costs)
+        cands = []
+        for gid in sorted(table.gpus):
+            if gid in used:
+                continue
+            c = _unit_cost(table, gid)
+            if c is not None and c < threshold:
+                cands.append((c, gid))
+        # The closest competitors first: the GPU types just cheaper than the one chosen.
+        for cost, gid in sorted(cands, key=lambda c: (-c[0], c[1]))[:limit]:
+            out.append(_why_lost(planner, wc, gid, cost, base_total))
+    return out
+
+
+def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: float, base_total: float) -> LostGpu:
+    table = planner.table
+    name = table.gpus[gid].name
+    rows = [r for r in wc.rows if r.gpu_id == gid]
+    excluded = most_common_reason(wc.exclusions, gid)
+    if not rows:
+        reason = (
+            render_reason(excluded.reason)
+            if excluded is not None
+            else f"{name}: no candidate could run {wc.model_name}"
+        )
+        return LostGpu(
+            workload=wc.name,
+            gpu=gid,
+            gpu_name=name,
+            usd_per_gpu_hour=unit_cost,
+            reason=reason,
+            families=[excluded.family] if excluded is not None else [],
+            extra_cost_usd=None,
+        )
+    force = force_gpu(wc.index, gid)
+    forced = planner.solve(goal=PRIMARY_GOAL[planner.objective], extra=force)
+    if forced.status.has_solution and forced.solution is not None:
+        extra = forced.solution.total_cents / 100.0 - base_total
+        what = summary_text(table, hardware_lines(table, forced.solution))
+        return LostGpu(
+            workload=wc.name,
+            gpu=gid,
+            gpu_name=name,
+            usd_per_gpu_hour=unit_cost,
+            reason=f"{name}: feasible but ${extra:,.0f} dearer over the horizon ({what})",
+            families=[],
+            extra_cost_usd=extra,
+        )
+    _, conflict = find_conflict(planner, extra=force)
+    texts = []
+    for fid in conflict:
+        f = family(fid)
+        own = f.why_gpu_lost(table, wc, gid) if f.why_gpu_lost is not None else None
+        texts.append(
+            own or _row_reason(wc, gid, fid) or _offering_reason(table, gid, fid) or f"{f.title}: {f.sentence}"
+        )
+    if not texts:
+        texts.append(f"{name}: cannot be placed")
+    reason = "; ".join(texts)
+    # A link reason is what the tp_nvlink family's own text already says: not repeated.
+    if excluded is not None and not (excluded.reason.category is ReasonCategory.LINK and TP_NVLINK in conflict):
+        reason += f" (other layouts: {render_reason(excluded.reason)})"
+    return LostGpu(
+        workload=wc.name,
+        gpu=gid,
+        gpu_name=name,
+        usd_per_gpu_hour=unit_cost,
+        reason=reason,
+        families=conflict,
+        extra_cost_usd=None,
+    )
+
+
+def mixes(planner: Planner, best: Outcome) -> list[MixNote]:
+    assert best.solution is not None
+    table = planner.table
+    sol = best.solution
+    out: list[MixNote] = []
+    for wc in table.workloads:
+        if not wc.is_serving or not wc.allow_mixed:
+            continue
+        used = sorted(_gpus_used(wc, sol))
+        mixed_total = sol.total_cents / 100.0
+        if len(used) < 2:
+            out.append(
+                MixNote(
+                    workload=wc.name,
+                    mixed_total_usd=mixed_total,
+                    best_single_gpu=used[0] if used else None,
+                    best_single_total_usd=mixed_total,
+                    saving_usd=0.0,
+                    text=f"{wc.name}: mixing GPU types was allowed; one type ({', '.join(used)}) is cheapest",
+                )
+            )
+            continue
+        single = planner.solve(goal=PRIMARY_GOAL[planner.objective], extra=single_gpu_type(wc.index))
+        if single.status.has_solution and single.solution is not None:
+            s_total = single.solution.total_cents / 100.0
+            s_gpu = sorted(_gpus_used(wc, single.solution))[0]
+            out.append(
+                MixNote(
+                    workload=wc.name,
+                    mixed_total_usd=mixed_total,
+                    best_single_gpu=s_gpu,
+                    best_single_total_usd=s_total,
+                    saving_usd=s_total - mixed_total,
+                    text=f"{wc.name}: the mix of {' + '.join(used)} costs ${mixed_total:,.0f}; the best "
+                    f"single type ({s_gpu}) costs ${s_total:,.0f}: the mix saves ${s_total - mixed_total:,.0f}",
+                )
+            )
+        else:
+            out.append(
+                MixNote(
+                    workload=wc.name,
+                    mixed_total_usd=mixed_total,
+                    best_single_gpu=None,
+                    best_single_total_usd=None,
+                    saving_usd=None,
+                    text=f"{wc.name}: only a mix of {' + '.join(used)} meets the requirement; no single GPU type does",
+                )
+            )
+    return out
+
+
+def candidate_summaries(table: CandidateTable) -> list[CandidateSummary]:
+    return [
+        CandidateSummary(
+            workload=wc.name,
+            considered=wc.considered,
+            rows=len(wc.rows),
+            excluded=len(wc.exclusions),
+            gpus_with_candidates=sorted({r.gpu_id for r in wc.rows}),
+        )
+        for wc in table.workloads
+    ]
+
+
+def explain(planner: Planner, best: Outcome, *, lost_limit: int = LOST_GPU_LIMIT) -> Explanation:
+    table = planner.table
+    checks = constraint_checks(planner, best)
+    notes = list(table.notes)
+    counts = Counter(e.family for wc in table.workloads for e in wc.exclusions)
+    if counts:
+        notes.append(
+            "candidates ruled out before the model: " + ", ".join(f"{n} by {fam}" for fam, n in sorted(counts.items()))
+        )
+    return Explanation(
+        constraints=checks,
+        lost_gpus=lost_gpus(planner, best, limit=lost_limit),
+        mixes=mixes(planner, best),
+        candidates=candidate_summaries(table),
+        assumptions=list(table.assumptions_used),
+        notes=notes,
+    )

@@ -1,0 +1,258 @@
+"""Turn a model's solution into a :class:`clusterplan.plan.Design`: pure arithmetic on the table.
+
+Costs are recomputed here from the offerings (floats, USD), not read back from the model's integer
+cents, so rounding in the model never shows; the checker recomputes them once more, independently.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from clusterplan.candidates.table import CandidateTable, ServingRow, TrainingRow, WorkloadCandidates
+from clusterplan.design import pricing
+from clusterplan.plan import (
+    ConstraintCheck,
+    Costs,
+    Design,
+    HardwareLine,
+    ReplicaGroup,
+    ServingPlan,
+    TrainingPlan,
+)
+from clusterplan.planner.families import Family
+from clusterplan.planner.families.facts import DesignFacts
+from clusterplan.planner.solve import Solution
+
+
+def _gpu_name(table: CandidateTable, gid: str) -> str:
+    g = table.gpus.get(gid)
+    return g.name if g is not None else gid
+
+
+def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -> ServingPlan:
+    groups: list[ReplicaGroup] = []
+    cap = cap_nolat = 0.0
+    gpus = 0
+    for a in sol.serving_of(wc.index):
+        row: ServingRow = wc.serving_rows()[a.row]
+        cap += a.replicas * row.rate_rps
+        cap_nolat += a.replicas * row.rate_nolat_rps
+        gpus += a.replicas * row.gpus
+        groups.append(
+            ReplicaGroup(
+                gpu=row.gpu_id,
+                gpu_name=_gpu_name(table, row.gpu_id),
+                tp=row.tp,
+                pp=row.pp,
+                quant=row.quant,
+                kv_cache=row.kv_precision,
+                batch=row.batch,
+                replicas=a.replicas,
+                cloud_replicas=a.cloud_replicas,
+                owned_replicas=a.owned_replicas,
+                gpus=a.replicas * row.gpus,
+                rate_rps=row.rate_rps,
+                rate_no_targets_rps=row.rate_nolat_rps,
+                output_tokens_per_s=row.output_tokens_per_s,
+                ttft_s=row.ttft_s,
+                tpot_s=row.tpot_s,
+                p95_ttft_s=row.p95_ttft_s,
+                p95_tpot_s=row.p95_tpot_s,
+                p95_latency_s=row.p95_e2e_s,
+                memory_gib_per_gpu=row.memory_gib,
+                gpu_memory_gib=row.capacity_gib,
+                bound=row.bound,
+            )
+        )
+    used = cap if wc.targets.any else cap_nolat
+    return ServingPlan(
+        workload=wc.name,
+        model=wc.model_name,
+        demand_rps=wc.demand_rps,
+        average_rps=wc.average_rps,
+        output_tokens_per_s=wc.average_rps * wc.output_tokens,
+        capacity_rps=cap,
+        capacity_no_targets_rps=cap_nolat,
+        headroom_pct=(used / wc.demand_rps - 1.0) * 100.0 if wc.demand_rps > 0 else 0.0,
+        redundancy=wc.redundancy,
+        gpus=gpus,
+        groups=groups,
+    )
+
+
+def training_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -> TrainingPlan:
+    a = sol.training_of(wc.index)
+    assert a is not None
+    row: TrainingRow = wc.training_rows()[a.row]
+    cloud = a.where == "cloud"
+    label = None
+    if cloud and row.cloud_offering is not None:
+        label = table.offering(row.cloud_offering).label
+    return TrainingPlan(
+        kind="finetune" if wc.kind == "finetune" else "training",
+        workload=wc.name,
+        model=wc.model_name,
+        gpu=row.gpu_id,
+        gpu_name=_gpu_name(table, row.gpu_id),
+        tp=row.tp,
+        pp=row.pp,
+        dp=row.dp,
+        zero_stage=row.zero_stage,
+        recompute=row.recompute,
+        micro_batch=row.micro_batch,
+        gpus=row.gpus,
+        deployment="cloud" if cloud else "owned",
+        time_to_train_s=row.time_to_train_s,
+        deadline_s=wc.deadline_s,
+        tokens_per_s=row.tokens_per_s,
+        mfu=row.mfu,
+        memory_gib_per_gpu=row.memory_gib,
+        gpu_memory_gib=row.capacity_gib,
+        cloud_instance=label,
+        cloud_instances=row.cloud_instances if cloud else 0,
+        cloud_cost_usd=row.cloud_cost_usd if cloud else 0.0,
+    )
+
+
+def hardware_lines(table: CandidateTable, sol: Solution) -> list[HardwareLine]:
+    """The instances and servers a solution uses, each priced by :mod:`clusterplan.design.pricing`."""
+    lines: list[HardwareLine] = []
+    for key, n in sol.instances:
+        o = table.offering(key)
+        lines.append(pricing.cloud_line(o, n, gpu_name=_gpu_name(table, o.gpu_id)))
+    bought = dict(sol.bought)
+    inv = dict(sol.from_inventory)
+    for o in table.offerings:
+        if o.kind != "owned" or (o.key not in bought and o.key not in inv):
+            continue
+        lines.append(
+            pricing.owned_line(
+                o, bought=bought.get(o.key, 0), from_inventory=inv.get(o.key, 0), gpu_name=_gpu_name(table, o.gpu_id)
+            )
+        )
+    for wc in table.workloads:
+        a = sol.training_of(wc.index) if not wc.is_serving else None
+        if a is None or a.where != "cloud":
+            continue
+        row = wc.training_rows()[a.row]
+        if row.cloud_offering is None:
+            continue
+        o = table.offering(row.cloud_offering)
+        lines.append(
+            pricing.training_cloud_line(
+                o,
+                row.cloud_instances,
+                gpu_name=_gpu_name(table, o.gpu_id),
+                workload=wc.name,
+                seconds=row.time_to_train_s,
+            )
+        )
+    return lines
+
+
+def costs_of(table: CandidateTable, sol: Solution, hardware: list[HardwareLine]) -> Costs:
+    """The solution's costs over the horizon (:func:`clusterplan.design.pricing.costs`)."""
+    one_off = 0.0
+    for wc in table.workloads:
+        a = sol.training_of(wc.index) if not wc.is_serving else None
+        if a is not None and a.where == "cloud":
+            one_off += wc.training_rows()[a.row].cloud_cost_usd
+    tokens = sum(wc.average_rps * wc.output_tokens for wc in table.workloads if wc.is_serving)
+    return pricing.costs(
+        hardware, horizon_months=table.limits.horizon_months, one_off_usd=one_off, output_tokens_per_s=tokens
+    )
+
+
+def gpus_in_use(table: CandidateTable, hardware: list[HardwareLine]) -> int:
+    """Owned GPUs + cloud serving GPUs + cloud training GPUs (sequential: the largest cloud phase)."""
+    owned = sum(x.gpus for x in hardware if x.kind == "owned")
+    serving_cloud = sum(x.gpus for x in hardware if x.kind == "cloud" and x.purpose == "serving")
+    training = [x.gpus for x in hardware if x.kind == "cloud" and x.purpose != "serving"]
+    if table.limits.schedule == "sequential":
+        return owned + max([serving_cloud, *training])
+    return owned + serving_cloud + sum(training)
+
+
+def signature(table: CandidateTable, sol: Solution) -> list[str]:
+    out: list[str] = []
+    for wc in table.workloads:
+        if wc.is_serving:
+            shapes = sorted({wc.serving_rows()[a.row].shape for a in sol.serving_of(wc.index)}, key=repr)
+            where = sorted(
+                {
+                    w
+                    for a in sol.serving_of(wc.index)
+                    for w, n in (("cloud", a.cloud_replicas), ("owned", a.owned_replicas))
+                    if n
+                }
+            )
+            for g, tp, pp, q in shapes:
+                out.append(f"{wc.name}: {g} TP{tp} PP{pp} {q} ({'+'.join(where)})")
+        else:
+            a = sol.training_of(wc.index)
+            if a is not None:
+                r = wc.training_rows()[a.row]
+                out.append(f"{wc.name}: {r.gpu_id} TP{r.tp} PP{r.pp} ZeRO-{r.zero_stage} ({a.where})")
+    return out
+
+
+def summary_text(table: CandidateTable, hardware: list[HardwareLine]) -> str:
+    parts: list[str] = []
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for line in hardware:
+        counts[line.kind, line.gpu_name] += line.gpus
+    for (kind, name), n in sorted(counts.items()):
+        parts.append(f"{n}x {name} ({kind})")
+    return ", ".join(parts)
+
+
+def design(table: CandidateTable, sol: Solution, *, rank: int, checks: list[ConstraintCheck]) -> Design:
+    hw = hardware_lines(table, sol)
+    by_type: dict[str, int] = defaultdict(int)
+    for line in hw:
+        by_type[line.gpu] += line.gpus
+    workloads: list[ServingPlan | TrainingPlan] = []
+    for wc in table.workloads:
+        workloads.append(serving_plan(table, wc, sol) if wc.is_serving else training_plan(table, wc, sol))
+    return Design(
+        rank=rank,
+        summary=summary_text(table, hw),
+        signature=signature(table, sol),
+        costs=costs_of(table, sol, hw),
+        gpus_total=gpus_in_use(table, hw),
+        gpus_by_type=dict(sorted(by_type.items())),
+        owned_power_w=sum(x.power_w for x in hw),
+        hardware=hw,
+        workloads=workloads,
+        constraints=checks,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Margins: how far inside each family a design sits (pure arithmetic, in the family modules)
+# ------------------------------------------------------------------------------------------------
+
+
+def facts(table: CandidateTable, sol: Solution) -> DesignFacts:
+    """The design ``sol`` as the plain numbers a family's margin, check and relaxation read."""
+    hw = hardware_lines(table, sol)
+    costs = costs_of(table, sol, hw)
+    return DesignFacts(
+        table=table,
+        serving=sol.serving,
+        training=sol.training,
+        instances=sol.instances,
+        bought=sol.bought,
+        from_inventory=sol.from_inventory,
+        capital_usd=costs.capital_usd,
+        monthly_usd=costs.monthly_usd,
+        total_usd=costs.total_usd,
+        gpus_in_use=gpus_in_use(table, hw),
+        owned_power_w=sum(x.power_w for x in hw),
+    )
+
+
+def margins(table: CandidateTable, sol: Solution, fams: list[Family]) -> list[ConstraintCheck]:
+    """One check per active family that has a margin to report, in registry order."""
+    d = facts(table, sol)
+    return [c for c in (f.constraint_check(d) for f in fams) if c is not None]

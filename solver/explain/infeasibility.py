@@ -1,0 +1,441 @@
+"""When nothing fits: a minimal set of conflicting families, and the least relaxation of each.
+
+1. Solve for feasibility with every family's literal as an *assumption* (one worker, no objective).
+   CP-SAT returns a sufficient set of assumptions for infeasibility (a core, not always minimal).
+2. Shrink it with a deletion loop (CPMpy's ``mus``): drop each family in turn and keep it dropped
+   if the rest (all other families off) is still infeasible. What remains is minimal: removing any
+   one member makes the rest feasible.
+3. For each member, the least relaxation that restores feasibility *with every other family of the
+   requirement on*: optimise the family's relaxation goal (capital, monthly, total, GPUs, power,
+   training time over deadline, extra owned GPUs, served demand) with that family off, and let the
+   family's module say what the optimum stands for (``Relaxing.at``); for a family relaxed by its
+   targets (latency), search a common factor on the targets (the rates depend on the targets
+   through the queueing physics, so each step rebuilds the serving candidates), then give back
+   every target that need not move.
+4. If relaxing a member alone does not suffice, that is said, with the families that still cannot
+   all hold once it is relaxed (a minimal set again), so the user knows what else to change. A solve
+   that ran out of time is reported as such, never as "not enough".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from clusterplan.candidates.table import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
+from clusterplan.explain.designs import facts
+from clusterplan.physics.reasons import Reason
+from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
+from clusterplan.planner.families import Relaxing, family
+from clusterplan.planner.families.facts import NotEnough, RelaxedAt
+from clusterplan.planner.solve import Extra, Planner, Solution
+from clusterplan.planner.status import SolveStatus
+from clusterplan.render.reasons import render_predicate, render_reasons
+
+# A latency target: (workload index, requirement field: p95_latency, p95_ttft or p95_tpot).
+TargetKey = tuple[int, str]
+# Each target times its factor (absent: 1) -> the candidate table of the requirement so changed.
+Retarget = Callable[[Mapping[TargetKey, float]], CandidateTable]
+
+TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
+# The latency search tries targets 64x, 64^2x, ... looser, bisecting inside the first bracket that
+# is feasible (7 halvings of the exponent: within 64^(1/128), about 3%, rounded up). It stops once
+# every target is at least LOOSEST_TARGET_S: past an hour, a p95 target no longer constrains a plan.
+TARGET_FACTOR_STEP = 64.0
+TARGET_BISECTION_STEPS = 7
+LOOSEST_TARGET_S = 3600.0
+# Targets still relaxed after the give-backs that are then tightened one by one (7 rebuilds each);
+# any further ones keep the common factor (a relaxation that works, not necessarily the least).
+SHRINK_TARGETS_MAX = 6
+
+
+def _relaxing(fid: str) -> Relaxing:
+    r = family(fid).relaxation
+    assert r is not None, f"{fid} is never switched off"
+    return r
+
+
+def minimal_conflict(
+    planner: Planner, core: list[str], *, extra: Extra | None = None, among: list[str] | None = None
+) -> list[str]:
+    """Deletion loop: a minimal subset of ``core`` that is still infeasible (reported in registry order).
+
+    ``among``: the families that may be kept (default: all the requirement states); a family
+    switched off by the caller is never brought back in.
+    """
+    allowed = planner.families if among is None else among
+    members = set(core)
+    # A family a member implies (latency and N+k imply throughput: their rates never exceed the
+    # throughput rate) is a candidate to keep instead: it yields the more useful relaxation.
+    members |= {g for f in core for g in _relaxing(f).implies if g in allowed}
+    kept = [f for f in planner.families if f in members]
+    # Families marked deletion_first are tried first (in registry order), so the weaker one is kept.
+    order = [f for f in kept if _relaxing(f).deletion_first] + [f for f in kept if not _relaxing(f).deletion_first]
+    for f in order:
+        trial = [g for g in kept if g != f]
+        if planner.feasible(trial, extra=extra) is SolveStatus.INFEASIBLE:
+            kept = trial
+    return kept
+
+
+def find_conflict(planner: Planner, *, extra: Extra | None = None) -> tuple[SolveStatus, list[str]]:
+    """(INFEASIBLE, minimal families) or (the status, []) when the requirement is not proven infeasible.
+
+    An empty list with INFEASIBLE means no combination works even with every family off (every
+    candidate is ruled out by physics, or nothing can be obtained).
+    """
+    status, core = planner.core(planner.families, extra=extra)
+    if status is not SolveStatus.INFEASIBLE:
+        return status, []
+    if not core:
+        return status, []
+    return status, minimal_conflict(planner, core, extra=extra)
+
+
+def still_conflicting(planner: Planner, off: set[str]) -> tuple[SolveStatus, list[str]]:
+    """With the families of ``off`` switched off and every other one on: (INFEASIBLE, a minimal set
+    that still conflicts), or (the status, []) when that is not proven."""
+    on = [f for f in planner.families if f not in off]
+    status, core = planner.core(on)
+    if status is not SolveStatus.INFEASIBLE or not core:
+        return status, []
+    return status, minimal_conflict(planner, core, among=on)
+
+
+def _relaxed_with(fid: str) -> set[str]:
+    """The families one relaxation switches off: the family and those relaxed with it (lowering the
+    demand relaxes every family that scales with it)."""
+    return {fid, *_relaxing(fid).with_families}
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _rest_clause(rest: list[str]) -> str:
+    """What still conflicts, readable: one family rules out every design; several cannot all hold."""
+    titles = _and([family(f).title for f in rest])
+    return f"{titles} still rules out every design" if len(rest) == 1 else f"{titles} still cannot all hold"
+
+
+def _not_enough(planner: Planner, fid: str, *, lead: str = "") -> Relaxation:
+    """Relaxing ``fid`` alone is proven not to be enough: say so, and what still conflicts."""
+    lead = lead or f"relaxing {family(fid).title} alone is not enough"
+    status, rest = still_conflicting(planner, _relaxed_with(fid))
+    if rest:
+        change = f"{lead}: with it relaxed, {_rest_clause(rest)}"
+    elif status is SolveStatus.INFEASIBLE:
+        change = f"{lead}: no design exists even with every other stated constraint relaxed too"
+    else:
+        change = f"{lead} (which other constraints conflict was not found within the time limit)"
+    return Relaxation(
+        family=fid, change=change, value=None, unit="", restores_feasibility=False, still_conflicting=rest
+    )
+
+
+def _timed_out(planner: Planner, fid: str) -> Relaxation:
+    """The search for the least relaxation ran out of time: neither a value nor a proof there is none."""
+    return Relaxation(
+        family=fid,
+        change=f"the least relaxation of {family(fid).title} was not found within the time limit "
+        f"({planner.settings.time_limit_s:g} s per solve); raise --time-limit",
+        value=None,
+        unit="",
+        restores_feasibility=False,
+    )
+
+
+def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = None) -> Relaxation:
+    """The smallest change to family ``fid`` that makes the requirement feasible, all else unchanged."""
+    if _relaxing(fid).by_targets and retarget is not None:
+        return _target_relaxation(planner, fid, retarget)
+    return _least_by_solving(planner, fid)
+
+
+def _least_by_solving(planner: Planner, fid: str) -> Relaxation:
+    """Optimise the family's relaxation goal with ``fid`` (and those relaxed with it) off, every other on."""
+    others = [f for f in planner.families if f not in _relaxed_with(fid)]
+    out = planner.solve(goal=_relaxing(fid).goal, on=others)
+    if out.status is SolveStatus.INFEASIBLE:
+        return _not_enough(planner, fid)
+    if not out.status.has_solution or out.solution is None or out.objective is None:
+        return _timed_out(planner, fid)
+    rel = _relaxation_at(planner, fid, out.objective, out.solution)
+    if out.status is SolveStatus.FEASIBLE and rel.restores_feasibility:
+        # The time limit stopped the search: this change works, but a smaller one may too.
+        rel = rel.model_copy(update={"change": rel.change + " (time limit: a smaller change may also work)"})
+    return rel
+
+
+def _relaxation_at(planner: Planner, fid: str, value: float, sol: Solution) -> Relaxation:
+    """The change that the relaxed optimum ``value`` (solution ``sol``) of family ``fid`` stands for."""
+    at = RelaxedAt(
+        fid=fid,
+        value=value,
+        design=facts(planner.table, sol),
+        resolution_rps={
+            wc.index: planner.v.scales[wc.index].resolution_rps for wc in planner.table.workloads if wc.is_serving
+        },
+    )
+    rel = _relaxing(fid).at(at)
+    if isinstance(rel, NotEnough):
+        return _not_enough(planner, fid, lead=rel.lead)
+    return rel
+
+
+def _serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]]:
+    """Every p95 target the requirement states: (key, workload name, seconds), in a fixed order."""
+    out: list[tuple[TargetKey, str, float]] = []
+    for wc in table.workloads:
+        if not wc.is_serving:
+            continue
+        t = wc.targets
+        for field, value in zip(TARGET_FIELDS, (t.p95_latency_s, t.p95_ttft_s, t.p95_tpot_s), strict=True):
+            if value is not None:
+                out.append(((wc.index, field), wc.name, value))
+    return out
+
+
+def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxation:
+    """The least looser p95 targets that make the requirement feasible, all else unchanged.
+
+    Every target is multiplied by a common factor f: f = 64, 64^2, ... until feasible (or every
+    target is past LOOSEST_TARGET_S), then f is bisected inside that bracket. Targets that can then
+    go back to their stated value are given back (a workload at a time, then a target at a time),
+    and each of the first SHRINK_TARGETS_MAX targets still relaxed is bisected down on its own, the
+    others held: the change names only the targets that must move, each about as little as it must
+    (an unreachable TTFT does not drag the end-to-end target along; a TPOT target does not stay at
+    f times its value when the end-to-end target already implies it). Lowering one target only makes
+    the others harder, so one pass in a fixed order ends at a point where no single target can be
+    tightened further. Each step rebuilds the candidate table (the rates depend on the targets).
+    """
+    targets = _serving_targets(planner.table)
+    if not targets:
+        return _least_by_solving(planner, fid)
+    statuses: dict[tuple[tuple[TargetKey, float], ...], SolveStatus] = {}
+
+    def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
+        key = tuple(sorted(factors.items()))
+        if key not in statuses:
+            p = Planner(retarget(factors), objective=planner.objective, settings=planner.settings)
+            statuses[key] = p.feasible(p.families)
+        return statuses[key]
+
+    def common(f: float) -> dict[TargetKey, float]:
+        return {k: f for k, _, _ in targets}
+
+    tightest = min(v for _, _, v in targets)
+    lo, hi = 1.0, TARGET_FACTOR_STEP
+    while not status_at(common(hi)).has_solution:
+        if status_at(common(hi)) is not SolveStatus.INFEASIBLE:
+            return _timed_out(planner, fid)
+        if tightest * hi >= LOOSEST_TARGET_S:
+            return _targets_not_enough(planner, fid, retarget, common(hi))
+        lo, hi = hi, hi * TARGET_FACTOR_STEP
+    for _ in range(TARGET_BISECTION_STEPS):
+        mid = math.sqrt(lo * hi)
+        if status_at(common(mid)).has_solution:
+            hi = mid
+        else:
+            lo = mid
+    factors = common(hi)
+
+    def others_relaxed(keys: set[TargetKey]) -> bool:
+        """Some target outside ``keys`` stays relaxed: else holding ``keys`` lower is known infeasible."""
+        return any(f != 1.0 for k, f in factors.items() if k not in keys)
+
+    def give_back(keys: set[TargetKey]) -> bool:
+        nonlocal factors
+        trial = {k: (1.0 if k in keys else f) for k, f in factors.items()}
+        if trial == factors or not others_relaxed(keys):
+            return False
+        if status_at(trial).has_solution:
+            factors = trial
+            return True
+        return False
+
+    workloads = sorted({k[0] for k, _, _ in targets})
+    if len(workloads) > 1:
+        for w in workloads:
+            give_back({k for k, _, _ in targets if k[0] == w})
+    shrunk = 0
+    for k, _, _ in targets:
+        if factors[k] == 1.0 or give_back({k}) or not others_relaxed({k}) or shrunk >= SHRINK_TARGETS_MAX:
+            continue
+        shrunk += 1
+        k_lo, k_hi = 1.0, factors[k]
+        for _ in range(TARGET_BISECTION_STEPS):
+            mid = math.sqrt(k_lo * k_hi)
+            if status_at({**factors, k: mid}).has_solution:
+                k_hi = mid
+            else:
+                k_lo = mid
+        factors = {**factors, k: k_hi}
+    parts = [f"{name}: {k[1]} >= {_round_up(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
+    return Relaxation(
+        family=fid,
+        change="; ".join(parts),
+        value=round(max(factors.values()), 3),
+        unit="x targets",
+        restores_feasibility=True,
+    )
+
+
+def _targets_not_enough(
+    planner: Planner, fid: str, retarget: Retarget, factors: Mapping[TargetKey, float]
+) -> Relaxation:
+    """No p95 target restores feasibility: say what still conflicts with every target past an hour."""
+    loose = Planner(retarget(factors), objective=planner.objective, settings=planner.settings)
+    status, rest = find_conflict(loose)
+    lead = f"relaxing the p95 targets alone is not enough (even at {LOOSEST_TARGET_S / 3600:g} h or more each)"
+    if rest:
+        change = f"{lead}: with them relaxed, {_rest_clause(rest)}"
+    elif status is SolveStatus.INFEASIBLE:
+        change = f"{lead}: no design exists even with every other stated constraint relaxed too"
+    else:
+        change = f"{lead} (which other constraints conflict was not found within the time limit)"
+    return Relaxation(
+        family=fid, change=change, value=None, unit="", restores_feasibility=False, still_conflicting=rest
+    )
+
+
+def _round_up(x: float) -> str:
+    """Two significant figures, rounded up (a relaxation is never understated)."""
+    if x <= 0:
+        return "0"
+    digits = 2 - math.floor(math.log10(x)) - 1
+    scale = 10.0**digits
+    return f"{math.ceil(x * scale - 1e-9) / scale:g}"
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibility:
+    """The infeasibility report of a requirement whose primary solve was proven infeasible."""
+    table = planner.table
+    unplaceable = unplaceable_workloads(table)
+    if unplaceable:
+        return unplaceable_report(unplaceable)
+    status, conflict = find_conflict(planner)
+    if status is not SolveStatus.INFEASIBLE:
+        return Infeasibility(
+            conflict=[],
+            relaxations=[],
+            unplaceable=[],
+            text="the conflict analysis ran out of time before proving which constraints conflict",
+        )
+    if not conflict:
+        return Infeasibility(
+            conflict=[],
+            relaxations=[],
+            unplaceable=[],
+            text="no design exists even with every stated constraint relaxed",
+        )
+    refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
+    relax = [least_relaxation(planner, f, retarget=retarget) for f in conflict]
+    text = "these requirements cannot all hold: " + "; ".join(r.title for r in refs) + "."
+    fixes = [r.change for r in relax if r.restores_feasibility]
+    if fixes:
+        text += " Any one of these changes restores feasibility: " + "; ".join(fixes)
+    else:
+        text += " " + " ".join(_sentence(r.change) for r in relax)
+    return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], text=text)
+
+
+def unplaceable_report(reasons: list[str]) -> Infeasibility:
+    """The report when physics rules out every candidate of some workload: nothing to model or relax."""
+    return Infeasibility(
+        conflict=[], relaxations=[], unplaceable=reasons, text="no candidate can run: " + "; ".join(reasons)
+    )
+
+
+# GPU ids listed by name in a "none of the GPUs it may use (...)" sentence; more are counted.
+LISTED_GPUS = 8
+EXAMPLE_REASONS = 2
+
+
+def usable_gpus(table: CandidateTable) -> list[str]:
+    """GPU types the requirement lets a plan use: in allowed_gpus (less excluded_gpus) and obtainable
+    under its deployment, clouds, regions and pricing (an offering no family forbids: a cloud
+    instance, or an owned server that can be bought or is in inventory)."""
+    allowed = table.limits.allowed_gpus
+    out = []
+    for gid in sorted(table.gpus):
+        if allowed is not None and gid not in allowed:
+            continue
+        if any(
+            not o.forbidden_by and (o.kind == "cloud" or o.purchasable or o.inventory_units)
+            for o in table.offerings_of(gid)
+        ):
+            out.append(gid)
+    return out
+
+
+def unplaceable_workloads(table: CandidateTable) -> list[str]:
+    """Workloads with no candidate row at all, and why: physics rules out every GPU type the
+    requirement lets them use (the closest ones as examples), and which ruled-out GPUs could run them.
+
+    Only the GPUs the requirement allows are reasoned about: a GPU it already excluded
+    (allowed_gpus, deployment, clouds, regions) is no example of why nothing fits.
+    """
+    usable = usable_gpus(table)
+    out = []
+    for wc in table.workloads:
+        if wc.rows:
+            continue
+        out.append(_unplaceable(table, wc, usable))
+    return out
+
+
+def _unplaceable(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> str:
+    what = wc.model_name or "it"
+    # GPUs physics admits that cannot be obtained had their rows dropped (availability): they could.
+    could = sorted({e.gpu_id for e in wc.exclusions if e.family == AVAILABILITY})
+    pool = usable or sorted(table.gpus)
+    closest = sorted(pool, key=lambda g: (-table.gpus[g].memory_gib, g))
+    found: list[Reason] = []
+    for gid in closest:
+        e = most_common_reason([x for x in wc.exclusions if x.family != AVAILABILITY], gid)
+        if e is not None and e.reason not in found:
+            found.append(e.reason)
+        if len(found) == EXAMPLE_REASONS:
+            break
+    if not found:  # no reason recorded (a synthetic table): the most common ones
+        found = [r for r, _ in Counter(e.reason for e in wc.exclusions).most_common(EXAMPLE_REASONS)]
+    reasons = render_reasons(found)
+    examples = f" (e.g. {'; '.join(reasons)})" if reasons else ""
+    # Restricted: allowed_gpus is set, or a GPU that can be had some way is not one it may use.
+    restricted = table.limits.allowed_gpus is not None or set(usable) != {o.gpu_id for o in table.offerings}
+    if not usable:
+        head = "no GPU the requirement allows can be obtained (allowed_gpus, deployment, clouds and regions)"
+        if not could:
+            head += f", and no other GPU can run {what} either{examples}"
+    elif not restricted:
+        head = f"no GPU can run {what}{examples}"
+    else:
+        listed = (
+            ", ".join(usable) if len(usable) <= LISTED_GPUS else f"{len(usable)} types, e.g. {', '.join(closest[:3])}"
+        )
+        closest_reason = f" (closest: {reasons[0]})" if reasons else ""
+        head = f"none of the GPUs the requirement allows ({listed}) can run {what}{closest_reason}"
+        if not could:
+            head += ", and no other GPU in the catalog can either"
+    if could:
+        head += "; GPUs that could run it but are ruled out: " + "; ".join(_why_out(table, wc, g) for g in could)
+    return f"{wc.name}: {head}"
+
+
+def _why_out(table: CandidateTable, wc: WorkloadCandidates, gid: str) -> str:
+    """Why a GPU that physics admits is out of reach: allowed_gpus, and how it could be obtained."""
+    why = []
+    allowed = table.limits.allowed_gpus
+    if allowed is not None and gid not in allowed:
+        why.append("not in constraints.allowed_gpus")
+    for e in wc.exclusions:
+        if e.gpu_id == gid and e.family == AVAILABILITY:
+            why.append(render_predicate(e.reason))  # the line names the GPU already
+            break
+    return f"{gid} ({'; '.join(why)})" if why else gid

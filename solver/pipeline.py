@@ -1,0 +1,239 @@
+"""Requirement in, :class:`clusterplan.plan.Plan` out: prepare, model, solve, explain.
+
+``plan_table`` works on any candidate table (synthetic ones in tests and benchmarks);
+``plan_requirement`` builds the table from a resolved requirement and the catalog first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+from clusterplan.candidates.build import build_candidates
+from clusterplan.candidates.table import CandidateTable
+from clusterplan.explain import designs as report
+from clusterplan.explain.binding import constraint_checks, explain
+from clusterplan.explain.infeasibility import (
+    TARGET_FIELDS,
+    Retarget,
+    TargetKey,
+    analyse,
+    find_conflict,
+    unplaceable_report,
+    unplaceable_workloads,
+)
+from clusterplan.plan import FamilyRef, Infeasibility, Plan, RequirementRef, SolverInfo
+from clusterplan.planner.builder import OBJECTIVES
+from clusterplan.planner.families import family
+from clusterplan.planner.solve import Planner, SolverSettings, rank_designs
+from clusterplan.planner.status import SolveStatus, relative_gap
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.requirement.load import ResolvedRequirement
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How to plan. ``explain`` says how much of the why to work out (each part costs solves):
+
+    * ``True``: the whole :class:`clusterplan.plan.Explanation` of the best design (binding families
+      with their relaxed optimum, cheaper GPU types that lost, mixes); when infeasible, a minimal
+      conflict and the least relaxation of each member.
+    * ``"binding"``: only which families bind the best design (its constraint checks, no
+      ``explanation``); when infeasible, the minimal conflict without relaxations and a one-line
+      ``text``. What one row of a what-if sweep shows.
+    * ``False``: margins only; when infeasible, the same analysis as ``True``.
+    """
+
+    top: int = 5
+    objective: str = "min_cost"
+    explain: bool | Literal["binding"] = True
+    settings: SolverSettings = field(default_factory=SolverSettings)
+
+
+@dataclass
+class Timings:
+    """Wall times, seconds (kept out of the plan so its JSON stays byte-identical run to run)."""
+
+    candidates_s: float = 0.0
+    build_s: float = 0.0
+    solver_s: float = 0.0
+    total_s: float = 0.0
+    solves: int = 0
+
+
+OBJECTIVE_UNITS = {"min_cost": "US cents", "max_throughput": "ppm of peak demand", "min_latency": "ms"}
+
+
+def _status(s: SolveStatus) -> str:
+    return s.value if s is not SolveStatus.MODEL_INVALID else "unknown"
+
+
+def plan_table(
+    table: CandidateTable,
+    options: PlanOptions | None = None,
+    *,
+    file: str = "",
+    catalog_fingerprint: str = "",
+    retarget: Retarget | None = None,
+    timings: Timings | None = None,
+) -> Plan:
+    opts = options or PlanOptions()
+    if opts.objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {opts.objective!r}")
+    ref = RequirementRef(name=table.name, file=file)
+    settings = opts.settings
+    reasons = unplaceable_workloads(table)
+    if reasons:
+        # Physics rules out every candidate of some workload: there is nothing to model.
+        info = SolverInfo(
+            status="infeasible",
+            objective=opts.objective,
+            objective_unit=OBJECTIVE_UNITS[opts.objective],
+            objective_value=None,
+            best_bound=None,
+            gap=None,
+            num_workers=settings.num_workers,
+            random_seed=settings.random_seed,
+            time_limit_s=settings.time_limit_s,
+        )
+        return Plan(
+            requirement=ref,
+            catalog_fingerprint=catalog_fingerprint,
+            status="infeasible",
+            solver=info,
+            designs=[],
+            explanation=None,
+            infeasibility=unplaceable_report(reasons),
+        )
+    planner = Planner(table, objective=opts.objective, settings=settings)
+    ranked = rank_designs(planner, top=opts.top)
+    first = ranked.first
+    gap = None
+    if first.objective is not None and first.bound is not None:
+        gap = relative_gap(first.objective, first.bound)
+    info = SolverInfo(
+        status=_status(ranked.status),
+        objective=opts.objective,
+        objective_unit=OBJECTIVE_UNITS[opts.objective],
+        objective_value=first.objective,
+        best_bound=first.bound,
+        gap=gap,
+        num_workers=settings.num_workers,
+        random_seed=settings.random_seed,
+        time_limit_s=settings.time_limit_s,
+    )
+    designs = []
+    explanation = None
+    infeasibility = None
+    if ranked.designs:
+        best = ranked.designs[0]
+        assert best.solution is not None
+        if opts.explain == "binding":
+            top_checks = constraint_checks(planner, best)
+        elif opts.explain:
+            explanation = explain(planner, best)
+            top_checks = explanation.constraints
+        else:
+            top_checks = report.margins(table, best.solution, planner.built.families)
+        for i, out in enumerate(ranked.designs):
+            assert out.solution is not None
+            checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
+            designs.append(report.design(table, out.solution, rank=i + 1, checks=checks))
+    elif ranked.status is SolveStatus.INFEASIBLE:
+        infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
+    if timings is not None:
+        timings.build_s += planner.build_s
+        timings.solver_s += planner.solve_s
+        timings.solves += planner.solves
+    return Plan(
+        requirement=ref,
+        catalog_fingerprint=catalog_fingerprint,
+        status=info.status,
+        solver=info,
+        designs=designs,
+        explanation=explanation,
+        infeasibility=infeasibility,
+    )
+
+
+def _conflict_only(planner: Planner) -> Infeasibility:
+    """A minimal conflict without the least relaxations (``explain="binding"``); ``text`` is one line."""
+    status, conflict = find_conflict(planner)
+    refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
+    if status is not SolveStatus.INFEASIBLE:
+        text = "the conflict search ran out of time"
+    elif refs:
+        text = "conflict: " + ", ".join(r.title for r in refs)
+    else:
+        text = "no design even with every constraint off"
+    return Infeasibility(conflict=refs, relaxations=[], unplaceable=[], text=text)
+
+
+def retargeter(
+    resolved: ResolvedRequirement, catalog: Catalog, table: CandidateTable, *, keep_latency: bool = False
+) -> Retarget:
+    """The candidate table of ``resolved`` with p95 targets scaled, for the infeasibility analysis.
+
+    ``table`` is the requirement's own table. Only the serving workloads whose targets change are
+    rebuilt: one workload's candidates never depend on another's, so the rest (training layouts
+    included, the slowest to prepare) are taken from ``table`` unchanged.
+    """
+
+    def retarget(factors: Mapping[TargetKey, float]) -> CandidateTable:
+        req = resolved.requirement
+        changed = [
+            i
+            for i, w in enumerate(req.workloads)
+            if w.kind == "serving" and any(factors.get((i, k), 1.0) != 1.0 for k in TARGET_FIELDS)
+        ]
+        if not changed:
+            return table
+        scaled = []
+        for i in changed:
+            w = req.workloads[i]
+            scaled.append(
+                w.model_copy(
+                    update={
+                        k: getattr(w, k) * factors.get((i, k), 1.0) for k in TARGET_FIELDS if getattr(w, k) is not None
+                    }
+                )
+            )
+        sub = replace(
+            resolved,
+            requirement=req.model_copy(update={"workloads": scaled}),
+            models=tuple(resolved.model_for(i) for i in changed),
+        )
+        rebuilt = build_candidates(sub, catalog, keep_latency=keep_latency)
+        fresh = {i: replace(wc, index=i) for i, wc in zip(changed, rebuilt.workloads, strict=True)}
+        return replace(table, workloads=tuple(fresh.get(wc.index, wc) for wc in table.workloads))
+
+    return retarget
+
+
+def plan_requirement(
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    options: PlanOptions | None = None,
+    *,
+    timings: Timings | None = None,
+) -> Plan:
+    """Plan a resolved requirement against the catalog."""
+    import time
+
+    t0 = time.perf_counter()
+    opts = options or PlanOptions()
+    table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency")
+    t1 = time.perf_counter()
+
+    retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency")
+
+    tm = timings if timings is not None else Timings()
+    plan = plan_table(
+        table, opts, file=str(resolved.path), catalog_fingerprint=catalog.fingerprint(), retarget=retarget, timings=tm
+    )
+    tm.candidates_s += t1 - t0
+    tm.total_s += time.perf_counter() - t0
+    return plan

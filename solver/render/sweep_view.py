@@ -1,0 +1,191 @@
+"""Sweeps and frontiers as a rich table, CSV and JSON. Formatting only; the data is :mod:`clusterplan.whatif.sweep`
+and :mod:`clusterplan.whatif.frontier`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from clusterplan.render.fmt import seconds, usd
+from clusterplan.whatif.frontier import FrontierResult
+from clusterplan.whatif.sweep import SweepResult
+from clusterplan.whatif.vary import format_value
+
+
+def _num(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.2f}{(' ' + unit) if unit else ''}"
+
+
+def _short_unit(unit: str) -> str:
+    return {"requests/s": "req/s"}.get(unit, unit)
+
+
+def sweep_table(result: SweepResult, console: Console) -> None:
+    """One row per point; switch points in bold with what changed."""
+    p = console.print
+    p(
+        f"[bold]{escape(result.requirement)}[/bold]  sweep of "
+        + " x ".join(f"{escape(a.target.field)} ({len(a.values)})" for a in result.axes)
+        + f"  objective: {result.objective}"
+    )
+    t = Table(show_lines=False)
+    for a in result.axes:
+        t.add_column(escape(a.target.field), justify="right", no_wrap=True)
+    for col in ("status", "GPUs", "parallelism", "quant", "total cost", "throughput", "p95", "binding", "change"):
+        t.add_column(col, overflow="fold")
+    tp_unit = _short_unit(result.throughput_unit)
+    for r in result.rows:
+        cells = [format_value(v, a.target.quantity) for a, v in zip(result.axes, r.values, strict=True)]
+        style = "bold" if r.switch else ("dim" if r.shape is None else None)
+        change = "switch" if r.switch else r.change  # the new design is in the row itself
+        t.add_row(
+            *cells,
+            r.status,
+            escape(f"{r.gpus} ({r.deployment})" if r.gpus else "-"),
+            escape(r.parallelism or "-"),
+            escape(r.quantization or "-"),
+            usd(r.total_usd),
+            _num(r.throughput, tp_unit),
+            seconds(r.p95_latency_s),
+            escape(", ".join(r.binding) or (r.detail if r.shape is None else "-")),
+            escape(change),
+            style=style,
+        )
+    console.print(t)
+    for note in result.notes:
+        p(f"- {escape(note)}")
+
+
+CSV_INJECTION = ("=", "+", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    """Strings a spreadsheet would run as a formula get a leading quote (names can come from a user catalog)."""
+    if isinstance(value, str) and value.startswith(CSV_INJECTION):
+        return "'" + value
+    return value
+
+
+def _csv(header: list[str], rows: list[list[object]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for row in rows:
+        w.writerow([_cell(c) for c in row])
+    return buf.getvalue()
+
+
+def sweep_csv(result: SweepResult) -> str:
+    """One line per point; numbers in base units (USD, seconds, the throughput unit)."""
+    header = [
+        *(f"{a.target.field} ({a.target.unit})" if a.target.unit else a.target.field for a in result.axes),
+        "status",
+        "design",
+        "shape",
+        "gpus",
+        "deployment",
+        "parallelism",
+        "quantization",
+        "total_usd",
+        "capital_usd",
+        "monthly_usd",
+        f"throughput ({result.throughput_unit})",
+        "p95_latency_s",
+        f"objective ({result.objective_unit})",
+        "binding",
+        "switch",
+        "change",
+        "detail",
+    ]
+    rows: list[list[object]] = [
+        [
+            *r.values,
+            r.status,
+            r.design or "",
+            r.shape or "",
+            r.gpus or "",
+            r.deployment or "",
+            r.parallelism or "",
+            r.quantization or "",
+            "" if r.total_usd is None else round(r.total_usd, 2),
+            "" if r.capital_usd is None else round(r.capital_usd, 2),
+            "" if r.monthly_usd is None else round(r.monthly_usd, 2),
+            "" if r.throughput is None else round(r.throughput, 4),
+            "" if r.p95_latency_s is None else round(r.p95_latency_s, 4),
+            "" if r.objective_value is None else round(r.objective_value, 4),
+            "; ".join(r.binding),
+            "yes" if r.switch else "",
+            r.change,
+            r.detail,
+        ]
+        for r in result.rows
+    ]
+    return _csv(header, rows)
+
+
+def sweep_json(result: SweepResult) -> str:
+    return json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+
+
+def frontier_table(result: FrontierResult, console: Console) -> None:
+    """The frontier points only, cheapest first; dominated and infeasible points are counted in the notes."""
+    latency = result.against == "latency"
+    console.print(
+        f"[bold]{escape(result.requirement)}[/bold]  Pareto frontier of cost against "
+        f"{'p95 latency' if latency else 'throughput'}"
+    )
+    t = Table()
+    for col in ("p95 target" if latency else "budget", "design", "total cost", "p95", "throughput"):
+        t.add_column(col, overflow="fold")
+    for p in result.frontier:
+        level = seconds(p.p95_target_s) if latency else usd(p.budget_usd)
+        t.add_row(
+            level if (p.p95_target_s or p.budget_usd) else "(least cost)",
+            escape(f"{p.shape}  [{p.design}]"),
+            usd(p.total_usd),
+            seconds(p.p95_latency_s),
+            _num(p.throughput, _short_unit(result.throughput_unit)),
+        )
+    console.print(t)
+    for note in result.notes:
+        console.print(f"- {escape(note)}")
+
+
+def frontier_csv(result: FrontierResult) -> str:
+    header = [
+        "p95_target_s",
+        "budget_usd",
+        "status",
+        "design",
+        "shape",
+        "total_usd",
+        "p95_latency_s",
+        f"throughput ({result.throughput_unit})",
+        "on_frontier",
+    ]
+    rows: list[list[object]] = [
+        [
+            "" if p.p95_target_s is None else p.p95_target_s,
+            "" if p.budget_usd is None else p.budget_usd,
+            p.status,
+            p.design or "",
+            p.shape or "",
+            "" if p.total_usd is None else round(p.total_usd, 2),
+            "" if p.p95_latency_s is None else round(p.p95_latency_s, 4),
+            "" if p.throughput is None else round(p.throughput, 4),
+            "yes" if p.on_frontier else "",
+        ]
+        for p in result.points
+    ]
+    return _csv(header, rows)
+
+
+def frontier_json(result: FrontierResult) -> str:
+    return json.dumps(result.model_dump(mode="json"), indent=2) + "\n"

@@ -1,0 +1,249 @@
+"""Load a requirement file: parse safely, validate the shape, then resolve names against the catalog.
+
+The first stage of the pipeline. Every problem is reported with the file, line and column and the
+field path; names that are not in the catalog get did-you-mean suggestions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clusterplan.catalog.schema import ModelArchitecture
+from clusterplan.errors import ClusterplanError, FieldProblem, InputError
+from clusterplan.inputs.located import validate_document
+from clusterplan.inputs.yamlio import LocatedDocument, PathKey, format_path, load_yaml_file, parse_yaml_text
+from clusterplan.requirement.schema import HfConfigModel, InlineModel, Requirement
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+
+MAX_HF_CONFIG_BYTES = 1 * 2**20
+
+# The ranges clusterplan plans within (docs/guarantees.md). Outside them the solver's integer
+# scaling cannot represent the figures exactly, so a value beyond one is refused, located, rather
+# than planned wrongly: peak demand beyond 10**7 requests/min rounded every replica's rate to zero
+# ("infeasible"), a budget of $10**17 or a demand of 10**-6 requests/min overflowed CP-SAT.
+MIN_PEAK_REQUESTS_PER_MIN = 0.01  # about 14 requests a day; below it one replica of anything is enough
+MAX_PEAK_REQUESTS_PER_MIN = 1e7  # about 6x the busiest public chat service's average
+MAX_USD = 1e12
+MAX_TRAINING_TOKENS = 1e15
+MIN_DEADLINE_S = 60.0
+MAX_POWER_W = 1e10
+
+# Hugging Face model_type values whose MLP is a plain two-matrix MLP (GELU), not SwiGLU.
+_UNGATED_MODEL_TYPES = {"gptj", "gpt2", "gpt_neox", "falcon", "mpt", "gpt_bigcode", "bloom", "opt", "phi"}
+
+
+@dataclass(frozen=True)
+class ResolvedRequirement:
+    """A validated requirement with every model resolved to an architecture."""
+
+    requirement: Requirement
+    path: str
+    document: LocatedDocument | None
+    models: tuple[ModelArchitecture, ...] = field(default_factory=tuple)
+
+    def model_for(self, index: int) -> ModelArchitecture:
+        """The architecture of workload ``index``."""
+        return self.models[index]
+
+
+def load_requirement(path: Path, catalog: Catalog) -> ResolvedRequirement:
+    """Read, validate and resolve a requirement file."""
+    doc = load_yaml_file(path)
+    return _resolve(doc, catalog, base_dir=path.parent)
+
+
+def load_requirement_text(
+    text: str, name: str, catalog: Catalog, *, base_dir: Path | None = None
+) -> ResolvedRequirement:
+    """Like :func:`load_requirement` for text already in memory (tests, sweeps)."""
+    return _resolve(parse_yaml_text(text, name), catalog, base_dir=base_dir or Path.cwd())
+
+
+def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> ResolvedRequirement:
+    if not isinstance(doc.data, dict):
+        raise InputError(
+            [
+                FieldProblem(
+                    doc.locate(()),
+                    "",
+                    f"expected a YAML mapping of requirement fields, got {type(doc.data).__name__}",
+                )
+            ]
+        )
+    req = validate_document(doc, Requirement)
+    problems: list[FieldProblem] = []
+
+    def problem(path: PathKey, message: str) -> None:
+        problems.append(FieldProblem(doc.locate(path), format_path(path), message))
+
+    models: list[ModelArchitecture] = []
+    for i, w in enumerate(req.workloads):
+        ref, path = (w.model, ("workloads", i, "model")) if w.model is not None else (req.model, ("model",))
+        try:
+            models.append(resolve_model(ref, catalog, base_dir))
+        except ClusterplanError as exc:
+            problem(path, exc.render())
+
+    c = req.constraints
+    for key, names in (("allowed_gpus", c.allowed_gpus or []), ("excluded_gpus", c.excluded_gpus)):
+        for j, gpu_name in enumerate(names):
+            _check_gpu(catalog, gpu_name, ("constraints", key, j), problem)
+    for j, item in enumerate(c.inventory):
+        _check_gpu(catalog, item.gpu, ("constraints", "inventory", j, "gpu"), problem)
+    if req.config is not None and req.config.gpu is not None:
+        _check_gpu(catalog, req.config.gpu, ("config", "gpu"), problem)
+    if c.clouds:
+        known = sorted({inst.provider for inst in catalog.instances.values()})
+        for j, cloud in enumerate(c.clouds):
+            if cloud.lower() not in known:
+                from clusterplan.errors import did_you_mean
+
+                hint = did_you_mean(cloud, known)
+                problem(
+                    ("constraints", "clouds", j),
+                    f"unknown cloud '{cloud}'" + (f"; {hint}" if hint else f"; known: {', '.join(known)}"),
+                )
+    if c.allowed_gpus is not None and c.excluded_gpus and not problems:
+        allowed = {catalog.gpu(n).id for n in c.allowed_gpus}
+        if allowed <= {catalog.gpu(n).id for n in c.excluded_gpus}:
+            problem(("constraints", "excluded_gpus"), "excludes every allowed GPU")
+    if (
+        req.config is not None
+        and isinstance(req.config.workload, int)
+        and not (0 <= req.config.workload < len(req.workloads))
+    ):
+        problem(("config", "workload"), f"no workload {req.config.workload}; there are {len(req.workloads)}")
+    if (
+        req.config is not None
+        and isinstance(req.config.workload, str)
+        and req.config.workload not in {w.name for w in req.workloads}
+    ):
+        problem(("config", "workload"), f"no workload named '{req.config.workload}'")
+    for i, (w, arch) in enumerate(zip(req.workloads, models, strict=False)):
+        ctx = getattr(w, "context_tokens", None) or getattr(w, "sequence_length", None)
+        if arch.max_context is not None and ctx is not None and ctx > arch.max_context:
+            problem(
+                ("workloads", i),
+                f"needs {ctx:,.0f} tokens of context; {arch.name} supports {arch.max_context:,}",
+            )
+    _check_ranges(req, problem)
+    if problems:
+        raise InputError(problems)
+    return ResolvedRequirement(requirement=req, path=doc.file, document=doc, models=tuple(models))
+
+
+def _check_ranges(req: Requirement, problem: Any) -> None:
+    """Refuse figures outside the ranges the planner represents exactly (see the constants above)."""
+    for key in ("capital", "monthly", "total"):
+        value = getattr(req.budget, key)
+        if value is not None and value > MAX_USD:
+            problem(("budget", key), f"${value:,.4g} is beyond the ${MAX_USD:,.0f} clusterplan plans within")
+    c = req.constraints
+    if c.max_power is not None and c.max_power > MAX_POWER_W:
+        problem(("constraints", "max_power"), f"{c.max_power:,.4g} W is beyond the {MAX_POWER_W:,.0f} W limit")
+    for i, w in enumerate(req.workloads):
+        if w.kind == "serving":
+            field = "requests_per_min" if w.requests_per_min is not None else "tokens_per_sec"
+            peak = w.requests_per_s * w.peak_to_average * 60.0
+            if peak < MIN_PEAK_REQUESTS_PER_MIN:
+                problem(
+                    ("workloads", i, field),
+                    f"peak demand is {peak:.3g} requests/min; clusterplan plans for at least "
+                    f"{MIN_PEAK_REQUESTS_PER_MIN:g} (about 14 a day): ask for {MIN_PEAK_REQUESTS_PER_MIN:g}, "
+                    "one replica is enough either way",
+                )
+            elif peak > MAX_PEAK_REQUESTS_PER_MIN:
+                problem(
+                    ("workloads", i, field),
+                    f"peak demand is {peak:,.4g} requests/min; clusterplan plans for at most "
+                    f"{MAX_PEAK_REQUESTS_PER_MIN:,.0f}: check the unit, or split the demand into regions",
+                )
+        else:
+            if w.tokens > MAX_TRAINING_TOKENS:
+                problem(
+                    ("workloads", i, "tokens"),
+                    f"{w.tokens:,.4g} tokens is beyond the {MAX_TRAINING_TOKENS:,.0f} clusterplan plans for",
+                )
+            if w.deadline < MIN_DEADLINE_S:
+                problem(("workloads", i, "deadline"), f"{w.deadline:g} s is shorter than the minimum of one minute")
+
+
+def _check_gpu(catalog: Catalog, name: str, path: PathKey, problem: Any) -> None:
+    try:
+        catalog.gpu(name)
+    except ClusterplanError as exc:
+        problem(path, exc.message + (f"; {exc.hint}" if exc.hint else ""))
+
+
+def resolve_model(ref: Any, catalog: Catalog, base_dir: Path) -> ModelArchitecture:
+    """A catalog name, an inline architecture or a local Hugging Face config, as an architecture."""
+    if isinstance(ref, str):
+        return catalog.model(ref)
+    if isinstance(ref, InlineModel):
+        return ModelArchitecture.model_validate(ref.model_dump())
+    if isinstance(ref, HfConfigModel):
+        return read_hf_config(base_dir / ref.hf_config, name=ref.name)
+    raise ClusterplanError(f"unsupported model reference {ref!r}")  # pragma: no cover - schema prevents it
+
+
+def read_hf_config(path: Path, *, name: str | None = None) -> ModelArchitecture:
+    """Architecture from a Hugging Face ``config.json`` on disk (no network)."""
+    if not path.is_file():
+        raise ClusterplanError(
+            f"hf_config: no such file {path}",
+            fix="give the path of a local config.json, relative to the requirement file",
+        )
+    if path.stat().st_size > MAX_HF_CONFIG_BYTES:
+        raise ClusterplanError(f"hf_config: {path} is larger than {MAX_HF_CONFIG_BYTES:,} bytes")
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ClusterplanError(f"hf_config: {path} is not valid JSON: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ClusterplanError(f"hf_config: {path} must hold a JSON object")
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        cfg = {**cfg, **cfg["text_config"]}
+
+    def pick(*keys: str, default: Any = None) -> Any:
+        for k in keys:
+            if cfg.get(k) is not None:
+                return cfg[k]
+        return default
+
+    layers = pick("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+    hidden = pick("hidden_size", "n_embd", "d_model")
+    heads = pick("num_attention_heads", "n_head", "n_heads")
+    if layers is None or hidden is None or heads is None:
+        raise ClusterplanError(f"hf_config: {path} lacks num_hidden_layers, hidden_size or num_attention_heads")
+    model_type = str(cfg.get("model_type", "")).lower()
+    kv_heads = pick("num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if kv_heads is None and cfg.get("multi_query"):
+        kv_heads = 1
+    ffn = pick("moe_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size")
+    if ffn is None:
+        ffn = 4 * int(hidden)
+    experts = pick("num_local_experts", "num_experts", "n_routed_experts", default=1)
+    data = {
+        "name": name or cfg.get("_name_or_path") or model_type or path.stem,
+        "layers": layers,
+        "hidden_size": hidden,
+        "attention_heads": heads,
+        "kv_heads": kv_heads if kv_heads is not None else heads,
+        "head_dim": cfg.get("head_dim"),
+        "ffn_size": ffn,
+        "vocab_size": pick("vocab_size", default=32000),
+        "gated_mlp": model_type not in _UNGATED_MODEL_TYPES,
+        "moe_experts": experts or 1,
+        "experts_per_token": pick("num_experts_per_tok", "moe_topk", default=1) if (experts or 1) > 1 else 1,
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "max_context": pick("max_position_embeddings", "n_positions", "seq_length"),
+    }
+    try:
+        return ModelArchitecture.model_validate(data)
+    except Exception as exc:  # pydantic ValidationError: restate against the file
+        raise ClusterplanError(f"hf_config: {path} does not describe a usable architecture: {exc}") from None

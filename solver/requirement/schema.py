@@ -1,0 +1,240 @@
+"""The requirement format: what a user asks clusterplan to plan. Pydantic v2, ``extra="forbid"``.
+
+Every numeric field names its unit in its description and accepts human units (``5s``, ``$1.2M``,
+``150k``). ``clusterplan schema`` writes the JSON Schema of :class:`Requirement` to
+``specs/requirement.schema.json``; ``specs/requirement.md`` documents every field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from clusterplan.catalog.schema import ModelArchitecture, Precision
+from clusterplan.physics.factors import Assumptions
+from clusterplan.units import Count, Duration, Money, Months, Power, Rate, Tokens
+
+Quantization = Literal["bf16", "fp16", "fp8", "int8", "int4"]
+KvPrecision = Literal["bf16", "fp16", "fp8", "int8"]
+Deployment = Literal["cloud", "owned", "either"]
+Pricing = Literal["on_demand", "spot"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class InlineModel(ModelArchitecture):
+    """An architecture written into the requirement."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class HfConfigModel(Strict):
+    """Read the architecture from a local Hugging Face ``config.json`` (no network)."""
+
+    hf_config: str = Field(description="path to config.json, relative to the requirement file")
+    name: str | None = Field(None, description="display name; defaults to the config's model_type")
+
+
+def _model_kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "name"
+    if isinstance(value, dict) and "hf_config" in value:
+        return "hf_config"
+    if isinstance(value, HfConfigModel):
+        return "hf_config"
+    return "inline"
+
+
+ModelRef = Annotated[
+    Annotated[str, Tag("name"), Field(description="catalog model name, e.g. 'llama-3.1-70b'")]
+    | Annotated[InlineModel, Tag("inline")]
+    | Annotated[HfConfigModel, Tag("hf_config")],
+    Discriminator(_model_kind),
+]
+
+
+class ServingWorkload(Strict):
+    kind: Literal["serving"]
+    name: str = Field("serving", description="label used in plans and explanations")
+    model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
+    tokens_per_sec: Rate | None = Field(None, gt=0, description="average output tokens per second, all users")
+    requests_per_min: Rate | None = Field(None, gt=0, description="average requests per minute")
+    input_tokens: Tokens = Field(512, ge=1, description="prompt tokens per request (mean)")
+    output_tokens: Tokens = Field(256, ge=1, description="generated tokens per request (mean)")
+    p95_latency: Duration | None = Field(None, gt=0, description="95th percentile end-to-end latency, seconds")
+    p95_ttft: Duration | None = Field(None, gt=0, description="95th percentile time to first token, seconds")
+    p95_tpot: Duration | None = Field(None, gt=0, description="95th percentile time per output token, seconds")
+    max_context: Tokens | None = Field(
+        None,
+        ge=1,
+        description="longest prompt+output a request may reach, tokens; defaults to input_tokens + output_tokens",
+    )
+    peak_to_average: float = Field(1.0, ge=1, le=100, description="peak demand over average demand")
+    redundancy: int = Field(0, ge=0, le=64, description="spare replicas (N+k) so losing k still meets demand")
+    allow_mixed: bool | None = Field(
+        None,
+        description="allow different GPU types for this workload's replicas; defaults to constraints.allow_mixed",
+    )
+    kv_cache_precision: KvPrecision | None = Field(
+        None, description="KV-cache precision; default follows the weights (fp8 weights -> fp8 KV, else bf16)"
+    )
+
+    @model_validator(mode="after")
+    def _demand(self) -> ServingWorkload:
+        if (self.tokens_per_sec is None) == (self.requests_per_min is None):
+            raise ValueError("give exactly one of tokens_per_sec or requests_per_min")
+        if self.max_context is not None and self.max_context < self.input_tokens + self.output_tokens:
+            raise ValueError(
+                f"max_context ({self.max_context:,.0f}) is shorter than input_tokens + output_tokens "
+                f"({self.input_tokens + self.output_tokens:,.0f})"
+            )
+        return self
+
+    @property
+    def requests_per_s(self) -> float:
+        """Average request arrival rate, requests/s."""
+        if self.requests_per_min is not None:
+            return self.requests_per_min / 60.0
+        assert self.tokens_per_sec is not None
+        return self.tokens_per_sec / self.output_tokens
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.requests_per_s * self.output_tokens
+
+    @property
+    def context_tokens(self) -> float:
+        return self.max_context if self.max_context is not None else self.input_tokens + self.output_tokens
+
+
+class TrainingWorkload(Strict):
+    kind: Literal["training"]
+    name: str = Field("training", description="label used in plans and explanations")
+    model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
+    tokens: Count = Field(gt=0, description="tokens to train on")
+    deadline: Duration = Field(gt=0, description="wall-clock time allowed, seconds (e.g. '30d')")
+    sequence_length: Tokens = Field(4096, ge=1, description="tokens per sequence")
+    global_batch_tokens: Tokens = Field(4_194_304, ge=1, description="tokens per optimizer step")
+    optimizer: Literal["adamw", "sgd", "adafactor"] = Field(
+        "adamw", description="optimizer; sets bytes of optimizer state per parameter"
+    )
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
+        "bf16", description="compute precision (mixed precision with fp32 master weights)"
+    )
+    activation_recompute: Literal["none", "selective", "full"] | None = Field(
+        None, description="None lets the planner choose"
+    )
+
+
+class FinetuneWorkload(Strict):
+    kind: Literal["finetune"]
+    name: str = Field("finetune", description="label used in plans and explanations")
+    model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
+    method: Literal["full", "lora", "qlora"] = Field(
+        "lora",
+        description="full: every weight trains; lora: frozen base "
+        "at 16 bits plus adapters; qlora: frozen base at 4 bits (NF4) plus adapters",
+    )
+    lora_rank: int = Field(16, ge=1, le=4096, description="LoRA adapter rank r")
+    tokens: Count = Field(gt=0, description="tokens to train on (dataset tokens x epochs)")
+    deadline: Duration = Field(gt=0, description="wall-clock time allowed, seconds")
+    sequence_length: Tokens = Field(2048, ge=1, description="tokens per sequence")
+    global_batch_tokens: Tokens = Field(65_536, ge=1, description="tokens per optimizer step")
+    optimizer: Literal["adamw", "sgd", "adafactor"] = Field("adamw", description="optimizer for trainable parameters")
+    precision: Literal["bf16", "fp16"] = Field("bf16", description="compute precision of the trainable path")
+    activation_recompute: Literal["none", "selective", "full"] | None = Field(
+        None, description="None lets the planner choose"
+    )
+
+
+Workload = Annotated[ServingWorkload | TrainingWorkload | FinetuneWorkload, Field(discriminator="kind")]
+
+
+class Budget(Strict):
+    capital: Money | None = Field(None, description="up-front purchase budget, USD")
+    monthly: Money | None = Field(None, description="recurring spend per month, USD/month")
+    total: Money | None = Field(None, description="all spending over the horizon, USD")
+    horizon: Months = Field(36, gt=0, le=240, description="planning horizon, months")
+
+
+class InventoryItem(Strict):
+    gpu: str = Field(description="catalog GPU name")
+    count: int = Field(ge=1, le=1_000_000, description="GPUs of this type already owned")
+
+
+class Constraints(Strict):
+    allowed_gpus: list[str] | None = Field(None, description="only these catalog GPUs")
+    excluded_gpus: list[str] = Field(default_factory=list, description="never use these catalog GPUs")
+    quantizations: list[Quantization] | None = Field(None, description="allowed weight precisions")
+    max_gpus: int | None = Field(None, ge=1, le=1_000_000, description="cap on GPUs in total, all workloads")
+    max_power: Power | None = Field(None, gt=0, description="cap on facility power, W (e.g. '40kW')")
+    inventory: list[InventoryItem] = Field(default_factory=list, description="GPUs already owned")
+    clouds: list[str] | None = Field(None, description="allowed cloud providers")
+    regions: list[str] | None = Field(None, description="allowed regions")
+    allow_mixed: bool = Field(False, description="allow several GPU types within one serving workload")
+    pricing: Pricing = Field("on_demand", description="cloud price kind")
+
+
+class PinnedConfig(Strict):
+    """One configuration to evaluate with ``clusterplan estimate`` (any omitted knob is chosen)."""
+
+    workload: int | str | None = Field(None, description="index or name of the workload to estimate")
+    gpu: str | None = Field(None, description="catalog GPU name")
+    count: int | None = Field(None, ge=1, le=1_000_000, description="GPUs in total")
+    tp: int | None = Field(None, ge=1, le=1024, description="tensor-parallel degree")
+    pp: int | None = Field(None, ge=1, le=1024, description="pipeline-parallel degree")
+    dp: int | None = Field(None, ge=1, le=1_000_000, description="data-parallel degree or serving replicas")
+    zero: Literal[0, 1, 2, 3] | None = Field(None, description="ZeRO stage (training)")
+    quant: Quantization | None = Field(None, description="weight precision / quantization")
+    kv_quant: KvPrecision | None = Field(None, description="KV-cache precision")
+    batch: int | None = Field(None, ge=1, le=1_000_000, description="concurrency (serving) or micro-batch")
+    recompute: Literal["none", "selective", "full"] | None = Field(
+        None, description="activation recomputation (training)"
+    )
+    deployment: Literal["cloud", "owned"] | None = Field(
+        None, description="price as cloud instances or as owned servers"
+    )
+
+
+class Requirement(Strict):
+    """A clusterplan requirement file."""
+
+    name: str = Field("requirement", description="title used in reports")
+    model: ModelRef | None = Field(None, description="the model, unless each workload names its own")
+    workloads: list[Workload] = Field(min_length=1, max_length=64, description="what the cluster must do")
+    schedule: Literal["sequential", "concurrent"] = Field(
+        "concurrent",
+        description="sequential: workloads run one after another on the same owned GPUs "
+        "(train, then serve); concurrent: they need GPUs at the same time",
+    )
+    budget: Budget = Field(default_factory=Budget, description="spending limits over the horizon")
+    deployment: Deployment = Field(
+        "either", description="cloud: rent instances; owned: buy servers; either: the cheaper"
+    )
+    constraints: Constraints = Field(default_factory=Constraints, description="hardware, power and placement limits")
+    assumptions: Assumptions = Field(
+        default_factory=Assumptions, description="efficiency factors and defaults to override (docs/model.md)"
+    )
+    config: PinnedConfig | None = Field(None, description="a pinned configuration for `clusterplan estimate`")
+
+    @model_validator(mode="after")
+    def _models(self) -> Requirement:
+        for i, w in enumerate(self.workloads):
+            if w.model is None and self.model is None:
+                raise ValueError(f"workloads[{i}] has no model: set the top-level 'model' or the workload's")
+        names = [w.name for w in self.workloads]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"workload names must be unique; repeated: {', '.join(sorted(dup))}")
+        return self
+
+    def model_of(self, index: int) -> Any:
+        w = self.workloads[index]
+        return w.model if w.model is not None else self.model
+
+
+# Training precision maps to a tensor precision on the GPU.
+TRAIN_COMPUTE: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "fp32"}

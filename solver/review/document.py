@@ -1,0 +1,368 @@
+"""A report laid out as plain blocks (headings, paragraphs, tables, figures) that both writers serialise.
+
+The review's content and its order are decided once, here, from :class:`clusterplan.review.data.ReviewReport`;
+numbers are formatted here too. The Markdown and HTML writers only serialise these blocks and escape
+every piece of text, so the two formats say the same thing and neither holds logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clusterplan.plan import Design, ServingPlan, TrainingPlan
+from clusterplan.render.fmt import group_layout, layout, margin, seconds, usd
+from clusterplan.review.data import ReviewReport
+from clusterplan.whatif.sweep import format_value
+
+
+@dataclass(frozen=True)
+class Strong:
+    text: str
+
+
+@dataclass(frozen=True)
+class Link:
+    text: str
+    url: str  # the writers link it only when it is http(s)
+
+
+@dataclass(frozen=True)
+class Code:
+    text: str
+
+
+Inline = str | Strong | Link | Code
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    parts: list[Inline]
+    role: str = ""  # 'summary', 'note': a hint for styling
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: list[list[Inline]]
+
+
+@dataclass(frozen=True)
+class Table:
+    header: list[str]
+    rows: list[list[Inline]]
+    numeric: frozenset[int] = frozenset()  # right-aligned columns
+    strong_rows: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Figure:
+    image: str  # name of an image the writer is given (e.g. 'memory')
+    alt: str
+    caption: str
+
+
+@dataclass(frozen=True)
+class Pre:
+    text: str
+
+
+Block = Heading | Paragraph | Bullets | Table | Figure | Pre
+
+
+@dataclass
+class Document:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+    def add(self, *blocks: Block) -> None:
+        self.blocks.extend(blocks)
+
+
+def _gib(x: float) -> str:
+    return f"{x:,.1f}"
+
+
+def _recommendation(d: Design, doc: Document) -> None:
+    c = d.costs
+    rows: list[list[Inline]] = [
+        ["GPUs", d.summary],
+        ["capital (up front)", usd(c.capital_usd)],
+        ["monthly", f"{usd(c.monthly_usd)}/month"],
+    ]
+    if c.one_off_usd:
+        rows.append(["one-off (cloud training)", usd(c.one_off_usd)])
+    rows.append([f"total over {c.horizon_months:g} months", Strong(usd(c.total_usd))])
+    if c.usd_per_million_output_tokens is not None:
+        rows.append(["per million output tokens", usd(c.usd_per_million_output_tokens)])
+    if d.owned_power_w:
+        rows.append(["owned power at full load", f"{d.owned_power_w / 1000:,.1f} kW"])
+    doc.add(Table(["", "recommended design"], rows))
+    items: list[list[Inline]] = []
+    for w in d.workloads:
+        if isinstance(w, ServingPlan):
+            items.append(
+                [
+                    Strong(w.workload),
+                    f" ({w.model}): {w.demand_rps:,.2f} req/s at peak; capacity {w.capacity_rps:,.2f} req/s within the "
+                    f"targets ({w.headroom_pct:+.0f}% headroom)",
+                ]
+            )
+            for g in w.groups:
+                items.append(
+                    [
+                        f"{group_layout(g)}: TTFT {seconds(g.ttft_s)}, TPOT {seconds(g.tpot_s)}, p95 "
+                        f"{seconds(g.p95_latency_s)} at rated load, {_gib(g.memory_gib_per_gpu)} of "
+                        f"{_gib(g.gpu_memory_gib)} GiB per GPU, bound by {g.bound.replace('_', ' ')}"
+                    ]
+                )
+        elif isinstance(w, TrainingPlan):
+            due = f" (deadline {seconds(w.deadline_s)})" if w.deadline_s else ""
+            items.append(
+                [
+                    Strong(w.workload),
+                    f" ({w.model}): {layout(w)}, {seconds(w.time_to_train_s)}{due}, MFU {w.mfu:.0%}, "
+                    f"{w.tokens_per_s:,.0f} tokens/s",
+                ]
+            )
+    doc.add(Bullets(items))
+    hw: list[list[Inline]] = [
+        [
+            x.kind,
+            x.label,
+            str(x.units),
+            str(x.gpus),
+            str(x.bought) if x.kind == "owned" else "-",
+            f"{x.usd_per_hour:,.2f}" if x.kind == "cloud" else "-",
+            usd(x.capital_usd),
+            usd(x.monthly_usd),
+            x.purpose,
+        ]
+        for x in d.hardware
+    ]
+    doc.add(
+        Table(
+            ["kind", "what", "units", "GPUs", "buy", "$/h", "capital", "monthly", "for"],
+            hw,
+            numeric=frozenset({2, 3, 4, 5, 6, 7}),
+        )
+    )
+
+
+def build(report: ReviewReport, images: set[str]) -> Document:
+    """The review as blocks, in the order a reviewer reads it."""
+    plan = report.plan
+    doc = Document(title=f"Design review: {report.title}")
+    doc.add(Paragraph([report.summary], role="summary"))
+    s = plan.solver
+    status = f"status {plan.status}, objective {s.objective}"
+    if s.status == "feasible" and s.gap is not None:
+        status += f" (time limit reached, gap {s.gap:.2%})"
+    doc.add(Paragraph([f"clusterplan {report.reproduce.clusterplan_version}; {status}."], role="note"))
+
+    doc.add(Heading(2, "The requirement as given"), Pre(report.requirement_text))
+
+    inf = plan.infeasibility
+    if inf is not None:
+        doc.add(Heading(2, "No design meets the requirement"))
+        if inf.unplaceable:
+            doc.add(Bullets([[u] for u in inf.unplaceable]))
+        if inf.conflict:
+            doc.add(Paragraph(["These requirements cannot all hold (a minimal set):"]))
+            doc.add(Bullets([[Strong(f.title), f": {f.sentence}"] for f in inf.conflict]))
+            doc.add(Paragraph(["The least relaxation of each, with everything else as given:"]))
+            doc.add(
+                Bullets(
+                    [[r.change, "" if r.restores_feasibility else " (not enough on its own)"] for r in inf.relaxations]
+                )
+            )
+        if not inf.unplaceable and not inf.conflict:
+            doc.add(Paragraph([inf.text]))
+
+    if plan.designs:
+        d = plan.designs[0]
+        doc.add(Heading(2, "Recommended design"))
+        _recommendation(d, doc)
+        doc.add(Heading(2, "Alternatives"))
+        alt: list[list[Inline]] = [
+            [
+                str(x.rank),
+                x.summary,
+                "; ".join(f"{w.workload}: {layout(w)}" for w in x.workloads),
+                usd(x.costs.capital_usd),
+                usd(x.costs.monthly_usd),
+                usd(x.costs.total_usd),
+                usd(x.costs.usd_per_million_output_tokens),
+            ]
+            for x in plan.designs
+        ]
+        doc.add(
+            Table(
+                ["#", "GPUs", "layout", "capital", "monthly", "total", "$/M tok"],
+                alt,
+                numeric=frozenset({0, 3, 4, 5, 6}),
+                strong_rows=frozenset({0}),
+            )
+        )
+        if len(plan.designs) == 1:
+            doc.add(Paragraph(["No other distinct design was found."], role="note"))
+
+    if report.memory:
+        doc.add(Heading(2, "Memory per GPU"))
+        if "memory" in images:
+            doc.add(
+                Figure("memory", "memory per GPU, stacked by use", "What fills the most loaded GPU of each replica")
+            )
+        doc.add(
+            Table(
+                ["replica", "weights", "KV cache", "activations", "gradients", "optimizer", "runtime", "headroom",
+                 "total", "capacity"],
+                [
+                    [b.label, _gib(b.weights_gib), _gib(b.kv_cache_gib), _gib(b.activations_gib),
+                     _gib(b.gradients_gib), _gib(b.optimizer_gib), _gib(b.runtime_overhead_gib), _gib(b.headroom_gib),
+                     Strong(_gib(b.total_gib)), _gib(b.capacity_gib)]
+                    for b in report.memory
+                ],
+                numeric=frozenset(range(1, 10)),
+            )
+        )  # fmt: skip
+        doc.add(Paragraph(["GiB per GPU."], role="note"))
+
+    if plan.designs:
+        doc.add(Heading(2, "What binds"))
+        if report.binding:
+            doc.add(
+                Table(
+                    ["constraint", "at the optimum", "total if relaxed", "saving", "design if relaxed"],
+                    [
+                        [
+                            Strong(b.title),
+                            b.detail,
+                            usd(b.relaxed_total_usd),
+                            usd(b.saving_usd),
+                            b.relaxed_design or "-",
+                        ]
+                        for b in report.binding
+                    ],
+                    numeric=frozenset({2, 3}),
+                )
+            )
+        else:
+            doc.add(Paragraph(["No stated constraint binds: the design is the least-cost way to run the workloads."]))
+        e = plan.explanation
+        if e is not None:
+            doc.add(Heading(3, "Every constraint at the optimum"))
+            doc.add(
+                Table(
+                    ["constraint", "status", "margin", "detail"],
+                    [[c.title, c.status, margin(c.margin, c.unit), c.detail] for c in e.constraints],
+                    numeric=frozenset({2}),
+                )
+            )
+            if e.lost_gpus:
+                doc.add(Heading(3, "Cheaper GPU types that lost"))
+                doc.add(Bullets([[f"[{x.workload}] {x.reason}"] for x in e.lost_gpus]))
+            if e.mixes:
+                doc.add(Bullets([[m.text] for m in e.mixes]))
+
+    sw = report.whatif
+    if sw is not None:
+        doc.add(Heading(2, "What if"))
+        if "whatif" in images:
+            doc.add(Figure("whatif", f"{sw.objective_label} against {sw.axes[0].target.field}", report.whatif_note))
+        ax = sw.axes[0]
+        doc.add(
+            Table(
+                [ax.target.field, "status", "GPUs", "layout", "total", "throughput", "p95", "binding", "change"],
+                [
+                    [
+                        format_value(r.values[0], ax.target.quantity),
+                        r.status,
+                        f"{r.gpus} ({r.deployment})" if r.gpus else "-",
+                        r.parallelism or "-",
+                        usd(r.total_usd),
+                        f"{r.throughput:,.2f} {sw.throughput_unit}" if r.throughput is not None else "-",
+                        seconds(r.p95_latency_s),
+                        ", ".join(r.binding) or "-",
+                        ("switch: " if r.switch else "") + r.change,
+                    ]
+                    for r in sw.rows
+                ],
+                numeric=frozenset({0, 4, 5, 6}),
+                strong_rows=frozenset(i for i, r in enumerate(sw.rows) if r.switch),
+            )
+        )
+        if sw.notes:
+            doc.add(Bullets([[n] for n in sw.notes]))
+        if not images:
+            doc.add(Paragraph([report.whatif_note], role="note"))
+
+    if report.rent_buy:
+        doc.add(Heading(2, "Rent versus buy"))
+        doc.add(
+            Table(
+                ["workload", "layout", "plan chose", "rent", "rent total", "buy", "capital", "running", "buy total",
+                 "break-even", "cheaper"],
+                [
+                    [r.workload, r.layout, r.chosen,
+                     f"{r.rent_offer} at {usd(r.rent_usd_per_hour)}/h" if r.rent_offer else "no instance",
+                     usd(r.rent_total_usd), r.buy_servers or "-", usd(r.buy_capital_usd),
+                     f"{usd(r.buy_running_usd_per_month)}/month" if r.buy_running_usd_per_month is not None else "-",
+                     usd(r.buy_total_usd),
+                     f"{r.breakeven_months:,.1f} months" if r.breakeven_months is not None else "never",
+                     Strong(r.cheaper) if r.cheaper else "-"]
+                    for r in report.rent_buy
+                ],
+                numeric=frozenset({4, 6, 7, 8, 9}),
+            )
+        )  # fmt: skip
+        periods = sorted({f"{r.workload}: {r.period}" for r in report.rent_buy})
+        doc.add(Paragraph([f"Totals {'; '.join(periods)}. {report.rent_buy_note}."], role="note"))
+
+    doc.add(Heading(2, "Assumptions"))
+    doc.add(Heading(3, "Efficiency factors and defaults"))
+    doc.add(
+        Table(
+            ["factor", "value", "from", "meaning"],
+            [
+                [Code(f.name), f.value, "requirement" if f.set_in_requirement else "default", f.description]
+                for f in report.factors
+            ],
+        )
+    )
+    if report.planner_notes:
+        doc.add(Heading(3, "How costs and candidates were counted"))
+        doc.add(Bullets([[n] for n in report.planner_notes]))
+    doc.add(Heading(3, "Catalog rows used"))
+    doc.add(
+        Table(
+            ["what", "value", "source", "as of", "provisional"],
+            [
+                [s.what, s.value, Link(s.title, s.url) if s.url else s.title, s.as_of, "yes" if s.provisional else ""]
+                for s in report.sources
+            ],
+        )
+    )
+    if report.warnings:
+        doc.add(Bullets([[w] for w in report.warnings]))
+
+    r = report.reproduce
+    doc.add(Heading(2, "Reproduce"))
+    items: list[list[Inline]] = [
+        ["clusterplan ", Code(r.clusterplan_version)],
+        ["catalog fingerprint (sha256) ", Code(r.catalog_fingerprint)],
+        ["requirement ", Code(r.requirement_file), " sha256 ", Code(r.requirement_sha256)],
+    ]
+    items += [["user catalog ", Code(c.path), " sha256 ", Code(c.sha256)] for c in r.user_catalogs]
+    items.append(
+        [
+            f"solver: CP-SAT, {r.num_workers} worker, seed {r.random_seed}, objective {r.objective}; command ",
+            Code(r.command),
+        ]
+    )
+    doc.add(Bullets(items))
+    return doc

@@ -1,0 +1,287 @@
+"""What-if sweeps: re-plan a requirement across values of one or two fields and read where the optimal
+design switches.
+
+Pure data in and out; no printing. The fields and values of ``--vary`` are :mod:`clusterplan.whatif.vary`;
+planning the points is :mod:`clusterplan.whatif.points`. Here:
+
+1. **Points.** :func:`build_tasks` makes one task per grid point (:func:`grid`: the first axis varies
+   fastest), each the base requirement with the axes' values set.
+2. **Reading.** :func:`assemble` turns the outcomes into :class:`SweepRow` s, marks where the optimal
+   design switches and where the requirement becomes feasible, and writes the notes a reader wants first.
+
+:func:`run_sweep` does both around :func:`clusterplan.whatif.points.run_tasks`. Pareto frontiers are
+:mod:`clusterplan.whatif.frontier`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from clusterplan.plan import Out, ServingPlan, TrainingPlan
+from clusterplan.planner.solve import SolverSettings
+
+# FrontierResult, default_jobs, load_base, parse_value and resolve_field are not used here: they stay
+# importable from clusterplan.whatif.sweep for the modules that import them from here (render/plots.py,
+# report/data.py, commands/report.py).
+from clusterplan.whatif.frontier import FrontierResult
+from clusterplan.whatif.points import (
+    Base,
+    PointOutcome,
+    PointTask,
+    RowStatus,
+    default_jobs,
+    load_base,
+    p95_of,
+    point_task,
+    run_tasks,
+    shape_of,
+    throughput_of,
+)
+from clusterplan.whatif.vary import Axis, SweepError, first_workload, format_value, parse_value, resolve_field
+
+MAX_POINTS = 2500  # a grid larger than this is a typo, not a question
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. Points
+# ------------------------------------------------------------------------------------------------
+
+
+def grid(axes: Sequence[Axis]) -> list[tuple[float, ...]]:
+    """Every combination of the axes' values; the first axis varies fastest."""
+    combos = itertools.product(*(a.values for a in reversed(axes)))
+    return [tuple(reversed(c)) for c in combos]
+
+
+def build_tasks(base: Base, axes: Sequence[Axis], *, objective: str, solver: SolverSettings) -> list[PointTask]:
+    """One task per grid point, in point order."""
+    points = grid(axes)
+    if len(points) > MAX_POINTS:
+        raise SweepError(f"{len(points):,} points is more than {MAX_POINTS:,}", fix="use fewer --steps or values")
+    return [
+        point_task(
+            base, i, list(zip((a.target for a in axes), values, strict=True)), objective=objective, solver=solver
+        )
+        for i, values in enumerate(points)
+    ]
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. Reading
+# ------------------------------------------------------------------------------------------------
+
+
+class SweepRow(Out):
+    """One point of a sweep: the optimal design there, or why there is none."""
+
+    index: int
+    values: list[float] = Field(description="one per axis, in the axis's unit")
+    status: RowStatus
+    design: str | None = Field(default=None, description="the design's summary, e.g. '4x NVIDIA B200 (owned)'")
+    shape: str | None = Field(
+        default=None, description="GPU type, parallelism, quantization and deployment per workload"
+    )
+    gpus: str | None = Field(default=None, description="GPU type x count, e.g. '4x b200'")
+    deployment: str | None = None
+    parallelism: str | None = None
+    quantization: str | None = None
+    total_usd: float | None = Field(default=None, description="total over the horizon, USD")
+    capital_usd: float | None = None
+    monthly_usd: float | None = Field(default=None, description="USD/month")
+    throughput: float | None = Field(
+        default=None, description="capacity within targets, in the sweep's throughput_unit"
+    )
+    p95_latency_s: float | None = Field(default=None, description="worst p95 end-to-end latency at rated load, s")
+    objective_value: float | None = Field(default=None, description="what the objective optimises, in objective_unit")
+    binding: list[str] = Field(default_factory=list, description="binding constraints (conflict when infeasible)")
+    switch: bool = Field(default=False, description="the optimal design differs from the previous point's")
+    change: str = Field(default="", description="what changed from the previous point along the first axis")
+    detail: str = ""
+
+
+class SweepResult(Out):
+    requirement: str
+    file: str
+    objective: str
+    objective_label: str
+    objective_unit: str
+    throughput_unit: str
+    axes: list[Axis]
+    rows: list[SweepRow]
+    notes: list[str]
+
+
+OBJECTIVE_LABEL: dict[str, tuple[str, str]] = {
+    "min_cost": ("total cost over the horizon", "USD"),
+    "max_throughput": ("capacity within the targets", "throughput"),
+    "min_latency": ("p95 latency at rated load", "s"),
+}
+
+
+def _parallelism(w: ServingPlan | TrainingPlan) -> list[str]:
+    if isinstance(w, ServingPlan):
+        return [f"{g.replicas}x TP{g.tp} PP{g.pp}" for g in w.groups]
+    return [f"TP{w.tp} PP{w.pp} DP{w.dp} ZeRO-{w.zero_stage}"]
+
+
+def _quant(w: ServingPlan | TrainingPlan) -> list[str]:
+    if isinstance(w, ServingPlan):
+        return [g.quant for g in w.groups]
+    return []
+
+
+def row_of(outcome: PointOutcome, objective: str) -> SweepRow:
+    """A row from one outcome (switch marks are added by :func:`assemble`)."""
+    d = outcome.design
+    if d is None:
+        return SweepRow(
+            index=outcome.index,
+            values=outcome.values,
+            status=outcome.status,
+            binding=[r.title for r in outcome.conflict],
+            detail=outcome.detail,
+        )
+    throughput, _ = throughput_of(d)
+    p95 = p95_of(d)
+    objective_value = {"min_cost": d.costs.total_usd, "max_throughput": throughput, "min_latency": p95}[objective]
+    kinds = sorted({h.kind for h in d.hardware})
+    return SweepRow(
+        index=outcome.index,
+        values=outcome.values,
+        status=outcome.status,
+        design=d.summary,
+        shape=shape_of(d),
+        gpus=", ".join(f"{n}x {g}" for g, n in d.gpus_by_type.items()),
+        deployment="+".join(kinds),
+        parallelism="; ".join(p for w in d.workloads for p in _parallelism(w)),
+        quantization=", ".join(dict.fromkeys(q for w in d.workloads for q in _quant(w))) or "-",
+        total_usd=d.costs.total_usd,
+        capital_usd=d.costs.capital_usd,
+        monthly_usd=d.costs.monthly_usd,
+        throughput=throughput,
+        p95_latency_s=p95,
+        objective_value=objective_value,
+        binding=[c.title for c in d.constraints if c.status == "binding"],
+        detail=outcome.detail,
+    )
+
+
+def _has_design(row: SweepRow) -> bool:
+    return row.shape is not None
+
+
+def series(rows: Sequence[SweepRow], axes: Sequence[Axis]) -> list[list[SweepRow]]:
+    """Rows split into runs along the first axis (one run per value of the other axes)."""
+    n = len(axes[0].values) if axes else len(rows)
+    return [list(rows[i : i + n]) for i in range(0, len(rows), n)]
+
+
+def assemble(base: Base, axes: Sequence[Axis], outcomes: Sequence[PointOutcome], *, objective: str) -> SweepResult:
+    """Rows in point order with switches marked, and the notes: where it becomes feasible, where it switches."""
+    rows = [row_of(o, objective) for o in outcomes]
+    marked: list[SweepRow] = []
+    notes: list[str] = []
+    for run in series(rows, axes):
+        prefix = ""
+        if len(axes) > 1:
+            others = run[0].values[1:]
+            prefix = (
+                ", ".join(
+                    f"{a.target.field} = {format_value(v, a.target.quantity)}"
+                    for a, v in zip(axes[1:], others, strict=True)
+                )
+                + ": "
+            )
+        prev: SweepRow | None = None
+        for row in run:
+            update: dict[str, Any] = {}
+            at = f"{axes[0].target.field} = {format_value(row.values[0], axes[0].target.quantity)}" if axes else ""
+            if prev is not None and _has_design(prev) and _has_design(row) and prev.shape != row.shape:
+                update = {"switch": True, "change": f"{prev.shape} → {row.shape}"}
+                notes.append(f"{prefix}the optimal design switches at {at}: {prev.shape} → {row.shape}")
+            elif prev is not None and not _has_design(prev) and _has_design(row):
+                update = {"change": "feasible from here"}
+                notes.append(f"{prefix}feasible from {at} ({row.shape})")
+            elif prev is not None and _has_design(prev) and not _has_design(row):
+                update = {"change": f"{row.status} from here"}
+                notes.append(f"{prefix}{row.status} from {at}")
+            marked.append(row.model_copy(update=update) if update else row)
+            prev = row
+        if run and not any(_has_design(r) for r in run):
+            notes.append(f"{prefix}no point has a design")
+    label, unit = OBJECTIVE_LABEL[objective]
+    throughput_unit = "requests/s" if first_workload(base.data, ("serving",)) is not None else "tokens/s"
+    if unit == "throughput":
+        unit = throughput_unit
+    return SweepResult(
+        requirement=base.name,
+        file=str(base.path),
+        objective=objective,
+        objective_label=label,
+        objective_unit=unit,
+        throughput_unit=throughput_unit,
+        axes=list(axes),
+        rows=marked,
+        notes=notes,
+    )
+
+
+def needs_budget(base: Base, axes: Sequence[Axis], objective: str) -> bool:
+    """True when max_throughput would be unbounded: no budget in the file and none being varied."""
+    if objective != "max_throughput":
+        return False
+    b = base.data.get("budget") if isinstance(base.data.get("budget"), dict) else {}
+    if isinstance(b, dict) and any(b.get(k) is not None for k in ("total", "monthly", "capital")):
+        return False
+    return not any(a.target.keys[:1] == ["budget"] and a.target.keys[-1] != "horizon" for a in axes)
+
+
+def run_sweep(
+    base: Base,
+    axes: Sequence[Axis],
+    *,
+    objective: str = "min_cost",
+    solver: SolverSettings | None = None,
+    jobs: int = 1,
+    on_done: Callable[[int], None] | None = None,
+) -> SweepResult:
+    """Plan every point of the grid and read the result."""
+    if not axes:
+        raise SweepError("nothing to vary", fix="give at least one --vary FIELD=SPEC")
+    if needs_budget(base, axes, objective):
+        raise SweepError(
+            "--objective max_throughput needs a budget to stay within",
+            fix="vary the budget (--vary budget=200k..2M) or set budget.total in the requirement",
+        )
+    tasks = build_tasks(base, axes, objective=objective, solver=solver or SolverSettings())
+    outcomes = run_tasks(tasks, jobs=jobs, on_done=on_done)
+    return assemble(base, axes, outcomes, objective=objective)
+
+
+__all__ = [
+    "MAX_POINTS",
+    "OBJECTIVE_LABEL",
+    "Axis",
+    "Base",
+    "FrontierResult",
+    "SweepError",
+    "SweepResult",
+    "SweepRow",
+    "assemble",
+    "build_tasks",
+    "default_jobs",
+    "first_workload",
+    "format_value",
+    "grid",
+    "load_base",
+    "needs_budget",
+    "parse_value",
+    "resolve_field",
+    "row_of",
+    "run_sweep",
+    "series",
+]
