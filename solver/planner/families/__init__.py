@@ -22,7 +22,7 @@ Adding a family is one module here plus its test. The module defines ``FAMILY = 
 * optionally ``floor`` (a per-row replica floor a demand family adds for a one-shape workload) and
   ``why_gpu_lost`` (a family-specific reason a cheaper GPU type cannot be used).
 
-Then list it in :func:`registry`. The explainers (``report``, ``explain``, ``infeasibility``) iterate
+Then list it in :func:`registry`. The explainers (``explain.designs``, ``explain.binding``, ``explain.infeasibility``) iterate
 over the registry and never branch on family ids.
 """
 
