@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from clusterplan.errors import FieldProblem, InputError, Location
+from clusterplan.render import fmt
 
 _FLAGS = {
     "workload": "--workload",
@@ -28,6 +29,10 @@ _FLAGS = {
     "recompute": "--recompute",
     "deployment": "--deployment",
 }
+
+
+# Estimate prints exact dollars and says "unknown" where a price is missing.
+_usd = functools.partial(fmt.usd_exact, missing="unknown")
 
 
 def _pinned(values: dict[str, Any]) -> Any:
@@ -53,24 +58,6 @@ def _pinned(values: dict[str, Any]) -> Any:
 # ------------------------------------------------------------------------------------------------
 # Rendering (no logic: every number comes from the EstimateResult)
 # ------------------------------------------------------------------------------------------------
-
-
-def _s(seconds: float) -> str:
-    if math.isinf(seconds):
-        return "unbounded"
-    if seconds < 1:
-        return f"{seconds * 1e3:,.1f} ms"
-    if seconds < 120:
-        return f"{seconds:,.2f} s"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:,.1f} h"
-    return f"{seconds / 86400:,.1f} days"
-
-
-def _usd(x: float | None) -> str:
-    if x is None:
-        return "unknown"
-    return f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
 
 
 def _table(title: str) -> Table:
@@ -117,10 +104,10 @@ def render(result: Any) -> list[Any]:
     if result.serving is not None:
         s = result.serving
         sp = _table("\nSpeed of one replica")
-        sp.add_row("prefill (unloaded TTFT)", _s(s.prefill_s))
-        sp.add_row(f"decode step at batch {s.batch}", _s(s.decode_step_s))
-        sp.add_row("time per output token at saturation", _s(s.tpot_s))
-        sp.add_row("end-to-end, mean request", _s(s.e2e_s))
+        sp.add_row("prefill (unloaded TTFT)", fmt.seconds(s.prefill_s))
+        sp.add_row(f"decode step at batch {s.batch}", fmt.seconds(s.decode_step_s))
+        sp.add_row("time per output token at saturation", fmt.seconds(s.tpot_s))
+        sp.add_row("end-to-end, mean request", fmt.seconds(s.e2e_s))
         sp.add_row("output tokens/s (saturated)", f"{s.output_tokens_per_s:,.0f}")
         sp.add_row("requests/s (saturated)", f"{s.requests_per_s:,.2f}")
         sp.add_row("max batch by memory", f"{s.max_batch_by_memory:,}")
@@ -134,30 +121,30 @@ def render(result: Any) -> list[Any]:
         )
         lt.add_row("per replica", f"{load.per_replica_requests_per_s:,.2f} req/s ({lat.utilisation:.0%} utilised)")
         lt.add_row("mean running batch", f"{lat.mean_running_batch:,.1f}")
-        lt.add_row("p95 TTFT", _s(lat.p95_ttft_s))
-        lt.add_row("p95 TPOT", _s(lat.p95_tpot_s))
-        lt.add_row("p95 end-to-end", _s(lat.p95_e2e_s))
+        lt.add_row("p95 TTFT", fmt.seconds(lat.p95_ttft_s))
+        lt.add_row("p95 TPOT", fmt.seconds(lat.p95_tpot_s))
+        lt.add_row("p95 end-to-end", fmt.seconds(lat.p95_e2e_s))
         for check in load.targets:
             mark = "meets" if check.met else "MISSES"
-            lt.add_row(f"target {check.name}", f"{mark} {_s(check.target_s)}")
+            lt.add_row(f"target {check.name}", f"{mark} {fmt.seconds(check.target_s)}")
         lt.add_row("max rate meeting targets", f"{load.max_rate_for_targets_per_replica:,.2f} req/s per replica")
         r = load.rated
         lt.add_row(
             "p95 TTFT / TPOT / end-to-end at that rate",
-            f"{_s(r.p95_ttft_s)} / {_s(r.p95_tpot_s)} / {_s(r.p95_e2e_s)}",
+            f"{fmt.seconds(r.p95_ttft_s)} / {fmt.seconds(r.p95_tpot_s)} / {fmt.seconds(r.p95_e2e_s)}",
         )
         out.append(lt)
     else:
         t = result.training
         tt = _table("\nTraining speed")
-        tt.add_row("step time", _s(t.step_time_s))
-        tt.add_row("  compute (incl. pipeline bubble)", _s(t.compute_time_s))
-        tt.add_row("  exposed communication", _s(t.exposed_comm_time_s))
+        tt.add_row("step time", fmt.seconds(t.step_time_s))
+        tt.add_row("  compute (incl. pipeline bubble)", fmt.seconds(t.compute_time_s))
+        tt.add_row("  exposed communication", fmt.seconds(t.exposed_comm_time_s))
         tt.add_row("pipeline bubble", f"{t.bubble_fraction:.0%}")
         tt.add_row("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")
         tt.add_row("tokens/s per GPU", f"{t.tokens_per_s / t.gpus:,.0f}")
         tt.add_row("MFU", f"{t.mfu:.0%}")
-        tt.add_row("time to train", _s(t.time_to_train_s))
+        tt.add_row("time to train", fmt.seconds(t.time_to_train_s))
         out.append(tt)
 
     ct = _table("\nCost (as solve prices it)")

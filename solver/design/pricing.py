@@ -69,8 +69,9 @@ def cloud_line(o: Offering, units: int, *, gpu_name: str, purpose: str = "servin
 
 
 def training_cloud_line(o: Offering, units: int, *, gpu_name: str, workload: str, seconds: float) -> HardwareLine:
-    """A training run's instances: no monthly cost, the run is one-off (:func:`training_run_usd`)."""
-    return cloud_line(o, units, gpu_name=gpu_name, purpose=f"{workload} ({seconds / SECONDS_PER_HOUR:,.0f} h)")
+    """A training run's instances: no monthly cost, the run is one-off (:func:`training_run_usd`); its
+    purpose names the hours billed (whole hours, rounded up), the figure its cost is computed from."""
+    return cloud_line(o, units, gpu_name=gpu_name, purpose=f"{workload} ({cost.billed_hours(seconds):,} billed h)")
 
 
 def training_run_usd(o: Offering, units: int, seconds: float) -> float:

@@ -31,6 +31,7 @@ from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, RelaxedAt
 from clusterplan.planner.solve import Extra, Planner, Solution
 from clusterplan.planner.status import SolveStatus
+from clusterplan.render import fmt
 from clusterplan.render.reasons import render_predicate, render_reasons
 
 # A latency target: (workload index, requirement field: p95_latency, p95_ttft or p95_tpot).
@@ -272,7 +273,7 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
             else:
                 k_lo = mid
         factors = {**factors, k: k_hi}
-    parts = [f"{name}: {k[1]} >= {_round_up(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
+    parts = [f"{name}: {k[1]} >= {fmt.up_2sf(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
     return Relaxation(
         family=fid,
         change="; ".join(parts),
@@ -298,15 +299,6 @@ def _targets_not_enough(
     return Relaxation(
         family=fid, change=change, value=None, unit="", restores_feasibility=False, still_conflicting=rest
     )
-
-
-def _round_up(x: float) -> str:
-    """Two significant figures, rounded up (a relaxation is never understated)."""
-    if x <= 0:
-        return "0"
-    digits = 2 - math.floor(math.log10(x)) - 1
-    scale = 10.0**digits
-    return f"{math.ceil(x * scale - 1e-9) / scale:g}"
 
 
 def _sentence(text: str) -> str:

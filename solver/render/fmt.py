@@ -1,6 +1,12 @@
-"""Number formatting shared by the renderers."""
+"""Number formatting: the one home of how money, durations and rates are written.
+
+Every renderer and every sentence-writing module (family wording, estimate output) formats through
+these, so the same figure reads the same everywhere.
+"""
 
 from __future__ import annotations
+
+import math
 
 from clusterplan.plan import ReplicaGroup, ServingPlan, TrainingPlan
 
@@ -15,16 +21,47 @@ def usd(x: float | None) -> str:
     return f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
 
 
+def usd_exact(x: float | None, *, missing: str = "-") -> str:
+    """Whole dollars from $100 up, cents below: a figure to compare to the cent, never abbreviated."""
+    if x is None:
+        return missing
+    return f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
+
+
+def usd_up(x: float) -> str:
+    """Whole dollars, rounded up (a budget relaxation is never understated)."""
+    return f"${math.ceil(x):,}"
+
+
+def up_2sf(x: float) -> str:
+    """Two significant figures, rounded up (a relaxed target is never understated)."""
+    if x <= 0:
+        return "0"
+    digits = 2 - math.floor(math.log10(x)) - 1
+    scale = 10.0**digits
+    return f"{math.ceil(x * scale - 1e-9) / scale:g}"
+
+
+def rps(x: float) -> str:
+    """A request rate: two decimals, or three significant figures below 0.01 (never '0.00' for a demand)."""
+    if x >= 0.01 or x <= 0:
+        return f"{x:,.2f}"
+    return f"{x:.3g}"
+
+
 def seconds(x: float | None) -> str:
+    """A duration in the largest unit that keeps it readable: ms, s, h or d."""
     if x is None:
         return "-"
+    if math.isinf(x):
+        return "unbounded"
     if x >= 86400:
         return f"{x / 86400:,.1f} d"
     if x >= 3600:
         return f"{x / 3600:,.1f} h"
     if x >= 1:
         return f"{x:,.2f} s"
-    return f"{x * 1000:,.0f} ms"
+    return f"{x * 1000:,.1f} ms" if x < 0.1 else f"{x * 1000:,.0f} ms"
 
 
 def margin(value: float | None, unit: str) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from clusterplan.candidates.table import CandidateTable, ServingRow, TrainingRow, WorkloadCandidates
 from clusterplan.plan import Relaxation
+from clusterplan.render import fmt
 
 if TYPE_CHECKING:
     from clusterplan.planner.solve import ServingAssignment, TrainingAssignment
@@ -148,18 +149,6 @@ def within(used: float, limit: float | None) -> bool:
     return limit is None or used <= limit + MARGIN_TOLERANCE * max(1.0, abs(limit))
 
 
-def usd(x: float) -> str:
-    """Whole dollars, rounded up (a budget relaxation is never understated)."""
-    return f"${math.ceil(x):,}"
-
-
-def rps(x: float) -> str:
-    """A request rate: two decimals, or three significant figures below 0.01 (never '0.00' for a demand)."""
-    if x >= 0.01 or x <= 0:
-        return f"{x:,.2f}"
-    return f"{x:.3g}"
-
-
 def restores(fid: str, change: str, value: float | None = None, unit: str = "") -> Relaxation:
     """A relaxation that restores feasibility."""
     return Relaxation(family=fid, change=change, value=value, unit=unit, restores_feasibility=True)
@@ -169,7 +158,7 @@ def budget_raised(r: RelaxedAt, field: str, unit: str) -> Relaxation:
     """A budget raised to the relaxed optimum ``r.value`` (cents), rounded up to a whole dollar."""
     return Relaxation(
         family=r.fid,
-        change=f"{field} >= {usd(r.value / 100)}",
+        change=f"{field} >= {fmt.usd_up(r.value / 100)}",
         value=math.ceil(r.value / 100),
         unit=unit,
         restores_feasibility=True,

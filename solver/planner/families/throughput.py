@@ -23,10 +23,10 @@ from clusterplan.planner.families.facts import (
     demand_margin,
     demand_met,
     restores,
-    rps,
 )
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.variables import ServingScale
+from clusterplan.render.fmt import rps
 
 if TYPE_CHECKING:
     from clusterplan.planner.solve import ServingAssignment
