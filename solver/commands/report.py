@@ -45,7 +45,8 @@ def register(app: typer.Typer) -> None:
         from clusterplan.cli import guarded, out_console
         from clusterplan.planner.solve import SolverSettings
         from clusterplan.review import output_format, write_report
-        from clusterplan.review.data import WHATIF_FACTORS, assemble
+        from clusterplan.review.assemble import assemble
+        from clusterplan.review.records import WHATIF_FACTORS
         from clusterplan.whatif.sweep import default_jobs
 
         def run() -> None:

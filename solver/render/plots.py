@@ -1,7 +1,7 @@
 """Plots of sweeps, frontiers and memory breakdowns: matplotlib's Agg canvas, PNG or SVG bytes.
 
 Rendering only: every number and label comes from the data (:mod:`clusterplan.whatif.sweep`,
-:mod:`clusterplan.review.data`). Output is deterministic, so a report or plot is byte-identical run
+:mod:`clusterplan.review.records`). Output is deterministic, so a report or plot is byte-identical run
 to run: figures are made with :class:`matplotlib.figure.Figure` on an Agg canvas (no pyplot, no global
 backend), inside one fixed rc context (DejaVu Sans, which matplotlib ships; SVG glyphs as paths;
 ``svg.hashsalt`` for stable ids), and saved without dates or version strings in the metadata.
@@ -26,7 +26,7 @@ from matplotlib.ticker import FuncFormatter
 from clusterplan.whatif.sweep import Axis, FrontierResult, SweepResult, SweepRow, format_value, series
 
 if TYPE_CHECKING:
-    from clusterplan.review.data import MemoryBar
+    from clusterplan.review.records import MemoryBar
 
 Format = Literal["png", "svg"]
 

@@ -32,7 +32,7 @@ def write_report(report: object, path: Path) -> list[Path]:
     """Render the charts and write the review to ``path`` (Markdown with images beside it, or one HTML file)."""
     from clusterplan.render import plots, review_html, review_markdown
     from clusterplan.review import document
-    from clusterplan.review.data import ReviewReport
+    from clusterplan.review.records import ReviewReport
 
     assert isinstance(report, ReviewReport)
     images: dict[str, bytes] = {}

@@ -1,6 +1,6 @@
 """A report laid out as plain blocks (headings, paragraphs, tables, figures) that both writers serialise.
 
-The review's content and its order are decided once, here, from :class:`clusterplan.review.data.ReviewReport`;
+The review's content and its order are decided once, here, from :class:`clusterplan.review.ReviewReport`;
 numbers are formatted here too. The Markdown and HTML writers only serialise these blocks and escape
 every piece of text, so the two formats say the same thing and neither holds logic.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from clusterplan.plan import Design, ServingPlan, TrainingPlan
 from clusterplan.render.fmt import group_layout, layout, margin, seconds, usd
-from clusterplan.review.data import ReviewReport
+from clusterplan.review.records import ReviewReport
 from clusterplan.whatif.sweep import format_value
 
 

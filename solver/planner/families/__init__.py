@@ -58,6 +58,7 @@ class Relaxing:
     implies: tuple[str, ...] = ()  # weaker families it implies: kept in the deletion loop instead of it
     deletion_first: bool = False  # tried first in the deletion loop (so a weaker family is kept)
     by_targets: bool = False  # relaxed by loosening its p95 targets (a search that rebuilds candidates)
+    field: str | None = None  # the one requirement field the relaxation raises (what-if sweeps vary it)
 
 
 # A per-row replica floor for a one-shape workload: (rates per row, spare replicas), or None.
@@ -167,9 +168,9 @@ def forbid_rows(ctx: FamilyContext, fid: str) -> None:
                 ctx.model.add(var == 0).only_enforce_if(ctx.lit)
             if o.kind == "cloud":
                 for wc, r, trow in v.training_rows():
-                    y = v.runs_on_cloud(wc.index, r)
-                    if y is not None and trow.cloud_offering == o.key:
-                        ctx.model.add_implication(ctx.lit, y.Not())
+                    yc = v.runs_on_cloud(wc.index, r)
+                    if yc is not None and trow.cloud_offering == o.key:
+                        ctx.model.add_implication(ctx.lit, yc.Not())
 
 
 def single_shape_floor(ctx: FamilyContext, w: int, rates: list[int], demand: int, *, spare: int = 0) -> None:

@@ -14,6 +14,8 @@ from clusterplan.planner.families import Family, FamilyContext, Relaxing
 from clusterplan.planner.families.facts import DesignFacts, Margin, NotEnough, RelaxedAt, budget_raised, within
 from clusterplan.planner.families.goals import Goal
 
+FIELD = "budget.capital"  # the requirement field this family enforces
+
 
 def add(ctx: FamilyContext) -> None:
     assert ctx.lit is not None and ctx.v.capital_cents is not None
@@ -39,7 +41,7 @@ def check(d: DesignFacts) -> bool:
 
 def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
     """The least budget.capital that admits a design: the relaxed optimum (cents), rounded up to a dollar."""
-    return budget_raised(r, "budget.capital", "USD")
+    return budget_raised(r, FIELD, "USD")
 
 
 FAMILY = Family(
@@ -50,5 +52,5 @@ FAMILY = Family(
     active=active,
     margin=margin,
     check=check,
-    relaxation=Relaxing(goal=Goal.MIN_CAPITAL, at=relaxation_at),
+    relaxation=Relaxing(goal=Goal.MIN_CAPITAL, at=relaxation_at, field=FIELD),
 )

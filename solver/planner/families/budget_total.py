@@ -14,6 +14,8 @@ from clusterplan.planner.families import Family, FamilyContext, Relaxing
 from clusterplan.planner.families.facts import DesignFacts, Margin, NotEnough, RelaxedAt, budget_raised, within
 from clusterplan.planner.families.goals import Goal
 
+FIELD = "budget.total"  # the requirement field this family enforces
+
 
 def add(ctx: FamilyContext) -> None:
     assert ctx.lit is not None and ctx.v.total_cents is not None
@@ -43,7 +45,7 @@ def check(d: DesignFacts) -> bool:
 
 def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
     """The least budget.total that admits a design: the relaxed optimum (cents), rounded up to a dollar."""
-    return budget_raised(r, "budget.total", "USD")
+    return budget_raised(r, FIELD, "USD")
 
 
 FAMILY = Family(
@@ -54,7 +56,7 @@ FAMILY = Family(
     active=active,
     margin=margin,
     check=check,
-    relaxation=Relaxing(goal=Goal.MIN_TOTAL, at=relaxation_at),
+    relaxation=Relaxing(goal=Goal.MIN_TOTAL, at=relaxation_at, field=FIELD),
     # Removing an upper bound on the total never lowers the least total.
     cannot_bind=(Goal.MIN_TOTAL,),
 )

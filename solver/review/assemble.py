@@ -1,0 +1,131 @@
+"""A design-review attachment as data: everything the Markdown and HTML writers print, computed here.
+
+:func:`assemble` plans the requirement (with the full explanation), then adds what a review needs
+around the plan: a one-paragraph summary, the per-GPU memory breakdown of each replica group and
+training layout (:func:`clusterplan.design.estimate.estimate_requirement` on the design's own layout: the
+same evaluation and pricing, :mod:`clusterplan.design`, the candidates and the plan came from), what relaxing each binding constraint would save, a small
+what-if sweep (:mod:`clusterplan.whatif.sweep`), rent against buy for the recommended layout
+(:func:`clusterplan.physics.cost.rent_vs_buy_breakeven`), every efficiency factor with where it came
+from, the catalog rows used with their sources and dates, and what is needed to reproduce it
+(clusterplan version, catalog fingerprint, sha256 of the requirement and of each user catalog).
+
+Nothing here is time-dependent: the same inputs give the same report, byte for byte.
+Strings from the requirement or a user catalog are kept as given; the writers escape them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from clusterplan import __version__
+from clusterplan.errors import ClusterplanError
+from clusterplan.planner.solve import SolverSettings
+from clusterplan.review.records import Reproduce, ReviewReport, UserCatalog, WhatIf
+from clusterplan.review.sections import (
+    binding_rows,
+    design_estimates,
+    factor_rows,
+    memory_bars,
+    rent_buy_rows,
+    source_rows,
+)
+from clusterplan.review.summary import summary_text
+from clusterplan.review.whatif_axis import choose_axis
+from clusterplan.whatif.sweep import (
+    SweepResult,
+    run_sweep,
+)
+
+
+def _plain(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def assemble(
+    path: Path,
+    catalog_paths: Sequence[Path] = (),
+    *,
+    top: int = 5,
+    objective: str = "min_cost",
+    settings: SolverSettings | None = None,
+    whatif: WhatIf = "auto",
+    jobs: int = 1,
+    on_done: Callable[[int], None] | None = None,
+) -> ReviewReport:
+    """Plan ``path`` and gather everything the review shows. Raises ClusterplanError on bad input only:
+    an infeasible requirement gives a report that explains the conflict."""
+    from clusterplan.pipeline import PlanOptions, plan_requirement
+    from clusterplan.whatif.sweep import load_base
+
+    solver = settings or SolverSettings()
+    base, resolved = load_base(path, catalog_paths)
+    catalog = base.catalog
+    plan = plan_requirement(resolved, catalog, PlanOptions(top=top, objective=objective, explain=True, settings=solver))
+    design = plan.designs[0] if plan.designs else None
+    warnings: list[str] = []
+    estimates: list[tuple[str, Any, str]] = []
+    if design is not None:
+        try:
+            estimates = design_estimates(resolved, catalog, design)
+        except ClusterplanError as exc:
+            warnings.append(f"memory breakdown and rent-versus-buy left out: {exc.message}")
+    binding = binding_rows(design) if design is not None else []
+    sweep: SweepResult | None = None
+    whatif_note = ""
+    axis = choose_axis(base, plan, whatif)
+    if axis is not None:
+        ax, sweep_objective = axis
+        sweep = run_sweep(base, [ax], objective=sweep_objective, solver=solver, jobs=jobs, on_done=on_done)
+        spec = f"{_plain(ax.values[0])}..{_plain(ax.values[-1])}"
+        whatif_note = (
+            f"{ax.target.field}"
+            + (f" ({ax.target.path})" if ax.target.path != ax.target.field else "")
+            + f" at {len(ax.values)} values around the requirement's, "
+            f"objective {sweep_objective}; for more points: clusterplan sweep {path} --vary "
+            f"'{ax.target.field}={spec}' --steps 10"
+            + (f" --objective {sweep_objective}" if sweep_objective != "min_cost" else "")
+        )
+    horizon = resolved.requirement.budget.horizon
+    classes = sorted({catalog.gpu(g).gpu_class for g in design.gpus_by_type}) if design is not None else []
+    catalogs = [UserCatalog(path=str(p), sha256=_sha256(p)) for p in catalog_paths]
+    command = f"clusterplan report {path}" + "".join(f" --catalog {p}" for p in catalog_paths) + " -o REVIEW.md"
+    return ReviewReport(
+        title=resolved.requirement.name,
+        status=plan.status,
+        summary=summary_text(plan, binding),
+        requirement_text=path.read_text(encoding="utf-8"),
+        plan=plan,
+        memory=memory_bars(estimates),
+        binding=binding,
+        whatif=sweep,
+        whatif_note=whatif_note,
+        rent_buy=rent_buy_rows(estimates, design, horizon) if design is not None else [],
+        rent_buy_note=(
+            "each workload's layout priced alone, both ways, as the planner prices it: rented on the cheapest "
+            "instance type that holds its tensor-parallel groups, bought as the server size that costs least over "
+            "the horizon (the largest at equal cost), electricity at full power x PUE; serving runs around the "
+            "clock over the horizon, training for its billed hours"
+        ),
+        factors=factor_rows(resolved, classes or ["datacenter", "workstation", "consumer"]),
+        planner_notes=list(plan.explanation.notes) if plan.explanation is not None else [],
+        sources=source_rows(catalog, resolved, design),
+        reproduce=Reproduce(
+            clusterplan_version=__version__,
+            catalog_fingerprint=catalog.fingerprint(),
+            requirement_file=str(path),
+            requirement_sha256=_sha256(path),
+            user_catalogs=catalogs,
+            command=command,
+            objective=objective,
+            random_seed=solver.random_seed,
+            num_workers=solver.num_workers,
+        ),
+        warnings=warnings,
+    )
