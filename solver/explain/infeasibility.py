@@ -124,8 +124,13 @@ def _not_enough(planner: Planner, fid: str, *, lead: str = "") -> Relaxation:
     """Relaxing ``fid`` alone is proven not to be enough: say so, and what still conflicts."""
     lead = lead or f"relaxing {family(fid).title} alone is not enough"
     status, rest = still_conflicting(planner, _relaxed_with(fid))
+    return _still_conflicts(fid, lead, "it", status, rest)
+
+
+def _still_conflicts(fid: str, lead: str, relaxed: str, status: SolveStatus, rest: list[str]) -> Relaxation:
+    """A relaxation proven not to be enough: ``lead``, then what still conflicts with ``relaxed`` relaxed."""
     if rest:
-        change = f"{lead}: with it relaxed, {_rest_clause(rest)}"
+        change = f"{lead}: with {relaxed} relaxed, {_rest_clause(rest)}"
     elif status is SolveStatus.INFEASIBLE:
         change = f"{lead}: no design exists even with every other stated constraint relaxed too"
     else:
@@ -290,15 +295,7 @@ def _targets_not_enough(
     loose = Planner(retarget(factors), objective=planner.objective, settings=planner.settings)
     status, rest = find_conflict(loose)
     lead = f"relaxing the p95 targets alone is not enough (even at {LOOSEST_TARGET_S / 3600:g} h or more each)"
-    if rest:
-        change = f"{lead}: with them relaxed, {_rest_clause(rest)}"
-    elif status is SolveStatus.INFEASIBLE:
-        change = f"{lead}: no design exists even with every other stated constraint relaxed too"
-    else:
-        change = f"{lead} (which other constraints conflict was not found within the time limit)"
-    return Relaxation(
-        family=fid, change=change, value=None, unit="", restores_feasibility=False, still_conflicting=rest
-    )
+    return _still_conflicts(fid, lead, "them", status, rest)
 
 
 def _sentence(text: str) -> str:
