@@ -167,7 +167,9 @@ def test_gpu_lookup_accepts_case_and_aliases() -> None:
 def test_unknown_gpu_suggests_h100_variants() -> None:
     with pytest.raises(ClusterplanError) as info:
         SHIPPED.gpu("h100")
-    assert "h100-sxm" in info.value.hint and "h100-pcie" in info.value.hint
+    hint = info.value.hint
+    assert hint is not None, "an unknown GPU name carries a did-you-mean hint"
+    assert "h100-sxm" in hint and "h100-pcie" in hint
     assert info.value.exit_code == 2
 
 

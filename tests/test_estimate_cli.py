@@ -15,12 +15,12 @@ runner = CliRunner()
 EX = ROOT / "examples" / "requirements"
 
 
-def _json(args: list[str]) -> dict:  # type: ignore[type-arg]
+def _json(args: list[str]) -> dict:
     result = runner.invoke(app, ["estimate", *args, "--json"])
     assert result.exit_code in (0, 1), result.output
     start = result.output.index("{")
     end = result.output.rindex("}") + 1
-    return json.loads(result.output[start:end])  # type: ignore[no-any-return]
+    return json.loads(result.output[start:end])
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)

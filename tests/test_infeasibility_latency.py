@@ -84,6 +84,7 @@ def test_the_retargeted_table_is_the_table_of_the_retargeted_requirement() -> No
     from clusterplan.catalog.load import load_catalog
     from clusterplan.pipeline import retargeter
     from clusterplan.requirement.load import load_requirement
+    from clusterplan.requirement.schema import ServingWorkload
 
     catalog = load_catalog()
     resolved = load_requirement(example("13b-train-then-serve"), catalog)
@@ -97,7 +98,9 @@ def test_the_retargeted_table_is_the_table_of_the_retargeted_requirement() -> No
     assert retarget({}) == table
     factors = {(1, "p95_latency"): 0.05, (2, "p95_ttft"): 3.0}
     w = list(doc.workloads)
-    w[1] = w[1].model_copy(update={"p95_latency": w[1].p95_latency * 0.05})
+    w1 = w[1]
+    assert isinstance(w1, ServingWorkload) and w1.p95_latency is not None, "workload 1 is serving with a p95 target"
+    w[1] = w1.model_copy(update={"p95_latency": w1.p95_latency * 0.05})
     w[2] = w[2].model_copy(update={"p95_ttft": 6.0})
     expected = build_candidates(replace(resolved, requirement=doc.model_copy(update={"workloads": w})), catalog)
     got = retarget(factors)

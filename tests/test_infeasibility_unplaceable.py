@@ -17,6 +17,7 @@ import yaml
 
 from clusterplan.candidates.table import AVAILABILITY, MEMORY, CandidateTable, Exclusion, GpuType, Limits, Offering
 from clusterplan.explain.infeasibility import unplaceable_workloads
+from clusterplan.physics.reasons import ReasonCategory, Stated
 from clusterplan.pipeline import PlanOptions, plan_table
 from conftest import assert_not_dangling, infeasibility_of, serving_workload, solve_doc
 
@@ -28,9 +29,9 @@ def _unplaceable_table(limits: Limits, offerings: tuple[Offering, ...]) -> Candi
         "big": GpuType(id="big", name="Big 500GB", memory_gib=500.0),
     }
     excl = (
-        Exclusion("small", MEMORY, "does not fit in memory: M needs 211 GiB per GPU; Small 24GB has 24 GiB"),
-        Exclusion("mid", MEMORY, "does not fit in memory: M needs 211 GiB per GPU; Mid 80GB has 80 GiB"),
-        Exclusion("big", AVAILABILITY, "Big 500GB: no cloud instance in the allowed clouds and regions, and no purchase price in the catalog"),
+        Exclusion("small", MEMORY, Stated("does not fit in memory: M needs 211 GiB per GPU; Small 24GB has 24 GiB", ReasonCategory.MEMORY)),
+        Exclusion("mid", MEMORY, Stated("does not fit in memory: M needs 211 GiB per GPU; Mid 80GB has 80 GiB", ReasonCategory.MEMORY)),
+        Exclusion("big", AVAILABILITY, Stated("Big 500GB: no cloud instance in the allowed clouds and regions, and no purchase price in the catalog", ReasonCategory.AVAILABILITY)),
     )  # fmt: skip
     return CandidateTable(workloads=(serving_workload((), excl),), gpus=gpus, offerings=offerings, limits=limits)
 

@@ -102,7 +102,7 @@ def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> 
                 bad.close(f"{tag} memory per GPU", g.memory_gib_per_gpu, s.memory.total_gib)
                 group_money.append(_money(est))
             hardware = [x for m in group_money for x in (m[4] or [])]
-            per_m = [m[3] for m in group_money]
+            group_per_m = [m[3] for m in group_money]
             priced.append(
                 (
                     wp.workload,
@@ -110,7 +110,7 @@ def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> 
                         sum(m[0] for m in group_money),
                         sum(m[1] for m in group_money),
                         sum(m[2] for m in group_money),
-                        None if None in per_m else sum(x for x in per_m if x is not None),
+                        None if None in group_per_m else sum(x for x in group_per_m if x is not None),
                         hardware,
                     ),
                 )

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from clusterplan.physics import comm, memory, params, serving
@@ -121,7 +123,7 @@ def test_logits_and_the_recomputed_layer_are_not_live_together() -> None:
                             sequence_length=2048, global_batch_tokens=4096)  # fmt: skip
     e = estimate_training(LLAMA31_8B, RTX4090, workload=work, tp=1, pp=1, dp=1, zero_stage=0, recompute="full",
                           micro_batch=2, nodes_gpus_per_node=1, assumptions=Assumptions())  # fmt: skip
-    kw = dict(seq_len=2048, micro_batch=2, hidden_size=4096, attention_heads=32, ffn_size=14336, gated_mlp=True,
+    kw: dict[str, Any] = dict(seq_len=2048, micro_batch=2, hidden_size=4096, attention_heads=32, ffn_size=14336, gated_mlp=True,
               tp=1, sequence_parallel=False, flash_attention=True)  # fmt: skip
     stored = 32 * memory.training_activation_bytes_per_layer(**kw, recompute="full")  # 2·s·b·h per layer
     layer = memory.training_activation_bytes_per_layer(**kw, recompute="none")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,9 @@ def test_serving_activation_coefficients() -> None:
 
 def test_korthikanti_activations() -> None:
     sbh = 2048 * 1 * 4096
-    kw = dict(seq_len=2048, micro_batch=1, hidden_size=4096, attention_heads=32, ffn_size=16384, gated_mlp=False)
+    kw: dict[str, Any] = dict(
+        seq_len=2048, micro_batch=1, hidden_size=4096, attention_heads=32, ffn_size=16384, gated_mlp=False
+    )
     # no parallelism, no recompute, scores materialised: s·b·h·(34 + 5·a·s/h)
     got = memory.training_activation_bytes_per_layer(
         **kw, tp=1, sequence_parallel=False, recompute="none", flash_attention=False
@@ -67,8 +70,8 @@ def test_korthikanti_activations() -> None:
 
 
 def test_gated_mlp_keeps_a_third_ffn_tensor() -> None:
-    kw = dict(seq_len=1, micro_batch=1, hidden_size=100, attention_heads=1, ffn_size=300, tp=1)
-    kw2 = dict(sequence_parallel=False, recompute="selective", flash_attention=True)
+    kw: dict[str, Any] = dict(seq_len=1, micro_batch=1, hidden_size=100, attention_heads=1, ffn_size=300, tp=1)
+    kw2: dict[str, Any] = dict(sequence_parallel=False, recompute="selective", flash_attention=True)
     gelu = memory.training_activation_bytes_per_layer(**kw, gated_mlp=False, **kw2)
     gated = memory.training_activation_bytes_per_layer(**kw, gated_mlp=True, **kw2)
     assert gelu == pytest.approx(100 * (18 + 4 * 3))  # Megatron-LM: 18 + 4·ffn/h
@@ -86,7 +89,7 @@ def test_model_state_and_zero_sharding() -> None:
 
 def test_max_batch_by_memory_fills_free_memory() -> None:
     a = Assumptions()
-    kw = dict(tp=1, pp=1, quant="int4", kv_precision="fp16", context_tokens=4096, assumptions=a)
+    kw: dict[str, Any] = dict(tp=1, pp=1, quant="int4", kv_precision="fp16", context_tokens=4096, assumptions=a)
     b = memory.max_batch_by_memory(LLAMA2_70B, A100, **kw)
     assert b > 0
     fits = memory.serving_memory(LLAMA2_70B, A100, batch=b, **kw)

@@ -6,6 +6,8 @@ says where and why.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from clusterplan.physics import cost, memory
@@ -39,7 +41,7 @@ def test_13b_with_activations_at_twice_the_weights_is_286_gb() -> None:
 def test_7b_on_one_a100_does_not_fit_but_two_with_zero3_do() -> None:
     work = TrainingWorkload(kind="training", tokens=1e9, deadline=86400 * 30, sequence_length=2048,
                             global_batch_tokens=2048 * 16)  # fmt: skip
-    kw = dict(workload=work, tp=1, pp=1, zero_stage=3, recompute="full", micro_batch=1, nodes_gpus_per_node=8,
+    kw: dict[str, Any] = dict(workload=work, tp=1, pp=1, zero_stage=3, recompute="full", micro_batch=1, nodes_gpus_per_node=8,
               assumptions=A)  # fmt: skip
     one = estimate_training(LLAMA2_7B, A100, dp=1, **kw)
     two = estimate_training(LLAMA2_7B, A100, dp=2, **kw)
@@ -50,7 +52,9 @@ def test_7b_on_one_a100_does_not_fit_but_two_with_zero3_do() -> None:
 def test_13b_zero_on_a100_and_rtx4090() -> None:
     work = TrainingWorkload(kind="training", tokens=260e9, deadline=86400 * 60, sequence_length=2048,
                             global_batch_tokens=2048 * 64)  # fmt: skip
-    kw = dict(workload=work, tp=1, pp=1, recompute="full", micro_batch=1, nodes_gpus_per_node=8, assumptions=A)
+    kw: dict[str, Any] = dict(
+        workload=work, tp=1, pp=1, recompute="full", micro_batch=1, nodes_gpus_per_node=8, assumptions=A
+    )
     # 2x A100 ZeRO-2: 2 + 16/2 = 10 B/param = 130 GB per GPU: does not fit (the seed calls it "tight")
     assert not estimate_training(LLAMA2_13B, A100, dp=2, zero_stage=2, **kw).feasible
     # 4x A100 ZeRO-3: 18/4 = 4.5 B/param = 58.5 GB of state per GPU: fits (the seed's "~72 GB")
@@ -81,7 +85,7 @@ def test_70b_kv_at_batch_32_and_8k_is_85_9_gb() -> None:
 
 
 def test_70b_int4_fits_one_a100_fp16_does_not() -> None:
-    kw = dict(tp=1, pp=1, kv_precision="fp16", context_tokens=4096, assumptions=A)
+    kw: dict[str, Any] = dict(tp=1, pp=1, kv_precision="fp16", context_tokens=4096, assumptions=A)
     assert memory.max_batch_by_memory(LLAMA2_70B, A100, quant="int4", **kw) > 8
     assert memory.max_batch_by_memory(LLAMA2_70B, A100, quant="fp16", **kw) == 0
 
@@ -147,7 +151,7 @@ def test_p4de_month() -> None:
 def test_70b_int4_does_not_fit_an_a100_40gb() -> None:
     # seed 002 Q4 plans "20 single-GPU A100 instances = 20 A100 40GB" for 70B at INT4
     a100_40 = A100.model_copy(update={"id": "a100-40gb", "memory_gb": 40, "memory_gib": 39.4})
-    kw = dict(tp=1, pp=1, quant="int4", kv_precision="fp16", context_tokens=1200, assumptions=A)
+    kw: dict[str, Any] = dict(tp=1, pp=1, quant="int4", kv_precision="fp16", context_tokens=1200, assumptions=A)
     assert memory.serving_weight_bytes_per_gpu(LLAMA2_70B, tp=1, pp=1, quant="int4") / BYTES_PER_GB > 36
     assert memory.max_batch_by_memory(LLAMA2_70B, a100_40, **kw) == 0
     assert memory.max_batch_by_memory(LLAMA2_70B, A100, **kw) > 32

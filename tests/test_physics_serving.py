@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.queueing import erlang_c, latency_at_load, max_rate_for_targets, p95_wait_s
@@ -18,8 +20,9 @@ from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA
 A = Assumptions()
 
 
-def est(arch=LLAMA31_8B, gpu=H100, *, tp=1, pp=1, quant="bf16", kv="bf16", batch=32, i=800.0, o=250.0, ctx=None,
-        a=A) -> ServingEstimate:  # fmt: skip
+def est(arch: ModelArchitecture = LLAMA31_8B, gpu: GpuSpec = H100, *, tp: int = 1, pp: int = 1, quant: str = "bf16",
+        kv: str = "bf16", batch: int = 32, i: float = 800.0, o: float = 250.0, ctx: float | None = None,
+        a: Assumptions = A) -> ServingEstimate:  # fmt: skip
     return estimate_serving(
         arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv, batch=batch, input_tokens=i, output_tokens=o,
         context_tokens=ctx if ctx is not None else i + o, assumptions=a,
@@ -100,7 +103,7 @@ def test_consumer_derate_noted() -> None:
 
 
 def test_max_batch_wrapper() -> None:
-    kw = dict(tp=1, pp=1, quant="bf16", kv_precision="bf16", context_tokens=1050, assumptions=A)
+    kw: dict[str, Any] = dict(tp=1, pp=1, quant="bf16", kv_precision="bf16", context_tokens=1050, assumptions=A)
     assert max_batch_by_memory(LLAMA31_8B, H100, **kw) == memory.max_batch_by_memory(LLAMA31_8B, H100, **kw)
 
 
@@ -153,7 +156,7 @@ def test_latency_monotone_in_load(f1: float, f2: float) -> None:
 def test_max_rate_monotone_in_target(t1: float, t2: float) -> None:
     e = est(batch=32)
     lo, hi = sorted((t1, t2))
-    kw = dict(input_tokens=800, output_tokens=250, p95_ttft_s=None, p95_tpot_s=None, assumptions=A)
+    kw: dict[str, Any] = dict(input_tokens=800, output_tokens=250, p95_ttft_s=None, p95_tpot_s=None, assumptions=A)
     r_lo = max_rate_for_targets(e, p95_latency_s=lo, **kw)
     r_hi = max_rate_for_targets(e, p95_latency_s=hi, **kw)
     assert r_lo <= r_hi + 1e-12
@@ -162,7 +165,7 @@ def test_max_rate_monotone_in_target(t1: float, t2: float) -> None:
 
 def test_max_rate_meets_targets_and_is_tight() -> None:
     e = est(batch=64)
-    kw = dict(input_tokens=800, output_tokens=250, assumptions=A)
+    kw: dict[str, Any] = dict(input_tokens=800, output_tokens=250, assumptions=A)
     rate = max_rate_for_targets(e, p95_latency_s=None, p95_ttft_s=None, p95_tpot_s=0.01, **kw)
     assert 0 < rate < A.utilisation_ceiling * e.requests_per_s
     assert latency_at_load(e, rate, **kw).p95_tpot_s <= 0.01

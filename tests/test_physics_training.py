@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.training import estimate_training, model_flops_per_token
@@ -16,8 +17,9 @@ PRETRAIN = TrainingWorkload(kind="training", tokens=100e9, deadline=30 * 86400, 
                             global_batch_tokens=4096 * 512)  # fmt: skip
 
 
-def train(arch=LLAMA2_7B, gpu=H100, *, tp=1, pp=1, dp=8, zero=1, recompute="selective", mb=1, node=8,
-          work=PRETRAIN, a=A) -> TrainingEstimate:  # fmt: skip
+def train(arch: ModelArchitecture = LLAMA2_7B, gpu: GpuSpec = H100, *, tp: int = 1, pp: int = 1, dp: int = 8,
+          zero: int = 1, recompute: str = "selective", mb: int = 1, node: int = 8,
+          work: TrainingWorkload | FinetuneWorkload = PRETRAIN, a: Assumptions = A) -> TrainingEstimate:  # fmt: skip
     return estimate_training(arch, gpu, workload=work, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute,
                              micro_batch=mb, nodes_gpus_per_node=node, assumptions=a)  # fmt: skip
 

@@ -17,6 +17,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -274,8 +275,10 @@ GPUS = {
 @st.composite
 def tables(draw: st.DrawFn) -> CandidateTable:
     gids = draw(st.lists(st.sampled_from(sorted(GPUS)), min_size=1, max_size=3, unique=True))
-    deployment = draw(st.sampled_from(["either", "cloud", "owned"]))
-    schedule = draw(st.sampled_from(["concurrent", "sequential"]))
+    deployments: list[Literal["cloud", "owned", "either"]] = ["either", "cloud", "owned"]
+    schedules: list[Literal["sequential", "concurrent"]] = ["concurrent", "sequential"]
+    deployment = draw(st.sampled_from(deployments))
+    schedule = draw(st.sampled_from(schedules))
     offerings: list[Offering] = []
     inventory: dict[str, int] = {}
     for gid in gids:

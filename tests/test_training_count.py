@@ -40,7 +40,7 @@ def _one_server_fewer(path: Path, catalog: Any) -> list[tuple[Any, Any]]:
 
     resolved = load_requirement(path, catalog)
     plan = plan_file(path, catalog, explain=False)
-    out = []
+    out: list[tuple[Any, Any]] = []
     for index, wp in enumerate(plan.designs[0].workloads):
         if not isinstance(wp, TrainingPlan) or wp.deployment != "owned" or wp.deadline_s is None:
             continue
@@ -69,7 +69,10 @@ def test_one_server_fewer_misses_the_deadline(path: Path, catalog: Any) -> None:
 
 
 def test_70b_30_day_run_buys_whole_servers_not_a_power_of_two(catalog: Any) -> None:
+    from clusterplan.plan import TrainingPlan
+
     plan = plan_file(PRETRAIN_70B, catalog, explain=False)
     (wp,) = plan.designs[0].workloads
+    assert isinstance(wp, TrainingPlan), "the 70B pretraining requirement has one training workload"
     assert wp.gpus % catalog.gpus[wp.gpu].max_gpus_per_node == 0
     assert wp.gpus < 1024  # the ladder's answer, 16.5 days for a 30-day deadline

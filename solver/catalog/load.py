@@ -633,8 +633,8 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
                     "clusterplan plans with; check the unit",
                     price_field,
                 )
-        gpu = tables.gpus.get(inst.gpu_id)
-        if gpu is None:
+        inst_gpu = tables.gpus.get(inst.gpu_id)
+        if inst_gpu is None:
             hint = _suggest(inst.gpu_id, _name_index(tables.gpus.values()))
             report(
                 "instances",
@@ -644,19 +644,19 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
                 "gpu_id",
             )
             continue
-        if inst.gpus_per_instance > gpu.max_gpus_per_node:
+        if inst.gpus_per_instance > inst_gpu.max_gpus_per_node:
             report(
                 "instances",
                 key,
-                f"instance '{key}' has {inst.gpus_per_instance} GPUs but a {gpu.id} node holds at most "
-                f"{gpu.max_gpus_per_node} (max_gpus_per_node, {_origin(tables, 'gpus', gpu.id)})",
+                f"instance '{key}' has {inst.gpus_per_instance} GPUs but a {inst_gpu.id} node holds at most "
+                f"{inst_gpu.max_gpus_per_node} (max_gpus_per_node, {_origin(tables, 'gpus', inst_gpu.id)})",
                 "gpus_per_instance",
             )
-        if inst.gpu_link != "pcie" and inst.gpu_link != gpu.scale_up:
+        if inst.gpu_link != "pcie" and inst.gpu_link != inst_gpu.scale_up:
             report(
                 "instances",
                 key,
-                f"instance '{key}' links its GPUs by {inst.gpu_link} but {gpu.id} has scale_up {gpu.scale_up}",
+                f"instance '{key}' links its GPUs by {inst.gpu_link} but {inst_gpu.id} has scale_up {inst_gpu.scale_up}",
                 "gpu_link",
             )
 

@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
                     top=top,
                     objective=objective.value,
                     settings=SolverSettings(time_limit_s=time_limit),
-                    whatif=what_if.value,  # type: ignore[arg-type]
+                    whatif=what_if.value,
                     jobs=jobs or default_jobs(),
                     on_done=on_done,
                 )

@@ -171,7 +171,7 @@ def register(app: typer.Typer) -> None:
             with progress(points, "planning") as on_done:
                 result = run_frontier(
                     base,
-                    against=against.value,  # type: ignore[arg-type]
+                    against=against.value,
                     points=points,
                     solver=SolverSettings(time_limit_s=time_limit),
                     jobs=jobs or default_jobs(),

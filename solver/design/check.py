@@ -371,11 +371,24 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     continue
                 est = est.model_copy(update={"feasible": True, "why_not": []})
                 ests.append((g, est))
-                tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": a}
                 r = queueing.max_rate_for_targets(
-                    est, p95_latency_s=w.p95_latency, p95_ttft_s=w.p95_ttft, p95_tpot_s=w.p95_tpot, **tk
+                    est,
+                    input_tokens=w.input_tokens,
+                    output_tokens=w.output_tokens,
+                    p95_latency_s=w.p95_latency,
+                    p95_ttft_s=w.p95_ttft,
+                    p95_tpot_s=w.p95_tpot,
+                    assumptions=a,
                 )
-                r0 = queueing.max_rate_for_targets(est, p95_latency_s=None, p95_ttft_s=None, p95_tpot_s=None, **tk)
+                r0 = queueing.max_rate_for_targets(
+                    est,
+                    input_tokens=w.input_tokens,
+                    output_tokens=w.output_tokens,
+                    p95_latency_s=None,
+                    p95_ttft_s=None,
+                    p95_tpot_s=None,
+                    assumptions=a,
+                )
                 rates.append((g.replicas, r, r0))
             has_targets = any(t is not None for t in (w.p95_latency, w.p95_ttft, w.p95_tpot))
             _serving_capacity(wp, rates, w.redundancy, has_targets, problems)
@@ -404,7 +417,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 problems.append(f"{wp.workload}: TP{wp.tp} exceeds the NVLink domain of {wp.gpu}")
             if wp.gpus != wp.tp * wp.pp * wp.dp:
                 problems.append(f"{wp.workload}: {wp.gpus} GPUs is not TP x PP x DP")
-            est = evaluate.training_point(
+            train_est = evaluate.training_point(
                 arch,
                 spec,
                 w,
@@ -416,17 +429,17 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 micro_batch=wp.micro_batch,
                 assumptions=a,
             )
-            hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
+            hard = without(train_est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
             if hard:
                 problems.append(f"{wp.workload}: {render_reason(hard[0])}")
-            if est.time_to_train_s > w.deadline * (1 + 1e-9):
+            if train_est.time_to_train_s > w.deadline * (1 + 1e-9):
                 problems.append(
-                    f"{wp.workload}: {est.time_to_train_s / 86400:.1f} d misses the {w.deadline / 86400:.1f} d deadline"
+                    f"{wp.workload}: {train_est.time_to_train_s / 86400:.1f} d misses the {w.deadline / 86400:.1f} d deadline"
                 )
-            if not math.isclose(est.time_to_train_s, wp.time_to_train_s, rel_tol=1e-6):
+            if not math.isclose(train_est.time_to_train_s, wp.time_to_train_s, rel_tol=1e-6):
                 problems.append(
                     f"{wp.workload}: time to train stated {wp.time_to_train_s:.0f} s, "
-                    f"physics says {est.time_to_train_s:.0f} s"
+                    f"physics says {train_est.time_to_train_s:.0f} s"
                 )
             if wp.deployment == "cloud":
                 lines = [p for p in priced if p.line.kind == "cloud" and p.line.purpose.startswith(wp.workload + " (")]
@@ -436,7 +449,9 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     p = lines[0]
                     if p.line.units * p.line.gpus_per_unit < wp.gpus:
                         problems.append(f"{wp.workload}: {p.line.gpus} cloud GPUs for {wp.gpus} needed")
-                    cost = physics_cost.training_cloud_cost_usd(p.line.usd_per_hour, p.line.units, est.time_to_train_s)
+                    cost = physics_cost.training_cloud_cost_usd(
+                        p.line.usd_per_hour, p.line.units, train_est.time_to_train_s
+                    )
                     one_off += cost
                     if not _close(cost, wp.cloud_cost_usd):
                         problems.append(
@@ -528,15 +543,15 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
                 problems.append(f"{wp.workload}: several replica shapes but mixing is not allowed")
             _serving_capacity(wp, rates, wc.redundancy, wc.targets.any, problems)
         else:
-            rows = [
-                r
-                for r in wc.training_rows()
-                if (r.gpu_id, r.tp, r.pp, r.dp, r.zero_stage) == (wp.gpu, wp.tp, wp.pp, wp.dp, wp.zero_stage)
+            trows = [
+                t
+                for t in wc.training_rows()
+                if (t.gpu_id, t.tp, t.pp, t.dp, t.zero_stage) == (wp.gpu, wp.tp, wp.pp, wp.dp, wp.zero_stage)
             ]
-            if not rows:
+            if not trows:
                 problems.append(f"{wp.workload}: layout is not a candidate")
                 continue
-            tr = rows[0]
+            tr = trows[0]
             if tr.forbidden_by:
                 problems.append(f"{wp.workload}: {tr.forbidden_by[0][1]}")
             if wc.deadline_s is not None and tr.time_to_train_s > wc.deadline_s:

@@ -549,7 +549,7 @@ def _search_training(
             if cfg.dp is not None and dp != cfg.dp:
                 continue
             zeros = (cfg.zero,) if cfg.zero is not None else evaluate.zero_stages_for(pp, method)
-            recs = [cfg.recompute] if cfg.recompute else evaluate.recomputes_for(w)
+            recs: list[str] = [cfg.recompute] if cfg.recompute else evaluate.recomputes_for(w)
             mbs = [cfg.batch] if cfg.batch else None
             tried.append((tp, pp, dp, zeros, recs, mbs))
             est, _ = evaluate.fastest_training_layout(

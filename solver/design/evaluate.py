@@ -56,7 +56,7 @@ def max_batch(
 ) -> int:
     """Largest concurrency whose KV cache fits beside the weights (0: not even one sequence)."""
     return serving.max_batch_by_memory(
-        arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,  # type: ignore[arg-type]
+        arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,
         context_tokens=w.context_tokens, assumptions=assumptions,
     )  # fmt: skip
 
@@ -75,7 +75,7 @@ def serving_estimate(
 ) -> ServingEstimate:
     """One replica (tp x pp GPUs) at one batch: memory, prefill, decode, saturated rates, bound."""
     return serving.estimate_serving(
-        arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,  # type: ignore[arg-type]
+        arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
         input_tokens=w.input_tokens, output_tokens=w.output_tokens, context_tokens=w.context_tokens,
         assumptions=assumptions,
     )  # fmt: skip
@@ -145,7 +145,7 @@ def training_point(
 ) -> TrainingEstimate:
     """One fully pinned training layout, nodes as large as the GPU ships in."""
     return training.estimate_training(
-        arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,  # type: ignore[arg-type]
+        arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
     )  # fmt: skip
 

@@ -20,7 +20,14 @@ from collections import Counter
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates.table import TP_NVLINK, CandidateTable, WorkloadCandidates, most_common_reason
+from clusterplan.candidates.table import (
+    TP_NVLINK,
+    CandidateTable,
+    ServingRow,
+    TrainingRow,
+    WorkloadCandidates,
+    most_common_reason,
+)
 from clusterplan.explain.designs import hardware_lines, margins, summary_text
 from clusterplan.explain.infeasibility import find_conflict
 from clusterplan.physics.reasons import ReasonCategory
@@ -38,7 +45,8 @@ def force_gpu(w: int, gpu_id: str) -> Extra:
 
     def add(m: cp_model.CpModel, v: PlanVariables) -> None:
         wc = v.table.workloads[w]
-        for r, row in enumerate(wc.rows):
+        rows: tuple[ServingRow | TrainingRow, ...] = wc.rows
+        for r, row in enumerate(rows):
             if row.gpu_id == gpu_id:
                 continue
             if wc.is_serving:
@@ -56,7 +64,8 @@ def single_gpu_type(w: int) -> Extra:
     def add(m: cp_model.CpModel, v: PlanVariables) -> None:
         wc = v.table.workloads[w]
         used: dict[str, cp_model.IntVar] = {}
-        for r, row in enumerate(wc.rows):
+        rows: tuple[ServingRow | TrainingRow, ...] = wc.rows
+        for r, row in enumerate(rows):
             if row.gpu_id not in used:
                 used[row.gpu_id] = m.new_bool_var(f"single_{w}_{row.gpu_id}")
             m.add_implication(v.selected(w, r), used[row.gpu_id])

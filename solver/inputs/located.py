@@ -33,10 +33,12 @@ def _allowed_keys(model: type[BaseModel], data: Any, path: PathKey) -> list[str]
     current: Any = model
     node: Any = data
     for part in path:
-        if isinstance(node, dict | list):
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list):
             try:
-                node = node[part]
-            except (KeyError, IndexError, TypeError):
+                node = node[part] if isinstance(part, int) else None
+            except IndexError:
                 node = None
         if isinstance(part, int):
             continue

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ortools.linear_solver import pywraplp
-from ortools.sat import cp_model_pb2
+from ortools.sat.python import cp_model_helper
 
 INT_INFINITY = 2**62  # CP-SAT domains use int64 extremes for "unbounded"
 MARGIN_RELATIVE = 1e-6  # GLOP's default tolerances are 1e-7; one order of magnitude of safety
@@ -80,13 +80,13 @@ class Relaxation:
         return out
 
 
-def objective_value(proto: cp_model_pb2.CpModelProto, values: Sequence[int]) -> int:
+def objective_value(proto: cp_model_helper.CpModelProto, values: Sequence[int]) -> int:
     """The proto objective's sum of coeffs * vars at an integer solution (the quantity GLOP minimised)."""
     obj = proto.objective
     return sum(c * values[v] for v, c in zip(obj.vars, obj.coeffs, strict=True))
 
 
-def _domains(proto: cp_model_pb2.CpModelProto) -> tuple[list[int], list[int]]:
+def _domains(proto: cp_model_helper.CpModelProto) -> tuple[list[int], list[int]]:
     """Variable bounds, tightened by the unconditional one-variable constraints (the fixed family literals)."""
     lo = [int(v.domain[0]) for v in proto.variables]
     hi = [int(v.domain[len(v.domain) - 1]) for v in proto.variables]
@@ -112,7 +112,7 @@ def _domains(proto: cp_model_pb2.CpModelProto) -> tuple[list[int], list[int]]:
     return lo, hi
 
 
-def solve_relaxation(proto: cp_model_pb2.CpModelProto) -> Relaxation:
+def solve_relaxation(proto: cp_model_helper.CpModelProto) -> Relaxation:
     """Linearise ``proto`` (see the module docstring) and solve it with GLOP."""
     lo, hi = _domains(proto)
     n = len(proto.variables)

@@ -17,7 +17,9 @@ from ortools.sat.python import cp_model
 from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow, WorkloadCandidates
 from clusterplan.planner import scaling
 
-LinearExpr = cp_model.LinearExprT
+# What the accessors below hand back: a CP-SAT expression (an IntVar or a sum of them) or the constant 0.
+# (cp_model.LinearExprT also admits numpy integers, which never occur here and make ``0 - expr`` untypable.)
+LinearExpr = cp_model.LinearExpr | int
 IntVar = cp_model.IntVar
 
 

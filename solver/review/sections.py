@@ -39,7 +39,7 @@ def design_estimates(resolved: ResolvedRequirement, catalog: Catalog, design: De
         if isinstance(w, ServingPlan):
             for k, g in enumerate(w.groups):
                 cfg = PinnedConfig(
-                    workload=index, gpu=g.gpu, tp=g.tp, pp=g.pp, quant=g.quant, kv_quant=g.kv_cache,  # type: ignore[arg-type]
+                    workload=index, gpu=g.gpu, tp=g.tp, pp=g.pp, quant=g.quant, kv_quant=g.kv_cache,
                     batch=g.batch, dp=g.replicas,
                 )  # fmt: skip
                 out.append(
@@ -47,8 +47,8 @@ def design_estimates(resolved: ResolvedRequirement, catalog: Catalog, design: De
                 )
         else:
             cfg = PinnedConfig(
-                workload=index, gpu=w.gpu, tp=w.tp, pp=w.pp, dp=w.dp, zero=w.zero_stage,  # type: ignore[arg-type]
-                recompute=w.recompute, batch=w.micro_batch,  # type: ignore[arg-type]
+                workload=index, gpu=w.gpu, tp=w.tp, pp=w.pp, dp=w.dp, zero=w.zero_stage,
+                recompute=w.recompute, batch=w.micro_batch,
             )  # fmt: skip
             out.append((f"{w.workload}: {_layout(w)}", estimate_requirement(req, models, catalog, cfg), "training"))
     return out

@@ -159,7 +159,7 @@ def _budget_levels(
 def _frontier_point(out: PointOutcome, **level: float | None) -> FrontierPoint:
     d = out.design
     if d is None:
-        return FrontierPoint(status=out.status, **level)  # type: ignore[arg-type]
+        return FrontierPoint(status=out.status, **level)
     return FrontierPoint(
         status=out.status,
         design=d.summary,
@@ -167,7 +167,7 @@ def _frontier_point(out: PointOutcome, **level: float | None) -> FrontierPoint:
         total_usd=d.costs.total_usd,
         p95_latency_s=p95_of(d),
         throughput=throughput_of(d)[0],
-        **level,  # type: ignore[arg-type]
+        **level,
     )
 
 

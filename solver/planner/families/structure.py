@@ -189,10 +189,10 @@ def add(
                 for y in v.training_choices(w, r):
                     ys.append(y)
                     by_shape_t[trow.shape].append(y)
-                if v.runs_on_cloud(w, r) is not None:
-                    ycs.append(v.runs_on_cloud(w, r))  # type: ignore[arg-type]
-                if v.runs_owned(w, r) is not None:
-                    yos.append(v.runs_owned(w, r))  # type: ignore[arg-type]
+                if (yc := v.runs_on_cloud(w, r)) is not None:
+                    ycs.append(yc)
+                if (yo := v.runs_owned(w, r)) is not None:
+                    yos.append(yo)
             model.add_exactly_one(ys)
             for shape, members in by_shape_t.items():
                 model.add(v.shape_used(w, shape) == sum(members))
@@ -249,14 +249,14 @@ def add(
     one_off: list[tuple[int, cp_model.IntVar]] = []
     train_cloud: dict[int, list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
     for wc, r, trow in v.training_rows():
-        y = v.runs_on_cloud(wc.index, r)
-        if y is None or trow.cloud_offering is None:
+        yc = v.runs_on_cloud(wc.index, r)
+        if yc is None or trow.cloud_offering is None:
             continue
         cost = scaling.cents_up(trow.cloud_cost_usd, what=f"{wc.name}: training cost")
-        one_off.append((cost, y))
-        total.append((cost, y))
+        one_off.append((cost, yc))
+        total.append((cost, yc))
         o = table.offering(trow.cloud_offering)
-        train_cloud[wc.index].append((trow.cloud_instances * o.gpus_per_unit, y))
+        train_cloud[wc.index].append((trow.cloud_instances * o.gpus_per_unit, yc))
     v.capital_cents = _define(model, "capital_cents", capital)
     v.monthly_cents = _define(model, "monthly_cents", monthly)
     v.one_off_cents = _define(model, "one_off_cents", one_off)
