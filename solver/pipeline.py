@@ -24,6 +24,7 @@ from clusterplan.explain.infeasibility import (
     unplaceable_workloads,
 )
 from clusterplan.plan import FamilyRef, Infeasibility, Plan, RequirementRef, SolverInfo
+from clusterplan.planner.budget import TimeBudget
 from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.families import family
 from clusterplan.planner.solve import Planner, SolverSettings, rank_designs
@@ -79,7 +80,9 @@ def plan_table(
     catalog_fingerprint: str = "",
     retarget: Retarget | None = None,
     timings: Timings | None = None,
+    budget: TimeBudget | None = None,
 ) -> Plan:
+    """Plan ``table``; ``budget``: the command's time budget (default: a fresh one of the settings' limit)."""
     opts = options or PlanOptions()
     if opts.objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {opts.objective!r}")
@@ -108,17 +111,18 @@ def plan_table(
             explanation=None,
             infeasibility=unplaceable_report(reasons),
         )
-    planner = Planner(table, objective=opts.objective, settings=settings)
+    planner = Planner(table, objective=opts.objective, settings=settings, budget=budget)
     ranked = rank_designs(planner, top=opts.top)
     first = ranked.first
+    objective = ranked.objective  # design 1's: the designs are sorted by it
     gap = None
-    if first.objective is not None and first.bound is not None:
-        gap = relative_gap(first.objective, first.bound)
+    if objective is not None and first.bound is not None:
+        gap = relative_gap(objective, first.bound)
     info = SolverInfo(
         status=_status(ranked.status),
         objective=opts.objective,
         objective_unit=OBJECTIVE_UNITS[opts.objective],
-        objective_value=first.objective,
+        objective_value=objective,
         best_bound=first.bound,
         gap=gap,
         num_workers=settings.num_workers,
@@ -141,7 +145,8 @@ def plan_table(
         for i, out in enumerate(ranked.designs):
             assert out.solution is not None
             checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
-            designs.append(report.design(table, out.solution, rank=i + 1, checks=checks))
+            d = report.design(table, out.solution, rank=i + 1, checks=checks)
+            designs.append(d.model_copy(update={"cut_short": ranked.cut_short[i]}) if ranked.cut_short[i] else d)
     elif ranked.status is SolveStatus.INFEASIBLE:
         infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
     if timings is not None:
@@ -225,6 +230,8 @@ def plan_requirement(
 
     t0 = time.perf_counter()
     opts = options or PlanOptions()
+    # One budget for the whole command: candidate preparation counts against its wall-clock net.
+    budget = TimeBudget(opts.settings.time_limit_s)
     table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency")
     t1 = time.perf_counter()
 
@@ -232,7 +239,13 @@ def plan_requirement(
 
     tm = timings if timings is not None else Timings()
     plan = plan_table(
-        table, opts, file=str(resolved.path), catalog_fingerprint=catalog.fingerprint(), retarget=retarget, timings=tm
+        table,
+        opts,
+        file=str(resolved.path),
+        catalog_fingerprint=catalog.fingerprint(),
+        retarget=retarget,
+        timings=tm,
+        budget=budget,
     )
     tm.candidates_s += t1 - t0
     tm.total_s += time.perf_counter() - t0

@@ -141,6 +141,9 @@ class Design(Out):
     hardware: list[HardwareLine]
     workloads: list[ServingPlan | TrainingPlan]
     constraints: list[ConstraintCheck]
+    cut_short: bool = Field(
+        False, description="its solve stopped at the time limit: a design of this kind may exist that is better"
+    )
 
 
 class LostGpu(Out):
@@ -177,6 +180,7 @@ class Explanation(Out):
     candidates: list[CandidateSummary]
     assumptions: list[str]
     notes: list[str]
+    complete: bool = Field(True, description="false: the time limit stopped the explanation; some parts are missing")
 
 
 class FamilyRef(Out):

@@ -298,11 +298,15 @@ def explain(planner: Planner, best: Outcome, *, lost_limit: int = LOST_GPU_LIMIT
         notes.append(
             "candidates ruled out before the model: " + ", ".join(f"{n} by {fam}" for fam, n in sorted(counts.items()))
         )
+    lost = lost_gpus(planner, best, limit=lost_limit)
+    mixed = mixes(planner, best)
     return Explanation(
         constraints=checks,
-        lost_gpus=lost_gpus(planner, best, limit=lost_limit),
-        mixes=mixes(planner, best),
+        lost_gpus=lost,
+        mixes=mixed,
         candidates=candidate_summaries(table),
         assumptions=list(table.assumptions_used),
         notes=notes,
+        # The command's budget ran out on the way: some solves above were skipped or cut short.
+        complete=not planner.budget.spent(),
     )

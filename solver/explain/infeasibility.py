@@ -145,7 +145,7 @@ def _timed_out(planner: Planner, fid: str) -> Relaxation:
     return Relaxation(
         family=fid,
         change=f"the least relaxation of {family(fid).title} was not found within the time limit "
-        f"({planner.settings.time_limit_s:g} s per solve); raise --time-limit",
+        f"(--time-limit {planner.settings.time_limit_s:g} s for the whole command); raise --time-limit",
         value=None,
         unit="",
         restores_feasibility=False,
@@ -223,8 +223,12 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
 
     def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
         key = tuple(sorted(factors.items()))
+        if key not in statuses and planner.budget.spent():
+            return SolveStatus.UNKNOWN  # the time limit: no table rebuilt, nothing solved
         if key not in statuses:
-            p = Planner(retarget(factors), objective=planner.objective, settings=planner.settings)
+            p = Planner(
+                retarget(factors), objective=planner.objective, settings=planner.settings, budget=planner.budget
+            )
             statuses[key] = p.feasible(p.families)
         return statuses[key]
 
@@ -292,7 +296,7 @@ def _targets_not_enough(
     planner: Planner, fid: str, retarget: Retarget, factors: Mapping[TargetKey, float]
 ) -> Relaxation:
     """No p95 target restores feasibility: say what still conflicts with every target past an hour."""
-    loose = Planner(retarget(factors), objective=planner.objective, settings=planner.settings)
+    loose = Planner(retarget(factors), objective=planner.objective, settings=planner.settings, budget=planner.budget)
     status, rest = find_conflict(loose)
     lead = f"relaxing the p95 targets alone is not enough (even at {LOOSEST_TARGET_S / 3600:g} h or more each)"
     return _still_conflicts(fid, lead, "them", status, rest)
@@ -331,6 +335,8 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
         text += " Any one of these changes restores feasibility: " + "; ".join(fixes)
     else:
         text += " " + " ".join(_sentence(r.change) for r in relax)
+    if planner.budget.spent():
+        text += " The time limit stopped this analysis: the conflict may not be minimal; raise --time-limit."
     return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], text=text)
 
 

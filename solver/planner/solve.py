@@ -1,10 +1,11 @@
 """Run CP-SAT on the base model: fixed parameters, a status enum, solutions read back as plain data.
 
-Determinism: one search worker (``num_workers = 1``) and a fixed ``random_seed``. CP-SAT's
-multi-worker portfolio is not reproducible run to run, and interleaved search ignores assumptions,
-which the infeasibility analysis needs; the planning models are small, so one worker proves
-optimality well inside the time limit. When the time limit is hit the result depends on the
-machine's speed and the status says ``feasible`` (with bound and gap) or ``unknown``.
+Determinism: one search worker (``num_workers = 1``), a fixed ``random_seed``, and a limit in
+CP-SAT's deterministic time drawn from the command's one :class:`~clusterplan.planner.budget.TimeBudget`.
+CP-SAT's multi-worker portfolio is not reproducible run to run, and interleaved search ignores
+assumptions, which the infeasibility analysis needs. When the limit is hit the status says
+``feasible`` (with bound and gap) or ``unknown``, and the result is still the same on any machine:
+only the budget's wall-clock safety net (far above the limit) depends on the machine's speed.
 
 Each solve clones the base model, fixes the family literals (on or off), adds the solve's own
 bounds, no-good cuts and objective, and solves the clone; the base is never modified.
@@ -21,6 +22,7 @@ from ortools.sat.python import cp_model
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.errors import ClusterplanError
 from clusterplan.planner import lp_bound
+from clusterplan.planner.budget import TimeBudget
 from clusterplan.planner.builder import BuiltModel, Objective, build
 from clusterplan.planner.families import one_shape_restriction
 from clusterplan.planner.families.goals import Bound, Goal
@@ -52,7 +54,7 @@ class OutOfRange(ClusterplanError):
 
 @dataclass(frozen=True)
 class SolverSettings:
-    time_limit_s: float = 10.0  # per solve (a reduced solve's LP and incumbent steps included)
+    time_limit_s: float = 10.0  # the whole command's (one TimeBudget shared by every solve)
     num_workers: int = 1
     random_seed: int = 20240601
     # LP reduced-cost fixing before CP-SAT (:mod:`clusterplan.planner.lp_bound`): "auto" for
@@ -125,11 +127,18 @@ class Planner:
     """The base model of one candidate table and every solve made on it."""
 
     def __init__(
-        self, table: CandidateTable, *, objective: Objective = "min_cost", settings: SolverSettings | None = None
+        self,
+        table: CandidateTable,
+        *,
+        objective: Objective = "min_cost",
+        settings: SolverSettings | None = None,
+        budget: TimeBudget | None = None,
     ) -> None:
         self.table = table
         self.objective = objective
         self.settings = settings or SolverSettings()
+        # The command's budget, shared with every other planner of the same command.
+        self.budget = budget if budget is not None else TimeBudget(self.settings.time_limit_s)
         t0 = time.perf_counter()
         try:
             self.built: BuiltModel = build(table, objective=objective)
@@ -154,11 +163,13 @@ class Planner:
         return self.built.relaxable
 
     # ------------------------------------------------------------------------------------------------
-    def _solver(self, time_limit_s: float | None = None) -> cp_model.CpSolver:
+    def _solver(self) -> cp_model.CpSolver:
         s = cp_model.CpSolver()
         s.parameters.num_workers = self.settings.num_workers
         s.parameters.random_seed = self.settings.random_seed
-        s.parameters.max_time_in_seconds = self.settings.time_limit_s if time_limit_s is None else time_limit_s
+        # What is left of the command's budget: deterministic units (the limit), wall time (the net).
+        s.parameters.max_deterministic_time = self.budget.units_left()
+        s.parameters.max_time_in_seconds = self.budget.wall_left_s()
         s.parameters.log_search_progress = False
         # The LP relaxation with every linear constraint (level 2) closes these knapsack-like models
         # in a handful of conflicts; the default level needs thousands once GPU types may mix.
@@ -182,15 +193,11 @@ class Planner:
             m.add_assumptions([self.v.literal(f) for f in self.families if f in on_set])
         return m
 
-    def _run(
-        self, m: cp_model.CpModel, time_limit_s: float | None = None
-    ) -> tuple[cp_model.CpSolver, SolveStatus, float]:
-        solver = self._solver(time_limit_s)
-        t0 = time.perf_counter()
-        code = solver.solve(m)
-        wall = time.perf_counter() - t0
-        self.solve_s += wall
-        self.solves += 1
+    def _run(self, m: cp_model.CpModel) -> tuple[cp_model.CpSolver, SolveStatus, float]:
+        solver = self._solver()
+        if self.budget.spent():
+            return solver, SolveStatus.UNKNOWN, 0.0  # nothing left: the caller reports it ran out
+        code, wall = self._charged(solver, m)
         status = SolveStatus.from_cpsat(code)
         if status is SolveStatus.MODEL_INVALID:
             reason = m.validate()
@@ -198,6 +205,19 @@ class Planner:
                 raise OutOfRange(reason.splitlines()[0])
             raise RuntimeError(f"CP-SAT rejected the model: {reason}")  # a bug, not a user's problem
         return solver, status, wall
+
+    def _charged(self, solver: cp_model.CpSolver, m: cp_model.CpModel) -> tuple[int, float]:
+        """Solve ``m`` and charge its deterministic time to the budget; (CP-SAT's status code, wall s)."""
+        t0 = time.perf_counter()
+        code = solver.solve(m)
+        wall = time.perf_counter() - t0
+        self.solve_s += wall
+        self.solves += 1
+        undecided = code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
+        # Stopped short of its deterministic limit while undecided: the wall net stopped it.
+        net = undecided and solver.response_proto.deterministic_time < solver.parameters.max_deterministic_time * 0.99
+        self.budget.charge(solver.response_proto.deterministic_time, wall_hit=net)
+        return code, wall
 
     def solve(
         self,
@@ -248,7 +268,6 @@ class Planner:
             m.proto.solution_hint.vars.extend(range(len(hint.values)))
             m.proto.solution_hint.values.extend(hint.values)
         t0 = time.perf_counter()
-        limit = None
         if (tiebreak or goal is not Goal.FEASIBILITY) and self._relax(m):
             # A tie-break bounds the cost by the optimum just proven: the cost LP of that solve
             # already says which variables no design that cheap can move (no second LP needed).
@@ -261,8 +280,7 @@ class Planner:
                 m, rel = self._reduce(m, keep_hint=hint is not None and bool(hint.values))
                 if goal is Goal.MIN_TOTAL and not bounds and key is not None and rel is not None:
                     self._cost_lp[key] = rel
-            limit = max(0.0, self.settings.time_limit_s - (time.perf_counter() - t0))
-        solver, status, wall = self._run(m, limit)
+        solver, status, wall = self._run(m)
         wall = time.perf_counter() - t0
         out = Outcome(status=status, wall_s=wall)
         if status.has_solution:
@@ -280,7 +298,7 @@ class Planner:
             return len(m.proto.variables) >= RELAXATION_MIN_VARIABLES
         return mode == "on"
 
-    def _incumbent(self, m: cp_model.CpModel, deadline: float) -> tuple[lp_bound.Relaxation, list[int] | None]:
+    def _incumbent(self, m: cp_model.CpModel) -> tuple[lp_bound.Relaxation, list[int] | None]:
         """The LP relaxation of ``m`` and a solution of ``m`` found where the LP points (RINS)."""
         t0 = time.perf_counter()
         rel = lp_bound.solve_relaxation(m.proto)
@@ -292,7 +310,7 @@ class Planner:
         sub = m.clone()
         for i, value in rel.integral([lit.index for lit in self.v.choice_literals()]):
             sub.add(sub.get_int_var_from_proto_index(i) == value)
-        solver, status, _ = self._run(sub, max(0.0, deadline - time.perf_counter()))
+        solver, status, _ = self._run(sub)
         return rel, list(solver.response_proto.solution) if status.has_solution else None
 
     def _reduce(self, m: cp_model.CpModel, *, keep_hint: bool) -> tuple[cp_model.CpModel, lp_bound.Relaxation | None]:
@@ -306,21 +324,20 @@ class Planner:
         (:func:`~clusterplan.planner.families.one_shape_restriction`) and the better incumbent kept.
         Returns ``m`` itself when the LP or the incumbent step gives nothing; and the LP, if it solved.
         """
-        deadline = time.perf_counter() + self.settings.time_limit_s
-        rel, best = self._incumbent(m, deadline)
+        rel, best = self._incumbent(m)
         if not rel.optimal:
             return m, None  # LP infeasible (so is m) or numerically unsure: CP-SAT decides on its own
         if keep_hint:  # the caller's hint (the primary optimum, for a tie-break) may be the better one
-            check = self._solver(max(0.0, deadline - time.perf_counter()))
+            check = self._solver()
             check.parameters.fix_variables_to_their_hinted_value = True
-            if check.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if not self.budget.spent() and self._charged(check, m)[0] in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 hinted = list(check.response_proto.solution)
                 if best is None or lp_bound.objective_value(m.proto, hinted) < lp_bound.objective_value(m.proto, best):
                     best = hinted
         if any(wc.is_serving and wc.allow_mixed for wc in self.table.workloads):
             restricted = m.clone()
             one_shape_restriction(restricted, self.v, self.table)
-            _, alt = self._incumbent(restricted, deadline)
+            _, alt = self._incumbent(restricted)
             if alt is not None and (
                 best is None or lp_bound.objective_value(m.proto, alt) < lp_bound.objective_value(m.proto, best)
             ):
@@ -424,11 +441,27 @@ PRIMARY_GOAL: dict[str, Goal] = {
 
 @dataclass
 class Ranked:
-    """The top designs, best first, and how the first (the optimum) was proven."""
+    """The top designs, best first by the objective, and how the first solve went.
+
+    ``first`` is the primary solve with no design excluded: its bound holds for every design, and
+    its status says whether the best design is proven optimal. ``cut_short[i]``: design ``i``'s own
+    solves stopped at the time limit (its objective may not be the best its signature allows).
+    """
 
     status: SolveStatus
     designs: list[Outcome]
-    first: Outcome  # the primary solve of the best design (objective, bound)
+    first: Outcome  # the primary solve with nothing excluded (status, bound)
+    cut_short: list[bool] = field(default_factory=list)
+
+    @property
+    def objective(self) -> float | None:
+        """The best design's objective (the plan's reported objective)."""
+        return self.designs[0].objective if self.designs else self.first.objective
+
+
+def _goal_value(planner: Planner, out: Outcome, goal: Goal) -> float:
+    """The objective's aggregate as the design ``out`` sets it (not the solve's own objective)."""
+    return float(out.values[goal.variable(planner.v).index])
 
 
 def rank_designs(planner: Planner, *, top: int = 5) -> Ranked:
@@ -437,13 +470,17 @@ def rank_designs(planner: Planner, *, top: int = 5) -> Ranked:
     Each design takes two solves: the primary objective, then the tie-break with the primary bounded
     by its optimum (min_cost: fewer GPUs, then more headroom; the other objectives: least cost).
     A no-good cut on the signature (shapes used per workload, cloud/owned per workload) makes the
-    next design distinct.
+    next design distinct. Each design's objective is read from its own solution, and the designs are
+    returned sorted by it (a solve cut short by the time limit can find a later design better than
+    an earlier one). When the command's time budget is spent, fewer designs are returned.
     """
     goal = PRIMARY_GOAL[planner.objective]
-    designs: list[Outcome] = []
+    found: list[tuple[Outcome, bool]] = []
     first: Outcome | None = None
     nogoods: list[Solution] = []
     for _ in range(top):
+        if first is not None and planner.budget.spent():
+            break  # the time limit: fewer alternatives rather than an overrun
         prim = planner.solve(goal=goal, nogoods=nogoods)
         if first is None:
             first = prim
@@ -455,12 +492,19 @@ def rank_designs(planner: Planner, *, top: int = 5) -> Ranked:
         else:
             tb = planner.solve(goal=Goal.MIN_TOTAL, bounds=[Bound(goal, opt)], nogoods=nogoods, hint=prim)
         best = tb if tb.status.has_solution else prim
-        best.objective, best.bound = prim.objective, prim.bound
-        if prim.status is SolveStatus.FEASIBLE:
-            best.status = SolveStatus.FEASIBLE
-        designs.append(best)
+        best.objective, best.bound = _goal_value(planner, best, goal), prim.bound
+        cut = prim.status is not SolveStatus.OPTIMAL or tb.status is not SolveStatus.OPTIMAL
+        best.status = SolveStatus.FEASIBLE if prim.status is SolveStatus.FEASIBLE else best.status
+        found.append((best, cut))
         assert best.solution is not None
         nogoods.append(best.solution)
     assert first is not None
-    status = first.status
-    return Ranked(status=status, designs=designs, first=first)
+    sign = 1.0 if goal.minimise else -1.0
+    # Stable: equal objectives keep the order they were found in (the optimum first).
+    ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
+    return Ranked(
+        status=first.status,
+        designs=[out for out, _ in ordered],
+        first=first,
+        cut_short=[cut for _, cut in ordered],
+    )
