@@ -34,13 +34,36 @@ def cents_to_usd(cents: int) -> float:
 
 
 RATE_DIGITS = 4
+# Most integer units a demand may take: keeps rate x replica sums far inside int64 for CP-SAT.
+MAX_DEMAND_UNITS = 10**9
 
 
-def rate_exponent(demand_rps: float) -> int:
-    """Decimal exponent e with demand x 10**e between 1e9 and 1e10 integer units."""
+def rate_exponent(demand_rps: float, smallest_rate_rps: float | None = None) -> int:
+    """Decimal exponent e giving the demand, and the smallest replica rate, RATE_DIGITS digits.
+
+    Scaled to the demand alone, a replica far slower than the demand (0.5 req/s of a 405B replica
+    against 10,000 req/s) rounded down to 0 units and the requirement looked impossible. The
+    exponent grows until the smallest rate has RATE_DIGITS digits too, as long as the demand stays
+    within MAX_DEMAND_UNITS units; :func:`check_rate_units` refuses what still rounds to 0.
+    """
     if demand_rps <= 0 or not math.isfinite(demand_rps):
         return RATE_DIGITS
-    return RATE_DIGITS - math.floor(math.log10(demand_rps))
+    e = RATE_DIGITS - math.floor(math.log10(demand_rps))
+    if smallest_rate_rps is not None and 0 < smallest_rate_rps < demand_rps and math.isfinite(smallest_rate_rps):
+        e_rate = RATE_DIGITS - math.floor(math.log10(smallest_rate_rps))
+        e_cap = math.floor(math.log10(MAX_DEMAND_UNITS / demand_rps))  # demand x 10**e <= MAX_DEMAND_UNITS
+        e = max(e, min(e_rate, e_cap))
+    return e
+
+
+def check_rate_units(rps: float, units: int, *, what: str) -> int:
+    """``units`` of a positive rate ``rps``, refused (ValueError) when it rounded down to 0 units."""
+    if rps > 0 and units == 0:
+        raise ValueError(
+            f"{what}: a replica's {rps:.3g} req/s is too small against the demand to be represented"
+            " exactly for the solver (the demand is over a billion times one replica's rate)"
+        )
+    return units
 
 
 def rate_resolution(exponent: int) -> float:

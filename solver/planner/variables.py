@@ -232,10 +232,16 @@ class PlanVariables:
 
 
 def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
-    exp = scaling.rate_exponent(wc.demand_rps)
+    positive = [x for r in wc.serving_rows() for x in (r.rate_rps, r.rate_nolat_rps) if x > 0]
+    exp = scaling.rate_exponent(wc.demand_rps, min(positive, default=None))
     res = scaling.rate_resolution(exp)
     demand = scaling.rate_units_up(wc.demand_rps, exp, what=f"{wc.name}: demand")
-    rate = [scaling.rate_units_down(r.rate_rps, exp, what=f"{wc.name}: rate") for r in wc.serving_rows()]
+    rate = [
+        scaling.check_rate_units(
+            r.rate_rps, scaling.rate_units_down(r.rate_rps, exp, what=f"{wc.name}: rate"), what=wc.name
+        )
+        for r in wc.serving_rows()
+    ]
     nolat = [scaling.rate_units_down(r.rate_nolat_rps, exp, what=f"{wc.name}: rate") for r in wc.serving_rows()]
     k = wc.redundancy
     max_rate = max(rate, default=0)
