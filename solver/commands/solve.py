@@ -40,7 +40,7 @@ def time_limit_note(plan: Plan) -> str | None:
         return None
     gap = f" (gap {s.gap:.1%} to the best bound)" if s.gap is not None else ""
     return (
-        f"Stopped at the time limit ({s.time_limit_s:g} s per solve); not proven optimal{gap}. "
+        f"Stopped at the time limit ({s.time_limit_s:g} s for the whole command); not proven optimal{gap}. "
         "A cheaper design may exist: raise --time-limit to close the gap."
     )
 
@@ -59,7 +59,9 @@ def register(app: typer.Typer) -> None:
             10.0,
             "--time-limit",
             min=0.01,
-            help="Seconds per solve (each CP-SAT call, with its LP steps on large models).",
+            help="Seconds for the whole command: one budget shared by ranking, explanation and conflict analysis, "
+            "counted in CP-SAT deterministic time so the same file gives the same plan on any machine "
+            "(docs/guarantees.md).",
         ),
         explain: bool = typer.Option(True, "--explain/--no-explain", help="Compute 'why this one'."),
         catalog: list[Path] | None = typer.Option(

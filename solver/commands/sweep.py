@@ -22,7 +22,10 @@ CatalogOption = typer.Option(
 )
 JobsOption = typer.Option(None, "--jobs", "-j", min=1, help="Points planned in parallel (default: CPU count).")
 TimeLimitOption = typer.Option(
-    10.0, "--time-limit", min=0.01, help="Seconds per solve (each CP-SAT call, with its LP steps on large models)."
+    10.0,
+    "--time-limit",
+    min=0.01,
+    help="Seconds per planned point (one budget per point, counted in CP-SAT deterministic time; docs/guarantees.md).",
 )
 
 

@@ -88,3 +88,7 @@ def layout(w: ServingPlan | TrainingPlan) -> str:
 def group_layout(g: ReplicaGroup) -> str:
     where = "+".join(k for k, n in (("cloud", g.cloud_replicas), ("owned", g.owned_replicas)) if n)
     return f"{g.replicas}x [{g.gpu} TP{g.tp} PP{g.pp} {g.quant} batch {g.batch}] ({where})"
+
+
+# Said under "Why this one" when the command's time limit stopped the explanation part way.
+INCOMPLETE_NOTE = "The time limit stopped this explanation part way: some parts below are missing. Raise --time-limit."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
-from clusterplan.render.fmt import group_layout, layout, margin, seconds, usd
+from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
 
 
 def _cell(text: str) -> str:
@@ -27,7 +27,7 @@ def render(plan: Plan) -> str:
         for d in plan.designs:
             lay = "<br>".join(f"{w.workload}: {layout(w)}" for w in d.workloads)
             out.append(
-                f"| {d.rank} | {_cell(d.summary)} | {_cell(lay)} | {usd(d.costs.capital_usd)} | "
+                f"| {d.rank}{' (time limit)' if d.cut_short else ''} | {_cell(d.summary)} | {_cell(lay)} | {usd(d.costs.capital_usd)} | "
                 f"{usd(d.costs.monthly_usd)} | {usd(d.costs.total_usd)} | "
                 f"{usd(d.costs.usd_per_million_output_tokens)} |"
             )
@@ -68,6 +68,7 @@ def render(plan: Plan) -> str:
             "",
             "## Why this one",
             "",
+            *([INCOMPLETE_NOTE, ""] if not e.complete else []),
             "| constraint | status | margin | detail | if relaxed |",
             "|---|---|---|---|---|",
         ]
@@ -98,7 +99,7 @@ def render(plan: Plan) -> str:
     if plan.status == "unknown":
         out += [
             "",
-            f"No answer within the time limit ({s.time_limit_s:g} s per solve): neither a design nor a "
+            f"No answer within the time limit ({s.time_limit_s:g} s for the whole command): neither a design nor a "
             "proof that none exists.",
         ]
     return "\n".join(out) + "\n"

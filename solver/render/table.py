@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
-from clusterplan.render.fmt import group_layout, layout, margin, seconds, usd
+from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
 
 
 def render(plan: Plan, console: Console) -> None:
@@ -26,7 +26,7 @@ def render(plan: Plan, console: Console) -> None:
         _infeasible(plan, console)
     if plan.status == "unknown":
         console.print(
-            f"No answer within the time limit ({s.time_limit_s:g} s per solve): neither a design "
+            f"No answer within the time limit ({s.time_limit_s:g} s for the whole command): neither a design "
             "nor a proof that none exists. Raise --time-limit.",
             markup=False,
         )
@@ -39,7 +39,7 @@ def _designs(plan: Plan, console: Console) -> None:
     for d in plan.designs:
         heads = [f"{w.workload} {w.headroom_pct:+.0f}%" for w in d.workloads if isinstance(w, ServingPlan)]
         t.add_row(
-            str(d.rank),
+            f"{d.rank}\n(time limit)" if d.cut_short else str(d.rank),
             escape(d.summary),
             escape("\n".join(f"{w.workload}: {layout(w)}" for w in d.workloads)),
             usd(d.costs.capital_usd),
@@ -116,6 +116,8 @@ def _why(plan: Plan, console: Console) -> None:
     e = plan.explanation
     assert e is not None
     console.print("\n[bold]Why this one[/bold]")
+    if not e.complete:
+        console.print(INCOMPLETE_NOTE, markup=False)
     t = Table(title="Constraints at the optimum", title_justify="left")
     for col in ("constraint", "status", "margin", "detail", "if relaxed"):
         t.add_column(col, overflow="fold")
