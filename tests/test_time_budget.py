@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -61,7 +64,7 @@ INFEASIBLE = {
 }
 
 
-def _write(tmp_path: Path, doc: dict[str, object], name: str = "req.yaml") -> Path:
+def _write(tmp_path: Path, doc: Mapping[str, Any], name: str = "req.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -88,7 +91,7 @@ def test_cut_short_designs_are_sorted_and_the_objective_is_design_one(tmp_path: 
     totals = [d["costs"]["total_usd"] for d in designs]
     assert totals == sorted(totals)
     # The objective is in cents; design 1's total is that design's repriced cost.
-    assert plan["solver"]["objective_value"] / 100 == __import__("pytest").approx(totals[0], rel=1e-6)
+    assert plan["solver"]["objective_value"] / 100 == pytest.approx(totals[0], rel=1e-6)
     assert any(d["cut_short"] for d in designs)  # the limit stopped at least one solve
     assert plan["explanation"]["complete"] is False
 

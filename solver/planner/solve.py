@@ -206,7 +206,7 @@ class Planner:
             raise RuntimeError(f"CP-SAT rejected the model: {reason}")  # a bug, not a user's problem
         return solver, status, wall
 
-    def _charged(self, solver: cp_model.CpSolver, m: cp_model.CpModel) -> tuple[int, float]:
+    def _charged(self, solver: cp_model.CpSolver, m: cp_model.CpModel) -> tuple[cp_model.CpSolverStatus, float]:
         """Solve ``m`` and charge its deterministic time to the budget; (CP-SAT's status code, wall s)."""
         t0 = time.perf_counter()
         code = solver.solve(m)
