@@ -22,7 +22,7 @@ from ortools.sat.python import cp_model
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.errors import ClusterplanError
 from clusterplan.planner import lp_bound
-from clusterplan.planner.budget import TimeBudget
+from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, TimeBudget
 from clusterplan.planner.builder import BuiltModel, Objective, build
 from clusterplan.planner.families import one_shape_restriction
 from clusterplan.planner.families.goals import Bound, Goal
@@ -302,6 +302,7 @@ class Planner:
         """The LP relaxation of ``m`` and a solution of ``m`` found where the LP points (RINS)."""
         t0 = time.perf_counter()
         rel = lp_bound.solve_relaxation(m.proto)
+        self.budget.charge(LP_UNITS_PER_VARIABLE * len(m.proto.variables))  # by size: GLOP reports no units
         lp_s = time.perf_counter() - t0
         self.lp_s += lp_s
         self.solve_s += lp_s
@@ -324,6 +325,8 @@ class Planner:
         (:func:`~clusterplan.planner.families.one_shape_restriction`) and the better incumbent kept.
         Returns ``m`` itself when the LP or the incumbent step gives nothing; and the LP, if it solved.
         """
+        if self.budget.spent():
+            return m, None  # no time for the LP: CP-SAT alone, on what is left (nothing)
         rel, best = self._incumbent(m)
         if not rel.optimal:
             return m, None  # LP infeasible (so is m) or numerically unsure: CP-SAT decides on its own
