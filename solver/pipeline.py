@@ -230,10 +230,11 @@ def plan_requirement(
 
     t0 = time.perf_counter()
     opts = options or PlanOptions()
-    # One budget for the whole command: candidate preparation counts against its wall-clock net.
-    budget = TimeBudget(opts.settings.time_limit_s)
     table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency")
     t1 = time.perf_counter()
+    # One budget for the rest of the command. Candidate preparation (above) always runs to the end,
+    # so the wall-clock net starts here: a slow preparation must not change what the solves return.
+    budget = TimeBudget(opts.settings.time_limit_s)
 
     retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency")
 

@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 
 from clusterplan.catalog.load import load_catalog
 from clusterplan.cli import app
-from clusterplan.pipeline import PlanOptions, plan_requirement
+from clusterplan.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.planner.budget import TimeBudget
 from clusterplan.planner.solve import SolverSettings
+from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.render import jsonout
 from clusterplan.requirement.load import load_requirement
 
@@ -94,6 +95,16 @@ def test_cut_short_designs_are_sorted_and_the_objective_is_design_one(tmp_path: 
     assert plan["solver"]["objective_value"] / 100 == pytest.approx(totals[0], rel=1e-6)
     assert any(d["cut_short"] for d in designs)  # the limit stopped at least one solve
     assert plan["explanation"]["complete"] is False
+
+
+def test_a_short_limit_returns_fewer_designs_still_sorted() -> None:
+    table = synthetic_table(gpu_types=40, serving=12, mixed=True, seed=1)
+    plan = plan_table(table, PlanOptions(explain=False, settings=SolverSettings(time_limit_s=2.0)))
+    totals = [d.costs.total_usd for d in plan.designs]
+    assert 1 < len(totals) < 5 and totals == sorted(totals)
+    assert plan.solver.objective_value is not None
+    assert plan.solver.objective_value / 100 == pytest.approx(totals[0], rel=1e-6)
+    assert plan.designs[-1].cut_short and not plan.designs[0].cut_short
 
 
 def test_the_limit_bounds_the_whole_command(tmp_path: Path) -> None:
