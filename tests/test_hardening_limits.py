@@ -178,7 +178,7 @@ def test_time_limit_bounds_every_cpsat_call_and_the_status_says_what_it_found(sl
     else:
         assert result.exit_code == 0, out
         if "status: FEASIBLE" in out:
-            assert "Stopped at the time limit (0.05 s per solve); not proven optimal (gap " in out
+            assert "Stopped at the time limit (0.05 s for the whole command); not proven optimal (gap " in out
         else:
             assert "status: OPTIMAL" in out and "Stopped at the time limit" not in out
 
@@ -218,7 +218,7 @@ def test_the_time_limit_sentence_is_only_for_feasible(solved_70b: Plan) -> None:
     assert time_limit_note(solved_70b) is None  # optimal
     note = time_limit_note(_as_status(solved_70b, "feasible", 0.125))
     assert note is not None
-    assert note.startswith("Stopped at the time limit (2 s per solve); not proven optimal (gap 12.5%")
+    assert note.startswith("Stopped at the time limit (2 s for the whole command); not proven optimal (gap 12.5%")
     assert time_limit_note(_as_status(solved_70b, "unknown", None)) is None
 
 
