@@ -113,8 +113,8 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
         for j, gpu_name in enumerate(names):
             _check_gpu(catalog, gpu_name, ("constraints", key, j), problem, suggest=len(problems) < MAX_SUGGESTIONS)
     for j, item in enumerate(c.inventory):
-        path = ("constraints", "inventory", j, "gpu")
-        _check_gpu(catalog, item.gpu, path, problem, suggest=len(problems) < MAX_SUGGESTIONS)
+        inventory_path: PathKey = ("constraints", "inventory", j, "gpu")
+        _check_gpu(catalog, item.gpu, inventory_path, problem, suggest=len(problems) < MAX_SUGGESTIONS)
     if req.config is not None and req.config.gpu is not None:
         _check_gpu(catalog, req.config.gpu, ("config", "gpu"), problem, suggest=True)
     if c.clouds:
