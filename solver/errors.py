@@ -7,8 +7,61 @@ and, where we can, a hint (a did-you-mean suggestion, the nearest valid value).
 from __future__ import annotations
 
 import difflib
+import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+# How much of a user's text a message quotes: names longer than this are cut with an ellipsis and their
+# length (a 3,000,000-character name took 41 s to render in full).
+MAX_QUOTED_CHARS = 80
+# Problems listed one per line before the rest are summarised by kind (150,000 unknown keys printed
+# 7.9 MB of stderr and took 24 s).
+MAX_LISTED_PROBLEMS = 20
+# Longest message one problem prints (names in it are already cut to MAX_QUOTED_CHARS).
+MAX_MESSAGE_CHARS = 2000
+# Problems located and worded in full; beyond them a problem is only counted by kind (49,000 unknown
+# keys took 0.5 s to word, all but 20 of them never shown).
+MAX_LOCATED_PROBLEMS = 1000
+# Did-you-mean suggestions computed per error report; the rest of the names are reported without one.
+MAX_SUGGESTIONS = 20
+
+_QUOTED_INT_BITS = 1024
+
+# C0 and C1 control characters and DEL, as Python escapes them (ESC -> \x1b); newlines kept where asked.
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
+_CONTROL.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+_CONTROL_KEEP_NEWLINES = {c: e for c, e in _CONTROL.items() if c != 0x0A}
+# Unicode bidirectional overrides and isolates reorder what a terminal shows (CVE-2021-42574).
+_CONTROL.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+_CONTROL_KEEP_NEWLINES.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with control characters escaped (ESC -> ``\\x1b``), so a name cannot drive the terminal.
+
+    The one escaping function: the error renderer and every command that prints a user's names use it.
+    """
+    return text.translate(_CONTROL_KEEP_NEWLINES if keep_newlines else _CONTROL)
+
+
+def shorten(text: str, max_chars: int = MAX_QUOTED_CHARS) -> str:
+    """``text`` escaped (:func:`printable`) and, beyond ``max_chars``, cut with an ellipsis and its length."""
+    if len(text) <= max_chars:
+        return printable(text)
+    return f"{printable(text[:max_chars])}... ({len(text):,} characters)"
+
+
+def quoted(value: object, max_chars: int = MAX_QUOTED_CHARS) -> str:
+    """A user's value as a message quotes it: ``'name'`` for text, ``repr`` otherwise; escaped and cut short."""
+    if isinstance(value, str):
+        return f"'{shorten(value, max_chars)}'"
+    if isinstance(value, int) and value.bit_length() > _QUOTED_INT_BITS:  # repr is slow, then refused
+        return f"an integer of about {int(value.bit_length() * math.log10(2)):,} digits"
+    try:
+        return shorten(repr(value), max_chars)
+    except RecursionError:
+        return "a deeply nested value"
 
 
 @dataclass(frozen=True)
@@ -39,27 +92,52 @@ class ClusterplanError(Exception):
         self.hint = hint
 
     def render(self) -> str:
+        """The message, fix and hint as printed, control characters escaped (:func:`printable`)."""
         parts = [self.message]
         if self.fix:
             parts.append(f"  fix: {self.fix}")
         if self.hint:
             parts.append(f"  hint: {self.hint}")
-        return "\n".join(parts)
+        return printable("\n".join(parts), keep_newlines=True)
 
 
 @dataclass(frozen=True)
 class FieldProblem:
-    """One located problem in an input document."""
+    """One located problem in an input document.
+
+    ``kind`` names the sort of problem (``unknown_key``, ``unknown_gpu``, pydantic's error type, ...) so
+    that a long list can be summarised by kind without reading the words.
+    """
 
     location: Location
     path: str
     message: str
+    kind: str = ""
 
     def __str__(self) -> str:
-        where = str(self.location)
+        where = shorten(str(self.location), 4 * MAX_QUOTED_CHARS)
+        message = self.message
+        if len(message) > MAX_MESSAGE_CHARS:  # a safety net: messages quote names through quoted()
+            message = f"{message[:MAX_MESSAGE_CHARS]}... ({len(message):,} characters)"
+        message = printable(message, keep_newlines=True)
         if self.path:
-            return f"{where}: {self.path}: {self.message}"
-        return f"{where}: {self.message}"
+            return f"{where}: {shorten(self.path, 2 * MAX_QUOTED_CHARS)}: {message}"
+        return f"{where}: {message}"
+
+
+def render_problems(problems: list[FieldProblem], limit: int = MAX_LISTED_PROBLEMS) -> str:
+    """The first ``limit`` problems one per line, then the rest counted by kind."""
+    lines = [str(p) for p in problems[:limit]]
+    rest = problems[limit:]
+    if rest:
+        kinds = Counter(p.kind or "other" for p in rest)
+        by_kind = ", ".join(f"{kind.replace('_', ' ')}: {n:,}" for kind, n in sorted(kinds.items(), key=_by_count))
+        lines.append(f"... and {len(rest):,} more problems ({by_kind}); fix the ones above and run again")
+    return "\n".join(lines)
+
+
+def _by_count(item: tuple[str, int]) -> tuple[int, str]:
+    return (-item[1], item[0])
 
 
 class InputError(ClusterplanError):
@@ -67,7 +145,7 @@ class InputError(ClusterplanError):
 
     def __init__(self, problems: list[FieldProblem], *, fix: str | None = None, hint: str | None = None):
         self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems), fix=fix, hint=hint)
+        super().__init__(render_problems(problems), fix=fix, hint=hint)
 
 
 class CatalogError(ClusterplanError):
@@ -86,6 +164,8 @@ class ConfigurationImpossible(ClusterplanError):
 
 def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str | None:
     """A 'did you mean ...?' hint for ``word`` among ``choices``, or None if nothing is close."""
+    if len(word) > 2 * MAX_QUOTED_CHARS:  # no name is that long; comparing it would only cost time
+        return None
     options = sorted(set(choices))
     lowered = {c.lower(): c for c in options}
     close = difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=0.5)

@@ -21,6 +21,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from clusterplan.errors import quoted
+
 BYTES_PER_GIB = 2**30  # binary gibibyte
 BYTES_PER_GB = 10**9  # decimal gigabyte (bandwidth, marketing capacity)
 HOURS_PER_MONTH = 730.0  # 8,760 h / 12; the convention cloud providers bill monthly estimates with
@@ -129,7 +131,7 @@ def _err(kind: str, example: str, value: Any) -> PydanticCustomError:
     return PydanticCustomError(
         "unit_parse",
         "expected {kind} like {example}, got {got}",
-        {"kind": kind, "example": example, "got": repr(value)},
+        {"kind": kind, "example": example, "got": quoted(value)},
     )
 
 
@@ -147,7 +149,7 @@ def _finite_nonneg(x: float, kind: str, example: str, value: Any) -> float:
     if isinstance(x, bool) or not math.isfinite(x):
         raise _err(kind, example, value)
     if x < 0:
-        raise PydanticCustomError("negative", "must not be negative, got {got}", {"got": repr(value)})
+        raise PydanticCustomError("negative", "must not be negative, got {got}", {"got": quoted(value)})
     return float(x)
 
 

@@ -24,6 +24,7 @@ because each call copies the cached shipped tables before applying them.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import functools
 import hashlib
@@ -45,7 +46,15 @@ from clusterplan.catalog.schema import (
     OwnedFigure,
     SourceRef,
 )
-from clusterplan.errors import CatalogError, ClusterplanError, FieldProblem, InputError, Location
+from clusterplan.errors import (
+    MAX_QUOTED_CHARS,
+    CatalogError,
+    ClusterplanError,
+    FieldProblem,
+    InputError,
+    Location,
+    quoted,
+)
 from clusterplan.inputs.located import validate_document
 from clusterplan.inputs.yamlio import LocatedDocument, PathKey, format_path, load_yaml_file, parse_yaml_text
 
@@ -97,7 +106,7 @@ class UnknownNameError(ClusterplanError):
         self.suggestions = suggestions
         hint = "did you mean " + " or ".join(f"'{s}'" for s in suggestions) + "?" if suggestions else None
         super().__init__(
-            f"unknown {kind} '{name}'",
+            f"unknown {kind} {quoted(name)}",
             fix=f"run `clusterplan catalog {listing}` to list them, or add one with --catalog FILE",
             hint=hint,
         )
@@ -135,6 +144,11 @@ class Catalog:
         object.__setattr__(self, "_model_names", _name_index(self.models.values()))
 
     # -- lookups -----------------------------------------------------------------------------
+    def find_gpu(self, name: str) -> GpuSpec | None:
+        """The GPU called ``name`` (its id or an alias, any case), or None; no suggestions are looked for."""
+        gpu_id = self._gpu_names.get(normalize_name(name))
+        return None if gpu_id is None else self.gpus[gpu_id]
+
     def gpu(self, name: str) -> GpuSpec:
         """The GPU called ``name`` (its id or an alias, any case); UnknownNameError with suggestions if none."""
         gpu_id = self._gpu_names.get(normalize_name(name))
@@ -219,6 +233,8 @@ def _name_index(rows: Iterable[GpuSpec | CatalogModel]) -> dict[str, str]:
 
 def _suggest(word: str, names: dict[str, str], n: int = 3) -> list[str]:
     """Closest ids to ``word``: names containing it first (shortest first), then difflib's close matches."""
+    if len(word) > 2 * MAX_QUOTED_CHARS:  # no name is that long; comparing it would only cost time
+        return []
     w = normalize_name(word)
     ranked: list[str] = []
     if w:
@@ -594,7 +610,7 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
                     field_name,
                 )
         as_of = getattr(row, "as_of", None)
-        if isinstance(as_of, str) and not AS_OF_PATTERN.fullmatch(as_of):
+        if isinstance(as_of, str) and not _real_date(as_of):
             report(section, key, f"as_of must be a date like 2026-11 or 2026-11-09, got {as_of!r}", *prefix, "as_of")
         pfields = getattr(row, "provisional_fields", []) or []
         for name in pfields:
@@ -694,6 +710,18 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
             report("owned", "", "amortisation_months must be positive", "amortisation_months", "value")
         if any(n < 1 for n in owned.node_sizes):
             report("owned", "", "node_sizes must be positive GPU counts", "node_sizes")
+
+
+def _real_date(text: str) -> bool:
+    """``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD`` naming a day the calendar has (2024-02-30 is refused)."""
+    if not AS_OF_PATTERN.fullmatch(text):
+        return False
+    parts = [int(p) for p in text.split("-")]
+    try:
+        datetime.date(parts[0], *[*parts[1:], 1, 1][:2])
+    except ValueError:
+        return False
+    return True
 
 
 def _check_names(tables: _Tables, section: str, rows: Iterable[GpuSpec | CatalogModel], report: Any) -> None:

@@ -8,7 +8,7 @@ map, or a URL) and ``as_of`` (the date the figure was read, ISO ``YYYY-MM-DD`` o
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -16,6 +16,33 @@ Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 GpuClass = Literal["datacenter", "workstation", "consumer"]
 ScaleUp = Literal["nvlink", "infinity_fabric", "pcie"]
 Provider = str  # 'aws', 'gcp', 'azure', 'lambda', 'runpod', 'coreweave', ...
+
+# Ranges of the physics figures every catalog row obeys, the shipped catalog and a user's alike
+# (docs/guarantees.md section 1). Each is 10 to 100 times beyond the largest shipped figure, so no
+# real part is refused, while a typo (memory_gib: 1e308) or a sign slip (reference_node_gpus: -8) is,
+# located, before it can overflow the planner's integers or price a server below zero.
+# tests/test_hostile_classes.py loads the shipped catalog under them and reports its extremes.
+MAX_GPU_MEMORY_GIB = 4096.0  # shipped largest: 254.9 GiB (memory_gb 256)
+MAX_BANDWIDTH_GB_PER_S = 100_000.0  # shipped largest: 8,000 GB/s of HBM, 1,800 GB/s of NVLink
+MAX_PCIE_BANDWIDTH_GB_PER_S = 1_000.0  # shipped largest: 128 GB/s (PCIe 5 x16, both directions)
+MAX_DENSE_TFLOPS = 1_000_000.0  # shipped largest: 4,500 (fp8 / int8, dense)
+MIN_DENSE_TFLOPS = 0.1  # shipped smallest: 8.1 (fp32); a precision without support is left out, not 0
+MAX_TDP_W = 10_000.0  # shipped largest: 1,000 W
+MAX_GPUS_PER_NODE = 1024  # shipped largest: 8 (NVL72 racks are 72, NVL576 576)
+MAX_NETWORK_GBIT_PER_S = 100_000.0  # shipped largest: 3,200 Gbit/s
+MAX_LAYERS = 2048  # shipped largest: 126
+MAX_HIDDEN_SIZE = 262_144  # 2**18; shipped largest: 20,480
+MAX_HEADS = 4096  # attention or key/value heads, and head_dim; shipped largest: 232 heads, head_dim 256
+MAX_FFN_SIZE = 1_048_576  # 2**20; shipped largest: 81,920
+MAX_VOCAB_SIZE = 4_194_304  # 2**22; shipped largest: 250,680
+MAX_EXPERTS = 4096  # shipped largest: 8 (DeepSeek-V3 has 256)
+MAX_CONTEXT_TOKENS = 100_000_000  # shipped largest: 131,072 (Llama 4 Scout claims 10M)
+MAX_PUBLISHED_PARAMS = 1e14  # shipped largest: 5.3e11
+
+MAX_LABEL_CHARS = 200  # ids and names are labels in tables; a 3,000,000-character name took 41 s to render
+
+NodeGpus = Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)]
+Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS)]
 
 
 class Row(BaseModel):
@@ -46,12 +73,14 @@ class Provenance(Row):
 class DenseThroughput(Row):
     """Dense (no 2:4 sparsity) tensor throughput. None = not supported natively."""
 
-    bf16_tflops: float | None = Field(None, ge=0, description="TFLOPS, dense")
-    fp16_tflops: float | None = Field(None, ge=0, description="TFLOPS, dense")
-    fp8_tflops: float | None = Field(None, ge=0, description="TFLOPS, dense")
-    int8_tops: float | None = Field(None, ge=0, description="TOPS, dense")
-    int4_tops: float | None = Field(None, ge=0, description="TOPS, dense")
-    fp32_tflops: float | None = Field(None, ge=0, description="TFLOPS, non-tensor FP32")
+    bf16_tflops: float | None = Field(None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TFLOPS, dense")
+    fp16_tflops: float | None = Field(None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TFLOPS, dense")
+    fp8_tflops: float | None = Field(None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TFLOPS, dense")
+    int8_tops: float | None = Field(None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TOPS, dense")
+    int4_tops: float | None = Field(None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TOPS, dense")
+    fp32_tflops: float | None = Field(
+        None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TFLOPS, non-tensor FP32"
+    )
 
 
 class PurchasePrice(Provenance):
@@ -60,28 +89,36 @@ class PurchasePrice(Provenance):
 
 
 class GpuSpec(Provenance):
-    id: str = Field(description="catalog key, lower-case with dashes, e.g. 'h100-sxm'")
-    aliases: list[str] = Field(default_factory=list, description="other names accepted for this GPU")
-    name: str
+    id: Label = Field(description="catalog key, lower-case with dashes, e.g. 'h100-sxm'")
+    aliases: list[Label] = Field(default_factory=list, description="other names accepted for this GPU")
+    name: Label
     vendor: Literal["nvidia", "amd", "intel"]
-    architecture: str
+    architecture: Label
     compute_capability: str | None = Field(None, description="NVIDIA CUDA compute capability, e.g. '9.0'")
     gpu_class: GpuClass
-    memory_gb: float = Field(gt=0, description="marketed capacity in GB as on the datasheet")
-    memory_gib: float = Field(gt=0, description="capacity the driver reports, GiB")
-    bandwidth_gb_per_s: float = Field(gt=0, description="HBM/GDDR bandwidth, GB/s (10^9 B/s)")
+    memory_gb: float = Field(ge=1, le=MAX_GPU_MEMORY_GIB, description="marketed capacity in GB as on the datasheet")
+    memory_gib: float = Field(ge=1, le=MAX_GPU_MEMORY_GIB, description="capacity the driver reports, GiB")
+    bandwidth_gb_per_s: float = Field(
+        ge=1, le=MAX_BANDWIDTH_GB_PER_S, description="HBM/GDDR bandwidth, GB/s (10^9 B/s)"
+    )
     dense: DenseThroughput
     native_precisions: list[Precision] = Field(description="precisions with native tensor-core support")
     scale_up: ScaleUp = Field(description="intra-node GPU-to-GPU link")
     scale_up_bandwidth_gb_per_s: float = Field(
-        gt=0, description="per-GPU bidirectional scale-up bandwidth, GB/s (NVLink/IF; PCIe x16 if none)"
+        ge=1,
+        le=MAX_BANDWIDTH_GB_PER_S,
+        description="per-GPU bidirectional scale-up bandwidth, GB/s (NVLink/IF; PCIe x16 if none)",
     )
-    scale_up_domain: int = Field(ge=1, description="GPUs sharing one NVLink/IF domain (1 = no scale-up link)")
+    scale_up_domain: int = Field(
+        ge=1, le=MAX_GPUS_PER_NODE, description="GPUs sharing one NVLink/IF domain (1 = no scale-up link)"
+    )
     pcie_gen: int = Field(ge=3, le=6)
-    pcie_bandwidth_gb_per_s: float = Field(gt=0, description="PCIe x16 bidirectional, GB/s")
-    tdp_w: float = Field(gt=0, description="board power, W")
-    max_gpus_per_node: int = Field(8, ge=1, description="largest server this GPU ships in")
-    owned_node_sizes: list[int] | None = Field(
+    pcie_bandwidth_gb_per_s: float = Field(
+        ge=1, le=MAX_PCIE_BANDWIDTH_GB_PER_S, description="PCIe x16 bidirectional, GB/s"
+    )
+    tdp_w: float = Field(ge=1, le=MAX_TDP_W, description="board power, W")
+    max_gpus_per_node: int = Field(8, ge=1, le=MAX_GPUS_PER_NODE, description="largest server this GPU ships in")
+    owned_node_sizes: list[NodeGpus] | None = Field(
         None,
         description="server sizes (GPUs per node) this GPU is sold in, e.g. [8] for HGX B200 boards; "
         "default: the owned node_sizes up to max_gpus_per_node",
@@ -117,15 +154,17 @@ class GpuSpec(Provenance):
 
 
 class CloudInstance(Provenance):
-    id: str = Field(description="provider's instance name, e.g. 'p5.48xlarge' (unique per provider)")
-    provider: Provider
-    gpu_id: str = Field(description="key into gpus")
-    gpus_per_instance: int = Field(ge=1)
+    id: Label = Field(description="provider's instance name, e.g. 'p5.48xlarge' (unique per provider)")
+    provider: Label
+    gpu_id: Label = Field(description="key into gpus")
+    gpus_per_instance: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
     gpu_link: ScaleUp = Field(description="GPU-to-GPU link inside the instance")
-    network_gbit_per_s: float | None = Field(None, ge=0, description="inter-instance network, Gbit/s")
+    network_gbit_per_s: float | None = Field(
+        None, ge=1, le=MAX_NETWORK_GBIT_PER_S, description="inter-instance network, Gbit/s"
+    )
     on_demand_usd_per_hour: float = Field(gt=0, description="whole instance, USD/hour")
     spot_usd_per_hour: float | None = Field(None, gt=0, description="whole instance, USD/hour, point-in-time")
-    region: str
+    region: Label
     per_gpu_pricing: bool = Field(False, description="price derived from a per-GPU-hour list price")
 
     @property
@@ -136,20 +175,22 @@ class CloudInstance(Provenance):
 class ModelArchitecture(Row):
     """A transformer's shape. Enough to count parameters, FLOPs and KV-cache bytes."""
 
-    name: str
-    layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    attention_heads: int = Field(ge=1)
-    kv_heads: int = Field(ge=1, description="key/value heads (GQA/MQA); = attention_heads for MHA")
-    head_dim: int | None = Field(None, ge=1, description="defaults to hidden_size / attention_heads")
-    ffn_size: int = Field(ge=1, description="intermediate size of one MLP (one expert for MoE)")
-    vocab_size: int = Field(ge=1)
+    name: Label
+    layers: int = Field(ge=1, le=MAX_LAYERS)
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN_SIZE)
+    attention_heads: int = Field(ge=1, le=MAX_HEADS)
+    kv_heads: int = Field(ge=1, le=MAX_HEADS, description="key/value heads (GQA/MQA); = attention_heads for MHA")
+    head_dim: int | None = Field(None, ge=1, le=MAX_HEADS, description="defaults to hidden_size / attention_heads")
+    ffn_size: int = Field(ge=1, le=MAX_FFN_SIZE, description="intermediate size of one MLP (one expert for MoE)")
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB_SIZE)
     gated_mlp: bool = Field(True, description="SwiGLU-style MLP with three matrices (False: two, e.g. GELU)")
-    moe_experts: int = Field(1, ge=1, description="experts per MoE layer (1 = dense)")
-    experts_per_token: int = Field(1, ge=1)
+    moe_experts: int = Field(1, ge=1, le=MAX_EXPERTS, description="experts per MoE layer (1 = dense)")
+    experts_per_token: int = Field(1, ge=1, le=MAX_EXPERTS)
     tied_embeddings: bool = False
-    max_context: int | None = Field(None, ge=1, description="tokens")
-    published_params: float | None = Field(None, gt=0, description="parameter count the publisher states")
+    max_context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="tokens")
+    published_params: float | None = Field(
+        None, gt=0, le=MAX_PUBLISHED_PARAMS, description="parameter count the publisher states"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelArchitecture:
@@ -169,8 +210,8 @@ class ModelArchitecture(Row):
 class CatalogModel(ModelArchitecture):
     """A model architecture as listed in the catalog, with provenance and aliases."""
 
-    id: str = Field(description="catalog key, e.g. 'llama-3.1-70b'")
-    aliases: list[str] = Field(default_factory=list)
+    id: Label = Field(description="catalog key, e.g. 'llama-3.1-70b'")
+    aliases: list[Label] = Field(default_factory=list)
     source: str
     as_of: str
     provisional: bool = Field(False, description="a figure (usually published_params) is recalled, not read")
@@ -209,8 +250,10 @@ class OwnedCosts(Row):
     support_fraction_per_year: OwnedFigure | None = Field(
         None, description="hardware support contract per year as a fraction of hardware price (optional)"
     )
-    node_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="GPUs per owned server")
-    reference_node_gpus: dict[GpuClass, int] = Field(
+    node_sizes: list[NodeGpus] = Field(
+        default_factory=lambda: [1, 2, 4, 8], min_length=1, description="GPUs per owned server"
+    )
+    reference_node_gpus: dict[GpuClass, NodeGpus] = Field(
         default_factory=_reference_node_gpus,
         description="GPU slots of the node the per-node figures describe, by class; smaller nodes scale down",
     )

@@ -35,16 +35,19 @@ def register(app: typer.Typer) -> None:
         """Check a requirement file and say what it asks for; exit 2 with located errors if it is invalid."""
         from clusterplan.catalog.load import load_catalog
         from clusterplan.cli import guarded, out_console
+        from clusterplan.errors import printable
         from clusterplan.requirement.load import load_requirement
 
         def run() -> None:
             cat = load_catalog(catalog or [])
             resolved = load_requirement(file, cat)
             req = resolved.requirement
-            out_console.print(f"{file}: valid", markup=False)
+            out_console.print(f"{printable(str(file))}: valid", markup=False)
             for i, w in enumerate(req.workloads):
                 arch = resolved.model_for(i)
-                out_console.print(f"  workloads[{i}] {w.name}: {w.kind} of {arch.name}", markup=False)
+                out_console.print(
+                    f"  workloads[{i}] {printable(w.name)}: {w.kind} of {printable(arch.name)}", markup=False
+                )
             out_console.print(
                 f"  deployment: {req.deployment}; horizon {req.budget.horizon:g} months; schedule {req.schedule}",
                 markup=False,

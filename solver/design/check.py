@@ -166,9 +166,33 @@ def _totals(
     :func:`clusterplan.design.pricing.costs` (the planner's and estimate's arithmetic)."""
     from clusterplan.design import pricing
 
+    for p in priced:  # every line re-derived from catalog rows: none below zero, each as stated
+        x = p.line
+        for label, figure in (
+            ("price per hour", x.usd_per_hour),
+            ("capital", p.capital_usd),
+            ("monthly", p.monthly_usd),
+            ("power", p.power_w),
+        ):
+            if not math.isfinite(figure) or figure < 0:
+                problems.append(f"{x.offering}: {label} is {figure:,.2f}; a cost line is never negative")
+        for label, line_stated, line_recomputed in (
+            ("capital", x.capital_usd, p.capital_usd),
+            ("monthly", x.monthly_usd, p.monthly_usd),
+        ):
+            if not _close(line_stated, line_recomputed):
+                problems.append(f"{x.offering}: {label} stated ${line_stated:,.2f}, recomputed ${line_recomputed:,.2f}")
+    c = design.costs
+    for label, stated_cost in (
+        ("capital", c.capital_usd),
+        ("monthly", c.monthly_usd),
+        ("one-off", c.one_off_usd),
+        ("total", c.total_usd),
+    ):
+        if not math.isfinite(stated_cost) or stated_cost < 0:
+            problems.append(f"{label} cost is {stated_cost:,.2f}; a plan's cost is never negative")
     lines = [p.line.model_copy(update={"capital_usd": p.capital_usd, "monthly_usd": p.monthly_usd}) for p in priced]
     mine = pricing.costs(lines, horizon_months=horizon, one_off_usd=one_off, output_tokens_per_s=tokens_per_s)
-    c = design.costs
     for label, got, stated in (
         ("capital", mine.capital_usd, c.capital_usd),
         ("monthly", mine.monthly_usd, c.monthly_usd),

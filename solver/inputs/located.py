@@ -6,7 +6,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from clusterplan.errors import FieldProblem, InputError, did_you_mean
+from clusterplan.errors import (
+    MAX_LOCATED_PROBLEMS,
+    MAX_SUGGESTIONS,
+    FieldProblem,
+    InputError,
+    Location,
+    did_you_mean,
+    quoted,
+)
 from clusterplan.inputs.yamlio import LocatedDocument, PathKey, format_path
 
 M = TypeVar("M", bound=BaseModel)
@@ -101,25 +109,26 @@ def _clean_loc(loc: tuple[Any, ...], data: Any) -> PathKey:
     return tuple(out)
 
 
-def _message(err: dict[str, Any], model: type[BaseModel], data: Any, path: PathKey) -> str:
+def _message(err: dict[str, Any], model: type[BaseModel], data: Any, path: PathKey, *, suggest: bool) -> str:
+    """One error in words; ``suggest`` says whether to look for a did-you-mean (capped per report)."""
     kind = err["type"]
     if kind == "extra_forbidden":
         key = str(path[-1]) if path else "?"
-        hint = did_you_mean(key, _allowed_keys(model, data, path[:-1]))
-        return f"unknown key '{key}'" + (f"; {hint}" if hint else "")
+        hint = did_you_mean(key, _allowed_keys(model, data, path[:-1])) if suggest else None
+        return f"unknown key {quoted(key)}" + (f"; {hint}" if hint else "")
     if kind == "missing":
         return "required field is missing"
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     if kind in {"literal_error", "enum"}:
-        return f"{msg}, got {err.get('input')!r}"
+        return f"{msg}, got {quoted(err.get('input'))}"
     if (
         kind not in {"unit_parse", "negative", "value_error"}
         and "input" in err
         and not isinstance(err["input"], dict | list)
     ):
-        msg = f"{msg}, got {err['input']!r}"
+        msg = f"{msg}, got {quoted(err['input'])}"
     return msg
 
 
@@ -135,13 +144,18 @@ def validate_document(doc: LocatedDocument, model: type[M], *, root_path: PathKe
         seen: set[tuple[PathKey, str]] = set()
         union_noise: list[FieldProblem] = []
         for err in exc.errors(include_url=False):
+            if len(problems) + len(union_noise) >= MAX_LOCATED_PROBLEMS:  # only counted beyond this
+                kind = "unknown_key" if err["type"] == "extra_forbidden" else str(err["type"])
+                problems.append(FieldProblem(Location(doc.file), "", "", kind))
+                continue
             path = _clean_loc(tuple(err["loc"]), data)
             full = (*root_path, *path)
-            message = _message(dict(err), model, data, path)
+            message = _message(dict(err), model, data, path, suggest=len(problems) < MAX_SUGGESTIONS)
             if (full, message) in seen:
                 continue
             seen.add((full, message))
-            problem = FieldProblem(doc.locate(full), format_path(full), message)
+            kind = "unknown_key" if err["type"] == "extra_forbidden" else str(err["type"])
+            problem = FieldProblem(doc.locate(full), format_path(full), message, kind)
             # Union attempts that fail for being the wrong kind of thing are noise beside a real error.
             if err["type"] in {"string_type", "model_type", "dict_type"}:
                 union_noise.append(problem)

@@ -7,14 +7,33 @@ field path; names that are not in the catalog get did-you-mean suggestions.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
+from clusterplan.catalog.load import UnknownNameError
 from clusterplan.catalog.schema import ModelArchitecture
-from clusterplan.errors import ClusterplanError, FieldProblem, InputError
+from clusterplan.errors import (
+    MAX_SUGGESTIONS,
+    ClusterplanError,
+    FieldProblem,
+    InputError,
+    did_you_mean,
+    quoted,
+    shorten,
+)
 from clusterplan.inputs.located import validate_document
-from clusterplan.inputs.yamlio import LocatedDocument, PathKey, format_path, load_yaml_file, parse_yaml_text
+from clusterplan.inputs.yamlio import (
+    MAX_NUMBER_CHARS,
+    LocatedDocument,
+    PathKey,
+    format_path,
+    load_yaml_file,
+    parse_yaml_text,
+)
 from clusterplan.requirement.schema import HfConfigModel, InlineModel, Requirement
 
 if TYPE_CHECKING:
@@ -78,8 +97,8 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
     req = validate_document(doc, Requirement)
     problems: list[FieldProblem] = []
 
-    def problem(path: PathKey, message: str) -> None:
-        problems.append(FieldProblem(doc.locate(path), format_path(path), message))
+    def problem(path: PathKey, message: str, kind: str = "") -> None:
+        problems.append(FieldProblem(doc.locate(path), format_path(path), message, kind))
 
     models: list[ModelArchitecture] = []
     for i, w in enumerate(req.workloads):
@@ -87,26 +106,26 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
         try:
             models.append(resolve_model(ref, catalog, base_dir))
         except ClusterplanError as exc:
-            problem(path, exc.render())
+            problem(path, exc.render(), "unknown_model" if isinstance(exc, UnknownNameError) else "model")
 
     c = req.constraints
     for key, names in (("allowed_gpus", c.allowed_gpus or []), ("excluded_gpus", c.excluded_gpus)):
         for j, gpu_name in enumerate(names):
-            _check_gpu(catalog, gpu_name, ("constraints", key, j), problem)
+            _check_gpu(catalog, gpu_name, ("constraints", key, j), problem, suggest=len(problems) < MAX_SUGGESTIONS)
     for j, item in enumerate(c.inventory):
-        _check_gpu(catalog, item.gpu, ("constraints", "inventory", j, "gpu"), problem)
+        inventory_path: PathKey = ("constraints", "inventory", j, "gpu")
+        _check_gpu(catalog, item.gpu, inventory_path, problem, suggest=len(problems) < MAX_SUGGESTIONS)
     if req.config is not None and req.config.gpu is not None:
-        _check_gpu(catalog, req.config.gpu, ("config", "gpu"), problem)
+        _check_gpu(catalog, req.config.gpu, ("config", "gpu"), problem, suggest=True)
     if c.clouds:
         known = sorted({inst.provider for inst in catalog.instances.values()})
         for j, cloud in enumerate(c.clouds):
             if cloud.lower() not in known:
-                from clusterplan.errors import did_you_mean
-
-                hint = did_you_mean(cloud, known)
+                hint = did_you_mean(cloud, known) if len(problems) < MAX_SUGGESTIONS else None
                 problem(
                     ("constraints", "clouds", j),
-                    f"unknown cloud '{cloud}'" + (f"; {hint}" if hint else f"; known: {', '.join(known)}"),
+                    f"unknown cloud {quoted(cloud)}" + (f"; {hint}" if hint else f"; known: {', '.join(known)}"),
+                    "unknown_cloud",
                 )
     if c.allowed_gpus is not None and c.excluded_gpus and not problems:
         allowed = {catalog.gpu(n).id for n in c.allowed_gpus}
@@ -123,7 +142,7 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
         and isinstance(req.config.workload, str)
         and req.config.workload not in {w.name for w in req.workloads}
     ):
-        problem(("config", "workload"), f"no workload named '{req.config.workload}'")
+        problem(("config", "workload"), f"no workload named {quoted(req.config.workload)}")
     for i, (w, arch) in enumerate(zip(req.workloads, models, strict=False)):
         ctx = getattr(w, "context_tokens", None) or getattr(w, "sequence_length", None)
         if arch.max_context is not None and ctx is not None and ctx > arch.max_context:
@@ -173,11 +192,17 @@ def _check_ranges(req: Requirement, problem: Any) -> None:
                 problem(("workloads", i, "deadline"), f"{w.deadline:g} s is shorter than the minimum of one minute")
 
 
-def _check_gpu(catalog: Catalog, name: str, path: PathKey, problem: Any) -> None:
+def _check_gpu(catalog: Catalog, name: str, path: PathKey, problem: Any, *, suggest: bool) -> None:
+    """A problem if ``name`` is no catalog GPU, with a did-you-mean while ``suggest`` (capped per file:
+    30,000 unknown names took 9 s to suggest for)."""
+    if not suggest:
+        if catalog.find_gpu(name) is None:
+            problem(path, f"unknown GPU {quoted(name)}", "unknown_gpu")
+        return
     try:
         catalog.gpu(name)
     except ClusterplanError as exc:
-        problem(path, exc.message + (f"; {exc.hint}" if exc.hint else ""))
+        problem(path, exc.message + (f"; {exc.hint}" if exc.hint else ""), "unknown_gpu")
 
 
 def resolve_model(ref: Any, catalog: Catalog, base_dir: Path) -> ModelArchitecture:
@@ -192,58 +217,121 @@ def resolve_model(ref: Any, catalog: Catalog, base_dir: Path) -> ModelArchitectu
 
 
 def read_hf_config(path: Path, *, name: str | None = None) -> ModelArchitecture:
-    """Architecture from a Hugging Face ``config.json`` on disk (no network)."""
-    if not path.is_file():
-        raise ClusterplanError(
-            f"hf_config: no such file {path}",
-            fix="give the path of a local config.json, relative to the requirement file",
-        )
-    if path.stat().st_size > MAX_HF_CONFIG_BYTES:
-        raise ClusterplanError(f"hf_config: {path} is larger than {MAX_HF_CONFIG_BYTES:,} bytes")
+    """Architecture from a Hugging Face ``config.json`` on disk (no network).
+
+    The file is the user's input like the requirement: NaN, Infinity, numbers too long to convert,
+    nesting too deep to decode, and fields of the wrong type (text, lists) are refused with the field
+    named, never passed to arithmetic.
+    """
+    where = shorten(str(path))
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ClusterplanError(f"hf_config: {path} is not valid JSON: {exc}") from None
+        if not path.is_file():
+            raise ClusterplanError(
+                f"hf_config: no such file {where}",
+                fix="give the path of a local config.json, relative to the requirement file",
+            )
+        if path.stat().st_size > MAX_HF_CONFIG_BYTES:
+            raise ClusterplanError(f"hf_config: {where} is larger than {MAX_HF_CONFIG_BYTES:,} bytes")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ClusterplanError(f"hf_config: cannot read {where}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ClusterplanError(f"hf_config: {where} is not UTF-8 text") from None
+    try:
+        cfg = json.loads(text, parse_constant=_refuse_constant, parse_int=_json_int, parse_float=_json_float)
+    except json.JSONDecodeError as exc:
+        raise ClusterplanError(f"hf_config: {where} is not valid JSON: {exc}") from None
+    except _BadJsonNumber as exc:
+        raise ClusterplanError(f"hf_config: {where} is not a usable config: {exc}") from None
+    except RecursionError:
+        raise ClusterplanError(f"hf_config: {where} is nested too deeply to be a model config") from None
     if not isinstance(cfg, dict):
-        raise ClusterplanError(f"hf_config: {path} must hold a JSON object")
-    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        raise ClusterplanError(f"hf_config: {where} must hold a JSON object")
+    if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
 
-    def pick(*keys: str, default: Any = None) -> Any:
+    def pick(*keys: str, default: Any = None) -> tuple[str, Any]:
         for k in keys:
             if cfg.get(k) is not None:
-                return cfg[k]
-        return default
+                return k, cfg[k]
+        return keys[0], default
 
-    layers = pick("num_hidden_layers", "n_layer", "n_layers", "num_layers")
-    hidden = pick("hidden_size", "n_embd", "d_model")
-    heads = pick("num_attention_heads", "n_head", "n_heads")
-    if layers is None or hidden is None or heads is None:
-        raise ClusterplanError(f"hf_config: {path} lacks num_hidden_layers, hidden_size or num_attention_heads")
-    model_type = str(cfg.get("model_type", "")).lower()
-    kv_heads = pick("num_key_value_heads", "num_kv_heads", "n_head_kv")
-    if kv_heads is None and cfg.get("multi_query"):
-        kv_heads = 1
-    ffn = pick("moe_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size")
-    if ffn is None:
-        ffn = 4 * int(hidden)
-    experts = pick("num_local_experts", "num_experts", "n_routed_experts", default=1)
-    data = {
-        "name": name or cfg.get("_name_or_path") or model_type or path.stem,
-        "layers": layers,
-        "hidden_size": hidden,
-        "attention_heads": heads,
-        "kv_heads": kv_heads if kv_heads is not None else heads,
-        "head_dim": cfg.get("head_dim"),
-        "ffn_size": ffn,
+    picked = {
+        "layers": pick("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+        "hidden_size": pick("hidden_size", "n_embd", "d_model"),
+        "attention_heads": pick("num_attention_heads", "n_head", "n_heads"),
+        "kv_heads": pick("num_key_value_heads", "num_kv_heads", "n_head_kv"),
+        "head_dim": pick("head_dim"),
+        "ffn_size": pick("moe_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size"),
         "vocab_size": pick("vocab_size", default=32000),
-        "gated_mlp": model_type not in _UNGATED_MODEL_TYPES,
-        "moe_experts": experts or 1,
-        "experts_per_token": pick("num_experts_per_tok", "moe_topk", default=1) if (experts or 1) > 1 else 1,
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "moe_experts": pick("num_local_experts", "num_experts", "n_routed_experts", default=1),
+        "experts_per_token": pick("num_experts_per_tok", "moe_topk", default=1),
         "max_context": pick("max_position_embeddings", "n_positions", "seq_length"),
+    }
+    wrong = [
+        f"{key}: expected a whole number, got {quoted(value)}"
+        for key, value in picked.values()
+        if value is not None and not _is_whole(value)
+    ]
+    if wrong:
+        raise ClusterplanError(f"hf_config: {where}: " + "; ".join(wrong))
+    values = {field_name: value for field_name, (_key, value) in picked.items()}
+    if values["layers"] is None or values["hidden_size"] is None or values["attention_heads"] is None:
+        raise ClusterplanError(f"hf_config: {where} lacks num_hidden_layers, hidden_size or num_attention_heads")
+    model_type = cfg.get("model_type")
+    model_type = model_type.lower() if isinstance(model_type, str) else ""
+    if values["kv_heads"] is None:
+        values["kv_heads"] = 1 if cfg.get("multi_query") is True else values["attention_heads"]
+    if values["ffn_size"] is None:
+        values["ffn_size"] = 4 * int(values["hidden_size"])  # the GPT-2 convention when a config omits it
+    if values["moe_experts"] in (0, None):
+        values["moe_experts"] = 1
+    if values["moe_experts"] <= 1:
+        values["experts_per_token"] = 1
+    own_name = cfg.get("_name_or_path")
+    data = {
+        **values,
+        "name": name or (own_name if isinstance(own_name, str) and own_name else None) or model_type or path.stem,
+        "gated_mlp": model_type not in _UNGATED_MODEL_TYPES,
+        "tied_embeddings": cfg.get("tie_word_embeddings") is True,
     }
     try:
         return ModelArchitecture.model_validate(data)
-    except Exception as exc:  # pydantic ValidationError: restate against the file
-        raise ClusterplanError(f"hf_config: {path} does not describe a usable architecture: {exc}") from None
+    except ValidationError as exc:  # restate against the file, one field per clause
+        keys = {field_name: key for field_name, (key, _value) in picked.items()}
+        clauses = [
+            f"{keys.get(str(err['loc'][0]), err['loc'][0]) if err['loc'] else 'config'}: {err['msg']}"
+            + (f", got {quoted(err['input'])}" if err["loc"] and not isinstance(err["input"], dict) else "")
+            for err in exc.errors(include_url=False)
+        ]
+        raise ClusterplanError(
+            f"hf_config: {where} does not describe a usable architecture: " + "; ".join(clauses)
+        ) from None
+
+
+class _BadJsonNumber(ValueError):
+    """A number in a JSON config that no architecture field can hold."""
+
+
+def _refuse_constant(text: str) -> Any:
+    raise _BadJsonNumber(f"{text} is not a number a model config can hold")
+
+
+def _json_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:  # Python refuses to convert beyond 4,300 digits; no field nears 100
+        raise _BadJsonNumber(f"a number written with {len(text):,} digits is beyond any model's range")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or len(text) > MAX_NUMBER_CHARS:
+        raise _BadJsonNumber(f"{shorten(text)} is beyond any model's range")
+    return value
+
+
+def _is_whole(value: Any) -> bool:
+    """An integer, or a float with no fractional part (JSON writers emit 4096.0); never a bool."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())

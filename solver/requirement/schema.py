@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from clusterplan.catalog.schema import ModelArchitecture, Precision
+from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitecture, Precision
 from clusterplan.physics.factors import Assumptions
 from clusterplan.units import Count, Duration, Money, Months, Power, Rate, Tokens
 
@@ -19,6 +19,15 @@ Quantization = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 KvPrecision = Literal["bf16", "fp16", "fp8", "int8"]
 Deployment = Literal["cloud", "owned", "either"]
 Pricing = Literal["on_demand", "spot"]
+
+# Ranges of the figures a requirement gives (docs/guarantees.md sections 1 and 2). A p95 target of
+# 1e-308 s sent the conflict analysis into 39 s of search and then an OverflowError; no engine answers
+# within a millisecond, and a target of a day or more is no latency target.
+MIN_LATENCY_S = 1e-3
+MAX_LATENCY_S = 86_400.0
+MAX_REQUEST_TOKENS = float(MAX_CONTEXT_TOKENS)  # prompt, output, context or sequence: a model's longest context
+MAX_BATCH_TOKENS = 1e10  # tokens per optimizer step (Llama 3 405B trained at 1.6e7)
+Name = Label  # at most MAX_LABEL_CHARS characters
 
 
 class Strict(BaseModel):
@@ -34,8 +43,8 @@ class InlineModel(ModelArchitecture):
 class HfConfigModel(Strict):
     """Read the architecture from a local Hugging Face ``config.json`` (no network)."""
 
-    hf_config: str = Field(description="path to config.json, relative to the requirement file")
-    name: str | None = Field(None, description="display name; defaults to the config's model_type")
+    hf_config: str = Field(max_length=4096, description="path to config.json, relative to the requirement file")
+    name: Name | None = Field(None, description="display name; defaults to the config's model_type")
 
 
 def _model_kind(value: Any) -> str:
@@ -58,18 +67,34 @@ ModelRef = Annotated[
 
 class ServingWorkload(Strict):
     kind: Literal["serving"]
-    name: str = Field("serving", description="label used in plans and explanations")
+    name: Name = Field("serving", description="label used in plans and explanations")
     model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
     tokens_per_sec: Rate | None = Field(None, gt=0, description="average output tokens per second, all users")
     requests_per_min: Rate | None = Field(None, gt=0, description="average requests per minute")
-    input_tokens: Tokens = Field(512, ge=1, description="prompt tokens per request (mean)")
-    output_tokens: Tokens = Field(256, ge=1, description="generated tokens per request (mean)")
-    p95_latency: Duration | None = Field(None, gt=0, description="95th percentile end-to-end latency, seconds")
-    p95_ttft: Duration | None = Field(None, gt=0, description="95th percentile time to first token, seconds")
-    p95_tpot: Duration | None = Field(None, gt=0, description="95th percentile time per output token, seconds")
+    input_tokens: Tokens = Field(512, ge=1, le=MAX_REQUEST_TOKENS, description="prompt tokens per request (mean)")
+    output_tokens: Tokens = Field(256, ge=1, le=MAX_REQUEST_TOKENS, description="generated tokens per request (mean)")
+    p95_latency: Duration | None = Field(
+        None,
+        ge=MIN_LATENCY_S,
+        le=MAX_LATENCY_S,
+        description="95th percentile end-to-end latency, seconds (1 ms to 1 day)",
+    )
+    p95_ttft: Duration | None = Field(
+        None,
+        ge=MIN_LATENCY_S,
+        le=MAX_LATENCY_S,
+        description="95th percentile time to first token, seconds (1 ms to 1 day)",
+    )
+    p95_tpot: Duration | None = Field(
+        None,
+        ge=MIN_LATENCY_S,
+        le=MAX_LATENCY_S,
+        description="95th percentile time per output token, seconds (1 ms to 1 day)",
+    )
     max_context: Tokens | None = Field(
         None,
         ge=1,
+        le=2 * MAX_REQUEST_TOKENS,
         description="longest prompt+output a request may reach, tokens; defaults to input_tokens + output_tokens",
     )
     peak_to_average: float = Field(1.0, ge=1, le=100, description="peak demand over average demand")
@@ -112,12 +137,12 @@ class ServingWorkload(Strict):
 
 class TrainingWorkload(Strict):
     kind: Literal["training"]
-    name: str = Field("training", description="label used in plans and explanations")
+    name: Name = Field("training", description="label used in plans and explanations")
     model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
     tokens: Count = Field(gt=0, description="tokens to train on")
     deadline: Duration = Field(gt=0, description="wall-clock time allowed, seconds (e.g. '30d')")
-    sequence_length: Tokens = Field(4096, ge=1, description="tokens per sequence")
-    global_batch_tokens: Tokens = Field(4_194_304, ge=1, description="tokens per optimizer step")
+    sequence_length: Tokens = Field(4096, ge=1, le=MAX_REQUEST_TOKENS, description="tokens per sequence")
+    global_batch_tokens: Tokens = Field(4_194_304, ge=1, le=MAX_BATCH_TOKENS, description="tokens per optimizer step")
     optimizer: Literal["adamw", "sgd", "adafactor"] = Field(
         "adamw", description="optimizer; sets bytes of optimizer state per parameter"
     )
@@ -131,7 +156,7 @@ class TrainingWorkload(Strict):
 
 class FinetuneWorkload(Strict):
     kind: Literal["finetune"]
-    name: str = Field("finetune", description="label used in plans and explanations")
+    name: Name = Field("finetune", description="label used in plans and explanations")
     model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
     method: Literal["full", "lora", "qlora"] = Field(
         "lora",
@@ -141,8 +166,8 @@ class FinetuneWorkload(Strict):
     lora_rank: int = Field(16, ge=1, le=4096, description="LoRA adapter rank r")
     tokens: Count = Field(gt=0, description="tokens to train on (dataset tokens x epochs)")
     deadline: Duration = Field(gt=0, description="wall-clock time allowed, seconds")
-    sequence_length: Tokens = Field(2048, ge=1, description="tokens per sequence")
-    global_batch_tokens: Tokens = Field(65_536, ge=1, description="tokens per optimizer step")
+    sequence_length: Tokens = Field(2048, ge=1, le=MAX_REQUEST_TOKENS, description="tokens per sequence")
+    global_batch_tokens: Tokens = Field(65_536, ge=1, le=MAX_BATCH_TOKENS, description="tokens per optimizer step")
     optimizer: Literal["adamw", "sgd", "adafactor"] = Field("adamw", description="optimizer for trainable parameters")
     precision: Literal["bf16", "fp16"] = Field("bf16", description="compute precision of the trainable path")
     activation_recompute: Literal["none", "selective", "full"] | None = Field(
@@ -202,7 +227,7 @@ class PinnedConfig(Strict):
 class Requirement(Strict):
     """A clusterplan requirement file."""
 
-    name: str = Field("requirement", description="title used in reports")
+    name: Name = Field("requirement", description="title used in reports")
     model: ModelRef | None = Field(None, description="the model, unless each workload names its own")
     workloads: list[Workload] = Field(min_length=1, max_length=64, description="what the cluster must do")
     schedule: Literal["sequential", "concurrent"] = Field(
