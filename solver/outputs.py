@@ -216,10 +216,13 @@ def _install(tmp: str, target: OutputTarget, force: bool) -> None:
 
 def _write_file(target: OutputTarget, data: bytes, force: bool) -> None:
     folder = _folder(target.path)
+    mode: int | None = None  # a replaced file keeps its permissions; a replaced link or a new file gets the umask's
     try:
-        mode = stat.S_IMODE(os.stat(target.path).st_mode) if target.kind == "replace" else None
+        st = os.lstat(target.path)
+        if target.kind == "replace" and stat.S_ISREG(st.st_mode):
+            mode = stat.S_IMODE(st.st_mode)
     except OSError:
-        mode = None
+        pass
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX)
     try:
         try:
