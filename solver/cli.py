@@ -1,11 +1,16 @@
 """The ``clusterplan`` command line: a thin typer layer. Only this layer prints and exits.
 
 Exit codes: 0 success; 1 a well-formed question with no answer (infeasible requirement, impossible
-configuration); 2 bad input (located message, never a traceback; ``--debug`` shows one).
+configuration); 2 bad input (located message, never a traceback; ``--debug`` shows one), including an
+output path that is refused or cannot be written (:mod:`clusterplan.outputs`).
+
+Standard output and error never fail on a character their encoding lacks (an ASCII or Latin-1
+locale, ``PYTHONIOENCODING=ascii``): such a character is written as a backslash escape.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -34,6 +39,20 @@ out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.
 _state = {"debug": False}
 
 
+# Error handlers that never raise on a character the encoding lacks; any other (strict, and
+# surrogateescape on a non-UTF-8 stream) is replaced.
+_NEVER_FAILING = {"backslashreplace", "replace", "namereplace", "xmlcharrefreplace", "ignore"}
+
+
+def safe_streams() -> None:
+    """Write what stdout and stderr cannot encode as backslash escapes (``\\u00e9``) instead of failing."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) not in _NEVER_FAILING:
+            with contextlib.suppress(ValueError, OSError):  # closed or detached: nothing will be written
+                reconfigure(errors="backslashreplace")
+
+
 def guarded(fn: Callable[[], T]) -> T:
     """Run a command body; turn clusterplan errors into a message and an exit code."""
     try:
@@ -60,6 +79,7 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
 ) -> None:
     """Plan GPU clusters from a declarative requirement."""
+    safe_streams()  # again here: in-process callers (tests) replace the streams after start-up
     _state["debug"] = debug
 
 
@@ -80,6 +100,7 @@ _register_commands()
 
 
 def main() -> None:
+    safe_streams()
     try:
         app()
     except SystemExit:

@@ -127,7 +127,7 @@ def test_hf_config_model_is_read_from_a_local_file(tmp_path: Path) -> None:
 
 def test_schema_is_current() -> None:
     checked_in = (ROOT / "specs" / "requirement.schema.json").read_text()
-    assert checked_in == schema_text(), "run: clusterplan schema -o specs/requirement.schema.json"
+    assert checked_in == schema_text(), "run: clusterplan schema -o specs/requirement.schema.json --force"
 
 
 def test_every_schema_field_is_documented() -> None:

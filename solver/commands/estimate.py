@@ -14,6 +14,7 @@ from rich.table import Table
 
 from clusterplan.errors import FieldProblem, InputError, Location
 from clusterplan.render import fmt
+from clusterplan.stdin import FILE_HELP
 
 _FLAGS = {
     "workload": "--workload",
@@ -197,7 +198,7 @@ def render(result: Any) -> list[Any]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def estimate(
-        file: Annotated[Path, typer.Argument(help="Requirement YAML file.")],
+        file: Annotated[Path, typer.Argument(help=FILE_HELP)],
         gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU, e.g. h100-sxm.")] = None,
         count: Annotated[int | None, typer.Option("--count", help="GPUs in total (default tp x pp x dp).")] = None,
         tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.")] = None,

@@ -13,6 +13,8 @@ import typer
 
 from clusterplan.commands.solve import ObjectiveChoice
 from clusterplan.commands.sweep import CatalogOption, JobsOption, TimeLimitOption, progress
+from clusterplan.outputs import FORCE_HELP
+from clusterplan.stdin import FILE_HELP
 
 
 class WhatIfChoice(StrEnum):
@@ -26,8 +28,11 @@ class WhatIfChoice(StrEnum):
 def register(app: typer.Typer) -> None:
     @app.command()
     def report(
-        file: Path = typer.Argument(..., help="Requirement YAML file."),
-        output: Path = typer.Option(..., "--output", "-o", help="review.md (images beside it) or review.html."),
+        file: Path = typer.Argument(..., help=FILE_HELP),
+        output: Path = typer.Option(
+            ..., "--output", "-o", help="review.md (images in review_files/ beside it) or review.html."
+        ),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
         top: int = typer.Option(5, "--top", "-k", min=1, max=20, help="Designs in the alternatives table."),
         objective: ObjectiveChoice = typer.Option(
             ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
@@ -43,18 +48,22 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write a design-review attachment: summary, designs, memory, what binds, what if, rent vs buy, sources."""
         from clusterplan.cli import guarded, out_console
-        from clusterplan.planner.solve import SolverSettings
-        from clusterplan.review import output_format, write_report
-        from clusterplan.review.assemble import assemble
-        from clusterplan.review.records import WHATIF_FACTORS
-        from clusterplan.whatif.sweep import default_jobs
+        from clusterplan.review import check_report_paths, write_report
+        from clusterplan.stdin import is_stdin, read_stdin
 
         def run() -> None:
-            output_format(output)  # refuse a bad suffix before any planning
+            check_report_paths(output, force)  # a bad suffix or path is refused before any planning
+            from clusterplan.planner.solve import SolverSettings  # the solver's imports take half a second
+            from clusterplan.review.assemble import assemble
+            from clusterplan.review.records import WHATIF_FACTORS
+            from clusterplan.whatif.sweep import default_jobs
+
+            text = read_stdin() if is_stdin(file) else None
             with progress(len(WHATIF_FACTORS), "what if") as on_done:
                 data = assemble(
                     file,
                     catalog or [],
+                    text=text,
                     top=top,
                     objective=objective.value,
                     settings=SolverSettings(time_limit_s=time_limit),
@@ -62,7 +71,7 @@ def register(app: typer.Typer) -> None:
                     jobs=jobs or default_jobs(),
                     on_done=on_done,
                 )
-            written = write_report(data, output)
+            written = write_report(data, output, force=force)
             out_console.print(f"wrote {', '.join(str(p) for p in written)} ({data.status})", markup=False)
 
         guarded(run)

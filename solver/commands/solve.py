@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from clusterplan.errors import ClusterplanError
+from clusterplan.stdin import FILE_HELP
 
 if TYPE_CHECKING:
     from clusterplan.plan import Plan
@@ -48,7 +49,7 @@ def time_limit_note(plan: Plan) -> str | None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def solve(
-        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        file: Path = typer.Argument(..., help=FILE_HELP),
         top: int = typer.Option(5, "--top", "-k", min=1, max=50, help="How many distinct designs to return."),
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON (specs/plan.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
@@ -74,14 +75,14 @@ def register(app: typer.Typer) -> None:
         from clusterplan.pipeline import PlanOptions, Timings, plan_requirement
         from clusterplan.planner.solve import SolverSettings
         from clusterplan.render import jsonout, plan_markdown, table
-        from clusterplan.requirement.load import load_requirement
+        from clusterplan.stdin import load_requirement_arg
 
         if json_out and markdown:
             raise typer.BadParameter("choose one of --json and --markdown")
 
         def run() -> int:
             cat = load_catalog(catalog or [])
-            resolved = load_requirement(file, cat)
+            resolved = load_requirement_arg(file, cat)
             b = resolved.requirement.budget
             if (
                 objective is not ObjectiveChoice.min_cost

@@ -14,6 +14,8 @@ from pathlib import Path
 import typer
 
 from clusterplan.commands.solve import ObjectiveChoice
+from clusterplan.outputs import FORCE_HELP
+from clusterplan.stdin import FILE_HELP
 
 EXIT_NO_DESIGN = 1
 
@@ -27,6 +29,8 @@ TimeLimitOption = typer.Option(
     min=0.01,
     help="Seconds per planned point (one budget per point, counted in CP-SAT deterministic time; docs/guarantees.md).",
 )
+ForceOption = typer.Option(False, "--force", help=FORCE_HELP)
+FileArgument = typer.Argument(..., help=FILE_HELP)
 
 
 class Against(StrEnum):
@@ -77,7 +81,7 @@ def _plot_format(path: Path | None) -> str | None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def sweep(
-        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        file: Path = FileArgument,
         vary: list[str] = typer.Option(
             ...,
             "--vary",
@@ -92,9 +96,10 @@ def register(app: typer.Typer) -> None:
             ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
         ),
         jobs: int | None = JobsOption,
-        csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV."),
-        json_out: Path | None = typer.Option(None, "--json", help="Write the sweep as JSON."),
+        csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV to this file."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the sweep as JSON to this file."),
         plot: Path | None = typer.Option(None, "--plot", help="Plot the objective against the field (.png or .svg)."),
+        force: bool = ForceOption,
         time_limit: float = TimeLimitOption,
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
@@ -102,6 +107,7 @@ def register(app: typer.Typer) -> None:
         import time
 
         from clusterplan.cli import guarded, out_console
+        from clusterplan.outputs import check_outputs, write_bytes, write_text
         from clusterplan.planner.solve import SolverSettings
         from clusterplan.render import plots, sweep_view
         from clusterplan.whatif.points import default_jobs, load_base
@@ -112,6 +118,7 @@ def register(app: typer.Typer) -> None:
             if len(vary) > 2:
                 raise SweepError("at most two --vary (a grid)", fix="sweep the third field in separate runs")
             fmt = _plot_format(plot)
+            check_outputs([("--csv", csv_out), ("--json", json_out), ("--plot", plot)], force)  # before planning
             base, _ = load_base(file, catalog or [])
             axes = [make_axis(v, base.data, base.catalog, steps=steps, log=log) for v in vary]
             if len({a.target.path for a in axes}) < len(axes):
@@ -133,11 +140,11 @@ def register(app: typer.Typer) -> None:
             elapsed = time.perf_counter() - t0
             sweep_view.sweep_table(result, out_console)
             if csv_out is not None:
-                csv_out.write_text(sweep_view.sweep_csv(result), encoding="utf-8")
+                write_text(csv_out, sweep_view.sweep_csv(result), force=force, flag="--csv")
             if json_out is not None:
-                json_out.write_text(sweep_view.sweep_json(result), encoding="utf-8")
+                write_text(json_out, sweep_view.sweep_json(result), force=force, flag="--json")
             if plot is not None and fmt is not None:
-                plot.write_bytes(plots.sweep_figure(result, fmt))  # type: ignore[arg-type]
+                write_bytes(plot, plots.sweep_figure(result, fmt), force=force, flag="--plot")  # type: ignore[arg-type]
             out_console.print(
                 f"{len(result.rows)} points in {elapsed:.2f} s with {min(n_jobs, len(result.rows))} job(s)",
                 style="dim",
@@ -151,18 +158,20 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def frontier(
-        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        file: Path = FileArgument,
         against: Against = typer.Option(Against.latency, "--against", help="latency or throughput."),
         points: int = typer.Option(8, "--points", "-n", min=2, max=100, help="Points to plan beyond the cheapest."),
         jobs: int | None = JobsOption,
-        csv_out: Path | None = typer.Option(None, "--csv", help="Write every point as CSV."),
-        json_out: Path | None = typer.Option(None, "--json", help="Write the frontier as JSON."),
+        csv_out: Path | None = typer.Option(None, "--csv", help="Write every point as CSV to this file."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the frontier as JSON to this file."),
         plot: Path | None = typer.Option(None, "--plot", help="Plot cost against latency/throughput (.png or .svg)."),
+        force: bool = ForceOption,
         time_limit: float = TimeLimitOption,
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """The Pareto frontier of total cost against p95 latency (or throughput); dominated designs removed."""
         from clusterplan.cli import guarded, out_console
+        from clusterplan.outputs import check_outputs, write_bytes, write_text
         from clusterplan.planner.solve import SolverSettings
         from clusterplan.render import plots, sweep_view
         from clusterplan.whatif.frontier import run_frontier
@@ -170,6 +179,7 @@ def register(app: typer.Typer) -> None:
 
         def run() -> int:
             fmt = _plot_format(plot)
+            check_outputs([("--csv", csv_out), ("--json", json_out), ("--plot", plot)], force)  # before planning
             base, _ = load_base(file, catalog or [])
             with progress(points, "planning") as on_done:
                 result = run_frontier(
@@ -182,11 +192,11 @@ def register(app: typer.Typer) -> None:
                 )
             sweep_view.frontier_table(result, out_console)
             if csv_out is not None:
-                csv_out.write_text(sweep_view.frontier_csv(result), encoding="utf-8")
+                write_text(csv_out, sweep_view.frontier_csv(result), force=force, flag="--csv")
             if json_out is not None:
-                json_out.write_text(sweep_view.frontier_json(result), encoding="utf-8")
+                write_text(json_out, sweep_view.frontier_json(result), force=force, flag="--json")
             if plot is not None and fmt is not None:
-                plot.write_bytes(plots.frontier_figure(result, fmt))  # type: ignore[arg-type]
+                write_bytes(plot, plots.frontier_figure(result, fmt), force=force, flag="--plot")  # type: ignore[arg-type]
             return 0 if result.frontier else EXIT_NO_DESIGN
 
         code = guarded(run)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import typer
 
+from clusterplan.outputs import FORCE_HELP
 from clusterplan.requirement.schema import Requirement
+from clusterplan.stdin import FILE_HELP
 
 CatalogOption = typer.Option(
     None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."
@@ -29,20 +31,20 @@ def schema_text() -> str:
 def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
-        file: Path = typer.Argument(..., help="Requirement YAML file."),
+        file: Path = typer.Argument(..., help=FILE_HELP),
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """Check a requirement file and say what it asks for; exit 2 with located errors if it is invalid."""
         from clusterplan.catalog.load import load_catalog
         from clusterplan.cli import guarded, out_console
         from clusterplan.errors import printable
-        from clusterplan.requirement.load import load_requirement
+        from clusterplan.stdin import display_path, load_requirement_arg
 
         def run() -> None:
             cat = load_catalog(catalog or [])
-            resolved = load_requirement(file, cat)
+            resolved = load_requirement_arg(file, cat)
             req = resolved.requirement
-            out_console.print(f"{printable(str(file))}: valid", markup=False)
+            out_console.print(f"{printable(display_path(file))}: valid", markup=False)
             for i, w in enumerate(req.workloads):
                 arch = resolved.model_for(i)
                 out_console.print(
@@ -58,10 +60,19 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def schema(
         output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Print the JSON Schema of requirement files (checked in at specs/requirement.schema.json)."""
-        text = schema_text()
-        if output is None:
-            typer.echo(text, nl=False)
-        else:
-            output.write_text(text, encoding="utf-8")
+        from clusterplan.cli import guarded
+        from clusterplan.outputs import check_output_path, write_text
+
+        def run() -> None:
+            if output is not None:
+                check_output_path(output, force, flag="-o")
+            text = schema_text()
+            if output is None:
+                typer.echo(text, nl=False)
+            else:
+                write_text(output, text, force=force, flag="-o")
+
+        guarded(run)

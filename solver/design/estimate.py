@@ -169,9 +169,9 @@ class EstimateResult(Result):
 
 def estimate_file(path: Path, catalog: Catalog, overrides: PinnedConfig | None = None) -> EstimateResult:
     """Load a requirement and estimate its pinned configuration (``overrides`` beat the file's ``config:``)."""
-    from clusterplan.requirement.load import load_requirement
+    from clusterplan.stdin import load_requirement_arg
 
-    resolved = load_requirement(path, catalog)
+    resolved = load_requirement_arg(path, catalog)  # '-' is standard input
     return estimate_requirement(resolved.requirement, list(resolved.models), catalog, overrides)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
 from urllib.parse import quote
 
 from clusterplan.review.document import (
@@ -107,19 +106,3 @@ def render(doc: Document, image_paths: dict[str, str]) -> str:
         if lines:
             out += ["", *lines]
     return "\n".join(out) + "\n"
-
-
-def write(doc: Document, path: Path, images: dict[str, bytes]) -> list[Path]:
-    """Write ``path`` and its images into ``<stem>_files/`` beside it; the paths written."""
-    written: list[Path] = []
-    rel: dict[str, str] = {}
-    if images:
-        folder = path.parent / f"{path.stem}_files"
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, data in sorted(images.items()):
-            target = folder / f"{name}.png"
-            target.write_bytes(data)
-            written.append(target)
-            rel[name] = f"{folder.name}/{target.name}"
-    path.write_text(render(doc, rel), encoding="utf-8")
-    return [path, *written]

@@ -7,6 +7,7 @@ from :mod:`clusterplan.render.plots`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -28,8 +29,44 @@ def output_format(path: Path) -> OutputFormat:
     raise ReportError(f"-o {path}: the file name must end in .md or .html", fix="e.g. -o review.md or -o review.html")
 
 
-def write_report(report: object, path: Path) -> list[Path]:
-    """Render the charts and write the review to ``path`` (Markdown with images beside it, or one HTML file)."""
+# The images a Markdown review writes into ``<stem>_files/`` beside it (the HTML review embeds them).
+REPORT_IMAGES = ("memory", "whatif")
+
+
+def image_folder(path: Path) -> Path:
+    """Where a Markdown review at ``path`` keeps its images."""
+    return path.parent / f"{path.stem}_files"
+
+
+def check_report_paths(path: Path, force: bool) -> None:
+    """Refuse ``-o`` and the images beside it before any planning, by :mod:`clusterplan.outputs`' rule."""
+    from clusterplan.outputs import check_output_path
+
+    fmt = output_format(path)
+    check_output_path(path, force, flag="-o")
+    if fmt != "markdown":
+        return
+    folder = image_folder(path)
+    if os.path.islink(folder) and not force:
+        raise ReportError(
+            f"-o {path}: the image folder {folder} is a symbolic link; it is not followed",
+            fix="pass --force to write the images where it points, or choose another -o name",
+        )
+    if not os.path.lexists(folder):
+        return  # created beside the review, whose folder was just checked
+    if not folder.is_dir():
+        raise ReportError(
+            f"-o {path}: {folder} exists and is not a folder; the review's images go there",
+            fix="remove or rename it, or choose another -o name",
+        )
+    for name in REPORT_IMAGES:
+        check_output_path(folder / f"{name}.png", force, flag="-o")
+
+
+def write_report(report: object, path: Path, *, force: bool = False) -> list[Path]:
+    """Render the charts and write the review to ``path`` (Markdown with images in ``<stem>_files/``
+    beside it, or one HTML file), each file atomically; the paths written."""
+    from clusterplan.outputs import make_folder, write_bytes, write_text
     from clusterplan.render import plots, review_html, review_markdown
     from clusterplan.review import document
     from clusterplan.review.records import ReviewReport
@@ -40,8 +77,20 @@ def write_report(report: object, path: Path) -> list[Path]:
         images["memory"] = plots.memory_figure(report.memory, "png")
     if report.whatif is not None:
         images["whatif"] = plots.sweep_figure(report.whatif, "png")
+    assert set(images) <= set(REPORT_IMAGES)
     doc = document.build(report, set(images))
-    if output_format(path) == "markdown":
-        return review_markdown.write(doc, path, images)
-    path.write_text(review_html.render(doc, images), encoding="utf-8")
-    return [path]
+    if output_format(path) == "html":
+        write_text(path, review_html.render(doc, images), force=force, flag="-o")
+        return [path]
+    written: list[Path] = []
+    rel: dict[str, str] = {}
+    if images:
+        folder = image_folder(path)
+        make_folder(folder, flag="-o")
+        for name, data in sorted(images.items()):
+            target = folder / f"{name}.png"
+            write_bytes(target, data, force=force, flag="-o")
+            written.append(target)
+            rel[name] = f"{folder.name}/{target.name}"
+    write_text(path, review_markdown.render(doc, rel), force=force, flag="-o")  # last: its images exist
+    return [path, *written]

@@ -58,14 +58,20 @@ def assemble(
     whatif: WhatIf = "auto",
     jobs: int = 1,
     on_done: Callable[[int], None] | None = None,
+    text: str | None = None,
 ) -> ReviewReport:
     """Plan ``path`` and gather everything the review shows. Raises ClusterplanError on bad input only:
-    an infeasible requirement gives a report that explains the conflict."""
+    an infeasible requirement gives a report that explains the conflict. ``path`` ``-`` is standard
+    input; ``text`` is the requirement when the caller has read it already."""
     from clusterplan.pipeline import PlanOptions, plan_requirement
+    from clusterplan.stdin import is_stdin, read_stdin
     from clusterplan.whatif.sweep import load_base
 
     solver = settings or SolverSettings()
-    base, resolved = load_base(path, catalog_paths)
+    if text is None and is_stdin(path):
+        text = read_stdin()
+    requirement_bytes = text.encode("utf-8") if text is not None else path.read_bytes()
+    base, resolved = load_base(path, catalog_paths, text=text)
     catalog = base.catalog
     plan = plan_requirement(resolved, catalog, PlanOptions(top=top, objective=objective, explain=True, settings=solver))
     design = plan.designs[0] if plan.designs else None
@@ -100,7 +106,7 @@ def assemble(
         title=resolved.requirement.name,
         status=plan.status,
         summary=summary_text(plan, binding),
-        requirement_text=path.read_text(encoding="utf-8"),
+        requirement_text=text if text is not None else path.read_text(encoding="utf-8"),
         plan=plan,
         memory=memory_bars(estimates),
         binding=binding,
@@ -119,8 +125,8 @@ def assemble(
         reproduce=Reproduce(
             clusterplan_version=__version__,
             catalog_fingerprint=catalog.fingerprint(),
-            requirement_file=str(path),
-            requirement_sha256=_sha256(path),
+            requirement_file=str(base.path),
+            requirement_sha256=hashlib.sha256(requirement_bytes).hexdigest(),
             user_catalogs=catalogs,
             command=command,
             objective=objective,

@@ -59,16 +59,19 @@ class Base:
     catalog_paths: tuple[Path, ...] = ()
 
 
-def load_base(path: Path, catalog_paths: Sequence[Path] = ()) -> tuple[Base, ResolvedRequirement]:
-    """Load the catalog and the requirement once (exit 2 on bad input) and keep its document."""
+def load_base(
+    path: Path, catalog_paths: Sequence[Path] = (), *, text: str | None = None
+) -> tuple[Base, ResolvedRequirement]:
+    """Load the catalog and the requirement once (exit 2 on bad input) and keep its document. ``path``
+    ``-`` is standard input (``text`` when the caller has read it), named ``<stdin>`` from then on."""
     from clusterplan.catalog.load import load_catalog
-    from clusterplan.requirement.load import load_requirement
+    from clusterplan.stdin import display_path, load_requirement_arg
 
     catalog = load_catalog(list(catalog_paths))
-    resolved = load_requirement(path, catalog)
+    resolved = load_requirement_arg(path, catalog, text=text)
     assert resolved.document is not None
     base = Base(
-        path=path,
+        path=display_path(path),
         data=copy.deepcopy(resolved.document.data),
         name=resolved.requirement.name,
         catalog=catalog,

@@ -1,0 +1,152 @@
+"""The promises of docs/guarantees.md under a fuzzer, through the whole command.
+
+Hypothesis mutates the shipped examples and a user catalog at the *text* level (so YAML tags, digit
+strings past Python's conversion limit, impossible dates and control characters reach the reader
+as a hostile file would), then runs ``clusterplan solve --json`` in-process. Every input must end in
+exit 0, 1, 2 or 4 — never 3, "internal error" — and every plan must keep its promises: no negative
+cost, designs cheapest first, the reported objective equal to design 1's, and a bounded run time.
+
+Profiles: the default ("ci") is short; ``CLUSTERPLAN_FUZZ=long`` runs thousands of inputs locally.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import DATA, EXAMPLES, run_cli
+
+settings.register_profile(
+    "ci", max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
+settings.register_profile("long", max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
+PROFILE = os.environ.get("CLUSTERPLAN_FUZZ", "ci")
+
+BASES = [yaml.safe_load(p.read_text()) for p in EXAMPLES]
+USER_CATALOG = yaml.safe_load((DATA / "catalogs" / "negotiated.yaml").read_text())
+# The whole command's bound at --time-limit 2, with room for a loaded 2-core CI machine.
+SECONDS_PER_INPUT = 30.0
+HOLE = "__FUZZ_HOLE__"
+
+# Raw YAML text put where a value stood: each one a class of input that once reached exit 3.
+HOSTILE = [
+    "1" + "0" * 310,  # beyond the float range
+    "9" * 5000,  # beyond Python's 4,300-digit int conversion limit
+    "-" + "9" * 400,
+    "!!int abc",
+    "!!float fast",
+    "!!bool maybe",
+    "!!timestamp tomorrow",
+    "2024-02-30",
+    "1.0e-308",
+    "1e-320",
+    ".nan",
+    "-.inf",
+    '"\\e[31mred\\e[0m"',  # an ESC byte in a name
+    '"bell\\a and nul-free control \\x7f"',
+    "1e200",
+    "0",
+    "-1",
+    "[]",
+    "{}",
+    '"x"',
+    "600000",
+    "1ms",
+    "5m",
+    "$-3",
+]
+
+
+def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _mutated_text(doc: Any, seed: int, hostile: str) -> str:
+    """``doc`` with one or two values replaced: a junk value, a deletion, or ``hostile`` raw text."""
+    rng = random.Random(seed)
+    doc = copy.deepcopy(doc)
+    raw = False
+    for _ in range(rng.randint(1, 2)):
+        paths = _paths(doc)
+        path = rng.choice(paths)
+        parent: Any = doc
+        for part in path[:-1]:
+            parent = parent[part]
+        action = rng.choice(["hostile", "hostile", "delete", "scale"])
+        if action == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif action == "scale" and isinstance(parent[path[-1]], int | float) and not isinstance(parent[path[-1]], bool):
+            parent[path[-1]] = parent[path[-1]] * rng.choice([0.001, 0.5, 3, 1000, 1e6])
+        elif not raw:
+            parent[path[-1]] = HOLE
+            raw = True
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    return text.replace(f"'{HOLE}'", hostile).replace(HOLE, hostile)
+
+
+def _check_plan(out: str) -> None:
+    plan = json.loads(out)
+    designs = plan["designs"]
+    for d in designs:
+        c = d["costs"]
+        for key in ("capital_usd", "monthly_usd", "one_off_usd", "total_usd"):
+            assert c[key] >= -0.005, f"design {d['rank']}: negative {key} {c[key]}"
+        for line in d["hardware"]:
+            assert line["capital_usd"] >= -0.005 and line["monthly_usd"] >= -0.005, line
+    if plan["solver"]["objective"] == "min_cost" and designs:
+        totals = [d["costs"]["total_usd"] for d in designs]
+        # The planner ranks in whole cents: designs within a cent of each other are a tie.
+        assert all(b >= a - 0.01 for a, b in zip(totals, totals[1:], strict=False)), f"not cheapest first: {totals}"
+        value = plan["solver"]["objective_value"]
+        if value is not None:  # the objective is in cents
+            assert abs(value / 100 - totals[0]) <= max(1.0, 1e-6 * totals[0]), (value, totals[0])
+
+
+def _run(tmp_path: Path, req_text: str, *extra: str) -> None:
+    f = tmp_path / "fuzz.yaml"
+    f.write_text(req_text, encoding="utf-8")
+    start = time.monotonic()
+    result = run_cli("solve", str(f), "--json", "--top", "2", "--time-limit", "2", *extra)
+    elapsed = time.monotonic() - start
+    assert result.exit_code in (0, 1, 2, 4), f"exit {result.exit_code}:\n{req_text}\n{result.output[-2000:]}"
+    assert elapsed < SECONDS_PER_INPUT, f"{elapsed:.1f} s:\n{req_text}"
+    if result.exit_code == 2:
+        assert "\x1b" not in result.output, "a control character reached the terminal"
+    if result.exit_code in (0, 1):
+        _check_plan(result.stdout)
+
+
+@settings(settings.get_profile(PROFILE))
+@given(base=st.integers(0, len(BASES) - 1), seed=st.integers(0, 2**32 - 1), hostile=st.sampled_from(HOSTILE))
+def test_fuzzed_requirements_never_reach_an_internal_error(
+    tmp_path_factory: pytest.TempPathFactory, base: int, seed: int, hostile: str
+) -> None:
+    _run(tmp_path_factory.mktemp("req"), _mutated_text(BASES[base], seed, hostile))
+
+
+@settings(settings.get_profile(PROFILE))
+@given(seed=st.integers(0, 2**32 - 1), hostile=st.sampled_from(HOSTILE))
+def test_fuzzed_user_catalogs_never_reach_an_internal_error(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, hostile: str
+) -> None:
+    tmp = tmp_path_factory.mktemp("cat")
+    cat = tmp / "catalog.yaml"
+    cat.write_text(_mutated_text(USER_CATALOG, seed, hostile), encoding="utf-8")
+    _run(tmp, (EXAMPLES[0].parent / "70b-serving.yaml").read_text(), "--catalog", str(cat))
