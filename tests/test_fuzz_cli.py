@@ -12,6 +12,7 @@ Profiles: the default ("ci") is short; ``CLUSTERPLAN_FUZZ=long`` runs thousands 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import random
@@ -113,7 +114,7 @@ def _check_plan(out: str) -> None:
     if plan["solver"]["objective"] == "min_cost" and designs:
         totals = [d["costs"]["total_usd"] for d in designs]
         # The planner ranks in whole cents: designs within a cent of each other are a tie.
-        assert all(b >= a - 0.01 for a, b in zip(totals, totals[1:], strict=False)), f"not cheapest first: {totals}"
+        assert all(b >= a - 0.01 for a, b in itertools.pairwise(totals)), f"not cheapest first: {totals}"
         value = plan["solver"]["objective_value"]
         if value is not None:  # the objective is in cents
             assert abs(value / 100 - totals[0]) <= max(1.0, 1e-6 * totals[0]), (value, totals[0])

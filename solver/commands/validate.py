@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
             cat = load_catalog(catalog or [])
             resolved = load_requirement_arg(file, cat)
             req = resolved.requirement
-            out_console.print(f"{printable(display_path(file))}: valid", markup=False)
+            out_console.print(f"{printable(str(display_path(file)))}: valid", markup=False)
             for i, w in enumerate(req.workloads):
                 arch = resolved.model_for(i)
                 out_console.print(
