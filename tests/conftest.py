@@ -97,6 +97,18 @@ def infeasibility_of(tmp_path: Path, doc: dict[str, Any], *extra: str) -> dict[s
     return inf
 
 
+def value_paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path into a parsed YAML document (the fuzzers pick values to mutate from these)."""
+    out = [prefix] if prefix else []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += value_paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += value_paths(v, (*prefix, i))
+    return out
+
+
 def assert_not_dangling(text: str) -> None:
     """An explanation says something and never ends on a colon with nothing after it."""
     assert text.strip(), "empty explanation"

@@ -25,7 +25,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DATA, EXAMPLES, run_cli
+from conftest import DATA, EXAMPLES, run_cli, value_paths
 
 settings.register_profile(
     "ci", max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
@@ -68,24 +68,13 @@ HOSTILE = [
 ]
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 def _mutated_text(doc: Any, seed: int, hostile: str) -> str:
     """``doc`` with one or two values replaced: a junk value, a deletion, or ``hostile`` raw text."""
     rng = random.Random(seed)
     doc = copy.deepcopy(doc)
     raw = False
     for _ in range(rng.randint(1, 2)):
-        paths = _paths(doc)
+        paths = value_paths(doc)
         path = rng.choice(paths)
         parent: Any = doc
         for part in path[:-1]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from clusterplan.catalog.load import load_catalog
 from clusterplan.errors import ClusterplanError, InputError
 from clusterplan.requirement.load import load_requirement_text
-from conftest import EXAMPLES
+from conftest import EXAMPLES, value_paths
 
 CATALOG = load_catalog()
 BASES = [yaml.safe_load(p.read_text()) for p in EXAMPLES]
@@ -37,22 +37,11 @@ junk = st.one_of(
 )
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @st.composite
 def mutated_requirements(draw: st.DrawFn) -> dict[str, Any]:
     doc = copy.deepcopy(draw(st.sampled_from(BASES)))
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        paths = _paths(doc)
+        paths = value_paths(doc)
         path = draw(st.sampled_from(paths))
         parent: Any = doc
         for part in path[:-1]:
