@@ -23,10 +23,12 @@ if str(ROOT) not in sys.path:
 from bench import accuracy
 
 # Reached by the calibration (unflagged rows): median absolute error and worst max(p/m, m/p), per kind.
-REACHED_MEDIAN = {"serving throughput": 0.065, "latency": 0.057, "training throughput": 0.035, "memory": 0.062}
-REACHED_WORST = {"serving throughput": 1.37, "latency": 1.37, "training throughput": 1.27, "memory": 1.16}
+# Re-measured 2026-11-23 after the NVIDIA NIM 1.8 rows (held out for scoring) were removed and the factors refit:
+# latency lost its six closed-loop rows, where the 3.4 ms step overhead fitted best.
+REACHED_MEDIAN = {"serving throughput": 0.065, "latency": 0.078, "training throughput": 0.035, "memory": 0.062}
+REACHED_WORST = {"serving throughput": 1.37, "latency": 1.39, "training throughput": 1.27, "memory": 1.16}
 # Every row, flagged included.
-REACHED_WORST_ALL = {"serving throughput": 2.34, "latency": 1.37, "training throughput": 2.42, "memory": 11.31}
+REACHED_WORST_ALL = {"serving throughput": 2.34, "latency": 1.39, "training throughput": 2.42, "memory": 11.31}
 MEDIAN_MARGIN = 0.02  # absolute: two percentage points
 WORST_MARGIN = 1.05  # relative: 5 %
 
@@ -43,7 +45,7 @@ def summary(rows: list[accuracy.Row]) -> dict[str, accuracy.KindSummary]:
 
 def test_every_measurement_has_settings_and_a_prediction(rows: list[accuracy.Row]) -> None:
     measurements = accuracy.load_measurements()
-    assert len(rows) == len(measurements) >= 108
+    assert len(rows) == len(measurements) >= 98  # 108 less the 10 NIM 1.8 rows held out for scoring
     assert set(accuracy.load_settings()) == {m.id for m in measurements}
     for r in rows:
         assert r.predicted > 0 and r.measured > 0, r.id
