@@ -53,7 +53,7 @@ def _pow2_floor(n: int) -> int:
 
 
 def gpu_type_of(spec: GpuSpec) -> GpuType:
-    domain = 1 if spec.scale_up == "pcie" else _pow2_floor(min(spec.scale_up_domain, spec.max_gpus_per_node))
+    domain = _pow2_floor(spec.scale_up_domain)  # 1 for PCIe-only; never above max_gpus_per_node (schema)
     return GpuType(
         id=spec.id,
         name=spec.name,

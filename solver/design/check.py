@@ -301,7 +301,7 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
         if gpu is None:
             problems.append(f"{x.offering}: unknown GPU {x.gpu}")
             continue
-        nvlink = 1 if gpu.scale_up == "pcie" else gpu.scale_up_domain
+        nvlink = gpu.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
         if x.kind == "cloud":
             inst = catalog.instances.get(x.offering.removeprefix("cloud:"))
             if inst is None:
@@ -371,7 +371,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             ests = []
             for g in wp.groups:
                 spec = catalog.gpus[g.gpu]
-                domain = 1 if spec.scale_up == "pcie" else spec.scale_up_domain
+                domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
                 if g.tp > domain:
                     problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
                 est = evaluate.serving_estimate(
@@ -436,7 +436,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
         else:
             assert isinstance(wp, TrainingPlan) and w.kind != "serving"
             spec = catalog.gpus[wp.gpu]
-            domain = 1 if spec.scale_up == "pcie" else spec.scale_up_domain
+            domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
             if wp.tp > domain:
                 problems.append(f"{wp.workload}: TP{wp.tp} exceeds the NVLink domain of {wp.gpu}")
             if wp.gpus != wp.tp * wp.pp * wp.dp:
