@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterplan.errors import FieldProblem, InputError, Location
-from clusterplan.inputs.yamlio import MAX_FILE_BYTES
+from clusterplan.inputs.yamlio import MAX_FILE_BYTES, decode_text
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
@@ -37,8 +37,7 @@ def _problem(message: str, line: int | None = None) -> InputError:
 
 
 def read_stdin(*, max_bytes: int = MAX_FILE_BYTES) -> str:
-    """Standard input as text, refused like a file (the checks of ``inputs.yamlio.read_text``): over
-    ``max_bytes``, NUL bytes, not UTF-8 (the line of the first bad byte is named)."""
+    """Standard input as text, refused like a file (:func:`clusterplan.inputs.yamlio.decode_text`)."""
     stream = sys.stdin
     if stream is None:
         raise _problem("no standard input to read", None)
@@ -47,14 +46,7 @@ def read_stdin(*, max_bytes: int = MAX_FILE_BYTES) -> str:
         raw = buffer.read(max_bytes + 1) if buffer is not None else stream.read(max_bytes + 1).encode("utf-8")
     except OSError as exc:
         raise _problem(f"cannot read: {exc.strerror}") from None
-    if len(raw) > max_bytes:
-        raise _problem(f"input is larger than the limit of {max_bytes:,} bytes")
-    if b"\x00" in raw:
-        raise _problem("input contains NUL bytes; expected a text YAML file")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise _problem("input is not valid UTF-8 text", raw[: exc.start].count(b"\n") + 1) from None
+    return decode_text(raw, STDIN_NAME, max_bytes=max_bytes, noun="input")
 
 
 def load_requirement_arg(path: Path, catalog: Catalog, *, text: str | None = None) -> ResolvedRequirement:

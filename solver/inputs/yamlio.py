@@ -267,15 +267,21 @@ def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
             raw = fh.read(max_bytes + 1)
     except OSError as exc:
         raise InputError([FieldProblem(Location(file), "", f"cannot read: {exc.strerror}")]) from None
+    return decode_text(raw, file, max_bytes=max_bytes)
+
+
+def decode_text(raw: bytes, name: str, *, max_bytes: int = MAX_FILE_BYTES, noun: str = "file") -> str:
+    """Bytes read from a file (or standard input, ``noun="input"``) as text: refused over ``max_bytes``
+    (read ``max_bytes + 1`` to detect it), with NUL bytes, or not UTF-8 (the line of the first bad byte)."""
     if len(raw) > max_bytes:
-        raise InputError([FieldProblem(Location(file), "", f"file is larger than the limit of {max_bytes:,} bytes")])
+        raise InputError([FieldProblem(Location(name), "", f"{noun} is larger than the limit of {max_bytes:,} bytes")])
     if b"\x00" in raw:
-        raise InputError([FieldProblem(Location(file), "", "file contains NUL bytes; expected a text YAML file")])
+        raise InputError([FieldProblem(Location(name), "", f"{noun} contains NUL bytes; expected a text YAML file")])
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise InputError([FieldProblem(Location(file, line), "", "file is not valid UTF-8 text")]) from None
+        raise InputError([FieldProblem(Location(name, line), "", f"{noun} is not valid UTF-8 text")]) from None
 
 
 def load_yaml_file(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> LocatedDocument:
