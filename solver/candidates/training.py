@@ -215,7 +215,7 @@ def training_candidates(
 
                 layouts = _Layouts(arch, spec, g, w, tp, pp, zero_stages, recomputes, assumptions, offerings, forbidden)
                 beyond_deadline = 0  # layouts evaluated after the first that meets the deadline
-                missed: TrainingRow | None = None  # the largest ladder layout that misses the deadline
+                missed_dp: int | None = None  # the largest ladder DP that misses the deadline
                 for dp in _dp_ladder(max_dp):
                     if beyond_deadline > EXTRA_DP_AFTER_DEADLINE:
                         break
@@ -224,14 +224,14 @@ def training_candidates(
                         continue
                     rows.append(row)
                     meets = row.time_to_train_s <= w.deadline
-                    if meets and beyond_deadline == 0 and missed is not None:
+                    if meets and beyond_deadline == 0 and missed_dp is not None:
                         rows.extend(
-                            _fewest_meeting(missed.dp, dp, tp * pp, spec.max_gpus_per_node, layouts.row, w.deadline)
+                            _fewest_meeting(missed_dp, dp, tp * pp, spec.max_gpus_per_node, layouts.row, w.deadline)
                         )
                     if beyond_deadline or meets:
                         beyond_deadline += 1
-                    elif not meets:
-                        missed = row
+                    else:
+                        missed_dp = dp
                 considered += layouts.evaluated
                 excl.extend(layouts.exclusions)
     pruned = prune_training_rows(rows)
