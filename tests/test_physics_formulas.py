@@ -10,6 +10,7 @@ import pytest
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.physics import comm, memory, rules, serving, training
 from clusterplan.physics.factors import Assumptions
+from clusterplan.render.reasons import render_reasons
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_70B, RTX4090, T4
 
 TINY = ModelArchitecture(
@@ -18,6 +19,16 @@ TINY = ModelArchitecture(
 
 
 # ---------------------------------------------------------------- memory
+
+
+def serving_rules(*args: Any) -> list[str]:
+    """The serving rules' reasons as the sentences a user reads."""
+    return render_reasons(rules.serving_rule_reasons(*args))
+
+
+def training_rules(*args: Any, **kwargs: Any) -> list[str]:
+    """The training rules' reasons as the sentences a user reads."""
+    return render_reasons(rules.training_rule_reasons(*args, **kwargs))
 
 
 def test_int4_bytes_per_param_include_group_scale_and_zero() -> None:
@@ -173,16 +184,16 @@ def test_multi_rail_rings_across_nodes() -> None:
 
 
 def test_rules_read_as_sentences() -> None:
-    assert rules.serving_rules(LLAMA2_70B, L40S, 4, 1, "fp8", "fp8") == [
+    assert serving_rules(LLAMA2_70B, L40S, 4, 1, "fp8", "fp8") == [
         "L40S: tensor parallel 4 needs NVLink; L40S has PCIe only"
     ]
-    reasons = rules.serving_rules(LLAMA2_70B, A100, 1, 1, "fp8", "fp16")
+    reasons = serving_rules(LLAMA2_70B, A100, 1, 1, "fp8", "fp16")
     assert reasons == ["A100 SXM 80GB: fp8 weights need native FP8 tensor cores (ampere has none)"]
-    assert any("bf16" in r for r in rules.serving_rules(LLAMA2_70B, T4, 1, 1, "bf16", "fp16"))
-    assert rules.serving_rules(LLAMA2_70B, T4, 1, 1, "int4", "fp16") == []
-    assert any("does not divide" in r for r in rules.serving_rules(LLAMA2_70B, H100, 3, 1, "bf16", "bf16"))
-    assert any("exceeds its 80 layers" in r for r in rules.serving_rules(LLAMA2_70B, H100, 1, 81, "bf16", "bf16"))
-    assert any("domain" in r for r in rules.serving_rules(LLAMA2_70B, H100, 16, 1, "bf16", "bf16"))
+    assert any("bf16" in r for r in serving_rules(LLAMA2_70B, T4, 1, 1, "bf16", "fp16"))
+    assert serving_rules(LLAMA2_70B, T4, 1, 1, "int4", "fp16") == []
+    assert any("does not divide" in r for r in serving_rules(LLAMA2_70B, H100, 3, 1, "bf16", "bf16"))
+    assert any("exceeds its 80 layers" in r for r in serving_rules(LLAMA2_70B, H100, 1, 81, "bf16", "bf16"))
+    assert any("domain" in r for r in serving_rules(LLAMA2_70B, H100, 16, 1, "bf16", "bf16"))
 
 
 def test_precision_support() -> None:
@@ -191,7 +202,7 @@ def test_precision_support() -> None:
     assert rules.compute_precision_for_weights(A100, "int4") == "bf16"
     assert rules.compute_precision_for_weights(T4, "int8") == "fp16"
     assert rules.compute_precision_for_weights(H100, "fp8") == "fp8"
-    assert any("QLoRA" in r for r in rules.training_rules(
+    assert any("QLoRA" in r for r in training_rules(
         LLAMA2_70B, T4.model_copy(update={"compute_capability": "7.0"}), tp=1, pp=1, dp=1, zero_stage=0,
         precision="fp16", method="qlora",
     ))  # fmt: skip

@@ -22,7 +22,6 @@ from clusterplan.physics.reasons import (
     TpSplitsKvHeads,
     ZeroStageUnknown,
 )
-from clusterplan.render.reasons import render_reasons
 
 _WEIGHT_ONLY = {"int8", "int4"}
 # bitsandbytes' 4-bit kernels (QLoRA) need Turing or later.
@@ -115,11 +114,6 @@ def serving_rule_reasons(
     return reasons
 
 
-def serving_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int, quant: str, kv_precision: str) -> list[str]:
-    """:func:`serving_rule_reasons` as sentences, for display (decide on the records, never on these)."""
-    return render_reasons(serving_rule_reasons(arch, gpu, tp, pp, quant, kv_precision))
-
-
 def serving_notes(gpu: GpuSpec, quant: str) -> list[str]:
     """Assumptions a serving estimate applied that a reader should see (not reasons to reject)."""
     notes: list[str] = []
@@ -155,20 +149,3 @@ def training_rule_reasons(
     if zero_stage not in (0, 1, 2, 3):
         reasons.append(ZeroStageUnknown(zero_stage=zero_stage))
     return reasons
-
-
-def training_rules(
-    arch: ModelArchitecture,
-    gpu: GpuSpec,
-    *,
-    tp: int,
-    pp: int,
-    dp: int,
-    zero_stage: int,
-    precision: str,
-    method: str = "full",
-) -> list[str]:
-    """:func:`training_rule_reasons` as sentences, for display (decide on the records, never on these)."""
-    return render_reasons(
-        training_rule_reasons(arch, gpu, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, precision=precision, method=method)
-    )
