@@ -282,7 +282,7 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
             else:
                 k_lo = mid
         factors = {**factors, k: k_hi}
-    parts = [f"{name}: {k[1]} >= {fmt.up_2sf(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
+    parts = [f"{name}: {k[1]} >= {fmt.up_3sf(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
     return Relaxation(
         family=fid,
         change="; ".join(parts),
