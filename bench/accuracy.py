@@ -12,6 +12,7 @@ capture; they stay in the table and in the "all" figures, and are reported apart
     python bench/accuracy.py --markdown docs/accuracy.md
     python bench/accuracy.py --fit           # refit the named factors (prints values for factors.py)
     python bench/accuracy.py --json
+    python bench/accuracy.py --write-errors  # catalog/model_error.yaml: the error the planner reads
 
 Scenarios (how one measurement becomes one physics call) are documented in ``bench/data/settings.yaml``.
 """
@@ -19,6 +20,7 @@ Scenarios (how one measurement becomes one physics call) are documented in ``ben
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import json
 import math
@@ -43,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 MEASUREMENT_FILES = (DATA / "measurements.yaml", DATA / "measurements-added.yaml")
 SETTINGS_FILE = DATA / "settings.yaml"
+ERRORS_FILE = ROOT / "catalog" / "model_error.yaml"  # read by clusterplan.design.uncertainty
 SHARED_COPY = ROOT.parent / "shared" / "calibration" / "measurements.yaml"
 VENDORED_SHA256 = "a0456decdceada92f2bab92b042227f76cc7b47916bb459ab1352cd8348d5ff2"
 
@@ -582,6 +585,51 @@ def summarise(rows: list[Row]) -> list[KindSummary]:
     return out
 
 
+ERROR_QUANTILES = (0.05, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95)
+
+
+def error_table(rows: list[Row], as_of: str) -> dict[str, Any]:
+    """Per kind, the distribution of ln(predicted / measured) over the unflagged rows (the planner's model error).
+
+    ``bias`` is the mean and ``spread`` the sample standard deviation (the normal fit
+    :mod:`clusterplan.design.uncertainty` uses); ``quantiles`` are empirical (linear interpolation between rows).
+    """
+    kinds: dict[str, Any] = {}
+    for kind in KINDS:
+        clean = [r for r in rows if r.kind == kind and not r.flagged]
+        logs = [math.log(r.predicted / r.measured) for r in clean]
+        if len(logs) < 2:
+            continue
+        cuts = statistics.quantiles(logs, n=100, method="inclusive")  # cuts[k - 1]: the k-th percentile
+        kinds[kind.replace(" ", "_")] = {
+            "cases": len(logs),
+            "bias": round(statistics.mean(logs), 4),
+            "spread": round(statistics.stdev(logs), 4),
+            "median_abs_error": round(statistics.median(abs(r.error) for r in clean), 4),
+            "quantiles": {f"p{round(q * 100):02d}": round(cuts[round(q * 100) - 1], 4) for q in ERROR_QUANTILES},
+            "rows": [r.id for r in clean],
+        }
+    return {
+        "as_of": as_of,
+        "source": "bench/accuracy.py --write-errors: bench/data/measurements.yaml and measurements-added.yaml "
+        "against the shipped factors, unflagged rows (docs/accuracy.md)",
+        "statistic": "ln(predicted / measured)",
+        "kinds": kinds,
+    }
+
+
+ERRORS_HEADER = (
+    "# The performance model's own measured error, per kind of figure: the distribution of ln(predicted / measured)\n"
+    "# over the unflagged rows of docs/accuracy.md. Written by `python bench/accuracy.py --write-errors`; do not\n"
+    "# edit by hand. Read by clusterplan.design.uncertainty (docs/model.md, 'Uncertainty').\n"
+)
+
+
+def write_errors(path: Path, rows: list[Row], as_of: str) -> None:
+    body = yaml.safe_dump({"model_error": error_table(rows, as_of)}, sort_keys=False, width=120)
+    path.write_text(ERRORS_HEADER + body, encoding="utf-8")
+
+
 def _fmt(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value * 1e3:,.2f} ms"
@@ -683,6 +731,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="rows and summary as JSON")
     parser.add_argument("--markdown", type=Path, help="write the Markdown report to this file")
     parser.add_argument("--fit", action="store_true", help="refit the named factors and print them")
+    parser.add_argument(
+        "--write-errors",
+        nargs="?",
+        const=ERRORS_FILE,
+        type=Path,
+        help=f"write the per-kind error distribution the planner reads (default {ERRORS_FILE.relative_to(ROOT)})",
+    )
+    parser.add_argument("--as-of", default=None, help="date written into --write-errors (default: today, UTC)")
     args = parser.parse_args(argv)
     warning = shared_copy_warning()
     if warning:
@@ -700,6 +756,10 @@ def main(argv: list[str] | None = None) -> int:
     measurements = load_measurements()
     rows = evaluate(measurements=measurements)
     summary = summarise(rows)
+    if args.write_errors:
+        as_of = args.as_of or datetime.datetime.now(datetime.UTC).date().isoformat()
+        write_errors(args.write_errors, rows, as_of)
+        print(f"wrote {args.write_errors}", file=sys.stderr)
     if args.markdown:
         args.markdown.write_text(markdown(rows, summary, measurements), encoding="utf-8")
         print(f"wrote {args.markdown}")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from clusterplan.candidates.build import build_candidates
 from clusterplan.candidates.table import CandidateTable
+from clusterplan.design.uncertainty import with_odds
 from clusterplan.explain import designs as report
 from clusterplan.explain.binding import constraint_checks, explain
 from clusterplan.explain.infeasibility import (
@@ -247,6 +248,10 @@ def plan_requirement(
         retarget=retarget,
         timings=tm,
         budget=budget,
+    )
+    # Each design's chance of meeting its targets under the model's measured error (design/uncertainty.py).
+    plan = plan.model_copy(
+        update={"designs": with_odds(plan.designs, resolved, catalog), "confidence": resolved.requirement.confidence}
     )
     tm.candidates_s += t1 - t0
     tm.total_s += time.perf_counter() - t0

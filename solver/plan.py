@@ -130,6 +130,21 @@ class ConstraintCheck(Out):
     relaxed_design: str | None = None
 
 
+class TargetOdds(Out):
+    """The chance one design meets one target, under the model's measured error (design/uncertainty.py)."""
+
+    workload: str
+    figure: Literal["throughput", "p95_latency", "p95_ttft", "p95_tpot", "time_to_train"]
+    error_kind: str = Field(description="the model-error kind it uses (catalog/model_error.yaml)")
+    predicted: float = Field(description="the model's point figure (not derated), in unit")
+    target: float = Field(description="peak demand (throughput), the p95 target or the deadline, in unit")
+    unit: str = Field(description="'req/s' or 's'")
+    low: float = Field(description="10th percentile of the true figure, in unit")
+    high: float = Field(description="90th percentile of the true figure, in unit")
+    probability: float = Field(description="chance the target is met, 0..1")
+    within_error: bool = Field(description="the target lies between low and high: inside the model's error")
+
+
 class Design(Out):
     rank: int
     summary: str
@@ -144,6 +159,7 @@ class Design(Out):
     cut_short: bool = Field(
         False, description="its solve stopped at the time limit: a design of this kind may exist that is better"
     )
+    odds: list[TargetOdds] = Field(default_factory=list, description="chance of meeting each target (model error)")
 
 
 class LostGpu(Out):
@@ -238,6 +254,7 @@ class Plan(Out):
     designs: list[Design]
     explanation: Explanation | None
     infeasibility: Infeasibility | None
+    confidence: float | None = Field(None, description="the requirement's: figures derated to hold at it")
 
 
 def plan_schema() -> dict[str, object]:

@@ -17,6 +17,7 @@ from clusterplan.candidates.offerings import build_offerings, gpu_type_of, limit
 from clusterplan.candidates.serving import serving_candidates
 from clusterplan.candidates.table import CandidateTable, WorkloadCandidates, excluded
 from clusterplan.candidates.training import training_candidates
+from clusterplan.design.uncertainty import Derate, derate_for
 
 
 def build_candidates(resolved: ResolvedRequirement, catalog: Catalog, *, keep_latency: bool = False) -> CandidateTable:
@@ -25,16 +26,21 @@ def build_candidates(resolved: ResolvedRequirement, catalog: Catalog, *, keep_la
     limits = limits_of(req, catalog)
     gpus = {gid: gpu_type_of(spec) for gid, spec in sorted(catalog.gpus.items())}
     offerings, notes = build_offerings(catalog, req, gpus, limits)
+    derate = derate_for(req.confidence)  # targets held at this confidence (design/uncertainty.py); default none
     workloads: list[WorkloadCandidates] = []
     for i, w in enumerate(req.workloads):
         arch = resolved.model_for(i)
         if w.kind == "serving":
             mixed = w.allow_mixed if w.allow_mixed is not None else req.constraints.allow_mixed
             workloads.append(
-                serving_candidates(i, w, arch, catalog, gpus, limits, req.assumptions, mixed, keep_latency=keep_latency)
+                serving_candidates(
+                    i, w, arch, catalog, gpus, limits, req.assumptions, mixed, keep_latency=keep_latency, derate=derate
+                )
             )
         else:
-            workloads.append(training_candidates(i, w, arch, catalog, gpus, offerings, limits, req.assumptions))
+            workloads.append(
+                training_candidates(i, w, arch, catalog, gpus, offerings, limits, req.assumptions, derate=derate)
+            )
     # GPUs with no way to obtain them cannot be placed: drop their rows, say why.
     placeable = {o.gpu_id for o in offerings}
     final: list[WorkloadCandidates] = []
@@ -50,8 +56,9 @@ def build_candidates(resolved: ResolvedRequirement, catalog: Catalog, *, keep_la
         offerings=tuple(offerings),
         limits=limits,
         name=req.name,
-        assumptions_used=tuple(assumption_lines(req.assumptions)),
+        assumptions_used=tuple(assumption_lines(req.assumptions) + confidence_lines(derate)),
         notes=tuple(notes),
+        confidence=req.confidence,
     )
 
 
@@ -66,3 +73,14 @@ def assumption_lines(assumptions: Assumptions) -> list[str]:
         tag = "" if text == default_text else " (overridden)"
         out.append(f"{name} = {text}{tag}")
     return out
+
+
+def confidence_lines(derate: Derate) -> list[str]:
+    """The derating a requirement's ``confidence`` applied, one line (none when it is unset)."""
+    if not derate.active:
+        return []
+    return [
+        f"confidence = {derate.confidence:g}: serving rates x{derate.rate_factor:.3f}, p95 latencies "
+        f"x{derate.latency_factor:.3f}, time to train x{derate.time_factor:.3f} (the model's measured error, "
+        "catalog/model_error.yaml)"
+    ]

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.schema import ServingWorkload
 from clusterplan.candidates.offerings import forbidden_for
+from clusterplan.design.uncertainty import NO_DERATE, Derate
 from clusterplan.candidates.prune import prune_serving_rows
 from clusterplan.candidates.table import (
     PP_DEGREES,
@@ -72,13 +73,14 @@ def serving_candidates(
     assumptions: Assumptions,
     allow_mixed: bool,
     keep_latency: bool = False,
+    derate: Derate = NO_DERATE,
 ) -> WorkloadCandidates:
     """Every replica shape of one serving workload on every GPU type, with its rates and reasons.
 
     Shapes: GPU x (TP, PP) from :func:`serving_shapes` x weight precision (16-bit, fp8, int8, int4).
     Per shape one operating point becomes a row: the largest batch (concurrency cap) whose KV cache
-    fits, with the rate meeting the p95 targets and the rate at the utilisation ceiling. Anything
-    physics rules out becomes an :class:`Exclusion`.
+    fits, with the rate meeting the p95 targets and the rate at the utilisation ceiling (both derated
+    by ``derate`` at a requirement's ``confidence``). Anything physics rules out becomes an :class:`Exclusion`.
     """
     from clusterplan.design import evaluate
     from clusterplan.physics import rules
@@ -133,7 +135,7 @@ def serving_candidates(
                 if not est.feasible:
                     excl.append(excluded(gid, est.why_not[0]))  # infeasible: at least one reason
                     continue
-                rate_nolat = evaluate.rate_at_ceiling(est, assumptions)
+                rate_nolat = evaluate.rate_at_ceiling(est, assumptions, derate)
                 fams = frozenset(f for f, _ in forbidden)
                 if skip_dominated and any(
                     a.tp <= tp
@@ -143,7 +145,7 @@ def serving_candidates(
                     for a in mine
                 ):
                     continue
-                rated = evaluate.serving_rates(est, w, assumptions)
+                rated = evaluate.serving_rates(est, w, assumptions, derate)
                 rate, lat = rated.rate_rps, rated.rated
                 rows.append(
                     ServingRow(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from clusterplan.candidates.offerings import forbidden_for
 from clusterplan.candidates.prune import prune_training_rows
+from clusterplan.design.uncertainty import NO_DERATE, Derate
 from clusterplan.candidates.table import (
     DEADLINE,
     TP_DEGREES,
@@ -109,6 +110,7 @@ class _Layouts:
     assumptions: Assumptions
     offerings: Sequence[Offering]
     forbidden: list[tuple[str, str]]
+    derate: Derate = NO_DERATE
     evaluated: int = 0
     exclusions: list[Exclusion] = field(default_factory=list)
 
@@ -127,6 +129,7 @@ class _Layouts:
             zero_stages=self.zero_stages,
             recomputes=self.recomputes,
             assumptions=self.assumptions,
+            derate=self.derate,
         )
         if est is None:
             self.exclusions.append(excluded(self.g.id, last_reason or NoLayoutFits(gpu=self.g.name)))
@@ -176,6 +179,7 @@ def training_candidates(
     offerings: Sequence[Offering],
     limits: Limits,
     assumptions: Assumptions,
+    derate: Derate = NO_DERATE,
 ) -> WorkloadCandidates:
     """Every parallel layout of one training/fine-tuning workload on every GPU type.
 
@@ -185,6 +189,7 @@ def training_candidates(
     that meet it (:func:`_fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
     that fit (:func:`clusterplan.design.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
+    Times are the derated ones at a requirement's ``confidence`` (``derate``).
     """
     from clusterplan.design import evaluate
     from clusterplan.physics import rules
@@ -213,7 +218,9 @@ def training_candidates(
                 forbidden = forbidden_for(g, limits, tp=tp, quant=None)
                 max_dp = max(1, min(MAX_TRAINING_GPUS // (tp * pp), seqs_per_step))
 
-                layouts = _Layouts(arch, spec, g, w, tp, pp, zero_stages, recomputes, assumptions, offerings, forbidden)
+                layouts = _Layouts(
+                    arch, spec, g, w, tp, pp, zero_stages, recomputes, assumptions, offerings, forbidden, derate
+                )
                 beyond_deadline = 0  # layouts evaluated after the first that meets the deadline
                 missed_dp: int | None = None  # the largest ladder DP that misses the deadline
                 for dp in _dp_ladder(max_dp):

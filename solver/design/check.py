@@ -339,6 +339,7 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
 def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) -> list[str]:
     """Every violation of the requirement by ``design``, re-evaluated with the physics and the catalog."""
     from clusterplan.design import evaluate
+    from clusterplan.design.uncertainty import derate_for
     from clusterplan.physics import cost as physics_cost
     from clusterplan.physics import queueing
     from clusterplan.requirement.schema import ServingWorkload
@@ -452,6 +453,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 recompute=wp.recompute,
                 micro_batch=wp.micro_batch,
                 assumptions=a,
+                derate=derate_for(req.confidence),  # the time the plan states: derated at a confidence
             )
             hard = without(train_est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
             if hard:

@@ -8,6 +8,8 @@ report evaluate a layout through these functions, so a design reads the same whe
   ``RATE_SEARCH_STEPS`` halvings (:func:`serving_rates`), and the p95 latencies at that rate.
 * Training: :func:`training_point` for one fully pinned layout; :func:`fastest_training_layout` for
   the fastest (ZeRO, recompute, micro-batch) of one tp x pp x dp layout.
+* Confidence: a :class:`clusterplan.design.uncertainty.Derate` (``confidence:`` in the requirement) scales
+  the rates, p95s and times here, before any candidate row or constraint sees them; by default none.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from clusterplan.design.uncertainty import NO_DERATE, Derate
 from clusterplan.physics import queueing, serving, training
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 
@@ -81,9 +84,9 @@ def serving_estimate(
     )  # fmt: skip
 
 
-def rate_at_ceiling(est: ServingEstimate, assumptions: Assumptions) -> float:
-    """Requests/s one replica takes at the utilisation ceiling, no latency targets."""
-    return assumptions.utilisation_ceiling * est.requests_per_s
+def rate_at_ceiling(est: ServingEstimate, assumptions: Assumptions, derate: Derate = NO_DERATE) -> float:
+    """Requests/s one replica takes at the utilisation ceiling, no latency targets (x the derating's rate factor)."""
+    return assumptions.utilisation_ceiling * est.requests_per_s * derate.rate_factor
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +98,23 @@ class ServingRates:
     rated: LatencyAtLoad  # p95s at rate_rps (at rate_no_targets_rps when the targets are out of reach)
 
 
-def serving_rates(est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions) -> ServingRates:
+def serving_rates(
+    est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions, derate: Derate = NO_DERATE
+) -> ServingRates:
     """The rate within targets (:func:`clusterplan.physics.queueing.max_rate_for_targets`, ``RATE_SEARCH_STEPS``
-    halvings keeping the feasible end: 1/256 of saturation, well inside the model's accuracy) and the p95s there."""
+    halvings keeping the feasible end: 1/256 of saturation, well inside the model's accuracy) and the p95s there.
+
+    ``derate`` (a requirement's ``confidence``): the search meets each target divided by the latency factor,
+    the rates are scaled by the rate factor and the p95s by the latency factor (design/uncertainty.py)."""
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
     rate = queueing.max_rate_for_targets(
-        est, p95_latency_s=w.p95_latency, p95_ttft_s=w.p95_ttft, p95_tpot_s=w.p95_tpot, steps=RATE_SEARCH_STEPS,
-        **tk,  # type: ignore[arg-type]
+        est, p95_latency_s=derate.target(w.p95_latency), p95_ttft_s=derate.target(w.p95_ttft),
+        p95_tpot_s=derate.target(w.p95_tpot), steps=RATE_SEARCH_STEPS, **tk,  # type: ignore[arg-type]
     )  # fmt: skip
     ceiling = rate_at_ceiling(est, assumptions)
     lat = queueing.latency_at_load(est, rate if rate > 0 else ceiling, **tk)  # type: ignore[arg-type]
-    return ServingRates(rate_rps=rate, rate_no_targets_rps=ceiling, rated=lat)
+    f = derate.rate_factor
+    return ServingRates(rate_rps=rate * f, rate_no_targets_rps=ceiling * f, rated=derate.latency(lat))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -142,11 +151,14 @@ def training_point(
     recompute: str,
     micro_batch: int,
     assumptions: Assumptions,
+    derate: Derate = NO_DERATE,
 ) -> TrainingEstimate:
-    """One fully pinned training layout, nodes as large as the GPU ships in."""
-    return training.estimate_training(
-        arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
-        micro_batch=micro_batch, nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
+    """One fully pinned training layout, nodes as large as the GPU ships in (its time x ``derate``'s factor)."""
+    return derate.training(
+        training.estimate_training(
+            arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
+            micro_batch=micro_batch, nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
+        )
     )  # fmt: skip
 
 
@@ -162,6 +174,7 @@ def fastest_training_layout(
     recomputes: Sequence[str],
     assumptions: Assumptions,
     micro_batches: Sequence[int] | None = None,
+    derate: Derate = NO_DERATE,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
     """The fastest (ZeRO, recompute, micro-batch) that fits one tp x pp x dp layout, or the last reason.
 
@@ -184,6 +197,7 @@ def fastest_training_layout(
         if early:
             return None, early[0]
         est = training.estimate_training(*args, workload=w, recompute=rec, assumptions=assumptions, **layout, fit=fit)  # type: ignore[arg-type]
+        est = derate.training(est)
         reasons = without(est.why_not, ReasonCategory.LINK)
         return est, reasons[0] if reasons else None
 

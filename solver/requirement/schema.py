@@ -244,6 +244,13 @@ class Requirement(Strict):
         default_factory=Assumptions, description="efficiency factors and defaults to override (docs/model.md)"
     )
     config: PinnedConfig | None = Field(None, description="a pinned configuration for `clusterplan estimate`")
+    confidence: float | None = Field(
+        None,
+        ge=0.5,
+        le=0.99,
+        description="plan so each throughput, p95 latency and deadline target holds with this probability under "
+        "the model's measured error (catalog/model_error.yaml); unset: plan on the point predictions",
+    )
 
     @model_validator(mode="after")
     def _models(self) -> Requirement:
