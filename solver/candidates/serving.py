@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.schema import ServingWorkload
 from clusterplan.candidates.offerings import forbidden_for
-from clusterplan.design.uncertainty import NO_DERATE, Derate
 from clusterplan.candidates.prune import prune_serving_rows
 from clusterplan.candidates.table import (
     PP_DEGREES,
@@ -32,6 +31,7 @@ from clusterplan.candidates.table import (
     excluded,
     hard_reasons,
 )
+from clusterplan.design.uncertainty import NO_DERATE, Derate
 
 
 def _kv_default(quant: str, w: ServingWorkload, half: str) -> str:

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from clusterplan.candidates.offerings import forbidden_for
 from clusterplan.candidates.prune import prune_training_rows
-from clusterplan.design.uncertainty import NO_DERATE, Derate
 from clusterplan.candidates.table import (
     DEADLINE,
     TP_DEGREES,
@@ -32,6 +31,7 @@ from clusterplan.candidates.table import (
     excluded,
     hard_reasons,
 )
+from clusterplan.design.uncertainty import NO_DERATE, Derate
 
 
 def _dp_ladder(max_dp: int) -> list[int]:
