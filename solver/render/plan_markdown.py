@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
+from clusterplan.render import odds
 from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
 
 
@@ -21,16 +22,19 @@ def render(plan: Plan) -> str:
         out += [
             "## Designs, best first",
             "",
-            "| # | GPUs | layout | capital | monthly | total | $/M tok |",
-            "|---|---|---|---|---|---|---|",
+            "| # | GPUs | layout | capital | monthly | total | $/M tok | within model error |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for d in plan.designs:
             lay = "<br>".join(f"{w.workload}: {layout(w)}" for w in d.workloads)
             out.append(
                 f"| {d.rank}{' (time limit)' if d.cut_short else ''} | {_cell(d.summary)} | {_cell(lay)} | {usd(d.costs.capital_usd)} | "
                 f"{usd(d.costs.monthly_usd)} | {usd(d.costs.total_usd)} | "
-                f"{usd(d.costs.usd_per_million_output_tokens)} |"
+                f"{usd(d.costs.usd_per_million_output_tokens)} | {_cell(odds.cell(d))} |"
             )
+        note = odds.confidence_note(plan.confidence)
+        if note:
+            out += ["", note]
         d = plan.designs[0]
         out += ["", "## Design 1", ""]
         for w in d.workloads:
@@ -50,6 +54,9 @@ def render(plan: Plan) -> str:
                     f"- **{w.workload}** ({w.model}): {layout(w)}, {seconds(w.time_to_train_s)} "
                     f"(deadline {seconds(w.deadline_s)}), MFU {w.mfu:.0%}"
                 )
+        if d.odds:
+            out += ["", "Chance of meeting each target (the model's measured error, `catalog/model_error.yaml`):", ""]
+            out += [f"- {odds.sentence(o)}" for o in d.odds]
         out += [
             "",
             "| kind | what | units | GPUs | buy | $/h | capital | monthly |",

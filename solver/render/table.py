@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
+from clusterplan.render import odds
 from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
 
 
@@ -34,7 +35,7 @@ def render(plan: Plan, console: Console) -> None:
 
 def _designs(plan: Plan, console: Console) -> None:
     t = Table(title="Designs, best first", title_justify="left", show_lines=True)
-    for col in ("#", "GPUs", "layout", "capital", "monthly", "total", "$/M tok", "headroom"):
+    for col in ("#", "GPUs", "layout", "capital", "monthly", "total", "$/M tok", "headroom", "within model error"):
         t.add_column(col, overflow="fold")
     for d in plan.designs:
         heads = [f"{w.workload} {w.headroom_pct:+.0f}%" for w in d.workloads if isinstance(w, ServingPlan)]
@@ -47,8 +48,12 @@ def _designs(plan: Plan, console: Console) -> None:
             usd(d.costs.total_usd),
             usd(d.costs.usd_per_million_output_tokens),
             "\n".join(heads) or "-",
+            escape(odds.cell(d)),
         )
     console.print(t)
+    note = odds.confidence_note(plan.confidence)
+    if note:
+        console.print(note, markup=False)
 
 
 def _detail(d: Design, console: Console) -> None:
@@ -104,6 +109,10 @@ def _detail(d: Design, console: Console) -> None:
             escape(x.purpose),
         )
     console.print(h)
+    if d.odds:
+        console.print("Chance of meeting each target (the model's measured error, catalog/model_error.yaml):")
+        for o in d.odds:
+            console.print(f"  - {odds.sentence(o)}", markup=False)
     c = d.costs
     console.print(
         f"cost: capital {usd(c.capital_usd)}, monthly {usd(c.monthly_usd)}, one-off {usd(c.one_off_usd)}, "
