@@ -98,6 +98,14 @@ def assemble(
             f"'{ax.target.field}={spec}' --steps 10"
             + (f" --objective {sweep_objective}" if sweep_objective != "min_cost" else "")
         )
+    risk = None
+    if design is not None:
+        from clusterplan.review.risk import risk_section
+
+        try:
+            risk = risk_section(plan, catalog, base, solver)
+        except ClusterplanError as exc:
+            warnings.append(f"risk section left out: {exc.message}")
     horizon = resolved.requirement.budget.horizon
     classes = sorted({catalog.gpu(g).gpu_class for g in design.gpus_by_type}) if design is not None else []
     catalogs = [UserCatalog(path=str(p), sha256=_sha256(p)) for p in catalog_paths]
@@ -134,4 +142,5 @@ def assemble(
             num_workers=solver.num_workers,
         ),
         warnings=warnings,
+        risk=risk,
     )

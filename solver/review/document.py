@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clusterplan.plan import Design, ServingPlan, TrainingPlan
+from clusterplan.render import odds as odds_words
 from clusterplan.render.fmt import group_layout, layout, margin, seconds, usd
-from clusterplan.review.records import ReviewReport
+from clusterplan.review.records import ReviewReport, Risk
 from clusterplan.whatif.sweep import format_value
 
 
@@ -149,6 +150,98 @@ def _recommendation(d: Design, doc: Document) -> None:
             ["kind", "what", "units", "GPUs", "buy", "$/h", "capital", "monthly", "for"],
             hw,
             numeric=frozenset({2, 3, 4, 5, 6, 7}),
+        )
+    )
+
+
+def _price(x: float, unit: str) -> str:
+    return f"{usd(x)}/h" if unit == "USD/h" else f"{usd(x)} per GPU"
+
+
+def _risk(r: Risk, doc: Document) -> None:
+    doc.add(Heading(2, "Risks"))
+    doc.add(Heading(3, "Single points of failure"))
+    if r.single_points:
+        doc.add(
+            Bullets(
+                [
+                    [
+                        Strong(p.workload),
+                        f": {p.replicas} replica{'s' if p.replicas != 1 else ''}, {p.spares} spare; losing the "
+                        f"largest leaves {p.capacity_after_loss_pct:,.0f}% of peak demand"
+                        + (" (the service stops)" if p.capacity_after_loss_pct <= 0 else ""),
+                    ]
+                    for p in r.single_points
+                ]
+            )
+        )
+    else:
+        doc.add(Paragraph(["Every serving workload has more than one replica and a spare."]))
+    doc.add(Heading(3, "Prices that decide the choice"))
+    if r.price_gap_usd is None:
+        doc.add(Paragraph(["Only one design was found: no price comparison."], role="note"))
+    elif not r.prices:
+        doc.add(Paragraph(["Design 1 and design 2 depend on the same prices alike."], role="note"))
+    else:
+        rows: list[list[Inline]] = []
+        for p in r.prices:
+            check = "-"
+            if p.resolved:
+                check = f"re-solved: {p.design_after or 'no design'}" + ("" if p.changed else " (design 1 unchanged)")
+            rows.append(
+                [
+                    p.what, _price(p.value_usd, p.unit), "yes" if p.provisional else "", p.as_of,
+                    _price(p.switch_usd, p.unit), f"{p.change_pct:+.1f}%", check,
+                ]
+            )  # fmt: skip
+        doc.add(
+            Table(
+                ["price", "catalog", "provisional", "as of", "design 2 cheaper at", "move", "check"],
+                rows,
+                numeric=frozenset({1, 4, 5}),
+            )
+        )
+        doc.add(
+            Paragraph(
+                [
+                    f"Design 2 costs {usd(r.price_gap_usd)} more over the horizon. Each price is moved alone; the "
+                    "totals are linear in it. The purchase price nearest its switch is re-solved there."
+                ],
+                role="note",
+            )
+        )
+    doc.add(Heading(3, "Targets within the model's error"))
+    note = odds_words.confidence_note(r.confidence)
+    if note:
+        doc.add(Paragraph([note], role="note"))
+    if r.odds:
+        doc.add(Bullets([[odds_words.sentence(o)] for o in r.odds]))
+    if not r.within_error:
+        doc.add(Paragraph(["No target of design 1 lies inside the model's 80% error range."]))
+    doc.add(Heading(3, "The model's accuracy for these workloads"))
+    doc.add(
+        Table(
+            ["figure", "measurements", "median error", "bias", "80% of cases"],
+            [
+                [
+                    a.kind,
+                    str(a.cases),
+                    f"{a.median_abs_error:.1%}",
+                    f"{a.bias_pct:+.1f}%",
+                    f"{a.range_pct[0]:+.0f}% to {a.range_pct[1]:+.0f}%",
+                ]
+                for a in r.accuracy
+            ],
+            numeric=frozenset({1, 2, 3}),
+        )
+    )
+    doc.add(
+        Paragraph(
+            [
+                f"Predicted over measured, unflagged published measurements (docs/accuracy.md, as of "
+                f"{r.accuracy_as_of}); the odds above use a normal fit of the log error."
+            ],
+            role="note",
         )
     )
 
@@ -322,6 +415,9 @@ def build(report: ReviewReport, images: set[str]) -> Document:
         )  # fmt: skip
         periods = sorted({f"{r.workload}: {r.period}" for r in report.rent_buy})
         doc.add(Paragraph([f"Totals {'; '.join(periods)}. {report.rent_buy_note}."], role="note"))
+
+    if report.risk is not None:
+        _risk(report.risk, doc)
 
     doc.add(Heading(2, "Assumptions"))
     doc.add(Heading(3, "Efficiency factors and defaults"))

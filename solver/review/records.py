@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from clusterplan.plan import Plan
+from clusterplan.plan import Plan, TargetOdds
 from clusterplan.whatif.sweep import (
     SweepResult,
 )
@@ -101,6 +101,54 @@ class Reproduce(Out):
     num_workers: int
 
 
+class SinglePoint(Out):
+    """A serving workload a single failure would hurt: one replica, or no spare (N+0)."""
+
+    workload: str
+    replicas: int
+    spares: int = Field(description="redundancy the requirement asked for (N+k)")
+    capacity_after_loss_pct: float = Field(description="capacity with its largest replica lost, % of peak demand")
+
+
+class PriceRisk(Out):
+    """A price design 1 depends on, and how far it must move before design 2 costs less."""
+
+    what: str = Field(description="'purchase price <gpu>' or 'instance <provider:id>'")
+    gpu: str
+    value_usd: float = Field(description="the catalog figure: USD per GPU (purchase) or USD/h (instance)")
+    unit: str
+    provisional: bool
+    as_of: str
+    switch_usd: float = Field(description="the figure at which design 2 costs as much as design 1")
+    change_pct: float = Field(description="switch over the catalog figure minus 1, %")
+    resolved: bool = Field(description="re-solved at the switch figure (what-if machinery), not only estimated")
+    design_after: str | None = Field(None, description="the optimal design just past the switch, when re-solved")
+    changed: bool | None = Field(None, description="the re-solved optimum differs from design 1")
+
+
+class AccuracyRow(Out):
+    """The model's measured error for one kind of figure a workload of this plan depends on."""
+
+    kind: str
+    cases: int
+    median_abs_error: float = Field(description="fraction")
+    bias_pct: float = Field(description="exp(mean ln(predicted / measured)) - 1, %: > 0 over-predicts")
+    range_pct: tuple[float, float] = Field(description="80% range of predicted / measured - 1, %")
+
+
+class Risk(Out):
+    """The review's risk section."""
+
+    single_points: list[SinglePoint]
+    prices: list[PriceRisk]
+    price_gap_usd: float | None = Field(description="design 2's total minus design 1's, USD (None: one design)")
+    within_error: list[TargetOdds] = Field(description="design 1's targets inside the model's error")
+    odds: list[TargetOdds] = Field(description="design 1's chance of meeting each target")
+    accuracy: list[AccuracyRow]
+    accuracy_as_of: str
+    confidence: float | None
+
+
 class ReviewReport(Out):
     title: str = Field(description="the requirement's name")
     status: str
@@ -118,3 +166,4 @@ class ReviewReport(Out):
     sources: list[SourceRow]
     reproduce: Reproduce
     warnings: list[str] = Field(default_factory=list, description="parts that could not be computed, and why")
+    risk: Risk | None = Field(None, description="what could make design 1 miss or stop being the best choice")

@@ -1,0 +1,172 @@
+"""The review's risk section: what could make design 1 miss its targets or stop being the best choice.
+
+* single points of failure: serving workloads with one replica or no spare (N+0), and what is left of the
+  capacity when the largest replica fails;
+* prices that decide the choice: each catalog price design 1 (or design 2) depends on, and how far it must
+  move before design 2 costs less (linear in the price: the totals are); the purchase price closest to
+  switching is re-solved at that figure with the what-if machinery (two solves) to confirm;
+* the targets design 1 meets only inside the model's error, and its chance of meeting each
+  (:mod:`clusterplan.design.uncertainty`);
+* the model's measured accuracy for the kinds of figure the plan's workloads depend on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from clusterplan.design.uncertainty import INTERVAL, ErrorKind, error_quantile, model_error
+from clusterplan.plan import Design, Plan, ServingPlan
+from clusterplan.review.records import AccuracyRow, PriceRisk, Risk, SinglePoint
+from clusterplan.units import HOURS_PER_MONTH
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.planner.solve import SolverSettings
+    from clusterplan.whatif.points import Base
+
+SWITCH_OVERSHOOT = 1.01  # re-solve 1% past the estimated switch figure, so a tie does not hide the change
+
+
+def single_points(d: Design) -> list[SinglePoint]:
+    out: list[SinglePoint] = []
+    for w in d.workloads:
+        if not isinstance(w, ServingPlan) or not w.groups:
+            continue
+        replicas = sum(g.replicas for g in w.groups)
+        if replicas > 1 and w.redundancy > 0:
+            continue
+        per = [(g.rate_rps if w.capacity_rps > 0 else g.rate_no_targets_rps) for g in w.groups]
+        cap = w.capacity_rps if w.capacity_rps > 0 else w.capacity_no_targets_rps
+        left = cap - max(per)
+        pct = 100.0 * left / w.demand_rps if w.demand_rps > 0 else 0.0
+        out.append(
+            SinglePoint(workload=w.workload, replicas=replicas, spares=w.redundancy, capacity_after_loss_pct=pct)
+        )
+    return out
+
+
+def _exposure(d: Design, horizon_months: float) -> dict[tuple[str, str], float]:
+    """(kind, key) -> how much the design's total grows per USD of that price: GPUs bought (purchase price),
+    instance-hours over the horizon (a serving instance's $/h)."""
+    out: dict[tuple[str, str], float] = {}
+    for h in d.hardware:
+        if h.kind == "owned" and h.bought:
+            key = ("purchase", h.gpu)
+            out[key] = out.get(key, 0.0) + h.bought * h.gpus_per_unit
+        elif h.kind == "cloud" and h.purpose == "serving":
+            key = ("instance", h.offering.removeprefix("cloud:"))
+            out[key] = out.get(key, 0.0) + h.units * HOURS_PER_MONTH * horizon_months
+    return out
+
+
+def price_risks(plan: Plan, catalog: Catalog) -> tuple[list[PriceRisk], float | None]:
+    """Each price whose move would make design 2 the cheaper one, nearest first (linear estimate)."""
+    if len(plan.designs) < 2:
+        return [], None
+    d1, d2 = plan.designs[0], plan.designs[1]
+    horizon = d1.costs.horizon_months
+    gap = d2.costs.total_usd - d1.costs.total_usd
+    e1, e2 = _exposure(d1, horizon), _exposure(d2, horizon)
+    out: list[PriceRisk] = []
+    for kind, key in sorted(set(e1) | set(e2)):
+        net = e1.get((kind, key), 0.0) - e2.get((kind, key), 0.0)
+        if net == 0:
+            continue
+        if kind == "purchase":
+            g = catalog.gpu(key)
+            if g.price is None:
+                continue
+            value, unit, prov, as_of, gpu = g.price.usd, "USD per GPU", g.price.provisional, g.price.as_of, g.id
+            what = f"purchase price {g.name}"
+        else:
+            inst = catalog.instance(key)
+            value, unit, prov, as_of, gpu = (
+                inst.on_demand_usd_per_hour,
+                "USD/h",
+                inst.provisional,
+                inst.as_of,
+                inst.gpu_id,
+            )
+            what = f"instance {inst.key}"
+        switch = value + gap / net  # totals are linear in each price: d1 + net x change = d2
+        if switch <= 0:
+            continue
+        out.append(
+            PriceRisk(
+                what=what, gpu=gpu, value_usd=value, unit=unit, provisional=prov, as_of=str(as_of),
+                switch_usd=switch, change_pct=(switch / value - 1.0) * 100.0, resolved=False,
+            )
+        )  # fmt: skip
+    out.sort(key=lambda r: abs(r.change_pct))
+    return out, gap
+
+
+def confirm(risk: PriceRisk, base: Base, settings: SolverSettings) -> PriceRisk:
+    """Re-solve at the catalog price and just past the switch figure (``gpu_price.<gpu>``, two solves)."""
+    from clusterplan.whatif.sweep import run_sweep
+    from clusterplan.whatif.vary import make_axis
+
+    past = risk.value_usd + (risk.switch_usd - risk.value_usd) * SWITCH_OVERSHOOT
+    axis = make_axis(
+        f"gpu_price.{risk.gpu}={risk.value_usd:.2f},{past:.2f}", base.data, base.catalog, steps=2, log=False
+    )
+    rows = run_sweep(base, [axis], solver=settings).rows
+    if len(rows) != 2:
+        return risk
+    before, after = rows
+    return risk.model_copy(
+        update={
+            "resolved": True,
+            "design_after": after.design,
+            "changed": (after.shape, after.design) != (before.shape, before.design),
+        }
+    )
+
+
+ACCURACY_KINDS: dict[str, tuple[ErrorKind, ...]] = {
+    "serving": ("serving_throughput", "latency", "memory"),
+    "training": ("training_throughput", "memory"),
+    "finetune": ("training_throughput", "memory"),
+}
+
+
+def accuracy_rows(plan: Plan) -> list[AccuracyRow]:
+    e = model_error()
+    kinds: list[ErrorKind] = []
+    for w in plan.designs[0].workloads if plan.designs else []:
+        for k in ACCURACY_KINDS[w.kind]:
+            if k not in kinds and k in e.kinds:
+                kinds.append(k)
+    out: list[AccuracyRow] = []
+    for k in kinds:
+        ke = e.kinds[k]
+        lo, hi = (math.exp(error_quantile(ke, q)) - 1.0 for q in INTERVAL)
+        out.append(
+            AccuracyRow(
+                kind=k.replace("_", " "), cases=ke.cases, median_abs_error=ke.median_abs_error,
+                bias_pct=(math.exp(ke.bias) - 1.0) * 100.0, range_pct=(lo * 100.0, hi * 100.0),
+            )
+        )  # fmt: skip
+    return out
+
+
+def risk_section(plan: Plan, catalog: Catalog, base: Base | None, settings: SolverSettings) -> Risk | None:
+    """The risk section of a plan with a design (None without one)."""
+    if not plan.designs:
+        return None
+    d = plan.designs[0]
+    prices, gap = price_risks(plan, catalog)
+    first = next((i for i, r in enumerate(prices) if r.unit == "USD per GPU"), None)
+    if first is not None and base is not None:
+        prices[first] = confirm(prices[first], base, settings)
+    return Risk(
+        single_points=single_points(d),
+        prices=prices,
+        price_gap_usd=gap,
+        within_error=[o for o in d.odds if o.within_error],
+        odds=list(d.odds),
+        accuracy=accuracy_rows(plan),
+        accuracy_as_of=model_error().as_of,
+        confidence=plan.confidence,
+    )
