@@ -1,0 +1,263 @@
+"""Stated uncertainty: the model's measured error as data, each design's odds, ``confidence:`` and the risk section.
+
+* ``catalog/model_error.yaml`` is what ``bench/accuracy.py --write-errors`` computes from today's rows;
+* the odds and the derating factors against hand-computed normal quantiles;
+* unset ``confidence`` derates nothing; ``confidence: 0.9`` changes the 13B example's plan to one that meets its
+  deadline with at least that chance, and the checker still passes it;
+* designs inside the model's error are flagged in the table, the Markdown and the JSON;
+* the review's risk section: single points of failure, the prices that decide design 1, accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from clusterplan.design import evaluate
+from clusterplan.design.uncertainty import (
+    NO_DERATE,
+    KindError,
+    chance_at_least,
+    chance_at_most,
+    chance_time_at_most,
+    derate_for,
+    interval,
+    model_error,
+)
+from conftest import ROOT, example, plan_file, run_cli
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.plan import Plan
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import accuracy
+
+THIRTEEN_B = example("13b-train-then-serve")
+Z90 = NormalDist().inv_cdf(0.9)  # 1.2816
+K = KindError(cases=10, bias=0.05, spread=0.1, median_abs_error=0.05, quantiles={}, rows=[])
+
+
+def _with_confidence(tmp_path: Path, source: Path, confidence: float) -> Path:
+    doc = yaml.safe_load(source.read_text(encoding="utf-8"))
+    doc["confidence"] = confidence
+    out = tmp_path / f"{source.stem}-c{confidence}.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The data
+# ------------------------------------------------------------------------------------------------
+
+
+def test_shipped_error_table_is_what_the_bench_computes() -> None:
+    shipped = yaml.safe_load((ROOT / "catalog" / "model_error.yaml").read_text(encoding="utf-8"))["model_error"]
+    assert shipped == accuracy.error_table(accuracy.evaluate(), shipped["as_of"]), (
+        "rerun: python bench/accuracy.py --write-errors"
+    )
+    e = model_error()
+    assert set(e.kinds) == {"serving_throughput", "latency", "training_throughput", "memory"}
+    for k in e.kinds.values():
+        assert k.cases == len(k.rows) and k.spread > 0
+        assert k.quantiles["p10"] <= k.quantiles["p50"] <= k.quantiles["p90"]
+
+
+def test_write_errors_writes_a_dated_file(tmp_path: Path) -> None:
+    out = tmp_path / "errors.yaml"
+    assert accuracy.main(["--write-errors", str(out), "--as-of", "2026-01-02"]) == 0
+    data = yaml.safe_load(out.read_text(encoding="utf-8"))["model_error"]
+    assert data["as_of"] == "2026-01-02"
+    assert data["kinds"]["training_throughput"]["rows"]  # the rows it came from
+
+
+# ------------------------------------------------------------------------------------------------
+# Formulas
+# ------------------------------------------------------------------------------------------------
+
+
+def test_odds_by_hand() -> None:
+    # A rate exactly at the need: P(e <= 0) = Phi(-bias / spread) = Phi(-0.5) = 0.3085.
+    assert chance_at_least(10.0, 10.0, K) == pytest.approx(0.308538, abs=1e-6)
+    # A latency at its target: P(e >= 0) = Phi(0.5) = 0.6915 (the model over-predicts: truth is faster).
+    assert chance_at_most(2.0, 2.0, K) == pytest.approx(0.691462, abs=1e-6)
+    # A time to train 10% under its deadline: Phi((ln(1/0.9) - 0.05) / 0.1) = Phi(0.5536) = 0.7101.
+    assert chance_time_at_most(0.9, 1.0, K) == pytest.approx(NormalDist().cdf((math.log(1 / 0.9) - 0.05) / 0.1))
+    assert chance_at_most(math.inf, 1.0, K) == 0.0
+    lo, hi = interval(100.0, K)  # true rate: 100 x exp(-(0.05 +- 0.1 x 1.2816))
+    assert (lo, hi) == pytest.approx((100 * math.exp(-0.05 - 0.1 * Z90), 100 * math.exp(-0.05 + 0.1 * Z90)))
+    lo_t, hi_t = interval(100.0, K, inverse=True)
+    assert (lo_t, hi_t) == pytest.approx((100 * math.exp(0.05 - 0.1 * Z90), 100 * math.exp(0.05 + 0.1 * Z90)))
+
+
+def test_derating_factors_by_hand() -> None:
+    assert derate_for(None) is NO_DERATE and not NO_DERATE.active
+    e = model_error()
+    d = derate_for(0.9)
+    s, lat, t = e.kinds["serving_throughput"], e.kinds["latency"], e.kinds["training_throughput"]
+    assert d.rate_factor == pytest.approx(math.exp(-(s.bias + s.spread * Z90)))
+    assert d.latency_factor == pytest.approx(math.exp(-(lat.bias - lat.spread * Z90)))
+    assert d.time_factor == pytest.approx(math.exp(t.bias + t.spread * Z90))
+    assert d.rate_factor < 1 < d.latency_factor and d.time_factor > 1
+    # At 0.5 the serving model under-predicts on average (bias < 0): the factor is held at 1, never loosened.
+    assert s.bias < 0 and derate_for(0.5).rate_factor == 1.0
+
+
+def test_serving_rates_are_derated_in_one_place(catalog: Catalog) -> None:
+    from clusterplan.requirement.schema import ServingWorkload
+
+    w = ServingWorkload(kind="serving", requests_per_min=600, p95_latency=8.0)
+    arch, spec = catalog.model("llama-2-13b"), catalog.gpu("h100-sxm")
+    from clusterplan.physics.factors import Assumptions
+
+    a = Assumptions()
+    point = {"tp": 1, "pp": 1, "quant": "fp8", "kv_precision": "fp8", "assumptions": a}
+    batch = evaluate.serving_batch(evaluate.max_batch(arch, spec, w, **point))  # type: ignore[arg-type]
+    est = evaluate.serving_estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
+    plain = evaluate.serving_rates(est, w, a)
+    d = derate_for(0.9)
+    held = evaluate.serving_rates(est, w, a, d)
+    assert held.rate_no_targets_rps == pytest.approx(plain.rate_no_targets_rps * d.rate_factor)
+    assert 0 < held.rate_rps < plain.rate_rps
+    assert held.rated.p95_e2e_s <= 8.0 * (1 + 1e-9)  # the derated p95 still meets the target
+
+
+# ------------------------------------------------------------------------------------------------
+# Plans
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory, catalog: Catalog) -> dict[str, Any]:
+    held = _with_confidence(tmp_path_factory.mktemp("conf"), THIRTEEN_B, 0.9)
+    return {
+        "default": plan_file(THIRTEEN_B, catalog, top=2, explain=False),
+        "held": plan_file(held, catalog, top=2, explain=False),
+        "held_path": held,
+    }
+
+
+def _deadline_odds(plan: Plan) -> Any:
+    return next(o for o in plan.designs[0].odds if o.figure == "time_to_train")
+
+
+def test_default_plan_states_its_odds_and_flags_the_deadline(plans: dict[str, Any]) -> None:
+    plan = plans["default"]
+    assert plan.confidence is None
+    odds = _deadline_odds(plan)
+    d1 = plan.designs[0]
+    train = next(w for w in d1.workloads if w.kind == "training")
+    assert odds.predicted == pytest.approx(train.time_to_train_s)  # nothing derated
+    assert odds.target == train.deadline_s
+    assert 0.5 < odds.probability < 0.9 and odds.within_error  # 56.7 of 60 days: inside the model's error
+    figures = {(o.workload, o.figure) for o in d1.odds}
+    assert figures == {("pretrain", "time_to_train"), ("product", "throughput"), ("product", "p95_latency")}
+
+
+def test_confidence_changes_the_13b_plan_and_holds_the_deadline(plans: dict[str, Any], catalog: Catalog) -> None:
+    from clusterplan.design.check import check_plan
+    from clusterplan.requirement.load import load_requirement
+
+    default, held = plans["default"], plans["held"]
+    assert held.confidence == 0.9
+    assert held.designs[0].signature != default.designs[0].signature
+    assert held.designs[0].costs.total_usd > default.designs[0].costs.total_usd
+    odds = _deadline_odds(held)
+    assert odds.probability >= 0.9 - 1e-9 and not odds.within_error
+    train = next(w for w in held.designs[0].workloads if w.kind == "training")
+    d = derate_for(0.9)
+    assert train.time_to_train_s == pytest.approx(odds.predicted * d.time_factor)  # planned at the 0.9 quantile
+    assert train.deadline_s is not None and train.time_to_train_s <= train.deadline_s
+    resolved = load_requirement(plans["held_path"], catalog)
+    for design in held.designs:
+        assert check_plan(design, resolved, catalog) == []
+
+
+def test_the_plan_lists_the_derating_it_applied(tmp_path: Path) -> None:
+    result = run_cli("solve", str(_with_confidence(tmp_path, THIRTEEN_B, 0.9)), "--json", "--top", "1")
+    assert result.exit_code == 0, result.stdout
+    plan = json.loads(result.stdout)
+    assert plan["confidence"] == 0.9
+    assert any(a.startswith("confidence = 0.9: serving rates x0.9") for a in plan["explanation"]["assumptions"])
+    assert plan["designs"][0]["odds"]
+
+
+@pytest.mark.parametrize("bad", [1.5, 0.2, "high"])
+def test_confidence_out_of_range_is_a_located_error(tmp_path: Path, bad: Any) -> None:
+    doc = yaml.safe_load(THIRTEEN_B.read_text(encoding="utf-8"))
+    doc["confidence"] = bad
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    result = run_cli("solve", str(f))
+    assert result.exit_code == 2
+    assert "confidence" in result.output and "Traceback" not in result.output
+
+
+def test_designs_within_the_model_error_are_flagged_in_every_format() -> None:
+    table = run_cli("solve", str(THIRTEEN_B), "--top", "2")
+    assert table.exit_code == 0
+    assert "within model error" in table.stdout and "pretrain: deadline" in table.stdout
+    md = run_cli("solve", str(THIRTEEN_B), "--top", "2", "--markdown")
+    assert "| within model error |" in md.stdout
+    assert "pretrain: deadline 58%" in md.stdout
+    assert "chance to meet; within the model's error" in md.stdout
+    js = json.loads(run_cli("solve", str(THIRTEEN_B), "--top", "2", "--json").stdout)
+    assert any(o["within_error"] for o in js["designs"][0]["odds"])
+
+
+# ------------------------------------------------------------------------------------------------
+# The review's risk section
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def review() -> Any:
+    from clusterplan.review.assemble import assemble
+
+    return assemble(THIRTEEN_B, whatif="none", top=2)
+
+
+def test_risk_section_data(review: Any) -> None:
+    risk = review.risk
+    assert risk is not None
+    # 4 H100 replicas with no spare: losing one leaves about three quarters of peak demand.
+    (sp,) = risk.single_points
+    assert sp.workload == "product" and sp.spares == 0 and 50 < sp.capacity_after_loss_pct < 100
+    d1, d2 = review.plan.designs[:2]
+    assert risk.price_gap_usd == pytest.approx(d2.costs.total_usd - d1.costs.total_usd)
+    assert risk.prices
+    first = next(p for p in risk.prices if p.unit == "USD per GPU")
+    assert first.resolved and first.changed  # re-solved just past the switch: design 1 is no longer the optimum
+    assert any(o.figure == "time_to_train" for o in risk.within_error)
+    assert {a.kind for a in risk.accuracy} >= {"training throughput", "serving throughput", "latency"}
+
+
+def test_price_switch_is_where_the_totals_cross(review: Any) -> None:
+    """The switch figure makes design 1's total equal design 2's (the totals are linear in each price)."""
+    d1, d2 = review.plan.designs[:2]
+    for p in review.risk.prices:
+        if p.unit != "USD per GPU":
+            continue
+        n1 = sum(h.bought * h.gpus_per_unit for h in d1.hardware if h.kind == "owned" and h.gpu == p.gpu)
+        n2 = sum(h.bought * h.gpus_per_unit for h in d2.hardware if h.kind == "owned" and h.gpu == p.gpu)
+        change = p.switch_usd - p.value_usd
+        assert d1.costs.total_usd + n1 * change == pytest.approx(d2.costs.total_usd + n2 * change)
+
+
+def test_risk_section_is_in_the_document(review: Any) -> None:
+    from clusterplan.review import document
+
+    doc = document.build(review, set())
+    headings = [b.text for b in doc.blocks if isinstance(b, document.Heading)]
+    for h in ("Risks", "Single points of failure", "Prices that decide the choice", "Targets within the model's error"):
+        assert h in headings
+    assert headings.index("Risks") < headings.index("Assumptions")
