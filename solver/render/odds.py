@@ -48,7 +48,7 @@ def confidence_note(confidence: float | None) -> str | None:
     if confidence is None:
         return None
     return (
-        f"Planned at confidence {confidence:g}: rates, p95 latencies and times to train were derated by the "
-        "model's measured error so that each target holds with that probability; the odds below start from "
-        "the point predictions."
+        f"Planned at confidence {confidence:g}: rates, p95 latencies and times to train are derated by the "
+        "model's measured error so that each target holds with that probability (the chances shown start from "
+        "the point predictions)."
     )

@@ -18,6 +18,9 @@ def render(plan: Plan) -> str:
     if s.gap is not None and s.status == "feasible":
         line += f"; time limit hit, gap {s.gap:.2%}"
     out += [line + ").", ""]
+    note = odds.confidence_note(plan.confidence)
+    if note:
+        out += [note, ""]
     if plan.designs:
         out += [
             "## Designs, best first",
@@ -32,9 +35,6 @@ def render(plan: Plan) -> str:
                 f"{usd(d.costs.monthly_usd)} | {usd(d.costs.total_usd)} | "
                 f"{usd(d.costs.usd_per_million_output_tokens)} | {_cell(odds.cell(d))} |"
             )
-        note = odds.confidence_note(plan.confidence)
-        if note:
-            out += ["", note]
         d = plan.designs[0]
         out += ["", "## Design 1", ""]
         for w in d.workloads:

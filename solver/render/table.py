@@ -18,6 +18,9 @@ def render(plan: Plan, console: Console) -> None:
     if s.status == "feasible" and s.gap is not None:
         head += f"  (time limit: best bound {s.best_bound:,.0f}, gap {s.gap:.2%})"
     p(head)
+    note = odds.confidence_note(plan.confidence)
+    if note:
+        console.print(note, markup=False)
     if plan.designs:
         _designs(plan, console)
         _detail(plan.designs[0], console)
@@ -51,9 +54,6 @@ def _designs(plan: Plan, console: Console) -> None:
             escape(odds.cell(d)),
         )
     console.print(t)
-    note = odds.confidence_note(plan.confidence)
-    if note:
-        console.print(note, markup=False)
 
 
 def _detail(d: Design, console: Console) -> None:
