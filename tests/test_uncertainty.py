@@ -261,3 +261,6 @@ def test_risk_section_is_in_the_document(review: Any) -> None:
     for h in ("Risks", "Single points of failure", "Prices that decide the choice", "Targets within the model's error"):
         assert h in headings
     assert headings.index("Risks") < headings.index("Assumptions")
+    (alternatives,) = [b for b in doc.blocks if isinstance(b, document.Table) and "$/M tok" in b.header]
+    flags = alternatives.rows[0][alternatives.header.index("within model error")]
+    assert isinstance(flags, str) and "pretrain: deadline" in flags

@@ -290,12 +290,13 @@ def build(report: ReviewReport, images: set[str]) -> Document:
                 usd(x.costs.monthly_usd),
                 usd(x.costs.total_usd),
                 usd(x.costs.usd_per_million_output_tokens),
+                "; ".join(odds_words.short(o) for o in odds_words.flagged(x)) or "-",
             ]
             for x in plan.designs
         ]
         doc.add(
             Table(
-                ["#", "GPUs", "layout", "capital", "monthly", "total", "$/M tok"],
+                ["#", "GPUs", "layout", "capital", "monthly", "total", "$/M tok", "within model error"],
                 alt,
                 numeric=frozenset({0, 3, 4, 5, 6}),
                 strong_rows=frozenset({0}),
