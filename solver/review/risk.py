@@ -16,6 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 from clusterplan.design.uncertainty import INTERVAL, ErrorKind, error_quantile, model_error
+from clusterplan.errors import ClusterplanError
 from clusterplan.plan import Design, Plan, ServingPlan
 from clusterplan.review.records import AccuracyRow, PriceRisk, Risk, SinglePoint
 from clusterplan.units import HOURS_PER_MONTH
@@ -159,7 +160,10 @@ def risk_section(plan: Plan, catalog: Catalog, base: Base | None, settings: Solv
     prices, gap = price_risks(plan, catalog)
     first = next((i for i, r in enumerate(prices) if r.unit == "USD per GPU"), None)
     if first is not None and base is not None:
-        prices[first] = confirm(prices[first], base, settings)
+        try:
+            prices[first] = confirm(prices[first], base, settings)
+        except ClusterplanError:
+            pass  # the what-if point could not be planned: the linear estimate stands, marked not re-solved
     return Risk(
         single_points=single_points(d),
         prices=prices,
