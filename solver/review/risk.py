@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING
 
@@ -160,10 +161,9 @@ def risk_section(plan: Plan, catalog: Catalog, base: Base | None, settings: Solv
     prices, gap = price_risks(plan, catalog)
     first = next((i for i, r in enumerate(prices) if r.unit == "USD per GPU"), None)
     if first is not None and base is not None:
-        try:
+        # A what-if point that cannot be planned leaves the linear estimate, marked not re-solved.
+        with contextlib.suppress(ClusterplanError):
             prices[first] = confirm(prices[first], base, settings)
-        except ClusterplanError:
-            pass  # the what-if point could not be planned: the linear estimate stands, marked not re-solved
     return Risk(
         single_points=single_points(d),
         prices=prices,
