@@ -265,3 +265,17 @@ def test_risk_section_is_in_the_document(review: Any) -> None:
     (alternatives,) = [b for b in doc.blocks if isinstance(b, document.Table) and "$/M tok" in b.header]
     flags = alternatives.rows[0][alternatives.header.index("within model error")]
     assert isinstance(flags, str) and "pretrain: deadline" in flags
+
+
+def test_one_replica_is_a_single_point_and_a_spare_is_not(review: Any) -> None:
+    from clusterplan.plan import ServingPlan
+    from clusterplan.review.risk import single_points
+
+    d1 = review.plan.designs[0]
+    w = next(x for x in d1.workloads if isinstance(x, ServingPlan))
+    g = w.groups[0]
+    one = w.model_copy(update={"groups": [g.model_copy(update={"replicas": 1})], "capacity_rps": g.rate_rps})
+    (sp,) = single_points(d1.model_copy(update={"workloads": [one]}))
+    assert sp.replicas == 1 and sp.capacity_after_loss_pct == 0.0
+    spare = w.model_copy(update={"redundancy": 1})
+    assert single_points(d1.model_copy(update={"workloads": [spare]})) == []

@@ -24,6 +24,7 @@ from clusterplan.units import HOURS_PER_MONTH
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import Provenance
     from clusterplan.planner.solve import SolverSettings
     from clusterplan.whatif.points import Base
 
@@ -62,6 +63,11 @@ def _exposure(d: Design, horizon_months: float) -> dict[tuple[str, str], float]:
     return out
 
 
+def _provisional(row: Provenance, field: str) -> bool:
+    """The row marks ``field`` recalled or derived (all its fields, or this one by name)."""
+    return row.provisional and (not row.provisional_fields or field in row.provisional_fields)
+
+
 def price_risks(plan: Plan, catalog: Catalog) -> tuple[list[PriceRisk], float | None]:
     """Each price whose move would make design 2 the cheaper one, nearest first (linear estimate)."""
     if len(plan.designs) < 2:
@@ -79,7 +85,13 @@ def price_risks(plan: Plan, catalog: Catalog) -> tuple[list[PriceRisk], float | 
             g = catalog.gpu(key)
             if g.price is None:
                 continue
-            value, unit, prov, as_of, gpu = g.price.usd, "USD per GPU", g.price.provisional, g.price.as_of, g.id
+            value, unit, prov, as_of, gpu = (
+                g.price.usd,
+                "USD per GPU",
+                _provisional(g.price, "usd"),
+                g.price.as_of,
+                g.id,
+            )
             what = f"purchase price {g.name}"
         else:
             inst = catalog.instance(key)
