@@ -58,7 +58,6 @@ def build_candidates(resolved: ResolvedRequirement, catalog: Catalog, *, keep_la
         name=req.name,
         assumptions_used=tuple(assumption_lines(req.assumptions) + confidence_lines(derate)),
         notes=tuple(notes),
-        confidence=req.confidence,
     )
 
 

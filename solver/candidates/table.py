@@ -312,7 +312,6 @@ class CandidateTable:
     name: str = "requirement"
     assumptions_used: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    confidence: float | None = None  # the requirement's: rows are derated to it (design/uncertainty.py)
 
     def offerings_of(self, gpu_id: str, kind: OfferingKind | None = None) -> list[Offering]:
         return [o for o in self.offerings if o.gpu_id == gpu_id and (kind is None or o.kind == kind)]
