@@ -19,6 +19,7 @@ from clusterplan.physics.reasons import (
     ModelDoesNotFit,
     NoLayoutFits,
     NoTensorThroughput,
+    NoFabric,
     NotObtainable,
     PpExceedsLayers,
     QloraUnsupported,
@@ -28,6 +29,7 @@ from clusterplan.physics.reasons import (
     TpExceedsScaleUpDomain,
     TpNeedsNvlink,
     TpSplitsAttentionHeads,
+    TierNotAllowed,
     TpSplitsKvHeads,
     TrainingDoesNotFit,
     WeightsDoNotFit,
@@ -111,6 +113,13 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             )
         case NotObtainable():
             return r.gpu, "no cloud instance in the allowed clouds and regions, and no purchase price in the catalog"
+        case TierNotAllowed():
+            return r.offer, f"a {r.tier} offer; add {r.tier} to constraints.provider_tiers to plan it"
+        case NoFabric():
+            return r.offer, (
+                f"no fabric (InfiniBand, RoCE or EFA) between instances: not used for training across {r.instances} "
+                "or more of them"
+            )
         case Stated():
             return None, r.text
     raise TypeError(f"no wording for reason {r.code.value} ({type(r).__name__})")
