@@ -174,6 +174,9 @@ PRICES = st.one_of(st.floats(0.01, 200).map(_g), st.just(1e-6))
 SOURCE = {"source": "https://example.invalid/quote", "as_of": "2026-11"}
 
 
+ACME_PROVIDER = {"id": "acme", "name": "ACME", "tier": "gpu_cloud", "interconnect": "none", **SOURCE}
+
+
 def _new_gpu_row(price_usd: float | None) -> dict[str, Any]:
     row = SHIPPED.gpu("l40s").model_dump(mode="json", exclude_none=True)
     row.update(
@@ -210,6 +213,7 @@ def _contradict(doc: dict[str, Any], how: str) -> None:
         gpu, n, link = {"too-many-gpus": ("l4", 16, "pcie"), "unknown-gpu": ("no-such-gpu", 1, "pcie")}.get(
             how, ("rtx-4090", 2, "nvlink")
         )
+        doc["providers"] = [ACME_PROVIDER]
         instances.append(
             {"provider": "acme", "id": "odd-box", "gpu_id": gpu, "gpus_per_instance": n, "gpu_link": link,
              "on_demand_usd_per_hour": 3.0, "region": "eu-west", **SOURCE}
@@ -251,6 +255,8 @@ def user_catalogs(draw: st.DrawFn) -> dict[str, Any]:
         )  # fmt: skip
     if instances:
         doc["instances"] = instances
+        if any(r["provider"] == "acme" for r in instances):  # every instance's provider is listed
+            doc["providers"] = [ACME_PROVIDER]
     if draw(st.integers(0, 3)) == 0:
         value = draw(st.sampled_from([0.05, 0.3, 0.0]))
         doc["owned"] = {"electricity_usd_per_kwh": {"value": value, "unit": "USD per kWh", **SOURCE}}
