@@ -3,8 +3,8 @@
 The shipped data lives in ``catalog/*.yaml`` (installed as package data of ``clusterplan.catalog_data``)
 and is read through :mod:`importlib.resources`, so it works from a wheel as well as from a checkout.
 User catalogs (``--catalog my-prices.yaml``) are applied on top, in the order given. A user catalog is
-one YAML mapping with any of the top-level keys ``sources``, ``gpus``, ``instances``, ``models`` and
-``owned``, each shaped like the shipped file of that name:
+one YAML mapping with any of the top-level keys ``sources``, ``gpus``, ``instances``, ``models``,
+``owned``, ``providers`` and ``quality``, each shaped like the shipped file of that name:
 
 * a row whose id is new is **added** (instances are identified by ``provider`` and ``id``);
 * a row whose id already exists must say ``override: true``; the fields it gives **replace** those
@@ -725,7 +725,13 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
         check_refs("quality", quality_id, delta)
         for i, model_id in enumerate(delta.models):
             if model_id not in tables.models:
-                report("quality", quality_id, f"quality row '{quality_id}' names model '{model_id}', which is not in the catalog", "models", i)
+                report(
+                    "quality",
+                    quality_id,
+                    f"quality row '{quality_id}' names model '{model_id}', which is not in the catalog",
+                    "models",
+                    i,
+                )
 
     if tables.owned is not None:
         owned = tables.owned

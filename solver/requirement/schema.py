@@ -40,6 +40,7 @@ def quality_class_of(precision: str) -> MaxLoss:
     p = "bf16" if precision in ("bf16", "fp16") else precision
     return next(c for c, ps in QUALITY_CLASSES.items() if p in ps)
 
+
 # Ranges of the figures a requirement gives (docs/guarantees.md sections 1 and 2). A p95 target of
 # 1e-308 s sent the conflict analysis into 39 s of search and then an OverflowError; no engine answers
 # within a millisecond, and a target of a day or more is no latency target.

@@ -44,7 +44,7 @@ def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
     quants = sorted(_quants(r.design) - (limits.quantizations or frozenset()))
     if limits.max_loss is None or not quants:  # a hand-built table: no gate, only the list
         return restores(r.fid, f"allow {', '.join(quants) or 'more precisions'} in constraints.quantizations")
-    order = list(QUALITY_CLASSES)
+    order: list[str] = list(QUALITY_CLASSES)
     needed = max((quality_class_of(q) for q in quants), key=order.index)
     if order.index(needed) <= order.index(limits.max_loss):  # the gate admits them: the list narrowed them out
         return restores(r.fid, f"allow {', '.join(quants)} in constraints.quantizations")
