@@ -105,6 +105,16 @@ def test_a_requirement_opts_in_to_marketplace_offers(catalog: Catalog) -> None:
     assert not table.offer_exclusions
 
 
+def test_naming_a_marketplace_cloud_without_opting_in_is_refused_located(catalog: Catalog) -> None:
+    text = SERVING_8B + "constraints:\n  clouds: [aws, vast]\n"
+    with pytest.raises(InputError) as info:
+        _resolved(text, catalog)
+    assert "req.yaml:" in str(info.value) and "clouds[1]" in str(info.value) and "provider_tiers" in str(info.value)
+    opted = text + "  provider_tiers: [hyperscaler, marketplace]\n"
+    assert _table(opted, catalog).offer_exclusions == ()
+    assert {o.provider for o in _table(opted, catalog).offerings if o.kind == "cloud"} == {"aws", "vast"}
+
+
 def test_the_70b_examples_cloud_designs_use_no_marketplace_offer(catalog: Catalog) -> None:
     plan = plan_file(EXAMPLES_DIR / "70b-serving.yaml", catalog, top=5, explain=False)
     cloud = [x for d in plan.designs for x in d.hardware if x.kind == "cloud"]
