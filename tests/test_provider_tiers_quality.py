@@ -21,7 +21,7 @@ from clusterplan.physics.reasons import NoFabric, TierNotAllowed
 from clusterplan.plan import Plan, ServingPlan
 from clusterplan.render import plan_markdown
 from clusterplan.requirement.load import ResolvedRequirement, load_requirement, load_requirement_text
-from conftest import EXAMPLES, EXAMPLES_DIR, plan_file
+from conftest import EXAMPLES, EXAMPLES_DIR, plan_file, run_cli
 
 SERVING_8B = """
 name: tiers
@@ -82,6 +82,15 @@ def test_quality_rows_cite_sources_and_cover_the_planned_precisions(catalog: Cat
     for precision in ("fp8", "int8", "int4"):
         assert catalog.quality_for("llama-3.1-70b", precision), precision
         assert catalog.quality_for("falcon-40b", precision), precision  # the cross-family figure
+
+
+def test_catalog_lists_providers_and_quality() -> None:
+    import json
+
+    result = run_cli("catalog", "providers")
+    assert result.exit_code == 0 and "marketplace" in result.output and "infiniband" in result.output
+    rows = json.loads(run_cli("catalog", "quality", "--json").output)
+    assert {r["precision"] for r in rows} >= {"fp8", "int8", "int4", "fp4"}
 
 
 # ------------------------------------------------------------------------------------------------
