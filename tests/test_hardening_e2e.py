@@ -162,6 +162,12 @@ def requirements(draw: st.DrawFn, new_gpu: bool) -> dict[str, Any]:
         c["pricing"] = "spot"
     if draw(st.integers(0, 3)) == 0:
         c["allow_mixed"] = True
+    if draw(st.integers(0, 3)) == 0:
+        c["provider_tiers"] = draw(
+            st.lists(st.sampled_from(["hyperscaler", "gpu_cloud", "marketplace"]), min_size=1, max_size=3, unique=True)
+        )
+    if draw(st.integers(0, 2)) == 0:
+        doc["quality"] = {"max_loss": draw(st.sampled_from(["none", "fp8_class", "int8_class", "any"]))}
     doc["constraints"] = c
     return doc
 
