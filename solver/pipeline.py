@@ -24,7 +24,15 @@ from clusterplan.explain.infeasibility import (
     unplaceable_report,
     unplaceable_workloads,
 )
-from clusterplan.plan import FamilyRef, Infeasibility, Plan, RequirementRef, SolverInfo
+from clusterplan.plan import (
+    FamilyRef,
+    Infeasibility,
+    Plan,
+    PrecisionGate,
+    QualityEvidence,
+    RequirementRef,
+    SolverInfo,
+)
 from clusterplan.planner.budget import TimeBudget
 from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.families import family
@@ -111,6 +119,7 @@ def plan_table(
             designs=[],
             explanation=None,
             infeasibility=unplaceable_report(reasons),
+            precision=precision_gates(table),
         )
     planner = Planner(table, objective=opts.objective, settings=settings, budget=budget)
     ranked = rank_designs(planner, top=opts.top)
@@ -162,7 +171,33 @@ def plan_table(
         designs=designs,
         explanation=explanation,
         infeasibility=infeasibility,
+        precision=precision_gates(table),
     )
+
+
+def precision_gates(table: CandidateTable) -> list[PrecisionGate]:
+    """The table's quality gate per serving workload, as the plan shows it."""
+    return [
+        PrecisionGate(
+            workload=g.workload,
+            max_loss=g.max_loss,
+            from_requirement=g.from_requirement,
+            allowed=list(g.allowed),
+            evidence=[
+                QualityEvidence(
+                    precision=q.precision,
+                    method=q.method,
+                    loss_pct=q.loss_pct,
+                    metric=q.metric,
+                    models=list(q.models),
+                    source=q.source,
+                    provisional=q.provisional,
+                )
+                for q in g.evidence
+            ],
+        )
+        for g in table.precision_gates
+    ]
 
 
 def _conflict_only(planner: Planner) -> Infeasibility:

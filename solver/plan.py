@@ -95,6 +95,7 @@ class HardwareLine(Out):
     gpu_name: str
     offering: str = Field(description="cloud:provider:instance or owned:gpu:size")
     label: str
+    provider: str = Field("", description="cloud provider id (catalog providers.yaml); empty for owned servers")
     units: int = Field(description="instances (cloud) or servers (owned) in use")
     gpus_per_unit: int
     gpus: int
@@ -240,6 +241,28 @@ class SolverInfo(Out):
     time_limit_s: float
 
 
+class QualityEvidence(Out):
+    """A published quality delta of one precision (catalog quality.yaml)."""
+
+    precision: str
+    method: str
+    loss_pct: float = Field(description="quality lost vs 16-bit on metric, percent (negative: gain)")
+    metric: str
+    models: list[str] = Field(description="catalog models it was measured on (empty: a cross-family figure)")
+    source: str
+    provisional: bool
+
+
+class PrecisionGate(Out):
+    """Which weight precisions one serving workload may use, and why (requirement quality.max_loss)."""
+
+    workload: str
+    max_loss: str = Field(description="quality class accepted: none, fp8_class, int8_class or any")
+    from_requirement: bool = Field(description="false: the default class (fp8_class)")
+    allowed: list[str] = Field(description="precisions the gate and constraints.quantizations allow")
+    evidence: list[QualityEvidence]
+
+
 class RequirementRef(Out):
     name: str
     file: str
@@ -255,6 +278,7 @@ class Plan(Out):
     explanation: Explanation | None
     infeasibility: Infeasibility | None
     confidence: float | None = Field(None, description="the requirement's: figures derated to hold at it")
+    precision: list[PrecisionGate] = Field(default_factory=list, description="the quality gate per serving workload")
 
 
 def plan_schema() -> dict[str, object]:

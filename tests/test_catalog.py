@@ -272,8 +272,8 @@ def test_instances_for_filters_and_sorts_by_price_per_gpu() -> None:
 
 
 def test_providers_are_lower_case() -> None:
-    assert all(p == p.lower() for p in SHIPPED.providers())
-    assert {"aws", "gcp", "azure", "lambda", "runpod", "coreweave"} <= set(SHIPPED.providers())
+    assert all(p == p.lower() for p in SHIPPED.provider_ids())
+    assert {"aws", "gcp", "azure", "lambda", "runpod", "coreweave"} <= set(SHIPPED.provider_ids())
 
 
 # ---------------------------------------------------------------- owned, fingerprint, loading

@@ -45,7 +45,7 @@ SMALL_GPUS = ["l4", "a10g", "l40s", "a100-80gb", "h100-sxm", "rtx-4090"]
 NEW_GPU = "acme-g1"
 MODELS = ["llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "llama-2-13b", "mpt-3b", "llama-3.1-70b"]
 INSTANCES = sorted(k for k, inst in SHIPPED.instances.items() if inst.gpu_id in SMALL_GPUS)
-PROVIDERS = SHIPPED.providers()
+PROVIDERS = SHIPPED.provider_ids()
 LOCATED = re.compile(r"[\w.-]+\.yaml:\d+(:\d+)?: ")
 OUT_OF_RANGE = "cannot plan this requirement exactly"
 runner = CliRunner()
@@ -162,6 +162,12 @@ def requirements(draw: st.DrawFn, new_gpu: bool) -> dict[str, Any]:
         c["pricing"] = "spot"
     if draw(st.integers(0, 3)) == 0:
         c["allow_mixed"] = True
+    if draw(st.integers(0, 3)) == 0:
+        c["provider_tiers"] = draw(
+            st.lists(st.sampled_from(["hyperscaler", "gpu_cloud", "marketplace"]), min_size=1, max_size=3, unique=True)
+        )
+    if draw(st.integers(0, 2)) == 0:
+        doc["quality"] = {"max_loss": draw(st.sampled_from(["none", "fp8_class", "int8_class", "any"]))}
     doc["constraints"] = c
     return doc
 
@@ -172,6 +178,9 @@ def requirements(draw: st.DrawFn, new_gpu: bool) -> dict[str, Any]:
 
 PRICES = st.one_of(st.floats(0.01, 200).map(_g), st.just(1e-6))
 SOURCE = {"source": "https://example.invalid/quote", "as_of": "2026-11"}
+
+
+ACME_PROVIDER = {"id": "acme", "name": "ACME", "tier": "gpu_cloud", "interconnect": "none", **SOURCE}
 
 
 def _new_gpu_row(price_usd: float | None) -> dict[str, Any]:
@@ -210,6 +219,7 @@ def _contradict(doc: dict[str, Any], how: str) -> None:
         gpu, n, link = {"too-many-gpus": ("l4", 16, "pcie"), "unknown-gpu": ("no-such-gpu", 1, "pcie")}.get(
             how, ("rtx-4090", 2, "nvlink")
         )
+        doc["providers"] = [ACME_PROVIDER]
         instances.append(
             {"provider": "acme", "id": "odd-box", "gpu_id": gpu, "gpus_per_instance": n, "gpu_link": link,
              "on_demand_usd_per_hour": 3.0, "region": "eu-west", **SOURCE}
@@ -251,6 +261,8 @@ def user_catalogs(draw: st.DrawFn) -> dict[str, Any]:
         )  # fmt: skip
     if instances:
         doc["instances"] = instances
+        if any(r["provider"] == "acme" for r in instances):  # every instance's provider is listed
+            doc["providers"] = [ACME_PROVIDER]
     if draw(st.integers(0, 3)) == 0:
         value = draw(st.sampled_from([0.05, 0.3, 0.0]))
         doc["owned"] = {"electricity_usd_per_kwh": {"value": value, "unit": "USD per kWh", **SOURCE}}
@@ -351,6 +363,7 @@ def test_the_generators_reach_every_outcome(tmp_path: Path) -> None:
         "model": "llama-3.1-8b",
         "workloads": [{"kind": "serving", "requests_per_min": 120, "p95_latency": "4s"}],
         "constraints": {"allowed_gpus": ["l4", "a10g"]},
+        "quality": {"max_loss": "any"},  # on these cards only int4 meets 4 s (the default gate stops at fp8)
     }
     outcomes.add(run_case(req_ok, None, tmp_path))
     tight = {**req_ok, "budget": {"total": "$50", "horizon": 12}}

@@ -117,6 +117,15 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         R.NotObtainable(gpu="Big 500GB"),
         "Big 500GB: no cloud instance in the allowed clouds and regions, and no purchase price in the catalog",
     ),
+    ReasonCode.TIER_NOT_ALLOWED: (
+        R.TierNotAllowed(gpu="NVIDIA H100 SXM5 80GB", offer="vast:8x-h100-sxm", tier="marketplace"),
+        "vast:8x-h100-sxm: a marketplace offer; add marketplace to constraints.provider_tiers to plan it",
+    ),
+    ReasonCode.NO_FABRIC: (
+        R.NoFabric(gpu="NVIDIA H100 SXM5 80GB", offer="lambda:gpu_8x_h100_sxm5", instances=2),
+        "lambda:gpu_8x_h100_sxm5: no fabric (InfiniBand, RoCE or EFA) between instances: not used for training "
+        "across 2 or more of them",
+    ),
     ReasonCode.STATED: (R.Stated("anything at all"), "anything at all"),
 }
 

@@ -13,9 +13,15 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.load import ResolvedRequirement
-from clusterplan.candidates.offerings import build_offerings, gpu_type_of, limits_of
+from clusterplan.candidates.offerings import build_offerings, gpu_type_of, limits_of, tier_exclusions
 from clusterplan.candidates.serving import serving_candidates
-from clusterplan.candidates.table import CandidateTable, WorkloadCandidates, excluded
+from clusterplan.candidates.table import (
+    SERVING_QUANTS,
+    CandidateTable,
+    PrecisionGate,
+    WorkloadCandidates,
+    excluded,
+)
 from clusterplan.candidates.training import training_candidates
 from clusterplan.design.uncertainty import Derate, derate_for
 
@@ -58,7 +64,32 @@ def build_candidates(resolved: ResolvedRequirement, catalog: Catalog, *, keep_la
         name=req.name,
         assumptions_used=tuple(assumption_lines(req.assumptions) + confidence_lines(derate)),
         notes=tuple(notes),
+        offer_exclusions=tuple(tier_exclusions(catalog, req, gpus)),
+        precision_gates=tuple(precision_gates(resolved, catalog)),
     )
+
+
+def precision_gates(resolved: ResolvedRequirement, catalog: Catalog) -> list[PrecisionGate]:
+    """Per serving workload: the precisions the quality gate allows and the catalog's published deltas."""
+    req = resolved.requirement
+    allowed = tuple(q for q in SERVING_QUANTS if q in req.allowed_precisions())
+    out: list[PrecisionGate] = []
+    for i, w in enumerate(req.workloads):
+        if w.kind != "serving":
+            continue
+        model_id = str(getattr(resolved.model_for(i), "id", ""))
+        evidence = tuple(q for p in SERVING_QUANTS[1:] for q in catalog.quality_for(model_id, p))
+        out.append(
+            PrecisionGate(
+                workload=w.name,
+                model=model_id,
+                max_loss=req.max_loss,
+                from_requirement=req.quality is not None,
+                allowed=allowed,
+                evidence=evidence,
+            )
+        )
+    return out
 
 
 def assumption_lines(assumptions: Assumptions) -> list[str]:

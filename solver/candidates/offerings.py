@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
+
+from clusterplan.physics.reasons import NoFabric, TierNotAllowed
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import GpuSpec
+    from clusterplan.catalog.schema import CloudInstance, GpuSpec
     from clusterplan.requirement.schema import Requirement
 from clusterplan.candidates.table import (
     ALLOWED_GPUS,
     ALLOWED_QUANT,
     DEPLOYMENT,
     TP_NVLINK,
+    Exclusion,
     GpuType,
     Limits,
     Offering,
+    excluded,
     half_equivalent,
 )
+from clusterplan.requirement.schema import DEFAULT_PROVIDER_TIERS
 
 
 def limits_of(req: Requirement, catalog: Catalog) -> Limits:
@@ -29,7 +34,8 @@ def limits_of(req: Requirement, catalog: Catalog) -> Limits:
         ids = {catalog.gpu(n).id for n in c.allowed_gpus} if c.allowed_gpus is not None else set(catalog.gpus)
         ids -= {catalog.gpu(n).id for n in c.excluded_gpus}
         allowed = frozenset(ids)
-    quants = frozenset(half_equivalent(q) for q in c.quantizations) if c.quantizations is not None else None
+    # The quality gate decides (Requirement.allowed_precisions); the allowed_quant family enforces it.
+    quants = req.allowed_precisions()
     inventory: dict[str, int] = defaultdict(int)
     for item in c.inventory:
         inventory[catalog.gpu(item.gpu).id] += item.count
@@ -44,6 +50,7 @@ def limits_of(req: Requirement, catalog: Catalog) -> Limits:
         schedule=req.schedule,
         allowed_gpus=allowed,
         quantizations=quants,
+        max_loss=req.max_loss,
         inventory=tuple(sorted(inventory.items())),
     )
 
@@ -80,14 +87,10 @@ def inventory_servers(count: int, max_per_node: int, sizes: Sequence[int]) -> Co
     return Counter({s: n for s, n in out.items() if n})
 
 
-def build_offerings(
-    catalog: Catalog, req: Requirement, gpus: dict[str, GpuType], limits: Limits
-) -> tuple[list[Offering], list[str]]:
-    """Cloud instance types (cheapest per GPU type, size and TP domain) and owned server sizes."""
-    notes: list[str] = []
+def _instances_in_scope(catalog: Catalog, req: Requirement, gpus: dict[str, GpuType]) -> Iterator[CloudInstance]:
+    """Instances of a GPU type in the table, in the allowed clouds and regions, with a price of the kind asked."""
     c = req.constraints
     providers = [p.lower() for p in c.clouds] if c.clouds else None
-    cheapest: dict[tuple[str, int, int], Offering] = {}
     for key in sorted(catalog.instances):
         inst = catalog.instances[key]
         if inst.gpu_id not in gpus:
@@ -96,10 +99,55 @@ def build_offerings(
             continue
         if c.regions and inst.region not in c.regions:
             continue
+        if c.pricing == "spot" and inst.spot_usd_per_hour is None:
+            continue
+        yield inst
+
+
+def _tier_allowed(catalog: Catalog, req: Requirement, inst: CloudInstance) -> bool:
+    """Whether the offer's provider tier is one the requirement plans with (default: no marketplace)."""
+    tiers = req.constraints.provider_tiers or DEFAULT_PROVIDER_TIERS
+    return catalog.tier_of(inst) in tiers
+
+
+def has_fabric(catalog: Catalog, inst: CloudInstance) -> bool:
+    """Several instances can train together: the provider sells a fabric and the row gives its bandwidth."""
+    return catalog.providers[inst.provider].has_fabric and inst.network_gbit_per_s is not None
+
+
+def tier_exclusions(catalog: Catalog, req: Requirement, gpus: dict[str, GpuType]) -> list[Exclusion]:
+    """Cloud offers ruled out before the model because their provider tier is not allowed, one per offer."""
+    return [
+        excluded(inst.gpu_id, TierNotAllowed(gpu=gpus[inst.gpu_id].name, offer=inst.key, tier=catalog.tier_of(inst)))
+        for inst in _instances_in_scope(catalog, req, gpus)
+        if not _tier_allowed(catalog, req, inst)
+    ]
+
+
+def fabric_exclusion(o: Offering, gpu_name: str, gpus: int) -> Exclusion | None:
+    """The exclusion of a fabric-less cloud offer a training layout of ``gpus`` GPUs would need several of."""
+    if o.kind != "cloud" or o.fabric or gpus <= o.gpus_per_unit:
+        return None
+    return excluded(o.gpu_id, NoFabric(gpu=gpu_name, offer=o.label, instances=-(-gpus // o.gpus_per_unit)))
+
+
+def build_offerings(
+    catalog: Catalog, req: Requirement, gpus: dict[str, GpuType], limits: Limits
+) -> tuple[list[Offering], list[str]]:
+    """Cloud instance types (cheapest per GPU type, size and TP domain) and owned server sizes.
+
+    Offers of a provider tier the requirement does not allow are left out (:func:`tier_exclusions`
+    lists them); each cloud offering records its tier and whether it has a fabric between instances.
+    """
+    notes: list[str] = []
+    c = req.constraints
+    cheapest: dict[tuple[str, int, int, bool], Offering] = {}
+    for inst in _instances_in_scope(catalog, req, gpus):
+        if not _tier_allowed(catalog, req, inst):
+            continue
         price = inst.on_demand_usd_per_hour
         if c.pricing == "spot":
-            if inst.spot_usd_per_hour is None:
-                continue
+            assert inst.spot_usd_per_hour is not None  # _instances_in_scope keeps priced rows only
             price = inst.spot_usd_per_hour
         g = gpus[inst.gpu_id]
         domain = 1 if inst.gpu_link == "pcie" else _pow2_floor(min(inst.gpus_per_instance, g.nvlink_domain))
@@ -116,9 +164,12 @@ def build_offerings(
             provider=inst.provider,
             region=inst.region,
             instance_id=inst.id,
+            tier=catalog.tier_of(inst),
+            fabric=has_fabric(catalog, inst),
             forbidden_by=forbidden,
         )
-        k = (inst.gpu_id, inst.gpus_per_instance, domain)
+        # A fabric offer is kept beside a cheaper fabric-less one of the same shape: only it can train across instances.
+        k = (inst.gpu_id, inst.gpus_per_instance, domain, off.fabric)
         if k not in cheapest or price < cheapest[k].usd_per_hour:
             cheapest[k] = off
     offerings = [cheapest[k] for k in sorted(cheapest)]
@@ -178,7 +229,7 @@ def forbidden_for(gpu: GpuType, limits: Limits, *, tp: int, quant: str | None) -
     if limits.allowed_gpus is not None and gpu.id not in limits.allowed_gpus:
         out.append((ALLOWED_GPUS, f"{gpu.name}: not in constraints.allowed_gpus (or excluded)"))
     if quant is not None and limits.quantizations is not None and half_equivalent(quant) not in limits.quantizations:
-        out.append((ALLOWED_QUANT, f"{quant}: not in constraints.quantizations"))
+        out.append((ALLOWED_QUANT, f"{quant}: beyond the quality gate or constraints.quantizations"))
     if tp > gpu.nvlink_domain:
         if gpu.nvlink_domain == 1:
             out.append((TP_NVLINK, f"{gpu.name}: tensor parallel {tp} needs NVLink; {gpu.name} has PCIe only"))

@@ -16,7 +16,7 @@ from clusterplan.physics.reasons import (
 from clusterplan.units import HOURS_PER_MONTH
 
 if TYPE_CHECKING:
-    pass
+    from clusterplan.catalog.schema import QualityDelta
 
 
 OfferingKind = Literal["cloud", "owned"]
@@ -54,11 +54,19 @@ AVAILABILITY = "availability"
 LATENCY = "latency"
 
 
+PROVIDER_TIER = "provider_tier"
+
+
+FABRIC = "fabric"
+
+
 # The exclusion category of a reason's category (link, precision, layout and hardware facts: HARDWARE).
 _EXCLUSION_FAMILY = {
     ReasonCategory.MEMORY: MEMORY,
     ReasonCategory.LATENCY: LATENCY,
     ReasonCategory.AVAILABILITY: AVAILABILITY,
+    ReasonCategory.PROVIDER_TIER: PROVIDER_TIER,
+    ReasonCategory.FABRIC: FABRIC,
 }
 
 
@@ -115,6 +123,8 @@ class Offering:
     provider: str = ""
     region: str = ""
     instance_id: str = ""
+    tier: str = ""  # cloud: hyperscaler, gpu_cloud or marketplace (catalog providers.yaml)
+    fabric: bool = False  # cloud: several instances can train together (InfiniBand, RoCE or EFA)
     forbidden_by: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -291,6 +301,7 @@ class Limits:
     schedule: Literal["sequential", "concurrent"] = "concurrent"
     allowed_gpus: frozenset[str] | None = None  # after excluded_gpus; None: all
     quantizations: frozenset[str] | None = None
+    max_loss: str | None = None  # the requirement's quality gate class (None: a hand-built table)
     inventory: tuple[tuple[str, int], ...] = ()  # (gpu id, count)
 
     @property
@@ -299,6 +310,18 @@ class Limits:
 
     def inventory_of(self, gpu_id: str) -> int:
         return sum(c for g, c in self.inventory if g == gpu_id)
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionGate:
+    """Which weight precisions one serving workload may use, and the published deltas behind them."""
+
+    workload: str
+    model: str  # catalog model id ('' for a model given inline)
+    max_loss: str  # quality.max_loss class
+    from_requirement: bool  # False: the default class
+    allowed: tuple[str, ...]
+    evidence: tuple[QualityDelta, ...] = ()  # catalog quality rows for the allowed quantized precisions
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +335,8 @@ class CandidateTable:
     name: str = "requirement"
     assumptions_used: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    offer_exclusions: tuple[Exclusion, ...] = ()  # cloud offers ruled out before the model (provider tier)
+    precision_gates: tuple[PrecisionGate, ...] = ()
 
     def offerings_of(self, gpu_id: str, kind: OfferingKind | None = None) -> list[Offering]:
         return [o for o in self.offerings if o.gpu_id == gpu_id and (kind is None or o.kind == kind)]

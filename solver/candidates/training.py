@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from clusterplan.physics.reasons import (
+    NoFabric,
     NoLayoutFits,
 )
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
-from clusterplan.candidates.offerings import forbidden_for
+from clusterplan.candidates.offerings import fabric_exclusion, forbidden_for
 from clusterplan.candidates.prune import prune_training_rows
 from clusterplan.candidates.table import (
     DEADLINE,
@@ -135,6 +136,10 @@ class _Layouts:
             self.exclusions.append(excluded(self.g.id, last_reason or NoLayoutFits(gpu=self.g.name)))
             return None
         n = self.tp * self.pp * dp
+        for o in self.offerings:
+            no_fabric = fabric_exclusion(o, self.g.name, n) if o.gpu_id == self.g.id else None
+            if no_fabric is not None:
+                self.exclusions.append(no_fabric)
         cloud, n_inst, cost, within = pricing.cheapest_training_cloud(
             self.offerings, self.g.id, self.tp, n, est.time_to_train_s
         )
@@ -168,6 +173,20 @@ class _Layouts:
             cloud_instances=n_inst,
             cloud_cost_usd=cost,
         )
+
+
+def _one_per_offer(exclusions: list[Exclusion]) -> list[Exclusion]:
+    """Fabric exclusions once per offer (the fewest instances any layout needed); the others as they are."""
+    seen: dict[str, Exclusion] = {}
+    out: list[Exclusion] = []
+    for e in exclusions:
+        if isinstance(e.reason, NoFabric):
+            first = seen.get(e.reason.offer)
+            if first is None or e.reason.instances < first.reason.instances:  # type: ignore[attr-defined]
+                seen[e.reason.offer] = e
+            continue
+        out.append(e)
+    return out + [seen[k] for k in sorted(seen)]
 
 
 def training_candidates(
@@ -242,6 +261,7 @@ def training_candidates(
                 considered += layouts.evaluated
                 excl.extend(layouts.exclusions)
     pruned = prune_training_rows(rows)
+    excl = _one_per_offer(excl)
     return WorkloadCandidates(
         index=index,
         name=w.name,

@@ -3,8 +3,8 @@
 The shipped data lives in ``catalog/*.yaml`` (installed as package data of ``clusterplan.catalog_data``)
 and is read through :mod:`importlib.resources`, so it works from a wheel as well as from a checkout.
 User catalogs (``--catalog my-prices.yaml``) are applied on top, in the order given. A user catalog is
-one YAML mapping with any of the top-level keys ``sources``, ``gpus``, ``instances``, ``models`` and
-``owned``, each shaped like the shipped file of that name:
+one YAML mapping with any of the top-level keys ``sources``, ``gpus``, ``instances``, ``models``,
+``owned``, ``providers`` and ``quality``, each shaped like the shipped file of that name:
 
 * a row whose id is new is **added** (instances are identified by ``provider`` and ``id``);
 * a row whose id already exists must say ``override: true``; the fields it gives **replace** those
@@ -44,6 +44,8 @@ from clusterplan.catalog.schema import (
     GpuSpec,
     OwnedCosts,
     OwnedFigure,
+    ProviderSpec,
+    QualityDelta,
     SourceRef,
 )
 from clusterplan.errors import (
@@ -67,7 +69,7 @@ __all__ = [
     "normalize_name",
 ]
 
-SECTIONS = ("sources", "gpus", "instances", "models", "owned")
+SECTIONS = ("sources", "gpus", "instances", "models", "owned", "providers", "quality")
 SHIPPED_PACKAGE = "clusterplan.catalog_data"
 SHIPPED_FILES = {name: f"{name}.yaml" for name in SECTIONS}
 AS_OF_PATTERN = re.compile(r"\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?")
@@ -136,6 +138,8 @@ class Catalog:
     owned: OwnedCosts
     sources: dict[str, SourceRef]
     user_files: tuple[str, ...] = ()  # user catalogs applied, in order
+    providers: dict[str, ProviderSpec] = field(default_factory=dict)  # keyed by provider id
+    quality: dict[str, QualityDelta] = field(default_factory=dict)  # published precision deltas, by row id
     _gpu_names: dict[str, str] = field(init=False, repr=False, compare=False)
     _model_names: dict[str, str] = field(init=False, repr=False, compare=False)
 
@@ -195,8 +199,18 @@ class Catalog:
         ]
         return sorted(rows, key=lambda i: (i.on_demand_usd_per_hour / i.gpus_per_instance, i.key))
 
-    def providers(self) -> list[str]:
+    def provider_ids(self) -> list[str]:
         return sorted({inst.provider for inst in self.instances.values()})
+
+    def tier_of(self, inst: CloudInstance) -> str:
+        """The offer's tier: its own where the row says (RunPod Community Cloud), else its provider's."""
+        return inst.tier or self.providers[inst.provider].tier
+
+    def quality_for(self, model_id: str, precision: str) -> list[QualityDelta]:
+        """Published deltas of ``precision``: those measured on ``model_id`` if any, else the cross-family ones."""
+        rows = [q for q in self.quality.values() if q.precision == precision]
+        own = [q for q in rows if model_id in q.models]
+        return sorted(own or [q for q in rows if not q.models], key=lambda q: q.id)
 
     def source(self, ref: str) -> SourceRef | None:
         """The source a row cites: a key of ``sources``, or a bare URL (returned as a SourceRef)."""
@@ -215,6 +229,8 @@ class Catalog:
             "instances": [self.instances[k].model_dump(mode="json") for k in sorted(self.instances)],
             "models": [self.models[k].model_dump(mode="json") for k in sorted(self.models)],
             "owned": self.owned.model_dump(mode="json"),
+            "providers": [self.providers[k].model_dump(mode="json") for k in sorted(self.providers)],
+            "quality": [self.quality[k].model_dump(mode="json") for k in sorted(self.quality)],
         }
 
     def fingerprint(self) -> str:
@@ -263,10 +279,19 @@ class _Tables:
     models: dict[str, CatalogModel] = field(default_factory=dict)
     owned: OwnedCosts | None = None
     where: dict[tuple[str, str], tuple[LocatedDocument, PathKey]] = field(default_factory=dict)
+    providers: dict[str, ProviderSpec] = field(default_factory=dict)
+    quality: dict[str, QualityDelta] = field(default_factory=dict)
 
     def copy(self) -> _Tables:
         return _Tables(
-            dict(self.sources), dict(self.gpus), dict(self.instances), dict(self.models), self.owned, dict(self.where)
+            dict(self.sources),
+            dict(self.gpus),
+            dict(self.instances),
+            dict(self.models),
+            self.owned,
+            dict(self.where),
+            dict(self.providers),
+            dict(self.quality),
         )
 
 
@@ -335,6 +360,8 @@ def _freeze(tables: _Tables, user_files: tuple[str, ...]) -> Catalog:
         owned=tables.owned,
         sources=dict(tables.sources),
         user_files=user_files,
+        providers=dict(tables.providers),
+        quality=dict(tables.quality),
     )
 
 
@@ -384,6 +411,10 @@ def _apply_document(doc: LocatedDocument, tables: _Tables, problems: _Problems, 
         _apply_rows(doc, "models", CatalogModel, tables.models, _id_key, tables, problems, user=user)
     if "owned" in data:
         _apply_owned(doc, tables, problems, user=user)
+    if "providers" in data:
+        _apply_rows(doc, "providers", ProviderSpec, tables.providers, _id_key, tables, problems, user=user)
+    if "quality" in data:
+        _apply_rows(doc, "quality", QualityDelta, tables.quality, _id_key, tables, problems, user=user)
 
 
 def _id_key(row: dict[str, Any]) -> str | None:
@@ -415,7 +446,7 @@ def _apply_sources(doc: LocatedDocument, tables: _Tables, problems: _Problems, *
             problems.extend(exc)
 
 
-_SINGULAR = {"gpus": "GPU", "instances": "instance", "models": "model"}
+_SINGULAR = {"gpus": "GPU", "instances": "instance", "models": "model", "providers": "provider", "quality": "quality"}
 
 
 def _apply_rows(
@@ -649,6 +680,14 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
                     "clusterplan plans with; check the unit",
                     price_field,
                 )
+        if inst.provider not in tables.providers:
+            report(
+                "instances",
+                key,
+                f"instance '{key}' names provider '{inst.provider}', which `providers` does not list; add a "
+                "providers row (tier, interconnect, source, as_of)",
+                "provider",
+            )
         inst_gpu = tables.gpus.get(inst.gpu_id)
         if inst_gpu is None:
             hint = _suggest(inst.gpu_id, _name_index(tables.gpus.values()))
@@ -679,6 +718,20 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
     for model_id, model in tables.models.items():
         check_refs("models", model_id, model)
     _check_names(tables, "models", tables.models.values(), report)
+
+    for provider_id, provider in tables.providers.items():
+        check_refs("providers", provider_id, provider)
+    for quality_id, delta in tables.quality.items():
+        check_refs("quality", quality_id, delta)
+        for i, model_id in enumerate(delta.models):
+            if model_id not in tables.models:
+                report(
+                    "quality",
+                    quality_id,
+                    f"quality row '{quality_id}' names model '{model_id}', which is not in the catalog",
+                    "models",
+                    i,
+                )
 
     if tables.owned is not None:
         owned = tables.owned

@@ -16,6 +16,14 @@ Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 GpuClass = Literal["datacenter", "workstation", "consumer"]
 ScaleUp = Literal["nvlink", "infinity_fabric", "pcie"]
 Provider = str  # 'aws', 'gcp', 'azure', 'lambda', 'runpod', 'coreweave', ...
+# What kind of seller a provider is (catalog/providers.yaml): hyperscalers and GPU clouds run their own
+# datacenters; a marketplace resells hosts it does not operate (Vast.ai, RunPod Community Cloud).
+ProviderTier = Literal["hyperscaler", "gpu_cloud", "marketplace"]
+PROVIDER_TIERS: tuple[ProviderTier, ...] = ("hyperscaler", "gpu_cloud", "marketplace")
+# The fabric between a provider's instances: EFA (AWS), InfiniBand, RoCE, or none (Ethernet only).
+Interconnect = Literal["infiniband", "roce", "efa", "none"]
+# Precisions quality.yaml has published deltas for; 'fp4' (NVFP4) is listed, not yet planned.
+QualityPrecision = Literal["fp8", "int8", "int4", "fp4"]
 
 # Ranges of the physics figures every catalog row obeys, the shipped catalog and a user's alike
 # (docs/guarantees.md section 1). Each is 10 to 100 times beyond the largest shipped figure, so no
@@ -166,10 +174,47 @@ class CloudInstance(Provenance):
     spot_usd_per_hour: float | None = Field(None, gt=0, description="whole instance, USD/hour, point-in-time")
     region: Label
     per_gpu_pricing: bool = Field(False, description="price derived from a per-GPU-hour list price")
+    tier: ProviderTier | None = Field(
+        None, description="this offer's tier where it differs from its provider's (RunPod Community Cloud)"
+    )
 
     @property
     def key(self) -> str:
         return f"{self.provider}:{self.id}"
+
+
+class ProviderSpec(Provenance):
+    """A cloud provider: what kind of seller it is and what it sells between instances (providers.yaml)."""
+
+    id: Label = Field(description="the `provider` of instances.yaml rows, lower case")
+    name: Label
+    tier: ProviderTier
+    interconnect: Interconnect = Field(description="fabric between the priced instances (none: Ethernet only)")
+    interconnect_gbit_per_s: float | None = Field(
+        None, ge=1, le=MAX_NETWORK_GBIT_PER_S, description="fabric per 8-GPU instance, Gbit/s"
+    )
+    largest_cluster_gpus: int | None = Field(
+        None, ge=1, le=10_000_000, description="largest single cluster it has publicly built or sold, GPUs"
+    )
+    commitment: str | None = Field(None, description="reserved / committed-use terms, where public")
+    spot: str | None = Field(None, description="spot or preemptible terms, where public (None: none sold)")
+
+    @property
+    def has_fabric(self) -> bool:
+        return self.interconnect != "none"
+
+
+class QualityDelta(Provenance):
+    """A published quality loss of one precision on one model family against its 16-bit baseline."""
+
+    id: Label = Field(description="row key, e.g. 'llama-3.1-70b-fp8'")
+    precision: QualityPrecision = Field(description="the planner's weight precision this method serves as")
+    method: Label = Field(description="the published recipe: 'FP8 W8A8', 'SmoothQuant W8A8', 'AWQ W4A16', ...")
+    models: list[Label] = Field(
+        default_factory=list, description="catalog model ids it was measured on (empty: a cross-family figure)"
+    )
+    loss_pct: float = Field(ge=-100, le=100, description="quality lost vs 16-bit on `metric`, percent (negative: gain)")
+    metric: Label = Field(description="what was measured: 'OpenLLM v1 average', 'average recovery', ...")
 
 
 class ModelArchitecture(Row):

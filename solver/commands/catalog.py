@@ -1,4 +1,4 @@
-"""``clusterplan catalog gpus|instances|models|sources``: show the catalog, as tables or as JSON.
+"""``clusterplan catalog gpus|instances|models|providers|quality|sources``: show the catalog, as tables or as JSON.
 
 A thin layer: it loads the catalog (shipped data plus any ``--catalog FILE``), picks the rows and
 renders them. Tables are for people; ``--json`` prints a stable list of the rows (sorted by id) with
@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from clusterplan.catalog.load import Catalog, load_catalog
-from clusterplan.catalog.schema import CatalogModel, CloudInstance, GpuSpec
+from clusterplan.catalog.schema import CatalogModel, CloudInstance, GpuSpec, ProviderSpec, QualityDelta
 
 CATALOG_HELP = "A user catalog YAML that adds or overrides rows (repeatable; applied in order)."
 JSON_HELP = "Print a JSON list of the rows (sorted by id, every field) instead of a table."
@@ -139,6 +139,41 @@ def model_table(rows: Sequence[CatalogModel]) -> Table:
     return table
 
 
+def provider_table(rows: Sequence[ProviderSpec]) -> Table:
+    table = Table(title="Providers", caption="fabric between the priced instances; * provisional")
+    for header in ("id", "tier", "fabric", "Gbit/s", "largest cluster", "commitment", "spot", "as_of"):
+        table.add_column(header)
+    for p in rows:
+        table.add_row(
+            p.id + _mark(p),
+            p.tier,
+            p.interconnect,
+            _num(p.interconnect_gbit_per_s),
+            _num(p.largest_cluster_gpus),
+            p.commitment or "-",
+            p.spot or "-",
+            p.as_of,
+        )
+    return table
+
+
+def quality_table(rows: Sequence[QualityDelta]) -> Table:
+    table = Table(title="Published quality deltas", caption="loss vs 16-bit on the metric, percent; * provisional")
+    for header in ("id", "precision", "method", "models", "loss %", "metric", "source"):
+        table.add_column(header)
+    for q in rows:
+        table.add_row(
+            q.id + _mark(q),
+            q.precision,
+            q.method,
+            ", ".join(q.models) or "(any)",
+            f"{q.loss_pct:g}",
+            q.metric,
+            q.source,
+        )
+    return table
+
+
 def source_table(cat: Catalog) -> Table:
     table = Table(title="Sources", caption="keys cited by the rows' `source` and `also_sources`")
     for header in ("key", "title", "as_of"):
@@ -157,7 +192,8 @@ def register(app: typer.Typer) -> None:
     catalog_app = typer.Typer(
         name="catalog",
         help=(
-            "Show the catalog: GPUs, cloud instances, models and sources, with units and provenance. "
+            "Show the catalog: GPUs, cloud instances, models, providers, quality deltas and sources, with units "
+            "and provenance. "
             "Add or override rows (for example negotiated prices) with --catalog FILE; see catalog/README.md."
         ),
         no_args_is_help=True,
@@ -214,6 +250,32 @@ def register(app: typer.Typer) -> None:
         def render(cat: Catalog) -> None:
             rows = [cat.models[k] for k in sorted(cat.models)]
             _emit(rows_json(rows) if as_json else model_table(rows))
+
+        show(catalog, render)
+
+    @catalog_app.command("providers")
+    def providers(
+        as_json: bool = JsonOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """Cloud providers: tier, fabric between instances, largest cluster, commitment and spot terms."""
+
+        def render(cat: Catalog) -> None:
+            rows = [cat.providers[k] for k in sorted(cat.providers)]
+            _emit(rows_json(rows) if as_json else provider_table(rows))
+
+        show(catalog, render)
+
+    @catalog_app.command("quality")
+    def quality(
+        as_json: bool = JsonOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """Published quality deltas of FP8, INT8, INT4 and NVFP4 against 16-bit, per model family."""
+
+        def render(cat: Catalog) -> None:
+            rows = [cat.quality[k] for k in sorted(cat.quality)]
+            _emit(rows_json(rows) if as_json else quality_table(rows))
 
         show(catalog, render)
 

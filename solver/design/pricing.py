@@ -54,6 +54,7 @@ def cloud_line(o: Offering, units: int, *, gpu_name: str, purpose: str = "servin
         gpu_name=gpu_name,
         offering=o.key,
         label=o.label,
+        provider=o.provider,
         units=units,
         gpus_per_unit=o.gpus_per_unit,
         gpus=units * o.gpus_per_unit,
@@ -88,6 +89,7 @@ def owned_line(o: Offering, *, bought: int, from_inventory: int, gpu_name: str) 
         gpu_name=gpu_name,
         offering=o.key,
         label=o.label,
+        provider=o.provider,
         units=units,
         gpus_per_unit=o.gpus_per_unit,
         gpus=units * o.gpus_per_unit,
@@ -174,7 +176,8 @@ def cheapest_training_cloud(
 ) -> tuple[Offering | None, int, float, bool]:
     """Cheapest cloud instance type for a training layout: (offering, instances, cost, TP fits inside it).
 
-    Billed in whole hours (:func:`training_run_usd`); an instance type whose NVLink domain holds the TP
+    Billed in whole hours (:func:`training_run_usd`); a run on several instances only on an offer with a
+    fabric between them (``Offering.fabric``); an instance type whose NVLink domain holds the TP
     group is preferred; failing that, the cheapest of any (the tp_nvlink family decides whether it may run).
     """
     best: tuple[float, str, Offering, int] | None = None
@@ -183,6 +186,8 @@ def cheapest_training_cloud(
         if o.kind != "cloud" or o.gpu_id != gpu_id:
             continue
         n = math.ceil(gpus / o.gpus_per_unit)
+        if n > 1 and not o.fabric:
+            continue  # no fabric between its instances (providers.yaml): it cannot host a multi-instance run
         cand = (training_run_usd(o, n, seconds), o.key, o, n)
         if best_any is None or cand[:2] < best_any[:2]:
             best_any = cand

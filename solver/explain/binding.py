@@ -294,6 +294,7 @@ def explain(planner: Planner, best: Outcome, *, lost_limit: int = LOST_GPU_LIMIT
     checks = constraint_checks(planner, best)
     notes = list(table.notes)
     counts = Counter(e.family for wc in table.workloads for e in wc.exclusions)
+    counts.update(e.family for e in table.offer_exclusions)  # cloud offers of a tier not allowed
     if counts:
         notes.append(
             "candidates ruled out before the model: " + ", ".join(f"{n} by {fam}" for fam, n in sorted(counts.items()))

@@ -200,7 +200,7 @@ def summary_text(table: CandidateTable, hardware: list[HardwareLine]) -> str:
     parts: list[str] = []
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for line in hardware:
-        counts[line.kind, line.gpu_name] += line.gpus
+        counts[line.provider or line.kind, line.gpu_name] += line.gpus  # cloud lines name their provider
     for (kind, name), n in sorted(counts.items()):
         parts.append(f"{n}x {name} ({kind})")
     return ", ".join(parts)

@@ -40,6 +40,8 @@ class ReasonCode(StrEnum):
     NO_LAYOUT_FITS = "no_layout_fits"
     MISSES_LATENCY_TARGETS = "misses_latency_targets"
     NOT_OBTAINABLE = "not_obtainable"
+    TIER_NOT_ALLOWED = "tier_not_allowed"
+    NO_FABRIC = "no_fabric"
     STATED = "stated"
 
 
@@ -57,6 +59,8 @@ class ReasonCategory(StrEnum):
     HARDWARE = "hardware"
     LATENCY = "latency"
     AVAILABILITY = "availability"
+    PROVIDER_TIER = "provider_tier"
+    FABRIC = "fabric"
 
 
 CATEGORY: dict[ReasonCode, ReasonCategory] = {
@@ -79,6 +83,8 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.NO_LAYOUT_FITS: ReasonCategory.MEMORY,
     ReasonCode.MISSES_LATENCY_TARGETS: ReasonCategory.LATENCY,
     ReasonCode.NOT_OBTAINABLE: ReasonCategory.AVAILABILITY,
+    ReasonCode.TIER_NOT_ALLOWED: ReasonCategory.PROVIDER_TIER,
+    ReasonCode.NO_FABRIC: ReasonCategory.FABRIC,
     ReasonCode.STATED: ReasonCategory.HARDWARE,  # a record overrides it with its own (see Stated)
 }
 
@@ -328,6 +334,26 @@ class NotObtainable(Reason):
 
     code: ClassVar[ReasonCode] = ReasonCode.NOT_OBTAINABLE
     gpu: str
+
+
+@dataclass(frozen=True, slots=True)
+class TierNotAllowed(Reason):
+    """A cloud offer of a provider tier the requirement does not allow (constraints.provider_tiers)."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.TIER_NOT_ALLOWED
+    gpu: str
+    offer: str  # provider:instance
+    tier: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoFabric(Reason):
+    """A training layout needs several instances of an offer whose provider sells no fabric between them."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.NO_FABRIC
+    gpu: str
+    offer: str  # provider:instance
+    instances: int  # the fewest instances a multi-instance layout needed
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from clusterplan.plan import ReplicaGroup, ServingPlan, TrainingPlan
+from clusterplan.plan import Design, PrecisionGate, QualityEvidence, ReplicaGroup, ServingPlan, TrainingPlan
 
 
 def usd(x: float | None) -> str:
@@ -93,3 +93,33 @@ def group_layout(g: ReplicaGroup) -> str:
 
 # Said under "Why this one" when the command's time limit stopped the explanation part way.
 INCOMPLETE_NOTE = "The time limit stopped this explanation part way: some parts below are missing. Raise --time-limit."
+
+
+def pct(x: float) -> str:
+    """A published quality delta in percent, three significant figures."""
+    return f"{x:.3g}%"
+
+
+def _evidence(q: QualityEvidence) -> str:
+    return f"{q.method}: {pct(q.loss_pct)}{'†' if q.provisional else ''} on {q.metric} ({q.source})"
+
+
+def precision_lines(gates: list[PrecisionGate], design: Design) -> list[str]:
+    """One line per serving workload: the precision design 1 serves, what the quality gate allows, and why."""
+    out: list[str] = []
+    serving = {w.workload: w for w in design.workloads if isinstance(w, ServingPlan)}
+    for g in gates:
+        w = serving.get(g.workload)
+        if w is None:
+            continue
+        chosen = sorted({x.quant for x in w.groups})
+        gate = f"quality.max_loss {g.max_loss}{'' if g.from_requirement else ' (default)'}"
+        parts = [f"{g.workload} serves {', '.join(chosen)}; {gate} allows {', '.join(g.allowed)}"]
+        for q in g.evidence:
+            if q.precision in chosen:
+                parts.append(f"{q.precision} published loss {_evidence(q)}")
+        refused = [q for q in g.evidence if q.precision not in g.allowed]
+        if refused:
+            parts.append("not allowed: " + ", ".join(f"{q.precision} ({pct(q.loss_pct)})" for q in refused))
+        out.append("precision: " + "; ".join(parts))
+    return out

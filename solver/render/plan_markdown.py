@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.render import odds
-from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
+from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, precision_lines, seconds, usd
 
 
 def _cell(text: str) -> str:
@@ -69,6 +69,7 @@ def render(plan: Plan) -> str:
                 f"{f'{x.usd_per_hour:,.2f}' if x.kind == 'cloud' else '-'} | {usd(x.capital_usd)} | "
                 f"{usd(x.monthly_usd)} |"
             )
+        out += [""] + [f"- {line}" for line in precision_lines(plan.precision, d)]
     e = plan.explanation
     if e is not None:
         out += [

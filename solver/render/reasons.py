@@ -17,6 +17,7 @@ from clusterplan.physics.reasons import (
     KvCacheDoesNotFit,
     MissesLatencyTargets,
     ModelDoesNotFit,
+    NoFabric,
     NoLayoutFits,
     NoTensorThroughput,
     NotObtainable,
@@ -24,6 +25,7 @@ from clusterplan.physics.reasons import (
     QloraUnsupported,
     Reason,
     Stated,
+    TierNotAllowed,
     TpCrossesNodes,
     TpExceedsScaleUpDomain,
     TpNeedsNvlink,
@@ -111,6 +113,13 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             )
         case NotObtainable():
             return r.gpu, "no cloud instance in the allowed clouds and regions, and no purchase price in the catalog"
+        case TierNotAllowed():
+            return r.offer, f"a {r.tier} offer; add {r.tier} to constraints.provider_tiers to plan it"
+        case NoFabric():
+            return r.offer, (
+                f"no fabric (InfiniBand, RoCE or EFA) between instances: not used for training across {r.instances} "
+                "or more of them"
+            )
         case Stated():
             return None, r.text
     raise TypeError(f"no wording for reason {r.code.value} ({type(r).__name__})")

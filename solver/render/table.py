@@ -8,7 +8,7 @@ from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.render import odds
-from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
+from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, precision_lines, seconds, usd
 
 
 def render(plan: Plan, console: Console) -> None:
@@ -24,6 +24,8 @@ def render(plan: Plan, console: Console) -> None:
     if plan.designs:
         _designs(plan, console)
         _detail(plan.designs[0], console)
+        for line in precision_lines(plan.precision, plan.designs[0]):
+            console.print(line, markup=False)
     if plan.explanation is not None:
         _why(plan, console)
     if plan.infeasibility is not None:

@@ -34,7 +34,14 @@ from clusterplan.inputs.yamlio import (
     load_yaml_file,
     parse_yaml_text,
 )
-from clusterplan.requirement.schema import HfConfigModel, InlineModel, Requirement
+from clusterplan.requirement.schema import (
+    DEFAULT_PROVIDER_TIERS,
+    QUALITY_CLASSES,
+    HfConfigModel,
+    InlineModel,
+    Requirement,
+    quality_class_of,
+)
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
@@ -127,6 +134,26 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
                     f"unknown cloud {quoted(cloud)}" + (f"; {hint}" if hint else f"; known: {', '.join(known)}"),
                     "unknown_cloud",
                 )
+    tiers = c.provider_tiers or DEFAULT_PROVIDER_TIERS
+    for j, cloud in enumerate(c.clouds or []):
+        provider = catalog.providers.get(cloud.lower())
+        if provider is not None and provider.tier not in tiers:
+            problem(
+                ("constraints", "clouds", j),
+                f"{cloud} is a {provider.tier} provider, which constraints.provider_tiers does not allow "
+                f"({', '.join(tiers)}); add {provider.tier} to constraints.provider_tiers to plan its offers",
+                "provider_tier",
+            )
+    gate = QUALITY_CLASSES[req.max_loss]
+    for j, q in enumerate(c.quantizations or []):
+        if ("bf16" if q == "fp16" else q) not in gate:
+            problem(
+                ("constraints", "quantizations", j),
+                f"{q} is beyond the quality gate (quality.max_loss: {req.max_loss}"
+                + (")" if req.quality is not None else ", the default)")
+                + f"; set quality: {{max_loss: {quality_class_of(q)}}} to accept it, or drop it from the list",
+                "quality_gate",
+            )
     if c.allowed_gpus is not None and c.excluded_gpus and not problems:
         allowed = {catalog.gpu(n).id for n in c.allowed_gpus}
         if allowed <= {catalog.gpu(n).id for n in c.excluded_gpus}:

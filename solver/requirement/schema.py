@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitecture, Precision
+from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitecture, Precision, ProviderTier
 from clusterplan.physics.factors import Assumptions
 from clusterplan.units import Count, Duration, Money, Months, Power, Rate, Tokens
 
@@ -19,6 +19,27 @@ Quantization = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 KvPrecision = Literal["bf16", "fp16", "fp8", "int8"]
 Deployment = Literal["cloud", "owned", "either"]
 Pricing = Literal["on_demand", "spot"]
+# The quality a requirement gives up for speed, as the most lossy precision class it accepts (quality.max_loss):
+# none: 16-bit only; fp8_class: + FP8 (published loss about 0-0.5%); int8_class: + INT8 (1-3%);
+# any: + weight-only INT4 (AWQ/GPTQ). The evidence per model family is catalog/quality.yaml.
+MaxLoss = Literal["none", "fp8_class", "int8_class", "any"]
+DEFAULT_PROVIDER_TIERS: tuple[ProviderTier, ...] = ("hyperscaler", "gpu_cloud")
+# The quality gate, one home: the weight precisions each class admits ('bf16' stands for the GPU's 16-bit).
+# Ordered from the least to the most lossy; a class admits its own precision and every one before it.
+QUALITY_CLASSES: dict[MaxLoss, tuple[str, ...]] = {
+    "none": ("bf16",),
+    "fp8_class": ("bf16", "fp8"),
+    "int8_class": ("bf16", "fp8", "int8"),
+    "any": ("bf16", "fp8", "int8", "int4"),
+}
+DEFAULT_MAX_LOSS: MaxLoss = "fp8_class"
+
+
+def quality_class_of(precision: str) -> MaxLoss:
+    """The least lossy class that admits ``precision`` (fp16 counts as bf16)."""
+    p = "bf16" if precision in ("bf16", "fp16") else precision
+    return next(c for c, ps in QUALITY_CLASSES.items() if p in ps)
+
 
 # Ranges of the figures a requirement gives (docs/guarantees.md sections 1 and 2). A p95 target of
 # 1e-308 s sent the conflict analysis into 39 s of search and then an OverflowError; no engine answers
@@ -201,6 +222,19 @@ class Constraints(Strict):
     regions: list[str] | None = Field(None, description="allowed regions")
     allow_mixed: bool = Field(False, description="allow several GPU types within one serving workload")
     pricing: Pricing = Field("on_demand", description="cloud price kind")
+    provider_tiers: list[ProviderTier] | None = Field(
+        None,
+        min_length=1,
+        description="provider tiers whose offers may be planned (default: hyperscaler and gpu_cloud; "
+        "add marketplace to allow Vast.ai and RunPod Community Cloud)",
+    )
+
+
+class Quality(Strict):
+    max_loss: MaxLoss = Field(
+        "fp8_class",
+        description="most lossy precision class accepted: none (16-bit), fp8_class, int8_class, any (weight-only int4)",
+    )
 
 
 class PinnedConfig(Strict):
@@ -240,6 +274,7 @@ class Requirement(Strict):
         "either", description="cloud: rent instances; owned: buy servers; either: the cheaper"
     )
     constraints: Constraints = Field(default_factory=Constraints, description="hardware, power and placement limits")
+    quality: Quality | None = Field(None, description="the quality loss accepted for cheaper precisions")
     assumptions: Assumptions = Field(
         default_factory=Assumptions, description="efficiency factors and defaults to override (docs/model.md)"
     )
@@ -262,6 +297,23 @@ class Requirement(Strict):
         if dup:
             raise ValueError(f"workload names must be unique; repeated: {', '.join(sorted(dup))}")
         return self
+
+    @property
+    def max_loss(self) -> MaxLoss:
+        return self.quality.max_loss if self.quality is not None else DEFAULT_MAX_LOSS
+
+    def allowed_precisions(self) -> frozenset[str]:
+        """The weight precisions serving may use: the quality gate's class, narrowed by constraints.quantizations.
+
+        One rule: ``quality.max_loss`` (default fp8_class) decides which precisions are allowed;
+        ``constraints.quantizations`` may only narrow that set (a listed precision beyond the gate is
+        refused when the requirement is read); the allowed_quant family enforces the result.
+        """
+        gate = frozenset(QUALITY_CLASSES[self.max_loss])
+        listed = self.constraints.quantizations
+        if listed is None:
+            return gate
+        return gate & frozenset("bf16" if q in ("bf16", "fp16") else q for q in listed)
 
     def model_of(self, index: int) -> Any:
         w = self.workloads[index]

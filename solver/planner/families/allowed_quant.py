@@ -1,4 +1,7 @@
-"""``allowed_quant``: serving weights only in the precisions ``constraints.quantizations`` lists.
+"""``allowed_quant``: serving weights only in the precisions the requirement allows.
+
+The quality gate decides the allowed set (``Requirement.allowed_precisions``: the ``quality.max_loss``
+class, default fp8_class, narrowed by ``constraints.quantizations``); this family enforces it.
 
 lit => sel[w,r] = 0 for rows at other precisions
 """
@@ -34,15 +37,24 @@ def check(d: DesignFacts) -> bool:
 
 
 def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
-    """The weight precisions the relaxed design serves that the requirement does not list."""
-    quants = sorted(_quants(r.design) - (r.design.table.limits.quantizations or frozenset()))
-    return restores(r.fid, f"allow {', '.join(quants) or 'more precisions'} in constraints.quantizations")
+    """The weight precisions the relaxed design serves that the requirement does not allow, and the gate that would."""
+    from clusterplan.requirement.schema import QUALITY_CLASSES, quality_class_of
+
+    limits = r.design.table.limits
+    quants = sorted(_quants(r.design) - (limits.quantizations or frozenset()))
+    if limits.max_loss is None or not quants:  # a hand-built table: no gate, only the list
+        return restores(r.fid, f"allow {', '.join(quants) or 'more precisions'} in constraints.quantizations")
+    order: list[str] = list(QUALITY_CLASSES)
+    needed = max((quality_class_of(q) for q in quants), key=order.index)
+    if order.index(needed) <= order.index(limits.max_loss):  # the gate admits them: the list narrowed them out
+        return restores(r.fid, f"allow {', '.join(quants)} in constraints.quantizations")
+    return restores(r.fid, f"accept {', '.join(quants)}: quality.max_loss {needed} (now {limits.max_loss})")
 
 
 FAMILY = Family(
     id="allowed_quant",
     title="allowed quantizations",
-    sentence="serving weights use only the precisions constraints.quantizations lists",
+    sentence="serving weights use only the precisions quality.max_loss and constraints.quantizations allow",
     add=add,
     active=active,
     margin=margin,
