@@ -172,6 +172,21 @@ def test_training_picks_the_cheapest_layout_meeting_the_deadline() -> None:
     assert p.solve(on=[f for f in p.families if f != "deadline"]).solution.training[0].row == 0
 
 
+def test_a_training_row_no_offering_runs_adds_no_alternative_designs() -> None:
+    # Row 1's GPU is neither rented nor owned here (e.g. a multi-instance layout on an offer without a
+    # fabric). Its shape must not be a free literal of the signature: the alternatives would be the
+    # optimum again with that literal flipped (seen as five identical designs on the 13B example).
+    base = TrainingRow(
+        gpu_id="a", tp=1, pp=1, dp=8, zero_stage=1, recompute="none", micro_batch=1,
+        time_to_train_s=9 * 86400, cloud_offering="cloud:a:8", cloud_instances=1, cloud_cost_usd=1000,
+    )  # fmt: skip
+    stranded = replace(base, gpu_id="b", tp=2, cloud_offering=None, cloud_instances=0, cloud_cost_usd=0)
+    train = WorkloadCandidates(index=0, name="t", kind="training", deadline_s=10 * 86400, rows=(base, stranded))
+    t = table([train], [cloud("a", 8, 10.0)], deployment="cloud")
+    ranked = rank_designs(Planner(t), top=3)
+    assert len(ranked.designs) == 1  # the only runnable layout, once
+
+
 def test_capital_budget_pushes_spending_to_cloud() -> None:
     offers = [cloud("a", 1, 1.0), owned("a", 4, capital=1000.0)]
     free = table([serving([srow("a", 1, rate=1.0)], demand=4.0)], offers, horizon_months=36)

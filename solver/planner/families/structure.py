@@ -186,6 +186,7 @@ def add(
             ycs: list[cp_model.IntVar] = []
             yos: list[cp_model.IntVar] = []
             for r, trow in enumerate(wc.training_rows()):
+                by_shape_t.setdefault(trow.shape, [])  # a row no offering can run: its shape is 0, not free
                 for y in v.training_choices(w, r):
                     ys.append(y)
                     by_shape_t[trow.shape].append(y)
