@@ -180,8 +180,12 @@ def gpus_to_compare(names: list[str] | None, req: Requirement, catalog: Catalog)
             try:
                 spec = catalog.gpu(name)
             except UnknownNameError as exc:
-                hint = "; did you mean " + " or ".join(quoted(x) for x in exc.suggestions) + "?" if exc.suggestions else ""
-                problems.append(FieldProblem(COMMAND_LINE, "--gpus", f"unknown GPU {quoted(name)}{hint}", "unknown_gpu"))
+                hint = (
+                    "; did you mean " + " or ".join(quoted(x) for x in exc.suggestions) + "?" if exc.suggestions else ""
+                )
+                problems.append(
+                    FieldProblem(COMMAND_LINE, "--gpus", f"unknown GPU {quoted(name)}{hint}", "unknown_gpu")
+                )
                 continue
             if spec not in found:
                 found.append(spec)
