@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from clusterplan.errors import ClusterplanError
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.plan import Design
+    from clusterplan.requirement.load import ResolvedRequirement
 
 
 class NoDesign(ClusterplanError):
@@ -61,7 +66,7 @@ def register(app: typer.Typer) -> None:
             cat = load_catalog(catalog or [])
             resolved = load_requirement_arg(file, cat)
             req = resolved.requirement
-            design = None
+            design: Design | None = None
             tokens_per_s = 0.0
             if gpu is not None and count is not None:
                 spec = cat.gpu(gpu)
@@ -91,11 +96,11 @@ def register(app: typer.Typer) -> None:
         guarded(run)
 
 
-def plan_design_1(resolved: object, catalog: object) -> object:
+def plan_design_1(resolved: ResolvedRequirement, catalog: Catalog) -> Design:
     """Design 1 of the requirement's plan, planned as ``solve`` plans it (no explanation); NoDesign if none."""
     from clusterplan.pipeline import PlanOptions, plan_requirement
 
-    plan = plan_requirement(resolved, catalog, PlanOptions(top=1, explain=False))  # type: ignore[arg-type]
+    plan = plan_requirement(resolved, catalog, PlanOptions(top=1, explain=False))
     if not plan.designs:
         raise NoDesign(
             f"the requirement has no feasible design ({plan.status}): nothing to rent or buy",
@@ -104,8 +109,8 @@ def plan_design_1(resolved: object, catalog: object) -> object:
     return plan.designs[0]
 
 
-def design_tokens_per_s(design: object) -> float:
+def design_tokens_per_s(design: Design) -> float:
     """Average output tokens/s the design's serving workloads are planned for (solve's $/M tokens basis)."""
     from clusterplan.plan import ServingPlan
 
-    return sum(w.output_tokens_per_s for w in design.workloads if isinstance(w, ServingPlan))  # type: ignore[attr-defined]
+    return sum((w.output_tokens_per_s for w in design.workloads if isinstance(w, ServingPlan)), 0.0)

@@ -23,7 +23,7 @@ Derived metrics, per GPU and deployment:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import Field
 
@@ -322,7 +322,7 @@ def _row(result: EstimateResult, spec: GpuSpec, req: Requirement, *, layouts_tri
         memory = s.memory
         group = s.gpus_per_replica
         within = load.max_rate_for_targets_per_replica * w.output_tokens
-        speed: dict[str, object] = dict(
+        speed: dict[str, Any] = dict(
             output_tokens_per_s_per_replica=s.output_tokens_per_s, output_tokens_per_s_within_targets=within,
             tokens_per_s=None, time_to_train_s=None, meets_targets=load.serves_peak,
             max_batch_by_memory=s.max_batch_by_memory, kv_cache_gib=memory.kv_cache_gib,
@@ -364,7 +364,7 @@ def _row(result: EstimateResult, spec: GpuSpec, req: Requirement, *, layouts_tri
         compute_precision=precision, batch=c.batch, memory_capacity_gib=memory.capacity_gib,
         weights_gib=memory.weights_gib, memory_total_gib=memory.total_gib,
         bandwidth_tb_per_s=spec.bandwidth_gb_per_s / GB_PER_TB, dense_tflops=tflops, tdp_w=spec.tdp_w,
-        cloud=figures["cloud"], owned=figures["owned"], layouts_tried=layouts_tried, notes=notes, **speed,  # type: ignore[arg-type]
+        cloud=figures["cloud"], owned=figures["owned"], layouts_tried=layouts_tried, notes=notes, **speed,
     )  # fmt: skip
 
 

@@ -79,10 +79,10 @@ def figure(r: RentVsBuy) -> bytes:
         fig = Figure(figsize=(7, 4))
         ax = fig.add_subplot()
         for name, values, colour in (
-            ("rent", [p.rent_usd for p in r.curve], plots.PALETTE[0]),
-            ("buy", [p.buy_usd for p in r.curve], plots.PALETTE[1]),
+            ("rent", [p.rent_usd for p in r.curve if p.rent_usd is not None], plots.PALETTE[0]),
+            ("buy", [p.buy_usd for p in r.curve if p.buy_usd is not None], plots.PALETTE[1]),
         ):
-            if all(v is not None for v in values):
+            if len(values) == len(months):  # a side that cannot be priced has no curve
                 ax.plot(months, values, label=name, color=colour)
         ax.axvline(r.horizon_months, color="#7f7f7f", ls=":", lw=1, label=f"horizon ({r.horizon_months:g} months)")
         if r.break_even_month is not None and r.break_even_month > 0:
