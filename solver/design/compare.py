@@ -207,7 +207,7 @@ def compare_requirement(
     gpus: list[str] | None = None,
     precision: str | None = None,
 ) -> Comparison:
-    """Every GPU of ``gpus_to_compare`` through estimate's path, both deployments; cheapest first, impossible last."""
+    """Every GPU of ``gpus_to_compare`` through estimate's path, both deployments, in :func:`_row_order`."""
     both = req.model_copy(update={"deployment": "either"})  # both deployments, whatever the requirement asks
     specs = gpus_to_compare(gpus, req, catalog)
     notes: list[str] = []
@@ -225,12 +225,18 @@ def compare_requirement(
         rows.append(_row(result, spec, work, layouts_tried=tried))
     if first is None:
         raise InputError([FieldProblem(COMMAND_LINE, "--gpus", "no GPU to compare")])
-    rows.sort(key=lambda r: (not r.feasible, r.cheapest_total_usd() is None, r.cheapest_total_usd() or 0.0))
+    rows.sort(key=_row_order)
     c = first.config
     return Comparison(
         requirement=req.name, workload=c.workload, kind=c.kind, model=c.model, horizon_months=req.budget.horizon,
         precision=precision, rows=rows, notes=notes,
     )  # fmt: skip
+
+
+def _row_order(r: GpuComparison) -> tuple[bool, bool, bool, float]:
+    """Runs and meets its targets first, then runs, then impossible; each cheapest first, unpriced last."""
+    total = r.cheapest_total_usd()
+    return (not r.feasible, r.meets_targets is False, total is None, total or 0.0)
 
 
 def _layout_key(result: EstimateResult) -> tuple[bool, bool, float, int]:
