@@ -137,6 +137,7 @@ def test_model_on_the_command_line() -> None:
         (["--workload", "nope"], "no workload named 'nope'"),
         (["--workload", "7"], "no workload 7"),
         (["--precision", "fp6"], "--precision: 'fp6' is not one of"),
+        (["--workload", "9" * 5000], "command line: --workload: no workload '9999"),
     ],
 )
 def test_bad_input_is_a_clean_exit_2(args: list[str], needle: str) -> None:
@@ -151,5 +152,8 @@ def test_bad_model_and_missing_input_exit_2() -> None:
     assert unknown.exit_code == 2 and "unknown model 'llama-9'" in unknown.output
     neither = run_cli("compare")
     assert neither.exit_code == 2 and "give a requirement file or --model" in neither.output
+    for flag in ("--horizon", "--tokens-per-s"):
+        bad = run_cli("compare", "--model", "llama-3.1-8b", flag, "-1")
+        assert bad.exit_code == 2 and f"command line: {flag}: must be positive" in bad.output
     missing = run_cli("compare", "no-such-file.yaml")
     assert missing.exit_code == 2 and "Traceback" not in missing.output

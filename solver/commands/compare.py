@@ -18,6 +18,21 @@ def _gpu_names(gpus: str | None) -> list[str] | None:
     return [g.strip() for g in gpus.split(",") if g.strip()]
 
 
+MAX_WORKLOAD_INDEX_DIGITS = 6  # a requirement holds at most 64 workloads; longer numbers are refused, not parsed
+
+
+def _workload(value: str | None) -> int | str | None:
+    """``--workload``: an index (ASCII digits) or a name."""
+    from clusterplan.design.compare import COMMAND_LINE
+    from clusterplan.errors import FieldProblem, InputError, quoted
+
+    if value is None or not (value.isascii() and value.isdigit()):
+        return value
+    if len(value) > MAX_WORKLOAD_INDEX_DIGITS:
+        raise InputError([FieldProblem(COMMAND_LINE, "--workload", f"no workload {quoted(value)}")])
+    return int(value)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def compare(
@@ -25,8 +40,10 @@ def register(app: typer.Typer) -> None:
         model: Annotated[
             str | None, typer.Option("--model", help="Catalog model, instead of a requirement file (serving).")
         ] = None,
-        input_tokens: Annotated[int, typer.Option("--input-tokens", help="With --model: prompt tokens.")] = 512,
-        output_tokens: Annotated[int, typer.Option("--output-tokens", help="With --model: generated tokens.")] = 256,
+        input_tokens: Annotated[int, typer.Option("--input-tokens", min=1, help="With --model: prompt tokens.")] = 512,
+        output_tokens: Annotated[
+            int, typer.Option("--output-tokens", min=1, help="With --model: generated tokens.")
+        ] = 256,
         tokens_per_s: Annotated[
             float, typer.Option("--tokens-per-s", help="With --model: average output tokens/s demanded.")
         ] = 1000.0,
@@ -61,6 +78,9 @@ def register(app: typer.Typer) -> None:
                     [FieldProblem(COMMAND_LINE, "FILE / --model", "give a requirement file or --model, not both")],
                     fix="clusterplan compare examples/requirements/70b-serving.yaml, or --model llama-3.1-70b",
                 )
+            for flag, value in (("--tokens-per-s", tokens_per_s), ("--horizon", horizon)):
+                if model is not None and not value > 0:
+                    raise InputError([FieldProblem(COMMAND_LINE, flag, f"must be positive, got {value:g}")])
             cat = load_catalog(catalog or [])
             if model is not None:
                 from clusterplan.requirement.load import load_requirement_text
@@ -70,13 +90,14 @@ def register(app: typer.Typer) -> None:
                     model, input_tokens=input_tokens, output_tokens=output_tokens, tokens_per_s=tokens_per_s,
                     horizon_months=horizon,
                 )  # fmt: skip
-                resolved = load_requirement_text(text, "command line", cat)
+                # A value out of range is located in the requirement the flags make, named after them.
+                resolved = load_requirement_text(text, "command line (--model)", cat)
             else:
                 from clusterplan.stdin import load_requirement_arg
 
                 assert file is not None
                 resolved = load_requirement_arg(file, cat)
-            which: int | str | None = int(workload) if workload is not None and workload.isdigit() else workload
+            which = _workload(workload)
             result = compare_requirement(
                 resolved.requirement, list(resolved.models), cat, workload=which, gpus=_gpu_names(gpus),
                 precision=precision,

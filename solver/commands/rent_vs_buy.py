@@ -32,7 +32,9 @@ def register(app: typer.Typer) -> None:
         gpu: Annotated[
             str | None, typer.Option("--gpu", help="Price this GPU type instead of design 1 (with --count).")
         ] = None,
-        count: Annotated[int | None, typer.Option("--count", min=1, help="With --gpu: GPUs in total.")] = None,
+        count: Annotated[
+            int | None, typer.Option("--count", min=1, max=1_000_000, help="With --gpu: GPUs in total.")
+        ] = None,
         tp: Annotated[int, typer.Option("--tp", min=1, help="With --gpu: GPUs per tensor-parallel group.")] = 1,
         months: Annotated[
             int | None,
