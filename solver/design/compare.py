@@ -1,11 +1,14 @@
 """``clusterplan compare``: GPU types side by side for one model and workload, without the solver.
 
 Each GPU is described by ``clusterplan estimate``'s path (:func:`clusterplan.design.estimate.estimate_requirement`
-with only the GPU pinned): the smallest layout whose weights and one sequence fit, the planner's batch policy,
-the replicas the demand needs (serving) or the smallest count that meets the deadline (training), and the
-cheapest offering of each deployment priced by :mod:`clusterplan.design.pricing` over the requirement's
-horizon. The figures this module adds are ratios of those figures and catalog rows (the functions below);
-no cost or speed is computed twice.
+with the GPU pinned). Serving: one estimate per replica shape the planner tries
+(:func:`clusterplan.candidates.serving.serving_shapes`, TP within the NVLink domain), each at the planner's batch
+policy with the replicas the demand needs; the row keeps the one that runs, meets the p95 targets and costs least
+(:func:`_layout_key`). Training: estimate's own search (the fastest layout of the smallest count that meets the
+deadline). Each deployment is priced on the cheapest offering of that kind by :mod:`clusterplan.design.pricing`
+over the requirement's horizon, as ``solve`` prices it. The figures this module adds are ratios of those figures
+and catalog rows (the functions below); no cost or speed is computed twice. Weight precision: estimate's default
+(16-bit, or the first ``constraints.quantizations`` allows) unless ``--precision`` names one.
 
 Derived metrics, per GPU and deployment:
 

@@ -30,7 +30,7 @@ def break_even_text(r: RentVsBuy) -> str:
     if r.rent.costs is None or r.buy.costs is None:
         return "break-even: none (one side cannot be priced)"
     if r.break_even_month is None:
-        return "break-even: never (buying costs more every month)"
+        return "break-even: never (buying does not catch up with renting)"
     if r.break_even_month == 0:
         return "break-even: month 0 (buying costs no more from the start)"
     first = f"; first whole month: {r.first_cheaper_month}" if r.first_cheaper_month is not None else ""
