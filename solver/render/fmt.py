@@ -28,6 +28,14 @@ def usd_exact(x: float | None, *, missing: str = "-") -> str:
     return f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
 
 
+def usd_3sf(x: float | None) -> str:
+    """Three significant figures below $100 (a price per GPU-hour divided by a TFLOPS figure is ~$0.003),
+    whole dollars above: a ratio, never '$0.00'."""
+    if x is None:
+        return "-"
+    return f"${x:,.0f}" if abs(x) >= 100 else f"${x:.3g}"
+
+
 def usd_up(x: float) -> str:
     """Whole dollars, rounded up (a budget relaxation is never understated)."""
     return f"${math.ceil(x):,}"

@@ -1,0 +1,113 @@
+"""``clusterplan compare``: GPU types side by side for one model and workload. A thin typer layer over
+:mod:`clusterplan.design.compare`; rendering is :mod:`clusterplan.render.compare_view`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clusterplan.stdin import FILE_HELP
+
+
+def _gpu_names(gpus: str | None) -> list[str] | None:
+    if gpus is None:
+        return None
+    return [g.strip() for g in gpus.split(",") if g.strip()]
+
+
+MAX_WORKLOAD_INDEX_DIGITS = 6  # a requirement holds at most 64 workloads; longer numbers are refused, not parsed
+
+
+def _workload(value: str | None) -> int | str | None:
+    """``--workload``: an index (ASCII digits) or a name."""
+    from clusterplan.design.compare import COMMAND_LINE
+    from clusterplan.errors import FieldProblem, InputError, quoted
+
+    if value is None or not (value.isascii() and value.isdigit()):
+        return value
+    if len(value) > MAX_WORKLOAD_INDEX_DIGITS:
+        raise InputError([FieldProblem(COMMAND_LINE, "--workload", f"no workload {quoted(value)}")])
+    return int(value)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def compare(
+        file: Annotated[Path | None, typer.Argument(help=FILE_HELP + " Or give --model.")] = None,
+        model: Annotated[
+            str | None, typer.Option("--model", help="Catalog model, instead of a requirement file (serving).")
+        ] = None,
+        input_tokens: Annotated[int, typer.Option("--input-tokens", min=1, help="With --model: prompt tokens.")] = 512,
+        output_tokens: Annotated[
+            int, typer.Option("--output-tokens", min=1, help="With --model: generated tokens.")
+        ] = 256,
+        tokens_per_s: Annotated[
+            float, typer.Option("--tokens-per-s", help="With --model: average output tokens/s demanded.")
+        ] = 1000.0,
+        horizon: Annotated[float, typer.Option("--horizon", help="With --model: months costs are summed over.")] = 36,
+        workload: Annotated[
+            str | None, typer.Option("--workload", help="Workload name or index (default the first).")
+        ] = None,
+        gpus: Annotated[
+            str | None, typer.Option("--gpus", help="Comma-separated GPUs (default: the requirement's, else all).")
+        ] = None,
+        precision: Annotated[
+            str | None,
+            typer.Option("--precision", help="Serving: weight precision (bf16, fp8, ...); training: precision."),
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON for tools.")] = False,
+        as_markdown: Annotated[bool, typer.Option("--markdown", help="Print the comparison as Markdown.")] = False,
+        catalog: Annotated[
+            list[Path] | None,
+            typer.Option("--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."),
+        ] = None,
+    ) -> None:
+        """Compare GPUs for one workload: memory fit, tokens/s, $ per million tokens, $ per TB/s, $ per TFLOPS, power."""
+        from clusterplan.catalog.load import load_catalog
+        from clusterplan.cli import guarded, out_console
+        from clusterplan.design.compare import COMMAND_LINE, compare_requirement, model_requirement_text
+        from clusterplan.errors import FieldProblem, InputError
+        from clusterplan.render import compare_view
+
+        def run() -> None:
+            if (file is None) == (model is None):
+                raise InputError(
+                    [FieldProblem(COMMAND_LINE, "FILE / --model", "give a requirement file or --model, not both")],
+                    fix="clusterplan compare examples/requirements/70b-serving.yaml, or --model llama-3.1-70b",
+                )
+            for flag, value in (("--tokens-per-s", tokens_per_s), ("--horizon", horizon)):
+                if model is not None and not value > 0:
+                    raise InputError([FieldProblem(COMMAND_LINE, flag, f"must be positive, got {value:g}")])
+            cat = load_catalog(catalog or [])
+            if model is not None:
+                from clusterplan.requirement.load import load_requirement_text
+
+                cat.model(model)  # an unknown model: a clean error with suggestions before anything else
+                text = model_requirement_text(
+                    model, input_tokens=input_tokens, output_tokens=output_tokens, tokens_per_s=tokens_per_s,
+                    horizon_months=horizon,
+                )  # fmt: skip
+                # A value out of range is located in the requirement the flags make, named after them.
+                resolved = load_requirement_text(text, "command line (--model)", cat)
+            else:
+                from clusterplan.stdin import load_requirement_arg
+
+                assert file is not None
+                resolved = load_requirement_arg(file, cat)
+            which = _workload(workload)
+            result = compare_requirement(
+                resolved.requirement, list(resolved.models), cat, workload=which, gpus=_gpu_names(gpus),
+                precision=precision,
+            )  # fmt: skip
+            if as_json:
+                typer.echo(json.dumps(result.model_dump(mode="json"), indent=2, allow_nan=False))
+            elif as_markdown:
+                typer.echo(compare_view.markdown(result), nl=False)
+            else:
+                for part in compare_view.table(result):
+                    out_console.print(part, markup=False) if isinstance(part, str) else out_console.print(part)
+
+        guarded(run)

@@ -1,0 +1,300 @@
+"""``clusterplan rent-vs-buy``: one design's hardware rented and bought, month by month, and the break-even month.
+
+The hardware is a plan's design (the command plans the requirement and passes design 1) or a GPU type and count
+given on the command line. Each side is priced by :mod:`clusterplan.design.pricing` on the planner's offerings
+(:func:`clusterplan.candidates.offerings.build_offerings`), as ``solve`` prices a design:
+
+* the side the design itself uses is the design's own hardware lines (so its total at the requirement's horizon
+  is ``solve``'s total, to the cent);
+* the other side hosts the same replica groups (serving: ``replicas x pp`` TP groups of each group's ``tp``;
+  training: ``pp x dp`` groups of ``tp``) on the cheapest offering of that kind
+  (:func:`clusterplan.design.pricing.cheapest_hosting`; a cloud training run:
+  :func:`clusterplan.design.pricing.cheapest_training_cloud`, billed once in whole hours).
+
+Cumulative cost after ``m`` months is :func:`clusterplan.design.pricing.costs` with ``horizon_months=m``
+(capital + one-off + m x monthly); the break-even month is
+:func:`clusterplan.physics.cost.rent_vs_buy_breakeven` on the difference of the fixed costs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from clusterplan.design import pricing
+from clusterplan.design.estimate import Result
+from clusterplan.errors import ClusterplanError
+from clusterplan.physics import cost
+from clusterplan.plan import Costs, Design, HardwareLine, ServingPlan
+
+if TYPE_CHECKING:
+    from clusterplan.candidates.table import Offering
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import GpuSpec
+    from clusterplan.requirement.schema import Requirement
+
+DEFAULT_CURVE_MONTHS = 60  # the curve runs to the horizon or this, whichever is longer, and past the break-even
+MAX_CURVE_MONTHS = 240  # the longest horizon a requirement may state
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """TP groups of one GPU type that one workload runs on (one replica group, or one training layout)."""
+
+    gpu_id: str
+    gpu_name: str
+    tp: int
+    groups: int
+    workload: str
+    training_s: float | None = None  # a training run's modelled time: rented once, billed in whole hours
+
+
+class Side(Result):
+    """The hardware rented, or bought, and its costs over the requirement's horizon."""
+
+    kind: Literal["rent", "buy"]
+    hardware: list[HardwareLine]
+    costs: Costs | None = Field(description="over the requirement's horizon (pricing.costs); None: not possible")
+    missing: list[str] = Field(default_factory=list, description="GPU types no offering of this kind hosts")
+    from_design: bool = Field(description="the design's own hardware lines, as solve priced them")
+
+
+class CurvePoint(Result):
+    month: float
+    rent_usd: float | None = Field(description="cumulative: capital + one-off + months x monthly, USD")
+    buy_usd: float | None
+
+
+class RentVsBuy(Result):
+    requirement: str
+    source: str = Field(description="which hardware: design 1 of the plan, or the command line's GPU and count")
+    gpus: dict[str, int]
+    horizon_months: float
+    rent: Side
+    buy: Side
+    break_even_month: float | None = Field(
+        description="months of use after which buying costs less than renting (0: from the start; None: never)"
+    )
+    first_cheaper_month: int | None = Field(description="first whole month at which buying costs no more")
+    cheaper_at_horizon: Literal["rent", "buy"] | None
+    curve: list[CurvePoint]
+    notes: list[str] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------
+# What the hardware must host
+# ------------------------------------------------------------------------------------------------
+
+
+def needs_of_design(design: Design) -> list[Need]:
+    """Each serving replica group and each training layout of a design, as TP groups to host."""
+    out: list[Need] = []
+    for w in design.workloads:
+        if isinstance(w, ServingPlan):
+            out += [Need(g.gpu, g.gpu_name, g.tp, g.replicas * g.pp, w.workload) for g in w.groups]
+        else:
+            out.append(Need(w.gpu, w.gpu_name, w.tp, w.pp * w.dp, w.workload, w.time_to_train_s))
+    return out
+
+
+def needs_of_gpus(spec: GpuSpec, count: int, tp: int) -> list[Need]:
+    """``count`` GPUs in TP groups of ``tp``, run around the clock."""
+    if tp < 1 or count < 1 or count % tp:
+        raise ClusterplanError(
+            f"--count {count} is not a positive multiple of --tp {tp}",
+            fix="give a count that is a multiple of the tensor-parallel degree",
+        )
+    return [Need(spec.id, spec.name, tp, count // tp, "command line")]
+
+
+def offerings_for(catalog: Catalog, req: Requirement, gpu_ids: Sequence[str]) -> list[Offering]:
+    """The planner's offerings of these GPU types, both deployments (the requirement's ``deployment`` is what
+    this command weighs, so it does not filter); any other rule that forbids an offering still does."""
+    from clusterplan.candidates.offerings import build_offerings, gpu_type_of, limits_of
+    from clusterplan.candidates.table import DEPLOYMENT
+
+    types = {g: gpu_type_of(catalog.gpus[g]) for g in sorted(set(gpu_ids))}
+    offerings, _ = build_offerings(catalog, req, types, limits_of(req, catalog))
+    return [o for o in offerings if all(family == DEPLOYMENT for family, _ in o.forbidden_by)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Pricing both sides
+# ------------------------------------------------------------------------------------------------
+
+
+def rent_lines(
+    needs: Sequence[Need], offerings: Sequence[Offering], horizon_months: float
+) -> tuple[list[HardwareLine], float, list[str]]:
+    """Cloud lines for every need, the one-off training cost, and the GPU types no instance hosts."""
+    lines: list[HardwareLine] = []
+    one_off = 0.0
+    missing: list[str] = []
+    for n in needs:
+        if n.training_s is not None:
+            o, units, run_usd, _ = pricing.cheapest_training_cloud(
+                offerings, n.gpu_id, n.tp, n.tp * n.groups, n.training_s
+            )
+            if o is None:
+                missing.append(n.gpu_name)
+                continue
+            lines.append(
+                pricing.training_cloud_line(o, units, gpu_name=n.gpu_name, workload=n.workload, seconds=n.training_s)
+            )
+            one_off += run_usd
+            continue
+        found = pricing.cheapest_hosting(
+            offerings, gpu_id=n.gpu_id, kind="cloud", tp=n.tp, groups=n.groups, horizon_months=horizon_months
+        )
+        if found is None:
+            missing.append(n.gpu_name)
+            continue
+        lines.append(pricing.cloud_line(found[0], found[1], gpu_name=n.gpu_name))
+    return lines, one_off, missing
+
+
+def buy_lines(
+    needs: Sequence[Need], offerings: Sequence[Offering], horizon_months: float
+) -> tuple[list[HardwareLine], list[str]]:
+    """Owned lines for every need (inventory servers first, as the planner counts them), and the GPU types that
+    cannot be owned (no purchase price and too little inventory)."""
+    lines: list[HardwareLine] = []
+    missing: list[str] = []
+    for n in needs:
+        found = pricing.cheapest_hosting(
+            offerings, gpu_id=n.gpu_id, kind="owned", tp=n.tp, groups=n.groups, horizon_months=horizon_months
+        )
+        if found is None:
+            missing.append(n.gpu_name)
+            continue
+        o, bought, inventory = found
+        lines.append(pricing.owned_line(o, bought=bought, from_inventory=inventory, gpu_name=n.gpu_name))
+    return lines, missing
+
+
+def cumulative_usd(lines: Sequence[HardwareLine], one_off_usd: float, months: float) -> float:
+    """Spent after ``months``: :func:`clusterplan.design.pricing.costs` over that many months."""
+    return pricing.costs(lines, horizon_months=months, one_off_usd=one_off_usd, output_tokens_per_s=0.0).total_usd
+
+
+def break_even_month(rent: Costs, buy: Costs) -> float | None:
+    """Months after which buying costs less: :func:`clusterplan.physics.cost.rent_vs_buy_breakeven` with the
+    difference of the fixed costs (capital + one-off) as the capital and each side's monthly cost as an hourly
+    rate (/ 730 h). 0 when buying costs no more from the start and per month; None when it never catches up."""
+    fixed = (buy.capital_usd + buy.one_off_usd) - (rent.capital_usd + rent.one_off_usd)
+    hours = cost.serving_hours_per_month()
+    if fixed <= 0:
+        return 0.0 if buy.monthly_usd <= rent.monthly_usd else None
+    be = cost.rent_vs_buy_breakeven(
+        capital_usd=fixed, cloud_usd_per_hour=rent.monthly_usd / hours,
+        owned_running_usd_per_hour=buy.monthly_usd / hours,
+    )  # fmt: skip
+    return be.months_at_full_use if math.isfinite(be.months_at_full_use) else None
+
+
+def first_cheaper_month(
+    break_even: float, rent_usd: Callable[[float], float], buy_usd: Callable[[float], float]
+) -> int:
+    """The first whole month at which buying has cost no more than renting: the break-even rounded up, checked
+    against the cumulative costs (a break-even a rounding error past a whole month lands on that month)."""
+    m = math.ceil(break_even)
+    while m > 0 and buy_usd(m - 1) <= rent_usd(m - 1):
+        m -= 1
+    while buy_usd(m) > rent_usd(m) and m < MAX_CURVE_MONTHS:
+        m += 1
+    return m
+
+
+def curve_months(horizon_months: float, break_even: float | None, months: int | None) -> list[float]:
+    """0, 1, ... up to ``months`` if given, else the longer of the horizon and ``DEFAULT_CURVE_MONTHS`` and one past
+    the break-even (at most ``MAX_CURVE_MONTHS``); the horizon itself is always a point."""
+    if months is None:
+        months = max(math.ceil(horizon_months), DEFAULT_CURVE_MONTHS)
+        if break_even is not None:
+            months = max(months, math.floor(break_even) + 1)
+        months = min(months, MAX_CURVE_MONTHS)
+    points = {float(m) for m in range(months + 1)}
+    points.add(float(horizon_months))
+    return sorted(points)
+
+
+def rent_vs_buy(
+    needs: Sequence[Need],
+    offerings: Sequence[Offering],
+    *,
+    requirement: str,
+    horizon_months: float,
+    source: str,
+    design: Design | None = None,
+    output_tokens_per_s: float = 0.0,
+    months: int | None = None,
+) -> RentVsBuy:
+    """Both sides, the break-even month and the curve. A design all on one kind keeps its own lines for that side."""
+    notes: list[str] = []
+    r_lines, r_one_off, r_missing = rent_lines(needs, offerings, horizon_months)
+    b_lines, b_missing = buy_lines(needs, offerings, horizon_months)
+    b_one_off = 0.0
+    rent_own = buy_own = False
+    if design is not None:
+        kinds = {x.kind for x in design.hardware}
+        if kinds == {"cloud"}:
+            r_lines, r_one_off, r_missing, rent_own = list(design.hardware), design.costs.one_off_usd, [], True
+        elif kinds == {"owned"}:
+            b_lines, b_missing, buy_own = list(design.hardware), [], True
+            b_one_off = design.costs.one_off_usd
+        else:
+            notes.append("the design rents some GPUs and owns others: both sides are priced from its replica groups")
+        if buy_own and len({n.workload for n in needs}) > 1:
+            notes.append(
+                "renting prices each workload's GPUs separately (training once, serving monthly); the design's "
+                "owned servers may be shared between workloads (schedule: sequential)"
+            )
+
+    def side(
+        kind: Literal["rent", "buy"], lines: list[HardwareLine], one_off: float, missing: list[str], own: bool
+    ) -> Side:
+        c = None
+        if not missing:
+            c = pricing.costs(
+                lines, horizon_months=horizon_months, one_off_usd=one_off, output_tokens_per_s=output_tokens_per_s
+            )
+        return Side(kind=kind, hardware=lines, costs=c, missing=sorted(set(missing)), from_design=own)
+
+    rent = side("rent", r_lines, r_one_off, r_missing, rent_own)
+    buy = side("buy", b_lines, b_one_off, b_missing, buy_own)
+    if rent.missing:
+        notes.append(f"no cloud instance in the catalog hosts {', '.join(rent.missing)} in this layout: no rent side")
+    if buy.missing:
+        notes.append(
+            f"{', '.join(buy.missing)}: no purchase price in the catalog and too little inventory: no buy side"
+        )
+    be = break_even_month(rent.costs, buy.costs) if rent.costs is not None and buy.costs is not None else None
+    curve = [
+        CurvePoint(
+            month=m,
+            rent_usd=cumulative_usd(r_lines, r_one_off, m) if rent.costs is not None else None,
+            buy_usd=cumulative_usd(b_lines, b_one_off, m) if buy.costs is not None else None,
+        )
+        for m in curve_months(horizon_months, be, months)
+    ]
+    first = None
+    if be is not None:
+        first = first_cheaper_month(
+            be, lambda m: cumulative_usd(r_lines, r_one_off, m), lambda m: cumulative_usd(b_lines, b_one_off, m)
+        )
+    cheaper: Literal["rent", "buy"] | None = None
+    if rent.costs is not None and buy.costs is not None:
+        cheaper = "buy" if buy.costs.total_usd <= rent.costs.total_usd else "rent"
+    gpus: dict[str, int] = {}
+    for n in needs:
+        gpus[n.gpu_id] = gpus.get(n.gpu_id, 0) + n.tp * n.groups
+    if design is not None:
+        gpus = dict(design.gpus_by_type)
+    return RentVsBuy(
+        requirement=requirement, source=source, gpus=gpus, horizon_months=horizon_months, rent=rent, buy=buy,
+        break_even_month=be, first_cheaper_month=first, cheaper_at_horizon=cheaper, curve=curve, notes=notes,
+    )  # fmt: skip
