@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from clusterplan.candidates.build import build_candidates
+from clusterplan.candidates.build import CandidateCache, build_candidates
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.explain import designs as report
 from clusterplan.explain.binding import constraint_checks, explain
@@ -178,13 +178,19 @@ def _conflict_only(planner: Planner) -> Infeasibility:
 
 
 def retargeter(
-    resolved: ResolvedRequirement, catalog: Catalog, table: CandidateTable, *, keep_latency: bool = False
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    table: CandidateTable,
+    *,
+    keep_latency: bool = False,
+    cache: CandidateCache | None = None,
 ) -> Retarget:
     """The candidate table of ``resolved`` with p95 targets scaled, for the infeasibility analysis.
 
     ``table`` is the requirement's own table. Only the serving workloads whose targets change are
     rebuilt: one workload's candidates never depend on another's, so the rest (training layouts
-    included, the slowest to prepare) are taken from ``table`` unchanged.
+    included, the slowest to prepare) are taken from ``table`` unchanged. ``cache``: the one ``table``
+    was built with, whose serving physics the rebuilt workloads reuse (only their rate search is redone).
     """
 
     def retarget(factors: Mapping[TargetKey, float]) -> CandidateTable:
@@ -211,7 +217,7 @@ def retargeter(
             requirement=req.model_copy(update={"workloads": scaled}),
             models=tuple(resolved.model_for(i) for i in changed),
         )
-        rebuilt = build_candidates(sub, catalog, keep_latency=keep_latency)
+        rebuilt = build_candidates(sub, catalog, keep_latency=keep_latency, cache=cache)
         fresh = {i: replace(wc, index=i) for i, wc in zip(changed, rebuilt.workloads, strict=True)}
         return replace(table, workloads=tuple(fresh.get(wc.index, wc) for wc in table.workloads))
 
@@ -224,19 +230,26 @@ def plan_requirement(
     options: PlanOptions | None = None,
     *,
     timings: Timings | None = None,
+    cache: CandidateCache | None = None,
 ) -> Plan:
-    """Plan a resolved requirement against the catalog."""
+    """Plan a resolved requirement against the catalog.
+
+    ``cache``: candidate rows and physics shared with plans of variants of this requirement (a what-if
+    sweep's points); the plan is the same without it. By default a fresh one, which the infeasibility
+    analysis's retargeted tables reuse.
+    """
     import time
 
     t0 = time.perf_counter()
     opts = options or PlanOptions()
-    table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency")
+    cache = cache if cache is not None else CandidateCache()
+    table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency", cache=cache)
     t1 = time.perf_counter()
     # One budget for the rest of the command. Candidate preparation (above) always runs to the end,
     # so the wall-clock net starts here: a slow preparation must not change what the solves return.
     budget = TimeBudget(opts.settings.time_limit_s)
 
-    retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency")
+    retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency", cache=cache)
 
     tm = timings if timings is not None else Timings()
     plan = plan_table(
