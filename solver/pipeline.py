@@ -46,11 +46,13 @@ class PlanOptions:
       ``explanation``); when infeasible, the minimal conflict without relaxations and a one-line
       ``text``. What one row of a what-if sweep shows.
     * ``False``: margins only; when infeasible, the same analysis as ``True``.
+    * ``"design"``: margins only, and no analysis when infeasible (``infeasibility`` is None): which
+      design is optimal, and nothing else. What the bisection of a sweep's switch point plans with.
     """
 
     top: int = 5
     objective: str = "min_cost"
-    explain: bool | Literal["binding"] = True
+    explain: bool | Literal["binding", "design"] = True
     settings: SolverSettings = field(default_factory=SolverSettings)
 
 
@@ -137,6 +139,8 @@ def plan_table(
         assert best.solution is not None
         if opts.explain == "binding":
             top_checks = constraint_checks(planner, best)
+        elif opts.explain == "design":
+            top_checks = report.margins(table, best.solution, planner.built.families)
         elif opts.explain:
             explanation = explain(planner, best)
             top_checks = explanation.constraints
@@ -147,7 +151,7 @@ def plan_table(
             checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
             d = report.design(table, out.solution, rank=i + 1, checks=checks)
             designs.append(d.model_copy(update={"cut_short": ranked.cut_short[i]}) if ranked.cut_short[i] else d)
-    elif ranked.status is SolveStatus.INFEASIBLE:
+    elif ranked.status is SolveStatus.INFEASIBLE and opts.explain != "design":
         infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
     if timings is not None:
         timings.build_s += planner.build_s

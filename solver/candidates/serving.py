@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
-    from clusterplan.physics.types import ServingEstimate
+    from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
     from clusterplan.requirement.schema import ServingWorkload
 from clusterplan.candidates.offerings import forbidden_for
 from clusterplan.candidates.prune import prune_serving_rows
@@ -50,6 +51,8 @@ class ServingPhysics:
 
     batches: dict[Layout, int] = field(default_factory=dict)
     estimates: dict[tuple[Layout, int], ServingEstimate] = field(default_factory=dict)
+    # Per estimate (by identity, held): p95s at each rate met so far.
+    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad]]] = field(default_factory=dict)
 
     def max_batch(
         self,
@@ -103,6 +106,24 @@ class ServingPhysics:
                 assumptions=assumptions,
             )
         return self.estimates[key]
+
+    def at_load(
+        self, est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions
+    ) -> Callable[[float], LatencyAtLoad]:
+        """:func:`clusterplan.physics.queueing.latency_at_load` of ``est`` (a memoised estimate: one
+        per layout and batch), once per rate: the rate searches of other targets visit the same rates."""
+        from clusterplan.physics import queueing
+
+        table = self.loads.setdefault(id(est), (est, {}))[1]
+
+        def at(rate: float) -> LatencyAtLoad:
+            if rate not in table:
+                table[rate] = queueing.latency_at_load(
+                    est, rate, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions
+                )
+            return table[rate]
+
+        return at
 
 
 def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidates:
@@ -206,7 +227,7 @@ def serving_candidates(
             # min-latency objective also gets batch 1.
             top = evaluate.serving_batch(max_batch)
             for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
-                est = memo.estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
+                est = memo_est = memo.estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
                 if of_category(est.why_not, ReasonCategory.LINK):
                     # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
                     est = est.model_copy(update={"feasible": True, "why_not": []})
@@ -223,7 +244,7 @@ def serving_candidates(
                     for a in mine
                 ):
                     continue
-                rated = evaluate.serving_rates(est, w, assumptions)
+                rated = evaluate.serving_rates(est, w, assumptions, at_load=memo.at_load(memo_est, w, assumptions))
                 rate, lat = rated.rate_rps, rated.rated
                 rows.append(
                     ServingRow(

@@ -99,6 +99,14 @@ def register(app: typer.Typer) -> None:
         csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV to this file."),
         json_out: Path | None = typer.Option(None, "--json", help="Write the sweep as JSON to this file."),
         plot: Path | None = typer.Option(None, "--plot", help="Plot the objective against the field (.png or .svg)."),
+        switch_tolerance: float = typer.Option(
+            0.01,
+            "--switch-tolerance",
+            min=0.0,
+            max=0.5,
+            help="Bisect each design switch between two points to this fraction of the value (0.01: 1%); "
+            "0: report switches at the sample points only.",
+        ),
         force: bool = ForceOption,
         time_limit: float = TimeLimitOption,
         catalog: list[Path] | None = CatalogOption,
@@ -136,6 +144,7 @@ def register(app: typer.Typer) -> None:
                     solver=SolverSettings(time_limit_s=time_limit),
                     jobs=n_jobs,
                     on_done=on_done,
+                    switch_tolerance=switch_tolerance or None,
                 )
             elapsed = time.perf_counter() - t0
             sweep_view.sweep_table(result, out_console)

@@ -12,7 +12,7 @@ report evaluate a layout through these functions, so a design reads the same whe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -95,16 +95,24 @@ class ServingRates:
     rated: LatencyAtLoad  # p95s at rate_rps (at rate_no_targets_rps when the targets are out of reach)
 
 
-def serving_rates(est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions) -> ServingRates:
+def serving_rates(
+    est: ServingEstimate,
+    w: ServingWorkload,
+    assumptions: Assumptions,
+    *,
+    at_load: Callable[[float], LatencyAtLoad] | None = None,
+) -> ServingRates:
     """The rate within targets (:func:`clusterplan.physics.queueing.max_rate_for_targets`, ``RATE_SEARCH_STEPS``
-    halvings keeping the feasible end: 1/256 of saturation, well inside the model's accuracy) and the p95s there."""
+    halvings keeping the feasible end: 1/256 of saturation, well inside the model's accuracy) and the p95s there.
+    ``at_load``: the p95s of ``est`` at a rate, memoised by the caller (the candidates of a sweep's points)."""
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
     rate = queueing.max_rate_for_targets(
         est, p95_latency_s=w.p95_latency, p95_ttft_s=w.p95_ttft, p95_tpot_s=w.p95_tpot, steps=RATE_SEARCH_STEPS,
-        **tk,  # type: ignore[arg-type]
+        at_load=at_load, **tk,  # type: ignore[arg-type]
     )  # fmt: skip
     ceiling = rate_at_ceiling(est, assumptions)
-    lat = queueing.latency_at_load(est, rate if rate > 0 else ceiling, **tk)  # type: ignore[arg-type]
+    at = rate if rate > 0 else ceiling
+    lat = at_load(at) if at_load is not None else queueing.latency_at_load(est, at, **tk)  # type: ignore[arg-type]
     return ServingRates(rate_rps=rate, rate_no_targets_rps=ceiling, rated=lat)
 
 

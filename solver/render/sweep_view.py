@@ -59,8 +59,37 @@ def sweep_table(result: SweepResult, console: Console) -> None:
             style=style,
         )
     console.print(t)
+    if result.switches:
+        switch_table(result, console)
     for note in result.notes:
         p(f"- {escape(note)}")
+
+
+def _side(shape: str | None, design: str | None, total_usd: float | None, status: str) -> str:
+    if shape is None:
+        return status
+    return f"{shape}  [{design}, {usd(total_usd)}]"
+
+
+def switch_table(result: SweepResult, console: Console) -> None:
+    """The bisected switch points: the value where the design changes and the designs on either side."""
+    axis = result.axes[0]
+    q = axis.target.quantity
+    t = Table(title="switch points (bisected)", title_justify="left")
+    for other in result.axes[1:]:
+        t.add_column(escape(other.target.field), justify="right", no_wrap=True)
+    for col in (f"{axis.target.field} ≈", "between", "design below", "design above"):
+        t.add_column(escape(col), overflow="fold")
+    for sp in result.switches:
+        below, above = sp.before, sp.after
+        t.add_row(
+            *(format_value(v, ax.target.quantity) for ax, v in zip(result.axes[1:], sp.others, strict=True)),
+            format_value(sp.at, q),
+            f"{format_value(below.value, q)} .. {format_value(above.value, q)}",
+            escape(_side(below.shape, below.design, below.total_usd, below.status)),
+            escape(_side(above.shape, above.design, above.total_usd, above.status)),
+        )
+    console.print(t)
 
 
 CSV_INJECTION = ("=", "+", "@", "\t", "\r")

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from clusterplan.requirement.load import ResolvedRequirement
 
 RowStatus = Literal["optimal", "feasible", "infeasible", "unknown", "invalid"]
+Detail = Literal["binding", "design"]  # a sweep row's binding constraints or conflict; or the design alone
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,6 +104,7 @@ class PointTask:
     objective: str
     settings: SolverSettings = field(default_factory=SolverSettings)
     reuse: Reuse = "none"  # what points planned in one process may share (vary.reuse_of)
+    detail: Detail = "binding"  # how much of each point to work out (plan_point)
 
 
 _REUSE_ORDER: tuple[Reuse, ...] = ("none", "physics", "table")
@@ -122,6 +124,7 @@ def point_task(
     solver: SolverSettings,
     edit: Callable[[dict[str, Any]], None] | None = None,
     reuse: Reuse | None = None,
+    detail: Detail = "binding",
 ) -> PointTask:
     """The task of one point: the document with each requirement target set, catalog targets overridden.
 
@@ -145,6 +148,7 @@ def point_task(
         objective=objective,
         settings=solver,
         reuse=reuse if reuse is not None else ("none" if edit is not None else shared_by([t for t, _ in settings])),
+        detail=detail,
     )
 
 
@@ -199,17 +203,21 @@ def plan_point(
     settings: SolverSettings,
     *,
     cache: CandidateCache | None = None,
+    detail: Detail = "binding",
 ) -> PointOutcome:
     """The best design of one point with its binding constraints, or the conflict when there is none.
 
     ``plan_requirement`` with ``top=1`` and ``explain="binding"``: the rest of the explanation (lost
-    GPU types, mixes, least relaxations) is not worked out, as a row does not show it. ``cache``: rows
-    and physics shared with the other points (the outcome is the same without it).
+    GPU types, mixes, least relaxations) is not worked out, as a row does not show it. ``detail``
+    "design": the best design alone (no binding constraints, no conflict), for bisections. ``cache``:
+    rows and physics shared with the other points (the outcome is the same without it).
     """
-    options = PlanOptions(top=1, objective=objective, explain="binding", settings=settings)
+    options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings)
     plan = plan_requirement(resolved, catalog, options, cache=cache)
     if plan.designs:
         return PointOutcome(index=0, values=[], status=plan.status, design=plan.designs[0])
+    if plan.status == "infeasible" and detail == "design":
+        return PointOutcome(index=0, values=[], status="infeasible")
     if plan.infeasibility is not None:
         why = plan.infeasibility
         return PointOutcome(index=0, values=[], status="infeasible", conflict=why.conflict, detail=why.text)
@@ -234,7 +242,7 @@ def run_task(task: PointTask, cache: PointCache | None = None) -> PointOutcome:
     except ClusterplanError as exc:
         return PointOutcome(index=task.index, values=list(task.values), status="invalid", detail=exc.message)
     shared = here.candidates if task.reuse != "none" else None
-    out = plan_point(resolved, catalog, task.objective, task.settings, cache=shared)
+    out = plan_point(resolved, catalog, task.objective, task.settings, cache=shared, detail=task.detail)
     return out.model_copy(update={"index": task.index, "values": list(task.values)})
 
 
@@ -330,6 +338,7 @@ def p95_of(design: Design) -> float | None:
 
 __all__ = [
     "Base",
+    "Detail",
     "PointCache",
     "PointOutcome",
     "PointTask",
