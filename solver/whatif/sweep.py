@@ -332,18 +332,21 @@ def assemble(
             update: dict[str, Any] = {}
             at = f"{axes[0].target.field} = {format_value(row.values[0], axes[0].target.quantity)}" if axes else ""
             sp = exact.get(row.index)
+            # What the note names on either side: the bisected designs (or statuses) where there are.
+            below, above = (prev.shape if prev is not None else None), row.shape
             if sp is not None:
                 q = axes[0].target.quantity
                 at = (
                     f"{sp.field} ≈ {format_value(sp.at, q)} (between {format_value(sp.before.value, q)} "
                     f"and {format_value(sp.after.value, q)})"
                 )
+                below, above = sp.before.shape or sp.before.status, sp.after.shape or sp.after.status
             if prev is not None and _has_design(prev) and _has_design(row) and prev.shape != row.shape:
                 update = {"switch": True, "change": f"{prev.shape} → {row.shape}"}
-                notes.append(f"{prefix}the optimal design switches at {at}: {prev.shape} → {row.shape}")
+                notes.append(f"{prefix}the optimal design switches at {at}: {below} → {above}")
             elif prev is not None and not _has_design(prev) and _has_design(row):
                 update = {"change": "feasible from here"}
-                notes.append(f"{prefix}feasible from {at} ({row.shape})")
+                notes.append(f"{prefix}feasible from {at} ({above})")
             elif prev is not None and _has_design(prev) and not _has_design(row):
                 update = {"change": f"{row.status} from here"}
                 notes.append(f"{prefix}{row.status} from {at}")
