@@ -6,6 +6,8 @@ switch points are bisected to within 1% and hold when planned just either side.
   tables built afresh, point by point (training rows included).
 - Sweep rows with the points sharing one cache equal plans of each point alone (design, cost, status,
   binding families or conflict) on a grid of budget, a GPU price, horizon, demand and a p95 target.
+- Models built inside a :class:`~clusterplan.planner.builder.ModelReuse` equal models built afresh
+  (budgets and caps re-add the families to the last structure; horizon and demand build anew).
 - :func:`clusterplan.whatif.sweep.bisect_switch`: the bracket is within 1% and planning at either end
   alone gives the designs it names.
 """
@@ -21,6 +23,7 @@ from clusterplan.candidates.build import build_candidates
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Plan
+from clusterplan.planner.builder import ModelReuse, build
 from clusterplan.planner.solve import SolverSettings
 from clusterplan.requirement.load import ResolvedRequirement, load_requirement_text
 from clusterplan.whatif.points import PointCache, PointTask, load_base, run_tasks, shape_of
@@ -159,3 +162,30 @@ def test_switch_point_holds_when_planned_either_side(vary: str, before: str, aft
     if before == "infeasible":
         # A budget switch is the least cost itself: it lies inside the bracket.
         assert lo < above.designs[0].costs.total_usd <= hi
+
+
+@pytest.mark.parametrize(
+    ("path", "vary", "replays"),
+    [
+        (SERVING_70B, "budget=150k,400k,2M", True),
+        (SERVING_70B, "max_gpus=4,64", True),
+        (SERVING_70B, "max_power=5kW,100kW", True),
+        (TRAIN_THEN_SERVE, "budget=200k,2M", True),
+        (SERVING_70B, "horizon=12mo,60mo", False),  # the horizon is a cost coefficient of the structure
+        (SERVING_70B, "demand=300,3000", False),  # the demand bounds the replica counts
+    ],
+)
+def test_models_reused_across_bounds_equal_models_built_afresh(path: Path, vary: str, replays: bool) -> None:
+    """Inside a ModelReuse, a table that differs only in a limit its family alone reads gets the last
+    model's variables and structure with the families added again: the same model, proto for proto."""
+    base, _ = load_base(path)
+    axis = make_axis(vary, base.data, base.catalog, steps=10, log=False)
+    shared, reuse = PointCache(), ModelReuse()
+    for objective in ("min_cost", "max_throughput"):
+        for task in build_tasks(base, [axis], objective=objective, solver=SolverSettings()):
+            resolved, catalog = _alone(task)
+            table = build_candidates(resolved, catalog, cache=shared.candidates)
+            with reuse:
+                again = build(table, objective=objective)
+            assert str(again.model.proto) == str(build(table, objective=objective).model.proto), task.values
+    assert (reuse.replays == 2 * (len(axis.values) - 1)) if replays else reuse.replays == 0

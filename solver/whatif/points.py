@@ -37,6 +37,7 @@ from clusterplan.candidates.build import CandidateCache
 from clusterplan.errors import ClusterplanError, InputError
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Design, FamilyRef, Out, ServingPlan, TrainingPlan
+from clusterplan.planner.builder import ModelReuse
 from clusterplan.planner.solve import SolverSettings
 from clusterplan.whatif.vary import Reuse, SweepError, Target, catalog_override, format_value, reuse_of, set_path
 
@@ -170,11 +171,13 @@ class PointOutcome(Out):
 
 @dataclass
 class PointCache:
-    """What the points planned in one process share: each catalog by its files and override, and the
-    candidate rows and physics (:class:`~clusterplan.candidates.build.CandidateCache`)."""
+    """What the points planned in one process share: each catalog by its files and override, the
+    candidate rows and physics (:class:`~clusterplan.candidates.build.CandidateCache`), and the
+    models' variables and structure (:class:`~clusterplan.planner.builder.ModelReuse`)."""
 
     catalogs: dict[tuple[tuple[str, ...], str | None], Catalog] = field(default_factory=dict)
     candidates: CandidateCache = field(default_factory=CandidateCache)
+    models: ModelReuse = field(default_factory=ModelReuse)
 
     def catalog(self, paths: tuple[str, ...], override: str | None) -> Catalog:
         """The catalog of ``paths`` with ``override`` applied last, loaded once (CatalogInputError if invalid)."""
@@ -242,7 +245,11 @@ def run_task(task: PointTask, cache: PointCache | None = None) -> PointOutcome:
     except ClusterplanError as exc:
         return PointOutcome(index=task.index, values=list(task.values), status="invalid", detail=exc.message)
     shared = here.candidates if task.reuse != "none" else None
-    out = plan_point(resolved, catalog, task.objective, task.settings, cache=shared, detail=task.detail)
+    if task.reuse == "table":  # the models differ in bounds at most: the last one's structure serves
+        with here.models:
+            out = plan_point(resolved, catalog, task.objective, task.settings, cache=shared, detail=task.detail)
+    else:
+        out = plan_point(resolved, catalog, task.objective, task.settings, cache=shared, detail=task.detail)
     return out.model_copy(update={"index": task.index, "values": list(task.values)})
 
 
