@@ -204,3 +204,16 @@ def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:
     assert png.startswith(b"\x89PNG") and png == sweep_figure(result, "png")
     svg = sweep_figure(result, "svg")
     assert svg == sweep_figure(result, "svg") and b"<dc:date>" not in svg
+
+
+def test_markdown_lists_rows_and_switch_points(tmp_path: Path) -> None:
+    md = tmp_path / "sweep.md"
+    args = ["sweep", str(SERVING_70B), "--vary", "budget=300k,500k", "-j", "1", "--markdown", str(md)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = md.read_text()
+    assert text.startswith("# 70B chat serving: sweep of budget (2)")
+    assert "| $300k | infeasible |" in text and "| $500k | optimal |" in text
+    switches = text.split("## Switch points")[1]
+    assert "| budget ≈ | between | below | above |" in switches and "| infeasible | h200 " in switches
+    assert "- feasible from budget ≈ " in text
