@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from clusterplan.candidates.build import build_candidates
+from clusterplan.candidates.build import CandidateCache, build_candidates
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.design.uncertainty import with_odds
 from clusterplan.explain import designs as report
@@ -55,11 +55,13 @@ class PlanOptions:
       ``explanation``); when infeasible, the minimal conflict without relaxations and a one-line
       ``text``. What one row of a what-if sweep shows.
     * ``False``: margins only; when infeasible, the same analysis as ``True``.
+    * ``"design"``: margins only, and no analysis when infeasible (``infeasibility`` is None): which
+      design is optimal, and nothing else. What the bisection of a sweep's switch point plans with.
     """
 
     top: int = 5
     objective: str = "min_cost"
-    explain: bool | Literal["binding"] = True
+    explain: bool | Literal["binding", "design"] = True
     settings: SolverSettings = field(default_factory=SolverSettings)
 
 
@@ -147,6 +149,8 @@ def plan_table(
         assert best.solution is not None
         if opts.explain == "binding":
             top_checks = constraint_checks(planner, best)
+        elif opts.explain == "design":
+            top_checks = report.margins(table, best.solution, planner.built.families)
         elif opts.explain:
             explanation = explain(planner, best)
             top_checks = explanation.constraints
@@ -157,7 +161,7 @@ def plan_table(
             checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
             d = report.design(table, out.solution, rank=i + 1, checks=checks)
             designs.append(d.model_copy(update={"cut_short": ranked.cut_short[i]}) if ranked.cut_short[i] else d)
-    elif ranked.status is SolveStatus.INFEASIBLE:
+    elif ranked.status is SolveStatus.INFEASIBLE and opts.explain != "design":
         infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
     if timings is not None:
         timings.build_s += planner.build_s
@@ -214,13 +218,19 @@ def _conflict_only(planner: Planner) -> Infeasibility:
 
 
 def retargeter(
-    resolved: ResolvedRequirement, catalog: Catalog, table: CandidateTable, *, keep_latency: bool = False
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    table: CandidateTable,
+    *,
+    keep_latency: bool = False,
+    cache: CandidateCache | None = None,
 ) -> Retarget:
     """The candidate table of ``resolved`` with p95 targets scaled, for the infeasibility analysis.
 
     ``table`` is the requirement's own table. Only the serving workloads whose targets change are
     rebuilt: one workload's candidates never depend on another's, so the rest (training layouts
-    included, the slowest to prepare) are taken from ``table`` unchanged.
+    included, the slowest to prepare) are taken from ``table`` unchanged. ``cache``: the one ``table``
+    was built with, whose serving physics the rebuilt workloads reuse (only their rate search is redone).
     """
 
     def retarget(factors: Mapping[TargetKey, float]) -> CandidateTable:
@@ -247,7 +257,7 @@ def retargeter(
             requirement=req.model_copy(update={"workloads": scaled}),
             models=tuple(resolved.model_for(i) for i in changed),
         )
-        rebuilt = build_candidates(sub, catalog, keep_latency=keep_latency)
+        rebuilt = build_candidates(sub, catalog, keep_latency=keep_latency, cache=cache)
         fresh = {i: replace(wc, index=i) for i, wc in zip(changed, rebuilt.workloads, strict=True)}
         return replace(table, workloads=tuple(fresh.get(wc.index, wc) for wc in table.workloads))
 
@@ -260,19 +270,26 @@ def plan_requirement(
     options: PlanOptions | None = None,
     *,
     timings: Timings | None = None,
+    cache: CandidateCache | None = None,
 ) -> Plan:
-    """Plan a resolved requirement against the catalog."""
+    """Plan a resolved requirement against the catalog.
+
+    ``cache``: candidate rows and physics shared with plans of variants of this requirement (a what-if
+    sweep's points); the plan is the same without it. By default a fresh one, which the infeasibility
+    analysis's retargeted tables reuse.
+    """
     import time
 
     t0 = time.perf_counter()
     opts = options or PlanOptions()
-    table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency")
+    cache = cache if cache is not None else CandidateCache()
+    table = build_candidates(resolved, catalog, keep_latency=opts.objective == "min_latency", cache=cache)
     t1 = time.perf_counter()
     # One budget for the rest of the command. Candidate preparation (above) always runs to the end,
     # so the wall-clock net starts here: a slow preparation must not change what the solves return.
     budget = TimeBudget(opts.settings.time_limit_s)
 
-    retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency")
+    retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency", cache=cache)
 
     tm = timings if timings is not None else Timings()
     plan = plan_table(

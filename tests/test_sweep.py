@@ -100,14 +100,31 @@ def test_sweep_results_do_not_depend_on_jobs(sweep_one_job: dict[str, Any], tmp_
 def test_sweep_table_marks_switches_and_feasibility(sweep_one_job: dict[str, Any]) -> None:
     rows = sweep_one_job["rows"]
     assert rows[0]["status"] == "infeasible" and rows[1]["change"] == "feasible from here"
-    assert any("feasible from p95_latency = 3 s" in n for n in sweep_one_job["notes"])
-    assert "- feasible from p95_latency = 3 s" in sweep_one_job["_stdout"]
+    # Both changes are bisected (the command's default, 1%): the notes give the value in between.
+    feasible, switch = sweep_one_job["switches"]
+    assert feasible["before"]["status"] == "infeasible" and feasible["after"]["shape"] is not None
+    assert 0.2 < feasible["at"] < 3.0 and feasible["tolerance"] <= 0.01
+    assert any(n.startswith("feasible from p95_latency ≈ ") for n in sweep_one_job["notes"])
+    assert "- feasible from p95_latency ≈ " in sweep_one_job["_stdout"] and "switch points" in sweep_one_job["_stdout"]
     # From 3 s to 8 s the optimum changes shape: the row says so, and so does a note.
     assert not rows[1]["switch"]
     one, other = rows[1]["shape"], rows[2]["shape"]
     assert one and other and one != other
     assert rows[2]["switch"] and rows[2]["change"] == f"{one} → {other}"
-    assert f"the optimal design switches at p95_latency = 8 s: {one} → {other}" in sweep_one_job["notes"]
+    assert switch["before"]["shape"] == one and 3.0 < switch["at"] < 8.0 and switch["after_index"] == 2
+    assert any(
+        n.startswith("the optimal design switches at p95_latency ≈ ") and f": {one} → " in n
+        for n in sweep_one_job["notes"]
+    )
+
+
+def test_sweep_without_bisection_names_the_sample_points(tmp_path: Path) -> None:
+    out = tmp_path / "plain.json"
+    args = ["sweep", str(SERVING_70B), "--vary", "p95_latency=0.2s,3s", "-j", "1", "--switch-tolerance", "0"]
+    result = runner.invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["switches"] == [] and any("feasible from p95_latency = 3 s" in n for n in data["notes"])
 
 
 def test_invalid_point_is_a_row_not_a_failure(tmp_path: Path) -> None:
@@ -187,3 +204,16 @@ def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:
     assert png.startswith(b"\x89PNG") and png == sweep_figure(result, "png")
     svg = sweep_figure(result, "svg")
     assert svg == sweep_figure(result, "svg") and b"<dc:date>" not in svg
+
+
+def test_markdown_lists_rows_and_switch_points(tmp_path: Path) -> None:
+    md = tmp_path / "sweep.md"
+    args = ["sweep", str(SERVING_70B), "--vary", "budget=300k,500k", "-j", "1", "--markdown", str(md)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = md.read_text()
+    assert text.startswith("# 70B chat serving: sweep of budget (2)")
+    assert "| $300k | infeasible |" in text and "| $500k | optimal |" in text
+    switches = text.split("## Switch points")[1]
+    assert "| budget ≈ | between | below | above |" in switches and "| infeasible | h200 " in switches
+    assert "- feasible from budget ≈ " in text

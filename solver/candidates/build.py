@@ -1,8 +1,16 @@
-"""The whole candidate table of a resolved requirement: offerings, serving and training rows, pruning."""
+"""The whole candidate table of a resolved requirement: offerings, serving and training rows, pruning.
+
+:class:`CandidateCache` is what repeated builds of variants of one requirement (a what-if sweep, the
+infeasibility analysis's retargeted tables) may share: each workload's rows, keyed by every input
+that makes them, and each serving workload's physics (memory, batch, step times per layout), keyed by
+every input of those. A key that differs in anything the rows or the physics read is a miss, so a
+table built with a cache equals one built without (``tests/test_sweep_reuse.py``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from clusterplan.physics.reasons import (
@@ -11,13 +19,23 @@ from clusterplan.physics.reasons import (
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.load import ResolvedRequirement
+    from clusterplan.requirement.schema import ServingWorkload
 from clusterplan.candidates.offerings import build_offerings, gpu_type_of, limits_of, tier_exclusions
-from clusterplan.candidates.serving import serving_candidates
+from clusterplan.candidates.serving import (
+    DEMAND_FIELDS,
+    TARGET_FIELDS,
+    ServingPhysics,
+    serving_candidates,
+    with_demand,
+)
 from clusterplan.candidates.table import (
     SERVING_QUANTS,
     CandidateTable,
+    GpuType,
+    Limits,
     PrecisionGate,
     WorkloadCandidates,
     excluded,
@@ -25,9 +43,85 @@ from clusterplan.candidates.table import (
 from clusterplan.candidates.training import training_candidates
 from clusterplan.design.uncertainty import Derate, derate_for
 
+# Catalog fields the physics never reads: purchase prices (offerings read them) and provenance.
+_NOT_PHYSICS = frozenset({"price", "source", "as_of", "provisional", "provisional_fields", "also_sources", "notes"})
 
-def build_candidates(resolved: ResolvedRequirement, catalog: Catalog, *, keep_latency: bool = False) -> CandidateTable:
-    """The candidate table of a requirement: every row costed and estimated before any solver runs."""
+
+@dataclass
+class CandidateCache:
+    """Rows and serving physics shared by builds of variants of one requirement (see the module doc).
+
+    ``rows``: per workload key, its :class:`WorkloadCandidates` (demand excluded from serving keys: no
+    row reads it; the demand figures are set again on a hit). ``physics``: per serving physics key, the
+    memo of its layouts' memory and estimates (targets excluded: only the rate search reads them).
+    """
+
+    rows: dict[Hashable, WorkloadCandidates] = field(default_factory=dict)
+    physics: dict[Hashable, ServingPhysics] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+    # Per catalog object (held, so its id is not reused): its GPUs' physics figures as one key.
+    _catalogs: dict[int, tuple[Catalog, str]] = field(default_factory=dict)
+
+    def catalog_key(self, catalog: Catalog) -> str:
+        held = self._catalogs.get(id(catalog))
+        if held is None or held[0] is not catalog:
+            text = "\n".join(
+                spec.model_dump_json(exclude=set(_NOT_PHYSICS)) for _, spec in sorted(catalog.gpus.items())
+            )
+            held = (catalog, text)
+            self._catalogs[id(catalog)] = held
+        return held[1]
+
+
+def _physics_key(
+    cache: CandidateCache, w: ServingWorkload, arch: ModelArchitecture, catalog: Catalog, assumptions: Assumptions
+) -> Hashable:
+    """Every input of a serving workload's per-layout physics: the workload less its name, demand and targets."""
+    return (
+        w.model_dump_json(exclude={"name", *DEMAND_FIELDS, *TARGET_FIELDS}),
+        arch.model_dump_json(),
+        cache.catalog_key(catalog),
+        assumptions.model_dump_json(),
+    )
+
+
+def _serving_key(
+    cache: CandidateCache,
+    w: ServingWorkload,
+    arch: ModelArchitecture,
+    catalog: Catalog,
+    gpus: dict[str, GpuType],
+    limits: Limits,
+    assumptions: Assumptions,
+    mixed: bool,
+    keep_latency: bool,
+) -> Hashable:
+    """Every input of a serving workload's rows, demand excepted (rows describe one replica)."""
+    return (
+        "serving",
+        w.model_dump_json(exclude=set(DEMAND_FIELDS)),
+        _physics_key(cache, w, arch, catalog, assumptions),
+        tuple(sorted((gid, replace(g, price_usd=None)) for gid, g in gpus.items())),
+        limits.allowed_gpus,
+        limits.quantizations,
+        mixed,
+        keep_latency,
+    )
+
+
+def build_candidates(
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    *,
+    keep_latency: bool = False,
+    cache: CandidateCache | None = None,
+) -> CandidateTable:
+    """The candidate table of a requirement: every row costed and estimated before any solver runs.
+
+    ``cache``: rows and physics a previous build of a variant of this requirement left (and this build
+    adds to); the table is the same with or without it.
+    """
     req = resolved.requirement
     limits = limits_of(req, catalog)
     gpus = {gid: gpu_type_of(spec) for gid, spec in sorted(catalog.gpus.items())}
@@ -36,17 +130,61 @@ def build_candidates(resolved: ResolvedRequirement, catalog: Catalog, *, keep_la
     workloads: list[WorkloadCandidates] = []
     for i, w in enumerate(req.workloads):
         arch = resolved.model_for(i)
+        key: Hashable = None
         if w.kind == "serving":
             mixed = w.allow_mixed if w.allow_mixed is not None else req.constraints.allow_mixed
-            workloads.append(
-                serving_candidates(
-                    i, w, arch, catalog, gpus, limits, req.assumptions, mixed, keep_latency=keep_latency, derate=derate
+            physics = None
+            if cache is not None:
+                key = (
+                    _serving_key(cache, w, arch, catalog, gpus, limits, req.assumptions, mixed, keep_latency),
+                    derate,
                 )
-            )
+                physics = cache.physics.setdefault(
+                    _physics_key(cache, w, arch, catalog, req.assumptions), ServingPhysics()
+                )
+            hit = cache.rows.get(key) if cache is not None else None
+            if hit is not None:
+                wc = with_demand(replace(hit, index=i), w)
+            else:
+                wc = serving_candidates(
+                    i,
+                    w,
+                    arch,
+                    catalog,
+                    gpus,
+                    limits,
+                    req.assumptions,
+                    mixed,
+                    keep_latency=keep_latency,
+                    derate=derate,
+                    physics=physics,
+                )
         else:
-            workloads.append(
-                training_candidates(i, w, arch, catalog, gpus, offerings, limits, req.assumptions, derate=derate)
+            if cache is not None:
+                key = (
+                    "training",
+                    w.model_dump_json(),
+                    arch.model_dump_json(),
+                    cache.catalog_key(catalog),
+                    tuple(sorted(gpus.items())),
+                    tuple(offerings),
+                    limits.allowed_gpus,
+                    req.assumptions.model_dump_json(),
+                    derate,
+                )
+            hit = cache.rows.get(key) if cache is not None else None
+            wc = (
+                replace(hit, index=i)
+                if hit is not None
+                else training_candidates(i, w, arch, catalog, gpus, offerings, limits, req.assumptions, derate=derate)
             )
+        if cache is not None:
+            if hit is not None:
+                cache.hits += 1
+            else:
+                cache.misses += 1
+                cache.rows[key] = wc
+        workloads.append(wc)
     # GPUs with no way to obtain them cannot be placed: drop their rows, say why.
     placeable = {o.gpu_id for o in offerings}
     final: list[WorkloadCandidates] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from clusterplan.physics.reasons import (
@@ -13,8 +15,9 @@ from clusterplan.physics.reasons import (
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import ModelArchitecture
+    from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
+    from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
     from clusterplan.requirement.schema import ServingWorkload
 from clusterplan.candidates.offerings import forbidden_for
 from clusterplan.candidates.prune import prune_serving_rows
@@ -32,6 +35,101 @@ from clusterplan.candidates.table import (
     hard_reasons,
 )
 from clusterplan.design.uncertainty import NO_DERATE, Derate
+
+# Workload fields no row reads (the demand: rows describe one replica) and those only the rate search
+# reads (the p95 targets): what :class:`clusterplan.candidates.build.CandidateCache` keys leave out.
+DEMAND_FIELDS = ("requests_per_min", "tokens_per_sec", "peak_to_average")
+TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
+
+
+Layout = tuple[str, int, int, str, str]  # GPU id, TP, PP, weight precision, KV precision
+
+
+@dataclass
+class ServingPhysics:
+    """Memo of one serving workload's per-layout physics (largest batch, estimate at a batch), which its
+    targets and demand do not change; the caller keys it by everything else (candidates/build.py)."""
+
+    batches: dict[Layout, int] = field(default_factory=dict)
+    estimates: dict[tuple[Layout, int], ServingEstimate] = field(default_factory=dict)
+    # Per estimate (by identity, held): p95s at each rate met so far.
+    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad]]] = field(default_factory=dict)
+
+    def max_batch(
+        self,
+        arch: ModelArchitecture,
+        spec: GpuSpec,
+        w: ServingWorkload,
+        *,
+        tp: int,
+        pp: int,
+        quant: str,
+        kv_precision: str,
+        assumptions: Assumptions,
+    ) -> int:
+        """:func:`clusterplan.design.evaluate.max_batch`, once per layout."""
+        from clusterplan.design import evaluate
+
+        layout = (spec.id, tp, pp, quant, kv_precision)
+        if layout not in self.batches:
+            self.batches[layout] = evaluate.max_batch(
+                arch, spec, w, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, assumptions=assumptions
+            )
+        return self.batches[layout]
+
+    def estimate(
+        self,
+        arch: ModelArchitecture,
+        spec: GpuSpec,
+        w: ServingWorkload,
+        *,
+        tp: int,
+        pp: int,
+        quant: str,
+        kv_precision: str,
+        batch: int,
+        assumptions: Assumptions,
+    ) -> ServingEstimate:
+        """:func:`clusterplan.design.evaluate.serving_estimate`, once per layout and batch."""
+        from clusterplan.design import evaluate
+
+        key = ((spec.id, tp, pp, quant, kv_precision), batch)
+        if key not in self.estimates:
+            self.estimates[key] = evaluate.serving_estimate(
+                arch,
+                spec,
+                w,
+                tp=tp,
+                pp=pp,
+                quant=quant,
+                kv_precision=kv_precision,
+                batch=batch,
+                assumptions=assumptions,
+            )
+        return self.estimates[key]
+
+    def at_load(
+        self, est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions
+    ) -> Callable[[float], LatencyAtLoad]:
+        """:func:`clusterplan.physics.queueing.latency_at_load` of ``est`` (a memoised estimate: one
+        per layout and batch), once per rate: the rate searches of other targets visit the same rates."""
+        from clusterplan.physics import queueing
+
+        table = self.loads.setdefault(id(est), (est, {}))[1]
+
+        def at(rate: float) -> LatencyAtLoad:
+            if rate not in table:
+                table[rate] = queueing.latency_at_load(
+                    est, rate, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions
+                )
+            return table[rate]
+
+        return at
+
+
+def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidates:
+    """``wc`` with the demand figures of ``w`` (peak requests/s = average x peak_to_average)."""
+    return replace(wc, demand_rps=w.requests_per_s * w.peak_to_average, average_rps=w.requests_per_s)
 
 
 def _kv_default(quant: str, w: ServingWorkload, half: str) -> str:
@@ -74,6 +172,7 @@ def serving_candidates(
     allow_mixed: bool,
     keep_latency: bool = False,
     derate: Derate = NO_DERATE,
+    physics: ServingPhysics | None = None,
 ) -> WorkloadCandidates:
     """Every replica shape of one serving workload on every GPU type, with its rates and reasons.
 
@@ -81,6 +180,8 @@ def serving_candidates(
     Per shape one operating point becomes a row: the largest batch (concurrency cap) whose KV cache
     fits, with the rate meeting the p95 targets and the rate at the utilisation ceiling (both derated
     by ``derate`` at a requirement's ``confidence``). Anything physics rules out becomes an :class:`Exclusion`.
+    ``physics``: a memo of the layouts' batches and estimates from a variant of this workload with other
+    targets or demand (the same rows, faster).
     """
     from clusterplan.design import evaluate
     from clusterplan.physics import rules
@@ -96,6 +197,7 @@ def serving_candidates(
     cross = (not allow_mixed) or w.redundancy == 0
     skip_dominated = cross and not keep_latency
     quant_order = {q: i for i, q in enumerate(SERVING_QUANTS)}
+    memo = physics if physics is not None else ServingPhysics()
     for gid in sorted(gpus):
         spec = catalog.gpus[gid]
         g = gpus[gid]
@@ -114,9 +216,9 @@ def serving_candidates(
                 excl.append(excluded(gid, hard[0]))
                 continue
             point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
-            max_batch = evaluate.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
+            max_batch = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
             if max_batch < 1:
-                est = evaluate.serving_estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
+                est = memo.estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
                 reasons = hard_reasons(est.why_not)
                 fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
                 excl.append(excluded(gid, reasons[0] if reasons else fallback))
@@ -128,7 +230,7 @@ def serving_candidates(
             # min-latency objective also gets batch 1.
             top = evaluate.serving_batch(max_batch)
             for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
-                est = evaluate.serving_estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
+                est = memo_est = memo.estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
                 if of_category(est.why_not, ReasonCategory.LINK):
                     # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
                     est = est.model_copy(update={"feasible": True, "why_not": []})
@@ -145,7 +247,9 @@ def serving_candidates(
                     for a in mine
                 ):
                     continue
-                rated = evaluate.serving_rates(est, w, assumptions, derate)
+                rated = evaluate.serving_rates(
+                    est, w, assumptions, derate, at_load=memo.at_load(memo_est, w, assumptions)
+                )
                 rate, lat = rated.rate_rps, rated.rated
                 rows.append(
                     ServingRow(
@@ -186,15 +290,13 @@ def serving_candidates(
                     )
                 )  # fmt: skip
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
-    return WorkloadCandidates(
+    wc = WorkloadCandidates(
         index=index,
         name=w.name,
         kind="serving",
         rows=tuple(pruned),
         exclusions=tuple(excl),
         model_name=arch.name,
-        demand_rps=w.requests_per_s * w.peak_to_average,
-        average_rps=w.requests_per_s,
         input_tokens=w.input_tokens,
         output_tokens=w.output_tokens,
         targets=targets,
@@ -202,3 +304,4 @@ def serving_candidates(
         allow_mixed=allow_mixed,
         considered=considered,
     )
+    return with_demand(wc, w)

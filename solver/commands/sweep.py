@@ -98,7 +98,18 @@ def register(app: typer.Typer) -> None:
         jobs: int | None = JobsOption,
         csv_out: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV to this file."),
         json_out: Path | None = typer.Option(None, "--json", help="Write the sweep as JSON to this file."),
+        md_out: Path | None = typer.Option(
+            None, "--markdown", help="Write the sweep (rows, switch points, notes) as Markdown to this file."
+        ),
         plot: Path | None = typer.Option(None, "--plot", help="Plot the objective against the field (.png or .svg)."),
+        switch_tolerance: float = typer.Option(
+            0.01,
+            "--switch-tolerance",
+            min=0.0,
+            max=0.5,
+            help="Bisect each design switch between two points to this fraction of the value (0.01: 1%); "
+            "0: report switches at the sample points only.",
+        ),
         force: bool = ForceOption,
         time_limit: float = TimeLimitOption,
         catalog: list[Path] | None = CatalogOption,
@@ -118,7 +129,8 @@ def register(app: typer.Typer) -> None:
             if len(vary) > 2:
                 raise SweepError("at most two --vary (a grid)", fix="sweep the third field in separate runs")
             fmt = _plot_format(plot)
-            check_outputs([("--csv", csv_out), ("--json", json_out), ("--plot", plot)], force)  # before planning
+            outputs = [("--csv", csv_out), ("--json", json_out), ("--markdown", md_out), ("--plot", plot)]
+            check_outputs(outputs, force)  # before planning
             base, _ = load_base(file, catalog or [])
             axes = [make_axis(v, base.data, base.catalog, steps=steps, log=log) for v in vary]
             if len({a.target.path for a in axes}) < len(axes):
@@ -136,6 +148,7 @@ def register(app: typer.Typer) -> None:
                     solver=SolverSettings(time_limit_s=time_limit),
                     jobs=n_jobs,
                     on_done=on_done,
+                    switch_tolerance=switch_tolerance or None,
                 )
             elapsed = time.perf_counter() - t0
             sweep_view.sweep_table(result, out_console)
@@ -143,6 +156,8 @@ def register(app: typer.Typer) -> None:
                 write_text(csv_out, sweep_view.sweep_csv(result), force=force, flag="--csv")
             if json_out is not None:
                 write_text(json_out, sweep_view.sweep_json(result), force=force, flag="--json")
+            if md_out is not None:
+                write_text(md_out, sweep_view.sweep_markdown(result), force=force, flag="--markdown")
             if plot is not None and fmt is not None:
                 write_bytes(plot, plots.sweep_figure(result, fmt), force=force, flag="--plot")  # type: ignore[arg-type]
             out_console.print(

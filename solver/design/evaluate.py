@@ -14,7 +14,7 @@ report evaluate a layout through these functions, so a design reads the same whe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -99,20 +99,28 @@ class ServingRates:
 
 
 def serving_rates(
-    est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions, derate: Derate = NO_DERATE
+    est: ServingEstimate,
+    w: ServingWorkload,
+    assumptions: Assumptions,
+    derate: Derate = NO_DERATE,
+    *,
+    at_load: Callable[[float], LatencyAtLoad] | None = None,
 ) -> ServingRates:
     """The rate within targets (:func:`clusterplan.physics.queueing.max_rate_for_targets`, ``RATE_SEARCH_STEPS``
     halvings keeping the feasible end: 1/256 of saturation, well inside the model's accuracy) and the p95s there.
 
     ``derate`` (a requirement's ``confidence``): the search meets each target divided by the latency factor,
-    the rates are scaled by the rate factor and the p95s by the latency factor (design/uncertainty.py)."""
+    the rates are scaled by the rate factor and the p95s by the latency factor (design/uncertainty.py).
+    ``at_load``: the p95s of ``est`` at a rate, memoised by the caller (the candidates of a sweep's points)."""
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
     rate = queueing.max_rate_for_targets(
         est, p95_latency_s=derate.target(w.p95_latency), p95_ttft_s=derate.target(w.p95_ttft),
-        p95_tpot_s=derate.target(w.p95_tpot), steps=RATE_SEARCH_STEPS, **tk,  # type: ignore[arg-type]
+        p95_tpot_s=derate.target(w.p95_tpot), steps=RATE_SEARCH_STEPS, at_load=at_load,
+        **tk,  # type: ignore[arg-type]
     )  # fmt: skip
     ceiling = rate_at_ceiling(est, assumptions)
-    lat = queueing.latency_at_load(est, rate if rate > 0 else ceiling, **tk)  # type: ignore[arg-type]
+    at = rate if rate > 0 else ceiling
+    lat = at_load(at) if at_load is not None else queueing.latency_at_load(est, at, **tk)  # type: ignore[arg-type]
     f = derate.rate_factor
     return ServingRates(rate_rps=rate * f, rate_no_targets_rps=ceiling * f, rated=derate.latency(lat))
 

@@ -21,6 +21,7 @@ Model (stated in ``docs/model.md``):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.serving import decode_step_s
@@ -180,12 +181,15 @@ def max_rate_for_targets(
     p95_tpot_s: float | None,
     assumptions: Assumptions,
     steps: int = BISECTION_STEPS,
+    at_load: Callable[[float], LatencyAtLoad] | None = None,
 ) -> float:
     """Largest arrival rate (requests/s) one replica takes with every p95 target met and ``ρ <= ceiling``.
 
     ``None`` targets are unconstrained. Returns 0.0 when the replica is infeasible or even an idle replica
     misses a target. Deterministic bisection over ``[0, ceiling·μ]`` with ``steps`` halvings, keeping the
     feasible end; the p95s are non-decreasing in the rate, so the answer is monotone in every target.
+    ``at_load``: :func:`latency_at_load` of ``est`` at a rate, as the caller computes it (a memo shared by
+    searches for other targets: the halvings visit the same rates).
     """
     if not est.feasible or est.requests_per_s <= 0:
         return 0.0
@@ -193,6 +197,8 @@ def max_rate_for_targets(
         return assumptions.utilisation_ceiling * est.requests_per_s
 
     def ok(rate: float) -> bool:
+        if at_load is not None:
+            return _meets(at_load(rate), p95_latency_s, p95_ttft_s, p95_tpot_s)
         lat = latency_at_load(
             est, rate, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions
         )

@@ -94,7 +94,9 @@ Memory is enforced while preparing candidates (only rows that fit exist).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from types import TracebackType
 
 from ortools.sat.python import cp_model
 
@@ -119,11 +121,87 @@ class BuiltModel:
         return [f.id for f in self.families if f.relaxable]
 
 
+# The limits the variables and the structural constraints read (structure.add: the schedule, and the
+# horizon in the total cost). Every other limit is read by its family's constraints alone.
+STRUCTURE_LIMITS = ("schedule", "horizon_months")
+STEMS_KEPT = 4  # a sweep point's table, and those its infeasibility analysis builds beside it
+
+
+@dataclass
+class _Stem:
+    """A built model as it stood before the families were added, and what it was built from."""
+
+    table: CandidateTable
+    objective: Objective
+    families: tuple[str, ...]
+    model: cp_model.CpModel  # variables and structure only
+    v: PlanVariables
+    variables: int  # variables after the families were added (they may add none for a replay)
+
+
+@dataclass
+class ModelReuse:
+    """While active (``with reuse:``), :func:`build` keeps the last model's variables and structure,
+    and builds a table that differs from it only in limits the families alone read (budgets, GPU and
+    power caps) by adding the families to a copy of them: the same model as building it afresh, without
+    the variables and structure (what a what-if sweep over such a limit re-solves with new bounds).
+    """
+
+    stems: list[_Stem] = field(default_factory=list)  # the last STEMS_KEPT built, newest first
+    replays: int = 0
+
+    def __enter__(self) -> ModelReuse:
+        self._token = _ACTIVE.set(self)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        _ACTIVE.reset(self._token)
+
+
+_ACTIVE: ContextVar[ModelReuse | None] = ContextVar("clusterplan_model_reuse", default=None)
+
+
+def _same_structure(a: CandidateTable, b: CandidateTable) -> bool:
+    """Whether the variables and structure of ``a`` and ``b`` are the same (they read all but most limits)."""
+    if any(getattr(a.limits, k) != getattr(b.limits, k) for k in STRUCTURE_LIMITS):
+        return False
+    return replace(a, limits=b.limits) == b
+
+
+def _add_families(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, fams: list[Family]) -> None:
+    for f in fams:
+        lit = v.literal(f.id) if f.relaxable else None
+        f.add(FamilyContext(model=model, v=v, table=table, lit=lit))
+
+
 def build(table: CandidateTable, *, objective: Objective = "min_cost") -> BuiltModel:
-    """Build the base model for ``table``. See the module docstring for the formulation."""
+    """Build the base model for ``table``. See the module docstring for the formulation.
+
+    Inside a :class:`ModelReuse`, a table whose variables and structure are the last one's reuses them.
+    """
+    fams = active_families(table)
+    ids = tuple(f.id for f in fams)
+    reuse = _ACTIVE.get()
+    stem = None
+    if reuse is not None:
+        stem = next(
+            (
+                s
+                for s in reuse.stems
+                if s.objective == objective and s.families == ids and _same_structure(s.table, table)
+            ),
+            None,
+        )
+    if reuse is not None and stem is not None:
+        model = stem.model.clone()
+        v = replace(stem.v, model=model, table=table)
+        _add_families(model, v, table, fams)
+        if len(model.proto.variables) == stem.variables:
+            reuse.replays += 1
+            return BuiltModel(model=model, v=v, families=fams)
+        reuse.stems.remove(stem)  # a family made variables: build afresh (and keep that stem instead)
     model = cp_model.CpModel()
     model.name = f"clusterplan:{table.name}"
-    fams = active_families(table)
     relaxable = [f.id for f in fams if f.relaxable]
     v = PlanVariables.create(
         model, table, families=relaxable, replica_factor=10 if objective == "max_throughput" else 1
@@ -131,7 +209,9 @@ def build(table: CandidateTable, *, objective: Objective = "min_cost") -> BuiltM
     structure.add(
         model, v, table, inventory_family="inventory" in relaxable, latency_objective=objective == "min_latency"
     )
-    for f in fams:
-        lit = v.literal(f.id) if f.relaxable else None
-        f.add(FamilyContext(model=model, v=v, table=table, lit=lit))
+    before = model.clone() if reuse is not None else None
+    _add_families(model, v, table, fams)
+    if reuse is not None and before is not None:
+        reuse.stems.insert(0, _Stem(table, objective, ids, before, v, len(model.proto.variables)))
+        del reuse.stems[STEMS_KEPT:]
     return BuiltModel(model=model, v=v, families=fams)

@@ -59,8 +59,37 @@ def sweep_table(result: SweepResult, console: Console) -> None:
             style=style,
         )
     console.print(t)
+    if result.switches:
+        switch_table(result, console)
     for note in result.notes:
         p(f"- {escape(note)}")
+
+
+def _side(shape: str | None, design: str | None, total_usd: float | None, status: str) -> str:
+    if shape is None:
+        return status
+    return f"{shape}  [{design}, {usd(total_usd)}]"
+
+
+def switch_table(result: SweepResult, console: Console) -> None:
+    """The bisected switch points: the value where the design changes and the designs on either side."""
+    axis = result.axes[0]
+    q = axis.target.quantity
+    t = Table(title="switch points (bisected)", title_justify="left")
+    for other in result.axes[1:]:
+        t.add_column(escape(other.target.field), justify="right", no_wrap=True)
+    for col in (f"{axis.target.field} ≈", "between", "design below", "design above"):
+        t.add_column(escape(col), overflow="fold")
+    for sp in result.switches:
+        below, above = sp.before, sp.after
+        t.add_row(
+            *(format_value(v, ax.target.quantity) for ax, v in zip(result.axes[1:], sp.others, strict=True)),
+            format_value(sp.at, q),
+            f"{format_value(below.value, q)} .. {format_value(above.value, q)}",
+            escape(_side(below.shape, below.design, below.total_usd, below.status)),
+            escape(_side(above.shape, above.design, above.total_usd, above.status)),
+        )
+    console.print(t)
 
 
 CSV_INJECTION = ("=", "+", "@", "\t", "\r")
@@ -128,6 +157,59 @@ def sweep_csv(result: SweepResult) -> str:
         for r in result.rows
     ]
     return _csv(header, rows)
+
+
+def _md(text: str) -> str:
+    """One Markdown table cell: pipes escaped, newlines as breaks."""
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def sweep_markdown(result: SweepResult) -> str:
+    """The sweep as Markdown: one row per point, the bisected switch points, the notes."""
+    fields = " x ".join(f"{a.target.field} ({len(a.values)})" for a in result.axes)
+    out = [f"# {_md(result.requirement)}: sweep of {_md(fields)}", "", f"Objective: {result.objective}.", ""]
+    tp_unit = _short_unit(result.throughput_unit)
+    out += _md_table(
+        [*(a.target.field for a in result.axes), "status", "design", "total cost", "throughput", "p95", "binding"],
+        [
+            [
+                *(format_value(v, a.target.quantity) for a, v in zip(result.axes, r.values, strict=True)),
+                r.status + (" (switch)" if r.switch else ""),
+                f"{r.shape} [{r.design}]" if r.shape else "-",
+                usd(r.total_usd),
+                _num(r.throughput, tp_unit),
+                seconds(r.p95_latency_s),
+                ", ".join(r.binding) or "-",
+            ]
+            for r in result.rows
+        ],
+    )
+    if result.switches:
+        axis = result.axes[0]
+        q = axis.target.quantity
+        out += ["", "## Switch points", ""]
+        out += _md_table(
+            [*(a.target.field for a in result.axes[1:]), f"{axis.target.field} ≈", "between", "below", "above"],
+            [
+                [
+                    *(format_value(v, a.target.quantity) for a, v in zip(result.axes[1:], sp.others, strict=True)),
+                    format_value(sp.at, q),
+                    f"{format_value(sp.before.value, q)} .. {format_value(sp.after.value, q)}",
+                    _side(sp.before.shape, sp.before.design, sp.before.total_usd, sp.before.status),
+                    _side(sp.after.shape, sp.after.design, sp.after.total_usd, sp.after.status),
+                ]
+                for sp in result.switches
+            ],
+        )
+    if result.notes:
+        out += ["", *(f"- {_md(n)}" for n in result.notes)]
+    return "\n".join(out) + "\n"
 
 
 def sweep_json(result: SweepResult) -> str:

@@ -18,6 +18,7 @@ from clusterplan.plan import Out
 from clusterplan.planner.solve import SolverSettings
 from clusterplan.whatif.points import (
     Base,
+    PointCache,
     PointOutcome,
     PointTask,
     RowStatus,
@@ -128,7 +129,7 @@ def _latency_levels(
     """``points`` p95 targets log-spaced from just below ``slowest`` down to ``slowest / FRONTIER_LATENCY_SPAN``."""
     targets = [float(f"{slowest * FRONTIER_LATENCY_SPAN ** (-i / points):.3g}") for i in range(1, points + 1)]
     tasks = [
-        point_task(base, i + 1, [], objective="min_cost", solver=settings, edit=_latency_target(t))
+        point_task(base, i + 1, [], objective="min_cost", solver=settings, edit=_latency_target(t), reuse="physics")
         for i, t in enumerate(targets)
     ]
     note = (
@@ -228,8 +229,11 @@ def run_frontier(
         )
 
     edit = _latency_target(None) if against == "latency" else None
-    first = point_task(base, 0, [], objective="min_cost", solver=settings, edit=edit)
-    cheapest = run_tasks([first], jobs=1)[0]
+    # Every point differs from the first in p95 targets only (latency: the rate search is redone) or
+    # in budget.total only (throughput: the candidates are the same): vary.reuse_of's "physics" and "table".
+    first = point_task(base, 0, [], objective="min_cost", solver=settings, edit=edit, reuse="physics")
+    cache = PointCache()
+    cheapest = run_tasks([first], jobs=1, cache=cache)[0]
     if cheapest.design is None:
         return result([], [f"no design at any cost: {cheapest.detail}"])
     if against == "latency":
@@ -238,7 +242,7 @@ def run_frontier(
         tasks, levels, note = _latency_levels(base, slowest, points, settings)
     else:
         tasks, levels, note = _budget_levels(base, cheapest.design.costs.total_usd, points, settings)
-    outcomes = run_tasks(tasks, jobs=jobs, on_done=on_done)
+    outcomes = run_tasks(tasks, jobs=jobs, on_done=on_done, cache=cache)
     planned = [_frontier_point(o, **lv) for o, lv in zip(outcomes, levels, strict=True)]
     pts = _mark_frontier([_frontier_point(cheapest), *planned], against)
     on = sum(p.on_frontier for p in pts)

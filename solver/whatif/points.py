@@ -6,9 +6,12 @@ Pure data in and out; no printing. What sweeps and frontiers share:
 2. **Tasks.** :func:`point_task` makes a :class:`PointTask` from the base: the requirement document with
    values set, dumped back to YAML (so every point is validated and unit-parsed like a file), and, for
    catalog targets, a user-catalog override.
-3. **Running.** :func:`run_task` loads and plans one point; :func:`run_tasks` runs them inline
-   (``jobs=1``) or in a process pool, and always returns them in point order, so results do not depend
-   on ``jobs`` (the planner has a fixed seed and one search worker).
+3. **Running.** :func:`run_task` loads and plans one point; :func:`run_tasks`, the one entry point that
+   runs points, runs them inline (``jobs=1``) or in a process pool, and always returns them in point
+   order, so results do not depend on ``jobs`` (the planner has a fixed seed and one search worker).
+   The points planned in one process share a :class:`PointCache`: catalogs by their files, and the
+   candidate rows and physics the varied field leaves alone (:func:`clusterplan.whatif.vary.reuse_of`
+   decides which; every shared part is keyed by all its inputs, so a point plans as it would alone).
    A point plans with :func:`plan_point`: ``plan_requirement`` with ``explain="binding"``, which works
    out which constraints bind (or conflict) but not the rest of the explanation (lost GPU types, mixes,
    least relaxations), which a row does not show. The tests check that its design equals
@@ -30,17 +33,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import Field
 
+from clusterplan.candidates.build import CandidateCache
 from clusterplan.errors import ClusterplanError, InputError
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Design, FamilyRef, Out, ServingPlan, TrainingPlan
+from clusterplan.planner.builder import ModelReuse
 from clusterplan.planner.solve import SolverSettings
-from clusterplan.whatif.vary import SweepError, Target, catalog_override, format_value, set_path
+from clusterplan.whatif.vary import Reuse, SweepError, Target, catalog_override, format_value, reuse_of, set_path
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.requirement.load import ResolvedRequirement
 
 RowStatus = Literal["optimal", "feasible", "infeasible", "unknown", "invalid"]
+Detail = Literal["binding", "design"]  # a sweep row's binding constraints or conflict; or the design alone
 
 
 # ------------------------------------------------------------------------------------------------
@@ -98,6 +104,16 @@ class PointTask:
     catalog_override: str | None  # a user-catalog document applied last, or None
     objective: str
     settings: SolverSettings = field(default_factory=SolverSettings)
+    reuse: Reuse = "none"  # what points planned in one process may share (vary.reuse_of)
+    detail: Detail = "binding"  # how much of each point to work out (plan_point)
+
+
+_REUSE_ORDER: tuple[Reuse, ...] = ("none", "physics", "table")
+
+
+def shared_by(targets: Sequence[Target]) -> Reuse:
+    """What points varying all of ``targets`` may share: the least any one of them leaves alone."""
+    return min((reuse_of(t) for t in targets), key=_REUSE_ORDER.index, default="table")
 
 
 def point_task(
@@ -108,8 +124,13 @@ def point_task(
     objective: str,
     solver: SolverSettings,
     edit: Callable[[dict[str, Any]], None] | None = None,
+    reuse: Reuse | None = None,
+    detail: Detail = "binding",
 ) -> PointTask:
-    """The task of one point: the document with each requirement target set, catalog targets overridden."""
+    """The task of one point: the document with each requirement target set, catalog targets overridden.
+
+    ``reuse``: what the points may share (default: what the targets leave alone; "none" with an ``edit``,
+    whose caller knows what it changes and says so)."""
     data = copy.deepcopy(base.data)
     if edit is not None:
         edit(data)
@@ -127,6 +148,8 @@ def point_task(
         catalog_override=catalog_override(base.catalog, settings),
         objective=objective,
         settings=solver,
+        reuse=reuse if reuse is not None else ("none" if edit is not None else shared_by([t for t, _ in settings])),
+        detail=detail,
     )
 
 
@@ -146,37 +169,74 @@ class PointOutcome(Out):
     detail: str = ""
 
 
+@dataclass
+class PointCache:
+    """What the points planned in one process share: each catalog by its files and override, the
+    candidate rows and physics (:class:`~clusterplan.candidates.build.CandidateCache`), and the
+    models' variables and structure (:class:`~clusterplan.planner.builder.ModelReuse`)."""
+
+    catalogs: dict[tuple[tuple[str, ...], str | None], Catalog] = field(default_factory=dict)
+    candidates: CandidateCache = field(default_factory=CandidateCache)
+    models: ModelReuse = field(default_factory=ModelReuse)
+
+    def catalog(self, paths: tuple[str, ...], override: str | None) -> Catalog:
+        """The catalog of ``paths`` with ``override`` applied last, loaded once (CatalogInputError if invalid)."""
+        key = (paths, override)
+        if key not in self.catalogs:
+            self.catalogs[key] = _load_catalog(paths, override)
+        return self.catalogs[key]
+
+
+def _load_catalog(paths: tuple[str, ...], override: str | None) -> Catalog:
+    from clusterplan.catalog.load import load_catalog
+
+    with tempfile.TemporaryDirectory(prefix="clusterplan-sweep-") as tmp:
+        files = [Path(p) for p in paths]
+        if override is not None:
+            extra = Path(tmp) / "what-if-catalog.yaml"
+            extra.write_text(override, encoding="utf-8")
+            files.append(extra)
+        return load_catalog(files)
+
+
 def plan_point(
-    resolved: ResolvedRequirement, catalog: Catalog, objective: str, settings: SolverSettings
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    objective: str,
+    settings: SolverSettings,
+    *,
+    cache: CandidateCache | None = None,
+    detail: Detail = "binding",
 ) -> PointOutcome:
     """The best design of one point with its binding constraints, or the conflict when there is none.
 
     ``plan_requirement`` with ``top=1`` and ``explain="binding"``: the rest of the explanation (lost
-    GPU types, mixes, least relaxations) is not worked out, as a row does not show it.
+    GPU types, mixes, least relaxations) is not worked out, as a row does not show it. ``detail``
+    "design": the best design alone (no binding constraints, no conflict), for bisections. ``cache``:
+    rows and physics shared with the other points (the outcome is the same without it).
     """
-    options = PlanOptions(top=1, objective=objective, explain="binding", settings=settings)
-    plan = plan_requirement(resolved, catalog, options)
+    options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings)
+    plan = plan_requirement(resolved, catalog, options, cache=cache)
     if plan.designs:
         return PointOutcome(index=0, values=[], status=plan.status, design=plan.designs[0])
+    if plan.status == "infeasible" and detail == "design":
+        return PointOutcome(index=0, values=[], status="infeasible")
     if plan.infeasibility is not None:
         why = plan.infeasibility
         return PointOutcome(index=0, values=[], status="infeasible", conflict=why.conflict, detail=why.text)
     return PointOutcome(index=0, values=[], status=plan.status, detail="time limit reached before a design or a proof")
 
 
-def run_task(task: PointTask) -> PointOutcome:
-    """Load and plan one point (in a worker process or inline). Bad values give an 'invalid' row."""
-    from clusterplan.catalog.load import load_catalog
+def run_task(task: PointTask, cache: PointCache | None = None) -> PointOutcome:
+    """Load and plan one point (in a worker process or inline). Bad values give an 'invalid' row.
+
+    ``cache``: what the points planned in this process share (catalogs always; candidates where the
+    task's ``reuse`` allows)."""
     from clusterplan.requirement.load import load_requirement_text
 
+    here = cache if cache is not None else PointCache()
     try:
-        with tempfile.TemporaryDirectory(prefix="clusterplan-sweep-") as tmp:
-            paths = [Path(p) for p in task.catalog_paths]
-            if task.catalog_override is not None:
-                extra = Path(tmp) / "what-if-catalog.yaml"
-                extra.write_text(task.catalog_override, encoding="utf-8")
-                paths.append(extra)
-            catalog = load_catalog(paths)
+        catalog = here.catalog(task.catalog_paths, task.catalog_override)
         resolved = load_requirement_text(task.text, task.name, catalog, base_dir=Path(task.base_dir))
     except InputError as exc:
         first = exc.problems[0] if exc.problems else None
@@ -184,7 +244,12 @@ def run_task(task: PointTask) -> PointOutcome:
         return PointOutcome(index=task.index, values=list(task.values), status="invalid", detail=detail)
     except ClusterplanError as exc:
         return PointOutcome(index=task.index, values=list(task.values), status="invalid", detail=exc.message)
-    out = plan_point(resolved, catalog, task.objective, task.settings)
+    shared = here.candidates if task.reuse != "none" else None
+    if task.reuse == "table":  # the models differ in bounds at most: the last one's structure serves
+        with here.models:
+            out = plan_point(resolved, catalog, task.objective, task.settings, cache=shared, detail=task.detail)
+    else:
+        out = plan_point(resolved, catalog, task.objective, task.settings, cache=shared, detail=task.detail)
     return out.model_copy(update={"index": task.index, "values": list(task.values)})
 
 
@@ -203,24 +268,46 @@ def _pool_context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
+_WORKER_CACHE: PointCache | None = None  # a pool worker's own, made by _start_worker
+
+
+def _start_worker() -> None:
+    global _WORKER_CACHE
+    _WORKER_CACHE = PointCache()
+
+
+def _run_in_worker(task: PointTask) -> PointOutcome:
+    """:func:`run_task` in a pool worker, sharing the worker's cache with the other tasks it runs."""
+    return run_task(task, _WORKER_CACHE)
+
+
 def run_tasks(
-    tasks: Sequence[PointTask], *, jobs: int = 1, on_done: Callable[[int], None] | None = None
+    tasks: Sequence[PointTask],
+    *,
+    jobs: int = 1,
+    on_done: Callable[[int], None] | None = None,
+    cache: PointCache | None = None,
 ) -> list[PointOutcome]:
-    """Plan every task; ``jobs`` > 1 uses a process pool. Outcomes come back in task order."""
+    """Plan every task; ``jobs`` > 1 uses a process pool. Outcomes come back in task order.
+
+    The one entry point that runs points. Inline, the tasks share ``cache`` (a fresh one if None; pass
+    one to share it with a later call); in a pool, each worker has its own.
+    """
     if jobs < 1:
         raise SweepError("--jobs must be at least 1")
     jobs = min(jobs, len(tasks)) or 1
     results: dict[int, PointOutcome] = {}
     if jobs == 1:
+        here = cache if cache is not None else PointCache()
         for task in tasks:
-            results[task.index] = run_task(task)
+            results[task.index] = run_task(task, here)
             if on_done is not None:
                 on_done(len(results))
     else:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
-            futures = [pool.submit(run_task, t) for t in tasks]
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker) as pool:
+            futures = [pool.submit(_run_in_worker, t) for t in tasks]
             for fut in as_completed(futures):
                 out = fut.result()
                 results[out.index] = out
@@ -258,6 +345,8 @@ def p95_of(design: Design) -> float | None:
 
 __all__ = [
     "Base",
+    "Detail",
+    "PointCache",
     "PointOutcome",
     "PointTask",
     "RowStatus",
@@ -269,5 +358,6 @@ __all__ = [
     "run_task",
     "run_tasks",
     "shape_of",
+    "shared_by",
     "throughput_of",
 ]

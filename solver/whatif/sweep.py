@@ -6,10 +6,15 @@ planning the points is :mod:`clusterplan.whatif.points`. Here:
 
 1. **Points.** :func:`build_tasks` makes one task per grid point (:func:`grid`: the first axis varies
    fastest), each the base requirement with the axes' values set.
-2. **Reading.** :func:`assemble` turns the outcomes into :class:`SweepRow` s, marks where the optimal
+2. **Switch points.** Between two neighbouring points along the first axis whose optimal designs
+   differ (or where one has a design and the other none), :func:`bisect_switch` halves the interval
+   of the first axis, planning the design alone at each midpoint, until it is at most
+   ``switch_tolerance`` of the value wide (integers: adjacent), and gives the :class:`SwitchPoint`
+   with the designs on either side.
+3. **Reading.** :func:`assemble` turns the outcomes into :class:`SweepRow` s, marks where the optimal
    design switches and where the requirement becomes feasible, and writes the notes a reader wants first.
 
-:func:`run_sweep` does both around :func:`clusterplan.whatif.points.run_tasks`. Pareto frontiers are
+:func:`run_sweep` does all three around :func:`clusterplan.whatif.points.run_tasks`. Pareto frontiers are
 :mod:`clusterplan.whatif.frontier`.
 """
 
@@ -30,6 +35,7 @@ from clusterplan.planner.solve import SolverSettings
 from clusterplan.whatif.frontier import FrontierResult
 from clusterplan.whatif.points import (
     Base,
+    PointCache,
     PointOutcome,
     PointTask,
     RowStatus,
@@ -44,6 +50,8 @@ from clusterplan.whatif.points import (
 from clusterplan.whatif.vary import Axis, SweepError, first_workload, format_value, parse_value, resolve_field
 
 MAX_POINTS = 2500  # a grid larger than this is a typo, not a question
+DEFAULT_SWITCH_TOLERANCE = 0.01  # a switch point is bracketed to 1% of its value (the command's default)
+MAX_BISECTIONS = 60  # halvings of one interval at most (2**-60 of it: beyond float resolution anyway)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -71,7 +79,118 @@ def build_tasks(base: Base, axes: Sequence[Axis], *, objective: str, solver: Sol
 
 
 # ------------------------------------------------------------------------------------------------
-# 2. Reading
+# 2. Switch points
+# ------------------------------------------------------------------------------------------------
+
+
+class SwitchSide(Out):
+    """The optimal design on one side of a switch point (or why there is none)."""
+
+    value: float = Field(description="the value of the first axis it was planned at")
+    status: RowStatus
+    shape: str | None = Field(default=None, description="GPU type, parallelism, quantization and deployment")
+    design: str | None = Field(default=None, description="the design's summary")
+    total_usd: float | None = Field(default=None, description="total over the horizon, USD")
+
+
+class SwitchPoint(Out):
+    """Where, between two sample points, the optimal design changes: bracketed by bisection."""
+
+    field: str = Field(description="the first axis's field")
+    others: list[float] = Field(default_factory=list, description="the other axes' values (grids)")
+    at: float = Field(description="the middle of the final bracket, in the axis's unit")
+    tolerance: float = Field(description="the bracket's width the bisection stopped at, relative to the value")
+    bisections: int = Field(description="points planned to find it")
+    before: SwitchSide = Field(description="the last value found with the first sample's design")
+    after: SwitchSide = Field(description="the first value found with another design (or none)")
+    after_index: int = Field(description="index of the sample row just past the switch")
+
+
+def _identity(out: PointOutcome) -> str:
+    """What tells two points' outcomes apart: the design's shape, or the status when there is none."""
+    return shape_of(out.design) if out.design is not None else out.status
+
+
+def _side(out: PointOutcome, value: float) -> SwitchSide:
+    d = out.design
+    if d is None:
+        return SwitchSide(value=value, status=out.status)
+    return SwitchSide(value=value, status=out.status, shape=shape_of(d), design=d.summary, total_usd=d.costs.total_usd)
+
+
+def _narrow(a: float, b: float, tolerance: float, integer: bool) -> bool:
+    """Whether [a, b] is as narrow as asked: adjacent integers, or within ``tolerance`` of its larger end."""
+    if integer:
+        return abs(b - a) <= 1
+    return abs(b - a) <= tolerance * max(abs(a), abs(b))
+
+
+def bisect_switch(
+    base: Base,
+    axes: Sequence[Axis],
+    first: PointOutcome,
+    second: PointOutcome,
+    *,
+    objective: str,
+    solver: SolverSettings,
+    tolerance: float = DEFAULT_SWITCH_TOLERANCE,
+    cache: PointCache | None = None,
+) -> SwitchPoint:
+    """Bisect the first axis between two points (same other values) whose outcomes differ.
+
+    Each midpoint is planned for its optimal design alone (``detail="design"``) and replaces the end
+    whose outcome it shares with the first point, else the other, so the bracket always holds the
+    first point's design below and another above. With several switches in between, one of them is
+    found. Stops when the bracket is ``tolerance`` of the value wide (integers: adjacent values).
+    """
+    targets = [a.target for a in axes]
+    others = list(first.values[1:])
+    integer = axes[0].target.quantity == "integer"
+    lo, hi = first.values[0], second.values[0]
+    lo_out, hi_out = first, second
+    want = _identity(first)
+    here = cache if cache is not None else PointCache()
+    steps = 0
+    while steps < MAX_BISECTIONS and not _narrow(lo, hi, tolerance, integer):
+        mid = float((lo + hi) // 2) if integer else (lo + hi) / 2
+        if mid in (lo, hi):
+            break  # the floats are adjacent
+        values = (mid, *others)
+        task = point_task(
+            base, 0, list(zip(targets, values, strict=True)), objective=objective, solver=solver, detail="design"
+        )
+        out = run_tasks([task], jobs=1, cache=here)[0]
+        steps += 1
+        if _identity(out) == want:
+            lo, lo_out = mid, out
+        else:
+            hi, hi_out = mid, out
+    return SwitchPoint(
+        field=axes[0].target.field,
+        others=others,
+        at=(lo + hi) / 2,
+        tolerance=abs(hi - lo) / max(abs(lo), abs(hi)) if max(abs(lo), abs(hi)) > 0 else 0.0,
+        bisections=steps,
+        before=_side(lo_out, lo),
+        after=_side(hi_out, hi),
+        after_index=second.index,
+    )
+
+
+def switch_pairs(outcomes: Sequence[PointOutcome], axes: Sequence[Axis]) -> list[tuple[PointOutcome, PointOutcome]]:
+    """Neighbours along the first axis whose outcomes differ, at least one with a design."""
+    n = len(axes[0].values)
+    pairs = []
+    for start in range(0, len(outcomes), n):
+        run = outcomes[start : start + n]
+        for a, b in itertools.pairwise(run):
+            if (a.design is not None or b.design is not None) and _identity(a) != _identity(b):
+                pairs.append((a, b))
+    return pairs
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. Reading
 # ------------------------------------------------------------------------------------------------
 
 
@@ -112,6 +231,9 @@ class SweepResult(Out):
     throughput_unit: str
     axes: list[Axis]
     rows: list[SweepRow]
+    switches: list[SwitchPoint] = Field(
+        default_factory=list, description="where the optimal design changes between sample points, bisected"
+    )
     notes: list[str]
 
 
@@ -180,9 +302,18 @@ def series(rows: Sequence[SweepRow], axes: Sequence[Axis]) -> list[list[SweepRow
     return [list(rows[i : i + n]) for i in range(0, len(rows), n)]
 
 
-def assemble(base: Base, axes: Sequence[Axis], outcomes: Sequence[PointOutcome], *, objective: str) -> SweepResult:
-    """Rows in point order with switches marked, and the notes: where it becomes feasible, where it switches."""
+def assemble(
+    base: Base,
+    axes: Sequence[Axis],
+    outcomes: Sequence[PointOutcome],
+    *,
+    objective: str,
+    switches: Sequence[SwitchPoint] = (),
+) -> SweepResult:
+    """Rows in point order with switches marked, and the notes: where it becomes feasible, where it
+    switches (at the bisected value where ``switches`` has one, else at the sample point)."""
     rows = [row_of(o, objective) for o in outcomes]
+    exact = {sp.after_index: sp for sp in switches}
     marked: list[SweepRow] = []
     notes: list[str] = []
     for run in series(rows, axes):
@@ -200,12 +331,22 @@ def assemble(base: Base, axes: Sequence[Axis], outcomes: Sequence[PointOutcome],
         for row in run:
             update: dict[str, Any] = {}
             at = f"{axes[0].target.field} = {format_value(row.values[0], axes[0].target.quantity)}" if axes else ""
+            sp = exact.get(row.index)
+            # What the note names on either side: the bisected designs (or statuses) where there are.
+            below, above = (prev.shape if prev is not None else None), row.shape
+            if sp is not None:
+                q = axes[0].target.quantity
+                at = (
+                    f"{sp.field} ≈ {format_value(sp.at, q)} (between {format_value(sp.before.value, q)} "
+                    f"and {format_value(sp.after.value, q)})"
+                )
+                below, above = sp.before.shape or sp.before.status, sp.after.shape or sp.after.status
             if prev is not None and _has_design(prev) and _has_design(row) and prev.shape != row.shape:
                 update = {"switch": True, "change": f"{prev.shape} → {row.shape}"}
-                notes.append(f"{prefix}the optimal design switches at {at}: {prev.shape} → {row.shape}")
+                notes.append(f"{prefix}the optimal design switches at {at}: {below} → {above}")
             elif prev is not None and not _has_design(prev) and _has_design(row):
                 update = {"change": "feasible from here"}
-                notes.append(f"{prefix}feasible from {at} ({row.shape})")
+                notes.append(f"{prefix}feasible from {at} ({above})")
             elif prev is not None and _has_design(prev) and not _has_design(row):
                 update = {"change": f"{row.status} from here"}
                 notes.append(f"{prefix}{row.status} from {at}")
@@ -226,6 +367,7 @@ def assemble(base: Base, axes: Sequence[Axis], outcomes: Sequence[PointOutcome],
         throughput_unit=throughput_unit,
         axes=list(axes),
         rows=marked,
+        switches=list(switches),
         notes=notes,
     )
 
@@ -248,8 +390,10 @@ def run_sweep(
     solver: SolverSettings | None = None,
     jobs: int = 1,
     on_done: Callable[[int], None] | None = None,
+    switch_tolerance: float | None = None,
 ) -> SweepResult:
-    """Plan every point of the grid and read the result."""
+    """Plan every point of the grid and read the result. ``switch_tolerance``: bisect each switch
+    between neighbouring points to this relative width (:func:`bisect_switch`); None: do not."""
     if not axes:
         raise SweepError("nothing to vary", fix="give at least one --vary FIELD=SPEC")
     if needs_budget(base, axes, objective):
@@ -257,12 +401,25 @@ def run_sweep(
             "--objective max_throughput needs a budget to stay within",
             fix="vary the budget (--vary budget=200k..2M) or set budget.total in the requirement",
         )
-    tasks = build_tasks(base, axes, objective=objective, solver=solver or SolverSettings())
-    outcomes = run_tasks(tasks, jobs=jobs, on_done=on_done)
-    return assemble(base, axes, outcomes, objective=objective)
+    settings = solver or SolverSettings()
+    tasks = build_tasks(base, axes, objective=objective, solver=settings)
+    cache = PointCache()  # the points' (inline) and then the bisections'
+    outcomes = run_tasks(tasks, jobs=jobs, on_done=on_done, cache=cache)
+    switches = []
+    if switch_tolerance is not None:
+        if switch_tolerance <= 0:
+            raise SweepError("the switch tolerance must be above 0", fix="e.g. 0.01 (1%)")
+        switches = [
+            bisect_switch(
+                base, axes, a, b, objective=objective, solver=settings, tolerance=switch_tolerance, cache=cache
+            )
+            for a, b in switch_pairs(outcomes, axes)
+        ]
+    return assemble(base, axes, outcomes, objective=objective, switches=switches)
 
 
 __all__ = [
+    "DEFAULT_SWITCH_TOLERANCE",
     "MAX_POINTS",
     "OBJECTIVE_LABEL",
     "Axis",
@@ -271,7 +428,10 @@ __all__ = [
     "SweepError",
     "SweepResult",
     "SweepRow",
+    "SwitchPoint",
+    "SwitchSide",
     "assemble",
+    "bisect_switch",
     "build_tasks",
     "default_jobs",
     "first_workload",
@@ -284,4 +444,5 @@ __all__ = [
     "row_of",
     "run_sweep",
     "series",
+    "switch_pairs",
 ]

@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from clusterplan import units
+from clusterplan.candidates.serving import DEMAND_FIELDS, TARGET_FIELDS
 from clusterplan.errors import ClusterplanError, did_you_mean
 from clusterplan.inputs.yamlio import format_path
 from clusterplan.plan import Out
@@ -121,6 +122,40 @@ class Target(Out):
     gpu: str | None = Field(default=None, description="catalog GPU id (gpu_price)")
     quantity: Quantity
     unit: str = Field(description="unit of the values: USD, s, requests/min, ...")
+
+
+Reuse = Literal["table", "physics", "none"]
+
+_TABLE_CONSTRAINTS = ("max_gpus", "max_power")
+
+
+def reuse_of(target: Target) -> Reuse:
+    """What the points of a sweep over ``target`` share, the one place that decides it
+    (:mod:`clusterplan.whatif.points` passes the points one candidate cache when it is not "none").
+
+    * ``"table"``: every candidate row. Budgets, the horizon, GPU and power caps and prices are bounds
+      and cost coefficients of the model (limits and offerings, rebuilt per point); no row reads the
+      demand (a row is one replica).
+    * ``"physics"``: each serving layout's memory, batch and estimate; p95 targets change only the
+      rate search.
+    * ``"none"``: the field reaches the physics (token counts, the model, a deadline ...): each point
+      prepares its candidates afresh.
+
+    Whatever is shared is keyed by every input that made it (:class:`clusterplan.candidates.build.CandidateCache`),
+    so a point's plan is the same as planning it alone.
+    """
+    if target.where in ("gpu_price", "electricity_price"):
+        return "table"
+    keys = target.keys
+    if not keys:
+        return "none"
+    if keys[0] == "budget" or (keys[0] == "constraints" and keys[-1] in _TABLE_CONSTRAINTS):
+        return "table"
+    if keys[0] == "workloads" and keys[-1] in DEMAND_FIELDS:
+        return "table"
+    if keys[0] == "workloads" and keys[-1] in TARGET_FIELDS:
+        return "physics"
+    return "none"
 
 
 def _unwrap(annotation: Any) -> tuple[Any, list[Any]]:
@@ -513,6 +548,7 @@ __all__ = [
     "SWEEP_SOURCE",
     "Axis",
     "Quantity",
+    "Reuse",
     "SweepError",
     "Target",
     "catalog_override",
@@ -522,6 +558,7 @@ __all__ = [
     "parse_spec",
     "parse_value",
     "resolve_field",
+    "reuse_of",
     "set_path",
     "split_vary",
     "tidy",
