@@ -14,6 +14,7 @@ from clusterplan.candidates.build import build_candidates
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.explain import designs as report
 from clusterplan.explain.binding import constraint_checks, explain
+from clusterplan.explain.contradictions import contradictions
 from clusterplan.explain.infeasibility import (
     TARGET_FIELDS,
     Retarget,
@@ -110,6 +111,7 @@ def plan_table(
             designs=[],
             explanation=None,
             infeasibility=unplaceable_report(reasons),
+            warnings=contradictions(table.limits.deployment, table.limits.inventory),
         )
     planner = Planner(table, objective=opts.objective, settings=settings, budget=budget)
     ranked = rank_designs(planner, top=opts.top)
@@ -161,6 +163,7 @@ def plan_table(
         designs=designs,
         explanation=explanation,
         infeasibility=infeasibility,
+        warnings=contradictions(table.limits.deployment, table.limits.inventory),
     )
 
 

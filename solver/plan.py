@@ -229,6 +229,17 @@ class RequirementRef(Out):
     file: str
 
 
+INVENTORY_IGNORED = "inventory_ignored_by_cloud_deployment"  # a RequirementWarning code
+
+
+class RequirementWarning(Out):
+    """Parts of the requirement that contradict each other (it is planned as written)."""
+
+    code: str = Field(description="what contradicts, e.g. 'inventory_ignored_by_cloud_deployment'")
+    fields: list[str] = Field(description="the requirement fields involved")
+    gpus: list[str] = Field(default_factory=list, description="the GPUs concerned, as '4x h200'")
+
+
 class Plan(Out):
     schema_version: str = SCHEMA_VERSION
     requirement: RequirementRef
@@ -238,6 +249,7 @@ class Plan(Out):
     designs: list[Design]
     explanation: Explanation | None
     infeasibility: Infeasibility | None
+    warnings: list[RequirementWarning] = Field(default_factory=list, description="contradictions in the requirement")
 
 
 def plan_schema() -> dict[str, object]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
+from clusterplan.render.reasons import render_warning
 
 
 def _cell(text: str) -> str:
@@ -17,6 +18,7 @@ def render(plan: Plan) -> str:
     if s.gap is not None and s.status == "feasible":
         line += f"; time limit hit, gap {s.gap:.2%}"
     out += [line + ").", ""]
+    out += [f"> **Warning:** {render_warning(w)}" for w in plan.warnings] + ([""] if plan.warnings else [])
     if plan.designs:
         out += [
             "## Designs, best first",

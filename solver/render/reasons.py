@@ -33,6 +33,7 @@ from clusterplan.physics.reasons import (
     WeightsDoNotFit,
     ZeroStageUnknown,
 )
+from clusterplan.plan import INVENTORY_IGNORED, RequirementWarning
 
 _LINK_NAME = {"nvlink": "NVLink", "infinity_fabric": "Infinity Fabric"}
 _FP8_NEED = {
@@ -129,3 +130,13 @@ def render_predicate(r: Reason) -> str:
 
 def render_reasons(reasons: Iterable[Reason]) -> list[str]:
     return [render_reason(r) for r in reasons]
+
+
+def render_warning(w: RequirementWarning) -> str:
+    """A requirement warning in words (one sentence per code)."""
+    if w.code == INVENTORY_IGNORED:
+        return (
+            f"deployment: cloud ignores constraints.inventory ({', '.join(w.gpus)}): owned GPUs are never used; "
+            "set deployment: either (or owned) to plan with them, or drop the inventory"
+        )
+    return f"{w.code} ({', '.join(w.fields)})"

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
+from clusterplan.render.reasons import render_warning
 
 
 def render(plan: Plan, console: Console) -> None:
@@ -17,6 +18,8 @@ def render(plan: Plan, console: Console) -> None:
     if s.status == "feasible" and s.gap is not None:
         head += f"  (time limit: best bound {s.best_bound:,.0f}, gap {s.gap:.2%})"
     p(head)
+    for w in plan.warnings:
+        console.print(f"warning: {render_warning(w)}", markup=False, style="yellow")
     if plan.designs:
         _designs(plan, console)
         _detail(plan.designs[0], console)
