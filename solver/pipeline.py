@@ -140,7 +140,7 @@ def plan_table(
         if opts.explain == "binding":
             top_checks = constraint_checks(planner, best)
         elif opts.explain:
-            explanation = explain(planner, best)
+            explanation = explain(planner, best, retarget=retarget)
             top_checks = explanation.constraints
         else:
             top_checks = report.margins(table, best.solution, planner.built.families)

@@ -119,6 +119,18 @@ class Costs(Out):
     )
 
 
+class Trade(Out):
+    """A binding constraint's marginal trade: the least move of it that admits a cheaper design."""
+
+    change: str = Field(description="the move, readable: 'chat: p95_latency 5s → 5.8s', 'budget.capital >= $120,000'")
+    total_usd: float = Field(description="the cheapest design's total once the constraint has moved that far")
+    saving_usd: float = Field(description="what that move saves against the best design (total cost)")
+    design: str = Field(description="that design, in brief")
+    least: bool = Field(
+        description="the least such move (searched); false: the constraint switched off, an upper bound"
+    )
+
+
 class ConstraintCheck(Out):
     family: str
     title: str
@@ -128,6 +140,9 @@ class ConstraintCheck(Out):
     detail: str
     relaxed_total_usd: float | None = Field(None, description="optimal total cost with this family switched off")
     relaxed_design: str | None = None
+    trade: Trade | None = Field(
+        None, description="binding: how far it must move for a cheaper design, and what that saves"
+    )
 
 
 class Design(Out):

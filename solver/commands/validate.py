@@ -57,8 +57,8 @@ def register(app: typer.Typer) -> None:
                 markup=False,
             )
             inventory = [(i.gpu, i.count) for i in req.constraints.inventory]
-            for w in contradictions(req.deployment, inventory):
-                out_console.print(f"  warning: {render_warning(w)}", markup=False)
+            for warning in contradictions(req.deployment, inventory):
+                out_console.print(f"  warning: {render_warning(warning)}", markup=False)
 
         guarded(run)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from clusterplan.candidates.table import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
 from clusterplan.explain.designs import facts
@@ -190,7 +191,7 @@ def _relaxation_at(planner: Planner, fid: str, value: float, sol: Solution) -> R
     return rel
 
 
-def _serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]]:
+def serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]]:
     """Every p95 target the requirement states: (key, workload name, seconds), in a fixed order."""
     out: list[tuple[TargetKey, str, float]] = []
     for wc in table.workloads:
@@ -204,19 +205,9 @@ def _serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]
 
 
 def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxation:
-    """The least looser p95 targets that make the requirement feasible, all else unchanged.
-
-    Every target is multiplied by a common factor f: f = 64, 64^2, ... until feasible (or every
-    target is past LOOSEST_TARGET_S), then f is bisected inside that bracket. Targets that can then
-    go back to their stated value are given back (a workload at a time, then a target at a time),
-    and each of the first SHRINK_TARGETS_MAX targets still relaxed is bisected down on its own, the
-    others held: the change names only the targets that must move, each about as little as it must
-    (an unreachable TTFT does not drag the end-to-end target along; a TPOT target does not stay at
-    f times its value when the end-to-end target already implies it). Lowering one target only makes
-    the others harder, so one pass in a fixed order ends at a point where no single target can be
-    tightened further. Each step rebuilds the candidate table (the rates depend on the targets).
-    """
-    targets = _serving_targets(planner.table)
+    """The least looser p95 targets that make the requirement feasible, all else unchanged (see
+    :func:`least_target_factors`; each step rebuilds the candidate table: the rates depend on the targets)."""
+    targets = serving_targets(planner.table)
     if not targets:
         return _least_by_solving(planner, fid)
     statuses: dict[tuple[tuple[TargetKey, float], ...], SolveStatus] = {}
@@ -232,6 +223,49 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
             statuses[key] = p.feasible(p.families)
         return statuses[key]
 
+    found = least_target_factors(targets, status_at)
+    if found.status is SolveStatus.INFEASIBLE:
+        return _targets_not_enough(planner, fid, retarget, found.factors)
+    if not found.status.has_solution:
+        return _timed_out(planner, fid)
+    return Relaxation(
+        family=fid,
+        change=target_change(targets, found.factors, ">="),
+        value=round(max(found.factors.values()), 3),
+        unit="x targets",
+        restores_feasibility=True,
+    )
+
+
+@dataclass(frozen=True)
+class TargetSearch:
+    """Where :func:`least_target_factors` stopped: ``status`` has a solution at ``factors`` (the least
+    found), is INFEASIBLE (``factors``: the loosest tried, every target past LOOSEST_TARGET_S) or
+    neither (the time limit)."""
+
+    status: SolveStatus
+    factors: dict[TargetKey, float]
+
+
+def least_target_factors(
+    targets: list[tuple[TargetKey, str, float]],
+    status_at: Callable[[Mapping[TargetKey, float]], SolveStatus],
+    *,
+    shrink_max: int = SHRINK_TARGETS_MAX,
+) -> TargetSearch:
+    """The least factors on the p95 targets at which ``status_at`` finds a solution.
+
+    Every target is multiplied by a common factor f: f = 64, 64^2, ... until it has one (or every
+    target is past LOOSEST_TARGET_S), then f is bisected inside that bracket. Targets that can then
+    go back to their stated value are given back (a workload at a time, then a target at a time),
+    and each of the first ``shrink_max`` targets still relaxed is bisected down on its own, the
+    others held: the change names only the targets that must move, each about as little as it must
+    (an unreachable TTFT does not drag the end-to-end target along; a TPOT target does not stay at
+    f times its value when the end-to-end target already implies it). Lowering one target only makes
+    the others harder, so one pass in a fixed order ends at a point where no single target can be
+    tightened further.
+    """
+
     def common(f: float) -> dict[TargetKey, float]:
         return {k: f for k, _, _ in targets}
 
@@ -239,9 +273,9 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
     lo, hi = 1.0, TARGET_FACTOR_STEP
     while not status_at(common(hi)).has_solution:
         if status_at(common(hi)) is not SolveStatus.INFEASIBLE:
-            return _timed_out(planner, fid)
+            return TargetSearch(status_at(common(hi)), common(hi))
         if tightest * hi >= LOOSEST_TARGET_S:
-            return _targets_not_enough(planner, fid, retarget, common(hi))
+            return TargetSearch(SolveStatus.INFEASIBLE, common(hi))
         lo, hi = hi, hi * TARGET_FACTOR_STEP
     for _ in range(TARGET_BISECTION_STEPS):
         mid = math.sqrt(lo * hi)
@@ -271,7 +305,7 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
             give_back({k for k, _, _ in targets if k[0] == w})
     shrunk = 0
     for k, _, _ in targets:
-        if factors[k] == 1.0 or give_back({k}) or not others_relaxed({k}) or shrunk >= SHRINK_TARGETS_MAX:
+        if factors[k] == 1.0 or give_back({k}) or not others_relaxed({k}) or shrunk >= shrink_max:
             continue
         shrunk += 1
         k_lo, k_hi = 1.0, factors[k]
@@ -282,14 +316,19 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
             else:
                 k_lo = mid
         factors = {**factors, k: k_hi}
-    parts = [f"{name}: {k[1]} >= {fmt.up_3sf(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
-    return Relaxation(
-        family=fid,
-        change="; ".join(parts),
-        value=round(max(factors.values()), 3),
-        unit="x targets",
-        restores_feasibility=True,
-    )
+    return TargetSearch(status_at(factors), factors)
+
+
+def target_change(targets: list[tuple[TargetKey, str, float]], factors: Mapping[TargetKey, float], op: str) -> str:
+    """The targets that move, each rounded up to 3 significant figures: 'chat: p95_latency >= 7.6s'
+    (``op`` '>='), or 'chat: p95_latency 5s → 7.6s' (``op`` '→')."""
+    parts = []
+    for k, name, value in targets:
+        if factors.get(k, 1.0) == 1.0:
+            continue
+        to = f"{fmt.up_3sf(value * factors[k])}s"
+        parts.append(f"{name}: {k[1]} >= {to}" if op == ">=" else f"{name}: {k[1]} {value:g}s → {to}")
+    return "; ".join(parts)
 
 
 def _targets_not_enough(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
-from clusterplan.render.reasons import render_warning
+from clusterplan.render.reasons import render_relaxed, render_warning
 
 
 def _cell(text: str) -> str:
@@ -71,11 +71,11 @@ def render(plan: Plan) -> str:
             "## Why this one",
             "",
             *([INCOMPLETE_NOTE, ""] if not e.complete else []),
-            "| constraint | status | margin | detail | if relaxed |",
+            "| constraint | status | margin | detail | to what (if relaxed) |",
             "|---|---|---|---|---|",
         ]
         for c in e.constraints:
-            relaxed = f"{usd(c.relaxed_total_usd)} ({c.relaxed_design})" if c.relaxed_total_usd is not None else "-"
+            relaxed = render_relaxed(c)
             out.append(
                 f"| {c.title} | {c.status} | {margin(c.margin, c.unit)} | {_cell(c.detail)} | {_cell(relaxed)} |"
             )

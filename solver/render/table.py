@@ -8,7 +8,7 @@ from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, seconds, usd
-from clusterplan.render.reasons import render_warning
+from clusterplan.render.reasons import render_relaxed, render_warning
 
 
 def render(plan: Plan, console: Console) -> None:
@@ -122,12 +122,10 @@ def _why(plan: Plan, console: Console) -> None:
     if not e.complete:
         console.print(INCOMPLETE_NOTE, markup=False)
     t = Table(title="Constraints at the optimum", title_justify="left")
-    for col in ("constraint", "status", "margin", "detail", "if relaxed"):
+    for col in ("constraint", "status", "margin", "detail", "to what (if relaxed)"):
         t.add_column(col, overflow="fold")
     for chk in e.constraints:
-        relaxed = "-"
-        if chk.relaxed_total_usd is not None:
-            relaxed = f"{usd(chk.relaxed_total_usd)} ({chk.relaxed_design})"
+        relaxed = render_relaxed(chk)
         t.add_row(chk.title, chk.status, margin(chk.margin, chk.unit), escape(chk.detail), escape(relaxed))
     console.print(t)
     if e.lost_gpus:
