@@ -222,6 +222,11 @@ class Infeasibility(Out):
     relaxations: list[Relaxation]
     unplaceable: list[str] = Field(description="workloads no candidate can run, and why")
     text: str
+    causes: list[str] = Field(
+        default_factory=list,
+        description="the real cause, said before any conflict: a workload fits no layout the requirement allows, "
+        "the budget buys nothing that runs it, and what change together with it restores feasibility",
+    )
 
 
 class SolverInfo(Out):

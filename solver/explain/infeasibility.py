@@ -25,11 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from clusterplan.candidates.table import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
-from clusterplan.explain.designs import facts
+from clusterplan.explain.designs import facts, hardware_lines, summary_text
 from clusterplan.physics.reasons import Reason
 from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, RelaxedAt
+from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.solve import Extra, Planner, Solution
 from clusterplan.planner.status import SolveStatus
 from clusterplan.render import fmt
@@ -351,6 +352,7 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
     unplaceable = unplaceable_workloads(table)
     if unplaceable:
         return unplaceable_report(unplaceable)
+    causes = real_causes(planner)
     status, conflict = find_conflict(planner)
     if status is not SolveStatus.INFEASIBLE:
         return Infeasibility(
@@ -368,6 +370,13 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
         )
     refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
     relax = [least_relaxation(planner, f, retarget=retarget) for f in conflict]
+    if causes.sentences and not all(r.restores_feasibility for r in relax):
+        # No member of the minimal set alone restores feasibility: the causes, and the change to all of
+        # them together, instead of a set whose every relaxation is "not enough".
+        said = [*causes.sentences, _fix(planner, causes.off)]
+        return Infeasibility(
+            conflict=[], relaxations=[], unplaceable=[], causes=said, text=" ".join(_sentence(c) for c in said)
+        )
     text = "these requirements cannot all hold: " + "; ".join(r.title for r in refs) + "."
     fixes = [r.change for r in relax if r.restores_feasibility]
     if fixes:
@@ -376,7 +385,137 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
         text += " " + " ".join(_sentence(r.change) for r in relax)
     if planner.budget.spent():
         text += " The time limit stopped this analysis: the conflict may not be minimal; raise --time-limit."
-    return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], text=text)
+    if causes.sentences:
+        text = " ".join(_sentence(c) for c in causes.sentences) + " " + text[:1].upper() + text[1:]
+    return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], causes=causes.sentences, text=text)
+
+
+@dataclass(frozen=True)
+class Causes:
+    """What :func:`real_causes` found: the sentences, and the families to change to remove them."""
+
+    sentences: list[str]
+    off: set[str]
+
+
+def real_causes(planner: Planner) -> Causes:
+    """The real causes, said before any conflict: a workload fits no layout the requirement allows
+    (GPU types, precisions, NVLink, how GPUs may be obtained), or the budget alone buys nothing that
+    runs it (not even one replica of anything on any GPU, every other constraint relaxed)."""
+    table = planner.table
+    usable = usable_gpus(table)
+    sentences = [
+        _no_allowed_layout(table, wc, usable) for wc in table.workloads if not _allowed_rows(table, wc, usable)
+    ]
+    off: set[str] = set()
+    if sentences:
+        obtain = {f for o in table.offerings for f, _ in o.forbidden_by}
+        off = {f for f in planner.families if family(f).layout_rule or f in obtain}
+    budgets = [f for f in planner.families if family(f).spending_cap]
+    if budgets and planner.feasible(budgets) is SolveStatus.INFEASIBLE:
+        # Every other family off: the cheapest design that runs each workload at all (one replica).
+        least = planner.solve(goal=Goal.MIN_TOTAL, on=[])
+        spent = (
+            f": the cheapest design that runs {_workloads(table)} at all (every other constraint relaxed) "
+            f"is {_design(table, least.solution)} at {_costs(least.solution)}"
+            if least.solution is not None
+            else ""
+        )
+        sentences.append(f"the budget ({_budget_limits(table)}) buys nothing that runs it{spent}")
+        off |= set(budgets)
+    return Causes(sentences, off)
+
+
+def _allowed_rows(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> bool:
+    """Some candidate of ``wc`` runs on a GPU the requirement lets a plan obtain, in a layout its
+    layout rules (GPU types, precisions, NVLink) allow."""
+    return any(
+        row.gpu_id in usable and not any(family(f).layout_rule for f in row.forbidding_families) for row in wc.rows
+    )
+
+
+def _no_allowed_layout(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> str:
+    """Why ``wc`` fits no allowed layout: the closest reason on the GPUs it may use, and which GPUs it
+    does fit on (ruled out by the requirement)."""
+    what = wc.model_name or "it"
+    pool = usable or sorted(table.gpus)
+    closest = sorted(pool, key=lambda g: (-table.gpus[g].memory_gib, g))
+    found: list[Reason] = []
+    for gid in closest:
+        e = most_common_reason([x for x in wc.exclusions if x.family != AVAILABILITY], gid)
+        if e is not None and e.reason not in found:
+            found.append(e.reason)
+        if len(found) == EXAMPLE_REASONS:
+            break
+    reasons = render_reasons(found)
+    listed = ", ".join(usable) if len(usable) <= LISTED_GPUS else f"{len(usable)} types"
+    head = f"{wc.name}: {what} does not fit any allowed layout on the GPUs the requirement allows ({listed})"
+    if not usable:
+        head = (
+            f"{wc.name}: {what} does not fit any allowed layout: no GPU the requirement allows can be obtained "
+            "(allowed_gpus, deployment, clouds and regions)"
+        )
+    if reasons:
+        head += f" (closest: {reasons[0]})"
+    fits = sorted({r.gpu_id for r in wc.rows})
+    if fits:
+        shown = ", ".join(fits[:LISTED_GPUS]) + (
+            f" and {len(fits) - LISTED_GPUS} more" if len(fits) > LISTED_GPUS else ""
+        )
+        head += f"; it fits on {shown}"
+    return head
+
+
+def _workloads(table: CandidateTable) -> str:
+    return _and([wc.model_name or wc.name for wc in table.workloads])
+
+
+def _design(table: CandidateTable, sol: Solution) -> str:
+    return summary_text(table, hardware_lines(table, sol))
+
+
+def _costs(sol: Solution) -> str:
+    return (
+        f"capital {fmt.usd_exact(sol.capital_cents / 100)}, monthly {fmt.usd_exact(sol.monthly_cents / 100)}, "
+        f"total {fmt.usd_exact(sol.total_cents / 100)}"
+    )
+
+
+def _budget_limits(table: CandidateTable) -> str:
+    lim = table.limits
+    parts = [
+        f"{name} {fmt.usd_exact(v)}"
+        for name, v in (
+            ("budget.capital", lim.budget_capital_usd),
+            ("budget.monthly", lim.budget_monthly_usd),
+            ("budget.total", lim.budget_total_usd),
+        )
+        if v is not None
+    ]
+    return ", ".join(parts)
+
+
+def _fix(planner: Planner, off: set[str]) -> str:
+    """What restores feasibility once the families of ``off`` (the causes) are changed: the cheapest
+    design meeting every other stated constraint, or what still conflicts."""
+    table = planner.table
+    what = _and(
+        (["allowing a GPU type, precision or layout it fits"] if any(family(f).layout_rule for f in off) else [])
+        + (["a budget that covers it"] if any(family(f).spending_cap for f in off) else [])
+    )
+    out = planner.solve(goal=Goal.MIN_TOTAL, on=[f for f in planner.families if f not in off])
+    if out.solution is not None:
+        sol = out.solution
+        return (
+            f"{what} restore{'s' if ' and ' not in what else ''} feasibility: the cheapest design meeting every other "
+            f"constraint is {_design(table, sol)} at {_costs(sol)}"
+        )
+    status, rest = still_conflicting(planner, off)
+    if rest:
+        return f"with {what}, {_rest_clause(rest)}"
+    if status is SolveStatus.INFEASIBLE:
+        return f"even with {what}, no design meets the other stated constraints"
+    return f"whether {what} restores feasibility was not found within the time limit"
 
 
 def unplaceable_report(reasons: list[str]) -> Infeasibility:

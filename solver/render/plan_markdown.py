@@ -91,12 +91,13 @@ def render(plan: Plan) -> str:
     inf = plan.infeasibility
     if inf is not None:
         out += ["", "## No design meets the requirement", ""]
+        out += [f"- {c}" for c in inf.causes]
         out += [f"- {u}" for u in inf.unplaceable]
         if inf.conflict:
             out += ["Conflicting constraints (minimal):", ""] + [f"- **{f.title}**: {f.sentence}" for f in inf.conflict]
             out += ["", "Least relaxations, each alone:", ""]
             out += [f"- {r.change}" for r in inf.relaxations]
-        elif not inf.unplaceable:
+        elif not inf.unplaceable and not inf.causes:
             out.append(inf.text)
     if plan.status == "unknown":
         out += [

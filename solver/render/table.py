@@ -143,6 +143,8 @@ def _infeasible(plan: Plan, console: Console) -> None:
     inf = plan.infeasibility
     assert inf is not None
     console.print("\n[bold red]No design meets the requirement[/bold red]")
+    for c in inf.causes:
+        console.print(f"  - {c}", markup=False)
     for u in inf.unplaceable:
         console.print(f"  - {u}", markup=False)
     if inf.conflict:
@@ -152,5 +154,5 @@ def _infeasible(plan: Plan, console: Console) -> None:
         console.print("Least relaxations (each alone, everything else unchanged):")
         for r in inf.relaxations:
             console.print(f"  - {r.change}", markup=False)
-    elif not inf.unplaceable:
+    elif not inf.unplaceable and not inf.causes:
         console.print(inf.text, markup=False)

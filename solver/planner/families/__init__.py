@@ -83,6 +83,8 @@ class Family:
     why_gpu_lost: WhyLost | None = None
     cannot_bind: tuple[Goal, ...] = ()  # primary goals that switching this family off never improves
     trade_of: Callable[[DesignFacts], TradeRead | None] | None = None  # binds when it has a trade (no solve)
+    layout_rule: bool = False  # rules which layouts may run (GPU type, precision, NVLink): none left = no fit
+    spending_cap: bool = False  # a budget: alone, it can leave nothing that runs a workload at all
 
     @property
     def relaxable(self) -> bool:
