@@ -47,6 +47,7 @@ TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
 # every target is at least LOOSEST_TARGET_S: past an hour, a p95 target no longer constrains a plan.
 TARGET_FACTOR_STEP = 64.0
 TARGET_BISECTION_STEPS = 7
+TARGET_TOLERANCE = TARGET_FACTOR_STEP ** (1 / 2**TARGET_BISECTION_STEPS)  # a 64x bracket after 7 halvings
 LOOSEST_TARGET_S = 3600.0
 # Targets still relaxed after the give-backs that are then tightened one by one (7 rebuilds each);
 # any further ones keep the common factor (a relaxation that works, not necessarily the least).
@@ -253,11 +254,14 @@ def least_target_factors(
     status_at: Callable[[Mapping[TargetKey, float]], SolveStatus],
     *,
     shrink_max: int = SHRINK_TARGETS_MAX,
+    first: float = TARGET_FACTOR_STEP,
+    tolerance: float = TARGET_TOLERANCE,
 ) -> TargetSearch:
     """The least factors on the p95 targets at which ``status_at`` finds a solution.
 
-    Every target is multiplied by a common factor f: f = 64, 64^2, ... until it has one (or every
-    target is past LOOSEST_TARGET_S), then f is bisected inside that bracket. Targets that can then
+    Every target is multiplied by a common factor f: f = ``first``, then 64 times more each step, until
+    it has one (or every target is past LOOSEST_TARGET_S), then f is bisected inside that bracket until
+    its ends are within a factor ``tolerance``. Targets that can then
     go back to their stated value are given back (a workload at a time, then a target at a time),
     and each of the first ``shrink_max`` targets still relaxed is bisected down on its own, the
     others held: the change names only the targets that must move, each about as little as it must
@@ -271,14 +275,15 @@ def least_target_factors(
         return {k: f for k, _, _ in targets}
 
     tightest = min(v for _, _, v in targets)
-    lo, hi = 1.0, TARGET_FACTOR_STEP
+    lo, hi = 1.0, first
     while not status_at(common(hi)).has_solution:
         if status_at(common(hi)) is not SolveStatus.INFEASIBLE:
             return TargetSearch(status_at(common(hi)), common(hi))
         if tightest * hi >= LOOSEST_TARGET_S:
             return TargetSearch(SolveStatus.INFEASIBLE, common(hi))
         lo, hi = hi, hi * TARGET_FACTOR_STEP
-    for _ in range(TARGET_BISECTION_STEPS):
+    steps = _halvings(hi / lo, tolerance)
+    for _ in range(steps):
         mid = math.sqrt(lo * hi)
         if status_at(common(mid)).has_solution:
             hi = mid
@@ -310,7 +315,7 @@ def least_target_factors(
             continue
         shrunk += 1
         k_lo, k_hi = 1.0, factors[k]
-        for _ in range(TARGET_BISECTION_STEPS):
+        for _ in range(_halvings(k_hi, tolerance)):
             mid = math.sqrt(k_lo * k_hi)
             if status_at({**factors, k: mid}).has_solution:
                 k_hi = mid
@@ -318,6 +323,13 @@ def least_target_factors(
                 k_lo = mid
         factors = {**factors, k: k_hi}
     return TargetSearch(status_at(factors), factors)
+
+
+def _halvings(ratio: float, tolerance: float) -> int:
+    """Bisections of a bracket [lo, lo x ratio] in log space until its ends are within ``tolerance``."""
+    if ratio <= tolerance:
+        return 0
+    return math.ceil(math.log2(math.log(ratio) / math.log(tolerance)) - 1e-9)
 
 
 def target_change(targets: list[tuple[TargetKey, str, float]], factors: Mapping[TargetKey, float], op: str) -> str:
