@@ -15,6 +15,7 @@ from clusterplan.candidates.table import CandidateTable
 from clusterplan.design.uncertainty import with_odds
 from clusterplan.explain import designs as report
 from clusterplan.explain.binding import constraint_checks, explain
+from clusterplan.explain.contradictions import contradictions
 from clusterplan.explain.infeasibility import (
     TARGET_FIELDS,
     Retarget,
@@ -122,6 +123,7 @@ def plan_table(
             explanation=None,
             infeasibility=unplaceable_report(reasons),
             precision=precision_gates(table),
+            warnings=contradictions(table.limits.deployment, table.limits.inventory),
         )
     planner = Planner(table, objective=opts.objective, settings=settings, budget=budget)
     ranked = rank_designs(planner, top=opts.top)
@@ -152,7 +154,7 @@ def plan_table(
         elif opts.explain == "design":
             top_checks = report.margins(table, best.solution, planner.built.families)
         elif opts.explain:
-            explanation = explain(planner, best)
+            explanation = explain(planner, best, retarget=retarget)
             top_checks = explanation.constraints
         else:
             top_checks = report.margins(table, best.solution, planner.built.families)
@@ -176,6 +178,7 @@ def plan_table(
         explanation=explanation,
         infeasibility=infeasibility,
         precision=precision_gates(table),
+        warnings=contradictions(table.limits.deployment, table.limits.inventory),
     )
 
 

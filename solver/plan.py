@@ -120,6 +120,18 @@ class Costs(Out):
     )
 
 
+class Trade(Out):
+    """A binding constraint's marginal trade: the least move of it that admits a cheaper design."""
+
+    change: str = Field(description="the move, readable: 'chat: p95_latency 5s → 5.8s', 'budget.capital >= $120,000'")
+    total_usd: float = Field(description="the cheapest design's total once the constraint has moved that far")
+    saving_usd: float = Field(description="what that move saves against the best design (total cost)")
+    design: str = Field(description="that design, in brief")
+    least: bool = Field(
+        description="the least such move (searched); false: the constraint switched off, an upper bound"
+    )
+
+
 class ConstraintCheck(Out):
     family: str
     title: str
@@ -129,6 +141,9 @@ class ConstraintCheck(Out):
     detail: str
     relaxed_total_usd: float | None = Field(None, description="optimal total cost with this family switched off")
     relaxed_design: str | None = None
+    trade: Trade | None = Field(
+        None, description="binding: how far it must move for a cheaper design, and what that saves"
+    )
 
 
 class TargetOdds(Out):
@@ -224,6 +239,11 @@ class Infeasibility(Out):
     relaxations: list[Relaxation]
     unplaceable: list[str] = Field(description="workloads no candidate can run, and why")
     text: str
+    causes: list[str] = Field(
+        default_factory=list,
+        description="the real cause, said before any conflict: a workload fits no layout the requirement allows, "
+        "the budget buys nothing that runs it, and what change together with it restores feasibility",
+    )
 
 
 class SolverInfo(Out):
@@ -268,6 +288,17 @@ class RequirementRef(Out):
     file: str
 
 
+INVENTORY_IGNORED = "inventory_ignored_by_cloud_deployment"  # a RequirementWarning code
+
+
+class RequirementWarning(Out):
+    """Parts of the requirement that contradict each other (it is planned as written)."""
+
+    code: str = Field(description="what contradicts, e.g. 'inventory_ignored_by_cloud_deployment'")
+    fields: list[str] = Field(description="the requirement fields involved")
+    gpus: list[str] = Field(default_factory=list, description="the GPUs concerned, as '4x h200'")
+
+
 class Plan(Out):
     schema_version: str = SCHEMA_VERSION
     requirement: RequirementRef
@@ -279,6 +310,7 @@ class Plan(Out):
     infeasibility: Infeasibility | None
     confidence: float | None = Field(None, description="the requirement's: figures derated to hold at it")
     precision: list[PrecisionGate] = Field(default_factory=list, description="the quality gate per serving workload")
+    warnings: list[RequirementWarning] = Field(default_factory=list, description="contradictions in the requirement")
 
 
 def plan_schema() -> dict[str, object]:

@@ -18,7 +18,7 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, WithJsonSchema
+from pydantic import BeforeValidator, ValidationInfo, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from clusterplan.errors import quoted
@@ -238,9 +238,48 @@ def _human(description: str) -> WithJsonSchema:
     return WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}], "description": description})
 
 
+# Set in the validation context of a document a user wrote (inputs.located.validate_document): a
+# latency, deadline or power cap must then carry its unit. A bare integer (``p95_latency: 500``) was
+# read as 500 s where 500 ms was meant; a number with a decimal point (what a what-if sweep writes
+# back) stays in the base unit.
+UNITS_REQUIRED = "units_required"
+
+
+def _duration_stated(value: Any, info: ValidationInfo) -> Any:
+    """A latency target or deadline as a requirement states it: '500ms', '5s', '30d' (not 500)."""
+    if _bare_integer(value, info):
+        raise PydanticCustomError(
+            "unit_missing",
+            "{got} has no unit: write it with one, e.g. '{got}ms' or '{got}s' (or '30d' for a deadline)",
+            {"got": value},
+        )
+    return value
+
+
+def _power_stated(value: Any, info: ValidationInfo) -> Any:
+    """A power cap as a requirement states it: '40kW', '800W' (not 40)."""
+    if _bare_integer(value, info):
+        raise PydanticCustomError(
+            "unit_missing", "{got} has no unit: write it with one, e.g. '{got}kW' or '{got}W'", {"got": value}
+        )
+    return value
+
+
+def _bare_integer(value: Any, info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(UNITS_REQUIRED)) and type(value) is int
+
+
 Count = Annotated[float, BeforeValidator(parse_count), _human("count: 150k, 1.5M, 300B")]
 Money = Annotated[float, BeforeValidator(parse_money), _human("USD: $1.2M, 150k, 400000")]
 Duration = Annotated[float, BeforeValidator(parse_duration), _human("seconds, or 5s, 800ms, 30d")]
+# A requirement's latencies, deadlines and power cap: a unit is required in a file (UNITS_REQUIRED).
+# (The unit check runs first: pydantic applies the last BeforeValidator first.)
+StatedDuration = Annotated[
+    float, BeforeValidator(parse_duration), BeforeValidator(_duration_stated), _human("a duration: 800ms, 5s, 30d")
+]
+StatedPower = Annotated[
+    float, BeforeValidator(parse_power), BeforeValidator(_power_stated), _human("a power: 40kW, 800W")
+]
 Rate = Annotated[float, BeforeValidator(parse_rate), _human("per second: 4k, 1500")]
 Power = Annotated[float, BeforeValidator(parse_power), _human("watts, or 40kW, 800W")]
 Months = Annotated[float, BeforeValidator(parse_months), _human("months, or 36mo, 3y")]

@@ -321,7 +321,8 @@ def run_case(req: dict[str, Any], cat: dict[str, Any] | None, where: Path) -> st
     if code == 1:
         assert plan.status == "infeasible" and not plan.designs
         assert plan.infeasibility is not None
-        assert plan.infeasibility.conflict or plan.infeasibility.unplaceable, plan.infeasibility
+        inf = plan.infeasibility
+        assert inf.conflict or inf.unplaceable or inf.causes, inf
         assert plan.infeasibility.text
         return "infeasible"
     assert plan.status == "unknown" and not plan.designs and plan.infeasibility is None

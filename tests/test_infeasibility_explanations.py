@@ -50,21 +50,21 @@ def _two_conflicts() -> CandidateTable:
     return CandidateTable(workloads=(serving_workload((row,)),), gpus=GPUS, offerings=(_owned(),), limits=limits)
 
 
-def test_when_relaxing_the_conflict_alone_is_not_enough_the_other_conflict_is_named() -> None:
+def test_when_the_budget_buys_nothing_that_is_said_first_and_the_other_conflict_named() -> None:
+    """Capital $1,000 buys no server and 1 kW powers none: the cause first (the budget buys nothing that
+    runs it, with the cheapest design at all), then what still conflicts once it is covered; never a
+    "minimal set" whose one relaxation is then "not enough" (issue 15)."""
     t = _two_conflicts()
     report = analyse(Planner(t))
-    assert len(report.conflict) == 1
-    (relax,) = report.relaxations
-    assert not relax.restores_feasibility
-    other = "budget_capital" if relax.family == "power" else "power"
-    assert relax.still_conflicting == [other]
-    other_title = {"budget_capital": "capital budget", "power": "power cap"}[other]
-    assert other_title in relax.change
+    assert report.conflict == [] and report.relaxations == []
+    lead, then = report.causes
+    assert lead.startswith("the budget (budget.capital $1,000) buys nothing that runs it")
+    assert "capital $50,000" in lead  # the cheapest design that runs it at all
+    assert then == "with a budget that covers it, power cap still rules out every design"
     assert_not_dangling(report.text)
-    assert other_title in report.text
     plan = plan_table(t, PlanOptions(top=1))
     md = plan_markdown.render(plan)
-    assert other_title in md and "not enough on its own" not in md
+    assert "power cap" in md and "not enough" not in md and "minimal" not in md
 
 
 TWO_CONFLICTS: dict[str, Any] = {

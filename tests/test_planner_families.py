@@ -270,7 +270,14 @@ def test_cheaper_gpu_ruled_out_by_a_family_says_which() -> None:
 CONSTRAINTS_DIR = Path(constraints.__file__).parent
 NOT_FAMILIES = {"__init__", "structure", "facts", "goals"}  # shared modules of the package
 SOLVER_DIR = CONSTRAINTS_DIR.parent.parent
-EXPLAINERS = ("explain/designs", "explain/infeasibility", "explain/binding", "planner/solve", "pipeline")
+EXPLAINERS = (
+    "explain/designs",
+    "explain/infeasibility",
+    "explain/binding",
+    "explain/trades",
+    "planner/solve",
+    "pipeline",
+)
 
 
 def test_every_module_in_the_package_is_a_registered_family() -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from pydantic_core import PydanticCustomError
+from typer.testing import CliRunner
 
 from clusterplan import units
+from clusterplan.cli import app
 
 
 @pytest.mark.parametrize(
@@ -86,3 +89,61 @@ def test_integer_scaling_rounds_in_the_safe_direction_and_refuses_overflow() -> 
         units.scale_to_int(1e30, 0.01, what="cost")
     with pytest.raises(ValueError, match="non-finite"):
         units.scale_up(math.nan, 1, what="rate")
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "fix"),
+    [
+        ("p95_latency", "500", "'500ms' or '500s'"),
+        ("p95_ttft", "2", "'2ms' or '2s'"),
+    ],
+)
+def test_a_bare_integer_latency_is_refused_with_the_units_to_use(
+    tmp_path: Path, field: str, text: str, fix: str
+) -> None:
+    """``p95_latency: 500`` was read as 500 seconds; a file must say 500ms or 500s (located, exit 2)."""
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        f"model: llama-3.1-8b\nworkloads:\n  - kind: serving\n    requests_per_min: 60\n    {field}: {text}\n"
+    )
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert f"r.yaml:5:5: workloads[0].{field}: {text} has no unit" in result.output
+    assert fix in result.output
+
+
+def test_a_bare_integer_deadline_and_power_cap_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "model: llama-3.1-8b\nworkloads:\n  - kind: finetune\n    method: lora\n    tokens: 1M\n    deadline: 3\n"
+        "constraints:\n  max_power: 40\n"
+    )
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "r.yaml:6:5: workloads[0].deadline: 3 has no unit" in result.output
+    assert "r.yaml:8:3: constraints.max_power: 40 has no unit: write it with one, e.g. '40kW' or '40W'" in result.output
+
+
+def test_numbers_with_a_unit_or_a_decimal_point_are_still_read(tmp_path: Path) -> None:
+    """What a what-if sweep writes back (a float) stays seconds; units parse as before."""
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "model: llama-3.1-8b\nworkloads:\n  - kind: serving\n    requests_per_min: 60\n    p95_latency: 0.5\n"
+        "    p95_ttft: 300ms\nconstraints:\n  max_power: 40kW\n"
+    )
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_typo_in_a_training_key_gets_a_training_key_suggestion(tmp_path: Path) -> None:
+    """The did-you-mean reads the workload's own kind (it once offered serving keys: 'model')."""
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "model: llama-3.1-8b\nworkloads:\n  - kind: serving\n    requests_per_min: 60\n"
+        "  - kind: training\n    tokens: 1B\n    deadline: 30d\n    sequence_lenght: 2k\n"
+    )
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert (
+        "workloads[1].sequence_lenght: unknown key 'sequence_lenght'; did you mean 'sequence_length'" in result.output
+    )

@@ -38,6 +38,8 @@ def register(app: typer.Typer) -> None:
         from clusterplan.catalog.load import load_catalog
         from clusterplan.cli import guarded, out_console
         from clusterplan.errors import printable
+        from clusterplan.explain.contradictions import contradictions
+        from clusterplan.render.reasons import render_warning
         from clusterplan.stdin import display_path, load_requirement_arg
 
         def run() -> None:
@@ -54,6 +56,9 @@ def register(app: typer.Typer) -> None:
                 f"  deployment: {req.deployment}; horizon {req.budget.horizon:g} months; schedule {req.schedule}",
                 markup=False,
             )
+            inventory = [(i.gpu, i.count) for i in req.constraints.inventory]
+            for warning in contradictions(req.deployment, inventory):
+                out_console.print(f"  warning: {render_warning(warning)}", markup=False)
 
         guarded(run)
 

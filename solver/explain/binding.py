@@ -28,8 +28,9 @@ from clusterplan.candidates.table import (
     WorkloadCandidates,
     most_common_reason,
 )
-from clusterplan.explain.designs import hardware_lines, margins, summary_text
-from clusterplan.explain.infeasibility import find_conflict
+from clusterplan.explain.designs import facts, hardware_lines, margins, summary_text
+from clusterplan.explain.infeasibility import Retarget, find_conflict
+from clusterplan.explain.trades import read_trade, with_trade
 from clusterplan.physics.reasons import ReasonCategory
 from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostGpu, MixNote
 from clusterplan.planner.families import family
@@ -82,16 +83,27 @@ def _improves(planner: Planner, relaxed: float, optimum: float) -> bool:
 
 def constraint_checks(planner: Planner, best: Outcome) -> list[ConstraintCheck]:
     """Margins of the best design, each family marked binding (with its relaxed optimum) or not."""
+    return [c for c, _ in _checks(planner, best)]
+
+
+def _checks(planner: Planner, best: Outcome) -> list[tuple[ConstraintCheck, Outcome | None]]:
+    """Each family's check, and for a binding one the optimum with it switched off (None: not solved)."""
     assert best.solution is not None and best.objective is not None
     table = planner.table
     checks = margins(table, best.solution, planner.built.families)
-    out: list[ConstraintCheck] = []
+    out: list[tuple[ConstraintCheck, Outcome | None]] = []
     goal = PRIMARY_GOAL[planner.objective]
     for c in checks:
-        if c.family not in planner.families or goal in family(c.family).cannot_bind:
-            out.append(c)
+        f = family(c.family)
+        if c.family in planner.families and f.trade_of is not None:
+            # A trade read off the design: the family binds exactly when it has one (no solve).
+            read = f.trade_of(facts(table, best.solution))
+            if read is not None:
+                c = c.model_copy(update={"status": "binding", "trade": read_trade(table, best.solution, read)})
+        if c.family not in planner.families or goal in f.cannot_bind:
+            out.append((c, None))
             continue
-        relaxed = planner.solve(goal=goal, on=[f for f in planner.families if f != c.family])
+        relaxed = planner.solve(goal=goal, on=[g for g in planner.families if g != c.family])
         if (
             relaxed.status.has_solution
             and relaxed.objective is not None
@@ -99,17 +111,14 @@ def constraint_checks(planner: Planner, best: Outcome) -> list[ConstraintCheck]:
             and _improves(planner, relaxed.objective, best.objective)
         ):
             sol = relaxed.solution
-            out.append(
-                c.model_copy(
-                    update={
-                        "status": "binding",
-                        "relaxed_total_usd": sol.total_cents / 100.0,
-                        "relaxed_design": summary_text(table, hardware_lines(table, sol)),
-                    }
-                )
-            )
+            update = {
+                "status": "binding",
+                "relaxed_total_usd": sol.total_cents / 100.0,
+                "relaxed_design": summary_text(table, hardware_lines(table, sol)),
+            }
+            out.append((c.model_copy(update=update), relaxed))
         else:
-            out.append(c)
+            out.append((c, None))
     return out
 
 
@@ -289,9 +298,13 @@ def candidate_summaries(table: CandidateTable) -> list[CandidateSummary]:
     ]
 
 
-def explain(planner: Planner, best: Outcome, *, lost_limit: int = LOST_GPU_LIMIT) -> Explanation:
+def explain(
+    planner: Planner, best: Outcome, *, lost_limit: int = LOST_GPU_LIMIT, retarget: Retarget | None = None
+) -> Explanation:
+    """The whole explanation of the best design; ``retarget`` (the requirement's table with p95 targets
+    scaled) lets a binding latency family say at which targets a cheaper design appears."""
     table = planner.table
-    checks = constraint_checks(planner, best)
+    checks = [with_trade(planner, best, c, relaxed, retarget) for c, relaxed in _checks(planner, best)]
     notes = list(table.notes)
     counts = Counter(e.family for wc in table.workloads for e in wc.exclusions)
     counts.update(e.family for e in table.offer_exclusions)  # cloud offers of a tier not allowed

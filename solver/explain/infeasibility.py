@@ -22,13 +22,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from clusterplan.candidates.table import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
-from clusterplan.explain.designs import facts
+from clusterplan.explain.designs import facts, hardware_lines, summary_text
 from clusterplan.physics.reasons import Reason
 from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, RelaxedAt
+from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.solve import Extra, Planner, Solution
 from clusterplan.planner.status import SolveStatus
 from clusterplan.render import fmt
@@ -45,6 +47,7 @@ TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
 # every target is at least LOOSEST_TARGET_S: past an hour, a p95 target no longer constrains a plan.
 TARGET_FACTOR_STEP = 64.0
 TARGET_BISECTION_STEPS = 7
+TARGET_TOLERANCE = TARGET_FACTOR_STEP ** (1 / 2**TARGET_BISECTION_STEPS)  # a 64x bracket after 7 halvings
 LOOSEST_TARGET_S = 3600.0
 # Targets still relaxed after the give-backs that are then tightened one by one (7 rebuilds each);
 # any further ones keep the common factor (a relaxation that works, not necessarily the least).
@@ -190,7 +193,7 @@ def _relaxation_at(planner: Planner, fid: str, value: float, sol: Solution) -> R
     return rel
 
 
-def _serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]]:
+def serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]]:
     """Every p95 target the requirement states: (key, workload name, seconds), in a fixed order."""
     out: list[tuple[TargetKey, str, float]] = []
     for wc in table.workloads:
@@ -204,19 +207,9 @@ def _serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]
 
 
 def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxation:
-    """The least looser p95 targets that make the requirement feasible, all else unchanged.
-
-    Every target is multiplied by a common factor f: f = 64, 64^2, ... until feasible (or every
-    target is past LOOSEST_TARGET_S), then f is bisected inside that bracket. Targets that can then
-    go back to their stated value are given back (a workload at a time, then a target at a time),
-    and each of the first SHRINK_TARGETS_MAX targets still relaxed is bisected down on its own, the
-    others held: the change names only the targets that must move, each about as little as it must
-    (an unreachable TTFT does not drag the end-to-end target along; a TPOT target does not stay at
-    f times its value when the end-to-end target already implies it). Lowering one target only makes
-    the others harder, so one pass in a fixed order ends at a point where no single target can be
-    tightened further. Each step rebuilds the candidate table (the rates depend on the targets).
-    """
-    targets = _serving_targets(planner.table)
+    """The least looser p95 targets that make the requirement feasible, all else unchanged (see
+    :func:`least_target_factors`; each step rebuilds the candidate table: the rates depend on the targets)."""
+    targets = serving_targets(planner.table)
     if not targets:
         return _least_by_solving(planner, fid)
     statuses: dict[tuple[tuple[TargetKey, float], ...], SolveStatus] = {}
@@ -232,18 +225,65 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
             statuses[key] = p.feasible(p.families)
         return statuses[key]
 
+    found = least_target_factors(targets, status_at)
+    if found.status is SolveStatus.INFEASIBLE:
+        return _targets_not_enough(planner, fid, retarget, found.factors)
+    if not found.status.has_solution:
+        return _timed_out(planner, fid)
+    return Relaxation(
+        family=fid,
+        change=target_change(targets, found.factors, ">="),
+        value=round(max(found.factors.values()), 3),
+        unit="x targets",
+        restores_feasibility=True,
+    )
+
+
+@dataclass(frozen=True)
+class TargetSearch:
+    """Where :func:`least_target_factors` stopped: ``status`` has a solution at ``factors`` (the least
+    found), is INFEASIBLE (``factors``: the loosest tried, every target past LOOSEST_TARGET_S) or
+    neither (the time limit)."""
+
+    status: SolveStatus
+    factors: dict[TargetKey, float]
+
+
+def least_target_factors(
+    targets: list[tuple[TargetKey, str, float]],
+    status_at: Callable[[Mapping[TargetKey, float]], SolveStatus],
+    *,
+    shrink_max: int = SHRINK_TARGETS_MAX,
+    first: float = TARGET_FACTOR_STEP,
+    tolerance: float = TARGET_TOLERANCE,
+) -> TargetSearch:
+    """The least factors on the p95 targets at which ``status_at`` finds a solution.
+
+    Every target is multiplied by a common factor f: f = ``first``, then 64 times more each step, until
+    it has one (or every target is past LOOSEST_TARGET_S), then f is bisected inside that bracket until
+    its ends are within a factor ``tolerance``. Targets that can then
+    go back to their stated value are given back (a workload at a time, then a target at a time),
+    and each of the first ``shrink_max`` targets still relaxed is bisected down on its own, the
+    others held: the change names only the targets that must move, each about as little as it must
+    (an unreachable TTFT does not drag the end-to-end target along; a TPOT target does not stay at
+    f times its value when the end-to-end target already implies it). Lowering one target only makes
+    the others harder, so one pass in a fixed order ends at a point where no single target can be
+    tightened further.
+    """
+
     def common(f: float) -> dict[TargetKey, float]:
         return {k: f for k, _, _ in targets}
 
     tightest = min(v for _, _, v in targets)
-    lo, hi = 1.0, TARGET_FACTOR_STEP
+    lo, hi = 1.0, first
     while not status_at(common(hi)).has_solution:
         if status_at(common(hi)) is not SolveStatus.INFEASIBLE:
-            return _timed_out(planner, fid)
+            return TargetSearch(status_at(common(hi)), common(hi))
         if tightest * hi >= LOOSEST_TARGET_S:
-            return _targets_not_enough(planner, fid, retarget, common(hi))
+            return TargetSearch(SolveStatus.INFEASIBLE, common(hi))
         lo, hi = hi, hi * TARGET_FACTOR_STEP
-    for _ in range(TARGET_BISECTION_STEPS):
+    steps = _halvings(hi / lo, tolerance)
+    for _ in range(steps):
         mid = math.sqrt(lo * hi)
         if status_at(common(mid)).has_solution:
             hi = mid
@@ -271,25 +311,37 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
             give_back({k for k, _, _ in targets if k[0] == w})
     shrunk = 0
     for k, _, _ in targets:
-        if factors[k] == 1.0 or give_back({k}) or not others_relaxed({k}) or shrunk >= SHRINK_TARGETS_MAX:
+        if factors[k] == 1.0 or give_back({k}) or not others_relaxed({k}) or shrunk >= shrink_max:
             continue
         shrunk += 1
         k_lo, k_hi = 1.0, factors[k]
-        for _ in range(TARGET_BISECTION_STEPS):
+        for _ in range(_halvings(k_hi, tolerance)):
             mid = math.sqrt(k_lo * k_hi)
             if status_at({**factors, k: mid}).has_solution:
                 k_hi = mid
             else:
                 k_lo = mid
         factors = {**factors, k: k_hi}
-    parts = [f"{name}: {k[1]} >= {fmt.up_3sf(value * factors[k])}s" for k, name, value in targets if factors[k] != 1.0]
-    return Relaxation(
-        family=fid,
-        change="; ".join(parts),
-        value=round(max(factors.values()), 3),
-        unit="x targets",
-        restores_feasibility=True,
-    )
+    return TargetSearch(status_at(factors), factors)
+
+
+def _halvings(ratio: float, tolerance: float) -> int:
+    """Bisections of a bracket [lo, lo x ratio] in log space until its ends are within ``tolerance``."""
+    if ratio <= tolerance:
+        return 0
+    return math.ceil(math.log2(math.log(ratio) / math.log(tolerance)) - 1e-9)
+
+
+def target_change(targets: list[tuple[TargetKey, str, float]], factors: Mapping[TargetKey, float], op: str) -> str:
+    """The targets that move, each rounded up to 3 significant figures: 'chat: p95_latency >= 7.6s'
+    (``op`` '>='), or 'chat: p95_latency 5s → 7.6s' (``op`` '→')."""
+    parts = []
+    for k, name, value in targets:
+        if factors.get(k, 1.0) == 1.0:
+            continue
+        to = f"{fmt.up_3sf(value * factors[k])}s"
+        parts.append(f"{name}: {k[1]} >= {to}" if op == ">=" else f"{name}: {k[1]} {value:g}s → {to}")
+    return "; ".join(parts)
 
 
 def _targets_not_enough(
@@ -312,6 +364,7 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
     unplaceable = unplaceable_workloads(table)
     if unplaceable:
         return unplaceable_report(unplaceable)
+    causes = real_causes(planner)
     status, conflict = find_conflict(planner)
     if status is not SolveStatus.INFEASIBLE:
         return Infeasibility(
@@ -329,6 +382,13 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
         )
     refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
     relax = [least_relaxation(planner, f, retarget=retarget) for f in conflict]
+    if causes.sentences and not all(r.restores_feasibility for r in relax):
+        # No member of the minimal set alone restores feasibility: the causes, and the change to all of
+        # them together, instead of a set whose every relaxation is "not enough".
+        said = [*causes.sentences, _fix(planner, causes.off)]
+        return Infeasibility(
+            conflict=[], relaxations=[], unplaceable=[], causes=said, text=" ".join(_sentence(c) for c in said)
+        )
     text = "these requirements cannot all hold: " + "; ".join(r.title for r in refs) + "."
     fixes = [r.change for r in relax if r.restores_feasibility]
     if fixes:
@@ -337,7 +397,137 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
         text += " " + " ".join(_sentence(r.change) for r in relax)
     if planner.budget.spent():
         text += " The time limit stopped this analysis: the conflict may not be minimal; raise --time-limit."
-    return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], text=text)
+    if causes.sentences:
+        text = " ".join(_sentence(c) for c in causes.sentences) + " " + text[:1].upper() + text[1:]
+    return Infeasibility(conflict=refs, relaxations=relax, unplaceable=[], causes=causes.sentences, text=text)
+
+
+@dataclass(frozen=True)
+class Causes:
+    """What :func:`real_causes` found: the sentences, and the families to change to remove them."""
+
+    sentences: list[str]
+    off: set[str]
+
+
+def real_causes(planner: Planner) -> Causes:
+    """The real causes, said before any conflict: a workload fits no layout the requirement allows
+    (GPU types, precisions, NVLink, how GPUs may be obtained), or the budget alone buys nothing that
+    runs it (not even one replica of anything on any GPU, every other constraint relaxed)."""
+    table = planner.table
+    usable = usable_gpus(table)
+    sentences = [
+        _no_allowed_layout(table, wc, usable) for wc in table.workloads if not _allowed_rows(table, wc, usable)
+    ]
+    off: set[str] = set()
+    if sentences:
+        obtain = {f for o in table.offerings for f, _ in o.forbidden_by}
+        off = {f for f in planner.families if family(f).layout_rule or f in obtain}
+    budgets = [f for f in planner.families if family(f).spending_cap]
+    if budgets and planner.feasible(budgets) is SolveStatus.INFEASIBLE:
+        # Every other family off: the cheapest design that runs each workload at all (one replica).
+        least = planner.solve(goal=Goal.MIN_TOTAL, on=[])
+        spent = (
+            f": the cheapest design that runs {_workloads(table)} at all (every other constraint relaxed) "
+            f"is {_design(table, least.solution)} at {_costs(least.solution)}"
+            if least.solution is not None
+            else ""
+        )
+        sentences.append(f"the budget ({_budget_limits(table)}) buys nothing that runs it{spent}")
+        off |= set(budgets)
+    return Causes(sentences, off)
+
+
+def _allowed_rows(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> bool:
+    """Some candidate of ``wc`` runs on a GPU the requirement lets a plan obtain, in a layout its
+    layout rules (GPU types, precisions, NVLink) allow."""
+    return any(
+        row.gpu_id in usable and not any(family(f).layout_rule for f in row.forbidding_families) for row in wc.rows
+    )
+
+
+def _no_allowed_layout(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> str:
+    """Why ``wc`` fits no allowed layout: the closest reason on the GPUs it may use, and which GPUs it
+    does fit on (ruled out by the requirement)."""
+    what = wc.model_name or "it"
+    pool = usable or sorted(table.gpus)
+    closest = sorted(pool, key=lambda g: (-table.gpus[g].memory_gib, g))
+    found: list[Reason] = []
+    for gid in closest:
+        e = most_common_reason([x for x in wc.exclusions if x.family != AVAILABILITY], gid)
+        if e is not None and e.reason not in found:
+            found.append(e.reason)
+        if len(found) == EXAMPLE_REASONS:
+            break
+    reasons = render_reasons(found)
+    listed = ", ".join(usable) if len(usable) <= LISTED_GPUS else f"{len(usable)} types"
+    head = f"{wc.name}: {what} does not fit any allowed layout on the GPUs the requirement allows ({listed})"
+    if not usable:
+        head = (
+            f"{wc.name}: {what} does not fit any allowed layout: no GPU the requirement allows can be obtained "
+            "(allowed_gpus, deployment, clouds and regions)"
+        )
+    if reasons:
+        head += f" (closest: {reasons[0]})"
+    fits = sorted({r.gpu_id for r in wc.rows})
+    if fits:
+        shown = ", ".join(fits[:LISTED_GPUS]) + (
+            f" and {len(fits) - LISTED_GPUS} more" if len(fits) > LISTED_GPUS else ""
+        )
+        head += f"; it fits on {shown}"
+    return head
+
+
+def _workloads(table: CandidateTable) -> str:
+    return _and([wc.model_name or wc.name for wc in table.workloads])
+
+
+def _design(table: CandidateTable, sol: Solution) -> str:
+    return summary_text(table, hardware_lines(table, sol))
+
+
+def _costs(sol: Solution) -> str:
+    return (
+        f"capital {fmt.usd_exact(sol.capital_cents / 100)}, monthly {fmt.usd_exact(sol.monthly_cents / 100)}, "
+        f"total {fmt.usd_exact(sol.total_cents / 100)}"
+    )
+
+
+def _budget_limits(table: CandidateTable) -> str:
+    lim = table.limits
+    parts = [
+        f"{name} {fmt.usd_exact(v)}"
+        for name, v in (
+            ("budget.capital", lim.budget_capital_usd),
+            ("budget.monthly", lim.budget_monthly_usd),
+            ("budget.total", lim.budget_total_usd),
+        )
+        if v is not None
+    ]
+    return ", ".join(parts)
+
+
+def _fix(planner: Planner, off: set[str]) -> str:
+    """What restores feasibility once the families of ``off`` (the causes) are changed: the cheapest
+    design meeting every other stated constraint, or what still conflicts."""
+    table = planner.table
+    what = _and(
+        (["allowing a GPU type, precision or layout it fits"] if any(family(f).layout_rule for f in off) else [])
+        + (["a budget that covers it"] if any(family(f).spending_cap for f in off) else [])
+    )
+    out = planner.solve(goal=Goal.MIN_TOTAL, on=[f for f in planner.families if f not in off])
+    if out.solution is not None:
+        sol = out.solution
+        return (
+            f"{what} restore{'s' if ' and ' not in what else ''} feasibility: the cheapest design meeting every other "
+            f"constraint is {_design(table, sol)} at {_costs(sol)}"
+        )
+    status, rest = still_conflicting(planner, off)
+    if rest:
+        return f"with {what}, {_rest_clause(rest)}"
+    if status is SolveStatus.INFEASIBLE:
+        return f"even with {what}, no design meets the other stated constraints"
+    return f"whether {what} restores feasibility was not found within the time limit"
 
 
 def unplaceable_report(reasons: list[str]) -> Infeasibility:

@@ -16,6 +16,7 @@ from clusterplan.errors import (
     quoted,
 )
 from clusterplan.inputs.yamlio import LocatedDocument, PathKey, format_path
+from clusterplan.units import UNITS_REQUIRED
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -37,26 +38,24 @@ _UNION_TAGS = {
 
 
 def _allowed_keys(model: type[BaseModel], data: Any, path: PathKey) -> list[str]:
-    """Field names valid at ``path`` in ``model`` (best effort, for did-you-mean)."""
-    current: Any = model
+    """Field names valid at ``path`` in ``model`` (best effort, for did-you-mean).
+
+    A union member (serving, training or finetune workload) is picked by the mapping it describes,
+    so the mapping is read before the next key, not at the list that holds it.
+    """
+    annotation: Any = model
     node: Any = data
     for part in path:
-        if isinstance(node, dict):
-            node = node.get(part)
-        elif isinstance(node, list):
-            try:
-                node = node[part] if isinstance(part, int) else None
-            except IndexError:
-                node = None
         if isinstance(part, int):
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
             continue
+        current = _model_in(annotation, node)
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return []
         annotation = fields[part].annotation
-        current = _model_in(annotation, node)
-        if current is None:
-            return []
+        node = node.get(part) if isinstance(node, dict) else None
+    current = _model_in(annotation, node)
     fields = getattr(current, "model_fields", None)
     return list(fields) if fields else []
 
@@ -124,7 +123,7 @@ def _message(err: dict[str, Any], model: type[BaseModel], data: Any, path: PathK
     if kind in {"literal_error", "enum"}:
         return f"{msg}, got {quoted(err.get('input'))}"
     if (
-        kind not in {"unit_parse", "negative", "value_error"}
+        kind not in {"unit_parse", "unit_missing", "negative", "value_error"}
         and "input" in err
         and not isinstance(err["input"], dict | list)
     ):
@@ -138,7 +137,7 @@ def validate_document(doc: LocatedDocument, model: type[M], *, root_path: PathKe
     for part in root_path:
         data = data[part]
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={UNITS_REQUIRED: True})
     except ValidationError as exc:
         problems: list[FieldProblem] = []
         seen: set[tuple[PathKey, str]] = set()

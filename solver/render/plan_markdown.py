@@ -5,6 +5,7 @@ from __future__ import annotations
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.render import odds
 from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, precision_lines, seconds, usd
+from clusterplan.render.reasons import render_relaxed, render_warning
 
 
 def _cell(text: str) -> str:
@@ -21,6 +22,7 @@ def render(plan: Plan) -> str:
     note = odds.confidence_note(plan.confidence)
     if note:
         out += [note, ""]
+    out += [f"> **Warning:** {render_warning(w)}" for w in plan.warnings] + ([""] if plan.warnings else [])
     if plan.designs:
         out += [
             "## Designs, best first",
@@ -77,11 +79,11 @@ def render(plan: Plan) -> str:
             "## Why this one",
             "",
             *([INCOMPLETE_NOTE, ""] if not e.complete else []),
-            "| constraint | status | margin | detail | if relaxed |",
+            "| constraint | status | margin | detail | to what (if relaxed) |",
             "|---|---|---|---|---|",
         ]
         for c in e.constraints:
-            relaxed = f"{usd(c.relaxed_total_usd)} ({c.relaxed_design})" if c.relaxed_total_usd is not None else "-"
+            relaxed = render_relaxed(c)
             out.append(
                 f"| {c.title} | {c.status} | {margin(c.margin, c.unit)} | {_cell(c.detail)} | {_cell(relaxed)} |"
             )
@@ -97,12 +99,13 @@ def render(plan: Plan) -> str:
     inf = plan.infeasibility
     if inf is not None:
         out += ["", "## No design meets the requirement", ""]
+        out += [f"- {c}" for c in inf.causes]
         out += [f"- {u}" for u in inf.unplaceable]
         if inf.conflict:
             out += ["Conflicting constraints (minimal):", ""] + [f"- **{f.title}**: {f.sentence}" for f in inf.conflict]
             out += ["", "Least relaxations, each alone:", ""]
             out += [f"- {r.change}" for r in inf.relaxations]
-        elif not inf.unplaceable:
+        elif not inf.unplaceable and not inf.causes:
             out.append(inf.text)
     if plan.status == "unknown":
         out += [

@@ -213,6 +213,13 @@ def sweep_figure(result: SweepResult, fmt: Format = "png") -> bytes:
         ax.set_ylabel(f"{result.objective_label} ({result.objective_unit})")
         ax.yaxis.set_major_formatter(_value_formatter(_y_quantity(result.objective_unit)))
         ax.set_ylim(bottom=0, top=(top * (1.35 + 0.07 * min(len(letters), MAX_KEY))) or 1.0)
+        if xs_all and all(no_design):
+            # Nothing to plot: say why instead of an empty $0-$1 scale.
+            ax.set_yticks([])
+            ax.text(
+                0.5, 0.5, f"no design at any {axis.target.field} tried:\nnothing meets the requirement across this range",
+                transform=ax.transAxes, ha="center", va="center", fontsize=10,
+            )  # fmt: skip
         ax.set_title(f"{result.objective_label} against {axis.target.field} ({result.objective})")
         if letters:
             _design_key(ax, letters)

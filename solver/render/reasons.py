@@ -35,6 +35,8 @@ from clusterplan.physics.reasons import (
     WeightsDoNotFit,
     ZeroStageUnknown,
 )
+from clusterplan.plan import INVENTORY_IGNORED, ConstraintCheck, RequirementWarning
+from clusterplan.render.fmt import usd
 
 _LINK_NAME = {"nvlink": "NVLink", "infinity_fabric": "Infinity Fabric"}
 _FP8_NEED = {
@@ -138,3 +140,25 @@ def render_predicate(r: Reason) -> str:
 
 def render_reasons(reasons: Iterable[Reason]) -> list[str]:
     return [render_reason(r) for r in reasons]
+
+
+def render_warning(w: RequirementWarning) -> str:
+    """A requirement warning in words (one sentence per code)."""
+    if w.code == INVENTORY_IGNORED:
+        return (
+            f"deployment: cloud ignores constraints.inventory ({', '.join(w.gpus)}): owned GPUs are never used; "
+            "set deployment: either (or owned) to plan with them, or drop the inventory"
+        )
+    return f"{w.code} ({', '.join(w.fields)})"
+
+
+def render_relaxed(c: ConstraintCheck) -> str:
+    """A binding family's "to what": its least move, what it saves and the design it buys (else the
+    optimum with the family switched off, else '-')."""
+    t = c.trade
+    if t is not None:
+        head = t.change if t.least else f"{t.change} (the constraint switched off)"
+        return f"{head}: saves {usd(t.saving_usd)}, {usd(t.total_usd)} ({t.design})"
+    if c.relaxed_total_usd is not None:
+        return f"{usd(c.relaxed_total_usd)} ({c.relaxed_design})"
+    return "-"

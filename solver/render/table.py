@@ -9,6 +9,7 @@ from rich.table import Table
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.render import odds
 from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, precision_lines, seconds, usd
+from clusterplan.render.reasons import render_relaxed, render_warning
 
 
 def render(plan: Plan, console: Console) -> None:
@@ -21,6 +22,8 @@ def render(plan: Plan, console: Console) -> None:
     note = odds.confidence_note(plan.confidence)
     if note:
         console.print(note, markup=False)
+    for w in plan.warnings:
+        console.print(f"warning: {render_warning(w)}", markup=False, style="yellow")
     if plan.designs:
         _designs(plan, console)
         _detail(plan.designs[0], console)
@@ -130,12 +133,10 @@ def _why(plan: Plan, console: Console) -> None:
     if not e.complete:
         console.print(INCOMPLETE_NOTE, markup=False)
     t = Table(title="Constraints at the optimum", title_justify="left")
-    for col in ("constraint", "status", "margin", "detail", "if relaxed"):
+    for col in ("constraint", "status", "margin", "detail", "to what (if relaxed)"):
         t.add_column(col, overflow="fold")
     for chk in e.constraints:
-        relaxed = "-"
-        if chk.relaxed_total_usd is not None:
-            relaxed = f"{usd(chk.relaxed_total_usd)} ({chk.relaxed_design})"
+        relaxed = render_relaxed(chk)
         t.add_row(chk.title, chk.status, margin(chk.margin, chk.unit), escape(chk.detail), escape(relaxed))
     console.print(t)
     if e.lost_gpus:
@@ -153,6 +154,8 @@ def _infeasible(plan: Plan, console: Console) -> None:
     inf = plan.infeasibility
     assert inf is not None
     console.print("\n[bold red]No design meets the requirement[/bold red]")
+    for c in inf.causes:
+        console.print(f"  - {c}", markup=False)
     for u in inf.unplaceable:
         console.print(f"  - {u}", markup=False)
     if inf.conflict:
@@ -162,5 +165,5 @@ def _infeasible(plan: Plan, console: Console) -> None:
         console.print("Least relaxations (each alone, everything else unchanged):")
         for r in inf.relaxations:
             console.print(f"  - {r.change}", markup=False)
-    elif not inf.unplaceable:
+    elif not inf.unplaceable and not inf.causes:
         console.print(inf.text, markup=False)

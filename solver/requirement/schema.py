@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 
 from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitecture, Precision, ProviderTier
 from clusterplan.physics.factors import Assumptions
-from clusterplan.units import Count, Duration, Money, Months, Power, Rate, Tokens
+from clusterplan.units import Count, Money, Months, Rate, StatedDuration, StatedPower, Tokens
 
 Quantization = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 KvPrecision = Literal["bf16", "fp16", "fp8", "int8"]
@@ -94,19 +94,19 @@ class ServingWorkload(Strict):
     requests_per_min: Rate | None = Field(None, gt=0, description="average requests per minute")
     input_tokens: Tokens = Field(512, ge=1, le=MAX_REQUEST_TOKENS, description="prompt tokens per request (mean)")
     output_tokens: Tokens = Field(256, ge=1, le=MAX_REQUEST_TOKENS, description="generated tokens per request (mean)")
-    p95_latency: Duration | None = Field(
+    p95_latency: StatedDuration | None = Field(
         None,
         ge=MIN_LATENCY_S,
         le=MAX_LATENCY_S,
         description="95th percentile end-to-end latency, seconds (1 ms to 1 day)",
     )
-    p95_ttft: Duration | None = Field(
+    p95_ttft: StatedDuration | None = Field(
         None,
         ge=MIN_LATENCY_S,
         le=MAX_LATENCY_S,
         description="95th percentile time to first token, seconds (1 ms to 1 day)",
     )
-    p95_tpot: Duration | None = Field(
+    p95_tpot: StatedDuration | None = Field(
         None,
         ge=MIN_LATENCY_S,
         le=MAX_LATENCY_S,
@@ -161,7 +161,7 @@ class TrainingWorkload(Strict):
     name: Name = Field("training", description="label used in plans and explanations")
     model: ModelRef | None = Field(None, description="overrides the requirement's model for this workload")
     tokens: Count = Field(gt=0, description="tokens to train on")
-    deadline: Duration = Field(gt=0, description="wall-clock time allowed, seconds (e.g. '30d')")
+    deadline: StatedDuration = Field(gt=0, description="wall-clock time allowed, seconds (e.g. '30d')")
     sequence_length: Tokens = Field(4096, ge=1, le=MAX_REQUEST_TOKENS, description="tokens per sequence")
     global_batch_tokens: Tokens = Field(4_194_304, ge=1, le=MAX_BATCH_TOKENS, description="tokens per optimizer step")
     optimizer: Literal["adamw", "sgd", "adafactor"] = Field(
@@ -186,7 +186,7 @@ class FinetuneWorkload(Strict):
     )
     lora_rank: int = Field(16, ge=1, le=4096, description="LoRA adapter rank r")
     tokens: Count = Field(gt=0, description="tokens to train on (dataset tokens x epochs)")
-    deadline: Duration = Field(gt=0, description="wall-clock time allowed, seconds")
+    deadline: StatedDuration = Field(gt=0, description="wall-clock time allowed, seconds")
     sequence_length: Tokens = Field(2048, ge=1, le=MAX_REQUEST_TOKENS, description="tokens per sequence")
     global_batch_tokens: Tokens = Field(65_536, ge=1, le=MAX_BATCH_TOKENS, description="tokens per optimizer step")
     optimizer: Literal["adamw", "sgd", "adafactor"] = Field("adamw", description="optimizer for trainable parameters")
@@ -216,7 +216,7 @@ class Constraints(Strict):
     excluded_gpus: list[str] = Field(default_factory=list, description="never use these catalog GPUs")
     quantizations: list[Quantization] | None = Field(None, description="allowed weight precisions")
     max_gpus: int | None = Field(None, ge=1, le=1_000_000, description="cap on GPUs in total, all workloads")
-    max_power: Power | None = Field(None, gt=0, description="cap on facility power, W (e.g. '40kW')")
+    max_power: StatedPower | None = Field(None, gt=0, description="cap on facility power, W (e.g. '40kW')")
     inventory: list[InventoryItem] = Field(default_factory=list, description="GPUs already owned")
     clouds: list[str] | None = Field(None, description="allowed cloud providers")
     regions: list[str] | None = Field(None, description="allowed regions")

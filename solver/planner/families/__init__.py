@@ -19,6 +19,8 @@ Adding a family is one module here plus its test. The module defines ``FAMILY = 
 * ``relaxation``: a :class:`Relaxing` (None: physics, reported but never switched off): the goal
   optimised with the family off, the families relaxed with it, its place in the deletion loop, and
   ``at(RelaxedAt)``: the change the relaxed optimum stands for, in the requirement's words;
+* optionally ``trade_of(design)``: the family's marginal trade read off a design without a solve
+  (a :class:`~.facts.TradeRead`, or None: nothing to gain); such a family binds exactly when it has one;
 * optionally ``floor`` (a per-row replica floor a demand family adds for a one-shape workload) and
   ``why_gpu_lost`` (a family-specific reason a cheaper GPU type cannot be used).
 
@@ -35,7 +37,7 @@ from ortools.sat.python import cp_model
 
 from clusterplan.candidates.table import CandidateTable, WorkloadCandidates
 from clusterplan.plan import ConstraintCheck, FamilyStatus, Relaxation
-from clusterplan.planner.families.facts import MARGIN_TOLERANCE, DesignFacts, Margin, NotEnough, RelaxedAt
+from clusterplan.planner.families.facts import MARGIN_TOLERANCE, DesignFacts, Margin, NotEnough, RelaxedAt, TradeRead
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.variables import PlanVariables, ServingScale
 
@@ -80,6 +82,9 @@ class Family:
     floor: Floor | None = None
     why_gpu_lost: WhyLost | None = None
     cannot_bind: tuple[Goal, ...] = ()  # primary goals that switching this family off never improves
+    trade_of: Callable[[DesignFacts], TradeRead | None] | None = None  # binds when it has a trade (no solve)
+    layout_rule: bool = False  # rules which layouts may run (GPU type, precision, NVLink): none left = no fit
+    spending_cap: bool = False  # a budget: alone, it can leave nothing that runs a workload at all
 
     @property
     def relaxable(self) -> bool:

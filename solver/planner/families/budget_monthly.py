@@ -53,4 +53,5 @@ FAMILY = Family(
     margin=margin,
     check=check,
     relaxation=Relaxing(goal=Goal.MIN_MONTHLY, at=relaxation_at, field=FIELD),
+    spending_cap=True,
 )

@@ -59,4 +59,5 @@ FAMILY = Family(
     relaxation=Relaxing(goal=Goal.MIN_TOTAL, at=relaxation_at, field=FIELD),
     # Removing an upper bound on the total never lowers the least total.
     cannot_bind=(Goal.MIN_TOTAL,),
+    spending_cap=True,
 )

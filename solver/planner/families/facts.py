@@ -95,6 +95,14 @@ class RelaxedAt:
 
 
 @dataclass(frozen=True)
+class TradeRead:
+    """A binding family's marginal trade read off the design itself, without a solve (``Family.trade_of``)."""
+
+    change: str
+    saving_usd: float
+
+
+@dataclass(frozen=True)
 class NotEnough:
     """A relaxation that is proven to be no relaxation: the explainer says what still conflicts."""
 

@@ -3,7 +3,10 @@
     lit => from_inventory[o] <= inventory_units[o]      for every owned offering o
 
 Inventory costs nothing to buy, so a cost-minimising plan uses it before buying. Switched off,
-the model may pretend to own more: the least such pretence is how many more GPUs you would need.
+the model may pretend to own more: the least such pretence is how many more GPUs you would need
+(an infeasible requirement's relaxation). A plan's explanation never prices such pretended hardware
+as free: its trade (``trade_of``) is the servers the design buys, which would save their purchase
+price had they been in inventory already; a design that buys nothing has no trade.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.plan import Relaxation
 from clusterplan.planner.families import Family, FamilyContext, Relaxing
-from clusterplan.planner.families.facts import DesignFacts, Margin, NotEnough, RelaxedAt, restores
+from clusterplan.planner.families.facts import DesignFacts, Margin, NotEnough, RelaxedAt, TradeRead, restores
 from clusterplan.planner.families.goals import Goal
 
 
@@ -45,7 +48,25 @@ def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
     extra = int(r.value)
     t = r.design.table
     gpus = sorted({t.offering(key).gpu_id for key, n in r.design.from_inventory if n})
-    return restores(r.fid, f"own {extra} more GPU(s) ({', '.join(gpus)}) free of capital cost", extra, "GPUs")
+    return restores(
+        r.fid, f"have {extra} more GPU(s) ({', '.join(gpus)}) in constraints.inventory (already owned)", extra, "GPUs"
+    )
+
+
+def trade_of(d: DesignFacts) -> TradeRead | None:
+    """The servers the design buys: had they been in inventory, their purchase price is saved."""
+    t = d.table
+    gpus: dict[str, int] = {}
+    capital = 0.0
+    for key, n in d.bought:
+        o = t.offering(key)
+        if n and o.capital_usd:
+            gpus[o.gpu_id] = gpus.get(o.gpu_id, 0) + n * o.gpus_per_unit
+            capital += n * o.capital_usd  # the purchase price the plan pays (design.pricing's capital)
+    if not gpus:
+        return None
+    what = ", ".join(f"{n}x {g}" for g, n in sorted(gpus.items()))
+    return TradeRead(change=f"constraints.inventory + {what} (what this design buys)", saving_usd=capital)
 
 
 FAMILY = Family(
@@ -57,4 +78,7 @@ FAMILY = Family(
     margin=margin,
     check=check,
     relaxation=Relaxing(goal=Goal.MIN_INVENTORY_EXTRA, at=relaxation_at),
+    # Switched off it invents free hardware: a plan's explanation reads the trade off the design instead.
+    cannot_bind=tuple(Goal),
+    trade_of=trade_of,
 )

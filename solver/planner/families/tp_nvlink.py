@@ -73,4 +73,5 @@ FAMILY = Family(
     margin=margin,
     check=check,
     relaxation=Relaxing(goal=Goal.MIN_TOTAL, at=relaxation_at),
+    layout_rule=True,
 )

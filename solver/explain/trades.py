@@ -1,0 +1,184 @@
+""" "To what": each binding family's marginal trade, the least move of it that admits a cheaper design.
+
+Switching a family off gives an upper bound on what relaxing it is worth (``binding``); a reviewer
+needs the smallest change that buys a cheaper design, and that design. For a binding family of a
+min-cost plan with best total B (cents):
+
+* **read off the design** (``Family.trade_of``, no solve): e.g. inventory, whose servers bought would
+  save their purchase price had they been owned already;
+* **a numeric relaxation goal** (capital, monthly, GPUs, power, training time over deadline, served
+  demand): minimise that goal with the family off and total <= B - 1 cent (the least move admitting a
+  cheaper design), then the cheapest design with the goal held at that move: two solves;
+* **p95 targets** (``by_targets``, with a retargeting function): the least common factor on the
+  targets at which a design cheaper than B exists, by the infeasibility analysis's target search
+  (each probe rebuilds the serving candidates and solves min-cost with total <= B - 1 cent; the
+  targets first loosened 2x, bisected to within 5%), then every target that need not move given
+  back; no per-target bisection, to keep the rebuilds few (about six on the 70B example);
+* **categorical** (the relaxation goal is the total itself: deployment, allowed GPUs or
+  quantizations, NVLink, N+k): the move is the family's own change at the switched-off optimum.
+
+Where the search finds nothing (or the time limit stops it), the trade is the switched-off optimum,
+marked ``least=False``. The explainer never branches on family ids: each family's module says what its
+move is in the requirement's words (``Relaxing.at``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from clusterplan.candidates.table import CandidateTable
+from clusterplan.explain.designs import facts, hardware_lines, summary_text
+from clusterplan.explain.infeasibility import (
+    Retarget,
+    TargetKey,
+    least_target_factors,
+    serving_targets,
+    target_change,
+)
+from clusterplan.plan import ConstraintCheck, Trade
+from clusterplan.planner.families import Relaxing, family
+from clusterplan.planner.families.facts import NotEnough, RelaxedAt, TradeRead
+from clusterplan.planner.families.goals import Bound, Goal
+from clusterplan.planner.solve import PRIMARY_GOAL, Outcome, Planner, Solution
+from clusterplan.planner.status import SolveStatus
+
+# The target search of a trade: targets first loosened 2x (a cheaper design is usually that close),
+# bisected to within 5% (4 rebuilds of the serving candidates from a 2x bracket; 7 from a 64x one).
+TRADE_FIRST_FACTOR = 2.0
+TRADE_TOLERANCE = 1.05
+
+
+def read_trade(table: CandidateTable, best: Solution, read: TradeRead) -> Trade:
+    """A trade a family reads off the best design: the same design, ``read.saving_usd`` cheaper."""
+    total = best.total_cents / 100.0
+    return Trade(
+        change=read.change,
+        total_usd=total - read.saving_usd,
+        saving_usd=read.saving_usd,
+        design=summary_text(table, hardware_lines(table, best)),
+        least=True,
+    )
+
+
+def with_trade(
+    planner: Planner, best: Outcome, check: ConstraintCheck, relaxed: Outcome | None, retarget: Retarget | None
+) -> ConstraintCheck:
+    """``check`` with its trade, when it binds a min-cost plan and has none yet."""
+    if check.status != "binding" or check.trade is not None or relaxed is None:
+        return check
+    if PRIMARY_GOAL[planner.objective] is not Goal.MIN_TOTAL:
+        return check  # a trade is priced in dollars: min-cost plans only
+    t = trade(planner, best, check.family, relaxed, retarget)
+    return check if t is None else check.model_copy(update={"trade": t})
+
+
+def trade(planner: Planner, best: Outcome, fid: str, relaxed: Outcome, retarget: Retarget | None) -> Trade | None:
+    """The least move of binding family ``fid`` that admits a design cheaper than ``best``."""
+    r = family(fid).relaxation
+    assert r is not None and best.solution is not None
+    if r.by_targets and retarget is not None:
+        found = _target_trade(planner, best.solution, retarget)
+        if found is not None:
+            return found
+    elif r.goal is not Goal.MIN_TOTAL:
+        found = _least_move(planner, best.solution, fid, r)
+        if found is not None:
+            return found
+    return _switched_off(planner, best.solution, fid, r, relaxed, least=not r.by_targets)
+
+
+def _cheaper(best: Solution) -> Bound:
+    """Total strictly below the best design's (in the model's whole cents)."""
+    return Bound(Goal.MIN_TOTAL, best.total_cents - 1)
+
+
+def _trade(table: CandidateTable, best: Solution, sol: Solution, change: str, *, least: bool) -> Trade:
+    return Trade(
+        change=change,
+        total_usd=sol.total_cents / 100.0,
+        saving_usd=(best.total_cents - sol.total_cents) / 100.0,
+        design=summary_text(table, hardware_lines(table, sol)),
+        least=least,
+    )
+
+
+def _at(planner: Planner, fid: str, r: Relaxing, value: float, sol: Solution) -> str | None:
+    """The family's own words for the move that ``value`` (its relaxation goal, at ``sol``) stands for."""
+    at = RelaxedAt(
+        fid=fid,
+        value=value,
+        design=facts(planner.table, sol),
+        resolution_rps={
+            wc.index: planner.v.scales[wc.index].resolution_rps for wc in planner.table.workloads if wc.is_serving
+        },
+    )
+    rel = r.at(at)
+    return None if isinstance(rel, NotEnough) or not rel.restores_feasibility else rel.change
+
+
+def _switched_off(
+    planner: Planner, best: Solution, fid: str, r: Relaxing, relaxed: Outcome, *, least: bool
+) -> Trade | None:
+    """The switched-off optimum as the trade (categorical families; the fallback of the searches)."""
+    if relaxed.solution is None or relaxed.objective is None:
+        return None
+    sol = relaxed.solution
+    # The relaxed optimum minimised the total, not the family's own goal: read that goal off the design.
+    value = relaxed.objective if r.goal is Goal.MIN_TOTAL else _goal_value(planner, relaxed, r.goal)
+    change = _at(planner, fid, r, value, sol) if value is not None else None
+    if change is None:
+        return None
+    return _trade(planner.table, best, sol, change, least=least)
+
+
+def _goal_value(planner: Planner, out: Outcome, goal: Goal) -> float | None:
+    """The value of ``goal``'s aggregate in ``out``'s solution (None: not recorded)."""
+    var = goal.variable(planner.v)
+    return float(out.values[var.index]) if out.values and var.index < len(out.values) else None
+
+
+def _least_move(planner: Planner, best: Solution, fid: str, r: Relaxing) -> Trade | None:
+    """Two solves, ``fid`` off: the least value of its relaxation goal with the total below the best's,
+    then the cheapest design with the goal held there."""
+    on = [f for f in planner.families if f != fid]
+    first = planner.solve(goal=r.goal, on=on, bounds=[_cheaper(best)])
+    if not first.status.has_solution or first.objective is None or first.solution is None:
+        return None
+    value = round(first.objective)
+    second = planner.solve(goal=Goal.MIN_TOTAL, on=on, bounds=[Bound(r.goal, value)], hint=first)
+    sol = second.solution if second.status.has_solution and second.solution is not None else first.solution
+    change = _at(planner, fid, r, value, sol)
+    if change is None:
+        return None
+    return _trade(planner.table, best, sol, change, least=first.status is SolveStatus.OPTIMAL)
+
+
+def _target_trade(planner: Planner, best: Solution, retarget: Retarget) -> Trade | None:
+    """The least common factor on the p95 targets that admits a cheaper design, targets that need not
+    move given back (each probe: rebuild the serving candidates, min-cost solve with total < best)."""
+    targets = serving_targets(planner.table)
+    if not targets:
+        return None
+    probes: dict[tuple[tuple[TargetKey, float], ...], tuple[Planner, Outcome]] = {}
+
+    def key(factors: Mapping[TargetKey, float]) -> tuple[tuple[TargetKey, float], ...]:
+        return tuple(sorted(factors.items()))
+
+    def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
+        k = key(factors)
+        if k not in probes:
+            if planner.budget.spent():
+                return SolveStatus.UNKNOWN
+            p = Planner(
+                retarget(factors), objective=planner.objective, settings=planner.settings, budget=planner.budget
+            )
+            probes[k] = (p, p.solve(goal=Goal.MIN_TOTAL, bounds=[_cheaper(best)]))
+        return probes[k][1].status
+
+    found = least_target_factors(targets, status_at, shrink_max=0, first=TRADE_FIRST_FACTOR, tolerance=TRADE_TOLERANCE)
+    if not found.status.has_solution:
+        return None
+    p, out = probes[key(found.factors)]
+    assert out.solution is not None
+    change = target_change(targets, found.factors, "→")
+    return _trade(p.table, best, out.solution, change, least=out.status is SolveStatus.OPTIMAL)
