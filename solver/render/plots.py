@@ -97,7 +97,7 @@ def format_of(path_suffix: str) -> Format | None:
 def _value_formatter(quantity: str) -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
-    return FuncFormatter(lambda x, _pos: format_value(x, quantity))
+    return FuncFormatter(lambda x, _pos: format_value(x, quantity))  # type: ignore[arg-type]
 
 
 def _y_quantity(unit: str) -> str:
