@@ -22,7 +22,9 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -203,12 +205,31 @@ def _pool_context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
+# Plans tasks elsewhere (a Ray cluster: clusterplan.whatif.ray_backend) instead of here, outcomes in task
+# order; set for a block by use_runner, else run_tasks plans inline or in its process pool.
+Runner = Callable[[Sequence[PointTask], Callable[[int], None] | None], list[PointOutcome]]
+_RUNNER: ContextVar[Runner | None] = ContextVar("clusterplan_point_runner", default=None)
+
+
+@contextmanager
+def use_runner(runner: Runner | None) -> Iterator[None]:
+    """Within the block, :func:`run_tasks` hands its tasks to ``runner`` (None: plan them here)."""
+    token = _RUNNER.set(runner)
+    try:
+        yield
+    finally:
+        _RUNNER.reset(token)
+
+
 def run_tasks(
     tasks: Sequence[PointTask], *, jobs: int = 1, on_done: Callable[[int], None] | None = None
 ) -> list[PointOutcome]:
     """Plan every task; ``jobs`` > 1 uses a process pool. Outcomes come back in task order."""
     if jobs < 1:
         raise SweepError("--jobs must be at least 1")
+    runner = _RUNNER.get()
+    if runner is not None and tasks:
+        return runner(tasks, on_done)
     jobs = min(jobs, len(tasks)) or 1
     results: dict[int, PointOutcome] = {}
     if jobs == 1:
@@ -261,6 +282,7 @@ __all__ = [
     "PointOutcome",
     "PointTask",
     "RowStatus",
+    "Runner",
     "default_jobs",
     "load_base",
     "p95_of",
@@ -270,4 +292,5 @@ __all__ = [
     "run_tasks",
     "shape_of",
     "throughput_of",
+    "use_runner",
 ]
