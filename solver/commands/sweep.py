@@ -30,6 +30,14 @@ TimeLimitOption = typer.Option(
     help="Seconds per planned point (one budget per point, counted in CP-SAT deterministic time; docs/guarantees.md).",
 )
 ForceOption = typer.Option(False, "--force", help=FORCE_HELP)
+BackendOption = typer.Option(
+    "local",
+    "--backend",
+    help="Where points are planned: local (--jobs processes) or ray (pip install 'clusterplan[ray]').",
+)
+RayAddressOption = typer.Option(
+    None, "--ray-address", help="The Ray cluster for --backend ray (auto, ray://HOST:10001); default: a local Ray."
+)
 FileArgument = typer.Argument(..., help=FILE_HELP)
 
 
@@ -113,6 +121,8 @@ def register(app: typer.Typer) -> None:
         force: bool = ForceOption,
         time_limit: float = TimeLimitOption,
         catalog: list[Path] | None = CatalogOption,
+        backend: str = BackendOption,
+        ray_address: str | None = RayAddressOption,
     ) -> None:
         """What if: re-plan across values of one or two fields; show where the optimal design switches."""
         import time
@@ -122,6 +132,7 @@ def register(app: typer.Typer) -> None:
         from clusterplan.planner.solve import SolverSettings
         from clusterplan.render import plots, sweep_view
         from clusterplan.whatif.points import default_jobs, load_base
+        from clusterplan.whatif.ray_backend import points_backend
         from clusterplan.whatif.sweep import run_sweep
         from clusterplan.whatif.vary import SweepError, make_axis
 
@@ -140,7 +151,7 @@ def register(app: typer.Typer) -> None:
                 total *= len(a.values)
             n_jobs = jobs or default_jobs()
             t0 = time.perf_counter()
-            with progress(total, "planning") as on_done:
+            with points_backend(backend, ray_address), progress(total, "planning") as on_done:
                 result = run_sweep(
                     base,
                     axes,
@@ -183,6 +194,8 @@ def register(app: typer.Typer) -> None:
         force: bool = ForceOption,
         time_limit: float = TimeLimitOption,
         catalog: list[Path] | None = CatalogOption,
+        backend: str = BackendOption,
+        ray_address: str | None = RayAddressOption,
     ) -> None:
         """The Pareto frontier of total cost against p95 latency (or throughput); dominated designs removed."""
         from clusterplan.cli import guarded, out_console
@@ -191,12 +204,13 @@ def register(app: typer.Typer) -> None:
         from clusterplan.render import plots, sweep_view
         from clusterplan.whatif.frontier import run_frontier
         from clusterplan.whatif.points import default_jobs, load_base
+        from clusterplan.whatif.ray_backend import points_backend
 
         def run() -> int:
             fmt = _plot_format(plot)
             check_outputs([("--csv", csv_out), ("--json", json_out), ("--plot", plot)], force)  # before planning
             base, _ = load_base(file, catalog or [])
-            with progress(points, "planning") as on_done:
+            with points_backend(backend, ray_address), progress(points, "planning") as on_done:
                 result = run_frontier(
                     base,
                     against=against.value,

@@ -6,6 +6,9 @@ to run: figures are made with :class:`matplotlib.figure.Figure` on an Agg canvas
 backend), inside one fixed rc context (DejaVu Sans, which matplotlib ships; SVG glyphs as paths;
 ``svg.hashsalt`` for stable ids), and saved without dates or version strings in the metadata.
 Labels never go through mathtext (``text.parse_math`` off), so ``$1.2M`` is a price, not a formula.
+
+matplotlib is imported when a figure is drawn, not with this module: importing it takes half a second,
+and a command imports this module to check a ``--plot`` file name whether or not it plots.
 """
 
 from __future__ import annotations
@@ -17,15 +20,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
-import matplotlib
-from cycler import cycler
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
-
 from clusterplan.whatif.sweep import Axis, FrontierResult, SweepResult, SweepRow, format_value, series
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
     from clusterplan.review.records import MemoryBar
 
 Format = Literal["png", "svg"]
@@ -55,17 +55,28 @@ RC: dict[str, Any] = {
     "text.parse_math": False,
     "text.usetex": False,
     "path.simplify": True,
-    "axes.prop_cycle": cycler(color=list(PALETTE)),
-}
+}  # and "axes.prop_cycle": PALETTE, set in _style (a cycler needs matplotlib's import)
 
 
 @contextmanager
 def _style() -> Iterator[None]:
-    with matplotlib.rc_context(RC):  # type: ignore[arg-type]
+    import matplotlib
+    from cycler import cycler
+
+    style: Any = {**RC, "axes.prop_cycle": cycler(color=list(PALETTE))}
+    with matplotlib.rc_context(style):
         yield
 
 
+def _figure(width_in: float, height_in: float) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width_in, height_in))
+
+
 def _save(fig: Figure, fmt: Format) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     if fmt == "svg":
@@ -84,6 +95,8 @@ def format_of(path_suffix: str) -> Format | None:
 
 
 def _value_formatter(quantity: str) -> FuncFormatter:
+    from matplotlib.ticker import FuncFormatter
+
     return FuncFormatter(lambda x, _pos: format_value(x, quantity))  # type: ignore[arg-type]
 
 
@@ -166,7 +179,7 @@ def sweep_figure(result: SweepResult, fmt: Format = "png") -> bytes:
     runs = series(result.rows, result.axes)
     letters = design_letters([r.shape for r in result.rows])
     with _style():
-        fig = Figure(figsize=(8, 4.5))
+        fig = _figure(8, 4.5)
         ax = fig.add_subplot()
         if axis.log:
             ax.set_xscale("log")
@@ -237,7 +250,7 @@ def frontier_figure(result: FrontierResult, fmt: Format = "png") -> bytes:
         return p.p95_latency_s if latency else p.throughput
 
     with _style():
-        fig = Figure(figsize=(8, 4.5))
+        fig = _figure(8, 4.5)
         ax = fig.add_subplot()
         front = [p for p in result.points if p.on_frontier and y(p) is not None]
         letters = design_letters([p.shape or "" for p in front])
@@ -298,7 +311,7 @@ def frontier_figure(result: FrontierResult, fmt: Format = "png") -> bytes:
 def memory_figure(bars: Sequence[MemoryBar], fmt: Format = "png") -> bytes:
     """Stacked horizontal bars of what fills one GPU of each replica group, capacity marked."""
     with _style():
-        fig = Figure(figsize=(8, 1.9 + 0.5 * max(1, len(bars))))
+        fig = _figure(8, 1.9 + 0.5 * max(1, len(bars)))
         ax = fig.add_subplot()
         labels = [b.label for b in bars]
         ypos = list(range(len(bars)))[::-1]

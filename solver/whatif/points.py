@@ -25,7 +25,9 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -281,6 +283,22 @@ def _run_in_worker(task: PointTask) -> PointOutcome:
     return run_task(task, _WORKER_CACHE)
 
 
+# Plans tasks elsewhere (a Ray cluster: clusterplan.whatif.ray_backend) instead of here, outcomes in task
+# order; set for a block by use_runner, else run_tasks plans inline or in its process pool.
+Runner = Callable[[Sequence[PointTask], Callable[[int], None] | None], list[PointOutcome]]
+_RUNNER: ContextVar[Runner | None] = ContextVar("clusterplan_point_runner", default=None)
+
+
+@contextmanager
+def use_runner(runner: Runner | None) -> Iterator[None]:
+    """Within the block, :func:`run_tasks` hands its tasks to ``runner`` (None: plan them here)."""
+    token = _RUNNER.set(runner)
+    try:
+        yield
+    finally:
+        _RUNNER.reset(token)
+
+
 def run_tasks(
     tasks: Sequence[PointTask],
     *,
@@ -295,6 +313,9 @@ def run_tasks(
     """
     if jobs < 1:
         raise SweepError("--jobs must be at least 1")
+    runner = _RUNNER.get()
+    if runner is not None and tasks:
+        return runner(tasks, on_done)
     jobs = min(jobs, len(tasks)) or 1
     results: dict[int, PointOutcome] = {}
     if jobs == 1:
@@ -350,6 +371,7 @@ __all__ = [
     "PointOutcome",
     "PointTask",
     "RowStatus",
+    "Runner",
     "default_jobs",
     "load_base",
     "p95_of",
@@ -360,4 +382,5 @@ __all__ = [
     "shape_of",
     "shared_by",
     "throughput_of",
+    "use_runner",
 ]

@@ -1,0 +1,151 @@
+"""The shipped catalog's on-disk cache (issue 17): a hit skips the YAML, a stale or corrupt cache is
+ignored and rewritten, never an error, and user catalogs are still validated and located."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusterplan.catalog import load
+from clusterplan.catalog.load import CACHE_ENV, CACHE_FILE, CatalogInputError, load_catalog
+from conftest import ROOT
+
+_SHIPPED_TABLES = load._shipped_tables  # the real one (a test replaces it)
+
+
+def _clear() -> None:
+    load._shipped_catalog.cache_clear()
+    _SHIPPED_TABLES.cache_clear()
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh cache directory, and no shipped catalog held in memory before or after."""
+    directory = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_ENV, str(directory))
+    _clear()
+    yield directory
+    _clear()
+
+
+def _no_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make parsing the shipped YAML fail: a load that succeeds then came from the cache."""
+
+    def refuse() -> load._Tables:
+        raise AssertionError("the shipped YAML was parsed")
+
+    monkeypatch.setattr(load, "_shipped_tables", refuse)
+
+
+def _orders(cat: load.Catalog) -> tuple[list[str], ...]:
+    return list(cat.gpus), list(cat.instances), list(cat.models), list(cat.sources)
+
+
+def test_cache_hit_gives_the_parsed_catalog_without_parsing(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = load_catalog()
+    assert (cache / CACHE_FILE).is_file()
+    _clear()
+    _no_yaml(monkeypatch)
+    cached = load_catalog()
+    assert cached == parsed
+    assert _orders(cached) == _orders(parsed)  # row order decides candidate order
+    assert cached.fingerprint() == parsed.fingerprint()
+
+
+def test_callers_get_their_own_tables(cache: Path) -> None:
+    first = load_catalog()
+    first.gpus.clear()
+    assert load_catalog().gpus
+
+
+def test_stale_cache_is_rebuilt_when_a_shipped_file_changes(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = tmp_path / "catalog_data"
+    shutil.copytree(ROOT / "catalog", shipped)
+    real_files = load.resources.files
+    monkeypatch.setattr(
+        load.resources, "files", lambda pkg: shipped if pkg == load.SHIPPED_PACKAGE else real_files(pkg)
+    )
+    load_catalog()
+    old_key = json.loads((cache / CACHE_FILE).read_text())["key"]
+    gpus = shipped / "gpus.yaml"
+    gpus.write_text(gpus.read_text().replace("    usd: 27500\n", "    usd: 26500\n", 1))
+    assert load.shipped_key() != old_key
+    assert load.read_cached_catalog(cache, load.shipped_key()) is None  # the old cache does not serve
+    _clear()
+    rebuilt = load_catalog()
+    price = rebuilt.gpus["h100-sxm"].price
+    assert price is not None and price.usd == 26500
+    assert json.loads((cache / CACHE_FILE).read_text())["key"] == load.shipped_key()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["", "{not json", "[]", '{"format": 1}', "\udcff", "tampered-figure", "invalid-row"],
+    ids=["empty", "truncated", "list", "no-key", "not-utf8", "tampered-figure", "invalid-row"],
+)
+def test_corrupt_cache_is_ignored_and_rewritten(cache: Path, damage: str) -> None:
+    good = load_catalog()
+    path = cache / CACHE_FILE
+    doc = json.loads(path.read_text())
+    if damage == "tampered-figure":  # rows that validate, but not the catalog its fingerprint names
+        doc["gpus"][0][1]["memory_gib"] -= 0.5
+        path.write_text(json.dumps(doc))
+    elif damage == "invalid-row":  # a row its schema refuses
+        doc["gpus"][0][1]["memory_gib"] = "lots"
+        path.write_text(json.dumps(doc))
+    elif damage == "\udcff":
+        path.write_bytes(b"\xff\xfe{")
+    else:
+        path.write_text(damage)
+    _clear()
+    assert load_catalog() == good
+    assert load.read_cached_catalog(cache, load.shipped_key()) == good  # rewritten
+
+
+def test_unusable_cache_directory_is_no_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(CACHE_ENV, str(blocker / "cache"))
+    _clear()
+    try:
+        assert load_catalog().gpus
+    finally:
+        _clear()
+
+
+def test_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert load.cache_dir() is None
+    _clear()
+    try:
+        assert load_catalog().gpus
+    finally:
+        _clear()
+    assert not any(tmp_path.iterdir())
+
+
+def test_default_directory_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert load.cache_dir() == tmp_path / "clusterplan"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # ignored, as the XDG spec says
+    assert load.cache_dir() == Path.home() / ".cache" / "clusterplan"
+
+
+def test_user_catalog_is_still_validated_and_located(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    load_catalog()  # the cache exists
+    user = tmp_path / "prices.yaml"
+    user.write_text("gpus:\n  - id: h100-sxm\n    memory_gib: 81\n")  # an override without override: true
+    with pytest.raises(CatalogInputError) as err:
+        load_catalog([user])
+    assert any(p.location.file == str(user) and p.location.line == 2 for p in err.value.problems)

@@ -1,0 +1,77 @@
+"""Heavy imports stay off the commands that do not need them (issue 17: a faster single solve).
+
+Importing OR-Tools' CP-SAT module (which imports pandas) and matplotlib costs about a second on a
+2-core machine: ``validate``, ``schema``, ``catalog`` and ``--help`` never import them, and ``solve``
+imports matplotlib only when it plots (it never does), nor does a ``sweep`` without ``--plot``. Each command runs in a fresh interpreter
+(an in-process run would see whatever earlier tests imported), then prints the modules it loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, example
+
+SOLVER = ("ortools", "pandas")
+PLOTTING = ("matplotlib",)
+
+# The command's arguments; the top-level packages it must not import.
+CASES: list[tuple[list[str], tuple[str, ...]]] = [
+    (["--help"], SOLVER + PLOTTING),
+    (["validate", str(example("70b-serving"))], SOLVER + PLOTTING),
+    (["schema"], SOLVER + PLOTTING),
+    (["catalog", "gpus"], SOLVER + PLOTTING),
+    (["catalog", "sources"], SOLVER + PLOTTING),
+    (["estimate", "--help"], SOLVER + PLOTTING),
+    (["solve", str(example("7b-chat-serving"))], PLOTTING),
+    # No --plot: the plot module is imported to check a file name, matplotlib only to draw.
+    (["sweep", str(example("7b-chat-serving")), "--vary", "budget=1M", "--jobs", "1"], PLOTTING),
+]
+
+_PROBE = """
+import json, sys
+sys.argv = ["clusterplan", *json.loads(sys.argv[1])]
+from clusterplan.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+sys.stdout.flush()
+print("\\nMODULES " + json.dumps({"code": code, "top": sorted({m.split(".")[0] for m in sys.modules})}))
+"""
+
+
+def loaded_modules(args: list[str]) -> tuple[int, set[str]]:
+    """Run ``clusterplan ARGS`` in a fresh interpreter; its exit code and the top-level packages it imported."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES ")), None)
+    assert line is not None, proc.stderr[-2000:]
+    found = json.loads(line.removeprefix("MODULES "))
+    return int(found["code"] or 0), set(found["top"])
+
+
+@pytest.mark.parametrize(("args", "banned"), CASES, ids=[" ".join(a[:2]).replace(str(ROOT), "") for a, _ in CASES])
+def test_command_keeps_heavy_imports_off(args: list[str], banned: tuple[str, ...]) -> None:
+    code, modules = loaded_modules(args)
+    assert code == 0
+    assert not modules & set(banned), f"clusterplan {args[0]} imported {sorted(modules & set(banned))}"
+
+
+def test_probe_sees_the_solver_import() -> None:
+    """The probe itself works: a solve does import CP-SAT (else every case above would pass vacuously)."""
+    code, modules = loaded_modules(["solve", str(example("7b-chat-serving"))])
+    assert code == 0
+    assert "ortools" in modules and "pydantic" in modules
