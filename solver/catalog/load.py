@@ -386,7 +386,7 @@ def _freeze(tables: _Tables, user_files: tuple[str, ...]) -> Catalog:
 
 CACHE_ENV = "CLUSTERPLAN_CACHE_DIR"
 CACHE_OFF = ("off", "0", "no", "false", "none")
-CACHE_FORMAT = 1  # bumped when the cache file's layout changes
+CACHE_FORMAT = 2  # bumped when the cache file's layout changes
 CACHE_FILE = "catalog.json"
 
 
@@ -414,18 +414,24 @@ def shipped_key() -> str:
     return h.hexdigest()
 
 
+# Every row table of a Catalog and its row model: what the cache stores and reads back (owned is one row).
+_CACHED_TABLES: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("sources", SourceRef),
+    ("gpus", GpuSpec),
+    ("instances", CloudInstance),
+    ("models", CatalogModel),
+    ("providers", ProviderSpec),
+    ("quality", QualityDelta),
+)
+
+
 def _cache_document(cat: Catalog, key: str) -> dict[str, Any]:
     """The catalog as JSON values, rows in the catalog's own order (it decides candidate order)."""
-    return {
-        "format": CACHE_FORMAT,
-        "key": key,
-        "fingerprint": cat.fingerprint(),
-        "sources": [[k, v.model_dump(mode="json")] for k, v in cat.sources.items()],
-        "gpus": [[k, v.model_dump(mode="json")] for k, v in cat.gpus.items()],
-        "instances": [[k, v.model_dump(mode="json")] for k, v in cat.instances.items()],
-        "models": [[k, v.model_dump(mode="json")] for k, v in cat.models.items()],
-        "owned": cat.owned.model_dump(mode="json"),
-    }
+    doc: dict[str, Any] = {"format": CACHE_FORMAT, "key": key, "fingerprint": cat.fingerprint()}
+    for name, _ in _CACHED_TABLES:
+        doc[name] = [[k, v.model_dump(mode="json")] for k, v in getattr(cat, name).items()]
+    doc["owned"] = cat.owned.model_dump(mode="json")
+    return doc
 
 
 def _rows(doc: dict[str, Any], section: str, model: type[M]) -> dict[str, M]:
@@ -436,13 +442,8 @@ def _from_cache_document(doc: Any, key: str) -> Catalog | None:
     """The catalog a cache document holds, validated; None if it is for other files or does not check."""
     if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT or doc.get("key") != key:
         return None  # another layout, version or set of shipped files: stale
-    cat = Catalog(
-        gpus=_rows(doc, "gpus", GpuSpec),
-        instances=_rows(doc, "instances", CloudInstance),
-        models=_rows(doc, "models", CatalogModel),
-        owned=OwnedCosts.model_validate(doc["owned"]),
-        sources=_rows(doc, "sources", SourceRef),
-    )
+    tables: dict[str, Any] = {name: _rows(doc, name, model) for name, model in _CACHED_TABLES}
+    cat = Catalog(owned=OwnedCosts.model_validate(doc["owned"]), **tables)
     return cat if cat.fingerprint() == doc.get("fingerprint") else None
 
 
@@ -494,13 +495,8 @@ def _shipped_catalog() -> Catalog:
 
 def _copy(cat: Catalog) -> Catalog:
     """A catalog of fresh tables (a caller that changes one must not change the next caller's)."""
-    return Catalog(
-        gpus=dict(cat.gpus),
-        instances=dict(cat.instances),
-        models=dict(cat.models),
-        owned=cat.owned,
-        sources=dict(cat.sources),
-    )
+    tables: dict[str, Any] = {name: dict(getattr(cat, name)) for name, _ in _CACHED_TABLES}
+    return Catalog(owned=cat.owned, user_files=cat.user_files, **tables)
 
 
 @functools.lru_cache(maxsize=1)
