@@ -13,7 +13,8 @@ def _consumer_405b(tmp_path: Path) -> Path:
     """The 405B example on RTX 4090/5090 with $50k: 405B at int4 needs 25.3 GiB per GPU even at TP8."""
     text = example("405b-serving").read_text()
     text = text.replace("  horizon: 36\n", "  horizon: 36\n  total: 50000\n")
-    text = text.replace("constraints:\n", "constraints:\n  allowed_gpus: [rtx-4090, rtx-5090]\n")
+    assert "\nconstraints:" not in text and "\nquality:" not in text  # the example states neither
+    text += "constraints:\n  allowed_gpus: [rtx-4090, rtx-5090]\nquality: {max_loss: any}  # int4 allowed\n"
     path = tmp_path / "405b-consumer.yaml"
     path.write_text(text)
     return path
