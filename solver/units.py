@@ -239,15 +239,15 @@ def _human(description: str) -> WithJsonSchema:
 
 
 # Set in the validation context of a document a user wrote (inputs.located.validate_document): a
-# latency, deadline or power cap must then carry its unit. A bare integer (``p95_latency: 500``) was
-# read as 500 s where 500 ms was meant; a number with a decimal point (what a what-if sweep writes
-# back) stays in the base unit.
+# latency, deadline or power cap must then carry its unit. A bare number (``p95_latency: 500`` or
+# ``0.5``) was read as seconds where milliseconds may have been meant; a what-if sweep writes its values
+# back with the base unit (``stated``).
 UNITS_REQUIRED = "units_required"
 
 
 def _duration_stated(value: Any, info: ValidationInfo) -> Any:
     """A latency target or deadline as a requirement states it: '500ms', '5s', '30d' (not 500)."""
-    if _bare_integer(value, info):
+    if _bare_number(value, info):
         raise PydanticCustomError(
             "unit_missing",
             "{got} has no unit: write it with one, e.g. '{got}ms' or '{got}s' (or '30d' for a deadline)",
@@ -258,15 +258,23 @@ def _duration_stated(value: Any, info: ValidationInfo) -> Any:
 
 def _power_stated(value: Any, info: ValidationInfo) -> Any:
     """A power cap as a requirement states it: '40kW', '800W' (not 40)."""
-    if _bare_integer(value, info):
+    if _bare_number(value, info):
         raise PydanticCustomError(
             "unit_missing", "{got} has no unit: write it with one, e.g. '{got}kW' or '{got}W'", {"got": value}
         )
     return value
 
 
-def _bare_integer(value: Any, info: ValidationInfo) -> bool:
-    return bool(info.context and info.context.get(UNITS_REQUIRED)) and type(value) is int
+def _bare_number(value: Any, info: ValidationInfo) -> bool:
+    """A number without its unit (int or float; a bool is refused elsewhere) where units are required."""
+    required = bool(info.context and info.context.get(UNITS_REQUIRED))
+    return required and type(value) in (int, float) and math.isfinite(value)  # inf/nan: the finite check says
+
+
+def stated(value: float, base_unit: str) -> str:
+    """``value`` in its base unit written the way a requirement must state it ('0.5s', '40000W'); exact:
+    repr round-trips the float."""
+    return f"{value!r}{base_unit}"
 
 
 Count = Annotated[float, BeforeValidator(parse_count), _human("count: 150k, 1.5M, 300B")]

@@ -96,12 +96,12 @@ def test_integer_scaling_rounds_in_the_safe_direction_and_refuses_overflow() -> 
     [
         ("p95_latency", "500", "'500ms' or '500s'"),
         ("p95_ttft", "2", "'2ms' or '2s'"),
+        ("p95_tpot", "0.05", "'0.05ms' or '0.05s'"),
     ],
 )
-def test_a_bare_integer_latency_is_refused_with_the_units_to_use(
-    tmp_path: Path, field: str, text: str, fix: str
-) -> None:
-    """``p95_latency: 500`` was read as 500 seconds; a file must say 500ms or 500s (located, exit 2)."""
+def test_a_bare_latency_is_refused_with_the_units_to_use(tmp_path: Path, field: str, text: str, fix: str) -> None:
+    """``p95_latency: 500`` was read as 500 seconds; a file must say 500ms or 500s (located, exit 2), and
+    so must a bare decimal."""
     path = tmp_path / "r.yaml"
     path.write_text(
         f"model: llama-3.1-8b\nworkloads:\n  - kind: serving\n    requests_per_min: 60\n    {field}: {text}\n"
@@ -124,15 +124,25 @@ def test_a_bare_integer_deadline_and_power_cap_are_refused(tmp_path: Path) -> No
     assert "r.yaml:8:3: constraints.max_power: 40 has no unit: write it with one, e.g. '40kW' or '40W'" in result.output
 
 
-def test_numbers_with_a_unit_or_a_decimal_point_are_still_read(tmp_path: Path) -> None:
-    """What a what-if sweep writes back (a float) stays seconds; units parse as before."""
+def test_numbers_with_a_unit_are_read_and_what_if_writes_its_values_with_one(tmp_path: Path) -> None:
+    """Units parse as before; a what-if point's duration or power is written back with its base unit
+    (exactly: repr round-trips the float) and validates."""
+    from clusterplan.whatif.vary import Target, requirement_value
+
     path = tmp_path / "r.yaml"
     path.write_text(
-        "model: llama-3.1-8b\nworkloads:\n  - kind: serving\n    requests_per_min: 60\n    p95_latency: 0.5\n"
+        "model: llama-3.1-8b\nworkloads:\n  - kind: serving\n    requests_per_min: 60\n    p95_latency: 0.5s\n"
         "    p95_ttft: 300ms\nconstraints:\n  max_power: 40kW\n"
     )
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0, result.output
+    latency = Target(
+        field="p95_latency", path="workloads[0].p95_latency", where="requirement", quantity="duration", unit="s"
+    )
+    power = Target(field="max_power", path="constraints.max_power", where="requirement", quantity="power", unit="W")
+    assert requirement_value(0.1 + 0.2, latency) == "0.30000000000000004s"
+    assert units.parse_duration(requirement_value(0.1 + 0.2, latency)) == 0.1 + 0.2
+    assert requirement_value(40000.0, power) == "40000.0W"
 
 
 def test_a_typo_in_a_training_key_gets_a_training_key_suggestion(tmp_path: Path) -> None:

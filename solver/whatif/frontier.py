@@ -103,7 +103,7 @@ def _latency_target(value: float | None) -> Callable[[dict[str, Any]], None]:
             if value is None:
                 w.pop("p95_latency", None)
             else:
-                w["p95_latency"] = value
+                w["p95_latency"] = units.stated(value, "s")  # a document states its unit
 
     return edit
 

@@ -41,7 +41,16 @@ from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Design, FamilyRef, Out, ServingPlan, TrainingPlan
 from clusterplan.planner.builder import ModelReuse
 from clusterplan.planner.solve import SolverSettings
-from clusterplan.whatif.vary import Reuse, SweepError, Target, catalog_override, format_value, reuse_of, set_path
+from clusterplan.whatif.vary import (
+    Reuse,
+    SweepError,
+    Target,
+    catalog_override,
+    format_value,
+    requirement_value,
+    reuse_of,
+    set_path,
+)
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
@@ -138,7 +147,7 @@ def point_task(
         edit(data)
     for target, value in settings:
         if target.where == "requirement":
-            set_path(data, target.keys, int(value) if target.quantity == "integer" else value)
+            set_path(data, target.keys, requirement_value(value, target))
     label = ", ".join(f"{t.field}={format_value(v, t.quantity)}" for t, v in settings)
     return PointTask(
         index=index,

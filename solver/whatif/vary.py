@@ -479,7 +479,19 @@ def format_value(value: float, quantity: Quantity) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def set_path(data: dict[str, Any], keys: Sequence[str | int], value: float | int) -> None:
+def requirement_value(value: float, target: Target) -> float | int | str:
+    """``value`` as a requirement document holds it: an integer field an int, a duration or power with its
+    base unit (a document must state one: units.UNITS_REQUIRED), anything else the number."""
+    if target.quantity == "integer":
+        return int(value)
+    if target.quantity == "duration":
+        return units.stated(value, "s")
+    if target.quantity == "power":
+        return units.stated(value, "W")
+    return value
+
+
+def set_path(data: dict[str, Any], keys: Sequence[str | int], value: float | int | str) -> None:
     """Set ``data[k0][k1]... = value``, creating mappings that are missing."""
     node: Any = data
     for key in keys[:-1]:
