@@ -58,7 +58,7 @@ REQUIREMENTS: dict[str, tuple[str, str]] = {
     # 3. an impossible calendar date
     "date-2024-02-30": (requirement(lat="2024-02-30"), r"hostile\.yaml:9:\d+: workloads\[0\]\.p95_latency"),
     # 4. a latency target below the documented millisecond
-    "latency-1e-308": (requirement(lat="1.0e-308"), r"hostile\.yaml:9:\d+: workloads\[0\]\.p95_latency: .*0\.001"),
+    "latency-1e-308": (requirement(lat="1.0e-308s"), r"hostile\.yaml:9:\d+: workloads\[0\]\.p95_latency: .*0\.001"),
     "latency-beyond-a-day": (requirement(lat="400d"), r"hostile\.yaml:9:\d+: workloads\[0\]\.p95_latency"),
     # 5. an inline architecture beyond the ranges
     "hidden-10^200": (
