@@ -18,11 +18,10 @@ from rich.table import Table
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import CatalogModel, CloudInstance, GpuSpec, ProviderSpec, QualityDelta
+from clusterplan.commands.options import CatalogOption
 
-CATALOG_HELP = "A user catalog YAML that adds or overrides rows (repeatable; applied in order)."
 JSON_HELP = "Print a JSON list of the rows (sorted by id, every field) instead of a table."
 
-CatalogOption = typer.Option(None, "--catalog", "-c", help=CATALOG_HELP)
 JsonOption = typer.Option(False, "--json", help=JSON_HELP)
 GpuFilterOption = typer.Option(None, "--gpu", help="Only instances with this GPU (id or alias).")
 ProviderOption = typer.Option(None, "--provider", "-p", help="Only this provider (repeatable).")

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from clusterplan.commands.options import CatalogOption
 from clusterplan.stdin import FILE_HELP
 
 
@@ -60,10 +61,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON for tools.")] = False,
         as_markdown: Annotated[bool, typer.Option("--markdown", help="Print the comparison as Markdown.")] = False,
-        catalog: Annotated[
-            list[Path] | None,
-            typer.Option("--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."),
-        ] = None,
+        catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """Compare GPUs for one workload: memory fit, tokens/s, $ per million tokens, $ per TB/s, $ per TFLOPS, power."""
         from clusterplan.catalog.load import load_catalog

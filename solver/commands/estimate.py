@@ -12,6 +12,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
+from clusterplan.commands.options import CatalogOption
 from clusterplan.errors import FieldProblem, InputError, Location
 from clusterplan.render import fmt
 from clusterplan.stdin import FILE_HELP
@@ -226,10 +227,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--deployment", help="cloud or owned (default: the file's).")
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the estimate as JSON for tools.")] = False,
-        catalog: Annotated[
-            list[Path] | None,
-            typer.Option("--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."),
-        ] = None,
+        catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """Estimate memory, speed, latency and cost of one configuration; exit 1 if it cannot run."""
         from clusterplan.catalog.load import load_catalog

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from clusterplan.commands.options import CatalogOption
 from clusterplan.errors import ClusterplanError
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
@@ -43,10 +44,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON for tools.")] = False,
         plot: Annotated[Path | None, typer.Option("--plot", help="Plot the cumulative costs (.png).")] = None,
         force: Annotated[bool, typer.Option("--force", help=FORCE_HELP)] = False,
-        catalog: Annotated[
-            list[Path] | None,
-            typer.Option("--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."),
-        ] = None,
+        catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """Rent or buy: the cumulative cost of a design's hardware both ways, month by month, and the break-even."""
         from clusterplan.catalog.load import load_catalog

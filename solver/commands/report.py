@@ -11,8 +11,9 @@ from pathlib import Path
 
 import typer
 
+from clusterplan.commands.options import CatalogOption
 from clusterplan.commands.solve import ObjectiveChoice
-from clusterplan.commands.sweep import CatalogOption, JobsOption, TimeLimitOption, progress
+from clusterplan.commands.sweep import JobsOption, TimeLimitOption, progress
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
 

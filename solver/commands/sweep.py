@@ -13,15 +13,13 @@ from pathlib import Path
 
 import typer
 
+from clusterplan.commands.options import CatalogOption
 from clusterplan.commands.solve import ObjectiveChoice
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
 
 EXIT_NO_DESIGN = 1
 
-CatalogOption = typer.Option(
-    None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."
-)
 JobsOption = typer.Option(None, "--jobs", "-j", min=1, help="Points planned in parallel (default: CPU count).")
 TimeLimitOption = typer.Option(
     10.0,

@@ -7,13 +7,10 @@ from pathlib import Path
 
 import typer
 
+from clusterplan.commands.options import CatalogOption
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.requirement.schema import Requirement
 from clusterplan.stdin import FILE_HELP
-
-CatalogOption = typer.Option(
-    None, "--catalog", "-c", help="A user catalog YAML that adds or overrides entries (repeatable)."
-)
 
 
 def requirement_schema() -> dict[str, object]:
