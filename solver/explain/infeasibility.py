@@ -177,9 +177,9 @@ def _least_by_solving(planner: Planner, fid: str) -> Relaxation:
     return rel
 
 
-def _relaxation_at(planner: Planner, fid: str, value: float, sol: Solution) -> Relaxation:
-    """The change that the relaxed optimum ``value`` (solution ``sol``) of family ``fid`` stands for."""
-    at = RelaxedAt(
+def relaxed_at(planner: Planner, fid: str, value: float, sol: Solution) -> RelaxedAt:
+    """What a family's wording reads of the relaxed optimum ``value`` (solution ``sol``) of family ``fid``."""
+    return RelaxedAt(
         fid=fid,
         value=value,
         design=facts(planner.table, sol),
@@ -187,6 +187,11 @@ def _relaxation_at(planner: Planner, fid: str, value: float, sol: Solution) -> R
             wc.index: planner.v.scales[wc.index].resolution_rps for wc in planner.table.workloads if wc.is_serving
         },
     )
+
+
+def _relaxation_at(planner: Planner, fid: str, value: float, sol: Solution) -> Relaxation:
+    """The change that the relaxed optimum ``value`` (solution ``sol``) of family ``fid`` stands for."""
+    at = relaxed_at(planner, fid, value, sol)
     rel = _relaxing(fid).at(at)
     if isinstance(rel, NotEnough):
         return _not_enough(planner, fid, lead=rel.lead)
@@ -446,19 +451,29 @@ def _allowed_rows(table: CandidateTable, wc: WorkloadCandidates, usable: list[st
     )
 
 
-def _no_allowed_layout(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> str:
-    """Why ``wc`` fits no allowed layout: the closest reason on the GPUs it may use, and which GPUs it
-    does fit on (ruled out by the requirement)."""
-    what = wc.model_name or "it"
-    pool = usable or sorted(table.gpus)
-    closest = sorted(pool, key=lambda g: (-table.gpus[g].memory_gib, g))
+def _closest(table: CandidateTable, usable: list[str]) -> list[str]:
+    """The GPUs ``usable`` (all if none), largest memory first: the closest to fitting."""
+    return sorted(usable or table.gpus, key=lambda g: (-table.gpus[g].memory_gib, g))
+
+
+def _closest_reasons(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> list[Reason]:
+    """The most common reason ``wc`` cannot run on each GPU it may use, closest first, up to
+    EXAMPLE_REASONS distinct ones; unobtainable GPUs (AVAILABILITY) do not count."""
     found: list[Reason] = []
-    for gid in closest:
+    for gid in _closest(table, usable):
         e = most_common_reason([x for x in wc.exclusions if x.family != AVAILABILITY], gid)
         if e is not None and e.reason not in found:
             found.append(e.reason)
         if len(found) == EXAMPLE_REASONS:
             break
+    return found
+
+
+def _no_allowed_layout(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> str:
+    """Why ``wc`` fits no allowed layout: the closest reason on the GPUs it may use, and which GPUs it
+    does fit on (ruled out by the requirement)."""
+    what = wc.model_name or "it"
+    found = _closest_reasons(table, wc, usable)
     reasons = render_reasons(found)
     listed = ", ".join(usable) if len(usable) <= LISTED_GPUS else f"{len(usable)} types"
     head = f"{wc.name}: {what} does not fit any allowed layout on the GPUs the requirement allows ({listed})"
@@ -579,15 +594,7 @@ def _unplaceable(table: CandidateTable, wc: WorkloadCandidates, usable: list[str
     what = wc.model_name or "it"
     # GPUs physics admits that cannot be obtained had their rows dropped (availability): they could.
     could = sorted({e.gpu_id for e in wc.exclusions if e.family == AVAILABILITY})
-    pool = usable or sorted(table.gpus)
-    closest = sorted(pool, key=lambda g: (-table.gpus[g].memory_gib, g))
-    found: list[Reason] = []
-    for gid in closest:
-        e = most_common_reason([x for x in wc.exclusions if x.family != AVAILABILITY], gid)
-        if e is not None and e.reason not in found:
-            found.append(e.reason)
-        if len(found) == EXAMPLE_REASONS:
-            break
+    found = _closest_reasons(table, wc, usable)
     if not found:  # no reason recorded (a synthetic table): the most common ones
         found = [r for r, _ in Counter(e.reason for e in wc.exclusions).most_common(EXAMPLE_REASONS)]
     reasons = render_reasons(found)
@@ -602,7 +609,9 @@ def _unplaceable(table: CandidateTable, wc: WorkloadCandidates, usable: list[str
         head = f"no GPU can run {what}{examples}"
     else:
         listed = (
-            ", ".join(usable) if len(usable) <= LISTED_GPUS else f"{len(usable)} types, e.g. {', '.join(closest[:3])}"
+            ", ".join(usable)
+            if len(usable) <= LISTED_GPUS
+            else f"{len(usable)} types, e.g. {', '.join(_closest(table, usable)[:3])}"
         )
         closest_reason = f" (closest: {reasons[0]})" if reasons else ""
         head = f"none of the GPUs the requirement allows ({listed}) can run {what}{closest_reason}"

@@ -27,17 +27,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from clusterplan.candidates.table import CandidateTable
-from clusterplan.explain.designs import facts, hardware_lines, summary_text
+from clusterplan.explain.designs import hardware_lines, summary_text
 from clusterplan.explain.infeasibility import (
     Retarget,
     TargetKey,
     least_target_factors,
+    relaxed_at,
     serving_targets,
     target_change,
 )
 from clusterplan.plan import ConstraintCheck, Trade
 from clusterplan.planner.families import Relaxing, family
-from clusterplan.planner.families.facts import NotEnough, RelaxedAt, TradeRead
+from clusterplan.planner.families.facts import NotEnough, TradeRead
 from clusterplan.planner.families.goals import Bound, Goal
 from clusterplan.planner.solve import PRIMARY_GOAL, Outcome, Planner, Solution
 from clusterplan.planner.status import SolveStatus
@@ -104,14 +105,7 @@ def _trade(table: CandidateTable, best: Solution, sol: Solution, change: str, *,
 
 def _at(planner: Planner, fid: str, r: Relaxing, value: float, sol: Solution) -> str | None:
     """The family's own words for the move that ``value`` (its relaxation goal, at ``sol``) stands for."""
-    at = RelaxedAt(
-        fid=fid,
-        value=value,
-        design=facts(planner.table, sol),
-        resolution_rps={
-            wc.index: planner.v.scales[wc.index].resolution_rps for wc in planner.table.workloads if wc.is_serving
-        },
-    )
+    at = relaxed_at(planner, fid, value, sol)
     rel = r.at(at)
     return None if isinstance(rel, NotEnough) or not rel.restores_feasibility else rel.change
 
