@@ -137,7 +137,8 @@ def test_model_on_the_command_line() -> None:
         (["--workload", "nope"], "no workload named 'nope'"),
         (["--workload", "7"], "no workload 7"),
         (["--precision", "fp6"], "--precision: 'fp6' is not one of"),
-        (["--workload", "9" * 5000], "command line: --workload: no workload '9999"),
+        (["--workload", "9" * 5000], "no workload named '9999"),
+        (["--workload", "²"], "no workload named '²'"),
     ],
 )
 def test_bad_input_is_a_clean_exit_2(args: list[str], needle: str) -> None:

@@ -105,6 +105,8 @@ def test_training_workload_by_name_and_deployment() -> None:
         ([], "no GPU to estimate on"),
         (["--gpu", "h100-sxm", "--tp", "2", "--dp", "2", "--count", "8", "--pp", "1"], "does not equal"),
         (["--gpu", "h100-sxm", "--workload", "nope"], "no workload named 'nope'"),
+        (["--gpu", "h100-sxm", "--workload", "9" * 5000], "no workload named '9999"),  # int() refuses 4,300+
+        (["--gpu", "h100-sxm", "--workload", "²"], "no workload named '²'"),  # a digit int() cannot read
     ],
 )
 def test_bad_input_exits_2(args: list[str], message: str) -> None:

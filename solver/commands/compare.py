@@ -19,21 +19,6 @@ def _gpu_names(gpus: str | None) -> list[str] | None:
     return [g.strip() for g in gpus.split(",") if g.strip()]
 
 
-MAX_WORKLOAD_INDEX_DIGITS = 6  # a requirement holds at most 64 workloads; longer numbers are refused, not parsed
-
-
-def _workload(value: str | None) -> int | str | None:
-    """``--workload``: an index (ASCII digits) or a name."""
-    from clusterplan.design.compare import COMMAND_LINE
-    from clusterplan.errors import FieldProblem, InputError, quoted
-
-    if value is None or not (value.isascii() and value.isdigit()):
-        return value
-    if len(value) > MAX_WORKLOAD_INDEX_DIGITS:
-        raise InputError([FieldProblem(COMMAND_LINE, "--workload", f"no workload {quoted(value)}")])
-    return int(value)
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     def compare(
@@ -67,6 +52,7 @@ def register(app: typer.Typer) -> None:
         from clusterplan.catalog.load import load_catalog
         from clusterplan.cli import guarded, out_console
         from clusterplan.design.compare import COMMAND_LINE, compare_requirement, model_requirement_text
+        from clusterplan.design.estimate import workload_ref
         from clusterplan.errors import FieldProblem, InputError
         from clusterplan.render import compare_view
 
@@ -95,7 +81,7 @@ def register(app: typer.Typer) -> None:
 
                 assert file is not None
                 resolved = load_requirement_arg(file, cat)
-            which = _workload(workload)
+            which = workload_ref(workload) if workload is not None else None
             result = compare_requirement(
                 resolved.requirement, list(resolved.models), cat, workload=which, gpus=_gpu_names(gpus),
                 precision=precision,

@@ -39,11 +39,12 @@ _usd = functools.partial(fmt.usd_exact, missing="unknown")
 
 def _pinned(values: dict[str, Any]) -> Any:
     """Command-line knobs as a PinnedConfig; located errors name the flag."""
+    from clusterplan.design.estimate import workload_ref
     from clusterplan.requirement.schema import PinnedConfig
 
     given = {k: v for k, v in values.items() if v is not None}
-    if isinstance(given.get("workload"), str) and given["workload"].isdigit():
-        given["workload"] = int(given["workload"])
+    if "workload" in given:
+        given["workload"] = workload_ref(given["workload"])
     try:
         return PinnedConfig.model_validate(given)
     except ValidationError as exc:

@@ -217,6 +217,17 @@ def check_feasible(result: EstimateResult) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+MAX_WORKLOAD_INDEX_DIGITS = 6  # a requirement holds at most 64 workloads; a longer number is a name, not parsed
+
+
+def workload_ref(value: int | str) -> int | str:
+    """A workload as a command line or a pinned config names it: an index when it is a short run of ASCII
+    digits (int() of '²' or of 5,000 digits raises), else a name."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= MAX_WORKLOAD_INDEX_DIGITS:
+        return int(value)
+    return value
+
+
 def _workload_index(req: Requirement, which: int | str | None, choices: list[str]) -> int:
     if which is None:
         if len(req.workloads) > 1:
@@ -225,8 +236,7 @@ def _workload_index(req: Requirement, which: int | str | None, choices: list[str
                 f"workload 0 ({req.workloads[0].name}) of {len(req.workloads)}; --workload picks another ({names})"
             )
         return 0
-    if isinstance(which, str) and which.isdigit():
-        which = int(which)
+    which = workload_ref(which)
     if isinstance(which, int):
         if not 0 <= which < len(req.workloads):
             raise ClusterplanError(
@@ -237,10 +247,10 @@ def _workload_index(req: Requirement, which: int | str | None, choices: list[str
     for i, w in enumerate(req.workloads):
         if w.name == which:
             return i
-    from clusterplan.errors import did_you_mean
+    from clusterplan.errors import did_you_mean, quoted
 
     raise ClusterplanError(
-        f"no workload named '{which}'",
+        f"no workload named {quoted(which)}",
         fix="use one of: " + ", ".join(w.name for w in req.workloads),
         hint=did_you_mean(which, [w.name for w in req.workloads]),
     )
