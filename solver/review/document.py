@@ -210,7 +210,7 @@ def _risk(r: Risk, doc: Document) -> None:
                 role="note",
             )
         )
-    doc.add(Heading(3, "Targets within the model's error"))
+    doc.add(Heading(3, "Each target against the model's error"))
     note = odds_words.confidence_note(r.confidence)
     if note:
         doc.add(Paragraph([note], role="note"))
