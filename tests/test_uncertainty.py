@@ -259,7 +259,12 @@ def test_risk_section_is_in_the_document(review: Any) -> None:
 
     doc = document.build(review, set())
     headings = [b.text for b in doc.blocks if isinstance(b, document.Heading)]
-    for h in ("Risks", "Single points of failure", "Prices that decide the choice", "Each target against the model's error"):
+    for h in (
+        "Risks",
+        "Single points of failure",
+        "Prices that decide the choice",
+        "Each target against the model's error",
+    ):
         assert h in headings
     assert headings.index("Risks") < headings.index("Assumptions")
     (alternatives,) = [b for b in doc.blocks if isinstance(b, document.Table) and "$/M tok" in b.header]
