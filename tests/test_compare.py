@@ -22,8 +22,18 @@ def _row(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
     return next(r for r in doc["rows"] if r["gpu_id"] == gpu)
 
 
+def test_without_precision_the_row_is_solves_choice_within_the_quality_gate() -> None:
+    """The 70B example's design 1 is 4x h200 TP2 fp8 on one owned server: compare's h200 row, with no
+    --precision, is that layout at that total (fp8 is inside the default gate; int4 is not tried)."""
+    plan = json.loads(run_cli("solve", str(example("70b-serving")), "--json").stdout)
+    (group,) = plan["designs"][0]["workloads"][0]["groups"]
+    row = _row(_compare(str(example("70b-serving")), "--gpus", "h200"), "h200")
+    assert (row["tp"], row["pp"], row["quant"]) == (group["tp"], group["pp"], group["quant"]) == (2, 1, "fp8")
+    assert row["owned"]["costs"]["total_usd"] == pytest.approx(plan["designs"][0]["costs"]["total_usd"], abs=CENT)
+
+
 def test_h100_metrics_by_hand_from_catalog_rows(catalog: Any) -> None:
-    doc = _compare(str(example("70b-serving")), "--gpus", "h100-sxm")
+    doc = _compare(str(example("70b-serving")), "--gpus", "h100-sxm", "--precision", "bf16")
     row = _row(doc, "h100-sxm")
     # catalog/gpus.yaml h100-sxm: 3,350 GB/s, 989.5 dense bf16 TFLOPS, 700 W, $27,500 (EPOCH estimate).
     g = catalog.gpus["h100-sxm"]
@@ -100,11 +110,11 @@ workloads:
 
 
 def test_best_layout_meets_targets_before_it_is_cheap(tmp_path: Any) -> None:
-    """8B with a 40 ms p95 TTFT on H100: TP1 is the cheapest layout but never meets the TTFT target (its prefill
-    alone is too slow); TP2 meets it. The row shows TP2 and says it meets the targets."""
+    """8B at 16-bit with a 40 ms p95 TTFT on H100: TP1 is the cheapest layout but never meets the TTFT target
+    (its prefill alone is too slow); TP2 meets it. The row shows TP2 and says it meets the targets."""
     path = tmp_path / "ttft.yaml"
     path.write_text(TIGHT_TTFT)
-    row = _row(_compare(str(path), "--gpus", "h100-sxm"), "h100-sxm")
+    row = _row(_compare(str(path), "--gpus", "h100-sxm", "--precision", "bf16"), "h100-sxm")
     assert row["layouts_tried"] == 6  # the planner's shapes: TP 1, 2, 4, 8 and PP 2, 4 on top of TP 8
     assert (row["tp"], row["pp"], row["meets_targets"]) == (2, 1, True)
 

@@ -42,7 +42,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         precision: Annotated[
             str | None,
-            typer.Option("--precision", help="Serving: weight precision (bf16, fp8, ...); training: precision."),
+            typer.Option(
+                "--precision",
+                help="Serving: weight precision (bf16, fp8, ...; default: the best the quality gate allows); training: precision.",
+            ),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON for tools.")] = False,
         as_markdown: Annotated[bool, typer.Option("--markdown", help="Print the comparison as Markdown.")] = False,

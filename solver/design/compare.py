@@ -7,8 +7,9 @@ policy with the replicas the demand needs; the row keeps the one that runs, meet
 (:func:`_layout_key`). Training: estimate's own search (the fastest layout of the smallest count that meets the
 deadline). Each deployment is priced on the cheapest offering of that kind by :mod:`clusterplan.design.pricing`
 over the requirement's horizon, as ``solve`` prices it. The figures this module adds are ratios of those figures
-and catalog rows (the functions below); no cost or speed is computed twice. Weight precision: estimate's default
-(16-bit, or the first ``constraints.quantizations`` allows) unless ``--precision`` names one.
+and catalog rows (the functions below); no cost or speed is computed twice. Weight precision: the best of those
+the requirement's quality gate allows (``quality.max_loss``, narrowed by ``constraints.quantizations``), as the
+planner chooses, unless ``--precision`` names one.
 
 Derived metrics, per GPU and deployment:
 
@@ -258,6 +259,7 @@ def _best_estimate(
     (the fastest layout of the smallest count that meets the deadline). Returns the estimate and the layouts tried."""
     from clusterplan.candidates.offerings import gpu_type_of
     from clusterplan.candidates.serving import serving_shapes
+    from clusterplan.candidates.table import SERVING_QUANTS
     from clusterplan.design.estimate import _workload_index
 
     w = req.workloads[_workload_index(req, pins.workload, [])]
@@ -265,8 +267,14 @@ def _best_estimate(
         return estimate_requirement(req, models, catalog, pins), 1
     g = gpu_type_of(spec)
     shapes = [(tp, pp) for tp, pp in serving_shapes(g) if tp <= g.nvlink_domain]
+    # Without --precision, every weight precision the quality gate allows, as the planner's rows do
+    # (None: estimate's 16-bit default; the quantized ones in SERVING_QUANTS order).
+    allowed = req.allowed_precisions()
+    quants = [pins.quant] if pins.quant is not None else [None, *(q for q in SERVING_QUANTS[1:] if q in allowed)]
     results = [
-        estimate_requirement(req, models, catalog, pins.model_copy(update={"tp": tp, "pp": pp})) for tp, pp in shapes
+        estimate_requirement(req, models, catalog, pins.model_copy(update={"tp": tp, "pp": pp, "quant": q}))
+        for q in quants
+        for tp, pp in shapes
     ]
     return min(results, key=_layout_key), len(results)
 
