@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from clusterplan.catalog import cache as disk
 from clusterplan.catalog import load
-from clusterplan.catalog.load import CACHE_ENV, CACHE_FILE, CatalogInputError, load_catalog
+from clusterplan.catalog.cache import CACHE_ENV, CACHE_FILE
+from clusterplan.catalog.load import CatalogInputError, load_catalog
 from conftest import ROOT
 
 _SHIPPED_TABLES = load._shipped_tables  # the real one (a test replaces it)
@@ -78,13 +80,13 @@ def test_stale_cache_is_rebuilt_when_a_shipped_file_changes(
     old_key = json.loads((cache / CACHE_FILE).read_text())["key"]
     gpus = shipped / "gpus.yaml"
     gpus.write_text(gpus.read_text().replace("    usd: 27500\n", "    usd: 26500\n", 1))
-    assert load.shipped_key() != old_key
-    assert load.read_cached_catalog(cache, load.shipped_key()) is None  # the old cache does not serve
+    assert disk.shipped_key() != old_key
+    assert disk.read_cached_catalog(cache, disk.shipped_key()) is None  # the old cache does not serve
     _clear()
     rebuilt = load_catalog()
     price = rebuilt.gpus["h100-sxm"].price
     assert price is not None and price.usd == 26500
-    assert json.loads((cache / CACHE_FILE).read_text())["key"] == load.shipped_key()
+    assert json.loads((cache / CACHE_FILE).read_text())["key"] == disk.shipped_key()
 
 
 @pytest.mark.parametrize(
@@ -108,7 +110,7 @@ def test_corrupt_cache_is_ignored_and_rewritten(cache: Path, damage: str) -> Non
         path.write_text(damage)
     _clear()
     assert load_catalog() == good
-    assert load.read_cached_catalog(cache, load.shipped_key()) == good  # rewritten
+    assert disk.read_cached_catalog(cache, disk.shipped_key()) == good  # rewritten
 
 
 def test_unusable_cache_directory_is_no_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,7 +128,7 @@ def test_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CACHE_ENV, "off")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert load.cache_dir() is None
+    assert disk.cache_dir() is None
     _clear()
     try:
         assert load_catalog().gpus
@@ -138,9 +140,9 @@ def test_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_default_directory_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert load.cache_dir() == tmp_path / "clusterplan"
+    assert disk.cache_dir() == tmp_path / "clusterplan"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # ignored, as the XDG spec says
-    assert load.cache_dir() == Path.home() / ".cache" / "clusterplan"
+    assert disk.cache_dir() == Path.home() / ".cache" / "clusterplan"
 
 
 def test_user_catalog_is_still_validated_and_located(
