@@ -260,9 +260,9 @@ def _best_estimate(
     from clusterplan.candidates.offerings import gpu_type_of
     from clusterplan.candidates.serving import serving_shapes
     from clusterplan.candidates.table import SERVING_QUANTS
-    from clusterplan.design.estimate import _workload_index
+    from clusterplan.design.estimate import workload_index
 
-    w = req.workloads[_workload_index(req, pins.workload, [])]
+    w = req.workloads[workload_index(req, pins.workload, [])]
     if not isinstance(w, ServingWorkload):
         return estimate_requirement(req, models, catalog, pins), 1
     g = gpu_type_of(spec)
@@ -283,9 +283,9 @@ def _with_precision(
     req: Requirement, pins: PinnedConfig, workload: int | str | None, precision: str
 ) -> tuple[PinnedConfig, Requirement]:
     """Serving: the weights' precision (estimate's ``--quant``); training: the workload's ``precision``."""
-    from clusterplan.design.estimate import _workload_index
+    from clusterplan.design.estimate import workload_index
 
-    index = _workload_index(req, workload, [])
+    index = workload_index(req, workload, [])
     w = req.workloads[index]
     field = "quant" if isinstance(w, ServingWorkload) else "precision"
     allowed = get_args(PinnedConfig.model_fields["quant"].annotation) if field == "quant" else ()

@@ -188,7 +188,7 @@ def estimate_requirement(
 ) -> EstimateResult:
     cfg = merge_config(req.config, overrides)
     choices: list[str] = []
-    index = _workload_index(req, cfg.workload, choices)
+    index = workload_index(req, cfg.workload, choices)
     workload = req.workloads[index]
     arch = models[index]
     if cfg.gpu is None:
@@ -228,7 +228,7 @@ def workload_ref(value: int | str) -> int | str:
     return value
 
 
-def _workload_index(req: Requirement, which: int | str | None, choices: list[str]) -> int:
+def workload_index(req: Requirement, which: int | str | None, choices: list[str]) -> int:
     if which is None:
         if len(req.workloads) > 1:
             names = ", ".join(f"{i}={w.name}" for i, w in enumerate(req.workloads))

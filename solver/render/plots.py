@@ -55,16 +55,16 @@ RC: dict[str, Any] = {
     "text.parse_math": False,
     "text.usetex": False,
     "path.simplify": True,
-}  # and "axes.prop_cycle": PALETTE, set in _style (a cycler needs matplotlib's import)
+}  # and "axes.prop_cycle": PALETTE, set in style (a cycler needs matplotlib's import)
 
 
 @contextmanager
-def _style() -> Iterator[None]:
+def style() -> Iterator[None]:
     import matplotlib
     from cycler import cycler
 
-    style: Any = {**RC, "axes.prop_cycle": cycler(color=list(PALETTE))}
-    with matplotlib.rc_context(style):
+    rc: Any = {**RC, "axes.prop_cycle": cycler(color=list(PALETTE))}
+    with matplotlib.rc_context(rc):
         yield
 
 
@@ -74,7 +74,7 @@ def _figure(width_in: float, height_in: float) -> Figure:
     return Figure(figsize=(width_in, height_in))
 
 
-def _save(fig: Figure, fmt: Format) -> bytes:
+def save(fig: Figure, fmt: Format) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -178,7 +178,7 @@ def sweep_figure(result: SweepResult, fmt: Format = "png") -> bytes:
     axis = result.axes[0]
     runs = series(result.rows, result.axes)
     letters = design_letters([r.shape for r in result.rows])
-    with _style():
+    with style():
         fig = _figure(8, 4.5)
         ax = fig.add_subplot()
         if axis.log:
@@ -238,7 +238,7 @@ def sweep_figure(result: SweepResult, fmt: Format = "png") -> bytes:
             _design_key(ax, letters)
         ax.legend(loc="upper right", fontsize=8, framealpha=0.85)
         fig.tight_layout()
-        return _save(fig, fmt)
+        return save(fig, fmt)
 
 
 def frontier_figure(result: FrontierResult, fmt: Format = "png") -> bytes:
@@ -249,7 +249,7 @@ def frontier_figure(result: FrontierResult, fmt: Format = "png") -> bytes:
     def y(p: Any) -> float | None:
         return p.p95_latency_s if latency else p.throughput
 
-    with _style():
+    with style():
         fig = _figure(8, 4.5)
         ax = fig.add_subplot()
         front = [p for p in result.points if p.on_frontier and y(p) is not None]
@@ -305,12 +305,12 @@ def frontier_figure(result: FrontierResult, fmt: Format = "png") -> bytes:
             _design_key(ax, letters)
         ax.legend(loc="upper right", fontsize=8, framealpha=0.85)
         fig.tight_layout()
-        return _save(fig, fmt)
+        return save(fig, fmt)
 
 
 def memory_figure(bars: Sequence[MemoryBar], fmt: Format = "png") -> bytes:
     """Stacked horizontal bars of what fills one GPU of each replica group, capacity marked."""
-    with _style():
+    with style():
         fig = _figure(8, 1.9 + 0.5 * max(1, len(bars)))
         ax = fig.add_subplot()
         labels = [b.label for b in bars]
@@ -330,7 +330,7 @@ def memory_figure(bars: Sequence[MemoryBar], fmt: Format = "png") -> bytes:
         ax.grid(axis="y", visible=False)
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.02), ncol=4, fontsize=8, frameon=False)
         fig.tight_layout()
-        return _save(fig, fmt)
+        return save(fig, fmt)
 
 
 def _index(key: str) -> int:

@@ -75,7 +75,7 @@ def figure(r: RentVsBuy) -> bytes:
     from clusterplan.render import plots
 
     months = [p.month for p in r.curve]
-    with plots._style():
+    with plots.style():
         fig = Figure(figsize=(7, 4))
         ax = fig.add_subplot()
         for name, values, colour in (
@@ -97,4 +97,4 @@ def figure(r: RentVsBuy) -> bytes:
         ax.set_ylim(bottom=0)
         ax.legend(loc="upper left", fontsize=8, framealpha=0.85)
         fig.tight_layout()
-        return plots._save(fig, "png")
+        return plots.save(fig, "png")
