@@ -12,7 +12,7 @@ import pytest
 
 from clusterplan.catalog import cache as disk
 from clusterplan.catalog import load
-from clusterplan.catalog.cache import CACHE_ENV, CACHE_FILE
+from clusterplan.catalog.cache import CACHE_ENV, CACHE_KEEP, cache_file
 from clusterplan.catalog.load import CatalogInputError, load_catalog
 from conftest import ROOT
 
@@ -49,7 +49,7 @@ def _orders(cat: load.Catalog) -> tuple[list[str], ...]:
 
 def test_cache_hit_gives_the_parsed_catalog_without_parsing(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     parsed = load_catalog()
-    assert (cache / CACHE_FILE).is_file()
+    assert (cache / cache_file(disk.shipped_key())).is_file()
     _clear()
     _no_yaml(monkeypatch)
     cached = load_catalog()
@@ -77,7 +77,8 @@ def test_stale_cache_is_rebuilt_when_a_shipped_file_changes(
         load.resources, "files", lambda pkg: shipped if pkg == load.SHIPPED_PACKAGE else real_files(pkg)
     )
     load_catalog()
-    old_key = json.loads((cache / CACHE_FILE).read_text())["key"]
+    old_key = disk.shipped_key()
+    assert json.loads((cache / cache_file(old_key)).read_text())["key"] == old_key
     gpus = shipped / "gpus.yaml"
     gpus.write_text(gpus.read_text().replace("    usd: 27500\n", "    usd: 26500\n", 1))
     assert disk.shipped_key() != old_key
@@ -86,7 +87,20 @@ def test_stale_cache_is_rebuilt_when_a_shipped_file_changes(
     rebuilt = load_catalog()
     price = rebuilt.gpus["h100-sxm"].price
     assert price is not None and price.usd == 26500
-    assert json.loads((cache / CACHE_FILE).read_text())["key"] == disk.shipped_key()
+    assert json.loads((cache / cache_file(disk.shipped_key())).read_text())["key"] == disk.shipped_key()
+    # The old catalog's cache stays: two checkouts (or versions) side by side do not evict each other.
+    assert disk.read_cached_catalog(cache, old_key) is not None
+
+
+def test_only_the_newest_caches_are_kept(cache: Path) -> None:
+    cat = load_catalog()
+    keys = [f"{i:02x}".ljust(64, "0") for i in range(CACHE_KEEP + 3)]
+    for k in keys:
+        disk.write_cached_catalog(cache, k, cat)
+    kept = sorted(p.name for p in cache.glob("catalog-*.json"))
+    assert len(kept) == CACHE_KEEP
+    assert cache_file(keys[-1]) in kept and cache_file(keys[0]) not in kept
+    assert disk.read_cached_catalog(cache, keys[-1]) == cat
 
 
 @pytest.mark.parametrize(
@@ -96,7 +110,7 @@ def test_stale_cache_is_rebuilt_when_a_shipped_file_changes(
 )
 def test_corrupt_cache_is_ignored_and_rewritten(cache: Path, damage: str) -> None:
     good = load_catalog()
-    path = cache / CACHE_FILE
+    path = cache / cache_file(disk.shipped_key())
     doc = json.loads(path.read_text())
     if damage == "tampered-figure":  # rows that validate, but not the catalog its fingerprint names
         doc["gpus"][0][1]["memory_gib"] -= 0.5

@@ -89,3 +89,52 @@ def test_inventory_that_covers_the_design_has_no_trade() -> None:
     assert plan.explanation is not None
     inv = next(c for c in plan.explanation.constraints if c.family == "inventory")
     assert inv.status != "binding" and inv.trade is None and inv.relaxed_total_usd is None
+
+
+def test_a_known_feasible_bracket_is_bisected_without_probing_its_top() -> None:
+    """The relaxed design's p95s at its ceiling rates say where a cheaper design is known to exist: only
+    the targets it exceeds move, the search bisects [1, that factor] and never probes the top itself
+    (6 probes from the blind 2x bracket with a give-back, 4 here; on the 70B example 7 and 3), to the same
+    least factor."""
+    from clusterplan.explain.infeasibility import least_target_factors
+    from clusterplan.planner.status import SolveStatus
+
+    a, b = (0, "p95_latency"), (0, "p95_ttft")
+    targets = [(a, "chat", 5.0), (b, "chat", 1.0)]
+
+    def search(known: dict[tuple[int, str], float] | None) -> tuple[dict[tuple[int, str], float], list[float]]:
+        probed: list[float] = []
+
+        def status_at(factors: object) -> SolveStatus:
+            f = dict(factors)  # type: ignore[call-overload]
+            probed.append(f[a])
+            return SolveStatus.OPTIMAL if f[a] >= 1.3 else SolveStatus.INFEASIBLE
+
+        found = least_target_factors(targets, status_at, shrink_max=0, first=2.0, tolerance=1.05, known=known)
+        assert found.status is SolveStatus.OPTIMAL
+        return found.factors, probed
+
+    blind, blind_probes = search(None)
+    informed, informed_probes = search({a: 1.5, b: 1.0})
+    assert informed[b] == 1.0 and blind[b] == 1.0
+    assert 1.3 <= informed[a] <= 1.3 * 1.05 and 1.3 <= blind[a] <= 1.3 * 1.05
+    assert 1.5 * (1 + 1e-9) not in informed_probes[:-1]  # the known top is never probed before the end
+    assert len(set(informed_probes)) == 4 < len(set(blind_probes)) == 6
+
+
+def test_each_serving_row_carries_its_p95s_at_its_ceiling_rate(catalog: Catalog) -> None:
+    """Rows whose targets admit their ceiling rate report the same p95s at both; the others report
+    ceiling p95s beyond some target (the trade search reads these as known-feasible factors)."""
+    from clusterplan.candidates.build import build_candidates
+    from clusterplan.requirement.load import load_requirement
+
+    table = build_candidates(load_requirement(example("70b-serving"), catalog), catalog)
+    (wc,) = table.workloads
+    rows = wc.serving_rows()
+    assert rows
+    for r in rows:
+        assert r.ceiling_p95_e2e_s >= r.p95_e2e_s - 1e-12
+        if r.rate_rps == r.rate_nolat_rps:
+            assert r.ceiling_p95_e2e_s == r.p95_e2e_s and r.ceiling_p95_ttft_s == r.p95_ttft_s
+        else:
+            assert r.ceiling_p95_e2e_s > 5.0 or r.ceiling_p95_ttft_s > 1.0

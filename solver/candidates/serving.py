@@ -250,7 +250,7 @@ def serving_candidates(
                 rated = evaluate.serving_rates(
                     est, w, assumptions, derate, at_load=memo.at_load(memo_est, w, assumptions)
                 )
-                rate, lat = rated.rate_rps, rated.rated
+                rate, lat, top_lat = rated.rate_rps, rated.rated, rated.at_ceiling
                 rows.append(
                     ServingRow(
                         gpu_id=gid,
@@ -264,6 +264,9 @@ def serving_candidates(
                         p95_e2e_s=lat.p95_e2e_s,
                         p95_ttft_s=lat.p95_ttft_s,
                         p95_tpot_s=lat.p95_tpot_s,
+                        ceiling_p95_e2e_s=top_lat.p95_e2e_s,
+                        ceiling_p95_ttft_s=top_lat.p95_ttft_s,
+                        ceiling_p95_tpot_s=top_lat.p95_tpot_s,
                         ttft_s=est.ttft_s,
                         tpot_s=est.tpot_s,
                         output_tokens_per_s=est.output_tokens_per_s,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -157,6 +158,11 @@ class ServingRow:
     p95_e2e_s: float = 0.0  # at its planned load
     p95_ttft_s: float = 0.0
     p95_tpot_s: float = 0.0
+    # p95s at the utilisation ceiling (rate_nolat_rps): targets at least these admit the ceiling rate
+    # (inf: not known; the trade search then brackets its targets by probing)
+    ceiling_p95_e2e_s: float = math.inf
+    ceiling_p95_ttft_s: float = math.inf
+    ceiling_p95_tpot_s: float = math.inf
     ttft_s: float = 0.0  # unloaded
     tpot_s: float = 0.0
     output_tokens_per_s: float = 0.0  # saturated

@@ -32,7 +32,8 @@ M = TypeVar("M", bound=BaseModel)
 CACHE_ENV = "CLUSTERPLAN_CACHE_DIR"
 CACHE_OFF = ("off", "0", "no", "false", "none")
 CACHE_FORMAT = 2  # bumped when the cache file's layout changes
-CACHE_FILE = "catalog.json"
+CACHE_PREFIX = "catalog-"  # one file per key: checkouts or versions side by side do not evict each other
+CACHE_KEEP = 4  # files kept in the directory; the least recently written go first
 
 
 def cache_dir() -> Path | None:
@@ -81,17 +82,23 @@ def _from_cache_document(doc: Any, key: str) -> Catalog | None:
     return cat if cat.fingerprint() == doc.get("fingerprint") else None
 
 
+def cache_file(key: str) -> str:
+    """The cache file's name for ``key`` (its first 16 hex digits; the document names the whole key)."""
+    return f"{CACHE_PREFIX}{key[:16]}.json"
+
+
 def read_cached_catalog(directory: Path, key: str) -> Catalog | None:
     """The cached shipped catalog in ``directory`` if it is for ``key`` and checks; None otherwise, never an error."""
     try:
-        doc = json.loads((directory / CACHE_FILE).read_text(encoding="utf-8"))
+        doc = json.loads((directory / cache_file(key)).read_text(encoding="utf-8"))
         return _from_cache_document(doc, key)
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
         return None  # missing, unreadable or corrupt (pydantic's ValidationError is a ValueError)
 
 
 def write_cached_catalog(directory: Path, key: str, cat: Catalog) -> None:
-    """Write the cache atomically (a temporary file renamed over the old one); any failure is ignored."""
+    """Write the cache atomically (a temporary file renamed over the old one), then drop all but the
+    ``CACHE_KEEP`` most recently written; any failure is ignored."""
     text = json.dumps(_cache_document(cat, key), separators=(",", ":"), ensure_ascii=True)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -99,10 +106,22 @@ def write_cached_catalog(directory: Path, key: str, cat: Catalog) -> None:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
-            os.replace(tmp, directory / CACHE_FILE)
+            os.replace(tmp, directory / cache_file(key))
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        _prune(directory)
     except OSError:
         return  # a read-only or full disk: the next run parses the YAML again
+
+
+def _prune(directory: Path) -> None:
+    """Remove all but the ``CACHE_KEEP`` newest cache files (another process may remove them first)."""
+    files = []
+    for path in directory.glob(f"{CACHE_PREFIX}*.json"):
+        with contextlib.suppress(OSError):
+            files.append((path.stat().st_mtime, path.name, path))
+    for _, _, path in sorted(files, reverse=True)[CACHE_KEEP:]:
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -96,6 +96,7 @@ class ServingRates:
     rate_rps: float  # requests/s within the p95 targets and the utilisation ceiling (0: never)
     rate_no_targets_rps: float  # requests/s at the utilisation ceiling
     rated: LatencyAtLoad  # p95s at rate_rps (at rate_no_targets_rps when the targets are out of reach)
+    at_ceiling: LatencyAtLoad  # p95s at rate_no_targets_rps: the targets under which it takes its ceiling rate
 
 
 def serving_rates(
@@ -120,9 +121,16 @@ def serving_rates(
     )  # fmt: skip
     ceiling = rate_at_ceiling(est, assumptions)
     at = rate if rate > 0 else ceiling
-    lat = at_load(at) if at_load is not None else queueing.latency_at_load(est, at, **tk)  # type: ignore[arg-type]
+
+    def load(r: float) -> LatencyAtLoad:
+        return at_load(r) if at_load is not None else queueing.latency_at_load(est, r, **tk)  # type: ignore[arg-type]
+
+    lat = load(at)
+    top = lat if at == ceiling else load(ceiling)  # the search's first probe: memoised by the caller
     f = derate.rate_factor
-    return ServingRates(rate_rps=rate * f, rate_no_targets_rps=ceiling * f, rated=derate.latency(lat))
+    return ServingRates(
+        rate_rps=rate * f, rate_no_targets_rps=ceiling * f, rated=derate.latency(lat), at_ceiling=derate.latency(top)
+    )
 
 
 # ------------------------------------------------------------------------------------------------

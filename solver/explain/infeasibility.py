@@ -42,6 +42,9 @@ TargetKey = tuple[int, str]
 Retarget = Callable[[Mapping[TargetKey, float]], CandidateTable]
 
 TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
+# A known-feasible bracket top (least_target_factors' ``known``) is raised by this much, so that the
+# targets it implies are met despite the rounding of p95 / target x target.
+KNOWN_MARGIN = 1e-9
 # The latency search tries targets 64x, 64^2x, ... looser, bisecting inside the first bracket that
 # is feasible (7 halvings of the exponent: within 64^(1/128), about 3%, rounded up). It stops once
 # every target is at least LOOSEST_TARGET_S: past an hour, a p95 target no longer constrains a plan.
@@ -261,6 +264,7 @@ def least_target_factors(
     shrink_max: int = SHRINK_TARGETS_MAX,
     first: float = TARGET_FACTOR_STEP,
     tolerance: float = TARGET_TOLERANCE,
+    known: Mapping[TargetKey, float] | None = None,
 ) -> TargetSearch:
     """The least factors on the p95 targets at which ``status_at`` finds a solution.
 
@@ -274,19 +278,31 @@ def least_target_factors(
     f times its value when the end-to-end target already implies it). Lowering one target only makes
     the others harder, so one pass in a fixed order ends at a point where no single target can be
     tightened further.
+
+    ``known``: factors at which a solution is known to exist without probing (every target's; a
+    design's p95s at its ceiling rates over the targets). Only the targets it loosens move; the
+    bracket is [1, the largest of them] when that is below ``first``, and nothing is probed at its top
+    unless the search ends there.
     """
+    moving = [t for t in targets if known is None or known.get(t[0], math.inf) > 1.0]
+    known_top = max((known.get(k, math.inf) for k, _, _ in moving), default=math.inf) if known else math.inf
+    if not moving or not math.isfinite(known_top):
+        moving, known_top = targets, math.inf
 
     def common(f: float) -> dict[TargetKey, float]:
-        return {k: f for k, _, _ in targets}
+        return {k: (f if any(k == m for m, _, _ in moving) else 1.0) for k, _, _ in targets}
 
-    tightest = min(v for _, _, v in targets)
+    tightest = min(v for _, _, v in moving)
     lo, hi = 1.0, first
-    while not status_at(common(hi)).has_solution:
-        if status_at(common(hi)) is not SolveStatus.INFEASIBLE:
-            return TargetSearch(status_at(common(hi)), common(hi))
-        if tightest * hi >= LOOSEST_TARGET_S:
-            return TargetSearch(SolveStatus.INFEASIBLE, common(hi))
-        lo, hi = hi, hi * TARGET_FACTOR_STEP
+    if known_top < first:
+        hi = known_top * (1.0 + KNOWN_MARGIN)  # a solution is known there: no probe
+    else:
+        while not status_at(common(hi)).has_solution:
+            if status_at(common(hi)) is not SolveStatus.INFEASIBLE:
+                return TargetSearch(status_at(common(hi)), common(hi))
+            if tightest * hi >= LOOSEST_TARGET_S:
+                return TargetSearch(SolveStatus.INFEASIBLE, common(hi))
+            lo, hi = hi, hi * TARGET_FACTOR_STEP
     steps = _halvings(hi / lo, tolerance)
     for _ in range(steps):
         mid = math.sqrt(lo * hi)

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.explain.designs import hardware_lines, summary_text
 from clusterplan.explain.infeasibility import (
+    TARGET_FIELDS,
     Retarget,
     TargetKey,
     least_target_factors,
@@ -78,7 +79,7 @@ def trade(planner: Planner, best: Outcome, fid: str, relaxed: Outcome, retarget:
     r = family(fid).relaxation
     assert r is not None and best.solution is not None
     if r.by_targets and retarget is not None:
-        found = _target_trade(planner, best.solution, retarget)
+        found = _target_trade(planner, best.solution, retarget, relaxed)
         if found is not None:
             return found
     elif r.goal is not Goal.MIN_TOTAL:
@@ -147,9 +148,31 @@ def _least_move(planner: Planner, best: Solution, fid: str, r: Relaxing) -> Trad
     return _trade(planner.table, best, sol, change, least=first.status is SolveStatus.OPTIMAL)
 
 
-def _target_trade(planner: Planner, best: Solution, retarget: Retarget) -> Trade | None:
+def _known_factors(
+    table: CandidateTable, targets: list[tuple[TargetKey, str, float]], relaxed: Outcome
+) -> dict[TargetKey, float] | None:
+    """Per target, the factor at which the relaxed design (the targets off) meets it with every replica
+    at its ceiling rate: its p95 there over the target. The relaxed design is cheaper than the best, so
+    a cheaper design is known to exist at these factors without a probe. None: no relaxed design."""
+    if relaxed.solution is None:
+        return None
+    known = {k: 1.0 for k, _, _ in targets}
+    ceiling = dict(zip(TARGET_FIELDS, ("ceiling_p95_e2e_s", "ceiling_p95_ttft_s", "ceiling_p95_tpot_s"), strict=True))
+    for a in relaxed.solution.serving:
+        if a.replicas <= 0:
+            continue
+        row = table.workloads[a.workload].rows[a.row]
+        for (w, field), _, target_s in targets:
+            if w == a.workload:
+                known[(w, field)] = max(known[(w, field)], getattr(row, ceiling[field]) / target_s)
+    return known
+
+
+def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed: Outcome) -> Trade | None:
     """The least common factor on the p95 targets that admits a cheaper design, targets that need not
-    move given back (each probe: rebuild the serving candidates, min-cost solve with total < best)."""
+    move given back (each probe: rebuild the serving candidates, min-cost solve with total < best). The
+    relaxed design's p95s at its ceiling rates bound the search from above and name the targets that
+    must move at all."""
     targets = serving_targets(planner.table)
     if not targets:
         return None
@@ -169,7 +192,14 @@ def _target_trade(planner: Planner, best: Solution, retarget: Retarget) -> Trade
             probes[k] = (p, p.solve(goal=Goal.MIN_TOTAL, bounds=[_cheaper(best)]))
         return probes[k][1].status
 
-    found = least_target_factors(targets, status_at, shrink_max=0, first=TRADE_FIRST_FACTOR, tolerance=TRADE_TOLERANCE)
+    found = least_target_factors(
+        targets,
+        status_at,
+        shrink_max=0,
+        first=TRADE_FIRST_FACTOR,
+        tolerance=TRADE_TOLERANCE,
+        known=_known_factors(planner.table, targets, relaxed),
+    )
     if not found.status.has_solution:
         return None
     p, out = probes[key(found.factors)]
