@@ -360,6 +360,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             if p.line.kind == "cloud" and p.line.region not in c.regions:
                 problems.append(f"{p.line.offering}: region {p.line.region} not allowed")
     by_name = {w.name: (i, w) for i, w in enumerate(req.workloads)}
+    derate = derate_for(req.confidence)  # a plan at a confidence meets the derated figures (uncertainty.py)
     one_off = 0.0
     for wp in design.workloads:
         i, w = by_name[wp.workload]
@@ -400,9 +401,9 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     est,
                     input_tokens=w.input_tokens,
                     output_tokens=w.output_tokens,
-                    p95_latency_s=w.p95_latency,
-                    p95_ttft_s=w.p95_ttft,
-                    p95_tpot_s=w.p95_tpot,
+                    p95_latency_s=derate.target(w.p95_latency),
+                    p95_ttft_s=derate.target(w.p95_ttft),
+                    p95_tpot_s=derate.target(w.p95_tpot),
                     assumptions=a,
                 )
                 r0 = queueing.max_rate_for_targets(
@@ -414,7 +415,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     p95_tpot_s=None,
                     assumptions=a,
                 )
-                rates.append((g.replicas, r, r0))
+                rates.append((g.replicas, r * derate.rate_factor, r0 * derate.rate_factor))
             has_targets = any(t is not None for t in (w.p95_latency, w.p95_ttft, w.p95_tpot))
             _serving_capacity(wp, rates, w.redundancy, has_targets, problems)
             # The p95 each replica shows at the share of peak demand it actually receives.
@@ -422,8 +423,15 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             for g, est in ests:
                 rr = next(r if has_targets else r0 for (n, r, r0), gg in zip(rates, wp.groups, strict=True) if gg is g)
                 load = wp.demand_rps * rr / total if total > 0 else math.inf
-                lat = queueing.latency_at_load(
-                    est, load, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a
+                # The derated replica takes rate_factor of the model's rate: its load is the model's at load / factor.
+                lat = derate.latency(
+                    queueing.latency_at_load(
+                        est,
+                        load / derate.rate_factor,
+                        input_tokens=w.input_tokens,
+                        output_tokens=w.output_tokens,
+                        assumptions=a,
+                    )
                 )
                 if lat.utilisation > a.utilisation_ceiling * (1 + 1e-6):
                     problems.append(f"{wp.workload}: {g.gpu} replicas run at {lat.utilisation:.0%} utilisation")
