@@ -286,7 +286,10 @@ class ModelArchitecture(Row):
         "None: every layer is local",
     )
     mtp_layers: int = Field(
-        0, ge=0, le=MAX_MTP_LAYERS, description="multi-token-prediction modules: weights held, unused unless speculative"
+        0,
+        ge=0,
+        le=MAX_MTP_LAYERS,
+        description="multi-token-prediction modules: weights held, unused unless speculative",
     )
     tied_embeddings: bool = False
     max_context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="tokens")
@@ -380,9 +383,7 @@ class ModelArchitecture(Row):
 
     def is_moe_layer(self, index: int) -> bool:
         """Layer ``index`` (0-based) has routed experts."""
-        return (
-            self.moe_experts > 1 and index >= self.first_k_dense_replace and (index + 1) % self.moe_layer_freq == 0
-        )
+        return self.moe_experts > 1 and index >= self.first_k_dense_replace and (index + 1) % self.moe_layer_freq == 0
 
     def is_local_layer(self, index: int) -> bool:
         """Layer ``index`` (0-based) attends over a window, not the whole context."""

@@ -90,7 +90,9 @@ def layer_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
     """
     if arch.moe_experts > 1:
         return moe_layer_params_per_gpu(arch, tp)
-    return attention_params_per_gpu(arch, tp) + params.dense_mlp_params(arch) / tp + params.router_params_per_layer(arch)
+    return (
+        attention_params_per_gpu(arch, tp) + params.dense_mlp_params(arch) / tp + params.router_params_per_layer(arch)
+    )
 
 
 @dataclass(frozen=True)
