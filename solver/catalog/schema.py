@@ -393,11 +393,24 @@ class ModelArchitecture(Row):
 
     @property
     def moe_layer_count(self) -> int:
-        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
+        """Layers with routed experts: ``i + 1`` in ``(k, layers]`` divisible by the frequency."""
+        if self.moe_experts <= 1:
+            return 0
+        k, f = self.first_k_dense_replace, self.moe_layer_freq
+        return max(self.layers // f - k // f, 0)
 
     @property
     def local_layer_count(self) -> int:
-        return sum(1 for i in range(self.layers) if self.is_local_layer(i))
+        """Layers that attend over a window: all, or all but every ``global_attention_every``-th."""
+        if self.attention_window is None:
+            return 0
+        every = self.global_attention_every
+        return self.layers if every is None else self.layers - self.layers // every
+
+    @property
+    def uniform_layers(self) -> bool:
+        """Every layer has the same parameters (no dense-first layers, no every-n-th MoE)."""
+        return self.moe_experts <= 1 or (self.first_k_dense_replace == 0 and self.moe_layer_freq == 1)
 
 
 class CatalogModel(ModelArchitecture):

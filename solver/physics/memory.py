@@ -115,7 +115,7 @@ class StageParams:
 def stage_params_per_gpu(arch: ModelArchitecture, *, tp: int, pp: int) -> StageParams:
     """:class:`StageParams` of the heaviest stage (:func:`params.heaviest_stage`); TP splits heads and MLP widths."""
     stage = params.heaviest_stage(arch, pp)
-    moe = sum(1 for i in stage if arch.is_moe_layer(i))
+    moe = (len(stage) if arch.moe_experts > 1 else 0) if arch.uniform_layers else sum(map(arch.is_moe_layer, stage))
     dense = len(stage) - moe
     attention = attention_params_per_gpu(arch, tp)
     router = params.router_params_per_layer(arch)
@@ -216,17 +216,6 @@ def kv_bytes_per_token_per_gpu(
     return layers_per_stage(arch.layers, pp) * values * BYTES_PER_VALUE[kv_precision]
 
 
-def cached_tokens(arch: ModelArchitecture, index: int, context_tokens: float) -> float:
-    """Tokens layer ``index`` keeps for a sequence of ``context_tokens``: all, or at most its window.
-
-    Sliding windows keep the last ``w`` tokens (vLLM ``SlidingWindowSpec``); chunked attention keeps the current
-    chunk, at most ``w`` (vLLM ``ChunkedLocalAttentionSpec``): the reserve for the worst position is ``min(c, w)``.
-    """
-    if arch.attention_window is not None and arch.is_local_layer(index):
-        return min(context_tokens, float(arch.attention_window))
-    return context_tokens
-
-
 def kv_bytes_per_sequence_per_gpu(
     arch: ModelArchitecture,
     context_tokens: float,
@@ -236,13 +225,20 @@ def kv_bytes_per_sequence_per_gpu(
     kv_precision: str,
     attention_dp: bool = False,
 ) -> float:
-    """KV bytes one sequence of ``context_tokens`` holds on the most loaded GPU; local layers cap at their window."""
+    """KV bytes one sequence of ``context_tokens`` holds on the most loaded GPU; local layers cap at their window.
+
+    Sliding windows keep the last ``w`` tokens (vLLM ``SlidingWindowSpec``); chunked attention keeps the current
+    chunk, at most ``w`` (vLLM ``ChunkedLocalAttentionSpec``): the reserve for the worst position is ``min(c, w)``.
+    The stage holding the most cached tokens sets the figure.
+    """
     per_token = kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision, attention_dp=attention_dp)
     if arch.attention_window is None:
         return context_tokens * per_token
     per_layer = per_token / layers_per_stage(arch.layers, pp)
-    stages = params.stage_layers(arch.layers, pp)
-    return per_layer * max(sum(cached_tokens(arch, i, context_tokens) for i in stage) for stage in stages)
+    kept = min(context_tokens, float(arch.attention_window))
+    return per_layer * max(
+        full * context_tokens + local * kept for full, local in params.stage_attention_layers(arch, pp)
+    )
 
 
 # ------------------------------------------------------------------------------------------------

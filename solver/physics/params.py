@@ -53,6 +53,16 @@ def shared_expert_params(arch: ModelArchitecture) -> int:
     return arch.shared_experts * _matrices(arch) * arch.hidden_size * arch.shared_ffn_size
 
 
+def active_ffn_width(arch: ModelArchitecture) -> int:
+    """The MLP width one token runs through in an MoE layer (top-k routed plus shared experts), else ``ffn_size``.
+
+    Training keeps these intermediate activations (Korthikanti et al. 2022's MLP term, ``f`` per token).
+    """
+    if arch.moe_experts <= 1:
+        return arch.ffn_size
+    return arch.experts_per_token * arch.expert_ffn_size + arch.shared_experts * arch.shared_ffn_size
+
+
 def router_params_per_layer(arch: ModelArchitecture) -> int:
     """An MoE layer's gate, ``h x experts``; 0 for a dense model."""
     return arch.hidden_size * arch.moe_experts if arch.moe_experts > 1 else 0
@@ -115,5 +125,22 @@ def stage_layers(layers: int, pp: int) -> list[range]:
 
 def heaviest_stage(arch: ModelArchitecture, pp: int) -> range:
     """The pipeline stage holding the most parameters (the first of equals)."""
-    stages = stage_layers(arch.layers, pp)
-    return max(stages, key=lambda stage: sum(layer_params(arch, i) for i in stage))
+    if arch.uniform_layers:  # every layer alike: the first, longest stage
+        return range(min(math.ceil(arch.layers / max(pp, 1)), arch.layers))
+    moe_layer = attention_params_per_layer(arch) + moe_layer_mlp_params(arch, active=False)
+    dense_layer = attention_params_per_layer(arch) + dense_mlp_params(arch)
+
+    def weight(stage: range) -> int:
+        moe = sum(map(arch.is_moe_layer, stage))
+        return moe * moe_layer + (len(stage) - moe) * dense_layer
+
+    return max(stage_layers(arch.layers, pp), key=weight)
+
+
+def stage_attention_layers(arch: ModelArchitecture, pp: int) -> list[tuple[int, int]]:
+    """(global, local) attention layers of each pipeline stage."""
+    out = []
+    for stage in stage_layers(arch.layers, pp):
+        local = sum(map(arch.is_local_layer, stage))
+        out.append((len(stage) - local, local))
+    return out

@@ -96,13 +96,6 @@ def prefill_flops(arch: ModelArchitecture, tokens: float) -> float:
     return 2.0 * n * tokens + attention + 2.0 * arch.vocab_size * arch.hidden_size
 
 
-def attended_tokens(arch: ModelArchitecture, index: int, context_tokens: float) -> float:
-    """Keys a decoded token of layer ``index`` attends over: the context, or at most the layer's window."""
-    if arch.attention_window is not None and arch.is_local_layer(index):
-        return min(context_tokens, float(arch.attention_window))
-    return context_tokens
-
-
 def decode_attention_flops(arch: ModelArchitecture, context_tokens: float, *, pp: int = 1) -> float:
     """Attention FLOPs of one decoded token over ``c`` cached tokens on the heaviest stage: ``4·l·c·d_attn``.
 
@@ -111,8 +104,8 @@ def decode_attention_flops(arch: ModelArchitecture, context_tokens: float, *, pp
     width = decode_attention_width(arch)
     if arch.attention_window is None:
         return 4.0 * memory.layers_per_stage(arch.layers, pp) * context_tokens * width
-    stages = params.stage_layers(arch.layers, pp)
-    keys = max(sum(attended_tokens(arch, i, context_tokens) for i in stage) for stage in stages)
+    kept = min(context_tokens, float(arch.attention_window))
+    keys = max(full * context_tokens + local * kept for full, local in params.stage_attention_layers(arch, pp))
     return 4.0 * keys * width
 
 

@@ -49,7 +49,7 @@ def lora_params_per_layer(arch: ModelArchitecture, rank: int) -> int:
     kv = 2 * rank * (h + arch.kv_heads * d)
     o = rank * (arch.attention_heads * d + h)
     matrices = 3 if arch.gated_mlp else 2
-    mlp = arch.moe_experts * matrices * rank * (h + arch.ffn_size)
+    mlp = arch.moe_experts * matrices * rank * (h + (arch.expert_ffn_size if arch.moe_experts > 1 else arch.ffn_size))
     return q + kv + o + mlp
 
 
@@ -231,7 +231,7 @@ def _memory_phase(
     sp = tp > 1
     per_layer = memory.training_activation_bytes_per_layer(
         seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
-        attention_heads=arch.attention_heads, ffn_size=arch.ffn_size * arch.experts_per_token,
+        attention_heads=arch.attention_heads, ffn_size=params.active_ffn_width(arch),
         gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute=recompute,
         flash_attention=a.flash_attention,
     )  # fmt: skip
@@ -243,7 +243,7 @@ def _memory_phase(
     if recompute == "full":
         layer_work += memory.training_activation_bytes_per_layer(
             seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
-            attention_heads=arch.attention_heads, ffn_size=arch.ffn_size * arch.experts_per_token,
+            attention_heads=arch.attention_heads, ffn_size=params.active_ffn_width(arch),
             gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute="none",
             flash_attention=a.flash_attention,
         )  # fmt: skip
