@@ -78,6 +78,8 @@ HARMLESS_KEYS = frozenset(
         "routed_scaling_factor", "norm_topk_prob", "router_aux_loss_coef", "output_router_logits",
         "router_jitter_noise", "swiglu_limit", "initial_context_length",
         "attn_temperature_tuning", "attn_scale", "floor_scale", "for_llm_compressor",
+        "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "rope_local_base_freq",
+        "hidden_activation", "cache_implementation",
         "vision_config", "image_token_index", "boi_token_index", "eoi_token_index", "image_token_id",
         "is_decoder", "is_encoder_decoder", "id2label", "label2id", "task_specific_params",
     }

@@ -185,8 +185,8 @@ def kv_values_per_token_per_layer(arch: ModelArchitecture, *, tp: int, attention
     """Cached values one token adds to one layer on one GPU.
 
     MLA: the latent ``kv_lora_rank + qk_rope_head_dim`` (576 for DeepSeek-V3), one copy shared by every head,
-    so it is REPLICATED on each GPU of an attention-TP group (SGLang ``MLATokenToKVPool``: one head of
-    ``kv_lora_rank + qk_rope_head_dim``; vLLM ``MLAAttentionSpec``); under attention data-parallelism a GPU
+    so it is REPLICATED on each GPU of an attention-TP group (SGLang ``mem_cache/memory_pool.py::MLATokenToKVPool``:
+    one head of ``kv_lora_rank + qk_rope_head_dim``; vLLM ``MLAAttentionSpec``); under attention data-parallelism a GPU
     holds only its own sequences, at the same figure per token. Otherwise ``2 x kv_heads x head_dim`` split
     over TP by heads (:func:`kv_heads_per_gpu`), all heads on each GPU under attention DP.
     """

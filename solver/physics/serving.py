@@ -37,7 +37,8 @@ def attention_width(arch: ModelArchitecture) -> float:
     """``d_attn``: ``4·d_attn`` FLOPs per (query, key) pair per layer in the multi-head form.
 
     ``heads x head_dim`` (the query width; = hidden size for most models). MLA computed as multi-head attention
-    (prefill and training: SGLang ``forward_normal``, DeepSeek-V2 §2.1.2): ``heads x (d_qk + d_v) / 2`` with
+    (training, and prefill: SGLang ``models/deepseek_v2.py`` runs a prefill without cached prefix as
+    ``AttnForwardMethod.MHA``; DeepSeek-V2 §2.1.2): ``heads x (d_qk + d_v) / 2`` with
     ``d_qk = qk_nope_head_dim + qk_rope_head_dim``, since QK^T is ``2·d_qk`` and AV ``2·d_v`` FLOPs per head and pair.
     """
     if arch.kv_lora_rank is not None:
@@ -50,7 +51,7 @@ def decode_attention_width(arch: ModelArchitecture) -> float:
     """``d_attn`` of a decode step: ``4·d_attn`` FLOPs per cached token per layer.
 
     MLA decodes in the absorbed form (DeepSeek-V2 §2.1.2 "absorb W^UK into W^Q and W^UV into W^O"; SGLang
-    ``DeepseekV2AttentionMLA.forward_absorb``, FlashMLA): every head scores against the whole latent
+    ``models/deepseek_v2.py::forward_absorb_core``, FlashMLA): every head scores against the whole latent
     ``kv_lora_rank + qk_rope_head_dim`` and sums values of width ``kv_lora_rank``, so
     ``4·d_attn = 2·heads·(2·kv_lora_rank + qk_rope_head_dim)`` (DeepSeek-V3: 278,528 FLOPs per token per layer).
     The absorbed projections are the up-projection's weights applied per token, counted in ``2·N``.
