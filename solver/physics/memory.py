@@ -114,31 +114,22 @@ class StageParams:
 
 def stage_params_per_gpu(arch: ModelArchitecture, *, tp: int, pp: int) -> StageParams:
     """:class:`StageParams` of the heaviest stage (:func:`params.heaviest_stage`); TP splits heads and MLP widths."""
-    stage = params.heaviest_stage(arch, pp)
-    moe = (len(stage) if arch.moe_experts > 1 else 0) if arch.uniform_layers else sum(map(arch.is_moe_layer, stage))
-    dense = len(stage) - moe
     attention = attention_params_per_gpu(arch, tp)
-    router = params.router_params_per_layer(arch)
     expert = params.mlp_params_per_expert(arch) / tp
-    if arch.moe_experts > 1:
-        shared = params.shared_expert_params(arch) / tp
-        moe_always = attention + router + shared if shared else attention + router
-        always = moe * moe_always + dense * (attention + params.dense_mlp_params(arch) / tp)
-        total = moe * moe_layer_params_per_gpu(arch, tp) + dense * dense_layer_params_per_gpu(arch, tp)
-        active_moe = attention + arch.experts_per_token * expert + shared if shared else None
-        active = (
-            moe * active_moe if active_moe is not None else moe * (attention + arch.experts_per_token * expert)
-        ) + dense * (attention + params.dense_mlp_params(arch) / tp)
-        return StageParams(len(stage), moe, always, moe * expert, active, total)
-    # Dense: one "expert" (the MLP) read every step, as a decode step model with moe_experts = 1 reads it.
-    return StageParams(
-        len(stage),
-        len(stage),
-        len(stage) * (attention + router),
-        len(stage) * expert,
-        len(stage) * (attention + arch.experts_per_token * expert),
-        len(stage) * layer_params_per_gpu(arch, tp),
-    )
+    if arch.moe_experts <= 1:  # dense: one "expert" (the MLP) read every step, as the decode step model reads it
+        n = layers_per_stage(arch.layers, pp)
+        layer = attention + expert + params.router_params_per_layer(arch)
+        return StageParams(n, n, n * attention, n * expert, n * (attention + expert), n * layer)
+    stage = params.heaviest_stage(arch, pp)
+    moe = len(stage) if arch.uniform_layers else sum(map(arch.is_moe_layer, stage))
+    dense = len(stage) - moe
+    router = params.router_params_per_layer(arch)
+    shared = params.shared_expert_params(arch) / tp
+    dense_layer = attention + params.dense_mlp_params(arch) / tp
+    always = moe * (attention + router + shared) + dense * dense_layer
+    active = moe * (attention + arch.experts_per_token * expert + shared) + dense * dense_layer
+    total = moe * moe_layer_params_per_gpu(arch, tp) + dense * dense_layer_params_per_gpu(arch, tp)
+    return StageParams(len(stage), moe, always, moe * expert, active, total)
 
 
 def embedding_params_per_gpu(arch: ModelArchitecture, tp: int, pp: int) -> float:

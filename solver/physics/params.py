@@ -50,6 +50,8 @@ def dense_mlp_params(arch: ModelArchitecture) -> int:
 
 def shared_expert_params(arch: ModelArchitecture) -> int:
     """An MoE layer's always-active shared experts (DeepSeek-V3 1 of width 2,048; Llama 4 1 of 8,192)."""
+    if arch.shared_experts == 0:
+        return 0
     return arch.shared_experts * _matrices(arch) * arch.hidden_size * arch.shared_ffn_size
 
 
@@ -87,6 +89,8 @@ def embedding_params(arch: ModelArchitecture) -> int:
 
 
 def _layer_sum(arch: ModelArchitecture, *, active: bool) -> int:
+    if arch.moe_experts <= 1:
+        return arch.layers * (attention_params_per_layer(arch) + dense_mlp_params(arch))
     moe = arch.moe_layer_count
     dense = arch.layers - moe
     attention = attention_params_per_layer(arch)

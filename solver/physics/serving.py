@@ -74,12 +74,6 @@ def causal_pairs(tokens: float, window: float | None, kind: str = "sliding") -> 
     return window * window / 2 + (tokens - window) * window
 
 
-def _local_global(arch: ModelArchitecture, stage: range | None = None) -> tuple[int, int]:
-    layers = range(arch.layers) if stage is None else stage
-    local = sum(1 for i in layers if arch.is_local_layer(i))
-    return len(layers) - local, local
-
-
 def prefill_flops(arch: ModelArchitecture, tokens: float) -> float:
     """Forward FLOPs of a prompt: ``2·N_active·s + 2·l·s²·d_attn + 2·V·h``.
 
@@ -89,7 +83,8 @@ def prefill_flops(arch: ModelArchitecture, tokens: float) -> float:
     :func:`attention_width`); the LM head only for the last token (vLLM computes logits for sampled tokens).
     """
     n = params.non_embedding_params(arch, active=True)
-    full, local = _local_global(arch)
+    local = arch.local_layer_count
+    full = arch.layers - local
     attention = 2.0 * full * tokens * tokens * attention_width(arch)
     if local:
         pairs = causal_pairs(tokens, arch.attention_window, arch.attention_window_kind)
