@@ -200,7 +200,7 @@ def build_candidates(
         offerings=tuple(offerings),
         limits=limits,
         name=req.name,
-        assumptions_used=tuple(assumption_lines(req.assumptions) + confidence_lines(derate)),
+        assumptions_used=tuple([*resolved.model_notes, *assumption_lines(req.assumptions), *confidence_lines(derate)]),
         notes=tuple(notes),
         offer_exclusions=tuple(tier_exclusions(catalog, req, gpus)),
         precision_gates=tuple(precision_gates(resolved, catalog)),

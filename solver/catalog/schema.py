@@ -43,9 +43,10 @@ MAX_HIDDEN_SIZE = 262_144  # 2**18; shipped largest: 20,480
 MAX_HEADS = 4096  # attention or key/value heads, and head_dim; shipped largest: 232 heads, head_dim 256
 MAX_FFN_SIZE = 1_048_576  # 2**20; shipped largest: 81,920
 MAX_VOCAB_SIZE = 4_194_304  # 2**22; shipped largest: 250,680
-MAX_EXPERTS = 4096  # shipped largest: 8 (DeepSeek-V3 has 256)
-MAX_CONTEXT_TOKENS = 100_000_000  # shipped largest: 131,072 (Llama 4 Scout claims 10M)
-MAX_PUBLISHED_PARAMS = 1e14  # shipped largest: 5.3e11
+MAX_EXPERTS = 4096  # shipped largest: 384 routed experts (Kimi K2)
+MAX_CONTEXT_TOKENS = 100_000_000  # shipped largest: 10,485,760 (Llama 4 Scout)
+MAX_PUBLISHED_PARAMS = 1e14  # shipped largest: 1.04e12 (Kimi K2)
+MAX_MTP_LAYERS = 16  # multi-token-prediction modules; shipped largest: 1 (DeepSeek-V3, GLM-4.5)
 
 MAX_LABEL_CHARS = 200  # ids and names are labels in tables; a 3,000,000-character name took 41 s to render
 
@@ -217,8 +218,20 @@ class QualityDelta(Provenance):
     metric: Label = Field(description="what was measured: 'OpenLLM v1 average', 'average recovery', ...")
 
 
+AttentionWindowKind = Literal["sliding", "chunked"]
+
+
 class ModelArchitecture(Row):
-    """A transformer's shape. Enough to count parameters, FLOPs and KV-cache bytes."""
+    """A transformer's shape. Enough to count parameters, FLOPs and KV-cache bytes.
+
+    Beyond the classic fields: an MoE model's expert width (``moe_intermediate_size``), shared experts, dense
+    first layers and MoE layer frequency; multi-head latent attention (MLA, DeepSeek-V2/V3: ``kv_lora_rank``
+    and friends); local attention (a sliding or chunked window on all layers or all but every n-th); and
+    multi-token-prediction modules. Layer ``i`` (0-based) is an MoE layer when ``i >= first_k_dense_replace``
+    and ``(i + 1) % moe_layer_freq == 0`` (Hugging Face ``Qwen3MoeDecoderLayer`` / Llama 4 ``moe_layers``);
+    it is a global-attention layer when ``global_attention_every`` is unset and there is no window, or
+    ``(i + 1) % global_attention_every == 0`` (gpt-oss ``layer_types``, Llama 4 ``no_rope_layers``, Gemma 3).
+    """
 
     name: Label
     layers: int = Field(ge=1, le=MAX_LAYERS)
@@ -226,11 +239,58 @@ class ModelArchitecture(Row):
     attention_heads: int = Field(ge=1, le=MAX_HEADS)
     kv_heads: int = Field(ge=1, le=MAX_HEADS, description="key/value heads (GQA/MQA); = attention_heads for MHA")
     head_dim: int | None = Field(None, ge=1, le=MAX_HEADS, description="defaults to hidden_size / attention_heads")
-    ffn_size: int = Field(ge=1, le=MAX_FFN_SIZE, description="intermediate size of one MLP (one expert for MoE)")
+    ffn_size: int = Field(
+        ge=1,
+        le=MAX_FFN_SIZE,
+        description="intermediate size of a dense layer's MLP (of one expert when moe_intermediate_size is unset)",
+    )
     vocab_size: int = Field(ge=1, le=MAX_VOCAB_SIZE)
     gated_mlp: bool = Field(True, description="SwiGLU-style MLP with three matrices (False: two, e.g. GELU)")
-    moe_experts: int = Field(1, ge=1, le=MAX_EXPERTS, description="experts per MoE layer (1 = dense)")
-    experts_per_token: int = Field(1, ge=1, le=MAX_EXPERTS)
+    moe_experts: int = Field(1, ge=1, le=MAX_EXPERTS, description="routed experts per MoE layer (1 = dense)")
+    experts_per_token: int = Field(1, ge=1, le=MAX_EXPERTS, description="routed experts each token uses (top-k)")
+    moe_intermediate_size: int | None = Field(
+        None, ge=1, le=MAX_FFN_SIZE, description="intermediate size of one routed expert; defaults to ffn_size"
+    )
+    shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="always-active experts in each MoE layer")
+    shared_expert_size: int | None = Field(
+        None, ge=1, le=MAX_FFN_SIZE, description="intermediate size of one shared expert; defaults to the expert's"
+    )
+    first_k_dense_replace: int = Field(
+        0, ge=0, le=MAX_LAYERS, description="leading layers with a dense MLP before the MoE layers (DeepSeek-V3: 3)"
+    )
+    moe_layer_freq: int = Field(
+        1, ge=1, le=MAX_LAYERS, description="every n-th layer is MoE, the others dense (Llama 4 Maverick: 2)"
+    )
+    kv_lora_rank: int | None = Field(
+        None, ge=1, le=MAX_FFN_SIZE, description="MLA: compressed key/value latent width (DeepSeek-V3: 512)"
+    )
+    q_lora_rank: int | None = Field(
+        None, ge=1, le=MAX_FFN_SIZE, description="MLA: compressed query width (None: a full query projection)"
+    )
+    qk_rope_head_dim: int | None = Field(
+        None, ge=1, le=MAX_HEADS, description="MLA: rotary part of each query/key head, cached once per token"
+    )
+    qk_nope_head_dim: int | None = Field(None, ge=1, le=MAX_HEADS, description="MLA: non-rotary part of a q/k head")
+    v_head_dim: int | None = Field(None, ge=1, le=MAX_HEADS, description="MLA: value head width")
+    attention_window: int | None = Field(
+        None, ge=1, le=MAX_CONTEXT_TOKENS, description="tokens a local-attention layer attends to (None: all global)"
+    )
+    attention_window_kind: AttentionWindowKind = Field(
+        "sliding", description="'sliding' (the last n tokens) or 'chunked' (the current n-token chunk; Llama 4)"
+    )
+    global_attention_every: int | None = Field(
+        None,
+        ge=2,
+        le=MAX_LAYERS,
+        description="with a window: every n-th layer attends globally (gpt-oss 2, Llama 4 4, Gemma 3 6); "
+        "None: every layer is local",
+    )
+    mtp_layers: int = Field(
+        0,
+        ge=0,
+        le=MAX_MTP_LAYERS,
+        description="multi-token-prediction modules: weights held, unused unless speculative",
+    )
     tied_embeddings: bool = False
     max_context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="tokens")
     published_params: float | None = Field(
@@ -245,11 +305,112 @@ class ModelArchitecture(Row):
             )
         if self.experts_per_token > self.moe_experts:
             raise ValueError("experts_per_token cannot exceed moe_experts")
+        self._check_moe()
+        self._check_mla()
+        self._check_window()
         return self
+
+    def _check_moe(self) -> None:
+        if self.moe_experts == 1:
+            dense_only = {
+                "moe_intermediate_size": self.moe_intermediate_size is not None,
+                "shared_experts": self.shared_experts > 0,
+                "shared_expert_size": self.shared_expert_size is not None,
+                "first_k_dense_replace": self.first_k_dense_replace > 0,
+                "moe_layer_freq": self.moe_layer_freq > 1,
+            }
+            for name, is_set in dense_only.items():
+                if is_set:
+                    raise ValueError(f"{name} describes MoE layers, but moe_experts is 1 (a dense model)")
+            return
+        if self.shared_expert_size is not None and self.shared_experts == 0:
+            raise ValueError("shared_expert_size is set, but shared_experts is 0")
+        if self.moe_layer_count == 0:
+            raise ValueError(
+                f"first_k_dense_replace ({self.first_k_dense_replace}) and moe_layer_freq ({self.moe_layer_freq}) "
+                f"leave none of the {self.layers} layers an MoE layer"
+            )
+
+    def _check_mla(self) -> None:
+        mla = {
+            "kv_lora_rank": self.kv_lora_rank,
+            "qk_rope_head_dim": self.qk_rope_head_dim,
+            "qk_nope_head_dim": self.qk_nope_head_dim,
+            "v_head_dim": self.v_head_dim,
+        }
+        given = [k for k, v in mla.items() if v is not None]
+        if not given and self.q_lora_rank is None:
+            return
+        missing = [k for k, v in mla.items() if v is None]
+        if missing:
+            raise ValueError(
+                "multi-head latent attention needs kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim and v_head_dim; "
+                f"missing {', '.join(missing)}"
+            )
+        if self.kv_heads != self.attention_heads:
+            raise ValueError(
+                f"with multi-head latent attention kv_heads ({self.kv_heads}) must equal attention_heads "
+                f"({self.attention_heads}): every head reads the one shared latent"
+            )
+        if self.head_dim is not None:
+            raise ValueError("with multi-head latent attention, give qk_nope_head_dim and v_head_dim, not head_dim")
+
+    def _check_window(self) -> None:
+        if self.attention_window is None:
+            if self.global_attention_every is not None:
+                raise ValueError("global_attention_every is set, but attention_window is not")
+            if self.attention_window_kind != "sliding":
+                raise ValueError("attention_window_kind is set, but attention_window is not")
 
     @property
     def head_dim_eff(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.attention_heads
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2 §2.1, arXiv:2405.04434): one latent cached per token."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_ffn_size(self) -> int:
+        """Intermediate size of one routed expert."""
+        return self.moe_intermediate_size if self.moe_intermediate_size is not None else self.ffn_size
+
+    @property
+    def shared_ffn_size(self) -> int:
+        """Intermediate size of one shared expert."""
+        return self.shared_expert_size if self.shared_expert_size is not None else self.expert_ffn_size
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Layer ``index`` (0-based) has routed experts."""
+        return self.moe_experts > 1 and index >= self.first_k_dense_replace and (index + 1) % self.moe_layer_freq == 0
+
+    def is_local_layer(self, index: int) -> bool:
+        """Layer ``index`` (0-based) attends over a window, not the whole context."""
+        if self.attention_window is None:
+            return False
+        return self.global_attention_every is None or (index + 1) % self.global_attention_every != 0
+
+    @property
+    def moe_layer_count(self) -> int:
+        """Layers with routed experts: ``i + 1`` in ``(k, layers]`` divisible by the frequency."""
+        if self.moe_experts <= 1:
+            return 0
+        k, f = self.first_k_dense_replace, self.moe_layer_freq
+        return max(self.layers // f - k // f, 0)
+
+    @property
+    def local_layer_count(self) -> int:
+        """Layers that attend over a window: all, or all but every ``global_attention_every``-th."""
+        if self.attention_window is None:
+            return 0
+        every = self.global_attention_every
+        return self.layers if every is None else self.layers - self.layers // every
+
+    @property
+    def uniform_layers(self) -> bool:
+        """Every layer has the same parameters (no dense-first layers, no every-n-th MoE)."""
+        return self.moe_experts <= 1 or (self.first_k_dense_replace == 0 and self.moe_layer_freq == 1)
 
 
 class CatalogModel(ModelArchitecture):

@@ -108,34 +108,65 @@ def instance_table(rows: Sequence[CloudInstance]) -> Table:
 
 
 def model_table(rows: Sequence[CatalogModel]) -> Table:
+    from clusterplan.physics.memory import kv_bytes_per_token_per_gpu
     from clusterplan.physics.params import active_params, total_params
 
-    table = Table(title="Models", caption="params computed from the shape (B = 10^9); * provisional")
+    table = Table(
+        title="Models",
+        caption="params computed from the shape (B = 10^9); KV: bytes each token adds at 16 bits, every layer "
+        "(local layers stop growing at their window); * provisional",
+    )
     for header, justify in [
         ("id", "left"),
         ("params B", "right"),
+        ("active B", "right"),
+        ("KV B/token", "right"),
         ("layers", "right"),
         ("hidden", "right"),
-        ("heads / kv", "right"),
+        ("attention", "right"),
         ("experts", "right"),
         ("context", "right"),
     ]:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for m in rows:
-        total = total_params(m) / 1e9
-        params = f"{total:,.1f}"
-        if m.moe_experts > 1:
-            params += f" ({active_params(m) / 1e9:,.1f} active)"
         table.add_row(
             m.id + _mark(m),
-            params,
+            f"{total_params(m) / 1e9:,.1f}",
+            f"{active_params(m) / 1e9:,.1f}" if m.moe_experts > 1 else "-",
+            f"{kv_bytes_per_token_per_gpu(m, tp=1, pp=1, kv_precision='bf16'):,.0f}",
             str(m.layers),
             f"{m.hidden_size:,}",
-            f"{m.attention_heads} / {m.kv_heads}",
-            f"{m.moe_experts} (top-{m.experts_per_token})" if m.moe_experts > 1 else "-",
+            _attention(m),
+            _experts(m),
             _num(m.max_context),
         )
     return table
+
+
+def _attention(m: CatalogModel) -> str:
+    """Heads and KV heads, MLA's latent, and a local window: '128 MLA 512+64', '64 / 8, 128 sliding 1:1'."""
+    text = (
+        f"{m.attention_heads} MLA {m.kv_lora_rank}+{m.qk_rope_head_dim}"
+        if m.is_mla
+        else (f"{m.attention_heads} / {m.kv_heads}")
+    )
+    if m.attention_window is not None:
+        local = m.local_layer_count
+        text += f", {m.attention_window:,} {m.attention_window_kind} {local}:{m.layers - local}"
+    return text
+
+
+def _experts(m: CatalogModel) -> str:
+    """'256 (top-8, +1 shared, 3 dense)' or '-' for a dense model."""
+    if m.moe_experts <= 1:
+        return "-"
+    parts = [f"top-{m.experts_per_token}"]
+    if m.shared_experts:
+        parts.append(f"+{m.shared_experts} shared")
+    dense = m.layers - m.moe_layer_count
+    if dense:
+        parts.append(f"{dense} dense")
+    return f"{m.moe_experts} ({', '.join(parts)})"
 
 
 def provider_table(rows: Sequence[ProviderSpec]) -> Table:

@@ -49,6 +49,8 @@ def register(app: typer.Typer) -> None:
                 out_console.print(
                     f"  workloads[{i}] {printable(w.name)}: {w.kind} of {printable(arch.name)}", markup=False
                 )
+            for note in resolved.model_notes:
+                out_console.print(f"  {printable(note)}", markup=False)
             out_console.print(
                 f"  deployment: {req.deployment}; horizon {req.budget.horizon:g} months; schedule {req.schedule}",
                 markup=False,

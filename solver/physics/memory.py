@@ -11,6 +11,7 @@ training activations per layer (Korthikanti et al. 2022, arXiv:2205.05198 §4, T
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import params
@@ -55,17 +56,80 @@ def kv_heads_per_gpu(kv_heads: int, tp: int) -> int:
 
 
 def attention_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
-    """One layer's attention weights on one TP rank: ``h·d·(2a/t + 2·max(ceil(k_v/t), 1))`` (K/V replicate)."""
+    """One layer's attention weights on one TP rank.
+
+    Standard/GQA: ``h·d·(2a/t + 2·max(ceil(k_v/t), 1))`` (K/V replicate). MLA: the down-projections
+    ``h·q_r + h·(kv_r + d_rope)`` are replicated on every rank and the head-split up- and output projections
+    divide by TP (SGLang ``DeepseekV2AttentionMLA``: ``fused_qkv_a_proj_with_mqa`` is a ``ReplicatedLinear``,
+    ``q_b_proj``/``kv_b_proj`` column- and ``o_proj`` row-parallel). Attention data-parallelism is ``tp = 1``.
+    """
+    if arch.kv_lora_rank is not None:
+        h, rope = arch.hidden_size, arch.qk_rope_head_dim or 0
+        replicated = h * (arch.kv_lora_rank + rope) + (0 if arch.q_lora_rank is None else h * arch.q_lora_rank)
+        return replicated + (params.attention_params_per_layer(arch) - replicated) / tp
     return (
         arch.hidden_size * arch.head_dim_eff * (2 * arch.attention_heads / tp + 2 * kv_heads_per_gpu(arch.kv_heads, tp))
     )
 
 
+def moe_layer_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
+    """An MoE layer's parameters on one TP rank: attention, every expert (routed and shared) / TP, the router."""
+    experts = arch.moe_experts * params.mlp_params_per_expert(arch) + params.shared_expert_params(arch)
+    return attention_params_per_gpu(arch, tp) + experts / tp + params.router_params_per_layer(arch)
+
+
+def dense_layer_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
+    """A dense layer's parameters on one TP rank: attention and its MLP / TP."""
+    return attention_params_per_gpu(arch, tp) + params.dense_mlp_params(arch) / tp
+
+
 def layer_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
-    """One transformer layer's parameters on one TP rank; K/V projections replicate when tp > kv_heads."""
+    """The largest transformer layer's parameters on one TP rank; K/V projections replicate when tp > kv_heads.
+
+    An MoE model's MoE layer (heavier than its dense first layers); a dense model's every layer.
+    """
+    if arch.moe_experts > 1:
+        return moe_layer_params_per_gpu(arch, tp)
+    return (
+        attention_params_per_gpu(arch, tp) + params.dense_mlp_params(arch) / tp + params.router_params_per_layer(arch)
+    )
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """The parameters of the heaviest pipeline stage on one TP rank, split by how a decode step reads them.
+
+    ``always`` is read every step (attention, dense MLPs, shared experts, routers); ``per_expert`` is one routed
+    expert in each of the stage's MoE layers, read once per distinct expert the step's tokens touch;
+    ``active`` is what one token multiplies through (attention, dense MLPs, shared and top-k routed experts).
+    """
+
+    layers: int
+    moe_layers: int
+    always: float
+    per_expert: float
+    active: float
+    total: float
+
+
+def stage_params_per_gpu(arch: ModelArchitecture, *, tp: int, pp: int) -> StageParams:
+    """:class:`StageParams` of the heaviest stage (:func:`params.heaviest_stage`); TP splits heads and MLP widths."""
     attention = attention_params_per_gpu(arch, tp)
-    mlp = arch.moe_experts * params.mlp_params_per_expert(arch) / tp
-    return attention + mlp + params.router_params_per_layer(arch)
+    expert = params.mlp_params_per_expert(arch) / tp
+    if arch.moe_experts <= 1:  # dense: one "expert" (the MLP) read every step, as the decode step model reads it
+        n = layers_per_stage(arch.layers, pp)
+        layer = attention + expert + params.router_params_per_layer(arch)
+        return StageParams(n, n, n * attention, n * expert, n * (attention + expert), n * layer)
+    stage = params.heaviest_stage(arch, pp)
+    moe = len(stage) if arch.uniform_layers else sum(map(arch.is_moe_layer, stage))
+    dense = len(stage) - moe
+    router = params.router_params_per_layer(arch)
+    shared = params.shared_expert_params(arch) / tp
+    dense_layer = attention + params.dense_mlp_params(arch) / tp
+    always = moe * (attention + router + shared) + dense * dense_layer
+    active = moe * (attention + arch.experts_per_token * expert + shared) + dense * dense_layer
+    total = moe * moe_layer_params_per_gpu(arch, tp) + dense * dense_layer_params_per_gpu(arch, tp)
+    return StageParams(len(stage), moe, always, moe * expert, active, total)
 
 
 def embedding_params_per_gpu(arch: ModelArchitecture, tp: int, pp: int) -> float:
@@ -82,11 +146,14 @@ def embedding_params_per_gpu(arch: ModelArchitecture, tp: int, pp: int) -> float
 def serving_weight_bytes_per_gpu(
     arch: ModelArchitecture, *, tp: int, pp: int, quant: str, int4_group_size: int = 128
 ) -> float:
-    """Weights on the most loaded GPU: layers of one stage at the weight precision plus 16-bit embeddings."""
-    layers = layers_per_stage(arch.layers, pp)
+    """Weights on the most loaded GPU: layers of one stage at the weight precision plus 16-bit embeddings.
+
+    Multi-token-prediction modules are not loaded: no speculative decoding is modelled (SGLang and vLLM load
+    DeepSeek-V3's MTP layer only as a draft model for ``--speculative-algorithm EAGLE``/``NEXTN``).
+    """
     bpp = weight_bytes_per_param(quant, int4_group_size=int4_group_size)
     return (
-        layers * layer_params_per_gpu(arch, tp) * bpp
+        stage_params_per_gpu(arch, tp=tp, pp=pp).total * bpp
         + embedding_params_per_gpu(arch, tp, pp) * EMBEDDING_BYTES_PER_PARAM
     )
 
@@ -105,14 +172,63 @@ def kv_cache_bytes(layers: int, kv_heads: float, head_dim: int, bytes_per_value:
     return layers * 2 * kv_heads * head_dim * bytes_per_value * tokens
 
 
-def kv_bytes_per_token_per_gpu(arch: ModelArchitecture, *, tp: int, pp: int, kv_precision: str) -> float:
-    """KV bytes one token adds on the most loaded GPU (its stage's layers, its share of KV heads)."""
-    return kv_cache_bytes(
-        layers_per_stage(arch.layers, pp),
-        kv_heads_per_gpu(arch.kv_heads, tp),
-        arch.head_dim_eff,
-        BYTES_PER_VALUE[kv_precision],
-        1.0,
+def kv_values_per_token_per_layer(arch: ModelArchitecture, *, tp: int, attention_dp: bool = False) -> float:
+    """Cached values one token adds to one layer on one GPU.
+
+    MLA: the latent ``kv_lora_rank + qk_rope_head_dim`` (576 for DeepSeek-V3), one copy shared by every head,
+    so it is REPLICATED on each GPU of an attention-TP group (SGLang ``mem_cache/memory_pool.py::MLATokenToKVPool``:
+    one head of ``kv_lora_rank + qk_rope_head_dim``; vLLM ``MLAAttentionSpec``); under attention data-parallelism a GPU
+    holds only its own sequences, at the same figure per token. Otherwise ``2 x kv_heads x head_dim`` split
+    over TP by heads (:func:`kv_heads_per_gpu`), all heads on each GPU under attention DP.
+    """
+    if arch.kv_lora_rank is not None:
+        return float(arch.kv_lora_rank + (arch.qk_rope_head_dim or 0))
+    heads = arch.kv_heads if attention_dp else kv_heads_per_gpu(arch.kv_heads, tp)
+    return 2.0 * heads * arch.head_dim_eff
+
+
+def kv_bytes_per_token_per_gpu(
+    arch: ModelArchitecture, *, tp: int, pp: int, kv_precision: str, attention_dp: bool = False
+) -> float:
+    """KV bytes one token adds on the most loaded GPU (its stage's layers, its share of KV heads).
+
+    Every layer counted: a token within every local layer's window. Past a window use
+    :func:`kv_bytes_per_sequence_per_gpu`. DeepSeek-V3 (MLA, 61 layers): ``576 x 61 x bytes``.
+    """
+    if arch.kv_lora_rank is None and not attention_dp:
+        return kv_cache_bytes(
+            layers_per_stage(arch.layers, pp),
+            kv_heads_per_gpu(arch.kv_heads, tp),
+            arch.head_dim_eff,
+            BYTES_PER_VALUE[kv_precision],
+            1.0,
+        )
+    values = kv_values_per_token_per_layer(arch, tp=tp, attention_dp=attention_dp)
+    return layers_per_stage(arch.layers, pp) * values * BYTES_PER_VALUE[kv_precision]
+
+
+def kv_bytes_per_sequence_per_gpu(
+    arch: ModelArchitecture,
+    context_tokens: float,
+    *,
+    tp: int,
+    pp: int,
+    kv_precision: str,
+    attention_dp: bool = False,
+) -> float:
+    """KV bytes one sequence of ``context_tokens`` holds on the most loaded GPU; local layers cap at their window.
+
+    Sliding windows keep the last ``w`` tokens (vLLM ``SlidingWindowSpec``); chunked attention keeps the current
+    chunk, at most ``w`` (vLLM ``ChunkedLocalAttentionSpec``): the reserve for the worst position is ``min(c, w)``.
+    The stage holding the most cached tokens sets the figure.
+    """
+    per_token = kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision, attention_dp=attention_dp)
+    if arch.attention_window is None:
+        return context_tokens * per_token
+    per_layer = per_token / layers_per_stage(arch.layers, pp)
+    kept = min(context_tokens, float(arch.attention_window))
+    return per_layer * max(
+        full * context_tokens + local * kept for full, local in params.stage_attention_layers(arch, pp)
     )
 
 
@@ -151,7 +267,7 @@ def serving_memory(
 ) -> MemoryBreakdown:
     """Memory of the most loaded GPU of a serving replica holding ``batch`` sequences of ``context_tokens``."""
     weights = serving_weight_bytes_per_gpu(arch, tp=tp, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size)
-    kv = batch * context_tokens * kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision)
+    kv = batch * kv_bytes_per_sequence_per_gpu(arch, context_tokens, tp=tp, pp=pp, kv_precision=kv_precision)
     act = serving_activation_bytes(arch.hidden_size, tp, assumptions.prefill_chunk_tokens) + logits_bytes(
         batch, arch.vocab_size
     )
@@ -178,8 +294,8 @@ def max_batch_by_memory(
         context_tokens=context_tokens, assumptions=assumptions,
     )  # fmt: skip
     free_bytes = (empty.capacity_gib - empty.total_gib) * 2**30
-    per_sequence = context_tokens * kv_bytes_per_token_per_gpu(
-        arch, tp=tp, pp=pp, kv_precision=kv_precision
+    per_sequence = kv_bytes_per_sequence_per_gpu(
+        arch, context_tokens, tp=tp, pp=pp, kv_precision=kv_precision
     ) + logits_bytes(1, arch.vocab_size)
     if free_bytes <= 0 or per_sequence <= 0:
         return 0

@@ -33,9 +33,45 @@ __all__ = ["decode_step_s", "estimate_serving", "max_batch_by_memory"]
 # ------------------------------------------------------------------------------------------------
 
 
-def attention_width(arch: ModelArchitecture) -> int:
-    """``d_attn = heads x head_dim`` (the query width; = hidden size for most models)."""
+def attention_width(arch: ModelArchitecture) -> float:
+    """``d_attn``: ``4·d_attn`` FLOPs per (query, key) pair per layer in the multi-head form.
+
+    ``heads x head_dim`` (the query width; = hidden size for most models). MLA computed as multi-head attention
+    (training, and prefill: SGLang ``models/deepseek_v2.py`` runs a prefill without cached prefix as
+    ``AttnForwardMethod.MHA``; DeepSeek-V2 §2.1.2): ``heads x (d_qk + d_v) / 2`` with
+    ``d_qk = qk_nope_head_dim + qk_rope_head_dim``, since QK^T is ``2·d_qk`` and AV ``2·d_v`` FLOPs per head and pair.
+    """
+    if arch.kv_lora_rank is not None:
+        qk = (arch.qk_nope_head_dim or 0) + (arch.qk_rope_head_dim or 0)
+        return arch.attention_heads * (qk + (arch.v_head_dim or 0)) / 2
     return arch.attention_heads * arch.head_dim_eff
+
+
+def decode_attention_width(arch: ModelArchitecture) -> float:
+    """``d_attn`` of a decode step: ``4·d_attn`` FLOPs per cached token per layer.
+
+    MLA decodes in the absorbed form (DeepSeek-V2 §2.1.2 "absorb W^UK into W^Q and W^UV into W^O"; SGLang
+    ``models/deepseek_v2.py::forward_absorb_core``, FlashMLA): every head scores against the whole latent
+    ``kv_lora_rank + qk_rope_head_dim`` and sums values of width ``kv_lora_rank``, so
+    ``4·d_attn = 2·heads·(2·kv_lora_rank + qk_rope_head_dim)`` (DeepSeek-V3: 278,528 FLOPs per token per layer).
+    The absorbed projections are the up-projection's weights applied per token, counted in ``2·N``.
+    """
+    if arch.kv_lora_rank is not None:
+        return arch.attention_heads * (2 * arch.kv_lora_rank + (arch.qk_rope_head_dim or 0)) / 2
+    return attention_width(arch)
+
+
+def causal_pairs(tokens: float, window: float | None, kind: str = "sliding") -> float:
+    """(query, key) pairs of causal attention over ``tokens``: ``s²/2``; a sliding window ``w`` caps each query's
+    keys at ``w`` (``w²/2 + (s - w)·w`` past it); chunked attention attends within ``w``-token chunks
+    (``n·w²/2 + r²/2``; Llama 4 ``attention_chunk_size``)."""
+    if window is None or tokens <= window:
+        return tokens * tokens / 2
+    if kind == "chunked":
+        chunks = math.floor(tokens / window)
+        rest = tokens - chunks * window
+        return chunks * window * window / 2 + rest * rest / 2
+    return window * window / 2 + (tokens - window) * window
 
 
 def prefill_flops(arch: ModelArchitecture, tokens: float) -> float:
@@ -43,22 +79,36 @@ def prefill_flops(arch: ModelArchitecture, tokens: float) -> float:
 
     Matmuls ``2·N`` per token (Kaplan et al. 2020, arXiv:2001.08361 §2.1) over non-embedding active
     parameters; causal attention ``QK^T`` and ``AV`` at ``4·d_attn`` FLOPs per (query, key) pair over
-    s²/2 pairs per layer; the LM head only for the last token (vLLM computes logits for sampled tokens).
+    s²/2 pairs per layer (local layers: :func:`causal_pairs` within their window; MLA in the multi-head form,
+    :func:`attention_width`); the LM head only for the last token (vLLM computes logits for sampled tokens).
     """
     n = params.non_embedding_params(arch, active=True)
-    return (
-        2.0 * n * tokens
-        + 2.0 * arch.layers * tokens * tokens * attention_width(arch)
-        + 2.0 * arch.vocab_size * arch.hidden_size
-    )
+    local = arch.local_layer_count
+    full = arch.layers - local
+    attention = 2.0 * full * tokens * tokens * attention_width(arch)
+    if local:
+        pairs = causal_pairs(tokens, arch.attention_window, arch.attention_window_kind)
+        attention += 4.0 * local * pairs * attention_width(arch)
+    return 2.0 * n * tokens + attention + 2.0 * arch.vocab_size * arch.hidden_size
+
+
+def decode_attention_flops(arch: ModelArchitecture, context_tokens: float, *, pp: int = 1) -> float:
+    """Attention FLOPs of one decoded token over ``c`` cached tokens on the heaviest stage: ``4·l·c·d_attn``.
+
+    Local layers attend over at most their window; MLA at :func:`decode_attention_width`.
+    """
+    width = decode_attention_width(arch)
+    if arch.attention_window is None:
+        return 4.0 * memory.layers_per_stage(arch.layers, pp) * context_tokens * width
+    kept = min(context_tokens, float(arch.attention_window))
+    keys = max(full * context_tokens + local * kept for full, local in params.stage_attention_layers(arch, pp))
+    return 4.0 * keys * width
 
 
 def decode_flops_per_token(arch: ModelArchitecture, context_tokens: float) -> float:
     """FLOPs of one decoded token attending over ``c`` tokens: ``2·N_active + 4·l·c·d_attn + 2·V·h``."""
     n = params.non_embedding_params(arch, active=True)
-    return (
-        2.0 * n + 4.0 * arch.layers * context_tokens * attention_width(arch) + 2.0 * arch.vocab_size * arch.hidden_size
-    )
+    return 2.0 * n + decode_attention_flops(arch, context_tokens) + 2.0 * arch.vocab_size * arch.hidden_size
 
 
 def experts_touched(moe_experts: int, experts_per_token: int, tokens: float) -> float:
@@ -250,19 +300,17 @@ def estimate_serving(
     # Per-GPU quantities of the most loaded stage.
     layers = memory.layers_per_stage(arch.layers, pp)
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size)
-    attention_params = memory.attention_params_per_gpu(arch, tp)
-    expert_params = params.mlp_params_per_expert(arch) / tp
+    stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)  # dense layers, shared experts, MLA (params.py)
     head_params = arch.vocab_size * arch.hidden_size / tp
-    dense_bytes = layers * (attention_params + params.router_params_per_layer(arch)) * bpp
+    dense_bytes = stage.always * bpp
     dense_bytes += head_params * memory.EMBEDDING_BYTES_PER_PARAM
-    expert_bytes = layers * expert_params * bpp
+    expert_bytes = stage.per_expert * bpp
     mean_context = input_tokens + output_tokens / 2.0
-    kv_seq_bytes = mean_context * memory.kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision)
-    if not a.gqa_shared_kv_reads:  # every query head streams its KV head (TensorRT-LLM <= 0.6 with GQA)
+    kv_seq_bytes = memory.kv_bytes_per_sequence_per_gpu(arch, mean_context, tp=tp, pp=pp, kv_precision=kv_precision)
+    if not a.gqa_shared_kv_reads and not arch.is_mla:  # every query head streams its KV head (TensorRT-LLM <= 0.6)
         kv_seq_bytes *= (arch.attention_heads / tp) / memory.kv_heads_per_gpu(arch.kv_heads, tp)
-    active_layer_params = attention_params + arch.experts_per_token * expert_params
-    matmul_flops_seq = 2.0 * layers * active_layer_params + 2.0 * head_params
-    attention_flops_seq = 4.0 * layers * mean_context * attention_width(arch) / tp
+    matmul_flops_seq = 2.0 * stage.active + 2.0 * head_params
+    attention_flops_seq = decode_attention_flops(arch, mean_context, pp=pp) / tp
 
     replica_gpus = tp * pp
     spans_nodes = replica_gpus > gpu.max_gpus_per_node

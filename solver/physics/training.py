@@ -49,7 +49,7 @@ def lora_params_per_layer(arch: ModelArchitecture, rank: int) -> int:
     kv = 2 * rank * (h + arch.kv_heads * d)
     o = rank * (arch.attention_heads * d + h)
     matrices = 3 if arch.gated_mlp else 2
-    mlp = arch.moe_experts * matrices * rank * (h + arch.ffn_size)
+    mlp = arch.moe_experts * matrices * rank * (h + (arch.expert_ffn_size if arch.moe_experts > 1 else arch.ffn_size))
     return q + kv + o + mlp
 
 
@@ -67,15 +67,25 @@ def lm_head_params(arch: ModelArchitecture) -> int:
     return arch.vocab_size * arch.hidden_size
 
 
+def attention_span_tokens(arch: ModelArchitecture, seq_len: float) -> float:
+    """``l·s`` summed over layers: keys each token attends to per layer, a local layer's at most its window."""
+    if arch.attention_window is None:
+        return arch.layers * seq_len
+    local = arch.local_layer_count
+    return (arch.layers - local) * seq_len + local * min(seq_len, float(arch.attention_window))
+
+
 def model_flops_per_token(
     arch: ModelArchitecture, seq_len: float, *, method: str = "full", lora_rank: int = 16
 ) -> float:
     """Useful training FLOPs per token, no recompute: ``6·N + 12·l·s·d_attn`` (LoRA: ``4·N + 6·N_a + ...``).
 
     ``N`` = active non-embedding parameters plus the LM head. Source: Narayanan et al. 2021 §5.1; PaLM App. B.
+    A local-attention layer attends over ``min(s, window)`` keys; MLA trains in the multi-head form
+    (:func:`attention_width`).
     """
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
-    attention = 12.0 * arch.layers * seq_len * attention_width(arch)
+    attention = 12.0 * attention_span_tokens(arch, seq_len) * attention_width(arch)
     if method == "full":
         return 6.0 * n + attention
     adapters = arch.layers * lora_params_per_layer(arch, lora_rank)
@@ -99,7 +109,7 @@ def hardware_flops_per_token(
     """
     base = model_flops_per_token(arch, seq_len, method=method, lora_rank=lora_rank)
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
-    forward_attention = 4.0 * arch.layers * seq_len * attention_width(arch)
+    forward_attention = 4.0 * attention_span_tokens(arch, seq_len) * attention_width(arch)
     if recompute == "full":
         return base + 2.0 * n + forward_attention
     if recompute == "selective" and not flash_attention:
@@ -221,7 +231,7 @@ def _memory_phase(
     sp = tp > 1
     per_layer = memory.training_activation_bytes_per_layer(
         seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
-        attention_heads=arch.attention_heads, ffn_size=arch.ffn_size * arch.experts_per_token,
+        attention_heads=arch.attention_heads, ffn_size=params.active_ffn_width(arch),
         gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute=recompute,
         flash_attention=a.flash_attention,
     )  # fmt: skip
@@ -233,7 +243,7 @@ def _memory_phase(
     if recompute == "full":
         layer_work += memory.training_activation_bytes_per_layer(
             seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
-            attention_heads=arch.attention_heads, ffn_size=arch.ffn_size * arch.experts_per_token,
+            attention_heads=arch.attention_heads, ffn_size=params.active_ffn_width(arch),
             gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute="none",
             flash_attention=a.flash_attention,
         )  # fmt: skip

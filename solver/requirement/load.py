@@ -6,13 +6,9 @@ field path; names that are not in the catalog get did-you-mean suggestions.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
 
 from clusterplan.catalog.load import UnknownNameError
 from clusterplan.catalog.schema import ModelArchitecture
@@ -23,11 +19,10 @@ from clusterplan.errors import (
     InputError,
     did_you_mean,
     quoted,
-    shorten,
 )
+from clusterplan.inputs.hf_config import derived_line, load_hf_config, read_hf_config
 from clusterplan.inputs.located import validate_document
 from clusterplan.inputs.yamlio import (
-    MAX_NUMBER_CHARS,
     LocatedDocument,
     PathKey,
     format_path,
@@ -46,8 +41,6 @@ from clusterplan.requirement.schema import (
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
 
-MAX_HF_CONFIG_BYTES = 1 * 2**20
-
 # The ranges clusterplan plans within (docs/guarantees.md). Outside them the solver's integer
 # scaling cannot represent the figures exactly, so a value beyond one is refused, located, rather
 # than planned wrongly: peak demand beyond 10**7 requests/min rounded every replica's rate to zero
@@ -59,9 +52,6 @@ MAX_TRAINING_TOKENS = 1e15
 MIN_DEADLINE_S = 60.0
 MAX_POWER_W = 1e10
 
-# Hugging Face model_type values whose MLP is a plain two-matrix MLP (GELU), not SwiGLU.
-_UNGATED_MODEL_TYPES = {"gptj", "gpt2", "gpt_neox", "falcon", "mpt", "gpt_bigcode", "bloom", "opt", "phi"}
-
 
 @dataclass(frozen=True)
 class ResolvedRequirement:
@@ -71,6 +61,8 @@ class ResolvedRequirement:
     path: str
     document: LocatedDocument | None
     models: tuple[ModelArchitecture, ...] = field(default_factory=tuple)
+    # What was derived from each hf_config model: parameters and KV bytes per token (the plan's assumptions).
+    model_notes: tuple[str, ...] = ()
 
     def model_for(self, index: int) -> ModelArchitecture:
         """The architecture of workload ``index``."""
@@ -108,10 +100,17 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
         problems.append(FieldProblem(doc.locate(path), format_path(path), message, kind))
 
     models: list[ModelArchitecture] = []
+    model_notes: list[str] = []
     for i, w in enumerate(req.workloads):
         ref, path = (w.model, ("workloads", i, "model")) if w.model is not None else (req.model, ("model",))
         try:
-            models.append(resolve_model(ref, catalog, base_dir))
+            if isinstance(ref, HfConfigModel):
+                read = load_hf_config(base_dir / ref.hf_config, name=ref.name)
+                models.append(read.arch)
+                line = derived_line(read)
+                model_notes.extend([] if line in model_notes else [line])
+            else:
+                models.append(resolve_model(ref, catalog, base_dir))
         except ClusterplanError as exc:
             problem(path, exc.render(), "unknown_model" if isinstance(exc, UnknownNameError) else "model")
 
@@ -180,7 +179,9 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
     _check_ranges(req, problem)
     if problems:
         raise InputError(problems)
-    return ResolvedRequirement(requirement=req, path=doc.file, document=doc, models=tuple(models))
+    return ResolvedRequirement(
+        requirement=req, path=doc.file, document=doc, models=tuple(models), model_notes=tuple(model_notes)
+    )
 
 
 def _check_ranges(req: Requirement, problem: Any) -> None:
@@ -241,124 +242,3 @@ def resolve_model(ref: Any, catalog: Catalog, base_dir: Path) -> ModelArchitectu
     if isinstance(ref, HfConfigModel):
         return read_hf_config(base_dir / ref.hf_config, name=ref.name)
     raise ClusterplanError(f"unsupported model reference {ref!r}")  # pragma: no cover - schema prevents it
-
-
-def read_hf_config(path: Path, *, name: str | None = None) -> ModelArchitecture:
-    """Architecture from a Hugging Face ``config.json`` on disk (no network).
-
-    The file is the user's input like the requirement: NaN, Infinity, numbers too long to convert,
-    nesting too deep to decode, and fields of the wrong type (text, lists) are refused with the field
-    named, never passed to arithmetic.
-    """
-    where = shorten(str(path))
-    try:
-        if not path.is_file():
-            raise ClusterplanError(
-                f"hf_config: no such file {where}",
-                fix="give the path of a local config.json, relative to the requirement file",
-            )
-        if path.stat().st_size > MAX_HF_CONFIG_BYTES:
-            raise ClusterplanError(f"hf_config: {where} is larger than {MAX_HF_CONFIG_BYTES:,} bytes")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ClusterplanError(f"hf_config: cannot read {where}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ClusterplanError(f"hf_config: {where} is not UTF-8 text") from None
-    try:
-        cfg = json.loads(text, parse_constant=_refuse_constant, parse_int=_json_int, parse_float=_json_float)
-    except json.JSONDecodeError as exc:
-        raise ClusterplanError(f"hf_config: {where} is not valid JSON: {exc}") from None
-    except _BadJsonNumber as exc:
-        raise ClusterplanError(f"hf_config: {where} is not a usable config: {exc}") from None
-    except RecursionError:
-        raise ClusterplanError(f"hf_config: {where} is nested too deeply to be a model config") from None
-    if not isinstance(cfg, dict):
-        raise ClusterplanError(f"hf_config: {where} must hold a JSON object")
-    if isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg, **cfg["text_config"]}
-
-    def pick(*keys: str, default: Any = None) -> tuple[str, Any]:
-        for k in keys:
-            if cfg.get(k) is not None:
-                return k, cfg[k]
-        return keys[0], default
-
-    picked = {
-        "layers": pick("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
-        "hidden_size": pick("hidden_size", "n_embd", "d_model"),
-        "attention_heads": pick("num_attention_heads", "n_head", "n_heads"),
-        "kv_heads": pick("num_key_value_heads", "num_kv_heads", "n_head_kv"),
-        "head_dim": pick("head_dim"),
-        "ffn_size": pick("moe_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size"),
-        "vocab_size": pick("vocab_size", default=32000),
-        "moe_experts": pick("num_local_experts", "num_experts", "n_routed_experts", default=1),
-        "experts_per_token": pick("num_experts_per_tok", "moe_topk", default=1),
-        "max_context": pick("max_position_embeddings", "n_positions", "seq_length"),
-    }
-    wrong = [
-        f"{key}: expected a whole number, got {quoted(value)}"
-        for key, value in picked.values()
-        if value is not None and not _is_whole(value)
-    ]
-    if wrong:
-        raise ClusterplanError(f"hf_config: {where}: " + "; ".join(wrong))
-    values = {field_name: value for field_name, (_key, value) in picked.items()}
-    if values["layers"] is None or values["hidden_size"] is None or values["attention_heads"] is None:
-        raise ClusterplanError(f"hf_config: {where} lacks num_hidden_layers, hidden_size or num_attention_heads")
-    model_type = cfg.get("model_type")
-    model_type = model_type.lower() if isinstance(model_type, str) else ""
-    if values["kv_heads"] is None:
-        values["kv_heads"] = 1 if cfg.get("multi_query") is True else values["attention_heads"]
-    if values["ffn_size"] is None:
-        values["ffn_size"] = 4 * int(values["hidden_size"])  # the GPT-2 convention when a config omits it
-    if values["moe_experts"] in (0, None):
-        values["moe_experts"] = 1
-    if values["moe_experts"] <= 1:
-        values["experts_per_token"] = 1
-    own_name = cfg.get("_name_or_path")
-    data = {
-        **values,
-        "name": name or (own_name if isinstance(own_name, str) and own_name else None) or model_type or path.stem,
-        "gated_mlp": model_type not in _UNGATED_MODEL_TYPES,
-        "tied_embeddings": cfg.get("tie_word_embeddings") is True,
-    }
-    try:
-        return ModelArchitecture.model_validate(data)
-    except ValidationError as exc:  # restate against the file, one field per clause
-        keys = {field_name: key for field_name, (key, _value) in picked.items()}
-        clauses = [
-            f"{keys.get(str(err['loc'][0]), err['loc'][0]) if err['loc'] else 'config'}: {err['msg']}"
-            + (f", got {quoted(err['input'])}" if err["loc"] and not isinstance(err["input"], dict) else "")
-            for err in exc.errors(include_url=False)
-        ]
-        raise ClusterplanError(
-            f"hf_config: {where} does not describe a usable architecture: " + "; ".join(clauses)
-        ) from None
-
-
-class _BadJsonNumber(ValueError):
-    """A number in a JSON config that no architecture field can hold."""
-
-
-def _refuse_constant(text: str) -> Any:
-    raise _BadJsonNumber(f"{text} is not a number a model config can hold")
-
-
-def _json_int(text: str) -> int:
-    if len(text) > MAX_NUMBER_CHARS:  # Python refuses to convert beyond 4,300 digits; no field nears 100
-        raise _BadJsonNumber(f"a number written with {len(text):,} digits is beyond any model's range")
-    return int(text)
-
-
-def _json_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or len(text) > MAX_NUMBER_CHARS:
-        raise _BadJsonNumber(f"{shorten(text)} is beyond any model's range")
-    return value
-
-
-def _is_whole(value: Any) -> bool:
-    """An integer, or a float with no fractional part (JSON writers emit 4096.0); never a bool."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
