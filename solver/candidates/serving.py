@@ -132,10 +132,12 @@ def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidate
     return replace(wc, demand_rps=w.requests_per_s * w.peak_to_average, average_rps=w.requests_per_s)
 
 
-def _kv_default(quant: str, w: ServingWorkload, half: str) -> str:
+def _kv_default(quant: str, w: ServingWorkload, spec: GpuSpec) -> str:
     if w.kv_cache_precision is not None:
         return w.kv_cache_precision
-    return "fp8" if quant == "fp8" else half
+    from clusterplan.physics.rules import default_kv_precision
+
+    return default_kv_precision(spec, quant)
 
 
 def _batch_ladder(max_batch: int) -> list[int]:
@@ -209,7 +211,7 @@ def serving_candidates(
         mine: list[ServingRow] = []
         for quant_choice, tp, pp in combos:
             quant = half if quant_choice == "bf16" else quant_choice
-            kv = _kv_default(quant, w, half)
+            kv = _kv_default(quant, w, spec)
             considered += 1
             hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
             if hard:

@@ -79,7 +79,7 @@ TP_DEGREES = (1, 2, 4, 8)
 PP_DEGREES = (1, 2, 4)
 
 
-SERVING_QUANTS = ("bf16", "fp8", "int8", "int4")  # 'bf16' stands for the GPU's 16-bit (fp16 where no bf16)
+SERVING_QUANTS = ("bf16", "fp8", "int8", "fp4", "int4")  # 'bf16' stands for the GPU's 16-bit (fp16 where no bf16)
 
 
 def half_equivalent(quant: str) -> str:
