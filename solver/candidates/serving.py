@@ -23,6 +23,7 @@ from clusterplan.candidates.offerings import forbidden_for
 from clusterplan.candidates.prune import prune_serving_rows
 from clusterplan.candidates.table import (
     PP_DEGREES,
+    RACK_TP_DEGREES,
     SERVING_QUANTS,
     TP_DEGREES,
     Exclusion,
@@ -153,12 +154,14 @@ def _batch_ladder(max_batch: int) -> list[int]:
 def serving_shapes(g: GpuType) -> list[tuple[int, int]]:
     """(TP, PP) pairs tried for one GPU type.
 
-    TP 1, 2, 4, 8 (wider than the NVLink domain: kept, forbidden by ``tp_nvlink``); pipeline
-    parallelism 2 and 4 only on top of the widest NVLink TP group (for PCIe-only GPUs, TP 1): PP
-    inside one NVLink domain never beats TP there, and PP is how a replica spans domains or nodes.
+    TP 1, 2, 4, 8 (wider than the NVLink domain: kept, forbidden by ``tp_nvlink``), and 16, 32, 64 where
+    one NVLink domain spans them (an NVL72 rack); pipeline parallelism 2 and 4 only on top of TP 8 (the
+    widest NVLink TP group, for PCIe-only GPUs TP 1): PP inside one NVLink domain never beats TP there,
+    and PP is how a replica spans domains or nodes.
     """
     widest = min(g.nvlink_domain, max(TP_DEGREES))
     shapes = [(tp, 1) for tp in TP_DEGREES]
+    shapes += [(tp, 1) for tp in RACK_TP_DEGREES if tp <= g.nvlink_domain]
     shapes += [(widest, pp) for pp in PP_DEGREES if pp > 1]
     return shapes
 
