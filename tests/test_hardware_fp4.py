@@ -15,7 +15,7 @@ from clusterplan.candidates.build import build_candidates
 from clusterplan.candidates.offerings import forbidden_for, gpu_type_of
 from clusterplan.candidates.serving import serving_shapes
 from clusterplan.candidates.table import TP_NVLINK, CandidateTable
-from clusterplan.catalog.load import Catalog
+from clusterplan.catalog.load import Catalog, CatalogInputError, load_catalog_text
 from clusterplan.design.check import Unit, pack
 from clusterplan.errors import InputError
 from clusterplan.physics import memory, rules
@@ -136,3 +136,18 @@ def test_a_requirement_restricted_to_gb200_plans_and_tp16_is_not_forbidden_there
     plan = plan_table(gb200_table, PlanOptions(top=1, explain=False))
     assert plan.designs, plan.status
     assert {h.gpu for h in plan.designs[0].hardware} <= {"gb200", "b200"}
+
+
+def test_an_fp4_figure_not_listed_native_is_refused_located() -> None:
+    row = (
+        "gpus:\n"
+        "  - {id: my-card, name: My card, vendor: nvidia, architecture: Blackwell, gpu_class: datacenter,\n"
+        "     memory_gb: 96, memory_gib: 95, bandwidth_gb_per_s: 1600, native_precisions: [bf16],\n"
+        "     dense: {bf16_tflops: 500, fp4_tflops: 2000}, scale_up: pcie, scale_up_bandwidth_gb_per_s: 128,\n"
+        "     scale_up_domain: 1, pcie_gen: 5, pcie_bandwidth_gb_per_s: 128, tdp_w: 600,\n"
+        "     source: https://example.invalid/card, as_of: 2026-11}\n"
+    )
+    with pytest.raises(CatalogInputError) as info:
+        load_catalog_text(row, "mine.yaml")
+    assert "mine.yaml:4:6: gpus[0].dense" in str(info.value) and "'fp4' is not listed" in str(info.value)
+    load_catalog_text(row.replace("native_precisions: [bf16]", "native_precisions: [bf16, fp4]"), "mine.yaml")

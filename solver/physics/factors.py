@@ -238,7 +238,8 @@ class Assumptions(BaseModel):
         default_factory=lambda: {"Hopper": 0.84, "Blackwell": 0.84},
         description="share of the class compute factors (compute_efficiency, training_mfu) an architecture "
         "reaches, by catalog architecture name; unlisted architectures 1.0. Fitted by bench/accuracy.py: H100/H200 "
-        "serving and training against the A100 ones (0.839); Blackwell assumed like Hopper (no data)",
+        "serving and training against the A100 ones (0.839); Blackwell (B200, B300, GB200, GB300) has its own entry, "
+        "inherited from Hopper and provisional: no fair public Blackwell measurement is in bench/data",
     )
     fp8_matmul_fraction: float = Field(
         0.88,
