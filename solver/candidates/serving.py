@@ -207,8 +207,11 @@ def serving_candidates(
         spec = catalog.gpus[gid]
         g = gpus[gid]
         half = rules.half_precision(spec)
+        # fp4 is tried where FP4 tensor cores run it: weight-only FP4 elsewhere is the int4 row's memory (within 2%)
+        # and the same 16-bit matmuls, so the planner plans int4 there (estimate --quant fp4 still prices it).
+        quants = [q for q in SERVING_QUANTS if q != "fp4" or rules.supports_precision(spec, "fp4")]
         combos = sorted(
-            ((quant_choice, tp, pp) for quant_choice in SERVING_QUANTS for tp, pp in serving_shapes(g)),
+            ((quant_choice, tp, pp) for quant_choice in quants for tp, pp in serving_shapes(g)),
             key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]]),
         )
         mine: list[ServingRow] = []
