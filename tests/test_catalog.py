@@ -132,10 +132,26 @@ def test_memory_gib_is_what_the_driver_reports(gpu_id: str, gib: float) -> None:
 
 def test_fp8_is_native_only_on_hopper_ada_blackwell_and_cdna3() -> None:
     for gpu in SHIPPED.gpus.values():
-        fp8_arch = any(a in gpu.architecture for a in ("Hopper", "Ada", "Blackwell", "CDNA 3"))
+        fp8_arch = any(a in gpu.architecture for a in ("Hopper", "Ada", "Blackwell", "CDNA 3", "CDNA 4"))
         assert ("fp8" in gpu.native_precisions) == fp8_arch, gpu.id
         for precision in gpu.native_precisions:
             assert gpu.tflops(precision) is not None, (gpu.id, precision)
+
+
+def test_fp4_is_native_only_on_blackwell_and_cdna4() -> None:
+    for gpu in SHIPPED.gpus.values():
+        fp4_arch = any(a in gpu.architecture for a in ("Blackwell", "CDNA 4"))
+        assert ("fp4" in gpu.native_precisions) == fp4_arch, gpu.id
+        assert (gpu.dense.fp4_tflops is not None) == fp4_arch, gpu.id
+
+
+def test_nvl72_racks_are_one_72_gpu_nvlink_domain_bought_whole() -> None:
+    for gpu_id in ("gb200", "gb300"):
+        gpu = SHIPPED.gpu(gpu_id)
+        assert (gpu.scale_up, gpu.scale_up_domain, gpu.max_gpus_per_node) == ("nvlink", 72, 72), gpu_id
+        assert gpu.owned_node_sizes == [72], gpu_id
+    for gpu_id in ("b200", "b300", "h20"):
+        assert SHIPPED.gpu(gpu_id).scale_up_domain == 8, gpu_id
 
 
 def test_scale_up_domains() -> None:

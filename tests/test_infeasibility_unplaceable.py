@@ -81,16 +81,16 @@ GIANT_CATALOG = {
     "sources": {"giant-src": {"title": "a made-up giant model and GPU", "as_of": "2026-11"}},
     "models": [
         {
-            "id": "giant-17t",
-            "name": "Giant 17T",
-            "layers": 800,
+            "id": "giant-34t",
+            "name": "Giant 34T",
+            "layers": 1600,  # 17T fit a GB200 NVL72 rack at fp4 (TP 64, 150 GB a GPU); 34T fits nothing
             "hidden_size": 65536,
             "attention_heads": 512,
             "kv_heads": 8,
             "ffn_size": 65536,
             "vocab_size": 128256,
             "max_context": 8192,
-            "published_params": 1.71e13,
+            "published_params": 3.42e13,
             "source": "https://example.invalid/giant/config.json",
             "as_of": "2026-11",
         }
@@ -99,7 +99,7 @@ GIANT_CATALOG = {
 
 GIANT: dict[str, Any] = {
     "name": "giant",
-    "model": "giant-17t",
+    "model": "giant-34t",
     "workloads": [
         {
             "kind": "serving",
@@ -122,9 +122,9 @@ def _big_gpu_row() -> dict[str, Any]:
     row.update(
         id="big-g1",
         aliases=[],
-        name="Big G1 600GB",
-        memory_gb=600.0,
-        memory_gib=558.0,
+        name="Big G1 1200GB",
+        memory_gb=1200.0,
+        memory_gib=1117.0,
         provisional=False,
         provisional_fields=[],
         also_sources=[],

@@ -151,6 +151,7 @@ def build_offerings(
             price = inst.spot_usd_per_hour
         g = gpus[inst.gpu_id]
         domain = 1 if inst.gpu_link == "pcie" else _pow2_floor(min(inst.gpus_per_instance, g.nvlink_domain))
+        span = 1 if inst.gpu_link == "pcie" else min(inst.gpus_per_instance, catalog.gpus[inst.gpu_id].scale_up_domain)
         forbidden = (
             ((DEPLOYMENT, "deployment: owned excludes cloud instances"),) if limits.deployment == "owned" else ()
         )
@@ -167,6 +168,7 @@ def build_offerings(
             tier=catalog.tier_of(inst),
             fabric=has_fabric(catalog, inst),
             forbidden_by=forbidden,
+            domain_gpus=span,
         )
         # A fabric offer is kept beside a cheaper fabric-less one of the same shape: only it can train across instances.
         k = (inst.gpu_id, inst.gpus_per_instance, domain, off.fabric)
@@ -209,6 +211,7 @@ def build_offerings(
                     inventory_units=inv_nodes.get(s, 0),
                     purchasable=g.price_usd is not None and s in buy_sizes,
                     forbidden_by=forbidden,
+                    domain_gpus=min(s, spec.scale_up_domain) if spec is not None else 0,
                 )
             )
     notes.append(

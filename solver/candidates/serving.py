@@ -23,6 +23,7 @@ from clusterplan.candidates.offerings import forbidden_for
 from clusterplan.candidates.prune import prune_serving_rows
 from clusterplan.candidates.table import (
     PP_DEGREES,
+    RACK_TP_DEGREES,
     SERVING_QUANTS,
     TP_DEGREES,
     Exclusion,
@@ -132,10 +133,12 @@ def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidate
     return replace(wc, demand_rps=w.requests_per_s * w.peak_to_average, average_rps=w.requests_per_s)
 
 
-def _kv_default(quant: str, w: ServingWorkload, half: str) -> str:
+def _kv_default(quant: str, w: ServingWorkload, spec: GpuSpec) -> str:
     if w.kv_cache_precision is not None:
         return w.kv_cache_precision
-    return "fp8" if quant == "fp8" else half
+    from clusterplan.physics.rules import default_kv_precision
+
+    return default_kv_precision(spec, quant)
 
 
 def _batch_ladder(max_batch: int) -> list[int]:
@@ -151,12 +154,14 @@ def _batch_ladder(max_batch: int) -> list[int]:
 def serving_shapes(g: GpuType) -> list[tuple[int, int]]:
     """(TP, PP) pairs tried for one GPU type.
 
-    TP 1, 2, 4, 8 (wider than the NVLink domain: kept, forbidden by ``tp_nvlink``); pipeline
-    parallelism 2 and 4 only on top of the widest NVLink TP group (for PCIe-only GPUs, TP 1): PP
-    inside one NVLink domain never beats TP there, and PP is how a replica spans domains or nodes.
+    TP 1, 2, 4, 8 (wider than the NVLink domain: kept, forbidden by ``tp_nvlink``), and 16, 32, 64 where
+    one NVLink domain spans them (an NVL72 rack); pipeline parallelism 2 and 4 only on top of TP 8 (the
+    widest NVLink TP group, for PCIe-only GPUs TP 1): PP inside one NVLink domain never beats TP there,
+    and PP is how a replica spans domains or nodes.
     """
     widest = min(g.nvlink_domain, max(TP_DEGREES))
     shapes = [(tp, 1) for tp in TP_DEGREES]
+    shapes += [(tp, 1) for tp in RACK_TP_DEGREES if tp <= g.nvlink_domain]
     shapes += [(widest, pp) for pp in PP_DEGREES if pp > 1]
     return shapes
 
@@ -202,14 +207,17 @@ def serving_candidates(
         spec = catalog.gpus[gid]
         g = gpus[gid]
         half = rules.half_precision(spec)
+        # fp4 is tried where FP4 tensor cores run it: weight-only FP4 elsewhere is the int4 row's memory (within 2%)
+        # and the same 16-bit matmuls, so the planner plans int4 there (estimate --quant fp4 still prices it).
+        quants = [q for q in SERVING_QUANTS if q != "fp4" or rules.supports_precision(spec, "fp4")]
         combos = sorted(
-            ((quant_choice, tp, pp) for quant_choice in SERVING_QUANTS for tp, pp in serving_shapes(g)),
+            ((quant_choice, tp, pp) for quant_choice in quants for tp, pp in serving_shapes(g)),
             key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]]),
         )
         mine: list[ServingRow] = []
         for quant_choice, tp, pp in combos:
             quant = half if quant_choice == "bf16" else quant_choice
-            kv = _kv_default(quant, w, half)
+            kv = _kv_default(quant, w, spec)
             considered += 1
             hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
             if hard:

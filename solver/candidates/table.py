@@ -75,12 +75,14 @@ _CATEGORY_OF_FAMILY = {f: c for c, f in _EXCLUSION_FAMILY.items()}
 
 
 TP_DEGREES = (1, 2, 4, 8)
+# Tensor-parallel degrees beyond one 8-GPU board, tried only where one NVLink domain spans them (NVL72 racks).
+RACK_TP_DEGREES = (16, 32, 64)
 
 
 PP_DEGREES = (1, 2, 4)
 
 
-SERVING_QUANTS = ("bf16", "fp8", "int8", "int4")  # 'bf16' stands for the GPU's 16-bit (fp16 where no bf16)
+SERVING_QUANTS = ("bf16", "fp8", "int8", "fp4", "int4")  # 'bf16' stands for the GPU's 16-bit (fp16 where no bf16)
 
 
 def half_equivalent(quant: str) -> str:
@@ -107,7 +109,9 @@ class Offering:
     """One way to obtain GPUs of one type: a cloud instance type or an owned server size.
 
     ``tp_domain`` is the largest tensor-parallel group one unit hosts (a power of two): the NVLink
-    domain inside the instance or server, 1 when its GPUs talk over PCIe only.
+    domain inside the instance or server, 1 when its GPUs talk over PCIe only. ``domain_gpus`` is the
+    GPUs one NVLink domain of the unit spans when that is not a power of two (72 in an NVL72 rack, whose
+    tp_domain is 64); 0: ``tp_domain``.
     """
 
     key: str
@@ -127,6 +131,7 @@ class Offering:
     tier: str = ""  # cloud: hyperscaler, gpu_cloud or marketplace (catalog providers.yaml)
     fabric: bool = False  # cloud: several instances can train together (InfiniBand, RoCE or EFA)
     forbidden_by: tuple[tuple[str, str], ...] = ()
+    domain_gpus: int = 0
 
     @property
     def label(self) -> str:
@@ -135,12 +140,17 @@ class Offering:
         return f"{self.gpu_id} server, {self.gpus_per_unit} GPU{'s' if self.gpus_per_unit > 1 else ''}"
 
     def tp_capacity(self, t: int) -> int:
-        """GPUs of one unit usable by tensor-parallel groups of size >= t (0 if t > tp_domain)."""
+        """GPUs of one unit usable by tensor-parallel groups of size >= t (0 if t > tp_domain).
+
+        Each NVLink domain of ``span`` GPUs holds ``floor(span / t)`` groups of a power-of-two ``t``: all 72
+        GPUs of an NVL72 rack for TP 8, 64 of them for TP 16 to 64.
+        """
         if t > self.tp_domain:
             return 0
         if t <= 1:
             return self.gpus_per_unit
-        return (self.gpus_per_unit // self.tp_domain) * self.tp_domain
+        span = self.domain_gpus or self.tp_domain
+        return (self.gpus_per_unit // span) * (span // t) * t
 
 
 @dataclass(frozen=True, slots=True)

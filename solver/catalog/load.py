@@ -709,6 +709,9 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
         for precision in gpu.native_precisions:
             if gpu.tflops(precision) is None:
                 report("gpus", gpu_id, f"'{precision}' is listed as native but dense has no figure for it", "dense")
+        if gpu.dense.fp4_tflops is not None and "fp4" not in gpu.native_precisions:
+            # An FP4 rate is credited only to native precisions: a figure without the listing would be silently unused.
+            report("gpus", gpu_id, "dense has an fp4 figure but 'fp4' is not listed in native_precisions", "dense")
     _check_names(tables, "gpus", tables.gpus.values(), report)
 
     for key, inst in tables.instances.items():

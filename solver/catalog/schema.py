@@ -12,7 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+# fp4: 4-bit floating point (E2M1) with block scales: NVFP4 (an FP8 E4M3 scale per 16 values) on NVIDIA
+# Blackwell, MXFP4 (an E8M0 scale per 32, OCP Microscaling v1.0) on AMD CDNA 4 and, weight-only, elsewhere.
+Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 GpuClass = Literal["datacenter", "workstation", "consumer"]
 ScaleUp = Literal["nvlink", "infinity_fabric", "pcie"]
 Provider = str  # 'aws', 'gcp', 'azure', 'lambda', 'runpod', 'coreweave', ...
@@ -22,7 +24,7 @@ ProviderTier = Literal["hyperscaler", "gpu_cloud", "marketplace"]
 PROVIDER_TIERS: tuple[ProviderTier, ...] = ("hyperscaler", "gpu_cloud", "marketplace")
 # The fabric between a provider's instances: EFA (AWS), InfiniBand, RoCE, or none (Ethernet only).
 Interconnect = Literal["infiniband", "roce", "efa", "none"]
-# Precisions quality.yaml has published deltas for; 'fp4' (NVFP4) is listed, not yet planned.
+# Precisions quality.yaml has published deltas for (fp4: NVFP4 or MXFP4 weights).
 QualityPrecision = Literal["fp8", "int8", "int4", "fp4"]
 
 # Ranges of the physics figures every catalog row obeys, the shipped catalog and a user's alike
@@ -30,13 +32,13 @@ QualityPrecision = Literal["fp8", "int8", "int4", "fp4"]
 # real part is refused, while a typo (memory_gib: 1e308) or a sign slip (reference_node_gpus: -8) is,
 # located, before it can overflow the planner's integers or price a server below zero.
 # tests/test_hostile_classes.py loads the shipped catalog under them and reports its extremes.
-MAX_GPU_MEMORY_GIB = 4096.0  # shipped largest: 254.9 GiB (memory_gb 256)
+MAX_GPU_MEMORY_GIB = 4096.0  # shipped largest: 286.8 GiB (MI355X, memory_gb 288)
 MAX_BANDWIDTH_GB_PER_S = 100_000.0  # shipped largest: 8,000 GB/s of HBM, 1,800 GB/s of NVLink
 MAX_PCIE_BANDWIDTH_GB_PER_S = 1_000.0  # shipped largest: 128 GB/s (PCIe 5 x16, both directions)
-MAX_DENSE_TFLOPS = 1_000_000.0  # shipped largest: 4,500 (fp8 / int8, dense)
+MAX_DENSE_TFLOPS = 1_000_000.0  # shipped largest: 15,000 (GB300 fp4, dense)
 MIN_DENSE_TFLOPS = 0.1  # shipped smallest: 8.1 (fp32); a precision without support is left out, not 0
-MAX_TDP_W = 10_000.0  # shipped largest: 1,000 W
-MAX_GPUS_PER_NODE = 1024  # shipped largest: 8 (NVL72 racks are 72, NVL576 576)
+MAX_TDP_W = 10_000.0  # shipped largest: 1,400 W (GB300, MI355X)
+MAX_GPUS_PER_NODE = 1024  # shipped largest: 72 (GB200 / GB300 NVL72 racks: one NVLink domain; NVL576 is 576)
 MAX_NETWORK_GBIT_PER_S = 100_000.0  # shipped largest: 3,200 Gbit/s
 MAX_LAYERS = 2048  # shipped largest: 126
 MAX_HIDDEN_SIZE = 262_144  # 2**18; shipped largest: 20,480
@@ -87,6 +89,12 @@ class DenseThroughput(Row):
     fp8_tflops: float | None = Field(None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TFLOPS, dense")
     int8_tops: float | None = Field(None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TOPS, dense")
     int4_tops: float | None = Field(None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TOPS, dense")
+    fp4_tflops: float | None = Field(
+        None,
+        ge=MIN_DENSE_TFLOPS,
+        le=MAX_DENSE_TFLOPS,
+        description="TFLOPS, dense, block-scaled FP4 tensor cores (NVFP4 on Blackwell, MXFP4 on CDNA 4)",
+    )
     fp32_tflops: float | None = Field(
         None, ge=MIN_DENSE_TFLOPS, le=MAX_DENSE_TFLOPS, description="TFLOPS, non-tensor FP32"
     )
@@ -157,6 +165,7 @@ class GpuSpec(Provenance):
             "int8": "int8_tops",
             "int4": "int4_tops",
             "fp32": "fp32_tflops",
+            "fp4": "fp4_tflops",
         }[precision]
         value: float | None = getattr(self.dense, field)
         return value

@@ -54,6 +54,7 @@ def gpu_table(rows: Sequence[GpuSpec]) -> Table:
         ("bandwidth GB/s", "right"),
         ("BF16 TFLOPS", "right"),
         ("FP8 TFLOPS", "right"),
+        ("FP4 TFLOPS", "right"),
         ("GPU link", "left"),
         ("TDP W", "right"),
         ("price USD", "right"),
@@ -68,6 +69,7 @@ def gpu_table(rows: Sequence[GpuSpec]) -> Table:
             _num(g.bandwidth_gb_per_s),
             _num(g.dense.bf16_tflops, 1) if g.dense.bf16_tflops is not None else f"{_num(g.dense.fp16_tflops, 1)} fp16",
             _num(g.dense.fp8_tflops, 1),
+            _num(g.dense.fp4_tflops, 1),
             _gpu_link(g),
             _num(g.tdp_w),
             _num(price) + (_mark(g.price) if g.price is not None else ""),
@@ -240,7 +242,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JsonOption,
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
-        """GPUs: memory (GiB), bandwidth (GB/s), dense BF16/FP8 TFLOPS, GPU link, TDP (W), price (USD), class."""
+        """GPUs: memory (GiB), bandwidth (GB/s), dense BF16/FP8/FP4 TFLOPS, GPU link, TDP (W), price (USD), class."""
 
         def render(cat: Catalog) -> None:
             rows = [cat.gpus[k] for k in sorted(cat.gpus)]

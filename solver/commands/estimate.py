@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         zero: Annotated[int | None, typer.Option("--zero", help="ZeRO stage 0-3 (training).")] = None,
         quant: Annotated[
-            str | None, typer.Option("--quant", help="Weights: bf16, fp16, fp8, int8, int4 (serving).")
+            str | None, typer.Option("--quant", help="Weights: bf16, fp16, fp8, int8, fp4, int4 (serving).")
         ] = None,
         kv_quant: Annotated[
             str | None, typer.Option("--kv-quant", help="KV cache: bf16, fp16, fp8, int8 (serving).")

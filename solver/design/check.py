@@ -50,11 +50,12 @@ class Unit:
     domain: int
 
     def bins(self) -> list[int]:
-        d = 1 << (max(1, self.domain).bit_length() - 1)  # largest power of two <= domain
-        d = min(d, self.gpus) if self.gpus >= 1 else 1
-        d = 1 << (max(1, d).bit_length() - 1)
-        full = self.gpus // d
-        return [d] * full + [1] * (self.gpus - full * d)
+        """Each whole domain as the powers of two that sum to it (an NVL72 rack: 64 + 8, which holds exactly
+        ``floor(72 / t)`` groups of a power-of-two ``t``, as ``Offering.tp_capacity`` counts); leftovers as 1s."""
+        span = max(1, min(self.domain, self.gpus)) if self.gpus >= 1 else 1
+        full = self.gpus // span
+        parts = [1 << i for i in range(span.bit_length()) if span >> i & 1]
+        return parts * full + [1] * (self.gpus - full * span)
 
 
 def pack(groups: Iterable[int], units: Iterable[Unit]) -> bool:
@@ -539,7 +540,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
             problems.append(f"{x.offering}: forbidden ({o.forbidden_by[0][1]})")
         if o.kind == "cloud":
             monthly = x.units * o.usd_per_hour * HOURS_PER_MONTH if x.purpose == "serving" else 0.0
-            priced.append(Priced(x, Unit(o.gpus_per_unit, o.tp_domain), 0.0, monthly, 0.0))
+            priced.append(Priced(x, Unit(o.gpus_per_unit, o.domain_gpus or o.tp_domain), 0.0, monthly, 0.0))
         else:
             if x.bought and not o.purchasable:
                 problems.append(f"{x.offering}: cannot be bought")
@@ -548,7 +549,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
             priced.append(
                 Priced(
                     x,
-                    Unit(o.gpus_per_unit, o.tp_domain),
+                    Unit(o.gpus_per_unit, o.domain_gpus or o.tp_domain),
                     x.bought * o.capital_usd,
                     x.units * o.energy_usd_per_month,
                     x.units * o.power_w,

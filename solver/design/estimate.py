@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 MAX_DEFAULT_GPUS = 4096
 TP_DEGREES = (1, 2, 4, 8, 16, 32, 64, 72)  # serving tp/pp defaults: the smallest that fits
 PP_DEGREES = (1, 2, 4, 8, 16)
-QUANT_ORDER = ("bf16", "fp16", "fp8", "int8", "int4")
+QUANT_ORDER = ("bf16", "fp16", "fp8", "int8", "fp4", "int4")
 
 
 class Result(BaseModel):
@@ -299,7 +299,7 @@ def _default_quant(gpu: GpuSpec, req: Requirement, choices: list[str]) -> str:
 def _default_kv(quant: str, gpu: GpuSpec, workload: ServingWorkload, choices: list[str]) -> str:
     if workload.kv_cache_precision is not None:
         return workload.kv_cache_precision
-    kv = "fp8" if quant == "fp8" else rules.half_precision(gpu)
+    kv = rules.default_kv_precision(gpu, quant)
     choices.append(f"KV cache {kv} (follows the weights)")
     return kv
 

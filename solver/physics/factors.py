@@ -238,7 +238,8 @@ class Assumptions(BaseModel):
         default_factory=lambda: {"Hopper": 0.84, "Blackwell": 0.84},
         description="share of the class compute factors (compute_efficiency, training_mfu) an architecture "
         "reaches, by catalog architecture name; unlisted architectures 1.0. Fitted by bench/accuracy.py: H100/H200 "
-        "serving and training against the A100 ones (0.839); Blackwell assumed like Hopper (no data)",
+        "serving and training against the A100 ones (0.839); Blackwell (B200, B300, GB200, GB300) has its own entry, "
+        "inherited from Hopper and provisional: no fair public Blackwell measurement is in bench/data",
     )
     fp8_matmul_fraction: float = Field(
         0.88,
@@ -317,7 +318,8 @@ class Assumptions(BaseModel):
         """Multiplier on a class's compute factor for one architecture (name, any case) and matmul precision."""
         by_name = {name.casefold(): value for name, value in self.architecture_compute_fraction.items()}
         fraction = by_name.get(architecture.casefold(), 1.0)
-        return fraction * (self.fp8_matmul_fraction if precision == "fp8" else 1.0)
+        # FP4 matmuls get FP8's achieved share of peak too: no fair public FP4 GEMM sweep was found (provisional).
+        return fraction * (self.fp8_matmul_fraction if precision in ("fp8", "fp4") else 1.0)
 
     def overridden(self) -> list[str]:
         """Names of the factors a requirement set explicitly."""

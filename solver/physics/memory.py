@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import params
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.rules import fp4_format
 from clusterplan.physics.types import MemoryBreakdown
 from clusterplan.units import bytes_to_gib
 
@@ -23,6 +24,11 @@ BYTES_PER_VALUE: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8
 EMBEDDING_BYTES_PER_PARAM = 2.0  # embeddings and LM head stay 16-bit under GPTQ/AWQ/FP8 (vLLM, AutoAWQ)
 NF4_BYTES_PER_PARAM = 0.5 + 0.127 / 8  # QLoRA NF4 with double quantisation: 4.127 bits (Dettmers et al. 2023 §3)
 LOGIT_BYTES = 4.0  # fp32 logits for sampling / cross-entropy
+# FP4 block formats: 4-bit E2M1 values plus one 8-bit scale per block. NVFP4: an E4M3 scale per 16 values,
+# 4.5 bits (NVIDIA, "Introducing NVFP4 for efficient and accurate low-precision inference", 2025-06-24; the
+# per-tensor FP32 second-level scale is negligible); MXFP4: an E8M0 scale per 32, 4.25 bits (OCP Microscaling
+# Formats v1.0, 2023-09, Table 1; gpt-oss's MoE weights, OpenAI gpt-oss model card 2025-08).
+FP4_BYTES_PER_PARAM: dict[str, float] = {"nvfp4": (4 + 8 / 16) / 8, "mxfp4": (4 + 8 / 32) / 8}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -30,13 +36,16 @@ LOGIT_BYTES = 4.0  # fp32 logits for sampling / cross-entropy
 # ------------------------------------------------------------------------------------------------
 
 
-def weight_bytes_per_param(precision: str, *, int4_group_size: int = 128) -> float:
-    """Stored bytes per weight. int4: ``0.5 + (2 B fp16 scale + 0.5 B packed zero) / group_size``.
+def weight_bytes_per_param(precision: str, *, int4_group_size: int = 128, fp4_format: str = "nvfp4") -> float:
+    """Stored bytes per weight. int4: ``0.5 + (2 B fp16 scale + 0.5 B packed zero) / group_size``;
+    fp4: ``(4 + 8 / block) / 8`` with the format's block (NVFP4 16, MXFP4 32; :data:`FP4_BYTES_PER_PARAM`).
 
     Source: GPTQ/AWQ group quantisation (Frantar et al. 2022, arXiv:2210.17323; AutoAWQ qzeros/scales layout).
     """
     if precision == "int4":
         return 0.5 + 2.5 / int4_group_size
+    if precision == "fp4":
+        return FP4_BYTES_PER_PARAM[fp4_format]
     return BYTES_PER_VALUE[precision]
 
 
@@ -144,14 +153,14 @@ def embedding_params_per_gpu(arch: ModelArchitecture, tp: int, pp: int) -> float
 
 
 def serving_weight_bytes_per_gpu(
-    arch: ModelArchitecture, *, tp: int, pp: int, quant: str, int4_group_size: int = 128
+    arch: ModelArchitecture, *, tp: int, pp: int, quant: str, int4_group_size: int = 128, fp4_format: str = "nvfp4"
 ) -> float:
     """Weights on the most loaded GPU: layers of one stage at the weight precision plus 16-bit embeddings.
 
     Multi-token-prediction modules are not loaded: no speculative decoding is modelled (SGLang and vLLM load
     DeepSeek-V3's MTP layer only as a draft model for ``--speculative-algorithm EAGLE``/``NEXTN``).
     """
-    bpp = weight_bytes_per_param(quant, int4_group_size=int4_group_size)
+    bpp = weight_bytes_per_param(quant, int4_group_size=int4_group_size, fp4_format=fp4_format)
     return (
         stage_params_per_gpu(arch, tp=tp, pp=pp).total * bpp
         + embedding_params_per_gpu(arch, tp, pp) * EMBEDDING_BYTES_PER_PARAM
@@ -266,7 +275,9 @@ def serving_memory(
     assumptions: Assumptions,
 ) -> MemoryBreakdown:
     """Memory of the most loaded GPU of a serving replica holding ``batch`` sequences of ``context_tokens``."""
-    weights = serving_weight_bytes_per_gpu(arch, tp=tp, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size)
+    weights = serving_weight_bytes_per_gpu(
+        arch, tp=tp, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size, fp4_format=fp4_format(gpu)
+    )
     kv = batch * kv_bytes_per_sequence_per_gpu(arch, context_tokens, tp=tp, pp=pp, kv_precision=kv_precision)
     act = serving_activation_bytes(arch.hidden_size, tp, assumptions.prefill_chunk_tokens) + logits_bytes(
         batch, arch.vocab_size

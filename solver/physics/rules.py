@@ -24,6 +24,7 @@ from clusterplan.physics.reasons import (
 )
 
 _WEIGHT_ONLY = {"int8", "int4"}
+Fp4Format = Literal["nvfp4", "mxfp4"]
 # bitsandbytes' 4-bit kernels (QLoRA) need Turing or later.
 QLORA_MIN_COMPUTE_CAPABILITY = 7.5
 
@@ -61,11 +62,30 @@ def half_precision(gpu: GpuSpec) -> str:
 
 
 def compute_precision_for_weights(gpu: GpuSpec, quant: str) -> str:
-    """Precision the matmuls run at: fp8 only when native; int8/int4 weight-only dequantise to 16-bit."""
-    if quant == "fp8" and supports_precision(gpu, "fp8"):
-        return "fp8"
+    """Precision the matmuls run at: fp8 and fp4 only when native; int8/int4 (and fp4 without FP4 tensor
+    cores) are weight-only and dequantise to 16-bit (vLLM's Marlin FP4 / MXFP4 kernels on Hopper and Ampere)."""
+    if quant in ("fp8", "fp4") and supports_precision(gpu, quant):
+        return quant
     if quant in ("bf16", "fp16"):
         return quant if supports_precision(gpu, quant) else "fp16"
+    return half_precision(gpu)
+
+
+def fp4_format(gpu: GpuSpec) -> Fp4Format:
+    """The FP4 weight format a GPU serves: NVFP4 where NVIDIA FP4 tensor cores run it (Blackwell), else MXFP4.
+
+    NVFP4: E2M1 values with an FP8 E4M3 scale per 16 (NVIDIA, "Introducing NVFP4", 2025-06); MXFP4: an E8M0
+    scale per 32 (OCP Microscaling Formats v1.0), native on CDNA 4 and the weight-only format gpt-oss ships in.
+    """
+    return "nvfp4" if gpu.vendor == "nvidia" and supports_precision(gpu, "fp4") else "mxfp4"
+
+
+def default_kv_precision(gpu: GpuSpec, quant: str) -> str:
+    """KV-cache precision that follows the weights: fp8 with fp8 weights, and with fp4 where FP4 runs natively
+    (NVIDIA's NVFP4 checkpoints quantize the KV cache to FP8: ``kv_cache_quant_algo: FP8`` in their
+    ``hf_quant_config.json``); otherwise the GPU's 16-bit format."""
+    if quant == "fp8" or (quant == "fp4" and supports_precision(gpu, "fp4")):
+        return "fp8"
     return half_precision(gpu)
 
 
@@ -117,7 +137,7 @@ def serving_rule_reasons(
 def serving_notes(gpu: GpuSpec, quant: str) -> list[str]:
     """Assumptions a serving estimate applied that a reader should see (not reasons to reject)."""
     notes: list[str] = []
-    if quant in _WEIGHT_ONLY:
+    if quant in _WEIGHT_ONLY or (quant == "fp4" and not supports_precision(gpu, "fp4")):
         notes.append(
             f"{quant} weight-only: weights are dequantised and multiplied at {compute_precision_for_weights(gpu, quant)}"
         )

@@ -19,7 +19,13 @@ from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, nccl_allr
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.memory import max_batch_by_memory
 from clusterplan.physics.reasons import KvCacheDoesNotFit, NoTensorThroughput, Reason, WeightsDoNotFit
-from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rule_reasons, short_name
+from clusterplan.physics.rules import (
+    compute_precision_for_weights,
+    fp4_format,
+    serving_notes,
+    serving_rule_reasons,
+    short_name,
+)
 from clusterplan.physics.types import Bound, DecodeStepModel, ServingEstimate
 from clusterplan.units import BYTES_PER_GB
 
@@ -123,7 +129,10 @@ def experts_touched(moe_experts: int, experts_per_token: int, tokens: float) -> 
 
 
 def peak_tflops(gpu: GpuSpec, precision: str) -> float:
-    """Dense tensor throughput at ``precision`` (TFLOPS); falls back to the other 16-bit format, then fp32."""
+    """Dense tensor throughput at ``precision`` (TFLOPS); falls back to the other 16-bit format, then fp32.
+
+    A GPU without an FP4 (or FP8) figure is never credited it: ``fp4`` falls back to its 16-bit rate.
+    """
     for p in (precision, "fp16" if precision == "bf16" else "bf16", "fp32"):
         value = gpu.tflops(p)  # type: ignore[arg-type]
         if value:
@@ -299,7 +308,7 @@ def estimate_serving(
 
     # Per-GPU quantities of the most loaded stage.
     layers = memory.layers_per_stage(arch.layers, pp)
-    bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size)
+    bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size, fp4_format=fp4_format(gpu))
     stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)  # dense layers, shared experts, MLA (params.py)
     head_params = arch.vocab_size * arch.hidden_size / tp
     dense_bytes = stage.always * bpp

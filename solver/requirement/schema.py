@@ -15,13 +15,15 @@ from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitect
 from clusterplan.physics.factors import Assumptions
 from clusterplan.units import Count, Money, Months, Rate, StatedDuration, StatedPower, Tokens
 
-Quantization = Literal["bf16", "fp16", "fp8", "int8", "int4"]
+Quantization = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 KvPrecision = Literal["bf16", "fp16", "fp8", "int8"]
 Deployment = Literal["cloud", "owned", "either"]
 Pricing = Literal["on_demand", "spot"]
 # The quality a requirement gives up for speed, as the most lossy precision class it accepts (quality.max_loss):
-# none: 16-bit only; fp8_class: + FP8 (published loss about 0-0.5%); int8_class: + INT8 (1-3%);
-# any: + weight-only INT4 (AWQ/GPTQ). The evidence per model family is catalog/quality.yaml.
+# none: 16-bit only; fp8_class: + FP8 (published loss about 0-0.5%); int8_class: + INT8 and FP4 (1-3%);
+# any: + weight-only INT4 (AWQ/GPTQ). The evidence per model family is catalog/quality.yaml. FP4 (NVFP4 /
+# MXFP4) sits in int8_class: its published worst-task losses are 1.3% (DeepSeek-R1, NVIDIA's FP4 checkpoint)
+# and 2.7% (Nemotron 3 Nano), beyond fp8_class's 0.5% and inside int8_class's 1-3% (catalog/quality.yaml).
 MaxLoss = Literal["none", "fp8_class", "int8_class", "any"]
 DEFAULT_PROVIDER_TIERS: tuple[ProviderTier, ...] = ("hyperscaler", "gpu_cloud")
 # The quality gate, one home: the weight precisions each class admits ('bf16' stands for the GPU's 16-bit).
@@ -29,8 +31,8 @@ DEFAULT_PROVIDER_TIERS: tuple[ProviderTier, ...] = ("hyperscaler", "gpu_cloud")
 QUALITY_CLASSES: dict[MaxLoss, tuple[str, ...]] = {
     "none": ("bf16",),
     "fp8_class": ("bf16", "fp8"),
-    "int8_class": ("bf16", "fp8", "int8"),
-    "any": ("bf16", "fp8", "int8", "int4"),
+    "int8_class": ("bf16", "fp8", "int8", "fp4"),
+    "any": ("bf16", "fp8", "int8", "fp4", "int4"),
 }
 DEFAULT_MAX_LOSS: MaxLoss = "fp8_class"
 
@@ -233,7 +235,8 @@ class Constraints(Strict):
 class Quality(Strict):
     max_loss: MaxLoss = Field(
         "fp8_class",
-        description="most lossy precision class accepted: none (16-bit), fp8_class, int8_class, any (weight-only int4)",
+        description="most lossy precision class accepted: none (16-bit), fp8_class, int8_class (int8, fp4), "
+        "any (weight-only int4)",
     )
 
 
