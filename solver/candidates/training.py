@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from clusterplan.physics.reasons import (
     NoFabric,
@@ -48,14 +48,24 @@ def whole_node_dps(lo: int, hi: int, gpus_per_replica: int, node_gpus: int) -> l
     return list(range(first, hi, step))
 
 
-def _fewest_meeting(
+class Timed(Protocol):
+    """Anything with a time to train: a candidate row, an estimate."""
+
+    @property
+    def time_to_train_s(self) -> float: ...
+
+
+T = TypeVar("T", bound=Timed)
+
+
+def fewest_meeting(
     lo: int,
     hi: int,
     gpus_per_replica: int,
     node_gpus: int,
-    layout_row: Callable[[int], TrainingRow | None],
+    layout_row: Callable[[int], T | None],
     deadline_s: float,
-) -> list[TrainingRow]:
+) -> list[T]:
     """The row of the fewest whole servers that meets the deadline, between a DP that misses it (``lo``)
     and one that meets it (``hi``); empty when no whole-server DP lies between them.
 
@@ -65,7 +75,7 @@ def _fewest_meeting(
     meets 30 days on 576 H100 was bought as 1,024). CP-SAT still chooses among the rows.
     """
     dps = whole_node_dps(lo, hi, gpus_per_replica, node_gpus)
-    best: TrainingRow | None = None
+    best: T | None = None
     a, b = 0, len(dps)  # dps[:a] miss (or do not fit), dps[b:] meet
     while a < b:
         mid = (a + b) // 2
@@ -108,7 +118,7 @@ class _Walk:
         out = [row]
         meets = row.time_to_train_s <= deadline_s
         if meets and self.beyond_deadline == 0 and self.missed_dp is not None:
-            out += _fewest_meeting(self.missed_dp, dp, self.replica, node_gpus, self.layouts.row, deadline_s)
+            out += fewest_meeting(self.missed_dp, dp, self.replica, node_gpus, self.layouts.row, deadline_s)
         if self.beyond_deadline or meets:
             self.beyond_deadline += 1
         else:
@@ -284,7 +294,7 @@ def training_candidates(
     Layouts: GPU x TP in {1,2,4,8} x PP in {1,2,4,8} x DP in powers of two (up to the sequences per
     optimizer step and 4,096 GPUs, and two doublings past the first DP that meets the deadline), plus,
     between the last DP that misses the deadline and the first that meets it, the fewest whole servers
-    that meet it (:func:`_fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
+    that meet it (:func:`fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
     that fit (:func:`clusterplan.design.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
     Times are the derated ones at a requirement's ``confidence`` (``derate``).

@@ -592,7 +592,7 @@ def estimate_training(
         bound = "memory_capacity"
     if pp > 1:
         chunks = f" ({vpp} interleaved chunks per stage)" if vpp > 1 else ""
-        notes.append(f"pipeline bubble {bubble:.0%} with {micro_batches} micro-batches over {pp} stages{chunks}")
+        notes.append(f"pipeline bubble {bubble:.1%} with {micro_batches} micro-batches over {pp} stages{chunks}")
     if sp:
         notes.append("sequence parallelism assumed with tensor parallelism")
     if recompute == "full" and recomputed < layers:
