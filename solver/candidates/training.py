@@ -143,10 +143,13 @@ def _slower_and_larger(a: TrainingRow, b: TrainingRow) -> bool:
 def _walk_counts(walks: list[_Walk], node_gpus: int, deadline_s: float) -> list[TrainingRow]:
     """Every shape of one GPU type, counts in powers of two from the smallest replica up.
 
-    At each count, a shape whose layout is dominated by another shape's at that count (slower and using more
-    memory per GPU, :func:`_slower_and_larger`) stops: its larger counts are not estimated (adding replicas scales
-    both shapes alike, so the faster, leaner one stays ahead). Shapes that do not fit at a count keep walking
-    (more ZeRO shards may make them fit). Each surviving shape keeps the ladder and bisection of :class:`_Walk`.
+    At each count, a shape whose layout is dominated by another shape's with the same replica size (tp x cp x pp,
+    hence the same DP degree and micro-batches per step) at that count (slower and using more memory per GPU,
+    :func:`_slower_and_larger`) stops: its larger counts are not estimated (more replicas scale both alike, so the
+    faster, leaner one stays ahead). Shapes of different replica sizes are never compared: their DP degrees differ,
+    and with them the micro-batches per step and the pipeline bubble, so their order can flip as the count grows.
+    Shapes that do not fit at a count keep walking (more ZeRO shards may make them fit). Each surviving shape keeps
+    the ladder and bisection of :class:`_Walk`.
     """
     rows: list[TrainingRow] = []
     if not walks:
@@ -166,7 +169,10 @@ def _walk_counts(walks: list[_Walk], node_gpus: int, deadline_s: float) -> list[
             if got:
                 at_count.append((w, got[0]))
         for w, r in at_count:
-            if any(o is not w and _slower_and_larger(q, r) and not _slower_and_larger(r, q) for o, q in at_count):
+            if any(
+                o is not w and o.replica == w.replica and _slower_and_larger(q, r) and not _slower_and_larger(r, q)
+                for o, q in at_count
+            ):
                 w.alive = False
         count *= 2
     return rows

@@ -286,9 +286,9 @@ def fastest_training_layout(
     """The fastest (virtual stages, ZeRO, recompute, micro-batch) that fits one tp x cp x pp x dp layout, or the
     last reason.
 
-    Virtual stages: ``virtual_stages`` if given, else :func:`virtual_stage_options`; each is searched as below and
-    the fastest kept. Micro-batches: ``micro_batches`` if given, else those of ``MICRO_BATCHES`` whose dp copies fit
-    the sequences of one step. Fastest first: for each recompute policy, the lowest ZeRO stage that fits some
+    Virtual stages: ``virtual_stages`` if given, else :func:`virtual_stage_options`; the first is searched as below,
+    the others at its winner's settings. Micro-batches: ``micro_batches`` if given, else those of ``MICRO_BATCHES``
+    whose dp copies fit the sequences of one step (with pipeline stages the smallest of them only). Fastest first: for each recompute policy, the lowest ZeRO stage that fits some
     micro-batch, at the largest micro-batch that fits (memory grows with it, and so does efficiency); then
     the fastest of the recompute policies. Full recompute recomputes ``recompute_layers`` of each stage's layers
     if given, else the fewest that fit (memory falls and work grows linearly with them, Megatron-LM
@@ -406,6 +406,10 @@ def _fastest_at(
         sizes = sorted(set(micro_batches), reverse=True)
     else:
         sizes = [mb for mb in MICRO_BATCHES if mb * dp <= sequences_per_step(w)] or [1]
+        if pp > 1:
+            # With pipeline stages the smallest micro-batch dominates: more micro-batches per step shrink the bubble
+            # ((p-1)/(v·m)) and hold fewer activations in flight (Megatron-LM's PP recipes run micro-batch 1).
+            sizes = sizes[-1:]
     # Memory only shrinks with a higher ZeRO stage, more recompute and a smaller micro-batch: if the friendliest
     # setting does not fit, nothing does (one fit where most small layouts of a large model stop).
     reason = first_reason(fit(max(zero_stages), recomputes[-1], sizes[-1], None))

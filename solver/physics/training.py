@@ -9,10 +9,13 @@
 * FLOPs per token: ``6·N + 12·l·s·d_attn`` (Narayanan et al. 2021, arXiv:2104.04473 §5.1; PaLM
   arXiv:2204.02311 App. B, the convention MFU figures use); full recompute repeats the forward
   (``8·N + 16·l·s·d_attn``); LoRA skips weight gradients of the frozen base (``4·N + 6·N_adapter + 12·l·s·d_attn``).
-* Step: ``(m + p - 1)`` micro-batch slots of the most loaded stage (1F1B pipeline; bubble
-  ``(p-1)/(m+p-1)``, Narayanan et al. 2021 §2.2), each at ``training_mfu x dense peak x clock fraction``,
-  plus exposed tensor-parallel all-reduces (4 per layer per micro-batch, 6 with full recompute), pipeline
-  sends, data-parallel gradient reduction (ring, partly overlapped) and the optimizer update (memory-bound).
+* Layout ``tp x cp x pp x dp`` with ``v`` interleaved chunks per stage (Megatron-LM ``--context-parallel-size``,
+  ``--num-layers-per-virtual-pipeline-stage``): CP ranks hold ``s/cp`` tokens of each sequence and shard ZeRO
+  state with the DP ranks; full recompute of ``N`` of each stage's layers (``--recompute-num-layers``).
+* Step: ``m + (p - 1)/v`` micro-batch slots of the most loaded stage (bubble ``(p-1)/(v·m)`` of the ideal time,
+  Narayanan et al. 2021 §2.2), each at ``training_mfu x dense peak x clock fraction``, plus the communication no
+  compute hides, per kind (:func:`_exposed_comm`: TP overlapped with GEMMs on Hopper+, CP ring exchanges beside
+  attention, PP sends, DP/ZeRO collectives beside backward/forward), and the optimizer update (memory-bound).
 """
 
 from __future__ import annotations
@@ -359,7 +362,7 @@ def training_fit(
 
 # Hopper and later run Megatron-LM / TransformerEngine's userbuffers TP overlap (``--tp-comm-overlap``): NeMo's
 # Llama 3 recipes turn it on for H100 (``nemo/collections/llm/recipes/llama3_70b.py``, ``tp_comm_overlap=True``).
-TP_OVERLAP_ARCHITECTURES = ("Hopper", "Blackwell")
+TP_OVERLAP_ARCHITECTURES = ("hopper", "blackwell")  # catalog architecture names, lower-cased
 # Megatron-LM DDP gradient buckets: ``bucket_size = max(40M, 1M x dp)`` parameters (``distributed_data_parallel_config``
 # / ``DistributedDataParallel.__init__``); the last bucket's reduction starts after the backward ends.
 DDP_BUCKET_MIN_PARAMS = 40_000_000
@@ -430,7 +433,7 @@ def _exposed_comm(
     # Tensor parallel.
     tp_link = link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a)
     tp_comm = (4 * layers + 2 * recomputed) * nccl_allreduce_s(act_msg, tp, tp_link, eff)
-    overlap = tp > 1 and tp_link.kind == "nvlink" and gpu.architecture.startswith(TP_OVERLAP_ARCHITECTURES)
+    overlap = tp > 1 and tp_link.kind == "nvlink" and gpu.architecture.lower().startswith(TP_OVERLAP_ARCHITECTURES)
     if overlap:
         tp_micro = exposed_s(tp_comm, t_micro * gemm_share, floor_s=tp_comm / tp)
     else:
