@@ -424,8 +424,8 @@ def _exposed_comm(
     * DP over ``dp x cp`` ranks (ZeRO 0: all-reduce; 1: reduce-scatter and all-gather; 2: reduce-scatter each
       micro-batch; 3: gathers and reduce-scatter each micro-batch), ring or NVLink-then-network, whichever is
       faster; gradient reduction hides behind the backward it follows and parameter gathers behind a forward
-      (Megatron-LM ``--overlap-grad-reduce`` / ``--overlap-param-gather``; FSDP prefetch) at ``dp_comm_overlap`` of
-      that compute's duration, the last bucket never hidden.
+      (Megatron-LM ``--overlap-grad-reduce`` / ``--overlap-param-gather``; FSDP prefetch): exposed
+      ``max(comm - compute, last bucket, (1 - dp_comm_overlap) x comm)``.
     """
     replica = tp * cp * pp
     act_msg = micro_batch * local_seq * arch.hidden_size * ACTIVATION_BYTES
@@ -477,21 +477,28 @@ def _exposed_comm(
         grad_bytes = trainable * GRAD_BYTES
         bucket = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * group)
         last = min(1.0, bucket / trainable) if trainable > 0 else 1.0
-        bwd = t_micro * (1.0 - fwd_share) * a.dp_comm_overlap
-        fwd = t_micro * fwd_share * a.dp_comm_overlap
+        bwd = t_micro * (1.0 - fwd_share)
+        fwd = t_micro * fwd_share
+        # Never hidden: the last bucket, and the (1 - dp_comm_overlap) share of any collective (NCCL kernels share
+        # SMs and memory bandwidth with the compute they overlap).
+        hidden = a.dp_comm_overlap
+
+        def floor(comm: float, first: float) -> float:
+            return max(comm * first, comm * (1.0 - hidden))
+
         if zero_stage == 0:
             reduce = 2.0 * gather(grad_bytes)
-            dp_s = exposed_s(reduce, bwd, floor_s=reduce * last)
+            dp_s = exposed_s(reduce, bwd, floor_s=floor(reduce, last))
         elif zero_stage in (1, 2):
             rs = gather(grad_bytes)
             ag = gather(trainable * w_b)
             reductions = micro_batches if zero_stage == 2 else 1
-            dp_s = reductions * exposed_s(rs, bwd, floor_s=rs * last) + exposed_s(ag, fwd, floor_s=ag * last)
+            dp_s = reductions * exposed_s(rs, bwd, floor_s=floor(rs, last))
+            dp_s += exposed_s(ag, fwd, floor_s=floor(ag, last))
         else:
             gathers = 3 if recompute == "full" else 2
             per_micro = gathers * gather(gathered_bytes) + gather(grad_bytes)
-            first_layer = per_micro / max(layers, 1)
-            dp_s = micro_batches * exposed_s(per_micro, t_micro * a.dp_comm_overlap, floor_s=first_layer)
+            dp_s = micro_batches * exposed_s(per_micro, t_micro, floor_s=floor(per_micro, 1.0 / max(layers, 1)))
     return ExposedComm(
         tp_s=slots * tp_micro, cp_s=slots * cp_micro, pp_s=pp_s, dp_s=dp_s, tp_overlapped=overlap, cp_link=cp_link
     )
