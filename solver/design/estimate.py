@@ -564,6 +564,7 @@ def _fastest(
     method = getattr(w, "method", "full")
     zeros = (cfg.zero,) if cfg.zero is not None else evaluate.zero_stages_for(pp, method)
     layers = cfg.recompute_layers if cfg.recompute_layers is not None else w.recompute_layers
+    recs: list[str]
     if cfg.recompute:
         recs = [cfg.recompute]
     elif cfg.recompute_layers is not None:

@@ -168,7 +168,7 @@ def pinned_layout_problems(w: TrainingWorkload | FinetuneWorkload, arch: ModelAr
             (
                 "context_parallel",
                 f"context parallel {cp} splits each sequence into {2 * cp} chunks; sequence_length "
-                f"{w.sequence_length:,} is not a multiple of {2 * cp}",
+                f"{w.sequence_length:,.0f} is not a multiple of {2 * cp}",
             )
         )
     v = w.virtual_stages
@@ -376,7 +376,7 @@ def _fastest_at(
     def fit(zero: int, rec: str, mb: int, layers: int | None) -> training.TrainingFit:
         return training.training_fit(
             arch, spec, workload=w, recompute=rec, assumptions=assumptions, zero_stage=zero, micro_batch=mb,
-            recompute_layers=layers, **layout,  # type: ignore[arg-type]
+            recompute_layers=layers, **layout,
         )  # fmt: skip
 
     def first_reason(f: training.TrainingFit) -> Reason | None:
@@ -396,7 +396,7 @@ def _fastest_at(
             f = _fewest_recomputed(f, lambda n: fit(zero, rec, mb, n), lambda g: first_reason(g) is None)
         est = training.estimate_training(
             arch, spec, workload=w, recompute=rec, assumptions=assumptions, zero_stage=zero, micro_batch=mb,
-            recompute_layers=f.recompute_layers if rec == "full" else None, fit=f, **layout,  # type: ignore[arg-type]
+            recompute_layers=f.recompute_layers if rec == "full" else None, fit=f, **layout,
         )  # fmt: skip
         est = derate.training(est)
         reasons = without(est.why_not, ReasonCategory.LINK)

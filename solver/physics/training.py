@@ -144,7 +144,7 @@ def pipeline_bubble_fraction(pp: int, micro_batches: int, virtual_stages: int = 
 
 
 def layout_reasons(
-    arch: ModelArchitecture, *, pp: int, cp: int, virtual_stages: int, sequence_length: int
+    arch: ModelArchitecture, *, pp: int, cp: int, virtual_stages: int, sequence_length: float
 ) -> list[Reason]:
     """Why a context-parallel degree or a virtual-stage count cannot split this model and sequence.
 
@@ -154,7 +154,7 @@ def layout_reasons(
     """
     out: list[Reason] = []
     if cp > 1 and sequence_length % (2 * cp):
-        out.append(CpSplitsSequence(cp=cp, sequence_tokens=sequence_length))
+        out.append(CpSplitsSequence(cp=cp, sequence_tokens=round(sequence_length)))
     stage_layers = memory.layers_per_stage(arch.layers, pp)
     if virtual_stages > 1 and (pp <= 1 or stage_layers % virtual_stages):
         out.append(VirtualStagesSplitLayers(virtual_stages=virtual_stages, pp=pp, stage_layers=stage_layers))
