@@ -63,7 +63,8 @@ def main() -> None:
     if fewest is not None:
         print(
             f"fewest GPUs meeting {deadline / 86400:.0f} d: {fewest.gpus:,} "
-            f"({fewest.time_to_train_s / 86400:.1f} d; {fewest.gpu_id} tp {fewest.tp} pp {fewest.pp} dp {fewest.dp}, "
+            f"({fewest.time_to_train_s / 86400:.1f} d; {fewest.gpu_id} tp {fewest.tp} cp {fewest.cp} pp {fewest.pp} "
+            f"x {fewest.virtual_stages} virtual dp {fewest.dp}, "
             f"ZeRO {fewest.zero_stage}, recompute {fewest.recompute}, micro-batch {fewest.micro_batch})"
         )
     else:
