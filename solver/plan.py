@@ -77,6 +77,9 @@ class TrainingPlan(Out):
     recompute: str
     micro_batch: int = Field(description="sequences per micro-batch per GPU")
     gpus: int
+    cp: int = Field(1, description="context-parallel degree")
+    virtual_stages: int = Field(1, description="interleaved pipeline chunks per stage")
+    recompute_layers: int = Field(0, description="layers of each pipeline stage fully recomputed")
     deployment: Literal["cloud", "owned"]
     time_to_train_s: float
     deadline_s: float | None

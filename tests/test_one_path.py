@@ -119,7 +119,8 @@ def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> 
             tag = f"{wp.workload} {wp.gpu} TP{wp.tp} PP{wp.pp} DP{wp.dp}"
             est = _estimate(
                 resolved, catalog, workload=index, gpu=wp.gpu, tp=wp.tp, pp=wp.pp, dp=wp.dp, zero=wp.zero_stage,
-                recompute=wp.recompute, batch=wp.micro_batch, deployment=wp.deployment,
+                recompute=wp.recompute, batch=wp.micro_batch, deployment=wp.deployment, cp=wp.cp,
+                vpp=wp.virtual_stages, recompute_layers=wp.recompute_layers or None,
             )  # fmt: skip
             t = est.training
             assert est.feasible, est.reasons

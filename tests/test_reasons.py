@@ -44,6 +44,14 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         R.PpExceedsLayers(model="Llama 2 70B", pp=81, layers=80),
         "Llama 2 70B: pipeline parallel 81 exceeds its 80 layers",
     ),
+    ReasonCode.CP_SPLITS_SEQUENCE: (
+        R.CpSplitsSequence(cp=4, sequence_tokens=8196),
+        "context parallel 4 needs sequences of a multiple of 8 tokens (2 x cp chunks); 8,196 is not",
+    ),
+    ReasonCode.VIRTUAL_STAGES_SPLIT_LAYERS: (
+        R.VirtualStagesSplitLayers(virtual_stages=3, pp=4, stage_layers=20),
+        "3 virtual pipeline stages do not divide the 20 layers of each of the 4 pipeline stages",
+    ),
     ReasonCode.FP8_UNSUPPORTED: (
         R.Fp8Unsupported(gpu="T4 16GB", gpu_architecture="Turing", use="kv_cache"),
         "T4 16GB: an fp8 KV cache needs native FP8 (Turing has none)",

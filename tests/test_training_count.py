@@ -45,11 +45,13 @@ def _one_server_fewer(path: Path, catalog: Any) -> list[tuple[Any, Any]]:
         if not isinstance(wp, TrainingPlan) or wp.deployment != "owned" or wp.deadline_s is None:
             continue
         node = catalog.gpus[wp.gpu].max_gpus_per_node
-        step = node // math.gcd(node, wp.tp * wp.pp)  # DP degrees per server
+        step = node // math.gcd(node, wp.tp * wp.cp * wp.pp)  # DP degrees per server
         if wp.dp - step < 1:
             out.append((wp, None))  # one server or less: nothing fewer to buy
             continue
-        pins = PinnedConfig(workload=index, gpu=wp.gpu, tp=wp.tp, pp=wp.pp, dp=wp.dp - step, deployment="owned")
+        pins = PinnedConfig(
+            workload=index, gpu=wp.gpu, tp=wp.tp, cp=wp.cp, pp=wp.pp, dp=wp.dp - step, deployment="owned"
+        )
         out.append((wp, estimate_requirement(resolved.requirement, list(resolved.models), catalog, pins)))
     return out
 

@@ -196,7 +196,7 @@ class ServingRow:
 
 @dataclass(frozen=True, slots=True)
 class TrainingRow:
-    """One training or fine-tuning layout (tp x pp x dp GPUs of one type) with its physics."""
+    """One training or fine-tuning layout (tp x cp x pp x dp GPUs of one type) with its physics."""
 
     gpu_id: str
     tp: int
@@ -215,14 +215,18 @@ class TrainingRow:
     cloud_offering: str | None = None  # key of the cheapest cloud instance type that hosts it
     cloud_instances: int = 0  # instances of that type
     cloud_cost_usd: float = 0.0  # instances x price x billed hours
+    cp: int = 1  # context-parallel degree
+    virtual_stages: int = 1  # interleaved pipeline chunks per stage
+    recompute_layers: int = 0  # layers of each stage fully recomputed
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def shape(self) -> tuple[str, int, int, str]:
-        return (self.gpu_id, self.tp, self.pp, f"zero{self.zero_stage}")
+        zero = f"zero{self.zero_stage}"
+        return (self.gpu_id, self.tp, self.pp, zero if self.cp == 1 else f"cp{self.cp} {zero}")
 
     @property
     def forbidding_families(self) -> frozenset[str]:

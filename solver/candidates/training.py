@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from clusterplan.physics.reasons import (
     NoFabric,
@@ -34,17 +34,7 @@ from clusterplan.candidates.table import (
 )
 from clusterplan.design.uncertainty import NO_DERATE, Derate
 
-
-def _dp_ladder(max_dp: int) -> list[int]:
-    out = []
-    d = 1
-    while d <= max_dp:
-        out.append(d)
-        d *= 2
-    return out
-
-
-MAX_TRAINING_GPUS = 4096
+MAX_TRAINING_GPUS = 32_768  # the largest published pretraining runs use 16-24k GPUs
 
 
 def whole_node_dps(lo: int, hi: int, gpus_per_replica: int, node_gpus: int) -> list[int]:
@@ -58,14 +48,24 @@ def whole_node_dps(lo: int, hi: int, gpus_per_replica: int, node_gpus: int) -> l
     return list(range(first, hi, step))
 
 
-def _fewest_meeting(
+class Timed(Protocol):
+    """Anything with a time to train: a candidate row, an estimate."""
+
+    @property
+    def time_to_train_s(self) -> float: ...
+
+
+T = TypeVar("T", bound=Timed)
+
+
+def fewest_meeting(
     lo: int,
     hi: int,
     gpus_per_replica: int,
     node_gpus: int,
-    layout_row: Callable[[int], TrainingRow | None],
+    layout_row: Callable[[int], T | None],
     deadline_s: float,
-) -> list[TrainingRow]:
+) -> list[T]:
     """The row of the fewest whole servers that meets the deadline, between a DP that misses it (``lo``)
     and one that meets it (``hi``); empty when no whole-server DP lies between them.
 
@@ -75,7 +75,7 @@ def _fewest_meeting(
     meets 30 days on 576 H100 was bought as 1,024). CP-SAT still chooses among the rows.
     """
     dps = whole_node_dps(lo, hi, gpus_per_replica, node_gpus)
-    best: TrainingRow | None = None
+    best: T | None = None
     a, b = 0, len(dps)  # dps[:a] miss (or do not fit), dps[b:] meet
     while a < b:
         mid = (a + b) // 2
@@ -93,12 +93,94 @@ def _fewest_meeting(
 EXTRA_DP_AFTER_DEADLINE = 2
 
 
-TRAINING_PP = (1, 2, 4, 8)
+TRAINING_PP = (1, 2, 4, 8, 16)
+
+
+@dataclass
+class _Walk:
+    """One shape's walk up the DP degrees: its layouts, where it stands against the deadline, whether it is alive."""
+
+    layouts: _Layouts
+    replica: int  # GPUs of one data-parallel replica: tp x cp x pp
+    max_dp: int
+    beyond_deadline: int = 0  # layouts evaluated after the first that meets the deadline
+    missed_dp: int | None = None  # the largest ladder DP that misses the deadline
+    alive: bool = True
+
+    def step(self, dp: int, node_gpus: int, deadline_s: float) -> list[TrainingRow]:
+        """The row at ``dp`` and, when it is the first to meet the deadline, the fewest whole servers that do."""
+        if self.beyond_deadline > EXTRA_DP_AFTER_DEADLINE or dp > self.max_dp:
+            self.alive = False
+            return []
+        row = self.layouts.row(dp)
+        if row is None:
+            return []
+        out = [row]
+        meets = row.time_to_train_s <= deadline_s
+        if meets and self.beyond_deadline == 0 and self.missed_dp is not None:
+            out += fewest_meeting(self.missed_dp, dp, self.replica, node_gpus, self.layouts.row, deadline_s)
+        if self.beyond_deadline or meets:
+            self.beyond_deadline += 1
+        else:
+            self.missed_dp = dp
+        return out
+
+
+def _slower_and_larger(a: TrainingRow, b: TrainingRow) -> bool:
+    """``b`` is dominated by ``a`` at the same count: no faster, no less memory per GPU, no narrower TP, no cheaper
+    in the cloud, and forbidden by every family ``a`` is."""
+    return (
+        a.gpus == b.gpus
+        and a.tp <= b.tp
+        and a.time_to_train_s <= b.time_to_train_s
+        and a.memory_gib <= b.memory_gib
+        and a.cloud_cost_usd <= b.cloud_cost_usd
+        and (a.cloud_offering is not None or b.cloud_offering is None)
+        and a.forbidding_families <= b.forbidding_families
+    )
+
+
+def _walk_counts(walks: list[_Walk], node_gpus: int, deadline_s: float) -> list[TrainingRow]:
+    """Every shape of one GPU type, counts in powers of two from the smallest replica up.
+
+    At each count, a shape whose layout is dominated by another shape's with the same replica size (tp x cp x pp,
+    hence the same DP degree and micro-batches per step) at that count (slower and using more memory per GPU,
+    :func:`_slower_and_larger`) stops: its larger counts are not estimated (more replicas scale both alike, so the
+    faster, leaner one stays ahead). Shapes of different replica sizes are never compared: their DP degrees differ,
+    and with them the micro-batches per step and the pipeline bubble, so their order can flip as the count grows.
+    Shapes that do not fit at a count keep walking (more ZeRO shards may make them fit). Each surviving shape keeps
+    the ladder and bisection of :class:`_Walk`.
+    """
+    rows: list[TrainingRow] = []
+    if not walks:
+        return rows
+    count = min(w.replica for w in walks)
+    top = max(w.replica * w.max_dp for w in walks)
+    while count <= top and any(w.alive for w in walks):
+        at_count: list[tuple[_Walk, TrainingRow]] = []
+        for w in walks:
+            if not w.alive or count % w.replica:
+                continue
+            dp = count // w.replica
+            if dp & (dp - 1):
+                continue  # the ladder is powers of two of dp
+            got = w.step(dp, node_gpus, deadline_s)
+            rows += got
+            if got:
+                at_count.append((w, got[0]))
+        for w, r in at_count:
+            if any(
+                o is not w and o.replica == w.replica and _slower_and_larger(q, r) and not _slower_and_larger(r, q)
+                for o, q in at_count
+            ):
+                w.alive = False
+        count *= 2
+    return rows
 
 
 @dataclass
 class _Layouts:
-    """The layouts of one (GPU type, tp, pp): each DP degree estimated into a row on demand."""
+    """The layouts of one (GPU type, tp, cp, pp): each DP degree estimated into a row on demand."""
 
     arch: ModelArchitecture
     spec: GpuSpec
@@ -112,11 +194,14 @@ class _Layouts:
     offerings: Sequence[Offering]
     forbidden: list[tuple[str, str]]
     derate: Derate = NO_DERATE
+    cp: int = 1
+    virtual_stages: tuple[int, ...] | None = None  # pinned by the workload, else the search's options
+    recompute_layers: int | None = None  # pinned by the workload, else the fewest that fit
     evaluated: int = 0
     exclusions: list[Exclusion] = field(default_factory=list)
 
     def row(self, dp: int) -> TrainingRow | None:
-        """The fastest settings of tp x pp x dp as a row (None: nothing fits; the reason is kept)."""
+        """The fastest settings of tp x cp x pp x dp as a row (None: nothing fits; the reason is kept)."""
         from clusterplan.design import evaluate, pricing
 
         self.evaluated += 1
@@ -131,11 +216,14 @@ class _Layouts:
             recomputes=self.recomputes,
             assumptions=self.assumptions,
             derate=self.derate,
+            cp=self.cp,
+            virtual_stages=self.virtual_stages,
+            recompute_layers=self.recompute_layers,
         )
         if est is None:
             self.exclusions.append(excluded(self.g.id, last_reason or NoLayoutFits(gpu=self.g.name)))
             return None
-        n = self.tp * self.pp * dp
+        n = self.tp * self.cp * self.pp * dp
         for o in self.offerings:
             no_fabric = fabric_exclusion(o, self.g.name, n) if o.gpu_id == self.g.id else None
             if no_fabric is not None:
@@ -150,7 +238,7 @@ class _Layouts:
             fb.append(
                 (
                     DEADLINE,
-                    f"{self.g.name} x{n} (TP {self.tp}, PP {self.pp}, DP {dp}) takes "
+                    f"{self.g.name} x{n} ({_layout_words(self.tp, self.cp, self.pp, dp)}) takes "
                     f"{est.time_to_train_s / 86400:.1f} d; deadline {self.w.deadline / 86400:.1f} d",
                 )
             )
@@ -172,7 +260,14 @@ class _Layouts:
             cloud_offering=cloud.key if cloud is not None else None,
             cloud_instances=n_inst,
             cloud_cost_usd=cost,
+            cp=self.cp,
+            virtual_stages=est.virtual_stages,
+            recompute_layers=est.recompute_layers,
         )
+
+
+def _layout_words(tp: int, cp: int, pp: int, dp: int) -> str:
+    return f"TP {tp}, CP {cp}, PP {pp}, DP {dp}" if cp > 1 else f"TP {tp}, PP {pp}, DP {dp}"
 
 
 def _one_per_offer(exclusions: list[Exclusion]) -> list[Exclusion]:
@@ -205,7 +300,7 @@ def training_candidates(
     Layouts: GPU x TP in {1,2,4,8} x PP in {1,2,4,8} x DP in powers of two (up to the sequences per
     optimizer step and 4,096 GPUs, and two doublings past the first DP that meets the deadline), plus,
     between the last DP that misses the deadline and the first that meets it, the fewest whole servers
-    that meet it (:func:`_fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
+    that meet it (:func:`fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
     that fit (:func:`clusterplan.design.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
     Times are the derated ones at a requirement's ``confidence`` (``derate``).
@@ -217,11 +312,13 @@ def training_candidates(
     excl: list[Exclusion] = []
     considered = 0
     method = getattr(w, "method", "full")
-    recomputes = evaluate.recomputes_for(w)
+    recomputes = evaluate.recomputes_for(w, flash_attention=assumptions.flash_attention)
     seqs_per_step = evaluate.sequences_per_step(w)
+    pinned_cp, pinned_vpp, pinned_layers = w.context_parallel, w.virtual_stages, w.recompute_layers
     for gid in sorted(gpus):
         spec = catalog.gpus[gid]
         g = gpus[gid]
+        walks: list[_Walk] = []
         for tp in TP_DEGREES:
             for pp in TRAINING_PP:
                 zero_stages = evaluate.zero_stages_for(pp, method)
@@ -235,31 +332,18 @@ def training_candidates(
                     excl.append(excluded(gid, hard[0]))
                     continue
                 forbidden = forbidden_for(g, limits, tp=tp, quant=None)
-                max_dp = max(1, min(MAX_TRAINING_GPUS // (tp * pp), seqs_per_step))
-
-                layouts = _Layouts(
-                    arch, spec, g, w, tp, pp, zero_stages, recomputes, assumptions, offerings, forbidden, derate
-                )
-                beyond_deadline = 0  # layouts evaluated after the first that meets the deadline
-                missed_dp: int | None = None  # the largest ladder DP that misses the deadline
-                for dp in _dp_ladder(max_dp):
-                    if beyond_deadline > EXTRA_DP_AFTER_DEADLINE:
-                        break
-                    row = layouts.row(dp)
-                    if row is None:
-                        continue
-                    rows.append(row)
-                    meets = row.time_to_train_s <= w.deadline
-                    if meets and beyond_deadline == 0 and missed_dp is not None:
-                        rows.extend(
-                            _fewest_meeting(missed_dp, dp, tp * pp, spec.max_gpus_per_node, layouts.row, w.deadline)
-                        )
-                    if beyond_deadline or meets:
-                        beyond_deadline += 1
-                    else:
-                        missed_dp = dp
-                considered += layouts.evaluated
-                excl.extend(layouts.exclusions)
+                vpps = evaluate.virtual_stage_options(arch, pp, pinned_vpp)
+                for cp in evaluate.context_parallel_options(w, tp, g.nvlink_domain, pinned_cp):
+                    replica = tp * cp * pp
+                    layouts = _Layouts(
+                        arch, spec, g, w, tp, pp, zero_stages, recomputes, assumptions, offerings, forbidden, derate,
+                        cp=cp, virtual_stages=vpps, recompute_layers=pinned_layers,
+                    )  # fmt: skip
+                    walks.append(_Walk(layouts, replica, max(1, min(MAX_TRAINING_GPUS // replica, seqs_per_step))))
+        rows += _walk_counts(walks, spec.max_gpus_per_node, w.deadline)
+        for walk in walks:
+            considered += walk.layouts.evaluated
+            excl.extend(walk.layouts.exclusions)
     pruned = prune_training_rows(rows)
     excl = _one_per_offer(excl)
     return WorkloadCandidates(

@@ -29,6 +29,9 @@ _FLAGS = {
     "kv_quant": "--kv-quant",
     "batch": "--batch",
     "recompute": "--recompute",
+    "cp": "--cp",
+    "vpp": "--vpp",
+    "recompute_layers": "--recompute-layers",
     "deployment": "--deployment",
 }
 
@@ -74,12 +77,15 @@ def render(result: Any) -> list[Any]:
     """Rich renderables for an EstimateResult."""
     c = result.config
     out: list[Any] = []
-    layout = f"tp {c.tp} x pp {c.pp} x {'replicas' if c.kind == 'serving' else 'dp'} {c.dp}"
+    cp = f" x cp {c.cp}" if c.cp and c.cp > 1 else ""
+    layout = f"tp {c.tp}{cp} x pp {c.pp} x {'replicas' if c.kind == 'serving' else 'dp'} {c.dp}"
     head = f"{result.requirement}: {c.kind} '{c.workload}' of {c.model} on {c.count} x {c.gpu_name} ({layout})"
     if c.kind == "serving":
         head += f", weights {c.quant}, KV {c.kv_quant}, batch {c.batch} per replica"
     else:
-        head += f", {c.precision}, ZeRO {c.zero}, recompute {c.recompute}, micro-batch {c.batch}"
+        vpp = f", {c.vpp} virtual stages" if c.vpp and c.vpp > 1 else ""
+        rec = f"full, {c.recompute_layers} layers per stage" if c.recompute == "full" else c.recompute
+        head += f", {c.precision}{vpp}, ZeRO {c.zero}, recompute {rec}, micro-batch {c.batch}"
     out.append(head)
     status = "feasible" if result.feasible else "IMPOSSIBLE"
     out.append(f"status: {status}; bounded by {result.bound.replace('_', ' ')}")
@@ -143,10 +149,17 @@ def render(result: Any) -> list[Any]:
         tt.add_row("step time", fmt.seconds(t.step_time_s))
         tt.add_row("  compute (incl. pipeline bubble)", fmt.seconds(t.compute_time_s))
         tt.add_row("  exposed communication", fmt.seconds(t.exposed_comm_time_s))
-        tt.add_row("pipeline bubble", f"{t.bubble_fraction:.0%}")
+        for kind, seconds in (
+            ("tensor parallel", t.exposed_tp_s),
+            ("context parallel", t.exposed_cp_s),
+            ("pipeline parallel", t.exposed_pp_s),
+            ("data parallel", t.exposed_dp_s),
+        ):
+            tt.add_row(f"    {kind}", fmt.seconds(seconds))
+        tt.add_row("pipeline bubble", f"{t.bubble_fraction:.1%}")
         tt.add_row("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")
         tt.add_row("tokens/s per GPU", f"{t.tokens_per_s / t.gpus:,.0f}")
-        tt.add_row("MFU", f"{t.mfu:.0%}")
+        tt.add_row("MFU", f"{t.mfu:.1%}")
         tt.add_row("time to train", fmt.seconds(t.time_to_train_s))
         out.append(tt)
 
@@ -221,6 +234,16 @@ def register(app: typer.Typer) -> None:
         recompute: Annotated[
             str | None, typer.Option("--recompute", help="none, selective or full (training).")
         ] = None,
+        cp: Annotated[
+            int | None, typer.Option("--cp", help="Context-parallel degree: each sequence over cp GPUs (training).")
+        ] = None,
+        vpp: Annotated[
+            int | None, typer.Option("--vpp", help="Interleaved (virtual) pipeline chunks per stage (training).")
+        ] = None,
+        recompute_layers: Annotated[
+            int | None,
+            typer.Option("--recompute-layers", help="With --recompute full: layers of each stage recomputed."),
+        ] = None,
         workload: Annotated[
             str | None, typer.Option("--workload", help="Workload name or index (default the first).")
         ] = None,
@@ -238,7 +261,8 @@ def register(app: typer.Typer) -> None:
         def run() -> None:
             overrides = _pinned(
                 dict(workload=workload, gpu=gpu, count=count, tp=tp, pp=pp, dp=dp, zero=zero, quant=quant,
-                     kv_quant=kv_quant, batch=batch, recompute=recompute, deployment=deployment)
+                     kv_quant=kv_quant, batch=batch, recompute=recompute, cp=cp, vpp=vpp,
+                     recompute_layers=recompute_layers, deployment=deployment)
             )  # fmt: skip
             cat = load_catalog(catalog or [])
             result = estimate_file(file, cat, overrides)

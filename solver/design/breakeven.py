@@ -97,7 +97,7 @@ def needs_of_design(design: Design) -> list[Need]:
         if isinstance(w, ServingPlan):
             out += [Need(g.gpu, g.gpu_name, g.tp, g.replicas * g.pp, w.workload) for g in w.groups]
         else:
-            out.append(Need(w.gpu, w.gpu_name, w.tp, w.pp * w.dp, w.workload, w.time_to_train_s))
+            out.append(Need(w.gpu, w.gpu_name, w.tp, w.cp * w.pp * w.dp, w.workload, w.time_to_train_s))
     return out
 
 

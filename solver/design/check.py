@@ -133,7 +133,7 @@ def _placement(design: Design, priced: list[Priced], sequential: bool, problems:
                 cloud_items[g.gpu] += [g.tp] * (g.cloud_replicas * g.pp)
                 owned_items[g.gpu][w.workload] += [g.tp] * (g.owned_replicas * g.pp)
         else:
-            groups = [w.tp] * (w.pp * w.dp)
+            groups = [w.tp] * (w.cp * w.pp * w.dp)
             if w.deployment == "owned":
                 owned_items[w.gpu][w.workload] += groups
             elif not pack(groups, train_units.get(w.workload, [])):
@@ -449,8 +449,8 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
             if wp.tp > domain:
                 problems.append(f"{wp.workload}: TP{wp.tp} exceeds the NVLink domain of {wp.gpu}")
-            if wp.gpus != wp.tp * wp.pp * wp.dp:
-                problems.append(f"{wp.workload}: {wp.gpus} GPUs is not TP x PP x DP")
+            if wp.gpus != wp.tp * wp.cp * wp.pp * wp.dp:
+                problems.append(f"{wp.workload}: {wp.gpus} GPUs is not TP x CP x PP x DP")
             train_est = evaluate.training_point(
                 arch,
                 spec,
@@ -463,6 +463,9 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 micro_batch=wp.micro_batch,
                 assumptions=a,
                 derate=derate_for(req.confidence),  # the time the plan states: derated at a confidence
+                cp=wp.cp,
+                virtual_stages=wp.virtual_stages,
+                recompute_layers=wp.recompute_layers if wp.recompute == "full" else None,
             )
             hard = without(train_est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
             if hard:

@@ -13,9 +13,10 @@ Choices for omitted knobs:
   fit, then pipeline stages; ``batch``: the planner's batch policy (the largest the memory holds,
   :func:`clusterplan.design.evaluate.serving_batch`); replicas (``dp``): enough for the peak demand at the
   largest per-replica rate meeting the p95 targets, plus redundancy.
-* training: the fastest feasible (tp, pp, ZeRO stage, recompute, micro-batch) for the GPU count, searched as
-  the planner's candidates search (:func:`clusterplan.design.evaluate.fastest_training_layout`); the count
-  itself, if omitted, is the smallest number of whole nodes that meets the deadline (up to 4,096 GPUs).
+* training: the fastest feasible (tp, cp, pp, virtual stages, ZeRO stage, recompute and recomputed layers,
+  micro-batch) for the GPU count, searched as the planner's candidates search
+  (:func:`clusterplan.design.evaluate.fastest_training_layout`); the count itself, if omitted, is the fewest whole
+  servers that meet the deadline, found per layout by the planner's own DP ladder and whole-server bisection.
 * ``count`` is ``tp x pp x dp``; a given count fixes ``dp = count / (tp x pp)``.
 * cost: ``deployment`` from the flag, the file's config, or the requirement (``either`` shows both). The
   hardware is the cheapest one offering type of the planner's offerings that hosts the layout alone, priced
@@ -52,7 +53,6 @@ from clusterplan.requirement.schema import (
 if TYPE_CHECKING:
     from clusterplan.candidates.table import Offering
 
-MAX_DEFAULT_GPUS = 4096
 TP_DEGREES = (1, 2, 4, 8, 16, 32, 64, 72)  # serving tp/pp defaults: the smallest that fits
 PP_DEGREES = (1, 2, 4, 8, 16)
 QUANT_ORDER = ("bf16", "fp16", "fp8", "int8", "fp4", "int4")
@@ -80,6 +80,9 @@ class ChosenConfig(Result):
     batch: int | None = Field(default=None, description="concurrency per replica (serving) or micro-batch (training)")
     zero: int | None = None
     recompute: str | None = None
+    cp: int | None = Field(default=None, description="context-parallel degree (training)")
+    vpp: int | None = Field(default=None, description="interleaved pipeline chunks per stage (training)")
+    recompute_layers: int | None = Field(default=None, description="layers of each stage fully recomputed (training)")
     precision: str | None = None
 
 
@@ -528,7 +531,53 @@ def _estimate_serving(
 # ------------------------------------------------------------------------------------------------
 
 
-Layout = tuple[int, int, int, tuple[int, ...], list[str], list[int] | None]  # tp, pp, dp, ZeRO, recompute, micro
+Layout = tuple[int, int, int, int]  # tp, cp, pp, dp
+
+
+def _shapes(
+    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig
+) -> list[tuple[int, int, int]]:
+    """(tp, cp, pp) searched, as the planner's candidates are (same degrees; knobs the user pinned stay pinned)."""
+    from clusterplan.candidates.offerings import gpu_type_of
+    from clusterplan.candidates.table import TP_DEGREES
+    from clusterplan.candidates.training import TRAINING_PP
+
+    domain = gpu_type_of(gpu).nvlink_domain
+    tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain]
+    pps = [cfg.pp] if cfg.pp else [p for p in TRAINING_PP if p <= arch.layers]
+    pinned_cp = cfg.cp if cfg.cp is not None else w.context_parallel
+    return [
+        (tp, cp, pp) for tp in tps for pp in pps for cp in evaluate.context_parallel_options(w, tp, domain, pinned_cp)
+    ]
+
+
+def _fastest(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    w: TrainingWorkload | FinetuneWorkload,
+    cfg: PinnedConfig,
+    a: Assumptions,
+    layout: Layout,
+) -> TrainingEstimate | None:
+    """The fastest settings of one tp x cp x pp x dp layout (pinned knobs stay pinned), as the planner's rows."""
+    tp, cp, pp, dp = layout
+    method = getattr(w, "method", "full")
+    zeros = (cfg.zero,) if cfg.zero is not None else evaluate.zero_stages_for(pp, method)
+    layers = cfg.recompute_layers if cfg.recompute_layers is not None else w.recompute_layers
+    recs: list[str]
+    if cfg.recompute:
+        recs = [cfg.recompute]
+    elif cfg.recompute_layers is not None:
+        recs = ["full"]
+    else:
+        recs = evaluate.recomputes_for(w, flash_attention=a.flash_attention)
+    vpp = cfg.vpp if cfg.vpp is not None else w.virtual_stages
+    est, _ = evaluate.fastest_training_layout(
+        arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stages=zeros, recomputes=recs, assumptions=a,
+        micro_batches=[cfg.batch] if cfg.batch else None, cp=cp,
+        virtual_stages=(vpp,) if vpp is not None else None, recompute_layers=layers if "full" in recs else None,
+    )  # fmt: skip
+    return est
 
 
 def _search_training(
@@ -539,57 +588,109 @@ def _search_training(
     count: int,
     a: Assumptions,
 ) -> tuple[TrainingEstimate | None, list[Layout]]:
-    """The fastest layout of ``count`` GPUs, searched as the planner's candidates are (same TP and PP degrees,
-    ZeRO stages, recompute policies and micro-batches; knobs the user pinned stay pinned); and the layouts tried."""
-    from clusterplan.candidates.offerings import gpu_type_of
-    from clusterplan.candidates.table import TP_DEGREES
-    from clusterplan.candidates.training import TRAINING_PP
-
-    domain = gpu_type_of(gpu).nvlink_domain
-    tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain]
-    pps = [cfg.pp] if cfg.pp else [p for p in TRAINING_PP if p <= arch.layers]
-    method = getattr(w, "method", "full")
+    """The fastest layout of ``count`` GPUs, searched as the planner's candidates are; and the layouts tried."""
     best: TrainingEstimate | None = None
     tried: list[Layout] = []
-    for tp in tps:
-        for pp in pps:
-            if count % (tp * pp):
-                continue
-            dp = count // (tp * pp)
-            if cfg.dp is not None and dp != cfg.dp:
-                continue
-            zeros = (cfg.zero,) if cfg.zero is not None else evaluate.zero_stages_for(pp, method)
-            recs: list[str] = [cfg.recompute] if cfg.recompute else evaluate.recomputes_for(w)
-            mbs = [cfg.batch] if cfg.batch else None
-            tried.append((tp, pp, dp, zeros, recs, mbs))
-            est, _ = evaluate.fastest_training_layout(
-                arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stages=zeros, recomputes=recs, assumptions=a,
-                micro_batches=mbs,
-            )  # fmt: skip
-            if est is not None and (best is None or est.time_to_train_s < best.time_to_train_s):
-                best = est
+    for tp, cp, pp in _shapes(arch, gpu, w, cfg):
+        if count % (tp * cp * pp):
+            continue
+        dp = count // (tp * cp * pp)
+        if cfg.dp is not None and dp != cfg.dp:
+            continue
+        tried.append((tp, cp, pp, dp))
+        est = _fastest(arch, gpu, w, cfg, a, (tp, cp, pp, dp))
+        if est is not None and (best is None or est.time_to_train_s < best.time_to_train_s):
+            best = est
     return best, tried
+
+
+def _fewest_meeting_deadline(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    w: TrainingWorkload | FinetuneWorkload,
+    cfg: PinnedConfig,
+    a: Assumptions,
+) -> tuple[TrainingEstimate | None, bool, list[Layout]]:
+    """The fewest GPUs (whole servers) meeting the deadline, searched as the planner's rows are: per shape, DP in
+    powers of two up to the first that meets it, then a bisection over the whole-server DPs between
+    (:func:`clusterplan.candidates.training.fewest_meeting`); the fewest GPUs over the shapes, the faster on a tie.
+    When no layout meets the deadline: the fastest tried. Returns (estimate, meets, layouts tried)."""
+    from clusterplan.candidates.training import MAX_TRAINING_GPUS, fewest_meeting
+
+    node = gpu.max_gpus_per_node
+    tried: list[Layout] = []
+    meeting: TrainingEstimate | None = None
+    fastest: TrainingEstimate | None = None
+    for tp, cp, pp in _shapes(arch, gpu, w, cfg):
+        replica = tp * cp * pp
+
+        def at(dp: int, tp: int = tp, cp: int = cp, pp: int = pp) -> TrainingEstimate | None:
+            tried.append((tp, cp, pp, dp))
+            return _fastest(arch, gpu, w, cfg, a, (tp, cp, pp, dp))
+
+        max_dp = max(1, min(MAX_TRAINING_GPUS // replica, evaluate.sequences_per_step(w)))
+        dps = [cfg.dp] if cfg.dp is not None else [2**k for k in range(max_dp.bit_length()) if 2**k <= max_dp]
+        missed: int | None = None
+        for dp in dps:
+            est = at(dp)
+            if est is None:
+                continue
+            if fastest is None or est.time_to_train_s < fastest.time_to_train_s:
+                fastest = est
+            if est.time_to_train_s <= w.deadline:
+                if missed is not None:
+                    est = (fewest_meeting(missed, dp, replica, node, at, w.deadline) or [est])[0]
+                if meeting is None or (est.gpus, est.time_to_train_s) < (meeting.gpus, meeting.time_to_train_s):
+                    meeting = est
+                break
+            missed = dp
+    if meeting is not None:
+        return meeting, True, tried
+    return fastest, False, tried
 
 
 def _point(
     arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, *, tp: int,
-    pp: int, dp: int, zero: int, recompute: str, micro_batch: int,
+    pp: int, dp: int, zero: int, recompute: str, micro_batch: int, cp: int = 1, virtual_stages: int = 1,
+    recompute_layers: int | None = None,
 ) -> TrainingEstimate:  # fmt: skip
     return evaluate.training_point(
         arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute, micro_batch=micro_batch,
-        assumptions=a,
+        assumptions=a, cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
     )  # fmt: skip
 
 
 def _closest(
-    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, tried: list[Layout]
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    w: TrainingWorkload | FinetuneWorkload,
+    a: Assumptions,
+    cfg: PinnedConfig,
+    tried: list[Layout],
 ) -> TrainingEstimate:
     """Nothing runs: each layout tried at its most memory-friendly setting; the one closest to running."""
-    ests = [
-        _point(arch, gpu, w, a, tp=tp, pp=pp, dp=dp, zero=max(zeros), recompute=recs[-1], micro_batch=min(mbs or [1]))
-        for tp, pp, dp, zeros, recs, mbs in tried
-    ]
+    method = getattr(w, "method", "full")
+    ests = []
+    for tp, cp, pp, dp in tried:
+        zero = cfg.zero if cfg.zero is not None else max(evaluate.zero_stages_for(pp, method))
+        rec = cfg.recompute or ("full" if cfg.recompute_layers else evaluate.recomputes_for(w)[-1])
+        vpp = cfg.vpp or w.virtual_stages or 1
+        layers = cfg.recompute_layers or w.recompute_layers
+        point = _point(
+            arch, gpu, w, a, tp=tp, pp=pp, dp=dp, zero=zero, recompute=rec, micro_batch=cfg.batch or 1, cp=cp,
+            virtual_stages=vpp, recompute_layers=layers,
+        )  # fmt: skip
+        ests.append(point)
     return min(ests, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
+
+
+def _layout_words(e: TrainingEstimate) -> str:
+    cp = f", cp={e.cp}" if e.cp > 1 else ""
+    vpp = f", {e.virtual_stages} virtual stages" if e.virtual_stages > 1 else ""
+    rec = e.recompute
+    if rec == "full":
+        rec = f"full ({e.recompute_layers} layers per stage)"
+    return f"tp={e.tp}{cp}, pp={e.pp}{vpp}, ZeRO {e.zero_stage}, recompute {rec}, micro-batch {e.micro_batch}"
 
 
 def _estimate_training(
@@ -607,8 +708,9 @@ def _estimate_training(
         w = w.model_copy(update={"precision": "fp16"})
         choices.append(f"precision fp16: {gpu.name} has no bf16")
     count = cfg.count
+    cp_pinned = cfg.cp if cfg.cp is not None else w.context_parallel
     if count is None and cfg.tp and cfg.pp and cfg.dp:
-        count = cfg.tp * cfg.pp * cfg.dp
+        count = cfg.tp * (cp_pinned or 1) * cfg.pp * cfg.dp
     all_pinned = all(v is not None for v in (cfg.tp, cfg.pp, cfg.zero, cfg.batch)) and (
         cfg.recompute or w.activation_recompute
     )
@@ -616,45 +718,37 @@ def _estimate_training(
     best: TrainingEstimate | None = None
     if count is not None:
         if cfg.tp and cfg.pp:
-            _check_count(count, cfg.tp, cfg.pp, cfg.dp, "dp")
+            _check_count(count, cfg.tp * (cp_pinned or 1), cfg.pp, cfg.dp, "dp")
         best, tried = _search_training(arch, gpu, w, cfg, count, a)
     else:
-        node = gpu.max_gpus_per_node
-        sizes = [s for s in (1, 2, 4) if s < node] + [node * k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)]
-        for size in [s for s in sizes if s <= MAX_DEFAULT_GPUS]:
-            found, layouts = _search_training(arch, gpu, w, cfg, size, a)
-            tried += layouts
-            if found is not None:
-                best = found
-                if found.time_to_train_s <= w.deadline:
-                    break
+        best, meets, tried = _fewest_meeting_deadline(arch, gpu, w, cfg, a)
         if best is not None:
-            met = "meets" if best.time_to_train_s <= w.deadline else "is the fastest tried but misses"
-            choices.append(f"{best.gpus} GPUs: the smallest count tried that {met} the deadline")
+            if meets:
+                choices.append(
+                    f"{best.gpus} GPUs: the fewest whole servers that meet the deadline (each layout's DP searched "
+                    "as the planner does)"
+                )
+            else:
+                choices.append(f"{best.gpus} GPUs: no count meets the deadline; the fastest layout tried")
     if best is None:
         if not tried:
             raise ClusterplanError(
-                f"no layout of {count} x {gpu.name} matches the given tp/pp/dp",
-                fix="give a count that is a multiple of tp x pp, or leave tp and pp out",
+                f"no layout of {count} x {gpu.name} matches the given tp/cp/pp/dp",
+                fix="give a count that is a multiple of tp x cp x pp, or leave tp and pp out",
             )
         # Nothing feasible: show the layout that comes closest (fewest reasons, least memory per capacity).
-        best = _closest(arch, gpu, w, a, tried)
+        best = _closest(arch, gpu, w, a, cfg, tried)
         if not all_pinned:
-            choices.append(
-                f"no layout tried runs; shown: the closest ({best.gpus} GPUs, tp={best.tp}, pp={best.pp}, "
-                f"ZeRO {best.zero_stage}, recompute {best.recompute}, micro-batch {best.micro_batch})"
-            )
+            choices.append(f"no layout tried runs; shown: the closest ({best.gpus} GPUs, {_layout_words(best)})")
     else:
         # The search leaves link reasons (TP over PCIe) to the planner's tp_nvlink family; shown here in full.
         best = _point(
             arch, gpu, w, a, tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero_stage, recompute=best.recompute,
-            micro_batch=best.micro_batch,
+            micro_batch=best.micro_batch, cp=best.cp, virtual_stages=best.virtual_stages,
+            recompute_layers=best.recompute_layers if best.recompute == "full" else None,
         )  # fmt: skip
         if not all_pinned:
-            choices.append(
-                f"tp={best.tp}, pp={best.pp}, ZeRO {best.zero_stage}, recompute {best.recompute}, micro-batch "
-                f"{best.micro_batch}: the fastest feasible layout tried"
-            )
+            choices.append(f"{_layout_words(best)}: the fastest feasible layout tried")
     want_cloud, want_owned = _deployments(req, cfg)
     offerings = _offerings(catalog, req, gpu)
     cloud = owned = None
@@ -664,14 +758,15 @@ def _estimate_training(
         if cloud is None:
             notes.append(f"no cloud instance in the catalog offers {gpu.name} for this layout")
     if want_owned:
-        owned, why = _owned_cost(req, catalog, gpu, offerings, tp=best.tp, groups=best.pp * best.dp)
+        owned, why = _owned_cost(req, catalog, gpu, offerings, tp=best.tp, groups=best.cp * best.pp * best.dp)
         if why:
             notes.append(why)
     kind: Literal["training", "finetune"] = "finetune" if isinstance(w, FinetuneWorkload) else "training"
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind=kind, model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=best.gpus, tp=best.tp, pp=best.pp, dp=best.dp, batch=best.micro_batch, zero=best.zero_stage,
-        recompute=best.recompute, precision=w.precision,
+        recompute=best.recompute, precision=w.precision, cp=best.cp, vpp=best.virtual_stages,
+        recompute_layers=best.recompute_layers if best.recompute == "full" else None,
     )  # fmt: skip
     return EstimateResult(
         requirement=req.name,

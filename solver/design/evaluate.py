@@ -14,6 +14,7 @@ report evaluate a layout through these functions, so a design reads the same whe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -150,9 +151,100 @@ def zero_stages_for(pp: int, method: str) -> tuple[int, ...]:
     return (0, 1, 2, 3) if pp == 1 else (0, 1)
 
 
-def recomputes_for(w: TrainingWorkload | FinetuneWorkload) -> list[str]:
-    """The workload's recompute policy if it names one, else none, selective and full (cheapest first)."""
-    return [w.activation_recompute] if w.activation_recompute else ["none", "selective", "full"]
+def recomputes_for(w: TrainingWorkload | FinetuneWorkload, *, flash_attention: bool = True) -> list[str]:
+    """The workload's recompute policy if it names one, else none, selective and full (cheapest first).
+
+    Selective recompute repeats the attention core, which FlashAttention's backward already recomputes: with
+    ``flash_attention`` it equals none (same memory, same FLOPs), so the search tries none only.
+    """
+    if w.activation_recompute:
+        return [w.activation_recompute]
+    if w.recompute_layers is not None:
+        return ["full"]  # a number of recomputed layers is full recompute of that many
+    return ["none", "full"] if flash_attention else ["none", "selective", "full"]
+
+
+def pinned_layout_problems(w: TrainingWorkload | FinetuneWorkload, arch: ModelArchitecture) -> list[tuple[str, str]]:
+    """(field, message) for each layout field a training workload pins that no layout of this model can honour."""
+    from clusterplan.candidates.training import TRAINING_PP
+    from clusterplan.physics.memory import layers_per_stage
+
+    out: list[tuple[str, str]] = []
+    cp = w.context_parallel
+    if cp is not None and cp > 1 and w.sequence_length % (2 * cp):
+        out.append(
+            (
+                "context_parallel",
+                f"context parallel {cp} splits each sequence into {2 * cp} chunks; sequence_length "
+                f"{w.sequence_length:,.0f} is not a multiple of {2 * cp}",
+            )
+        )
+    v = w.virtual_stages
+    if v is not None and v > 1:
+        stages = [p for p in TRAINING_PP if 1 < p <= arch.layers and layers_per_stage(arch.layers, p) % v == 0]
+        if not stages:
+            out.append(
+                (
+                    "virtual_stages",
+                    f"{v} virtual stages divide no pipeline stage's layers of {arch.name} ({arch.layers} layers over "
+                    f"{', '.join(str(p) for p in TRAINING_PP if p > 1)} stages)",
+                )
+            )
+    n = w.recompute_layers
+    if n is not None:
+        if w.activation_recompute in ("none", "selective"):
+            out.append(
+                ("recompute_layers", f"recompute_layers counts fully recomputed layers; activation_recompute is "
+                 f"{w.activation_recompute}: set it to full or leave it out")
+            )  # fmt: skip
+        elif n > arch.layers:
+            out.append(("recompute_layers", f"{n} layers recomputed; {arch.name} has {arch.layers}"))
+    return out
+
+
+# Interleaved chunks per pipeline stage: the largest count leaving at least this many layers per chunk. The bubble
+# (p-1)/(v·m) and the interleaving's extra activations (1 + (p-1)/(p·v), Korthikanti et al. 2022 §4.2.3) both fall
+# as v grows, so the largest allowed count is the fastest that fits unless its p2p traffic shows; NeMo's recipes
+# run 4 layers per chunk (Llama 3 70B: pp 4, vpp 5) down to 2 (Llama 3.1 405B: pp 8, vpp 8).
+MIN_LAYERS_PER_CHUNK = 2
+
+
+def virtual_stage_options(arch: ModelArchitecture, pp: int, pinned: int | None = None) -> tuple[int, ...]:
+    """Virtual stages tried for ``pp`` stages: the pinned count, else 1 (plain 1F1B) and the largest divisor ``v``
+    of the stage's layers with at least ``MIN_LAYERS_PER_CHUNK`` layers per chunk."""
+    if pinned is not None:
+        return (pinned,)
+    if pp <= 1:
+        return (1,)
+    from clusterplan.physics.memory import layers_per_stage
+
+    stage = layers_per_stage(arch.layers, pp)
+    divisors = [v for v in range(2, stage // MIN_LAYERS_PER_CHUNK + 1) if stage % v == 0]
+    return (1, divisors[-1]) if divisors else (1,)
+
+
+def context_parallel_options(
+    w: TrainingWorkload | FinetuneWorkload, tp: int, nvlink_domain: int, pinned: int | None = None
+) -> tuple[int, ...]:
+    """Context-parallel degrees tried: the pinned one, else 1 and each power of two whose ``tp x cp`` stays in the
+    NVLink domain (Megatron-LM ranks TP then CP innermost, ``parallel_state`` order ``tp-cp-ep-dp-pp``, and the
+    NeMo Llama 3 recipes keep TP x CP within one 8-GPU node: 70B tp 4 x cp 2 at 8k), with at least
+    ``CP_MIN_TOKENS`` tokens per rank; beyond the domain only when the sequence is long enough that nothing
+    else fits (``CP_MIN_TOKENS`` x 16 and longer: 128k runs use CP 16 across nodes)."""
+    if pinned is not None:
+        return (pinned,)
+    seq = int(w.sequence_length)
+    out = [1]
+    for cp in (2, 4, 8, 16, 32):
+        if seq % (2 * cp) or seq // cp < CP_MIN_TOKENS:
+            break
+        if tp * cp > nvlink_domain and seq < CP_MIN_TOKENS * 16:
+            break
+        out.append(cp)
+    return tuple(out)
+
+
+CP_MIN_TOKENS = 4096  # below 4k tokens per rank the ring's chunks are too small to hide the KV exchange
 
 
 def training_point(
@@ -168,12 +260,16 @@ def training_point(
     micro_batch: int,
     assumptions: Assumptions,
     derate: Derate = NO_DERATE,
+    cp: int = 1,
+    virtual_stages: int = 1,
+    recompute_layers: int | None = None,
 ) -> TrainingEstimate:
     """One fully pinned training layout, nodes as large as the GPU ships in (its time x ``derate``'s factor)."""
     return derate.training(
         training.estimate_training(
             arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
             micro_batch=micro_batch, nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
+            cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
         )
     )  # fmt: skip
 
@@ -191,28 +287,125 @@ def fastest_training_layout(
     assumptions: Assumptions,
     micro_batches: Sequence[int] | None = None,
     derate: Derate = NO_DERATE,
+    cp: int = 1,
+    virtual_stages: Sequence[int] | None = None,
+    recompute_layers: int | None = None,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
-    """The fastest (ZeRO, recompute, micro-batch) that fits one tp x pp x dp layout, or the last reason.
+    """The fastest (virtual stages, ZeRO, recompute, micro-batch) that fits one tp x cp x pp x dp layout, or the
+    last reason.
 
-    Micro-batches: ``micro_batches`` if given, else those of ``MICRO_BATCHES`` whose dp copies fit the
-    sequences of one step. Fastest first: for each recompute policy, the lowest ZeRO stage that fits some
+    Virtual stages: ``virtual_stages`` if given, else :func:`virtual_stage_options`; the first is searched as below,
+    the others at its winner's settings. Micro-batches: ``micro_batches`` if given, else those of ``MICRO_BATCHES``
+    whose dp copies fit the sequences of one step (with pipeline stages the smallest of them only). Fastest first: for each recompute policy, the lowest ZeRO stage that fits some
     micro-batch, at the largest micro-batch that fits (memory grows with it, and so does efficiency); then
-    the fastest of the recompute policies. A handful of estimates per layout instead of every combination.
+    the fastest of the recompute policies. Full recompute recomputes ``recompute_layers`` of each stage's layers
+    if given, else the fewest that fit (memory falls and work grows linearly with them, Megatron-LM
+    ``--recompute-num-layers``): a layout missing memory by a few GiB recomputes a few layers, not all.
+    A handful of estimates per layout instead of every combination.
     Link reasons (TP over PCIe) are not reasons here: the tp_nvlink family decides those.
     """
+    vpps = tuple(virtual_stages) if virtual_stages else virtual_stage_options(arch, pp)
+    common = dict(tp=tp, pp=pp, dp=dp, cp=cp, assumptions=assumptions, derate=derate)
+    best, last_reason = _fastest_at(
+        arch, spec, w, vpp=vpps[0], zero_stages=zero_stages, recomputes=recomputes, micro_batches=micro_batches,
+        recompute_layers=recompute_layers, **common,  # type: ignore[arg-type]
+    )  # fmt: skip
+    for vpp in vpps[1:]:
+        if best is None:
+            break  # interleaving only adds activations (memory.pipeline_micro_batches_in_flight): nothing fits
+        # The winner's ZeRO stage and micro-batch, interleaved; full recompute of more layers if they no longer fit.
+        recs = [best.recompute] + (["full"] if best.recompute != "full" and "full" in recomputes else [])
+        found, _ = _fastest_at(
+            arch, spec, w, vpp=vpp, zero_stages=(best.zero_stage,), recomputes=recs,
+            micro_batches=(best.micro_batch,), recompute_layers=recompute_layers, **common,  # type: ignore[arg-type]
+        )  # fmt: skip
+        if found is not None and found.time_to_train_s < best.time_to_train_s:
+            best = found
+    return best, last_reason
+
+
+def _fewest_recomputed(
+    every: training.TrainingFit,
+    fit: Callable[[int], training.TrainingFit],
+    fits: Callable[[training.TrainingFit], bool],
+) -> training.TrainingFit:
+    """The fit with the fewest fully recomputed layers that still fits, from ``every`` (all of the stage's layers
+    recomputed, and fitting).
+
+    Memory is linear in the recomputed layers: each frees ``recompute_saving_bytes`` per micro-batch held, times
+    the micro-batches in flight on a pipeline (or once, where the last stage's logits set the peak). The free
+    memory at ``every`` bounds the answer between those two slopes; a bisection settles it (usually no step).
+    """
+    layers = every.recompute_layers
+    per = every.recompute_saving_bytes
+    if per <= 0:
+        return every
+    free = max(0.0, (every.mem.capacity_gib - every.mem.total_gib) * 2**30)
+    lo = max(1, layers - math.floor(free / per))  # the flattest slope: no fewer layers can fit
+    hi = max(lo, min(layers, layers - math.floor(free / (per * max(every.in_flight, 1.0)))))
+    best = every
+    if hi < layers:
+        g = fit(hi)
+        if fits(g):
+            best = g
+        else:
+            lo, hi = hi + 1, layers
+    while lo < hi:
+        mid = (lo + hi) // 2
+        g = fit(mid)
+        if fits(g):
+            hi, best = mid, g
+        else:
+            lo = mid + 1
+    return best if best.recompute_layers == hi else fit(hi)
+
+
+def _fastest_at(
+    arch: ModelArchitecture,
+    spec: GpuSpec,
+    w: TrainingWorkload | FinetuneWorkload,
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    cp: int,
+    vpp: int,
+    zero_stages: Sequence[int],
+    recomputes: Sequence[str],
+    assumptions: Assumptions,
+    micro_batches: Sequence[int] | None,
+    derate: Derate,
+    recompute_layers: int | None,
+) -> tuple[TrainingEstimate | None, Reason | None]:
+    """:func:`fastest_training_layout` at one virtual-stage count."""
     node = spec.max_gpus_per_node
+    layout = dict(tp=tp, pp=pp, dp=dp, nodes_gpus_per_node=node, cp=cp, virtual_stages=vpp)
+
+    def fit(zero: int, rec: str, mb: int, layers: int | None) -> training.TrainingFit:
+        return training.training_fit(
+            arch, spec, workload=w, recompute=rec, assumptions=assumptions, zero_stage=zero, micro_batch=mb,
+            recompute_layers=layers, **layout,
+        )  # fmt: skip
+
+    def first_reason(f: training.TrainingFit) -> Reason | None:
+        early = without(f.why_not, ReasonCategory.LINK)
+        return early[0] if early else None
 
     def estimate(zero: int, rec: str, mb: int) -> tuple[TrainingEstimate | None, Reason | None]:
         """The estimate and its first reason; no estimate when it does not fit (the reason is the same)."""
-        args = (arch, spec)
-        layout = dict(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=mb, nodes_gpus_per_node=node)
         # Rules, batch and memory come first in the estimate's reasons, and most settings tried fail
         # there: checking them alone skips the timing model (the first reason is the same).
-        fit = training.training_fit(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)  # type: ignore[arg-type]
-        early = without(fit.why_not, ReasonCategory.LINK)
-        if early:
-            return None, early[0]
-        est = training.estimate_training(*args, workload=w, recompute=rec, assumptions=assumptions, **layout, fit=fit)  # type: ignore[arg-type]
+        layers = recompute_layers
+        f = fit(zero, rec, mb, layers)
+        reason = first_reason(f)
+        if reason is not None:
+            return None, reason
+        if rec == "full" and layers is None and f.recompute_layers > 1:
+            f = _fewest_recomputed(f, lambda n: fit(zero, rec, mb, n), lambda g: first_reason(g) is None)
+        est = training.estimate_training(
+            arch, spec, workload=w, recompute=rec, assumptions=assumptions, zero_stage=zero, micro_batch=mb,
+            recompute_layers=f.recompute_layers if rec == "full" else None, fit=f, **layout,
+        )  # fmt: skip
         est = derate.training(est)
         reasons = without(est.why_not, ReasonCategory.LINK)
         return est, reasons[0] if reasons else None
@@ -221,7 +414,15 @@ def fastest_training_layout(
         sizes = sorted(set(micro_batches), reverse=True)
     else:
         sizes = [mb for mb in MICRO_BATCHES if mb * dp <= sequences_per_step(w)] or [1]
-    friendly_checked = False
+        if pp > 1:
+            # With pipeline stages the smallest micro-batch dominates: more micro-batches per step shrink the bubble
+            # ((p-1)/(v·m)) and hold fewer activations in flight (Megatron-LM's PP recipes run micro-batch 1).
+            sizes = sizes[-1:]
+    # Memory only shrinks with a higher ZeRO stage, more recompute and a smaller micro-batch: if the friendliest
+    # setting does not fit, nothing does (one fit where most small layouts of a large model stop).
+    reason = first_reason(fit(max(zero_stages), recomputes[-1], sizes[-1], None))
+    if reason is not None:
+        return None, reason
     best: TrainingEstimate | None = None
     last_reason: Reason | None = None
     for rec in recomputes:
@@ -229,13 +430,6 @@ def fastest_training_layout(
             found, reason = estimate(zero, rec, sizes[0])
             if reason is not None:
                 last_reason = reason
-                if not friendly_checked:
-                    # Memory only shrinks with a higher ZeRO stage, more recompute and a smaller
-                    # micro-batch: if the friendliest setting does not fit, nothing does.
-                    friendly_checked = True
-                    _, reason = estimate(max(zero_stages), recomputes[-1], sizes[-1])
-                    if reason is not None:
-                        return None, reason
                 if len(sizes) == 1:
                     continue
                 found, reason = estimate(zero, rec, sizes[-1])

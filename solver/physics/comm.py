@@ -178,3 +178,32 @@ def p2p_s(message_bytes: float, link: Link, efficiency: float) -> float:
     if message_bytes <= 0 or link.kind == "none":
         return 0.0
     return link.latency_s + message_bytes / (link.bandwidth_gb_per_s * BYTES_PER_GB * efficiency)
+
+
+def hierarchical_allgather_s(
+    total_bytes: float, n: int, members_per_node: int, intra: Link, network: Link, efficiency: float
+) -> float:
+    """All-gather (or reduce-scatter) of a ``total_bytes`` result over ``n`` GPUs, ``k = members_per_node`` on each
+    node: inside each node over NVLink first, then among the ``n/k`` nodes, each GPU moving its ``1/k`` share on
+    its own NIC: ``(k-1)/k · M / B_intra + (n/k - 1)/(n/k) · M / (k · B_net)`` plus both start-ups.
+
+    NCCL's hierarchical (NVLink-then-network) collectives: PAT / tree-of-rings, and Megatron-LM's
+    ``--num-distributed-optimizer-instances`` partial reduce-scatter (intra-node first). Falls back to one ring
+    (:func:`ring_allgather_s`) when the group sits in one node or has one member per node.
+    """
+    if n <= 1 or total_bytes <= 0:
+        return 0.0
+    k = max(1, min(members_per_node, n))
+    if k <= 1 or network.kind != "network" or intra.kind == "none":
+        return ring_allgather_s(total_bytes, n, network if network.kind != "none" else intra, efficiency)
+    nodes = max(1, n // k)
+    inside = ring_allgather_s(total_bytes, k, intra, efficiency)
+    across = ring_allgather_s(total_bytes / k, nodes, network, efficiency)
+    return inside + across
+
+
+def exposed_s(comm_s: float, window_s: float, *, floor_s: float = 0.0) -> float:
+    """What a collective leaves on the critical path when it runs beside ``window_s`` of independent compute:
+    ``max(floor, comm - window)`` (the part of the communication the compute cannot cover; ``floor``: the piece
+    that can never overlap, such as the last gradient bucket or the first chunk of a pipelined all-gather)."""
+    return max(min(floor_s, comm_s), comm_s - max(window_s, 0.0), 0.0)

@@ -384,6 +384,36 @@ def training_activation_bytes_per_layer(
     return sbh * coeff
 
 
+def stage_activation_bytes(
+    *, stored_per_layer: float, input_per_layer: float, layers: int, recompute_layers: int
+) -> float:
+    """Activations one micro-batch leaves on a pipeline stage of ``layers`` layers, ``recompute_layers`` of them
+    fully recomputed: those keep only their input, the others everything they store.
+
+    Megatron-LM ``--recompute-granularity full --recompute-method block --recompute-num-layers N``
+    (``transformer_block.py::_checkpointed_forward``): the first N layers of each stage (of each virtual chunk)
+    are checkpointed, the rest keep their activations, so memory falls linearly with N.
+    """
+    r = max(0, min(recompute_layers, layers))
+    return r * input_per_layer + (layers - r) * stored_per_layer
+
+
+def pipeline_micro_batches_in_flight(pp: int, virtual_stages: int, micro_batches: int) -> float:
+    """Micro-batches whose activations the first (most loaded) pipeline stage holds at its peak, in units of
+    one micro-batch of the whole stage.
+
+    1F1B: ``min(p, m)`` (Narayanan et al. 2021 §2.2.1). Interleaved with ``v`` chunks per stage: the first stage
+    warms up ``(p - 1)·2 + (v - 1)·p`` chunks before its first backward (Megatron-LM ``schedules.py``,
+    ``forward_backward_pipelining_with_interleaving``), i.e. ``p + (p - 1)/v`` stages' worth: the
+    ``1 + (p - 1)/(p·v)`` factor of Korthikanti et al. 2022 §4.2.3.
+    """
+    if pp <= 1:
+        return 1.0
+    if virtual_stages <= 1:
+        return float(min(pp, micro_batches))
+    return min(pp + (pp - 1) / virtual_stages, float(micro_batches))
+
+
 def _breakdown(
     gpu: GpuSpec,
     assumptions: Assumptions,

@@ -27,6 +27,8 @@ class ReasonCode(StrEnum):
     TP_SPLITS_ATTENTION_HEADS = "tp_splits_attention_heads"
     TP_SPLITS_KV_HEADS = "tp_splits_kv_heads"
     PP_EXCEEDS_LAYERS = "pp_exceeds_layers"
+    CP_SPLITS_SEQUENCE = "cp_splits_sequence"
+    VIRTUAL_STAGES_SPLIT_LAYERS = "virtual_stages_split_layers"
     FP8_UNSUPPORTED = "fp8_unsupported"
     BF16_UNSUPPORTED = "bf16_unsupported"
     QLORA_UNSUPPORTED = "qlora_unsupported"
@@ -70,6 +72,8 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.TP_SPLITS_ATTENTION_HEADS: ReasonCategory.LAYOUT,
     ReasonCode.TP_SPLITS_KV_HEADS: ReasonCategory.LAYOUT,
     ReasonCode.PP_EXCEEDS_LAYERS: ReasonCategory.LAYOUT,
+    ReasonCode.CP_SPLITS_SEQUENCE: ReasonCategory.LAYOUT,
+    ReasonCode.VIRTUAL_STAGES_SPLIT_LAYERS: ReasonCategory.LAYOUT,
     ReasonCode.FP8_UNSUPPORTED: ReasonCategory.PRECISION,
     ReasonCode.BF16_UNSUPPORTED: ReasonCategory.PRECISION,
     ReasonCode.QLORA_UNSUPPORTED: ReasonCategory.PRECISION,
@@ -157,6 +161,25 @@ class PpExceedsLayers(Reason):
     model: str
     pp: int
     layers: int
+
+
+@dataclass(frozen=True, slots=True)
+class CpSplitsSequence(Reason):
+    """Context parallelism cuts each sequence into 2·cp chunks (load-balanced causal attention): they must be whole."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.CP_SPLITS_SEQUENCE
+    cp: int
+    sequence_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualStagesSplitLayers(Reason):
+    """Interleaved pipeline chunks need pipeline stages and a whole number of layers per chunk."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.VIRTUAL_STAGES_SPLIT_LAYERS
+    virtual_stages: int
+    pp: int
+    stage_layers: int
 
 
 # What a precision is needed for: serving weights, a serving KV cache, or training compute.

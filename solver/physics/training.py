@@ -9,10 +9,13 @@
 * FLOPs per token: ``6·N + 12·l·s·d_attn`` (Narayanan et al. 2021, arXiv:2104.04473 §5.1; PaLM
   arXiv:2204.02311 App. B, the convention MFU figures use); full recompute repeats the forward
   (``8·N + 16·l·s·d_attn``); LoRA skips weight gradients of the frozen base (``4·N + 6·N_adapter + 12·l·s·d_attn``).
-* Step: ``(m + p - 1)`` micro-batch slots of the most loaded stage (1F1B pipeline; bubble
-  ``(p-1)/(m+p-1)``, Narayanan et al. 2021 §2.2), each at ``training_mfu x dense peak x clock fraction``,
-  plus exposed tensor-parallel all-reduces (4 per layer per micro-batch, 6 with full recompute), pipeline
-  sends, data-parallel gradient reduction (ring, partly overlapped) and the optimizer update (memory-bound).
+* Layout ``tp x cp x pp x dp`` with ``v`` interleaved chunks per stage (Megatron-LM ``--context-parallel-size``,
+  ``--num-layers-per-virtual-pipeline-stage``): CP ranks hold ``s/cp`` tokens of each sequence and shard ZeRO
+  state with the DP ranks; full recompute of ``N`` of each stage's layers (``--recompute-num-layers``).
+* Step: ``m + (p - 1)/v`` micro-batch slots of the most loaded stage (bubble ``(p-1)/(v·m)`` of the ideal time,
+  Narayanan et al. 2021 §2.2), each at ``training_mfu x dense peak x clock fraction``, plus the communication no
+  compute hides, per kind (:func:`_exposed_comm`: TP overlapped with GEMMs on Hopper+, CP ring exchanges beside
+  attention, PP sends, DP/ZeRO collectives beside backward/forward), and the optimizer update (memory-bound).
 """
 
 from __future__ import annotations
@@ -22,9 +25,25 @@ from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
-from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, p2p_s, ring_allgather_s, ring_allreduce_s
+from clusterplan.physics.comm import (
+    NO_LINK,
+    Link,
+    exposed_s,
+    hierarchical_allgather_s,
+    link_for_group,
+    nccl_allreduce_s,
+    p2p_s,
+    ring_allgather_s,
+)
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.reasons import GlobalBatchTooSmall, NoTensorThroughput, Reason, TrainingDoesNotFit
+from clusterplan.physics.reasons import (
+    CpSplitsSequence,
+    GlobalBatchTooSmall,
+    NoTensorThroughput,
+    Reason,
+    TrainingDoesNotFit,
+    VirtualStagesSplitLayers,
+)
 from clusterplan.physics.rules import short_name, training_rule_reasons
 from clusterplan.physics.serving import attention_width, peak_tflops
 from clusterplan.physics.types import Bound, MemoryBreakdown, TrainingEstimate
@@ -100,10 +119,12 @@ def hardware_flops_per_token(
     method: str = "full",
     lora_rank: int = 16,
     flash_attention: bool = True,
+    recompute_fraction: float = 1.0,
 ) -> float:
     """FLOPs the GPUs execute per token: model FLOPs plus recomputation.
 
-    Full recompute repeats the forward (``+2·N + 4·l·s·d_attn``; Korthikanti et al. 2022 §5: 8N vs 6N);
+    Full recompute repeats the forward (``+2·N + 4·l·s·d_attn``; Korthikanti et al. 2022 §5: 8N vs 6N) of the
+    ``recompute_fraction`` of layers recomputed (Megatron-LM ``--recompute-num-layers`` of each stage's layers);
     selective recompute repeats the attention core (``+4·l·s·d_attn``), which FlashAttention already
     does inside its backward, so it adds nothing when ``flash_attention`` is on.
     """
@@ -111,15 +132,43 @@ def hardware_flops_per_token(
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
     forward_attention = 4.0 * attention_span_tokens(arch, seq_len) * attention_width(arch)
     if recompute == "full":
-        return base + 2.0 * n + forward_attention
+        return base + (2.0 * n + forward_attention) * min(max(recompute_fraction, 0.0), 1.0)
     if recompute == "selective" and not flash_attention:
         return base + forward_attention
     return base
 
 
-def pipeline_bubble_fraction(pp: int, micro_batches: int) -> float:
-    """Idle share of a 1F1B pipeline: ``(p - 1) / (m + p - 1)`` (Narayanan et al. 2021 §2.2.1)."""
-    return (pp - 1) / (micro_batches + pp - 1)
+def pipeline_slots(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """A pipeline step in micro-batch times of one stage: ``m + (p - 1)/v``.
+
+    The bubble is ``(p - 1)/(v·m)`` of the ideal time (Narayanan et al. 2021 §2.2.1, 1F1B ``v = 1``; §2.2.2 for
+    ``v`` interleaved chunks per stage).
+    """
+    return micro_batches + (pp - 1) / max(virtual_stages, 1)
+
+
+def pipeline_bubble_fraction(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """Idle share of a pipeline step: ``((p - 1)/v) / (m + (p - 1)/v)``, i.e. a bubble of ``(p - 1)/(v·m)`` of
+    the ideal time (Narayanan et al. 2021 §2.2)."""
+    return (pp - 1) / max(virtual_stages, 1) / pipeline_slots(pp, micro_batches, virtual_stages)
+
+
+def layout_reasons(
+    arch: ModelArchitecture, *, pp: int, cp: int, virtual_stages: int, sequence_length: float
+) -> list[Reason]:
+    """Why a context-parallel degree or a virtual-stage count cannot split this model and sequence.
+
+    CP cuts each sequence into ``2·cp`` chunks, rank ``i`` taking chunks ``i`` and ``2cp-1-i`` to balance causal
+    attention (Megatron-LM ``get_batch_on_this_cp_rank``); interleaving needs ``pp > 1`` and a whole number of
+    layers per chunk (Megatron-LM ``num_layers_per_virtual_pipeline_stage``).
+    """
+    out: list[Reason] = []
+    if cp > 1 and sequence_length % (2 * cp):
+        out.append(CpSplitsSequence(cp=cp, sequence_tokens=round(sequence_length)))
+    stage_layers = memory.layers_per_stage(arch.layers, pp)
+    if virtual_stages > 1 and (pp <= 1 or stage_layers % virtual_stages):
+        out.append(VirtualStagesSplitLayers(virtual_stages=virtual_stages, pp=pp, stage_layers=stage_layers))
+    return out
 
 
 def _compute_precision(gpu: GpuSpec, precision: str) -> str:
@@ -153,6 +202,11 @@ class TrainingFit:
     gathered_bytes: float
     sp: bool
     mem: MemoryBreakdown
+    cp: int = 1
+    virtual_stages: int = 1
+    recompute_layers: int = 0  # layers of the most loaded stage fully recomputed
+    recompute_saving_bytes: float = 0.0  # what recomputing one more layer frees, per micro-batch held
+    in_flight: float = 1.0  # micro-batches of activations the most loaded stage holds
 
 
 def _memory_phase(
@@ -168,6 +222,9 @@ def _memory_phase(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
+    cp: int = 1,
+    virtual_stages: int = 1,
+    recompute_layers: int | None = None,
 ) -> TrainingFit:
     a = assumptions
     method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
@@ -176,11 +233,16 @@ def _memory_phase(
     reasons = training_rule_reasons(
         arch, gpu, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, precision=precision, method=method
     )
+    cp, vpp = max(int(cp), 1), max(int(virtual_stages), 1)
+    reasons += layout_reasons(arch, pp=pp, cp=cp, virtual_stages=vpp, sequence_length=workload.sequence_length)
     notes: list[str] = []
-    gpus = tp * pp * dp
+    gpus = tp * cp * pp * dp
     node = max(1, min(nodes_gpus_per_node, gpu.max_gpus_per_node))
     seq = float(workload.sequence_length)
     micro_batch = max(int(micro_batch), 1)
+    # ZeRO / the distributed optimizer shard over data x context parallel ranks: CP ranks hold the same weights
+    # and reduce gradients together (Megatron-LM ``get_data_parallel_group(with_context_parallel=True)``).
+    shard_dp = dp * cp
 
     # Micro-batches per optimizer step.
     sequences_per_step = max(1, math.ceil(workload.global_batch_tokens / seq))
@@ -199,12 +261,16 @@ def _memory_phase(
 
     # Parameters on the most loaded GPU (one TP rank of the most loaded stage).
     layers = memory.layers_per_stage(arch.layers, pp)
+    if recompute != "full":
+        recomputed = 0
+    else:
+        recomputed = layers if recompute_layers is None else max(0, min(int(recompute_layers), layers))
     layer_p = memory.layer_params_per_gpu(arch, tp)
     emb_p = memory.embedding_params_per_gpu(arch, tp, pp)
     model_p = layers * layer_p + emb_p
     if method == "full":
         w_b, g_b, o_b = memory.model_state_bytes_per_param(precision, workload.optimizer)
-        w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=dp)
+        w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
         trainable = model_p
         weights, grads, opt = model_p * w, model_p * g, model_p * o
         gathered_bytes = model_p * w_b  # what ZeRO-3 gathers per pass
@@ -213,46 +279,45 @@ def _memory_phase(
         base = layers * layer_p * base_bpp + emb_p * memory.EMBEDDING_BYTES_PER_PARAM
         gathered_bytes = base
         if zero_stage >= 3:
-            base /= dp
+            base /= shard_dp
         trainable = layers * lora_params_per_layer(arch, rank) / tp
         w_b, g_b, o_b = memory.model_state_bytes_per_param("bf16", workload.optimizer)
-        w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=dp)
+        w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
         weights, grads, opt = base + trainable * w, trainable * g, trainable * o
         notes.append(
             f"{method}: base frozen at {'NF4' if method == 'qlora' else 'bf16'}; "
             f"{trainable * tp * pp / 1e6:,.1f}M adapter parameters (rank {rank}, all linear layers)"
         )
-    if zero_stage >= 3 and dp > 1:
+    if zero_stage >= 3 and shard_dp > 1:
         # Current and prefetched layer, gathered at the bytes they are stored in: 16-bit, or NF4 for QLoRA's base.
         gathered_bpp = memory.NF4_BYTES_PER_PARAM if method == "qlora" else 2.0
         weights += 2 * layer_p * gathered_bpp
 
-    # Activations.
+    # Activations: each CP rank holds seq / cp tokens of every sequence (Megatron-LM context parallelism).
     sp = tp > 1
-    per_layer = memory.training_activation_bytes_per_layer(
-        seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
+    local_seq = seq / cp
+    act_kw = dict(
+        seq_len=local_seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
         attention_heads=arch.attention_heads, ffn_size=params.active_ffn_width(arch),
-        gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute=recompute,
-        flash_attention=a.flash_attention,
+        gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, flash_attention=a.flash_attention,
     )  # fmt: skip
-    in_flight = min(pp, micro_batches) if pp > 1 else 1
-    logits = TRAINING_LOGIT_BYTES * seq * micro_batch * arch.vocab_size / tp
-    # Backward with full recompute rebuilds one layer at a time: its full activations are live on top of the stored
-    # inputs. QLoRA dequantises one NF4 matrix to bf16 inside each linear, one at a time.
+    kept = memory.training_activation_bytes_per_layer(**act_kw, recompute="none" if recompute == "full" else recompute)  # type: ignore[arg-type]
+    layer_input = memory.training_activation_bytes_per_layer(**act_kw, recompute="full")  # type: ignore[arg-type]
+    in_flight = memory.pipeline_micro_batches_in_flight(pp, vpp, micro_batches)
+    logits = TRAINING_LOGIT_BYTES * local_seq * micro_batch * arch.vocab_size / tp
+    # Backward of a recomputed layer rebuilds it: its full activations are live on top of the stored inputs.
+    # QLoRA dequantises one NF4 matrix to bf16 inside each linear, one at a time.
     layer_work = 0.0
-    if recompute == "full":
-        layer_work += memory.training_activation_bytes_per_layer(
-            seq_len=seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
-            attention_heads=arch.attention_heads, ffn_size=params.active_ffn_width(arch),
-            gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, recompute="none",
-            flash_attention=a.flash_attention,
-        )  # fmt: skip
+    if recomputed:
+        layer_work += memory.training_activation_bytes_per_layer(**act_kw, recompute="none")  # type: ignore[arg-type]
     if method == "qlora":
         layer_work += largest_matrix_params(arch, tp) * 2.0
     # The logits are consumed by the loss and LM-head backward before the first layer's backward starts (autograd
     # frees a node's saved tensors once it has run; torchtune recipes ``del logits`` before ``loss.backward()``
     # because they "peak backward memory"), so the peak is the stored inputs plus the larger of the two, not both.
-    stored = layers * per_layer
+    stored = memory.stage_activation_bytes(
+        stored_per_layer=kept, input_per_layer=layer_input, layers=layers, recompute_layers=recomputed
+    )
     last_stage = stored + max(logits, layer_work)
     activations = max(stored * in_flight + layer_work, last_stage) if pp > 1 else last_stage
     mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
@@ -270,6 +335,8 @@ def _memory_phase(
         micro_batch=micro_batch, micro_batches=micro_batches,
         tokens_per_step=tokens_per_step, layers=layers, layer_p=layer_p, trainable=trainable,
         w_b=w_b, g_b=g_b, o_b=o_b, gathered_bytes=gathered_bytes, sp=sp, mem=mem,
+        cp=cp, virtual_stages=vpp, recompute_layers=recomputed, recompute_saving_bytes=max(kept - layer_input, 0.0),
+        in_flight=in_flight,
     )  # fmt: skip
 
 
@@ -286,6 +353,9 @@ def training_fit(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
+    cp: int = 1,
+    virtual_stages: int = 1,
+    recompute_layers: int | None = None,
 ) -> TrainingFit:
     """The part of :func:`estimate_training` before timing anything: rules, batch and memory.
 
@@ -296,7 +366,152 @@ def training_fit(
     return _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
+        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
     )  # fmt: skip
+
+
+# Hopper and later run Megatron-LM / TransformerEngine's userbuffers TP overlap (``--tp-comm-overlap``): NeMo's
+# Llama 3 recipes turn it on for H100 (``nemo/collections/llm/recipes/llama3_70b.py``, ``tp_comm_overlap=True``).
+TP_OVERLAP_ARCHITECTURES = ("hopper", "blackwell")  # catalog architecture names, lower-cased
+# Megatron-LM DDP gradient buckets: ``bucket_size = max(40M, 1M x dp)`` parameters (``distributed_data_parallel_config``
+# / ``DistributedDataParallel.__init__``); the last bucket's reduction starts after the backward ends.
+DDP_BUCKET_MIN_PARAMS = 40_000_000
+DDP_BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+@dataclass(frozen=True)
+class ExposedComm:
+    """Communication left on a step's critical path, per kind, seconds per optimizer step."""
+
+    tp_s: float
+    cp_s: float
+    pp_s: float
+    dp_s: float
+    tp_overlapped: bool
+    cp_link: Link
+
+
+def _exposed_comm(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    a: Assumptions,
+    *,
+    tp: int,
+    cp: int,
+    pp: int,
+    dp: int,
+    vpp: int,
+    node: int,
+    zero_stage: int,
+    layers: int,
+    recomputed: int,
+    micro_batch: int,
+    micro_batches: int,
+    local_seq: float,
+    slots: float,
+    t_micro: float,
+    rate: float,
+    fwd_share: float,
+    gemm_share: float,
+    trainable: float,
+    gathered_bytes: float,
+    w_b: float,
+    recompute: str,
+    eff: float,
+) -> ExposedComm:
+    """Each kind of training communication and the part of it no compute hides.
+
+    * TP (sequence parallel: an all-gather and a reduce-scatter around each of the 2 GEMM blocks, forward and
+      backward: 4 all-reduce equivalents per layer, 2 more per recomputed layer) of ``b·s/cp·h·2`` bytes. On
+      Hopper+ the collectives are split into chunks pipelined with the GEMMs (Wang et al. 2023, "Overlap
+      communication with dependent computation via decomposition", ASPLOS; TransformerEngine userbuffers):
+      ``max(comm / tp, comm - GEMM time)``; elsewhere ``comm x (1 - tp_comm_overlap)``.
+    * CP: ring attention sends each KV chunk ``cp - 1`` times forward and KV plus its gradient backward, each
+      send beside one chunk's attention (TransformerEngine ``AttnFuncWithCPAndKVP2P``): ``max(0, send - chunk)``.
+    * PP: 1F1B sends are on the critical path, two per slot; interleaved schedules send ``2·v`` per micro-batch
+      and overlap them with the next chunk (Megatron-LM ``overlap_p2p_comm``), the ``2(p-1)`` warm-up and
+      cool-down hops excepted (Narayanan et al. 2021 §2.2.2: ``v`` times the traffic).
+    * DP over ``dp x cp`` ranks (ZeRO 0: all-reduce; 1: reduce-scatter and all-gather; 2: reduce-scatter each
+      micro-batch; 3: gathers and reduce-scatter each micro-batch), ring or NVLink-then-network, whichever is
+      faster; gradient reduction hides behind the backward it follows and parameter gathers behind a forward
+      (Megatron-LM ``--overlap-grad-reduce`` / ``--overlap-param-gather``; FSDP prefetch): exposed
+      ``max(comm - compute, last bucket, (1 - dp_comm_overlap) x comm)``.
+    """
+    replica = tp * cp * pp
+    act_msg = micro_batch * local_seq * arch.hidden_size * ACTIVATION_BYTES
+
+    # Tensor parallel.
+    tp_link = link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a)
+    tp_comm = (4 * layers + 2 * recomputed) * nccl_allreduce_s(act_msg, tp, tp_link, eff)
+    overlap = tp > 1 and tp_link.kind == "nvlink" and gpu.architecture.lower().startswith(TP_OVERLAP_ARCHITECTURES)
+    if overlap:
+        tp_micro = exposed_s(tp_comm, t_micro * gemm_share, floor_s=tp_comm / tp)
+    else:
+        tp_micro = tp_comm * (1.0 - a.tp_comm_overlap)
+
+    # Context parallel: KV of the local tokens, the heads of one TP rank.
+    cp_link = link_for_group(gpu, group_size=tp * cp, spans_nodes=tp * cp > node, assumptions=a) if cp > 1 else NO_LINK
+    cp_micro = 0.0
+    if cp > 1:
+        kv_bytes = 2.0 * micro_batch * local_seq * memory.kv_heads_per_gpu(arch.kv_heads, tp) * arch.head_dim_eff
+        send = p2p_s(kv_bytes * ACTIVATION_BYTES, cp_link, eff)
+        chunk = 4.0 * local_seq * attention_width(arch) * micro_batch * local_seq / tp / rate
+        cp_micro = (cp - 1) * (
+            (layers + recomputed) * exposed_s(send, chunk) + layers * exposed_s(2.0 * send, 2.0 * chunk)
+        )
+
+    # Pipeline parallel.
+    pp_link = link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a)
+    hop = p2p_s(act_msg / tp, pp_link, eff) if pp > 1 else 0.0
+    if vpp <= 1:
+        pp_s = 2.0 * slots * hop
+    else:
+        pp_s = 2.0 * (pp - 1) * hop + 2.0 * vpp * micro_batches * exposed_s(hop, t_micro / vpp)
+
+    # Data parallel (with the CP ranks, which hold the same weights).
+    group = dp * cp
+    dp_s = 0.0
+    if group > 1:
+        members = max(1, min(group, node // tp)) if tp <= node else 1
+        spans = tp * group > node
+        ring_link = link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a, members_per_node=members)
+        intra = link_for_group(gpu, group_size=members, spans_nodes=False, assumptions=a)
+        per_nic = link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a)
+
+        def gather(total_bytes: float) -> float:
+            ring = ring_allgather_s(total_bytes, group, ring_link, eff)
+            if not spans or members <= 1:
+                return ring
+            return min(ring, hierarchical_allgather_s(total_bytes, group, members, intra, per_nic, eff))
+
+        grad_bytes = trainable * GRAD_BYTES
+        bucket = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * group)
+        last = min(1.0, bucket / trainable) if trainable > 0 else 1.0
+        bwd = t_micro * (1.0 - fwd_share)
+        fwd = t_micro * fwd_share
+        # Never hidden: the last bucket, and the (1 - dp_comm_overlap) share of any collective (NCCL kernels share
+        # SMs and memory bandwidth with the compute they overlap).
+        hidden = a.dp_comm_overlap
+
+        def floor(comm: float, first: float) -> float:
+            return max(comm * first, comm * (1.0 - hidden))
+
+        if zero_stage == 0:
+            reduce = 2.0 * gather(grad_bytes)
+            dp_s = exposed_s(reduce, bwd, floor_s=floor(reduce, last))
+        elif zero_stage in (1, 2):
+            rs = gather(grad_bytes)
+            ag = gather(trainable * w_b)
+            reductions = micro_batches if zero_stage == 2 else 1
+            dp_s = reductions * exposed_s(rs, bwd, floor_s=floor(rs, last))
+            dp_s += exposed_s(ag, fwd, floor_s=floor(ag, last))
+        else:
+            gathers = 3 if recompute == "full" else 2
+            per_micro = gathers * gather(gathered_bytes) + gather(grad_bytes)
+            dp_s = micro_batches * exposed_s(per_micro, t_micro, floor_s=floor(per_micro, 1.0 / max(layers, 1)))
+    return ExposedComm(
+        tp_s=slots * tp_micro, cp_s=slots * cp_micro, pp_s=pp_s, dp_s=dp_s, tp_overlapped=overlap, cp_link=cp_link
+    )
 
 
 def estimate_training(
@@ -312,6 +527,9 @@ def estimate_training(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
+    cp: int = 1,
+    virtual_stages: int = 1,
+    recompute_layers: int | None = None,
     fit: TrainingFit | None = None,
 ) -> TrainingEstimate:
     """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
@@ -325,6 +543,7 @@ def estimate_training(
     ph = fit or _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
+        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
     )  # fmt: skip
     reasons, notes, mem = list(ph.why_not), list(ph.notes), ph.mem
     method, rank, precision = ph.method, ph.rank, workload.precision
@@ -332,6 +551,7 @@ def estimate_training(
     micro_batches, tokens_per_step = ph.micro_batches, ph.tokens_per_step
     layers, layer_p, trainable, gathered_bytes, sp = ph.layers, ph.layer_p, ph.trainable, ph.gathered_bytes, ph.sp
     w_b, g_b, o_b = ph.w_b, ph.g_b, ph.o_b
+    cp, vpp, recomputed = ph.cp, ph.virtual_stages, ph.recompute_layers
 
     # Compute.
     cprec = _compute_precision(gpu, precision)
@@ -343,57 +563,44 @@ def estimate_training(
         rate = 1e9
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
+    recompute_fraction = recomputed / layers if layers else 0.0
     hw_flops = hardware_flops_per_token(
-        arch, seq, recompute=recompute, method=method, lora_rank=rank or 16, flash_attention=a.flash_attention
-    )
+        arch, seq, recompute=recompute, method=method, lora_rank=rank or 16, flash_attention=a.flash_attention,
+        recompute_fraction=recompute_fraction,
+    )  # fmt: skip
     useful_flops = model_flops_per_token(arch, seq, method=method, lora_rank=rank or 16)
     stage_fraction = layers / arch.layers
     bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
-    t_micro = hw_flops * micro_batch * seq * stage_fraction / tp / rate
+    local_seq = seq / cp  # tokens of each sequence on one CP rank
+    t_micro = hw_flops * micro_batch * local_seq * stage_fraction / tp / rate
     if method == "qlora":
-        passes = 3 if recompute == "full" else 2
-        t_micro += passes * layers * layer_p * DEQUANT_BYTES_PER_PARAM / bw
-    slots = micro_batches + pp - 1
+        t_micro += (2.0 + recompute_fraction) * layers * layer_p * DEQUANT_BYTES_PER_PARAM / bw
+    slots = pipeline_slots(pp, micro_batches, vpp)
     compute_time = slots * t_micro
-    bubble = pipeline_bubble_fraction(pp, micro_batches)
+    bubble = pipeline_bubble_fraction(pp, micro_batches, vpp)
+    # Shares of a micro-batch's compute: the forward (2N + 4·l·s·d_attn of the executed FLOPs), and the GEMMs
+    # (everything but the attention core), what the communication below can hide behind.
+    n_matmul = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    attn_fwd = 4.0 * arch.layers * seq * attention_width(arch)
+    fwd_share = min(1.0, (2.0 * n_matmul + attn_fwd) / hw_flops)
+    gemm_share = max(0.0, 1.0 - attn_fwd * (3.0 + recompute_fraction) / hw_flops)
 
-    # Communication.
+    # Communication, each kind exposed as the frameworks overlap it.
     eff = a.link_efficiency
-    tp_link = link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a)
-    replica = tp * pp
-    pp_link = link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a)
-    # A data-parallel group is every tp-th GPU of a tp x dp block (Megatron rank order tp, dp, pp): it leaves
-    # the node only when tp x dp does, and then has min(dp, node / tp) members on each node (one NIC each).
-    dp_members_per_node = max(1, min(dp, node // tp)) if tp <= node else 1
-    dp_link = link_for_group(
-        gpu, group_size=dp, spans_nodes=tp * dp > node, assumptions=a, members_per_node=dp_members_per_node
-    )
-    act_msg = micro_batch * seq * arch.hidden_size * ACTIVATION_BYTES
-    tp_per_layer = 6 if recompute == "full" else 4
-    # TP stays inside a node: NCCL's protocol latencies apply (comm.nccl_allreduce_s), as in serving.
-    tp_micro = layers * tp_per_layer * nccl_allreduce_s(act_msg, tp, tp_link, eff) * (1.0 - a.tp_comm_overlap)
-    pp_comm = 2 * slots * p2p_s(act_msg / tp, pp_link, eff) if pp > 1 else 0.0
-    grad_bytes = trainable * GRAD_BYTES
-    if dp <= 1:
-        dp_comm = 0.0
-    elif zero_stage == 0:
-        dp_comm = ring_allreduce_s(grad_bytes, dp, dp_link, eff)
-    elif zero_stage == 1:
-        dp_comm = ring_allgather_s(grad_bytes, dp, dp_link, eff) + ring_allgather_s(trainable * w_b, dp, dp_link, eff)
-    elif zero_stage == 2:
-        dp_comm = micro_batches * ring_allgather_s(grad_bytes, dp, dp_link, eff)
-        dp_comm += ring_allgather_s(trainable * w_b, dp, dp_link, eff)
-    else:
-        gathers = 3 if recompute == "full" else 2
-        dp_comm = micro_batches * (
-            gathers * ring_allgather_s(gathered_bytes, dp, dp_link, eff)
-            + ring_allgather_s(grad_bytes, dp, dp_link, eff)
-        )
-    dp_exposed = dp_comm * (1.0 - a.dp_comm_overlap)
-    exposed_comm = slots * tp_micro + pp_comm + dp_exposed
+    exposed = _exposed_comm(
+        arch, gpu, a, tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, node=node, zero_stage=zero_stage, layers=layers,
+        recomputed=recomputed, micro_batch=micro_batch, micro_batches=micro_batches, local_seq=local_seq,
+        slots=slots, t_micro=t_micro, rate=rate, fwd_share=fwd_share, gemm_share=gemm_share,
+        trainable=trainable, gathered_bytes=gathered_bytes, w_b=w_b, recompute=recompute, eff=eff,
+    )  # fmt: skip
+    if exposed.tp_overlapped:
+        notes.append("tensor-parallel collectives overlapped with GEMMs (userbuffers, Megatron --tp-comm-overlap)")
+    if cp > 1 and exposed.cp_link.kind == "network":
+        notes.append(f"TP x CP = {tp * cp} crosses the NVLink domain: ring-attention KV exchanges ride the network")
+    exposed_comm = exposed.tp_s + exposed.cp_s + exposed.pp_s + exposed.dp_s
 
     # Optimizer update streams its shard of state once (read and write), memory-bound.
-    shard = trainable / (dp if zero_stage >= 1 else 1)
+    shard = trainable / (dp * cp if zero_stage >= 1 else 1)
     optimizer_s = shard * (2 * o_b + g_b + 2 * w_b) / bw
 
     step = compute_time + exposed_comm + optimizer_s
@@ -404,9 +611,12 @@ def estimate_training(
     if not mem.fits:
         bound = "memory_capacity"
     if pp > 1:
-        notes.append(f"pipeline bubble {bubble:.0%} with {micro_batches} micro-batches over {pp} stages")
+        chunks = f" ({vpp} interleaved chunks per stage)" if vpp > 1 else ""
+        notes.append(f"pipeline bubble {bubble:.1%} with {micro_batches} micro-batches over {pp} stages{chunks}")
     if sp:
         notes.append("sequence parallelism assumed with tensor parallelism")
+    if recompute == "full" and recomputed < layers:
+        notes.append(f"full recompute of {recomputed} of the {layers} layers of each pipeline stage")
     if time_to_train > workload.deadline:
         notes.append(f"takes {time_to_train / 86400:,.1f} days; the deadline is {workload.deadline / 86400:,.1f} days")
 
@@ -419,6 +629,9 @@ def estimate_training(
         dp=dp,
         zero_stage=zero_stage,
         recompute=recompute,
+        cp=cp,
+        virtual_stages=vpp,
+        recompute_layers=recomputed,
         micro_batch=micro_batch,
         gpus=gpus,
         memory=mem,
@@ -426,6 +639,10 @@ def estimate_training(
         step_time_s=step,
         compute_time_s=compute_time,
         exposed_comm_time_s=exposed_comm,
+        exposed_tp_s=exposed.tp_s,
+        exposed_cp_s=exposed.cp_s,
+        exposed_pp_s=exposed.pp_s,
+        exposed_dp_s=exposed.dp_s,
         bubble_fraction=bubble,
         tokens_per_s=tokens_per_s,
         mfu=mfu,

@@ -145,7 +145,7 @@ class LatencyAtLoad(Result):
 
 
 class TrainingEstimate(Judged):
-    """One training or fine-tuning configuration: tp x pp x dp GPUs of one type."""
+    """One training or fine-tuning configuration: tp x cp x pp x dp GPUs of one type."""
 
     gpu_id: str
     tp: int
@@ -153,6 +153,9 @@ class TrainingEstimate(Judged):
     dp: int
     zero_stage: int
     recompute: str
+    cp: int = Field(1, description="context-parallel degree: each sequence split over cp GPUs")
+    virtual_stages: int = Field(1, description="interleaved (virtual) pipeline chunks per stage")
+    recompute_layers: int = Field(0, description="layers of each pipeline stage fully recomputed in backward")
     micro_batch: int = Field(description="sequences per micro-batch per GPU")
     gpus: int
     memory: MemoryBreakdown
@@ -160,6 +163,10 @@ class TrainingEstimate(Judged):
     step_time_s: float
     compute_time_s: float
     exposed_comm_time_s: float
+    exposed_tp_s: float = Field(0.0, description="tensor-parallel collectives not hidden behind GEMMs, per step")
+    exposed_cp_s: float = Field(0.0, description="context-parallel KV exchanges not hidden behind attention, per step")
+    exposed_pp_s: float = Field(0.0, description="pipeline point-to-point sends not hidden, per step")
+    exposed_dp_s: float = Field(0.0, description="data-parallel / ZeRO collectives not hidden, per step")
     bubble_fraction: float
     tokens_per_s: float = Field(description="all GPUs together")
     mfu: float = Field(description="model FLOPs utilisation against dense peak at the compute precision")

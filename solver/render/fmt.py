@@ -88,8 +88,13 @@ def margin(value: float | None, unit: str) -> str:
 def layout(w: ServingPlan | TrainingPlan) -> str:
     if isinstance(w, ServingPlan):
         return "; ".join(group_layout(g) for g in w.groups)
+    cp = f" CP{w.cp}" if w.cp > 1 else ""
+    vpp = f" VPP{w.virtual_stages}" if w.virtual_stages > 1 else ""
+    rec = w.recompute
+    if rec == "full" and w.recompute_layers:
+        rec = f"full ({w.recompute_layers} layers/stage)"
     return (
-        f"{w.gpus}x {w.gpu} TP{w.tp} PP{w.pp} DP{w.dp} ZeRO-{w.zero_stage} recompute {w.recompute} "
+        f"{w.gpus}x {w.gpu} TP{w.tp}{cp} PP{w.pp}{vpp} DP{w.dp} ZeRO-{w.zero_stage} recompute {rec} "
         f"mb {w.micro_batch} ({w.deployment})"
     )
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from clusterplan.physics.reasons import (
     Bf16Unsupported,
+    CpSplitsSequence,
     Fp8Unsupported,
     GlobalBatchTooSmall,
     KvCacheDoesNotFit,
@@ -32,6 +33,7 @@ from clusterplan.physics.reasons import (
     TpSplitsAttentionHeads,
     TpSplitsKvHeads,
     TrainingDoesNotFit,
+    VirtualStagesSplitLayers,
     WeightsDoNotFit,
     ZeroStageUnknown,
 )
@@ -70,6 +72,18 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             return r.model, f"tensor parallel {r.tp} neither divides nor is a multiple of its {r.kv_heads} KV heads"
         case PpExceedsLayers():
             return r.model, f"pipeline parallel {r.pp} exceeds its {r.layers} layers"
+        case CpSplitsSequence():
+            return None, (
+                f"context parallel {r.cp} needs sequences of a multiple of {2 * r.cp} tokens "
+                f"(2 x cp chunks); {r.sequence_tokens:,} is not"
+            )
+        case VirtualStagesSplitLayers():
+            if r.pp <= 1:
+                return None, f"{r.virtual_stages} virtual pipeline stages need pipeline parallelism (pp > 1)"
+            return None, (
+                f"{r.virtual_stages} virtual pipeline stages do not divide the {r.stage_layers} layers of each of "
+                f"the {r.pp} pipeline stages"
+            )
         case Fp8Unsupported():
             return r.gpu, f"{_FP8_NEED[r.use]} ({r.gpu_architecture} has none)"
         case Bf16Unsupported():

@@ -176,6 +176,12 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
                 ("workloads", i),
                 f"needs {ctx:,.0f} tokens of context; {arch.name} supports {arch.max_context:,}",
             )
+    from clusterplan.design.evaluate import pinned_layout_problems
+
+    for i, (w, arch) in enumerate(zip(req.workloads, models, strict=False)):
+        if w.kind != "serving":
+            for field, message in pinned_layout_problems(w, arch):
+                problem(("workloads", i, field), message, "layout")
     _check_ranges(req, problem)
     if problems:
         raise InputError(problems)

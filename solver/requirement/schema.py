@@ -175,6 +175,17 @@ class TrainingWorkload(Strict):
     activation_recompute: Literal["none", "selective", "full"] | None = Field(
         None, description="None lets the planner choose"
     )
+    context_parallel: int | None = Field(
+        None, ge=1, le=64, description="context-parallel degree (each sequence split over this many GPUs); "
+        "None lets the planner choose",
+    )  # fmt: skip
+    virtual_stages: int | None = Field(
+        None, ge=1, le=64, description="interleaved (virtual) pipeline chunks per stage; None lets the planner choose"
+    )
+    recompute_layers: int | None = Field(
+        None, ge=1, le=1024, description="with full recompute: layers of each pipeline stage recomputed "
+        "(Megatron --recompute-num-layers); None: the fewest that fit",
+    )  # fmt: skip
 
 
 class FinetuneWorkload(Strict):
@@ -196,6 +207,17 @@ class FinetuneWorkload(Strict):
     activation_recompute: Literal["none", "selective", "full"] | None = Field(
         None, description="None lets the planner choose"
     )
+    context_parallel: int | None = Field(
+        None, ge=1, le=64, description="context-parallel degree (each sequence split over this many GPUs); "
+        "None lets the planner choose",
+    )  # fmt: skip
+    virtual_stages: int | None = Field(
+        None, ge=1, le=64, description="interleaved (virtual) pipeline chunks per stage; None lets the planner choose"
+    )
+    recompute_layers: int | None = Field(
+        None, ge=1, le=1024, description="with full recompute: layers of each pipeline stage recomputed "
+        "(Megatron --recompute-num-layers); None: the fewest that fit",
+    )  # fmt: skip
 
 
 Workload = Annotated[ServingWorkload | TrainingWorkload | FinetuneWorkload, Field(discriminator="kind")]
@@ -255,6 +277,11 @@ class PinnedConfig(Strict):
     batch: int | None = Field(None, ge=1, le=1_000_000, description="concurrency (serving) or micro-batch")
     recompute: Literal["none", "selective", "full"] | None = Field(
         None, description="activation recomputation (training)"
+    )
+    cp: int | None = Field(None, ge=1, le=64, description="context-parallel degree (training)")
+    vpp: int | None = Field(None, ge=1, le=64, description="virtual (interleaved) pipeline stages per stage (training)")
+    recompute_layers: int | None = Field(
+        None, ge=1, le=1024, description="layers of each pipeline stage fully recomputed (training, full recompute)"
     )
     deployment: Literal["cloud", "owned"] | None = Field(
         None, description="price as cloud instances or as owned servers"
