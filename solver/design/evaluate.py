@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterplan.design.uncertainty import NO_DERATE, Derate
-from clusterplan.physics import queueing, serving, training
+from clusterplan.physics import moe, queueing, serving, training
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 
 if TYPE_CHECKING:
@@ -56,11 +56,13 @@ def max_batch(
     quant: str,
     kv_precision: str,
     assumptions: Assumptions,
+    ep: int = 1,
+    attention_dp: bool = False,
 ) -> int:
     """Largest concurrency whose KV cache fits beside the weights (0: not even one sequence)."""
-    return serving.max_batch_by_memory(
-        arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,
-        context_tokens=w.context_tokens, assumptions=assumptions,
+    return moe.max_batch_by_memory(
+        arch, spec, moe.MoeLayout(tp=tp, ep=ep, attention_dp=attention_dp), pp=pp, quant=quant,
+        kv_precision=kv_precision, context_tokens=w.context_tokens, assumptions=assumptions,
     )  # fmt: skip
 
 
@@ -75,13 +77,31 @@ def serving_estimate(
     kv_precision: str,
     batch: int,
     assumptions: Assumptions,
+    ep: int = 1,
+    attention_dp: bool = False,
 ) -> ServingEstimate:
-    """One replica (tp x pp GPUs) at one batch: memory, prefill, decode, saturated rates, bound."""
+    """One replica (tp x pp GPUs) at one batch: memory, prefill, decode, saturated rates, bound.
+
+    ``ep`` / ``attention_dp``: an MoE model's expert-parallel degree and data-parallel attention per stage.
+    """
     return serving.estimate_serving(
         arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
         input_tokens=w.input_tokens, output_tokens=w.output_tokens, context_tokens=w.context_tokens,
-        assumptions=assumptions,
+        assumptions=assumptions, ep=ep, attention_dp=attention_dp,
     )  # fmt: skip
+
+
+def moe_layouts(arch: ModelArchitecture, tp: int) -> list[tuple[int, bool]]:
+    """(ep, attention_dp) layouts tried for a stage of ``tp`` GPUs, as the serving recipes run them.
+
+    Dense models and ``tp = 1``: ``(1, False)`` only. An MoE model also tries experts over every GPU of the
+    stage (``ep = tp``; vLLM ``--enable-expert-parallel``, SGLang ``--ep-size``) with attention tensor-parallel,
+    and with attention data-parallel (SGLang ``--enable-dp-attention``; TensorRT-LLM ``enable_attention_dp``).
+    """
+    out = [(1, False)]
+    if moe.is_moe(arch) and tp > 1 and moe.layout_problem(arch, tp, tp, True) is None:
+        out += [(tp, False), (tp, True)]
+    return out
 
 
 def rate_at_ceiling(est: ServingEstimate, assumptions: Assumptions, derate: Derate = NO_DERATE) -> float:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.plan import Design, ServingPlan, TrainingPlan
-from clusterplan.render.fmt import usd
+from clusterplan.render.fmt import moe_layout, usd
 from clusterplan.requirement.load import ResolvedRequirement
 from clusterplan.review.records import BindingRow, FactorRow, MemoryBar, RentBuyRow, SourceRow
 
@@ -20,7 +20,7 @@ from clusterplan.review.records import BindingRow, FactorRow, MemoryBar, RentBuy
 def _layout(w: ServingPlan | TrainingPlan, i: int = 0) -> str:
     if isinstance(w, ServingPlan):
         g = w.groups[i]
-        return f"{g.replicas}x {g.gpu} TP{g.tp} PP{g.pp} {g.quant}"
+        return f"{g.replicas}x {g.gpu} TP{g.tp} PP{g.pp}{moe_layout(g.ep, g.attention_dp)} {g.quant}"
     return f"{w.gpus}x {w.gpu} TP{w.tp} PP{w.pp} DP{w.dp} ZeRO-{w.zero_stage}"
 
 
