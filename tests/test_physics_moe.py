@@ -28,7 +28,9 @@ def h100(catalog: Catalog) -> GpuSpec:
     return catalog.gpu("h100-sxm")
 
 
-def _est(arch: ModelArchitecture, gpu: GpuSpec, *, tp: int, ep: int = 1, dp: bool = False, batch: int = 64):
+def _est(
+    arch: ModelArchitecture, gpu: GpuSpec, *, tp: int, ep: int = 1, dp: bool = False, batch: int = 64
+) -> ServingEstimate:
     return serving.estimate_serving(
         arch, gpu, tp=tp, pp=1, quant="bf16", kv_precision="bf16", batch=batch, input_tokens=1000,
         output_tokens=200, context_tokens=1200, assumptions=A, ep=ep, attention_dp=dp,
@@ -45,9 +47,8 @@ def test_ep_divides_expert_weights_per_gpu(mixtral: ModelArchitecture) -> None:
 
 
 def test_dense_layout_is_todays_memory(mixtral: ModelArchitecture, h100: GpuSpec) -> None:
-    kw = dict(pp=1, quant="bf16", int4_group_size=128)
-    assert moe.serving_weight_bytes_per_gpu(mixtral, moe.MoeLayout(tp=4), **kw) == (  # type: ignore[arg-type]
-        memory.serving_weight_bytes_per_gpu(mixtral, tp=4, **kw)  # type: ignore[arg-type]
+    assert moe.serving_weight_bytes_per_gpu(mixtral, moe.MoeLayout(tp=4), pp=1, quant="bf16") == (
+        memory.serving_weight_bytes_per_gpu(mixtral, tp=4, pp=1, quant="bf16")
     )
 
 
@@ -58,13 +59,16 @@ def test_attention_dp_replicates_attention_and_splits_kv(mixtral: ModelArchitect
     extra = mixtral.layers * (memory.attention_params_per_gpu(mixtral, 1) - memory.attention_params_per_gpu(mixtral, 8))
     assert w_dp - w_tp == pytest.approx(extra * 2.0)  # attention weights whole on every GPU
     # KV: a GPU holds 1/8 of the sequences, each with every KV head.
-    kw = dict(pp=1, quant="bf16", kv_precision="bf16", batch=64, context_tokens=1200, assumptions=A)
-    kv_dp = moe.serving_memory(mixtral, h100, dp_layout, **kw).kv_cache_gib  # type: ignore[arg-type]
+    kv_dp = moe.serving_memory(
+        mixtral, h100, dp_layout, pp=1, quant="bf16", kv_precision="bf16", batch=64, context_tokens=1200, assumptions=A
+    ).kv_cache_gib
     per_token_all_heads = memory.kv_bytes_per_token_per_gpu(mixtral, tp=1, pp=1, kv_precision="bf16")
     assert kv_dp == pytest.approx(8 * 1200 * per_token_all_heads / 2**30)
     assert moe.sequences_per_gpu(64, dp_layout) == 8
     # The stage holds tp times the per-GPU batch.
-    per_gpu = moe.max_batch_by_memory(mixtral, h100, dp_layout, **{k: v for k, v in kw.items() if k != "batch"})  # type: ignore[arg-type]
+    per_gpu = moe.max_batch_by_memory(
+        mixtral, h100, dp_layout, pp=1, quant="bf16", kv_precision="bf16", context_tokens=1200, assumptions=A
+    )
     assert per_gpu % 8 == 0 and per_gpu > 0
 
 
@@ -79,8 +83,8 @@ def test_all_to_all_reported_and_zero_without_ep(mixtral: ModelArchitecture, h10
 
 def test_ep_across_nvlink_domains_pays_the_network(mixtral: ModelArchitecture, h100: GpuSpec) -> None:
     wide = mixtral.model_copy(update={"moe_experts": 64})
-    inside_lat, inside_per_byte, inside = moe.all_to_all_link_terms(h100, 8, A)
-    across_lat, across_per_byte, across = moe.all_to_all_link_terms(h100, 16, A)
+    _, inside_per_byte, inside = moe.all_to_all_link_terms(h100, 8, A)
+    _, across_per_byte, across = moe.all_to_all_link_terms(h100, 16, A)
     assert inside.kind == "nvlink" and across.kind == "network"
     # 8 of 15 peers sit across the domain, at 50 GB/s per GPU against 450 GB/s NVLink.
     assert across_per_byte > 4 * inside_per_byte
