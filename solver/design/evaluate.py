@@ -92,15 +92,17 @@ def serving_estimate(
 
 
 def moe_layouts(arch: ModelArchitecture, tp: int) -> list[tuple[int, bool]]:
-    """(ep, attention_dp) layouts tried for a stage of ``tp`` GPUs, as the serving recipes run them.
+    """(ep, attention_dp) layouts the planner tries for a stage of ``tp`` GPUs, as the serving recipes run them.
 
-    Dense models and ``tp = 1``: ``(1, False)`` only. An MoE model also tries experts over every GPU of the
-    stage (``ep = tp``; vLLM ``--enable-expert-parallel``, SGLang ``--ep-size``) with attention tensor-parallel,
-    and with attention data-parallel (SGLang ``--enable-dp-attention``; TensorRT-LLM ``enable_attention_dp``).
+    Dense models and ``tp = 1``: ``(1, False)`` only. An MoE model also tries experts over every GPU of the stage
+    with attention data-parallel (``ep = tp``): TensorRT-LLM's MoE benchmark recipe (``--ep`` with
+    ``enable_attention_dp: true``, perf-overview 1.x), SGLang's ``--enable-dp-attention --ep-size``, vLLM's
+    ``--data-parallel-size`` with ``--enable-expert-parallel``. EP with attention tensor-parallel is left to
+    ``clusterplan estimate --ep``: one layout per TP degree keeps the candidate search small.
     """
     out = [(1, False)]
     if moe.is_moe(arch) and tp > 1 and moe.layout_problem(arch, tp, tp, True) is None:
-        out += [(tp, False), (tp, True)]
+        out.append((tp, True))
     return out
 
 
