@@ -40,7 +40,8 @@ def design_estimates(resolved: ResolvedRequirement, catalog: Catalog, design: De
             for k, g in enumerate(w.groups):
                 cfg = PinnedConfig(
                     workload=index, gpu=g.gpu, tp=g.tp, pp=g.pp, quant=g.quant, kv_quant=g.kv_cache,
-                    batch=g.batch, dp=g.replicas,
+                    batch=g.batch, dp=g.replicas, ep=g.ep if g.ep > 1 else None,
+                    attention_dp=g.attention_dp or None,
                 )  # fmt: skip
                 out.append(
                     (f"{w.workload}: {_layout(w, k)}", estimate_requirement(req, models, catalog, cfg), "serving")
