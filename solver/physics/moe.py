@@ -144,10 +144,15 @@ def serving_weight_bytes_per_gpu(
         )
     layers = memory.layers_per_stage(arch.layers, pp)
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=int4_group_size)
-    mlp = expert_params_per_gpu_per_layer(arch, layout) if is_moe(arch) else expert_params(arch) / layout.tp
-    per_layer = attention_params_per_gpu(arch, layout) + mlp + params.router_params_per_layer(arch)
+    if is_moe(arch):
+        moe_count = moe_layers_of(arch, layers)
+        mlp = moe_count * expert_params_per_gpu_per_layer(arch, layout)
+        mlp += (layers - moe_count) * dense_mlp_params_per_layer(arch) / layout.tp  # dense-first layers
+    else:
+        mlp = layers * expert_params(arch) / layout.tp
+    attention = layers * (attention_params_per_gpu(arch, layout) + params.router_params_per_layer(arch))
     embeddings = memory.embedding_params_per_gpu(arch, layout.tp, pp)
-    return layers * per_layer * bpp + embeddings * memory.EMBEDDING_BYTES_PER_PARAM
+    return (attention + mlp) * bpp + embeddings * memory.EMBEDDING_BYTES_PER_PARAM
 
 
 def kv_bytes_per_token_held(arch: ModelArchitecture, layout: MoeLayout, *, pp: int, kv_precision: str) -> float:
