@@ -47,6 +47,8 @@ class ReplicaGroup(Out):
     memory_gib_per_gpu: float = Field(description="memory used on the most loaded GPU, GiB")
     gpu_memory_gib: float = Field(description="usable capacity of one GPU, GiB")
     bound: str = Field(description="resource bounding decode: memory_bandwidth, compute, ...")
+    ep: int = Field(1, description="expert-parallel degree of each stage (MoE; 1: experts tensor-parallel)")
+    attention_dp: bool = Field(False, description="attention data-parallel over each stage's GPUs (MoE)")
 
 
 class ServingPlan(Out):

@@ -131,3 +131,13 @@ def test_owned_cost_is_solves_view_with_the_amortised_month_labelled() -> None:
     data = _json([*args, "--deployment", "owned"])
     assert data["config"]["batch"] == 146  # the planner's batch: the memory maximum
     assert data["owned"]["costs"]["monthly_usd"] == pytest.approx(1134.86, abs=0.005)
+
+
+def test_ep_and_attention_dp_report_the_all_to_all() -> None:
+    mixtral = str(EX / "mixtral-serving.yaml")
+    result = runner.invoke(app, ["estimate", mixtral, "--gpu", "h100-sxm", "--ep", "8", "--attention-dp"])
+    assert result.exit_code == 0, result.output
+    assert "tp 8 (ep 8) (attention DP)" in result.output
+    assert "of which MoE all-to-all (EP8)" in result.output
+    bad = runner.invoke(app, ["estimate", mixtral, "--gpu", "h100-sxm", "--tp", "8", "--ep", "3"])
+    assert bad.exit_code == 2 and "--ep must divide --tp" in bad.output

@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, ROOT
+
+# Design 1 of this requirement is an MoE expert-parallel layout (EP with attention data-parallel).
+EP_CASE = ROOT / "tests" / "data" / "requirements" / "mixtral-h100-ep.yaml"
 
 CENT = 0.005
 REL = 1e-9
@@ -68,11 +71,16 @@ def _hardware_key(lines: Any) -> list[tuple[str, str, int, int]]:
     return sorted((x.kind, x.offering, x.units, x.bought) for x in lines or [])
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", [*EXAMPLES, EP_CASE], ids=lambda p: p.stem)
 def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> None:
     from clusterplan.plan import ServingPlan
 
     resolved, design = _plan(example, catalog)
+    if example == EP_CASE:
+        from clusterplan.design.check import check_plan
+
+        assert any(g.ep > 1 and g.attention_dp for w in design.workloads for g in getattr(w, "groups", []))
+        assert check_plan(design, resolved, catalog) == []  # the checker reprices the EP layout as solve did
     names = [w.name for w in resolved.requirement.workloads]
     bad = Mismatches()
     priced: list[tuple[str, tuple[float, float, float, float | None, Any]]] = []
@@ -83,10 +91,10 @@ def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> 
             for g in wp.groups:
                 where = "owned" if g.owned_replicas else "cloud"
                 assert g.owned_replicas == 0 or g.cloud_replicas == 0, "a group on both cloud and owned"
-                tag = f"{wp.workload} {g.gpu} TP{g.tp} PP{g.pp} {g.quant}"
+                tag = f"{wp.workload} {g.gpu} TP{g.tp} PP{g.pp} EP{g.ep} {g.quant}"
                 est = _estimate(
                     resolved, catalog, workload=index, gpu=g.gpu, dp=g.replicas, tp=g.tp, pp=g.pp, quant=g.quant,
-                    kv_quant=g.kv_cache, deployment=where,
+                    kv_quant=g.kv_cache, deployment=where, ep=g.ep, attention_dp=g.attention_dp,
                 )  # fmt: skip
                 s, load = est.serving, est.load
                 assert est.feasible, est.reasons

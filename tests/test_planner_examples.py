@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
+from clusterplan.render.fmt import moe_layout
 from conftest import EXAMPLES, ROOT, plan_file
 
 GOLDEN_FILE = Path(__file__).resolve().parent / "test_planner_examples.golden.json"
@@ -53,7 +54,10 @@ def _layout(plan: Plan) -> list[str]:
     out: list[str] = []
     for w in plan.designs[0].workloads:
         if isinstance(w, ServingPlan):
-            out += [f"{w.workload}: {g.replicas}x {g.gpu} TP{g.tp} PP{g.pp} {g.quant}" for g in w.groups]
+            out += [
+                f"{w.workload}: {g.replicas}x {g.gpu} TP{g.tp} PP{g.pp}{moe_layout(g.ep, g.attention_dp)} {g.quant}"
+                for g in w.groups
+            ]
         else:
             assert isinstance(w, TrainingPlan)
             out.append(f"{w.workload}: {w.gpu} TP{w.tp} PP{w.pp} DP{w.dp} ZeRO-{w.zero_stage} ({w.deployment})")

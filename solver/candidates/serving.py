@@ -43,7 +43,7 @@ DEMAND_FIELDS = ("requests_per_min", "tokens_per_sec", "peak_to_average")
 TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
 
 
-Layout = tuple[str, int, int, str, str]  # GPU id, TP, PP, weight precision, KV precision
+Layout = tuple[str, int, int, str, str, int, bool]  # GPU id, TP, PP, weight and KV precision, EP, attention DP
 
 
 @dataclass
@@ -67,15 +67,18 @@ class ServingPhysics:
         quant: str,
         kv_precision: str,
         assumptions: Assumptions,
+        ep: int = 1,
+        attention_dp: bool = False,
     ) -> int:
         """:func:`clusterplan.design.evaluate.max_batch`, once per layout."""
         from clusterplan.design import evaluate
 
-        layout = (spec.id, tp, pp, quant, kv_precision)
+        layout = (spec.id, tp, pp, quant, kv_precision, ep, attention_dp)
         if layout not in self.batches:
             self.batches[layout] = evaluate.max_batch(
-                arch, spec, w, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, assumptions=assumptions
-            )
+                arch, spec, w, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, assumptions=assumptions,
+                ep=ep, attention_dp=attention_dp,
+            )  # fmt: skip
         return self.batches[layout]
 
     def estimate(
@@ -90,11 +93,13 @@ class ServingPhysics:
         kv_precision: str,
         batch: int,
         assumptions: Assumptions,
+        ep: int = 1,
+        attention_dp: bool = False,
     ) -> ServingEstimate:
         """:func:`clusterplan.design.evaluate.serving_estimate`, once per layout and batch."""
         from clusterplan.design import evaluate
 
-        key = ((spec.id, tp, pp, quant, kv_precision), batch)
+        key = ((spec.id, tp, pp, quant, kv_precision, ep, attention_dp), batch)
         if key not in self.estimates:
             self.estimates[key] = evaluate.serving_estimate(
                 arch,
@@ -106,6 +111,8 @@ class ServingPhysics:
                 kv_precision=kv_precision,
                 batch=batch,
                 assumptions=assumptions,
+                ep=ep,
+                attention_dp=attention_dp,
             )
         return self.estimates[key]
 
@@ -211,11 +218,16 @@ def serving_candidates(
         # and the same 16-bit matmuls, so the planner plans int4 there (estimate --quant fp4 still prices it).
         quants = [q for q in SERVING_QUANTS if q != "fp4" or rules.supports_precision(spec, "fp4")]
         combos = sorted(
-            ((quant_choice, tp, pp) for quant_choice in quants for tp, pp in serving_shapes(g)),
-            key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]]),
+            (
+                (quant_choice, tp, pp, ep, attention_dp)
+                for quant_choice in quants
+                for tp, pp in serving_shapes(g)
+                for ep, attention_dp in evaluate.moe_layouts(arch, tp)
+            ),
+            key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]], c[3], c[4]),
         )
         mine: list[ServingRow] = []
-        for quant_choice, tp, pp in combos:
+        for quant_choice, tp, pp, ep, attention_dp in combos:
             quant = half if quant_choice == "bf16" else quant_choice
             kv = _kv_default(quant, w, spec)
             considered += 1
@@ -224,6 +236,8 @@ def serving_candidates(
                 excl.append(excluded(gid, hard[0]))
                 continue
             point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
+            if ep > 1 or attention_dp:
+                point |= {"ep": ep, "attention_dp": attention_dp}
             max_batch = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
             if max_batch < 1:
                 est = memo.estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
@@ -282,6 +296,8 @@ def serving_candidates(
                         capacity_gib=est.memory.capacity_gib,
                         bound=est.bound,
                         forbidden_by=forbidden,
+                        ep=ep,
+                        attention_dp=attention_dp,
                     )
                 )
                 mine.append(rows[-1])

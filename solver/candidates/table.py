@@ -180,6 +180,8 @@ class ServingRow:
     capacity_gib: float = 0.0
     bound: str = ""
     forbidden_by: tuple[tuple[str, str], ...] = ()  # (family id, reason)
+    ep: int = 1  # expert-parallel degree per stage (MoE; physics/moe.py)
+    attention_dp: bool = False  # attention data-parallel over the stage's GPUs
 
     @property
     def gpus(self) -> int:

@@ -24,6 +24,8 @@ _FLAGS = {
     "tp": "--tp",
     "pp": "--pp",
     "dp": "--dp",
+    "ep": "--ep",
+    "attention_dp": "--attention-dp",
     "zero": "--zero",
     "quant": "--quant",
     "kv_quant": "--kv-quant",
@@ -78,7 +80,8 @@ def render(result: Any) -> list[Any]:
     c = result.config
     out: list[Any] = []
     cp = f" x cp {c.cp}" if c.cp and c.cp > 1 else ""
-    layout = f"tp {c.tp}{cp} x pp {c.pp} x {'replicas' if c.kind == 'serving' else 'dp'} {c.dp}"
+    moe = (f" (ep {c.ep})" if c.ep > 1 else "") + (" (attention DP)" if c.attention_dp else "")
+    layout = f"tp {c.tp}{moe}{cp} x pp {c.pp} x {'replicas' if c.kind == 'serving' else 'dp'} {c.dp}"
     head = f"{result.requirement}: {c.kind} '{c.workload}' of {c.model} on {c.count} x {c.gpu_name} ({layout})"
     if c.kind == "serving":
         head += f", weights {c.quant}, KV {c.kv_quant}, batch {c.batch} per replica"
@@ -115,6 +118,8 @@ def render(result: Any) -> list[Any]:
         sp = _table("\nSpeed of one replica")
         sp.add_row("prefill (unloaded TTFT)", fmt.seconds(s.prefill_s))
         sp.add_row(f"decode step at batch {s.batch}", fmt.seconds(s.decode_step_s))
+        if s.ep > 1:
+            sp.add_row(f"  of which MoE all-to-all (EP{s.ep})", fmt.seconds(s.all_to_all_s))
         sp.add_row("time per output token at saturation", fmt.seconds(s.tpot_s))
         sp.add_row("end-to-end, mean request", fmt.seconds(s.e2e_s))
         sp.add_row("output tokens/s (saturated)", f"{s.output_tokens_per_s:,.0f}")
@@ -221,6 +226,16 @@ def register(app: typer.Typer) -> None:
         dp: Annotated[
             int | None, typer.Option("--dp", help="Data-parallel degree (training) or replicas (serving).")
         ] = None,
+        ep: Annotated[
+            int | None,
+            typer.Option("--ep", help="Expert-parallel degree per stage, dividing --tp (serving an MoE model)."),
+        ] = None,
+        attention_dp: Annotated[
+            bool | None,
+            typer.Option(
+                "--attention-dp", help="Attention data-parallel over each stage's GPUs (serving an MoE model)."
+            ),
+        ] = None,
         zero: Annotated[int | None, typer.Option("--zero", help="ZeRO stage 0-3 (training).")] = None,
         quant: Annotated[
             str | None, typer.Option("--quant", help="Weights: bf16, fp16, fp8, int8, fp4, int4 (serving).")
@@ -260,8 +275,8 @@ def register(app: typer.Typer) -> None:
 
         def run() -> None:
             overrides = _pinned(
-                dict(workload=workload, gpu=gpu, count=count, tp=tp, pp=pp, dp=dp, zero=zero, quant=quant,
-                     kv_quant=kv_quant, batch=batch, recompute=recompute, cp=cp, vpp=vpp,
+                dict(workload=workload, gpu=gpu, count=count, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
+                     zero=zero, quant=quant, kv_quant=kv_quant, batch=batch, recompute=recompute, cp=cp, vpp=vpp,
                      recompute_layers=recompute_layers, deployment=deployment)
             )  # fmt: skip
             cat = load_catalog(catalog or [])

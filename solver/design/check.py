@@ -387,6 +387,8 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     kv_precision=g.kv_cache,
                     batch=g.batch,
                     assumptions=a,
+                    ep=g.ep,
+                    attention_dp=g.attention_dp,
                 )
                 hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
                 if hard:

@@ -37,7 +37,7 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.design import evaluate, pricing
 from clusterplan.errors import ClusterplanError, ConfigurationImpossible
-from clusterplan.physics import cost, memory, queueing, rules
+from clusterplan.physics import cost, moe, queueing, rules
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
 from clusterplan.plan import Costs, HardwareLine
@@ -75,6 +75,8 @@ class ChosenConfig(Result):
     tp: int
     pp: int
     dp: int = Field(description="data-parallel degree (training) or replicas (serving)")
+    ep: int = Field(1, description="expert-parallel degree per stage (serving an MoE model)")
+    attention_dp: bool = Field(False, description="attention data-parallel over each stage's GPUs (serving)")
     quant: str | None = None
     kv_quant: str | None = None
     batch: int | None = Field(default=None, description="concurrency per replica (serving) or micro-batch (training)")
@@ -405,7 +407,10 @@ def _serving_layout(
     a: Assumptions,
     choices: list[str],
 ) -> tuple[int, int]:
-    """tp and pp: as given, else the smallest that fits the weights and one sequence."""
+    """tp and pp: as given, else the smallest that fits the weights and one sequence (tp = ep when only ep is given)."""
+    if cfg.tp is None and cfg.ep is not None and cfg.ep > 1:
+        cfg = cfg.model_copy(update={"tp": cfg.ep})
+        choices.append(f"tp={cfg.ep}: each stage is the EP group of --ep {cfg.ep}")
     if cfg.tp is not None and cfg.pp is not None:
         return cfg.tp, cfg.pp
     if cfg.tp is not None and cfg.count is not None and cfg.dp is not None and cfg.pp is None:
@@ -415,14 +420,34 @@ def _serving_layout(
         for tp in tps:
             if cfg.count is not None and cfg.count % (tp * pp):
                 continue
-            kw = dict(tp=tp, pp=pp, quant=quant, kv_precision=kv, context_tokens=context, assumptions=a)
-            if memory.max_batch_by_memory(arch, gpu, **kw) > 0:  # type: ignore[arg-type]
+            layout = moe.MoeLayout(tp=tp, ep=cfg.ep or 1, attention_dp=bool(cfg.attention_dp))
+            kw = dict(pp=pp, quant=quant, kv_precision=kv, context_tokens=context, assumptions=a)
+            if moe.max_batch_by_memory(arch, gpu, layout, **kw) > 0:  # type: ignore[arg-type]
                 if cfg.tp is None or cfg.pp is None:
                     choices.append(f"tp={tp}, pp={pp}: the smallest layout whose weights and one sequence fit")
                 return tp, pp
     tp, pp = tps[-1], pps[0]
     choices.append(f"tp={tp}, pp={pp}: nothing smaller fits; shown for its reasons")
     return tp, pp
+
+
+_MOE_LAYOUT_FIX = {
+    "ep_not_divisor": "--ep must divide --tp (each stage's GPUs split into EP groups); e.g. --tp 8 --ep 8",
+    "ep_without_experts": "--ep applies to mixture-of-experts models only; drop --ep",
+    "ep_exceeds_experts": "--ep may not exceed the model's routed experts; use a smaller --ep",
+}
+
+
+def _moe_layout(arch: ModelArchitecture, cfg: PinnedConfig, tp: int) -> tuple[int, bool]:
+    """(ep, attention_dp) as given (default 1, False); a user error when the model or tp cannot take them."""
+    ep, attention_dp = cfg.ep or 1, bool(cfg.attention_dp)
+    problem = moe.layout_problem(arch, tp, ep, attention_dp)
+    if problem is not None:
+        raise ClusterplanError(
+            f"expert parallelism --ep {ep} does not fit {arch.name} with tp {tp} ({arch.moe_experts} routed expert(s))",
+            fix=_MOE_LAYOUT_FIX[problem],
+        )
+    return ep, attention_dp
 
 
 def _estimate_serving(
@@ -440,7 +465,10 @@ def _estimate_serving(
     kv = cfg.kv_quant or _default_kv(quant, gpu, w, choices)
     context = w.context_tokens
     tp, pp = _serving_layout(arch, gpu, cfg, quant, kv, context, a, choices)
+    ep, attention_dp = _moe_layout(arch, cfg, tp)
     point: dict[str, Any] = dict(tp=tp, pp=pp, quant=quant, kv_precision=kv, assumptions=a)
+    if ep > 1 or attention_dp:
+        point |= {"ep": ep, "attention_dp": attention_dp}
     most = evaluate.max_batch(arch, gpu, w, **point)
     if cfg.batch is not None:
         batch = cfg.batch
@@ -508,7 +536,8 @@ def _estimate_serving(
             notes.append(unowned)
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
-        count=count, tp=tp, pp=pp, dp=replicas, quant=quant, kv_quant=kv, batch=batch,
+        count=count, tp=tp, pp=pp, dp=replicas, ep=ep, attention_dp=attention_dp, quant=quant, kv_quant=kv,
+        batch=batch,
     )  # fmt: skip
     return EstimateResult(
         requirement=req.name,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterplan.design.uncertainty import NO_DERATE, Derate
-from clusterplan.physics import queueing, serving, training
+from clusterplan.physics import moe, queueing, serving, training
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 
 if TYPE_CHECKING:
@@ -57,11 +57,13 @@ def max_batch(
     quant: str,
     kv_precision: str,
     assumptions: Assumptions,
+    ep: int = 1,
+    attention_dp: bool = False,
 ) -> int:
     """Largest concurrency whose KV cache fits beside the weights (0: not even one sequence)."""
-    return serving.max_batch_by_memory(
-        arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,
-        context_tokens=w.context_tokens, assumptions=assumptions,
+    return moe.max_batch_by_memory(
+        arch, spec, moe.MoeLayout(tp=tp, ep=ep, attention_dp=attention_dp), pp=pp, quant=quant,
+        kv_precision=kv_precision, context_tokens=w.context_tokens, assumptions=assumptions,
     )  # fmt: skip
 
 
@@ -76,13 +78,33 @@ def serving_estimate(
     kv_precision: str,
     batch: int,
     assumptions: Assumptions,
+    ep: int = 1,
+    attention_dp: bool = False,
 ) -> ServingEstimate:
-    """One replica (tp x pp GPUs) at one batch: memory, prefill, decode, saturated rates, bound."""
+    """One replica (tp x pp GPUs) at one batch: memory, prefill, decode, saturated rates, bound.
+
+    ``ep`` / ``attention_dp``: an MoE model's expert-parallel degree and data-parallel attention per stage.
+    """
     return serving.estimate_serving(
         arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
         input_tokens=w.input_tokens, output_tokens=w.output_tokens, context_tokens=w.context_tokens,
-        assumptions=assumptions,
+        assumptions=assumptions, ep=ep, attention_dp=attention_dp,
     )  # fmt: skip
+
+
+def moe_layouts(arch: ModelArchitecture, tp: int) -> list[tuple[int, bool]]:
+    """(ep, attention_dp) layouts the planner tries for a stage of ``tp`` GPUs, as the serving recipes run them.
+
+    Dense models and ``tp = 1``: ``(1, False)`` only. An MoE model also tries experts over every GPU of the stage
+    with attention data-parallel (``ep = tp``): TensorRT-LLM's MoE benchmark recipe (``--ep`` with
+    ``enable_attention_dp: true``, perf-overview 1.x), SGLang's ``--enable-dp-attention --ep-size``, vLLM's
+    ``--data-parallel-size`` with ``--enable-expert-parallel``. EP with attention tensor-parallel is left to
+    ``clusterplan estimate --ep``: one layout per TP degree keeps the candidate search small.
+    """
+    out = [(1, False)]
+    if moe.is_moe(arch) and tp > 1 and moe.layout_problem(arch, tp, tp, True) is None:
+        out.append((tp, True))
+    return out
 
 
 def rate_at_ceiling(est: ServingEstimate, assumptions: Assumptions, derate: Derate = NO_DERATE) -> float:

@@ -44,6 +44,8 @@ def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -
                 gpu_name=_gpu_name(table, row.gpu_id),
                 tp=row.tp,
                 pp=row.pp,
+                ep=row.ep,
+                attention_dp=row.attention_dp,
                 quant=row.quant,
                 kv_cache=row.kv_precision,
                 batch=row.batch,

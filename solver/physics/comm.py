@@ -207,3 +207,24 @@ def exposed_s(comm_s: float, window_s: float, *, floor_s: float = 0.0) -> float:
     ``max(floor, comm - window)`` (the part of the communication the compute cannot cover; ``floor``: the piece
     that can never overlap, such as the last gradient bucket or the first chunk of a pipelined all-gather)."""
     return max(min(floor_s, comm_s), comm_s - max(window_s, 0.0), 0.0)
+
+
+def all_to_all_terms(n: int, link: Link, efficiency: float) -> tuple[float, float]:
+    """``(latency_s, seconds_per_byte_sent)`` of one all-to-all over ``n`` GPUs (MoE dispatch or combine).
+
+    Each GPU sends its remote share straight to its peers (DeepEP; NCCL's all-to-all is ``n - 1`` sends in
+    parallel), so the time is ``α + bytes sent per GPU / (B · eff)`` over the slowest link: NVLink inside the
+    scale-up domain, the per-GPU network across it. ``efficiency``: the achieved share of the link
+    (``Assumptions.moe_all_to_all_efficiency``). ``(0, 0)`` when ``n <= 1``.
+    """
+    if n <= 1 or link.kind == "none":
+        return 0.0, 0.0
+    return link.latency_s, 1.0 / (link.bandwidth_gb_per_s * BYTES_PER_GB * efficiency)
+
+
+def all_to_all_s(bytes_sent_per_gpu: float, n: int, link: Link, efficiency: float) -> float:
+    """One all-to-all in which every GPU sends ``bytes_sent_per_gpu`` to its ``n - 1`` peers, seconds."""
+    if bytes_sent_per_gpu <= 0:
+        return 0.0
+    latency, per_byte = all_to_all_terms(n, link, efficiency)
+    return latency + bytes_sent_per_gpu * per_byte

@@ -52,7 +52,14 @@ def _pc(dc: float, ws: float, co: float) -> PerClass:
 
 Engine = Literal["vllm", "tensorrt-llm", "exllamav2", "llama.cpp"]
 DEFAULT_ENGINE: Engine = "vllm"
-ENGINE_FACTORS = ("memory_bandwidth_efficiency", "compute_efficiency", "decode_step_overhead_s")
+ENGINE_FACTORS = ("memory_bandwidth_efficiency", "compute_efficiency", "decode_step_overhead_s", "moe_gemm_efficiency")
+
+# MoE grouped-GEMM efficiency: the roofline of an MoE layer's expert GEMMs (each touched expert's weights read once,
+# 2·k·P_e FLOPs per token, at the dense factors) over the measured kernel time, median over aiconfigurator-core
+# 0.12.0's H200 moe_perf tables (systems/data/h200_sxm/moe/<engine>/<version>/moe_perf.parquet, balanced routing,
+# 8-1024 tokens, every shape): vLLM 0.24.0 Triton fused MoE bf16 0.61 (fp8 block-scaled Triton 0.66); TensorRT-LLM
+# 1.3.0rc23 bf16 0.62, fp8 0.71. Read 2026-11-24. No workstation or consumer table: the datacenter value.
+_MOE_GEMM = {"vllm": 0.62, "tensorrt-llm": 0.66}
 
 
 class EngineProfile(BaseModel):
@@ -64,6 +71,10 @@ class EngineProfile(BaseModel):
     memory_bandwidth_efficiency: PerClass
     compute_efficiency: PerClass
     decode_step_overhead_s: PerClass
+    moe_gemm_efficiency: PerClass = Field(
+        default_factory=lambda: _pc(_MOE_GEMM["vllm"], _MOE_GEMM["vllm"], _MOE_GEMM["vllm"]),
+        description="MoE expert GEMMs' share of the dense roofline (grouped GEMM at few tokens per expert)",
+    )
     fitted_to: str = Field(description="the measurements the values come from (docs/model.md section 9)")
 
 
@@ -94,6 +105,7 @@ ENGINES: dict[str, EngineProfile] = {
         memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, _MBW_CO),
         compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
         decode_step_overhead_s=_pc(_TRT_DC[2], _TRT_DC[2], _TRT_DC[2]),
+        moe_gemm_efficiency=_pc(_MOE_GEMM["tensorrt-llm"], _MOE_GEMM["tensorrt-llm"], _MOE_GEMM["tensorrt-llm"]),
         fitted_to="datacenter: 61 unflagged H100/H200/A100/L40S measurements, TensorRT-LLM 0.5 to 1.0 and "
         "FasterTransformer (static-batch and in-flight throughput, TTFT, decode steps); "
         "workstation and consumer: no data (see the module comment)",
@@ -191,6 +203,26 @@ class Assumptions(BaseModel):
         description="fixed cost of one engine step (scheduling, sampling, kernel launches), seconds; per engine "
         "(ENGINES), fitted by bench/accuracy.py",
     )
+    moe_gemm_efficiency: PerClass = Field(
+        default_factory=lambda: _engine_default("moe_gemm_efficiency", DEFAULT_ENGINE),
+        description="share of the dense roofline an MoE layer's expert GEMMs reach (grouped GEMM, few tokens per "
+        "expert); per engine, from aiconfigurator-core 0.12.0's measured H200 MoE kernel tables (factors.py)",
+    )
+    moe_all_to_all_efficiency: float = Field(
+        0.80,
+        gt=0,
+        le=1,
+        description="achieved share of link bandwidth in MoE dispatch/combine all-to-alls (DeepEP V2 README, "
+        "deepseek-ai/DeepEP@0297fc80: EP8 over B200 NVLink 726/740 GB/s of 900 GB/s per direction; "
+        "EP 8x2 over CX7 RDMA 90/81 GB/s logical)",
+    )
+    moe_expert_load_skew: float = Field(
+        1.0,
+        ge=1,
+        le=8,
+        description="static max/mean load of EP ranks beyond routing noise (1: experts placed to balance load, "
+        "as DeepSeek's EPLB does; physics/moe.py load_imbalance adds the balls-into-bins term)",
+    )
     scale_up_latency_s: float = Field(
         8e-6,
         ge=0,
@@ -265,6 +297,7 @@ class Assumptions(BaseModel):
         "training_mfu",
         "sustained_clock_fraction",
         "decode_step_overhead_s",
+        "moe_gemm_efficiency",
         mode="before",
     )
     @classmethod

@@ -451,3 +451,10 @@ def training_breakdown(
     return _breakdown(
         gpu, assumptions, weights=weights, gradients=gradients, optimizer=optimizer, activations=activations
     )
+
+
+def serving_breakdown(
+    gpu: GpuSpec, assumptions: Assumptions, *, weights: float, kv: float, activations: float
+) -> MemoryBreakdown:
+    """A serving GPU's memory (bytes in, GiB out) with runtime overhead and fragmentation headroom (MoE layouts)."""
+    return _breakdown(gpu, assumptions, weights=weights, kv=kv, activations=activations)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, params
+from clusterplan.physics import memory, moe, params
 from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, nccl_allreduce_terms, p2p_s
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.memory import max_batch_by_memory
@@ -31,7 +31,7 @@ from clusterplan.units import BYTES_PER_GB
 
 ACTIVATION_BYTES = 2.0  # 16-bit hidden states on the wire (TP all-reduce, PP send)
 
-__all__ = ["decode_step_s", "estimate_serving", "max_batch_by_memory"]
+__all__ = ["all_to_all_s", "decode_step_s", "estimate_serving", "max_batch_by_memory"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -155,26 +155,49 @@ def tp_comm_s(model: DecodeStepModel, n: float) -> float:
     return model.tp_allreduces * one
 
 
+def all_to_all_s(model: DecodeStepModel, n: float) -> float:
+    """The stage's MoE dispatch and combine all-to-alls for ``n`` sequences, seconds (0 without EP)."""
+    if n <= 0 or model.all_to_alls == 0:
+        return 0.0
+    return model.all_to_alls * (model.all_to_all_latency_s + n * model.all_to_all_per_seq_s)
+
+
+def matmul_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
+    """(weight stream, matmul FLOPs) seconds of one stage's matmuls for ``n`` sequences.
+
+    Weights: the dense part plus the experts the batch touches on one GPU (:func:`experts_touched` over the EP
+    ranks), each read once per step. FLOPs: dense plus routed-expert work, the latter on the busiest EP rank
+    (:func:`clusterplan.physics.moe.load_imbalance`). Expert GEMMs run at ``moe_gemm_efficiency`` of the dense
+    roofline (grouped GEMM at few tokens per expert; 1 for a dense model).
+    """
+    touched = experts_touched(model.moe_experts, model.experts_per_token, n) / model.expert_parallel
+    g = model.moe_gemm_efficiency
+    imbalance = moe.load_imbalance(n, model.experts_per_token, model.expert_parallel, model.expert_load_skew)
+    weights = model.dense_weights_s + model.expert_weights_s * touched / g
+    compute = n * model.compute_per_seq_s + n * model.expert_compute_per_seq_s * imbalance / g
+    return weights, compute
+
+
 def decode_stage_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float, float]:
     """(memory, compute, communication) seconds of one stage processing ``n`` sequences for one token."""
-    touched = experts_touched(model.moe_experts, model.experts_per_token, n)
-    mem = model.dense_weights_s + model.expert_weights_s * touched + n * model.kv_per_seq_s
-    comp = n * (model.compute_per_seq_s + model.attention_compute_per_seq_s)
-    return mem, comp, tp_comm_s(model, n)
+    weights, matmul = matmul_parts_s(model, n)
+    mem = weights + n * model.kv_per_seq_s
+    comp = matmul + n * model.attention_compute_per_seq_s
+    return mem, comp, tp_comm_s(model, n) + all_to_all_s(model, n)
 
 
 def decode_stage_s(model: DecodeStepModel, n: float) -> float:
     """One stage's decode step for ``n`` sequences, seconds: a roofline per kind of kernel, the kinds in sequence.
 
-    ``max(weights, matmul FLOPs) + max(KV cache, attention FLOPs) + TP comm``. LLM-Viewer (``roofline_model.py``)
-    bounds each operation by its own roofline and adds the operations: the matmuls stream the weights while they
-    multiply, but the attention kernels that stream the KV cache run after them, not alongside.
+    ``max(weights, matmul FLOPs) + max(KV cache, attention FLOPs) + TP comm + MoE all-to-alls``. LLM-Viewer
+    (``roofline_model.py``) bounds each operation by its own roofline and adds the operations: the matmuls stream
+    the weights while they multiply, but the attention kernels that stream the KV cache run after them, not
+    alongside.
     """
-    touched = experts_touched(model.moe_experts, model.experts_per_token, n)
-    weights = model.dense_weights_s + model.expert_weights_s * touched
-    matmuls = max(weights, n * model.compute_per_seq_s)
+    weights, matmul = matmul_parts_s(model, n)
+    matmuls = max(weights, matmul)
     attention = max(n * model.kv_per_seq_s, n * model.attention_compute_per_seq_s)
-    return matmuls + attention + tp_comm_s(model, n)
+    return matmuls + attention + tp_comm_s(model, n) + all_to_all_s(model, n)
 
 
 def prefill_compute_s(weights_s: float, compute_s: float) -> float:
@@ -248,26 +271,30 @@ def estimate_serving(
     output_tokens: float,
     context_tokens: float,
     assumptions: Assumptions,
+    ep: int = 1,
+    attention_dp: bool = False,
 ) -> ServingEstimate:
     """Memory, speed and the bounding resource of one replica at ``batch`` concurrent sequences.
 
     ``context_tokens`` sizes the KV cache reserved per sequence (the workload's max context);
     decode attends over the mean context ``input + output/2``. Infeasible configurations (a broken
     hardware rule, weights or KV cache that do not fit) come back with ``feasible=False``, reason
-    records in ``why_not`` and every number still filled in.
+    records in ``why_not`` and every number still filled in. ``ep`` and ``attention_dp``: how each stage of
+    ``tp`` GPUs lays out an MoE model's experts and attention (:mod:`clusterplan.physics.moe`).
     """
     a = assumptions
     cls = gpu.gpu_class
+    layout = moe.MoeLayout(tp=tp, ep=ep, attention_dp=attention_dp)
     reasons: list[Reason] = serving_rule_reasons(arch, gpu, tp, pp, quant, kv_precision)
     notes = serving_notes(gpu, quant)
     batch = max(int(batch), 1)
 
-    mem = memory.serving_memory(
-        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
+    mem = moe.serving_memory(
+        arch, gpu, layout, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
         context_tokens=context_tokens, assumptions=a,
     )  # fmt: skip
-    max_batch = max_batch_by_memory(
-        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision,
+    max_batch = moe.max_batch_by_memory(
+        arch, gpu, layout, pp=pp, quant=quant, kv_precision=kv_precision,
         context_tokens=context_tokens, assumptions=a,
     )  # fmt: skip
     if max_batch == 0:
@@ -303,22 +330,43 @@ def estimate_serving(
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
-    if tp > arch.kv_heads:
+    if layout.attention_tp > arch.kv_heads:
         notes.append(f"tp={tp} exceeds {arch.kv_heads} KV heads: KV cache and K/V projections are replicated")
 
-    # Per-GPU quantities of the most loaded stage.
-    layers = memory.layers_per_stage(arch.layers, pp)
-    bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size, fp4_format=fp4_format(gpu))
+    # Per-GPU quantities of the most loaded stage (per sequence: the stage's average GPU).
+    is_moe = moe.is_moe(arch)
+    gemm_eff = a.moe_gemm_efficiency.of(cls) if is_moe else 1.0
     stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)  # dense layers, shared experts, MLA (params.py)
+    layers, moe_layers = stage.layers, (stage.moe_layers if is_moe else 0)
+    bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size, fp4_format=fp4_format(gpu))
     head_params = arch.vocab_size * arch.hidden_size / tp
-    dense_bytes = stage.always * bpp
-    dense_bytes += head_params * memory.EMBEDDING_BYTES_PER_PARAM
-    expert_bytes = stage.per_expert * bpp
+    k = moe.experts_per_token(arch)
     mean_context = input_tokens + output_tokens / 2.0
-    kv_seq_bytes = memory.kv_bytes_per_sequence_per_gpu(arch, mean_context, tp=tp, pp=pp, kv_precision=kv_precision)
+    if is_moe:
+        # Per layer on one GPU: attention split over TP, or whole under attention DP (each GPU its own sequences).
+        attention_params = moe.attention_params_per_gpu(arch, layout)
+        attention_params_seq = memory.attention_params_per_gpu(arch, 1) / tp if attention_dp else attention_params
+        dense_mlp_params = (layers - moe_layers) * moe.dense_mlp_params_per_layer(arch) / tp
+        shared_params = moe_layers * moe.shared_expert_params(arch) / tp
+        router_params = moe_layers * params.router_params_per_layer(arch)
+        expert_params = moe.expert_params(arch) / layout.expert_tp  # one routed expert's share on one GPU
+        dense_bytes = (layers * attention_params + router_params + dense_mlp_params + shared_params) * bpp
+        expert_bytes = moe_layers * expert_params * bpp
+        dense_flops_seq = 2.0 * (layers * attention_params_seq + dense_mlp_params + shared_params)
+        expert_flops_seq = 2.0 * moe_layers * k * moe.expert_params(arch) / tp
+    else:
+        dense_bytes = stage.always * bpp
+        expert_bytes = stage.per_expert * bpp
+        dense_flops_seq = 2.0 * stage.active
+        expert_flops_seq = 0.0
+    dense_bytes += head_params * memory.EMBEDDING_BYTES_PER_PARAM
+    dense_flops_seq += 2.0 * head_params
+    kv_seq_bytes = moe.kv_bytes_per_sequence_held(arch, layout, mean_context, pp=pp, kv_precision=kv_precision)
+    kv_seq_bytes /= tp if attention_dp else 1  # the average GPU holds 1/tp of the sequences under attention DP
     if not a.gqa_shared_kv_reads and not arch.is_mla:  # every query head streams its KV head (TensorRT-LLM <= 0.6)
-        kv_seq_bytes *= (arch.attention_heads / tp) / memory.kv_heads_per_gpu(arch.kv_heads, tp)
-    matmul_flops_seq = 2.0 * stage.active + 2.0 * head_params
+        kv_seq_bytes *= (arch.attention_heads / layout.attention_tp) / memory.kv_heads_per_gpu(
+            arch.kv_heads, layout.attention_tp
+        )
     attention_flops_seq = decode_attention_flops(arch, mean_context, pp=pp) / tp
 
     replica_gpus = tp * pp
@@ -328,6 +376,8 @@ def estimate_serving(
     eff = a.link_efficiency
     hidden_bytes = arch.hidden_size * ACTIVATION_BYTES
     allreduce_terms = nccl_allreduce_terms(tp, tp_link, eff)  # (latency s, s per byte) per NCCL protocol
+    a2a_latency, a2a_per_byte, a2a_link = moe.all_to_all_link_terms(gpu, ep, a)
+    dispatch_bytes = moe.dispatch_bytes_per_token(arch, ep)
     step_model = DecodeStepModel(
         pp=pp,
         dense_weights_s=dense_bytes / bw,
@@ -335,15 +385,26 @@ def estimate_serving(
         moe_experts=arch.moe_experts,
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
-        compute_per_seq_s=matmul_flops_seq / flops_rate,
+        compute_per_seq_s=dense_flops_seq / flops_rate,
         attention_compute_per_seq_s=attention_flops_seq / flops_rate,
-        tp_allreduces=2 * layers if tp > 1 else 0,  # Megatron TP: after attention and after the MLP
+        tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
         tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in allreduce_terms],
         pp_hop_fixed_s=pp_link.latency_s if pp > 1 else 0.0,
         pp_hop_per_seq_s=(p2p_s(hidden_bytes, pp_link, eff) - pp_link.latency_s) if pp > 1 else 0.0,
         overhead_s=a.decode_step_overhead_s.of(cls),
+        expert_parallel=max(ep, 1),
+        expert_compute_per_seq_s=expert_flops_seq / flops_rate,
+        moe_gemm_efficiency=gemm_eff,
+        expert_load_skew=a.moe_expert_load_skew,
+        all_to_alls=2 * moe_layers if ep > 1 else 0,  # dispatch and combine per MoE layer
+        all_to_all_latency_s=a2a_latency,
+        all_to_all_per_seq_s=dispatch_bytes / tp * a2a_per_byte,  # each GPU sends its 1/tp of the tokens
     )
+    if ep > 1:
+        notes.append(f"experts over {ep} GPUs (EP{ep}): dispatch and combine all-to-alls over {a2a_link.describe()}")
+    if attention_dp:
+        notes.append(f"attention data-parallel over {tp} GPUs: attention weights replicated, KV split by sequence")
     step = decode_step_s(step_model, batch)
     bound: Bound = decode_bound(step_model, batch)
     if bound == "memory_bandwidth" and batch >= max_batch > 0:
@@ -351,19 +412,35 @@ def estimate_serving(
     if max_batch == 0 or batch > max_batch:
         bound = "memory_capacity"
 
-    # Prefill of one request: sequential through the stages, TP-parallel within a stage.
+    # Prefill of one request: sequential through the stages; within a stage attention on its attention-TP
+    # group (one GPU under attention DP), experts over all tp GPUs.
     chunks = max(1, math.ceil(input_tokens / a.prefill_chunk_tokens))
-    prefill_compute = prefill_flops(arch, input_tokens) / (tp * flops_rate)
-    prefill_weights = pp * chunks * (
-        dense_bytes + expert_bytes * experts_touched(arch.moe_experts, arch.experts_per_token, input_tokens)
-    ) / bw  # fmt: skip
+    total_flops = prefill_flops(arch, input_tokens)
+    expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * input_tokens if is_moe else 0.0
+    skew = moe.load_imbalance(input_tokens, k, ep, a.moe_expert_load_skew) / gemm_eff
+    prefill_compute = (total_flops - expert_flops) / (layout.attention_tp * flops_rate)
+    prefill_compute += expert_flops * skew / (tp * flops_rate)
+    prefill_split = (total_flops - expert_flops) / (tp * flops_rate) + expert_flops * skew / (tp * flops_rate)
+    touched_prefill = experts_touched(arch.moe_experts, arch.experts_per_token, input_tokens) / max(ep, 1)
+    prefill_weights = pp * chunks * (dense_bytes + expert_bytes * touched_prefill / gemm_eff) / bw
     chunk_msg = input_tokens / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
-    prefill_tp_comm = chunks * 2 * arch.layers * nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
+    prefill_allreduce = nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
+    prefill_tp_comm = chunks * moe.allreduces(arch, layout, arch.layers) * prefill_allreduce
+    chunk_tokens = input_tokens / chunks
+    a2a_count = 2 * moe.moe_layers(arch) if ep > 1 else 0
+    sent = dispatch_bytes * chunk_tokens / layout.attention_tp  # one request's chunk leaves its attention GPUs
+    prefill_a2a = chunks * a2a_count * (a2a_latency + sent * a2a_per_byte) if a2a_count else 0.0
+    prefill_a2a_busy = chunks * a2a_count * (a2a_latency + sent / tp * layout.attention_tp * a2a_per_byte)
     prefill_pp_comm = (pp - 1) * p2p_s(input_tokens * hidden_bytes, pp_link, eff)
     prefill = (
-        prefill_compute_s(prefill_weights, prefill_compute) + prefill_tp_comm + prefill_pp_comm + step_model.overhead_s
+        prefill_compute_s(prefill_weights, prefill_compute)
+        + prefill_tp_comm
+        + prefill_a2a
+        + prefill_pp_comm
+        + step_model.overhead_s
     )
-    prefill_busy = (prefill_compute + prefill_tp_comm * (1.0 - a.tp_comm_overlap)) / pp
+    prefill_comm_busy = prefill_tp_comm + (prefill_a2a_busy if a2a_count else 0.0)
+    prefill_busy = (prefill_split + prefill_comm_busy * (1.0 - a.tp_comm_overlap)) / pp
 
     rps, tokens_per_s, tpot = saturated_rates(step, batch, prefill_busy, output_tokens)
     share = rps * prefill_busy
@@ -396,6 +473,9 @@ def estimate_serving(
         decode_context_tokens=mean_context,
         prefill_busy_s=prefill_busy,
         step_model=step_model,
+        ep=max(ep, 1),
+        attention_dp=attention_dp,
+        all_to_all_s=step_model.pp * all_to_all_s(step_model, batch / min(float(pp), float(batch))),
     )
 
 

@@ -99,6 +99,17 @@ class DecodeStepModel(Result):
     pp_hop_fixed_s: float = Field(0.0, description="latency of one stage-to-stage send, s")
     pp_hop_per_seq_s: float = Field(0.0, description="transfer of one sequence's hidden state between stages, s")
     overhead_s: float = Field(0.0, description="engine-independent fixed cost per step, s")
+    expert_parallel: int = Field(1, ge=1, description="EP ranks the stage's experts are spread over (1: none)")
+    expert_compute_per_seq_s: float = Field(
+        0.0, description="one sequence's routed-expert matmul FLOPs on the stage's average GPU, s (MoE only)"
+    )
+    moe_gemm_efficiency: float = Field(1.0, gt=0, le=1.5, description="expert GEMMs' share of the dense roofline")
+    expert_load_skew: float = Field(1.0, ge=1, description="static max/mean load of EP ranks")
+    all_to_alls: int = Field(0, ge=0, description="MoE dispatch and combine all-to-alls of the stage per step")
+    all_to_all_latency_s: float = Field(0.0, description="start-up latency of one all-to-all, s")
+    all_to_all_per_seq_s: float = Field(
+        0.0, description="transfer of one sequence's share of one all-to-all from the busiest GPU, s"
+    )
 
 
 class ServingEstimate(Judged):
@@ -129,6 +140,11 @@ class ServingEstimate(Judged):
         0.0, description="GPU time one request's prefill takes when interleaved with decode (chunked prefill), s"
     )
     step_model: DecodeStepModel | None = Field(None, description="decode step time at any running batch")
+    ep: int = Field(1, description="expert-parallel degree of each stage (1: experts tensor-parallel)")
+    attention_dp: bool = Field(False, description="attention data-parallel over each stage's GPUs")
+    all_to_all_s: float = Field(
+        0.0, description="MoE dispatch and combine all-to-alls of one decode step at this batch, s (0 without EP)"
+    )
 
 
 class LatencyAtLoad(Result):

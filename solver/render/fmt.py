@@ -99,9 +99,15 @@ def layout(w: ServingPlan | TrainingPlan) -> str:
     )
 
 
+def moe_layout(ep: int, attention_dp: bool) -> str:
+    """`` EP8 attention-DP`` for an MoE layout; empty for the dense one."""
+    return (f" EP{ep}" if ep > 1 else "") + (" attention-DP" if attention_dp else "")
+
+
 def group_layout(g: ReplicaGroup) -> str:
     where = "+".join(k for k, n in (("cloud", g.cloud_replicas), ("owned", g.owned_replicas)) if n)
-    return f"{g.replicas}x [{g.gpu} TP{g.tp} PP{g.pp} {g.quant} batch {g.batch}] ({where})"
+    moe = moe_layout(g.ep, g.attention_dp)
+    return f"{g.replicas}x [{g.gpu} TP{g.tp} PP{g.pp}{moe} {g.quant} batch {g.batch}] ({where})"
 
 
 # Said under "Why this one" when the command's time limit stopped the explanation part way.

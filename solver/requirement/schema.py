@@ -271,6 +271,10 @@ class PinnedConfig(Strict):
     tp: int | None = Field(None, ge=1, le=1024, description="tensor-parallel degree")
     pp: int | None = Field(None, ge=1, le=1024, description="pipeline-parallel degree")
     dp: int | None = Field(None, ge=1, le=1_000_000, description="data-parallel degree or serving replicas")
+    ep: int | None = Field(
+        None, ge=1, le=1024, description="expert-parallel degree per stage (serving an MoE model; divides tp)"
+    )
+    attention_dp: bool | None = Field(None, description="attention data-parallel over each stage's GPUs (serving)")
     zero: Literal[0, 1, 2, 3] | None = Field(None, description="ZeRO stage (training)")
     quant: Quantization | None = Field(None, description="weight precision / quantization")
     kv_quant: KvPrecision | None = Field(None, description="KV-cache precision")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.plan import Design, ServingPlan, TrainingPlan
-from clusterplan.render.fmt import usd
+from clusterplan.render.fmt import moe_layout, usd
 from clusterplan.requirement.load import ResolvedRequirement
 from clusterplan.review.records import BindingRow, FactorRow, MemoryBar, RentBuyRow, SourceRow
 
@@ -20,7 +20,7 @@ from clusterplan.review.records import BindingRow, FactorRow, MemoryBar, RentBuy
 def _layout(w: ServingPlan | TrainingPlan, i: int = 0) -> str:
     if isinstance(w, ServingPlan):
         g = w.groups[i]
-        return f"{g.replicas}x {g.gpu} TP{g.tp} PP{g.pp} {g.quant}"
+        return f"{g.replicas}x {g.gpu} TP{g.tp} PP{g.pp}{moe_layout(g.ep, g.attention_dp)} {g.quant}"
     return f"{w.gpus}x {w.gpu} TP{w.tp} PP{w.pp} DP{w.dp} ZeRO-{w.zero_stage}"
 
 
@@ -40,7 +40,8 @@ def design_estimates(resolved: ResolvedRequirement, catalog: Catalog, design: De
             for k, g in enumerate(w.groups):
                 cfg = PinnedConfig(
                     workload=index, gpu=g.gpu, tp=g.tp, pp=g.pp, quant=g.quant, kv_quant=g.kv_cache,
-                    batch=g.batch, dp=g.replicas,
+                    batch=g.batch, dp=g.replicas, ep=g.ep if g.ep > 1 else None,
+                    attention_dp=g.attention_dp or None,
                 )  # fmt: skip
                 out.append(
                     (f"{w.workload}: {_layout(w, k)}", estimate_requirement(req, models, catalog, cfg), "serving")

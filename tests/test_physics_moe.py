@@ -1,0 +1,124 @@
+"""MoE layouts (physics/moe.py): expert parallelism, attention data-parallelism, all-to-all, imbalance."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+from clusterplan.physics import memory, moe, serving
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.types import ServingEstimate
+
+A = Assumptions()
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog([])
+
+
+@pytest.fixture(scope="module")
+def mixtral(catalog: Catalog) -> ModelArchitecture:
+    return catalog.model("mixtral-8x7b")
+
+
+@pytest.fixture(scope="module")
+def h100(catalog: Catalog) -> GpuSpec:
+    return catalog.gpu("h100-sxm")
+
+
+def _est(
+    arch: ModelArchitecture, gpu: GpuSpec, *, tp: int, ep: int = 1, dp: bool = False, batch: int = 64
+) -> ServingEstimate:
+    return serving.estimate_serving(
+        arch, gpu, tp=tp, pp=1, quant="bf16", kv_precision="bf16", batch=batch, input_tokens=1000,
+        output_tokens=200, context_tokens=1200, assumptions=A, ep=ep, attention_dp=dp,
+    )  # fmt: skip
+
+
+def test_ep_divides_expert_weights_per_gpu(mixtral: ModelArchitecture) -> None:
+    # EP8 over 8 GPUs: each holds one whole expert per layer, 1/8 of the expert weights.
+    all_experts = mixtral.moe_experts * moe.expert_params(mixtral)
+    ep8 = moe.expert_params_per_gpu_per_layer(mixtral, moe.MoeLayout(tp=8, ep=8))
+    assert ep8 == pytest.approx(all_experts / 8)
+    assert moe.expert_params_per_gpu_per_layer(mixtral, moe.MoeLayout(tp=8, ep=4)) == pytest.approx(all_experts / 8)
+    assert moe.expert_params_per_gpu_per_layer(mixtral, moe.MoeLayout(tp=4, ep=4)) == pytest.approx(all_experts / 4)
+
+
+def test_dense_layout_is_todays_memory(mixtral: ModelArchitecture, h100: GpuSpec) -> None:
+    assert moe.serving_weight_bytes_per_gpu(mixtral, moe.MoeLayout(tp=4), pp=1, quant="bf16") == (
+        memory.serving_weight_bytes_per_gpu(mixtral, tp=4, pp=1, quant="bf16")
+    )
+
+
+def test_attention_dp_replicates_attention_and_splits_kv(mixtral: ModelArchitecture, h100: GpuSpec) -> None:
+    tp_layout, dp_layout = moe.MoeLayout(tp=8, ep=8), moe.MoeLayout(tp=8, ep=8, attention_dp=True)
+    w_tp = moe.serving_weight_bytes_per_gpu(mixtral, tp_layout, pp=1, quant="bf16")
+    w_dp = moe.serving_weight_bytes_per_gpu(mixtral, dp_layout, pp=1, quant="bf16")
+    extra = mixtral.layers * (memory.attention_params_per_gpu(mixtral, 1) - memory.attention_params_per_gpu(mixtral, 8))
+    assert w_dp - w_tp == pytest.approx(extra * 2.0)  # attention weights whole on every GPU
+    # KV: a GPU holds 1/8 of the sequences, each with every KV head.
+    kv_dp = moe.serving_memory(
+        mixtral, h100, dp_layout, pp=1, quant="bf16", kv_precision="bf16", batch=64, context_tokens=1200, assumptions=A
+    ).kv_cache_gib
+    per_token_all_heads = memory.kv_bytes_per_token_per_gpu(mixtral, tp=1, pp=1, kv_precision="bf16")
+    assert kv_dp == pytest.approx(8 * 1200 * per_token_all_heads / 2**30)
+    assert moe.sequences_per_gpu(64, dp_layout) == 8
+    # The stage holds tp times the per-GPU batch.
+    per_gpu = moe.max_batch_by_memory(
+        mixtral, h100, dp_layout, pp=1, quant="bf16", kv_precision="bf16", context_tokens=1200, assumptions=A
+    )
+    assert per_gpu % 8 == 0 and per_gpu > 0
+
+
+def test_all_to_all_reported_and_zero_without_ep(mixtral: ModelArchitecture, h100: GpuSpec) -> None:
+    tp8 = _est(mixtral, h100, tp=8)
+    ep8 = _est(mixtral, h100, tp=8, ep=8, dp=True)
+    assert tp8.all_to_all_s == 0.0
+    assert ep8.all_to_all_s > 0.0
+    assert ep8.step_model is not None and ep8.step_model.all_to_alls == 2 * mixtral.layers
+    assert ep8.feasible and ep8.ep == 8 and ep8.attention_dp
+
+
+def test_ep_across_nvlink_domains_pays_the_network(mixtral: ModelArchitecture, h100: GpuSpec) -> None:
+    wide = mixtral.model_copy(update={"moe_experts": 64})
+    _, inside_per_byte, inside = moe.all_to_all_link_terms(h100, 8, A)
+    _, across_per_byte, across = moe.all_to_all_link_terms(h100, 16, A)
+    assert inside.kind == "nvlink" and across.kind == "network"
+    # 8 of 15 peers sit across the domain, at 50 GB/s per GPU against 450 GB/s NVLink.
+    assert across_per_byte > 4 * inside_per_byte
+    e8 = _est(wide, h100, tp=8, ep=8, dp=True)
+    e16 = _est(wide, h100, tp=16, ep=16, dp=True)
+    assert e16.all_to_all_s > 2 * e8.all_to_all_s
+
+
+def test_load_imbalance_shrinks_with_batch() -> None:
+    assert moe.load_imbalance(64, 2, 1) == 1.0
+    small, large = moe.load_imbalance(8, 2, 8), moe.load_imbalance(4096, 2, 8)
+    assert small > large > 1.0
+    assert moe.load_imbalance(1, 2, 8) <= 8.0
+    assert moe.load_imbalance(4096, 2, 8, skew=1.3) == pytest.approx(1.3 * large)
+
+
+def test_grouped_gemm_efficiency_slows_moe_only(mixtral: ModelArchitecture, h100: GpuSpec, catalog: Catalog) -> None:
+    slow = Assumptions(moe_gemm_efficiency=0.5)
+    fast = Assumptions(moe_gemm_efficiency=1.0)
+
+    def step(arch: ModelArchitecture, a: Assumptions) -> float:
+        est: ServingEstimate = serving.estimate_serving(
+            arch, h100, tp=4, pp=1, quant="bf16", kv_precision="bf16", batch=32, input_tokens=500,
+            output_tokens=100, context_tokens=600, assumptions=a,
+        )  # fmt: skip
+        return est.decode_step_s
+
+    assert step(mixtral, slow) > step(mixtral, fast)
+    dense = catalog.model("llama-3.1-8b")
+    assert step(dense, slow) == step(dense, fast)
+
+
+def test_layout_problems(mixtral: ModelArchitecture, catalog: Catalog) -> None:
+    assert moe.layout_problem(mixtral, 8, 8, True) is None
+    assert moe.layout_problem(mixtral, 8, 3, False) == "ep_not_divisor"
+    assert moe.layout_problem(mixtral, 16, 16, False) == "ep_exceeds_experts"
+    assert moe.layout_problem(catalog.model("llama-3.1-8b"), 8, 8, False) == "ep_without_experts"
