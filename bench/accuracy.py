@@ -36,11 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, serving, training
-from clusterplan.physics.factors import ENGINE_FACTORS, ENGINES, Assumptions
+from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
 from clusterplan.physics.serving import decode_step_s
 from clusterplan.physics.types import ServingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 
+ENGINES = engine_profiles()  # catalog/engines.yaml
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 MEASUREMENT_FILES = (DATA / "measurements.yaml", DATA / "measurements-added.yaml")

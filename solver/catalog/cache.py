@@ -31,7 +31,7 @@ M = TypeVar("M", bound=BaseModel)
 
 CACHE_ENV = "CLUSTERPLAN_CACHE_DIR"
 CACHE_OFF = ("off", "0", "no", "false", "none")
-CACHE_FORMAT = 2  # bumped when the cache file's layout changes
+CACHE_FORMAT = 3  # bumped when the cache file's layout changes
 CACHE_FILE = "catalog.json"
 
 

@@ -16,7 +16,7 @@ import math
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params
 from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, nccl_allreduce_terms, p2p_s
-from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.physics.memory import max_batch_by_memory
 from clusterplan.physics.reasons import KvCacheDoesNotFit, NoTensorThroughput, Reason, WeightsDoNotFit
 from clusterplan.physics.rules import compute_precision_for_weights, serving_notes, serving_rule_reasons, short_name
@@ -38,17 +38,18 @@ def attention_width(arch: ModelArchitecture) -> int:
     return arch.attention_heads * arch.head_dim_eff
 
 
-def prefill_flops(arch: ModelArchitecture, tokens: float) -> float:
-    """Forward FLOPs of a prompt: ``2·N_active·s + 2·l·s²·d_attn + 2·V·h``.
+def prefill_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: float = 0.0) -> float:
+    """Forward FLOPs of ``s`` prompt tokens after ``p`` cached ones: ``2·N_active·s + 2·l·d_attn·(s² + 2·s·p) + 2·V·h``.
 
     Matmuls ``2·N`` per token (Kaplan et al. 2020, arXiv:2001.08361 §2.1) over non-embedding active
-    parameters; causal attention ``QK^T`` and ``AV`` at ``4·d_attn`` FLOPs per (query, key) pair over
-    s²/2 pairs per layer; the LM head only for the last token (vLLM computes logits for sampled tokens).
+    parameters; causal attention ``QK^T`` and ``AV`` at ``4·d_attn`` FLOPs per (query, key) pair: s²/2 pairs
+    among the new tokens and s·p with the cached prefix, per layer; the LM head only for the last token
+    (vLLM computes logits for sampled tokens).
     """
     n = params.non_embedding_params(arch, active=True)
     return (
         2.0 * n * tokens
-        + 2.0 * arch.layers * tokens * tokens * attention_width(arch)
+        + 2.0 * arch.layers * (tokens * tokens + 2.0 * tokens * cached_tokens) * attention_width(arch)
         + 2.0 * arch.vocab_size * arch.hidden_size
     )
 
@@ -147,6 +148,41 @@ def decode_step_s(model: DecodeStepModel, n: float) -> float:
     return model.pp * stage + hops + model.overhead_s
 
 
+def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) -> DecodeStepModel:
+    """A decode step per *kept token* under speculative decoding (draft ``k``, mean acceptance ``tau``, proposer
+    cost ``c`` of a target forward).
+
+    One verification step runs the target on ``k + 1`` tokens per sequence: matmul and attention FLOPs and the
+    TP all-reduce payload grow ``k + 1``-fold, the weights and KV cache are streamed once (Leviathan et al. 2023,
+    arXiv:2211.17192 §3; vLLM ``spec_decode`` scores all proposals in one forward). The proposer adds ``k``
+    forwards at ``c`` of the target's weights, KV and FLOPs. The step keeps ``tau`` tokens, so every time is
+    divided by ``tau``: :func:`decode_step_s` of the result is the time per output token.
+    """
+    k, c, tau = float(spec.draft_tokens), spec.cost, spec.acceptance_length
+    verify = model.model_copy(
+        update={
+            "dense_weights_s": model.dense_weights_s * (1.0 + k * c),
+            "kv_per_seq_s": model.kv_per_seq_s * (1.0 + k * c),
+            "compute_per_seq_s": model.compute_per_seq_s * (k + 1.0 + k * c),
+            "attention_compute_per_seq_s": model.attention_compute_per_seq_s * (k + 1.0),
+            "tp_allreduce_per_seq_s": [x * (k + 1.0) for x in model.tp_allreduce_per_seq_s],
+            "pp_hop_per_seq_s": model.pp_hop_per_seq_s * (k + 1.0),
+        }
+    )
+    return scale_step_model(verify, 1.0 / tau)
+
+
+def scale_step_model(model: DecodeStepModel, factor: float) -> DecodeStepModel:
+    """Every time of a step model times ``factor`` (fields ending in ``_s``): ``decode_step_s`` scales by it."""
+    update: dict[str, object] = {}
+    for name in type(model).model_fields:
+        if not name.endswith("_s"):
+            continue
+        value = getattr(model, name)
+        update[name] = [x * factor for x in value] if isinstance(value, list) else value * factor
+    return model.model_copy(update=update)
+
+
 def decode_bound(model: DecodeStepModel, n: float) -> Bound:
     """Which resource dominates a decode step at ``n`` sequences."""
     m = min(float(model.pp), max(n, 1.0))
@@ -216,7 +252,7 @@ def estimate_serving(
         reasons.append(
             WeightsDoNotFit(
                 gpu=short_name(gpu), model=arch.name, quant=quant, tp=tp, pp=pp, weights_gib=mem.weights_gib,
-                fixed_gib=fixed, headroom_fraction=a.memory_headroom_fraction, capacity_gib=gpu.memory_gib,
+                fixed_gib=fixed, headroom_fraction=a.serving_headroom_fraction, capacity_gib=gpu.memory_gib,
                 context_tokens=context_tokens,
             )
         )  # fmt: skip
@@ -287,6 +323,12 @@ def estimate_serving(
         pp_hop_per_seq_s=(p2p_s(hidden_bytes, pp_link, eff) - pp_link.latency_s) if pp > 1 else 0.0,
         overhead_s=a.decode_step_overhead_s.of(cls),
     )
+    if a.speculative is not None:
+        step_model = speculative_step_model(step_model, a.speculative)
+        notes.append(
+            f"speculative decoding ({a.speculative.method}): {a.speculative.draft_tokens} draft tokens, "
+            f"{a.speculative.acceptance_length:g} kept per step"
+        )
     step = decode_step_s(step_model, batch)
     bound: Bound = decode_bound(step_model, batch)
     if bound == "memory_bandwidth" and batch >= max_batch > 0:
@@ -294,15 +336,20 @@ def estimate_serving(
     if max_batch == 0 or batch > max_batch:
         bound = "memory_capacity"
 
-    # Prefill of one request: sequential through the stages, TP-parallel within a stage.
-    chunks = max(1, math.ceil(input_tokens / a.prefill_chunk_tokens))
-    prefill_compute = prefill_flops(arch, input_tokens) / (tp * flops_rate)
+    # Prefill of one request: sequential through the stages, TP-parallel within a stage. A prefix-cache hit
+    # skips its share of the prompt (vLLM automatic prefix caching, SGLang RadixAttention): only the rest is computed.
+    cached = input_tokens * a.prefix_cache_hit_rate
+    computed = max(input_tokens - cached, 1.0)
+    chunks = max(1, math.ceil(computed / a.chunk_tokens))
+    prefill_compute = prefill_flops(arch, computed, cached_tokens=cached) / (tp * flops_rate)
+    if a.speculative is not None and a.speculative.method == "draft":
+        prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
     prefill_weights = pp * chunks * (
-        dense_bytes + expert_bytes * experts_touched(arch.moe_experts, arch.experts_per_token, input_tokens)
+        dense_bytes + expert_bytes * experts_touched(arch.moe_experts, arch.experts_per_token, computed)
     ) / bw  # fmt: skip
-    chunk_msg = input_tokens / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
+    chunk_msg = computed / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
     prefill_tp_comm = chunks * 2 * arch.layers * nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
-    prefill_pp_comm = (pp - 1) * p2p_s(input_tokens * hidden_bytes, pp_link, eff)
+    prefill_pp_comm = (pp - 1) * p2p_s(computed * hidden_bytes, pp_link, eff)
     prefill = (
         prefill_compute_s(prefill_weights, prefill_compute) + prefill_tp_comm + prefill_pp_comm + step_model.overhead_s
     )
@@ -339,6 +386,7 @@ def estimate_serving(
         decode_context_tokens=mean_context,
         prefill_busy_s=prefill_busy,
         step_model=step_model,
+        prefill_chunks=chunks,
     )
 
 

@@ -112,7 +112,7 @@ class ServingEstimate(Judged):
     batch: int = Field(description="concurrent sequences per replica")
     gpus_per_replica: int
     memory: MemoryBreakdown
-    max_batch_by_memory: int = Field(description="largest concurrency whose KV cache fits")
+    max_batch_by_memory: int = Field(description="largest concurrency whose KV cache fits in the engine's KV pool")
     prefill_s: float = Field(description="prefill of one request's input tokens, seconds (unloaded)")
     decode_step_s: float = Field(description="one decode step at this batch, seconds")
     ttft_s: float = Field(description="unloaded time to first token, seconds")
@@ -129,6 +129,7 @@ class ServingEstimate(Judged):
         0.0, description="GPU time one request's prefill takes when interleaved with decode (chunked prefill), s"
     )
     step_model: DecodeStepModel | None = Field(None, description="decode step time at any running batch")
+    prefill_chunks: int = Field(1, ge=1, description="engine steps one prompt's computed tokens take (chunked prefill)")
 
 
 class LatencyAtLoad(Result):
@@ -142,6 +143,9 @@ class LatencyAtLoad(Result):
     stable: bool = Field(description="False when arrivals exceed the utilisation ceiling")
     p95_wait_s: float = Field(0.0, description="95th percentile wait for a free batch slot, seconds")
     mean_running_batch: float = Field(0.0, description="expected sequences decoding at once (Little's law)")
+    mean_ttft_s: float = Field(0.0, description="mean time to first token, seconds (mean wait + prefill)")
+    mean_tpot_s: float = Field(0.0, description="mean time per output token, seconds (step at the mean batch)")
+    mean_e2e_s: float = Field(0.0, description="mean end-to-end latency of a request of mean length, seconds")
 
 
 class TrainingEstimate(Judged):
