@@ -174,13 +174,14 @@ class Assumptions(BaseModel):
         "(seeds 002: consumer cards lose 15-25% in dense racks)",
     )
     memory_headroom_fraction: float = Field(
-        0.10, ge=0, lt=0.5, description="fraction of GPU memory kept free for fragmentation (seeds: 10-15%)"
+        0.10, ge=0, lt=0.5, description="training: fraction of GPU memory kept free for fragmentation (seeds: 10-15%); serving "
+        "uses the engine's memory policy and the workload's headroom instead"
     )
     runtime_overhead_gib: float = Field(
         2.0,
         ge=0,
-        description="CUDA context, NCCL buffers and framework "
-        "per GPU, GiB (aiconfigurator 'other' 3.5 GiB; vidur/CUDA 650 MB)",
+        description="training: CUDA context, NCCL buffers and framework "
+        "per GPU, GiB (aiconfigurator 'other' 3.5 GiB; vidur/CUDA 650 MB); serving uses the engine's reserve",
     )
     inter_node_bandwidth_gb_per_s: float = Field(
         50.0, gt=0, description="per-GPU inter-node network, GB/s (400 Gb/s InfiniBand/EFA per GPU)"
