@@ -59,7 +59,6 @@ def test_batch_beyond_the_engines_cap_is_caught(solved, catalog) -> None:  # typ
     """The checker reads the workload's engine (catalog/engines.yaml): a batch over its cap is not a design."""
     resolved, plan = solved["70b-serving"]
     d = plan.designs[0]
-    _, w = _first_serving(plan)
     capped = resolved.requirement.workloads[0].model_copy(update={"engine": EngineSettings(name="vllm", max_batch=8)})
     req = resolved.requirement.model_copy(update={"workloads": [capped]})
     problems = check_plan(d, ResolvedRequirement(req, resolved.path, None, resolved.models), catalog)

@@ -174,8 +174,11 @@ class Assumptions(BaseModel):
         "(seeds 002: consumer cards lose 15-25% in dense racks)",
     )
     memory_headroom_fraction: float = Field(
-        0.10, ge=0, lt=0.5, description="training: fraction of GPU memory kept free for fragmentation (seeds: 10-15%); serving "
-        "uses the engine's memory policy and the workload's headroom instead"
+        0.10,
+        ge=0,
+        lt=0.5,
+        description="training: fraction of GPU memory kept free for fragmentation (seeds: 10-15%); serving "
+        "uses the engine's memory policy and the workload's headroom instead",
     )
     runtime_overhead_gib: float = Field(
         2.0,
