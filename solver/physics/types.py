@@ -57,7 +57,11 @@ class MemoryBreakdown(Result):
     gradients_gib: float = 0.0
     optimizer_gib: float = 0.0
     runtime_overhead_gib: float = 0.0
-    headroom_gib: float = Field(0.0, description="fragmentation headroom (memory_headroom_fraction x capacity)")
+    headroom_gib: float = Field(
+        0.0,
+        description="memory left unused: training, memory_headroom_fraction x capacity; serving, what the engine's "
+        "memory policy and the workload's headroom keep out of the KV pool",
+    )
     total_gib: float
     capacity_gib: float
 
