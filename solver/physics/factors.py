@@ -193,7 +193,7 @@ class Assumptions(BaseModel):
     decode_step_overhead_s: PerClass = Field(
         default_factory=lambda: _engine_default("decode_step_overhead_s", DEFAULT_ENGINE),
         description="fixed cost of one engine step (scheduling, sampling, kernel launches), seconds; per engine "
-        "(ENGINES), fitted by bench/accuracy.py",
+        "(catalog/engines.yaml), fitted by bench/accuracy.py",
     )
     scale_up_latency_s: float = Field(
         8e-6,
