@@ -7,6 +7,7 @@ The defaults the planner used are listed in every explanation.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pydantic import (
@@ -62,8 +63,10 @@ def engine_profiles() -> dict[str, EngineSpec]:
     return shipped_engines()
 
 
+@functools.lru_cache(maxsize=64)
 def engine_profile(name: str) -> EngineSpec:
-    """One shipped engine by id or alias (validated names only: :class:`Assumptions` checks them)."""
+    """One shipped engine by id or alias (validated names only: :class:`Assumptions` checks them); memoised,
+    since every memory and step evaluation asks for it."""
     from clusterplan.catalog.load import normalize_name
 
     key = normalize_name(name)
