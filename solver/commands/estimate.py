@@ -79,6 +79,8 @@ def render(result: Any) -> list[Any]:
     head = f"{result.requirement}: {c.kind} '{c.workload}' of {c.model} on {c.count} x {c.gpu_name} ({layout})"
     if c.kind == "serving":
         head += f", weights {c.quant}, KV {c.kv_quant}, batch {c.batch} per replica"
+        if c.engine is not None:
+            head += f", engine {c.engine} (cap {c.batch_cap:,})"
     else:
         head += f", {c.precision}, ZeRO {c.zero}, recompute {c.recompute}, micro-batch {c.batch}"
     out.append(head)

@@ -82,6 +82,8 @@ class ChosenConfig(Result):
     zero: int | None = None
     recompute: str | None = None
     precision: str | None = None
+    engine: str | None = Field(default=None, description="serving engine (catalog/engines.yaml)")
+    batch_cap: int | None = Field(default=None, description="the engine's cap on concurrent sequences (serving)")
 
 
 class TargetCheck(Result):
@@ -512,7 +514,8 @@ def _estimate_serving(
             notes.append(unowned)
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
-        count=count, tp=tp, pp=pp, dp=replicas, quant=quant, kv_quant=kv, batch=batch,
+        count=count, tp=tp, pp=pp, dp=replicas, quant=quant, kv_quant=kv, batch=batch, engine=a.engine,
+        batch_cap=a.batch_cap(gpu.memory_gib, gpu.name),
     )  # fmt: skip
     return EstimateResult(
         requirement=req.name,
