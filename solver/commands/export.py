@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from clusterplan.commands.options import CatalogOption
+from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
 
 
@@ -26,6 +27,7 @@ def register(app: typer.Typer) -> None:
         output: Annotated[
             Path | None, typer.Option("--output", "-o", help="Directory to write the scripts into (default: print).")
         ] = None,
+        force: Annotated[bool, typer.Option("--force", help=FORCE_HELP)] = False,
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """Engine launch commands, a benchmark command and the expected figures for one design."""
@@ -35,6 +37,7 @@ def register(app: typer.Typer) -> None:
             from clusterplan.catalog.load import load_catalog
             from clusterplan.design.export import export_design
             from clusterplan.errors import ClusterplanError
+            from clusterplan.outputs import make_folder, write_text
             from clusterplan.physics.factors import Assumptions
             from clusterplan.pipeline import PlanOptions, plan_requirement
             from clusterplan.render.export_view import export_files
@@ -59,9 +62,9 @@ def register(app: typer.Typer) -> None:
                 for fname, text in files.items():
                     out_console.print(f"# ---- {fname}\n{text}", markup=False, soft_wrap=True)
                 return
-            output.mkdir(parents=True, exist_ok=True)
+            make_folder(output, flag="--output")
             for fname, text in files.items():
-                (output / fname).write_text(text, encoding="utf-8")
+                write_text(output / fname, text, force=force, flag="--output")
             out_console.print(f"wrote {len(files)} files to {output}", markup=False)
             out_console.print(files["expected.txt"], markup=False, soft_wrap=True)
 
