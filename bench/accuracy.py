@@ -36,11 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, serving, training
-from clusterplan.physics.factors import ENGINE_FACTORS, ENGINES, Assumptions
+from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
 from clusterplan.physics.serving import decode_step_s
 from clusterplan.physics.types import ServingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 
+ENGINES = engine_profiles()  # catalog/engines.yaml
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 MEASUREMENT_FILES = (DATA / "measurements.yaml", DATA / "measurements-added.yaml")
@@ -129,7 +130,9 @@ class Setting(BaseModel):
     kv: str = "fp16"
     weight_bits: float | None = Field(None, gt=0, description="bits per weight of a non-catalog format")
     batch: int = Field(1, ge=1)
-    max_num_seqs: int = Field(256, ge=1, description="engine cap on concurrent sequences (saturated)")
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="engine cap on concurrent sequences (saturated); unset: the engine's (engines.yaml)"
+    )
     kv_reserved: Literal["full", "mean"] = Field(
         "full",
         description="KV a running sequence holds when the engine picks the batch: full input + output "
@@ -339,7 +342,8 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
 
     if s.scenario == "saturated":
         probe = _serving(m, s, arch, gpu, a, batch=1)
-        batch = max(1, min(probe.max_batch_by_memory, s.max_num_seqs))
+        cap = s.max_num_seqs if s.max_num_seqs is not None else a.batch_cap(gpu.memory_gib, gpu.name)
+        batch = max(1, min(probe.max_batch_by_memory, cap))
         est = _serving(m, s, arch, gpu, a, batch=batch)
         return est.output_tokens_per_s / per, f"batch {batch} (memory {probe.max_batch_by_memory}), {est.bound}"
 

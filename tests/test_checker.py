@@ -11,6 +11,7 @@ from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement.load import ResolvedRequirement, load_requirement
+from clusterplan.requirement.schema import EngineSettings
 from conftest import EXAMPLES, cloud, serving, srow, table
 
 
@@ -52,6 +53,16 @@ def test_too_few_replicas_is_caught(solved, catalog) -> None:  # type: ignore[no
     broken = d.model_copy(update={"workloads": [w.model_copy(update={"groups": [fewer]})]})
     problems = check_plan(broken, resolved, catalog)
     assert any("demanded" in p or "p95" in p for p in problems), problems
+
+
+def test_batch_beyond_the_engines_cap_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
+    """The checker reads the workload's engine (catalog/engines.yaml): a batch over its cap is not a design."""
+    resolved, plan = solved["70b-serving"]
+    d = plan.designs[0]
+    capped = resolved.requirement.workloads[0].model_copy(update={"engine": EngineSettings(name="vllm", max_batch=8)})
+    req = resolved.requirement.model_copy(update={"workloads": [capped]})
+    problems = check_plan(d, ResolvedRequirement(req, resolved.path, None, resolved.models), catalog)
+    assert any("the vllm engine runs" in p for p in problems), problems
 
 
 def test_understated_cost_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]

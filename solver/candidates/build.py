@@ -9,9 +9,9 @@ table built with a cache equals one built without (``tests/test_sweep_reuse.py``
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clusterplan.physics.reasons import (
     NotObtainable,
@@ -200,7 +200,14 @@ def build_candidates(
         offerings=tuple(offerings),
         limits=limits,
         name=req.name,
-        assumptions_used=tuple([*resolved.model_notes, *assumption_lines(req.assumptions), *confidence_lines(derate)]),
+        assumptions_used=tuple(
+            [
+                *resolved.model_notes,
+                *assumption_lines(req.assumptions),
+                *engine_lines(req.workloads, req.assumptions),
+                *confidence_lines(derate),
+            ]
+        ),
         notes=tuple(notes),
         offer_exclusions=tuple(tier_exclusions(catalog, req, gpus)),
         precision_gates=tuple(precision_gates(resolved, catalog)),
@@ -240,6 +247,35 @@ def assumption_lines(assumptions: Assumptions) -> list[str]:
         default_text = default.model_dump() if hasattr(default, "model_dump") else default
         tag = "" if text == default_text else " (overridden)"
         out.append(f"{name} = {text}{tag}")
+    return out
+
+
+def engine_lines(workloads: Sequence[Any], assumptions: Assumptions) -> list[str]:
+    """Each serving workload's engine as it is planned (design/evaluate.serving_assumptions), one line each."""
+    from clusterplan.design.evaluate import serving_assumptions
+
+    out: list[str] = []
+    for w in workloads:
+        if w.kind != "serving":
+            continue
+        a = serving_assumptions(assumptions, w)
+        spec = a.engine_spec
+        fraction = a.engine_memory_fraction if a.engine_memory_fraction is not None else spec.memory_fraction
+        cap = a.engine_max_batch if a.engine_max_batch is not None else spec.max_batch
+        line = (
+            f"{w.name}: engine {a.engine} ({spec.memory_policy} memory policy, fraction {fraction:g}, batch cap "
+            f"{cap}, {a.chunk_tokens} tokens per step, {spec.runtime_reserve_gib if a.engine_runtime_reserve_gib is None else a.engine_runtime_reserve_gib:g} GiB reserve; "
+            f"catalog/engines.yaml), headroom {a.serving_headroom_fraction:g}"
+        )
+        if a.prefix_cache_hit_rate > 0:
+            line += f", prefix-cache hit rate {a.prefix_cache_hit_rate:g}"
+        if a.speculative is not None:
+            sp = a.speculative
+            line += (
+                f", speculative {sp.method}: {sp.draft_tokens} draft tokens, mean acceptance length "
+                f"{sp.acceptance_length:g}, proposer cost {sp.cost:g}"
+            )
+        out.append(line)
     return out
 
 

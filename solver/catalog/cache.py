@@ -31,7 +31,7 @@ M = TypeVar("M", bound=BaseModel)
 
 CACHE_ENV = "CLUSTERPLAN_CACHE_DIR"
 CACHE_OFF = ("off", "0", "no", "false", "none")
-CACHE_FORMAT = 2  # bumped when the cache file's layout changes
+CACHE_FORMAT = 3  # bumped when the cache file's layout changes
 CACHE_PREFIX = "catalog-"  # one file per key: checkouts or versions side by side do not evict each other
 CACHE_KEEP = 4  # files kept in the directory; the least recently written go first
 

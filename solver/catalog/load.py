@@ -44,6 +44,7 @@ from pydantic import BaseModel
 from clusterplan.catalog.schema import (
     CatalogModel,
     CloudInstance,
+    EngineSpec,
     GpuSpec,
     OwnedCosts,
     OwnedFigure,
@@ -72,7 +73,7 @@ __all__ = [
     "normalize_name",
 ]
 
-SECTIONS = ("sources", "gpus", "instances", "models", "owned", "providers", "quality")
+SECTIONS = ("sources", "gpus", "instances", "models", "owned", "providers", "quality", "engines")
 SHIPPED_PACKAGE = "clusterplan.catalog_data"
 SHIPPED_FILES = {name: f"{name}.yaml" for name in SECTIONS}
 AS_OF_PATTERN = re.compile(r"\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?")
@@ -143,6 +144,7 @@ class Catalog:
     user_files: tuple[str, ...] = ()  # user catalogs applied, in order
     providers: dict[str, ProviderSpec] = field(default_factory=dict)  # keyed by provider id
     quality: dict[str, QualityDelta] = field(default_factory=dict)  # published precision deltas, by row id
+    engines: dict[str, EngineSpec] = field(default_factory=dict)  # serving engines (engines.yaml), by id
     _gpu_names: dict[str, str] = field(init=False, repr=False, compare=False)
     _model_names: dict[str, str] = field(init=False, repr=False, compare=False)
 
@@ -215,6 +217,22 @@ class Catalog:
         own = [q for q in rows if model_id in q.models]
         return sorted(own or [q for q in rows if not q.models], key=lambda q: q.id)
 
+    def find_engine(self, name: str) -> EngineSpec | None:
+        """The serving engine called ``name`` (its id or an alias, any case), or None."""
+        key = normalize_name(name)
+        for spec in self.engines.values():
+            if key in {normalize_name(n) for n in (spec.id, *spec.aliases)}:
+                return spec
+        return None
+
+    def engine(self, name: str) -> EngineSpec:
+        """The serving engine called ``name``; an unknown name is a user error with suggestions."""
+        spec = self.find_engine(name)
+        if spec is None:
+            names = {normalize_name(n): e.id for e in self.engines.values() for n in (e.id, *e.aliases)}
+            raise UnknownNameError("engine", name, _suggest(name, names), ", ".join(sorted(self.engines)))
+        return spec
+
     def source(self, ref: str) -> SourceRef | None:
         """The source a row cites: a key of ``sources``, or a bare URL (returned as a SourceRef)."""
         if ref in self.sources:
@@ -284,6 +302,7 @@ class _Tables:
     where: dict[tuple[str, str], tuple[LocatedDocument, PathKey]] = field(default_factory=dict)
     providers: dict[str, ProviderSpec] = field(default_factory=dict)
     quality: dict[str, QualityDelta] = field(default_factory=dict)
+    engines: dict[str, EngineSpec] = field(default_factory=dict)
 
     def copy(self) -> _Tables:
         return _Tables(
@@ -295,6 +314,7 @@ class _Tables:
             dict(self.where),
             dict(self.providers),
             dict(self.quality),
+            dict(self.engines),
         )
 
 
@@ -367,6 +387,7 @@ def _freeze(tables: _Tables, user_files: tuple[str, ...]) -> Catalog:
         user_files=user_files,
         providers=dict(tables.providers),
         quality=dict(tables.quality),
+        engines=dict(tables.engines),
     )
 
 
@@ -378,6 +399,7 @@ ROW_TABLES: tuple[tuple[str, type[BaseModel]], ...] = (
     ("models", CatalogModel),
     ("providers", ProviderSpec),
     ("quality", QualityDelta),
+    ("engines", EngineSpec),
 )
 
 
@@ -400,6 +422,11 @@ def _shipped_catalog() -> Catalog:
     if directory is not None:
         write_cached_catalog(directory, key, cat)
     return cat
+
+
+def shipped_engines() -> dict[str, EngineSpec]:
+    """The shipped serving engines by id (catalog/engines.yaml), validated; the physics' engine profiles."""
+    return _shipped_catalog().engines
 
 
 def _copy(cat: Catalog) -> Catalog:
@@ -458,6 +485,8 @@ def _apply_document(doc: LocatedDocument, tables: _Tables, problems: _Problems, 
         _apply_rows(doc, "providers", ProviderSpec, tables.providers, _id_key, tables, problems, user=user)
     if "quality" in data:
         _apply_rows(doc, "quality", QualityDelta, tables.quality, _id_key, tables, problems, user=user)
+    if "engines" in data:
+        _apply_rows(doc, "engines", EngineSpec, tables.engines, _id_key, tables, problems, user=user)
 
 
 def _id_key(row: dict[str, Any]) -> str | None:
@@ -489,7 +518,14 @@ def _apply_sources(doc: LocatedDocument, tables: _Tables, problems: _Problems, *
             problems.extend(exc)
 
 
-_SINGULAR = {"gpus": "GPU", "instances": "instance", "models": "model", "providers": "provider", "quality": "quality"}
+_SINGULAR = {
+    "gpus": "GPU",
+    "instances": "instance",
+    "models": "model",
+    "providers": "provider",
+    "quality": "quality",
+    "engines": "engine",
+}
 
 
 def _apply_rows(
@@ -713,6 +749,9 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
             # An FP4 rate is credited only to native precisions: a figure without the listing would be silently unused.
             report("gpus", gpu_id, "dense has an fp4 figure but 'fp4' is not listed in native_precisions", "dense")
     _check_names(tables, "gpus", tables.gpus.values(), report)
+
+    for engine_id, engine in tables.engines.items():
+        check_refs("engines", engine_id, engine)
 
     for key, inst in tables.instances.items():
         check_refs("instances", key, inst)

@@ -509,3 +509,63 @@ class OwnedCosts(Row):
     def power_overhead_w_for(self, gpu_class: GpuClass) -> OwnedFigure:
         """Non-GPU power per node for servers of this GPU class (the class override, else the default)."""
         return self.node_power_overhead_w_by_class.get(gpu_class, self.node_power_overhead_w)
+
+
+# What an engine's memory fraction is a fraction of (catalog/engines.yaml; physics/memory.py::kv_pool_bytes).
+MemoryPolicy = Literal["total", "static", "free"]
+SpeculativeMethod = Literal["draft", "eagle", "mtp"]
+MAX_ENGINE_BATCH = 1_000_000  # shipped largest: 2,048 (TensorRT-LLM max_batch_size)
+
+
+class ClassFactors(Row):
+    """One kernel efficiency factor of an engine, per GPU class (fitted: docs/model.md section 9)."""
+
+    datacenter: float = Field(gt=0, le=1.5)
+    workstation: float = Field(gt=0, le=1.5)
+    consumer: float = Field(gt=0, le=1.5)
+
+
+class EngineSpec(Provenance):
+    """A serving engine as it runs: its memory policy, batch caps, chunked prefill, KV block and kernel factors."""
+
+    id: Label = Field(description="row key and the name a requirement uses: 'vllm', 'sglang', 'tensorrt-llm'")
+    name: Label = Field(description="display name")
+    aliases: list[Label] = Field(default_factory=list, description="other names a requirement may use")
+    description: str = Field(max_length=1000)
+    memory_policy: MemoryPolicy = Field(
+        description="what memory_fraction is a fraction of: total (the engine's whole footprint), static (weights "
+        "+ KV pool), free (the memory left after weights, activations and runtime)"
+    )
+    memory_fraction: float = Field(gt=0, le=1, description="the engine's default memory fraction (0-1)")
+    memory_fraction_by_tp: dict[int, float] = Field(
+        default_factory=dict,
+        description="default fraction by tensor-parallel size (the largest key not above TP applies); "
+        "empty: memory_fraction at every TP",
+    )
+    runtime_reserve_gib: float = Field(
+        ge=0, le=64, description="memory outside the profiled peak: CUDA context, NCCL buffers, CUDA graphs, GiB"
+    )
+    max_batch: int = Field(ge=1, le=MAX_ENGINE_BATCH, description="default cap on concurrent sequences")
+    max_batch_small_gpu: int | None = Field(
+        None, ge=1, le=MAX_ENGINE_BATCH, description="default cap on GPUs under 70 GiB or A100 (vLLM); None: max_batch"
+    )
+    prefill_chunk_tokens: int = Field(ge=1, le=1_048_576, description="tokens scheduled per engine step")
+    kv_block_tokens: int = Field(ge=1, le=4096, description="tokens per KV-cache block (paging granularity)")
+    memory_bandwidth_efficiency: ClassFactors
+    compute_efficiency: ClassFactors
+    decode_step_overhead_s: ClassFactors = Field(description="fixed cost of one engine step, seconds")
+    moe_gemm_efficiency: ClassFactors = Field(
+        description="MoE expert GEMMs' share of the dense roofline (grouped GEMM at few tokens per expert)"
+    )
+    fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
+    speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")
+
+    def fraction_at(self, tp: int) -> float:
+        """The default memory fraction at tensor-parallel size ``tp``."""
+        keys = [k for k in sorted(self.memory_fraction_by_tp) if k <= tp]
+        return self.memory_fraction_by_tp[keys[-1]] if keys else self.memory_fraction
+
+    def batch_cap(self, memory_gib: float, gpu_name: str) -> int:
+        """The default batch cap on a GPU: vLLM's ``get_batch_defaults`` halves it below 70 GiB and on A100."""
+        small = memory_gib < 70.0 or "a100" in gpu_name.casefold()
+        return self.max_batch_small_gpu if (small and self.max_batch_small_gpu is not None) else self.max_batch

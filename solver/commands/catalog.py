@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from clusterplan.catalog.load import Catalog, load_catalog
-from clusterplan.catalog.schema import CatalogModel, CloudInstance, GpuSpec, ProviderSpec, QualityDelta
+from clusterplan.catalog.schema import CatalogModel, CloudInstance, EngineSpec, GpuSpec, ProviderSpec, QualityDelta
 from clusterplan.commands.options import CatalogOption
 
 JSON_HELP = "Print a JSON list of the rows (sorted by id, every field) instead of a table."
@@ -206,6 +206,24 @@ def quality_table(rows: Sequence[QualityDelta]) -> Table:
     return table
 
 
+def engine_table(rows: Sequence[EngineSpec]) -> Table:
+    table = Table(title="Serving engines", caption="memory policy: what the fraction is of; * provisional")
+    for header in ("id", "policy", "fraction", "max batch", "chunk tokens", "KV block", "reserve GiB", "source"):
+        table.add_column(header)
+    for e in rows:
+        table.add_row(
+            e.id + _mark(e),
+            e.memory_policy,
+            f"{e.memory_fraction:g}",
+            f"{e.max_batch:,}",
+            f"{e.prefill_chunk_tokens:,}",
+            f"{e.kv_block_tokens:,}",
+            f"{e.runtime_reserve_gib:g}",
+            e.source,
+        )
+    return table
+
+
 def source_table(cat: Catalog) -> Table:
     table = Table(title="Sources", caption="keys cited by the rows' `source` and `also_sources`")
     for header in ("key", "title", "as_of"):
@@ -308,6 +326,19 @@ def register(app: typer.Typer) -> None:
         def render(cat: Catalog) -> None:
             rows = [cat.quality[k] for k in sorted(cat.quality)]
             _emit(rows_json(rows) if as_json else quality_table(rows))
+
+        show(catalog, render)
+
+    @catalog_app.command("engines")
+    def engines(
+        as_json: bool = JsonOption,
+        catalog: list[Path] | None = CatalogOption,
+    ) -> None:
+        """Serving engines: memory policy and fraction, batch cap, chunked prefill, KV block, runtime reserve."""
+
+        def render(cat: Catalog) -> None:
+            rows = [cat.engines[k] for k in sorted(cat.engines)]
+            _emit(rows_json(rows) if as_json else engine_table(rows))
 
         show(catalog, render)
 

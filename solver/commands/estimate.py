@@ -35,6 +35,7 @@ _FLAGS = {
     "vpp": "--vpp",
     "recompute_layers": "--recompute-layers",
     "deployment": "--deployment",
+    "engine": "--engine",
 }
 
 
@@ -85,6 +86,8 @@ def render(result: Any) -> list[Any]:
     head = f"{result.requirement}: {c.kind} '{c.workload}' of {c.model} on {c.count} x {c.gpu_name} ({layout})"
     if c.kind == "serving":
         head += f", weights {c.quant}, KV {c.kv_quant}, batch {c.batch} per replica"
+        if c.engine is not None:
+            head += f", engine {c.engine} (cap {c.batch_cap:,})"
     else:
         vpp = f", {c.vpp} virtual stages" if c.vpp and c.vpp > 1 else ""
         rec = f"full, {c.recompute_layers} layers per stage" if c.recompute == "full" else c.recompute
@@ -135,9 +138,9 @@ def render(result: Any) -> list[Any]:
         )
         lt.add_row("per replica", f"{load.per_replica_requests_per_s:,.2f} req/s ({lat.utilisation:.0%} utilised)")
         lt.add_row("mean running batch", f"{lat.mean_running_batch:,.1f}")
-        lt.add_row("p95 TTFT", fmt.seconds(lat.p95_ttft_s))
-        lt.add_row("p95 TPOT", fmt.seconds(lat.p95_tpot_s))
-        lt.add_row("p95 end-to-end", fmt.seconds(lat.p95_e2e_s))
+        lt.add_row("TTFT mean / p95", f"{fmt.seconds(lat.mean_ttft_s)} / {fmt.seconds(lat.p95_ttft_s)}")
+        lt.add_row("TPOT mean / p95", f"{fmt.seconds(lat.mean_tpot_s)} / {fmt.seconds(lat.p95_tpot_s)}")
+        lt.add_row("end-to-end mean / p95", f"{fmt.seconds(lat.mean_e2e_s)} / {fmt.seconds(lat.p95_e2e_s)}")
         for check in load.targets:
             mark = "meets" if check.met else "MISSES"
             lt.add_row(f"target {check.name}", f"{mark} {fmt.seconds(check.target_s)}")
@@ -265,6 +268,10 @@ def register(app: typer.Typer) -> None:
         deployment: Annotated[
             str | None, typer.Option("--deployment", help="cloud or owned (default: the file's).")
         ] = None,
+        engine: Annotated[
+            str | None,
+            typer.Option("--engine", help="Serving engine: vllm, sglang, tensorrt-llm (trtllm), exllamav2, llama.cpp."),
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the estimate as JSON for tools.")] = False,
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
@@ -277,7 +284,7 @@ def register(app: typer.Typer) -> None:
             overrides = _pinned(
                 dict(workload=workload, gpu=gpu, count=count, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
                      zero=zero, quant=quant, kv_quant=kv_quant, batch=batch, recompute=recompute, cp=cp, vpp=vpp,
-                     recompute_layers=recompute_layers, deployment=deployment)
+                     recompute_layers=recompute_layers, deployment=deployment, engine=engine)
             )  # fmt: skip
             cat = load_catalog(catalog or [])
             result = estimate_file(file, cat, overrides)

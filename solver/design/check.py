@@ -390,6 +390,14 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     ep=g.ep,
                     attention_dp=g.attention_dp,
                 )
+                runs = evaluate.max_batch(
+                    arch, spec, w, tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache, assumptions=a
+                )
+                if g.batch > max(runs, 1):
+                    engine = evaluate.serving_assumptions(a, w).engine
+                    problems.append(
+                        f"{wp.workload}: {g.gpu} batch {g.batch} exceeds the {runs} the {engine} engine runs"
+                    )
                 hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
                 if hard:
                     problems.append(f"{wp.workload}: {g.gpu} TP{g.tp} PP{g.pp} {g.quant}: {render_reason(hard[0])}")

@@ -43,6 +43,7 @@ from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEs
 from clusterplan.plan import Costs, HardwareLine
 from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement.schema import (
+    EngineSettings,
     FinetuneWorkload,
     PinnedConfig,
     Requirement,
@@ -86,6 +87,8 @@ class ChosenConfig(Result):
     vpp: int | None = Field(default=None, description="interleaved pipeline chunks per stage (training)")
     recompute_layers: int | None = Field(default=None, description="layers of each stage fully recomputed (training)")
     precision: str | None = None
+    engine: str | None = Field(default=None, description="serving engine (catalog/engines.yaml)")
+    batch_cap: int | None = Field(default=None, description="the engine's cap on concurrent sequences (serving)")
 
 
 class TargetCheck(Result):
@@ -461,6 +464,10 @@ def _estimate_serving(
     a: Assumptions,
     choices: list[str],
 ) -> EstimateResult:
+    if cfg.engine is not None:  # --engine: the workload's engine block under another engine name
+        settings = w.engine.model_copy(update={"name": cfg.engine}) if w.engine is not None else None
+        w = w.model_copy(update={"engine": settings or EngineSettings(name=cfg.engine)})
+    a = evaluate.serving_assumptions(a, w)
     quant = cfg.quant or _default_quant(gpu, req, choices)
     kv = cfg.kv_quant or _default_kv(quant, gpu, w, choices)
     context = w.context_tokens
@@ -474,7 +481,9 @@ def _estimate_serving(
         batch = cfg.batch
     else:
         batch = evaluate.serving_batch(most)
-        choices.append(f"batch {batch}: the largest the memory holds (the planner's operating point)")
+        cap = a.batch_cap(gpu.memory_gib, gpu.name)
+        limit = "the engine's KV pool holds" if batch < cap else f"the engine's batch cap ({a.engine})"
+        choices.append(f"batch {batch}: the largest {limit} (the planner's operating point)")
     est = evaluate.serving_estimate(arch, gpu, w, batch=batch, **point)
     tk: dict[str, Any] = dict(input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a)
     rates = evaluate.serving_rates(est, w, a)
@@ -537,7 +546,7 @@ def _estimate_serving(
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=count, tp=tp, pp=pp, dp=replicas, ep=ep, attention_dp=attention_dp, quant=quant, kv_quant=kv,
-        batch=batch,
+        batch=batch, engine=a.engine, batch_cap=a.batch_cap(gpu.memory_gib, gpu.name),
     )  # fmt: skip
     return EstimateResult(
         requirement=req.name,

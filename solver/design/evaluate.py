@@ -3,7 +3,8 @@
 The planner's candidate rows (:mod:`clusterplan.candidates`), ``clusterplan estimate`` and the review
 report evaluate a layout through these functions, so a design reads the same wherever it is shown.
 
-* Batch policy: the largest concurrency whose KV cache fits (:func:`serving_batch`); no other cap.
+* Batch policy: the largest concurrency the engine runs, ``min(KV pool / KV per sequence, engine cap)``
+  (:func:`max_batch`, :func:`serving_batch`), under the workload's engine (:func:`serving_assumptions`).
 * Rated point: the largest arrival rate one replica takes within its p95 targets, found by
   ``RATE_SEARCH_STEPS`` halvings (:func:`serving_rates`), and the p95 latencies at that rate.
 * Training: :func:`training_point` for one fully pinned layout; :func:`fastest_training_layout` for
@@ -38,13 +39,33 @@ MICRO_BATCHES = (8, 4, 2, 1)  # tried largest first: memory grows with it, and s
 # ------------------------------------------------------------------------------------------------
 
 
-def serving_batch(max_batch_by_memory: int) -> int:
-    """The batch policy (concurrency cap per replica): the largest whose KV cache fits, at least 1.
+def serving_assumptions(assumptions: Assumptions, w: ServingWorkload) -> Assumptions:
+    """The assumptions one serving workload runs under: its engine (catalog/engines.yaml: memory policy, batch
+    cap, chunked prefill, kernel factors) with the workload's overrides, headroom, speculative decoding and
+    prefix-cache hit rate. The one place a workload's engine is resolved: the planner's rows, ``estimate``,
+    ``export`` and the checker all evaluate through :func:`max_batch` and :func:`serving_estimate`, which call it.
+    """
+    e = w.engine
+    given = w.model_fields_set
+    return assumptions.with_engine(
+        e.name if e is not None else None,
+        engine_memory_fraction=e.memory_fraction if e is not None else None,
+        engine_max_batch=e.max_batch if e is not None else None,
+        prefill_chunk_tokens=e.prefill_chunk_tokens if e is not None else None,
+        engine_runtime_reserve_gib=e.runtime_reserve_gib if e is not None else None,
+        serving_headroom_fraction=w.headroom if "headroom" in given else None,
+        prefix_cache_hit_rate=w.prefix_cache_hit_rate if "prefix_cache_hit_rate" in given else None,
+        speculative=w.speculative,
+    )
+
+
+def serving_batch(max_batch: int) -> int:
+    """The batch policy (concurrency per replica): the largest the engine runs (:func:`max_batch`), at least 1.
 
     A larger cap never lowers the rate a replica takes within its targets (the running batch follows
-    the load; the cap only adds room), so the memory maximum dominates smaller caps for cost.
+    the load; the cap only adds room), so the engine's maximum dominates smaller caps for cost.
     """
-    return max(1, max_batch_by_memory)
+    return max(1, max_batch)
 
 
 def max_batch(
@@ -60,11 +81,18 @@ def max_batch(
     ep: int = 1,
     attention_dp: bool = False,
 ) -> int:
-    """Largest concurrency whose KV cache fits beside the weights (0: not even one sequence)."""
-    return moe.max_batch_by_memory(
+    """Largest concurrency the engine runs: ``min(KV pool / KV per sequence, the engine's batch cap)``.
+
+    The KV pool is the engine's memory policy (:func:`clusterplan.physics.memory.kv_pool_bytes`); the cap is
+    its ``max_num_seqs`` / ``max_running_requests`` / ``max_batch_size`` (or the workload's). 0: not one sequence.
+    ``ep`` / ``attention_dp``: an MoE model's layout (:func:`clusterplan.physics.moe.max_batch_by_memory`).
+    """
+    a = serving_assumptions(assumptions, w)
+    by_memory = moe.max_batch_by_memory(
         arch, spec, moe.MoeLayout(tp=tp, ep=ep, attention_dp=attention_dp), pp=pp, quant=quant,
-        kv_precision=kv_precision, context_tokens=w.context_tokens, assumptions=assumptions,
+        kv_precision=kv_precision, context_tokens=w.context_tokens, assumptions=a,
     )  # fmt: skip
+    return min(by_memory, a.batch_cap(spec.memory_gib, spec.name))
 
 
 def serving_estimate(
@@ -81,14 +109,14 @@ def serving_estimate(
     ep: int = 1,
     attention_dp: bool = False,
 ) -> ServingEstimate:
-    """One replica (tp x pp GPUs) at one batch: memory, prefill, decode, saturated rates, bound.
+    """One replica (tp x pp GPUs) at one batch under the workload's engine: memory, prefill, decode, rates, bound.
 
     ``ep`` / ``attention_dp``: an MoE model's expert-parallel degree and data-parallel attention per stage.
     """
     return serving.estimate_serving(
         arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
         input_tokens=w.input_tokens, output_tokens=w.output_tokens, context_tokens=w.context_tokens,
-        assumptions=assumptions, ep=ep, attention_dp=attention_dp,
+        assumptions=serving_assumptions(assumptions, w), ep=ep, attention_dp=attention_dp,
     )  # fmt: skip
 
 

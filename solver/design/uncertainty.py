@@ -148,7 +148,10 @@ class Derate:
             return lat
         f = self.latency_factor
         return lat.model_copy(
-            update={"p95_ttft_s": lat.p95_ttft_s * f, "p95_tpot_s": lat.p95_tpot_s * f, "p95_e2e_s": lat.p95_e2e_s * f}
+            update={
+                name: getattr(lat, name) * f
+                for name in ("p95_ttft_s", "p95_tpot_s", "p95_e2e_s", "mean_ttft_s", "mean_tpot_s", "mean_e2e_s")
+            }
         )
 
     def training(self, est: TrainingEstimate) -> TrainingEstimate:

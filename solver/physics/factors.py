@@ -7,7 +7,8 @@ The defaults the planner used are listed in every explanation.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import functools
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -19,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from clusterplan.catalog.schema import GpuClass
+from clusterplan.catalog.schema import ClassFactors, EngineSpec, GpuClass, MemoryPolicy, SpeculativeMethod
 
 
 class PerClass(BaseModel):
@@ -50,89 +51,77 @@ def _pc(dc: float, ws: float, co: float) -> PerClass:
     return PerClass(datacenter=dc, workstation=ws, consumer=co)
 
 
-Engine = Literal["vllm", "tensorrt-llm", "exllamav2", "llama.cpp"]
-DEFAULT_ENGINE: Engine = "vllm"
+DEFAULT_ENGINE = "vllm"
 ENGINE_FACTORS = ("memory_bandwidth_efficiency", "compute_efficiency", "decode_step_overhead_s", "moe_gemm_efficiency")
-
-# MoE grouped-GEMM efficiency: the roofline of an MoE layer's expert GEMMs (each touched expert's weights read once,
-# 2·k·P_e FLOPs per token, at the dense factors) over the measured kernel time, median over aiconfigurator-core
-# 0.12.0's H200 moe_perf tables (systems/data/h200_sxm/moe/<engine>/<version>/moe_perf.parquet, balanced routing,
-# 8-1024 tokens, every shape): vLLM 0.24.0 Triton fused MoE bf16 0.61 (fp8 block-scaled Triton 0.66); TensorRT-LLM
-# 1.3.0rc23 bf16 0.62, fp8 0.71. Read 2026-11-24. No workstation or consumer table: the datacenter value.
-_MOE_GEMM = {"vllm": 0.62, "tensorrt-llm": 0.66}
+SPECULATIVE_COST_FRACTION = {"draft": 0.1, "eagle": 0.05, "mtp": 0.03}  # see SpeculativeDecoding.cost_fraction
 
 
-class EngineProfile(BaseModel):
-    """The serving-kernel factors of one engine family, per GPU class, with the data they were fitted to."""
+def engine_profiles() -> dict[str, EngineSpec]:
+    """The shipped serving engines (catalog/engines.yaml): memory policy, batch caps and fitted kernel factors."""
+    from clusterplan.catalog.load import shipped_engines
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    description: str
-    memory_bandwidth_efficiency: PerClass
-    compute_efficiency: PerClass
-    decode_step_overhead_s: PerClass
-    moe_gemm_efficiency: PerClass = Field(
-        default_factory=lambda: _pc(_MOE_GEMM["vllm"], _MOE_GEMM["vllm"], _MOE_GEMM["vllm"]),
-        description="MoE expert GEMMs' share of the dense roofline (grouped GEMM at few tokens per expert)",
-    )
-    fitted_to: str = Field(description="the measurements the values come from (docs/model.md section 9)")
+    return shipped_engines()
 
 
-# Fitted by ``python bench/accuracy.py --fit`` against bench/data/measurements*.yaml (docs/model.md section 9 and
-# docs/accuracy.md). A class without measurements for an engine keeps a value derived as its comment says.
-# TensorRT-LLM datacenter fit (decode a roofline per kernel kind, prefill weight stream plus FLOPs, NCCL all-reduce
-# latencies; docs/model.md section 3): memory bandwidth 0.92 (the search's upper bound), compute 0.720, step
-# overhead 3.21 ms (refit 2026-11-23 without the NVIDIA NIM 1.8 rows, which are held out for scoring).
-_TRT_DC = (0.92, 0.72, 0.00321)
-# Classes without data scale the datacenter compute fit by the provisional class ratios (0.55/0.60, 0.50/0.60).
-_CE_WS, _CE_CO = round(_TRT_DC[1] * 0.55 / 0.60, 2), round(_TRT_DC[1] * 0.50 / 0.60, 2)
-# Single-stream consumer fits (ExLlamaV2 0.860, llama.cpp 0.861): a consumer card streams weights at ~0.86.
-_MBW_CO = 0.86
-_MBW_WS = 0.89  # no workstation data: between the datacenter (0.92) and consumer (0.86) fits
+@functools.lru_cache(maxsize=64)
+def engine_profile(name: str) -> EngineSpec:
+    """One shipped engine by id or alias (validated names only: :class:`Assumptions` checks them); memoised,
+    since every memory and step evaluation asks for it."""
+    from clusterplan.catalog.load import normalize_name
 
-ENGINES: dict[str, EngineProfile] = {
-    "vllm": EngineProfile(
-        description="continuous batching with paged KV cache and chunked prefill (vLLM, SGLang, TGI); the "
-        "production default",
-        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, _MBW_CO),
-        compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
-        decode_step_overhead_s=_pc(_TRT_DC[2], _TRT_DC[2], _TRT_DC[2]),
-        fitted_to="no vLLM measurement in the set survives (the one vLLM 0.5 row is flagged for CPU overhead); "
-        "taken from the TensorRT-LLM fit, which vLLM 0.6 matches in throughput on H100 (vLLM blog 2024-09-05)",
-    ),
-    "tensorrt-llm": EngineProfile(
-        description="NVIDIA TensorRT-LLM and FasterTransformer: fused kernels built per model and batch",
-        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, _MBW_CO),
-        compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
-        decode_step_overhead_s=_pc(_TRT_DC[2], _TRT_DC[2], _TRT_DC[2]),
-        moe_gemm_efficiency=_pc(_MOE_GEMM["tensorrt-llm"], _MOE_GEMM["tensorrt-llm"], _MOE_GEMM["tensorrt-llm"]),
-        fitted_to="datacenter: 61 unflagged H100/H200/A100/L40S measurements, TensorRT-LLM 0.5 to 1.0 and "
-        "FasterTransformer (static-batch and in-flight throughput, TTFT, decode steps); "
-        "workstation and consumer: no data (see the module comment)",
-    ),
-    "exllamav2": EngineProfile(
-        description="ExLlamaV2: single-stream quantised (GPTQ, EXL2) kernels for consumer GPUs",
-        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.86),
-        compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
-        decode_step_overhead_s=_pc(0.00075, 0.00075, 0.00075),
-        fitted_to="consumer: 4 unflagged RTX 4090 / 3090 Ti single-stream measurements (ExLlamaV2 README); "
-        "memory bandwidth 0.860, step overhead 0.75 ms; other classes: TensorRT-LLM's values, no data",
-    ),
-    "llama.cpp": EngineProfile(
-        description="llama.cpp CUDA backend: GGUF weights, single stream",
-        memory_bandwidth_efficiency=_pc(_TRT_DC[0], _MBW_WS, 0.86),
-        compute_efficiency=_pc(_TRT_DC[1], _CE_WS, _CE_CO),
-        decode_step_overhead_s=_pc(0.0019, 0.0019, 0.0019),
-        fitted_to="consumer: 3 llama-bench tg128 measurements on RTX 4090 / 3090 Ti (F16, Q8_0, Q4_0); memory "
-        "bandwidth 0.861, step overhead 1.9 ms; other classes: TensorRT-LLM's bandwidth, no data",
-    ),
-}
+    key = normalize_name(name)
+    for spec in engine_profiles().values():
+        if key in {normalize_name(n) for n in (spec.id, *spec.aliases)}:
+            return spec
+    return engine_profiles()[DEFAULT_ENGINE]
 
 
 def _engine_default(name: str, engine: str) -> PerClass:
-    profile = ENGINES.get(engine, ENGINES[DEFAULT_ENGINE])
-    value: PerClass = getattr(profile, name)
-    return value
+    figure: ClassFactors = getattr(engine_profile(engine), name)
+    return PerClass(**figure.model_dump())
+
+
+class SpeculativeDecoding(BaseModel):
+    """Speculative decoding as the engines run it: a cheap proposer drafts ``draft_tokens``, the model verifies
+    them in one step and keeps ``acceptance_length`` tokens per step on average (the bonus token included).
+
+    vLLM ``--speculative-config {method: draft_model | eagle | deepseek_mtp, num_speculative_tokens}``; SGLang
+    ``--speculative-algorithm EAGLE --speculative-num-draft-tokens``; TensorRT-LLM ``speculative_config``
+    (Draft-Target, Eagle, MTP). Mean acceptance length as in EAGLE (Li et al. 2024, arXiv:2401.15077, tau).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    method: SpeculativeMethod = Field(
+        description="draft (a small draft model), eagle (EAGLE-style heads) or mtp (DeepSeek multi-token prediction)"
+    )
+    draft_tokens: int = Field(ge=1, le=16, description="tokens proposed per step (num_speculative_tokens)")
+    acceptance_length: float = Field(
+        ge=1, le=17, description="mean tokens kept per verification step, the bonus token included (EAGLE's tau)"
+    )
+    cost_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="one proposal's cost (weights streamed, FLOPs) as a fraction of one target forward; default by "
+        "method: draft 0.1 (an 8B draft for a 70B target), eagle 0.05 (one decoder layer + head), mtp 0.03 "
+        "(one of DeepSeek-V3's 61 layers)",
+    )
+    draft_model: str | None = Field(None, max_length=200, description="the draft model's name (export only)")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> SpeculativeDecoding:
+        if self.acceptance_length > self.draft_tokens + 1:
+            raise ValueError(
+                f"acceptance_length ({self.acceptance_length:g}) cannot exceed draft_tokens + 1 "
+                f"({self.draft_tokens + 1}): a step keeps at most every draft and the bonus token"
+            )
+        return self
+
+    @property
+    def cost(self) -> float:
+        """One proposal's cost as a fraction of a target forward (given or the method's default)."""
+        return self.cost_fraction if self.cost_fraction is not None else SPECULATIVE_COST_FRACTION[self.method]
 
 
 class Assumptions(BaseModel):
@@ -151,11 +140,13 @@ class Assumptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    engine: Engine = Field(
+    engine: str = Field(
         DEFAULT_ENGINE,
-        description="serving engine whose kernel factors (memory_bandwidth_efficiency, compute_efficiency, "
-        "decode_step_overhead_s) are the defaults: vllm (continuous batching, the production default), "
-        "tensorrt-llm, exllamav2 or llama.cpp; factors given explicitly win",
+        max_length=200,
+        description="serving engine (catalog/engines.yaml: vllm, sglang, tensorrt-llm, exllamav2, llama.cpp) whose "
+        "memory policy, batch cap, chunked prefill and kernel factors (memory_bandwidth_efficiency, "
+        "compute_efficiency, decode_step_overhead_s) apply; a serving workload's `engine:` wins, factors given "
+        "explicitly win",
     )
     memory_bandwidth_efficiency: PerClass = Field(
         default_factory=lambda: _engine_default("memory_bandwidth_efficiency", DEFAULT_ENGINE),
@@ -186,13 +177,17 @@ class Assumptions(BaseModel):
         "(seeds 002: consumer cards lose 15-25% in dense racks)",
     )
     memory_headroom_fraction: float = Field(
-        0.10, ge=0, lt=0.5, description="fraction of GPU memory kept free for fragmentation (seeds: 10-15%)"
+        0.10,
+        ge=0,
+        lt=0.5,
+        description="training: fraction of GPU memory kept free for fragmentation (seeds: 10-15%); serving "
+        "uses the engine's memory policy and the workload's headroom instead",
     )
     runtime_overhead_gib: float = Field(
         2.0,
         ge=0,
-        description="CUDA context, NCCL buffers and framework "
-        "per GPU, GiB (aiconfigurator 'other' 3.5 GiB; vidur/CUDA 650 MB)",
+        description="training: CUDA context, NCCL buffers and framework "
+        "per GPU, GiB (aiconfigurator 'other' 3.5 GiB; vidur/CUDA 650 MB); serving uses the engine's reserve",
     )
     inter_node_bandwidth_gb_per_s: float = Field(
         50.0, gt=0, description="per-GPU inter-node network, GB/s (400 Gb/s InfiniBand/EFA per GPU)"
@@ -201,7 +196,7 @@ class Assumptions(BaseModel):
     decode_step_overhead_s: PerClass = Field(
         default_factory=lambda: _engine_default("decode_step_overhead_s", DEFAULT_ENGINE),
         description="fixed cost of one engine step (scheduling, sampling, kernel launches), seconds; per engine "
-        "(ENGINES), fitted by bench/accuracy.py",
+        "(catalog/engines.yaml), fitted by bench/accuracy.py",
     )
     moe_gemm_efficiency: PerClass = Field(
         default_factory=lambda: _engine_default("moe_gemm_efficiency", DEFAULT_ENGINE),
@@ -253,11 +248,38 @@ class Assumptions(BaseModel):
         description="fraction of tensor-parallel all-reduces hidden behind compute "
         "(0: Megatron default, no TP comm overlap)",
     )
-    prefill_chunk_tokens: int = Field(
-        8192,
+    prefill_chunk_tokens: int | None = Field(
+        None,
         ge=1,
-        description="tokens scheduled per engine step (vLLM max_num_batched_tokens); sizes the "
-        "activation buffer of a serving replica",
+        le=1_048_576,
+        description="tokens scheduled per engine step (vLLM max_num_batched_tokens, TensorRT-LLM max_num_tokens); "
+        "sizes the activation buffer and the prefill chunks; unset: the engine's (catalog/engines.yaml)",
+    )
+    engine_memory_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="the engine's memory fraction (vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
+        "TensorRT-LLM kv_cache_free_gpu_mem_fraction); unset: the engine's default",
+    )
+    engine_max_batch: int | None = Field(
+        None, ge=1, le=1_000_000, description="cap on concurrent sequences per replica; unset: the engine's default"
+    )
+    engine_runtime_reserve_gib: float | None = Field(
+        None, ge=0, le=64, description="per-GPU memory outside the engine's profiled peak, GiB; unset: the engine's"
+    )
+    serving_headroom_fraction: float = Field(
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="share of each serving GPU's memory kept free beyond the engine's own policy (a serving "
+        "workload's `headroom:`); 0: the engine decides alone",
+    )
+    prefix_cache_hit_rate: float = Field(
+        0.0, ge=0, lt=1, description="share of prompt tokens found in the prefix cache (not recomputed); 0: none"
+    )
+    speculative: SpeculativeDecoding | None = Field(
+        None, description="speculative decoding (a serving workload's `speculative:`); None: off"
     )
     service_time_scv: float = Field(
         1.0,
@@ -319,17 +341,85 @@ class Assumptions(BaseModel):
             return {**default.model_dump(), **value.model_dump(exclude_none=True)}
         return value
 
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _known_engine(cls, value: Any) -> Any:
+        """An engine id or alias of catalog/engines.yaml, stored as its id."""
+        if not isinstance(value, str):
+            return value
+        from clusterplan.catalog.load import normalize_name
+        from clusterplan.errors import did_you_mean
+
+        key = normalize_name(value)
+        for spec in engine_profiles().values():
+            if key in {normalize_name(n) for n in (spec.id, *spec.aliases)}:
+                return spec.id
+        hint = did_you_mean(value, list(engine_profiles()))
+        raise ValueError(
+            f"unknown engine {value!r}; "
+            + (hint if hint else "expected one of " + ", ".join(sorted(engine_profiles())))
+        )
+
     @model_validator(mode="wrap")
     @classmethod
     def _engine_defaults(cls, data: Any, handler: ModelWrapValidatorHandler[Assumptions]) -> Assumptions:
         """Factors not given default to the chosen engine's (they still count as not overridden)."""
         if not isinstance(data, dict) or data.get("engine", DEFAULT_ENGINE) == DEFAULT_ENGINE:
             return handler(data)
-        profile = ENGINES.get(str(data["engine"]))
-        if profile is None:
-            return handler(data)  # the Literal rejects it with the allowed names
-        filled = {name: getattr(profile, name) for name in ENGINE_FACTORS if name not in data}
+        try:
+            engine = cls._known_engine(data["engine"])
+        except ValueError:
+            return handler(data)  # the field validator reports it, located
+        profile = engine_profile(str(engine))
+        filled = {name: _engine_default(name, profile.id) for name in ENGINE_FACTORS if name not in data}
         result = handler({**data, **filled})
+        result.__pydantic_fields_set__.difference_update(filled)
+        return result
+
+    @property
+    def engine_spec(self) -> EngineSpec:
+        """The engine's profile (catalog/engines.yaml)."""
+        return engine_profile(self.engine)
+
+    @property
+    def chunk_tokens(self) -> int:
+        """Tokens per engine step: the override, else the engine's chunked-prefill size."""
+        return (
+            self.prefill_chunk_tokens
+            if self.prefill_chunk_tokens is not None
+            else self.engine_spec.prefill_chunk_tokens
+        )
+
+    def memory_policy(self, tp: int) -> tuple[MemoryPolicy, float, float]:
+        """(policy, memory fraction at ``tp``, runtime reserve GiB): the engine's, with any override."""
+        spec = self.engine_spec
+        fraction = self.engine_memory_fraction if self.engine_memory_fraction is not None else spec.fraction_at(tp)
+        reserve = self.engine_runtime_reserve_gib
+        return spec.memory_policy, fraction, spec.runtime_reserve_gib if reserve is None else reserve
+
+    def batch_cap(self, memory_gib: float, gpu_name: str) -> int:
+        """The engine's cap on concurrent sequences on one GPU type (the override, else its default there)."""
+        return (
+            self.engine_max_batch
+            if self.engine_max_batch is not None
+            else self.engine_spec.batch_cap(memory_gib, gpu_name)
+        )
+
+    def with_engine(self, engine: str | None, **settings: Any) -> Assumptions:
+        """These assumptions for a serving workload: its engine (factors not set explicitly follow it) and its
+        engine settings (``None`` values keep the current ones). One function: every command resolves here."""
+        update: dict[str, Any] = {k: v for k, v in settings.items() if v is not None}
+        if engine is not None:
+            engine = engine_profile(engine).id
+        filled: dict[str, Any] = {}
+        if engine is not None and engine != self.engine:
+            update["engine"] = engine
+            filled = {
+                name: _engine_default(name, engine) for name in ENGINE_FACTORS if name not in self.model_fields_set
+            }
+        if not update:
+            return self
+        result = self.model_copy(update={**update, **filled})
         result.__pydantic_fields_set__.difference_update(filled)
         return result
 
@@ -342,7 +432,7 @@ class Assumptions(BaseModel):
         out: dict[str, float | int | bool] = {}
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if isinstance(value, str | dict):
+            if value is None or (isinstance(value, str | dict | BaseModel) and not isinstance(value, PerClass)):
                 continue
             out[name] = value.of(gpu_class) if isinstance(value, PerClass) else value
         return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+from clusterplan.catalog.schema import GpuSpec, MemoryPolicy, ModelArchitecture
 from clusterplan.physics import params
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.rules import fp4_format
@@ -262,6 +262,89 @@ def logits_bytes(sequences: float, vocab_size: int) -> float:
     return sequences * vocab_size * LOGIT_BYTES
 
 
+def kv_pool_bytes(
+    capacity_bytes: float,
+    *,
+    weights_bytes: float,
+    activation_bytes: float,
+    reserve_bytes: float,
+    policy: MemoryPolicy,
+    fraction: float,
+    headroom_fraction: float,
+) -> float:
+    """Bytes the engine gives its KV cache on one GPU (negative: not even the weights fit).
+
+    The user's ``headroom`` comes off first: ``M = capacity x (1 - headroom)``. Then the engine's policy:
+
+    * ``total`` (vLLM ``gpu_memory_utilization``, ``vllm/v1/worker/gpu_worker.py::determine_available_memory``):
+      ``f·M - weights - profiled activations - runtime reserve``;
+    * ``static`` (SGLang ``mem_fraction_static``, ``model_runner.py::profile_max_num_token``): ``f·M - weights``,
+      activations and CUDA graphs taking the rest; less when the rest cannot hold them;
+    * ``free`` (TensorRT-LLM ``kv_cache_free_gpu_mem_fraction``, ``docs/source/reference/memory.md``):
+      ``f·(M - weights - activations - runtime reserve)``.
+    """
+    usable = capacity_bytes * (1.0 - headroom_fraction)
+    left = usable - weights_bytes - activation_bytes - reserve_bytes
+    if policy == "total":
+        return fraction * usable - weights_bytes - activation_bytes - reserve_bytes
+    if policy == "static":
+        return min(fraction * usable - weights_bytes, left)
+    return fraction * left if left > 0 else left
+
+
+def _serving_fixed(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    *,
+    tp: int,
+    pp: int,
+    quant: str,
+    assumptions: Assumptions,
+    weights_bytes: float | None = None,
+) -> tuple[float, float, float, float]:
+    """(weights, step activations, runtime reserve, KV pool) bytes of the most loaded GPU of a replica.
+
+    Weights (``weights_bytes`` where an MoE layout gives them, else the TP-split model's) include a speculative
+    proposer's (``cost_fraction`` of the model's, stored at the same precision).
+    """
+    weights = weights_bytes
+    if weights is None:
+        weights = serving_weight_bytes_per_gpu(
+            arch, tp=tp, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size, fp4_format=fp4_format(gpu)
+        )
+    if assumptions.speculative is not None:
+        weights *= 1.0 + assumptions.speculative.cost
+    act = serving_activation_bytes(arch.hidden_size, tp, assumptions.chunk_tokens)
+    policy, fraction, reserve_gib = assumptions.memory_policy(tp)
+    reserve = reserve_gib * 2**30
+    pool = kv_pool_bytes(
+        gpu.memory_gib * 2**30, weights_bytes=weights, activation_bytes=act, reserve_bytes=reserve, policy=policy,
+        fraction=fraction, headroom_fraction=assumptions.serving_headroom_fraction,
+    )  # fmt: skip
+    return weights, act, reserve, pool
+
+
+def kv_bytes_per_sequence(
+    arch: ModelArchitecture,
+    *,
+    tp: int,
+    pp: int,
+    kv_precision: str,
+    context_tokens: float,
+    assumptions: Assumptions,
+    attention_dp: bool = False,
+) -> float:
+    """KV bytes one sequence holds at ``context_tokens`` (whole blocks of the engine's KV block size; local layers
+    capped at their window, :func:`kv_bytes_per_sequence_per_gpu`), plus its fp32 logits; a speculative proposer
+    keeps its own KV (``cost_fraction`` of the model's)."""
+    block = assumptions.engine_spec.kv_block_tokens
+    tokens = math.ceil(context_tokens / block) * block
+    kv = kv_bytes_per_sequence_per_gpu(arch, tokens, tp=tp, pp=pp, kv_precision=kv_precision, attention_dp=attention_dp)
+    if assumptions.speculative is not None:
+        kv *= 1.0 + assumptions.speculative.cost
+    return kv + logits_bytes(1, arch.vocab_size)
+
+
 def serving_memory(
     arch: ModelArchitecture,
     gpu: GpuSpec,
@@ -273,16 +356,36 @@ def serving_memory(
     batch: int,
     context_tokens: float,
     assumptions: Assumptions,
+    weights_bytes: float | None = None,
+    kv_tp: int | None = None,
+    attention_dp: bool = False,
 ) -> MemoryBreakdown:
-    """Memory of the most loaded GPU of a serving replica holding ``batch`` sequences of ``context_tokens``."""
-    weights = serving_weight_bytes_per_gpu(
-        arch, tp=tp, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size, fp4_format=fp4_format(gpu)
+    """Memory of the most loaded GPU of a serving replica holding ``batch`` sequences of ``context_tokens``.
+
+    ``headroom_gib`` is what the engine's policy and the user's headroom leave unused: capacity minus weights,
+    activations, runtime reserve and the KV pool (:func:`kv_pool_bytes`). So the batch fits exactly when
+    ``total_gib <= capacity_gib``. ``weights_bytes`` / ``kv_tp`` / ``attention_dp``: an MoE layout's weights and
+    KV split (:mod:`clusterplan.physics.moe`); ``batch`` is then the sequences this GPU holds.
+    """
+    weights, act, reserve, pool = _serving_fixed(
+        arch, gpu, tp=tp, pp=pp, quant=quant, assumptions=assumptions, weights_bytes=weights_bytes
     )
-    kv = batch * kv_bytes_per_sequence_per_gpu(arch, context_tokens, tp=tp, pp=pp, kv_precision=kv_precision)
-    act = serving_activation_bytes(arch.hidden_size, tp, assumptions.prefill_chunk_tokens) + logits_bytes(
-        batch, arch.vocab_size
-    )
-    return _breakdown(gpu, assumptions, weights=weights, kv=kv, activations=act)
+    per_sequence = kv_bytes_per_sequence(
+        arch, tp=kv_tp or tp, pp=pp, kv_precision=kv_precision, context_tokens=context_tokens,
+        assumptions=assumptions, attention_dp=attention_dp,
+    )  # fmt: skip
+    logits = logits_bytes(batch, arch.vocab_size)
+    kv = batch * per_sequence - logits
+    capacity = gpu.memory_gib * 2**30
+    unused = max(capacity - weights - act - reserve - max(pool, 0.0), 0.0)
+    parts = {
+        "weights_gib": bytes_to_gib(weights),
+        "kv_cache_gib": bytes_to_gib(kv),
+        "activations_gib": bytes_to_gib(act + logits),
+        "runtime_overhead_gib": bytes_to_gib(reserve),
+        "headroom_gib": bytes_to_gib(unused),
+    }
+    return MemoryBreakdown(**parts, total_gib=sum(parts.values()), capacity_gib=gpu.memory_gib)
 
 
 def max_batch_by_memory(
@@ -295,22 +398,24 @@ def max_batch_by_memory(
     kv_precision: str,
     context_tokens: float,
     assumptions: Assumptions,
+    weights_bytes: float | None = None,
+    kv_tp: int | None = None,
+    attention_dp: bool = False,
 ) -> int:
-    """Largest number of concurrent sequences whose KV cache (at ``context_tokens`` each) fits; 0 if none.
+    """Largest number of concurrent sequences whose KV cache (at ``context_tokens`` each) the engine's pool holds.
 
-    ``floor((capacity - headroom - overhead - weights - activations) / (KV per sequence + logits per sequence))``.
+    ``floor(KV pool / (KV per sequence + logits per sequence))``, 0 if none (:func:`kv_pool_bytes`).
     """
-    empty = serving_memory(
-        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=0,
-        context_tokens=context_tokens, assumptions=assumptions,
+    *_, pool = _serving_fixed(
+        arch, gpu, tp=tp, pp=pp, quant=quant, assumptions=assumptions, weights_bytes=weights_bytes
+    )
+    per_sequence = kv_bytes_per_sequence(
+        arch, tp=kv_tp or tp, pp=pp, kv_precision=kv_precision, context_tokens=context_tokens,
+        assumptions=assumptions, attention_dp=attention_dp,
     )  # fmt: skip
-    free_bytes = (empty.capacity_gib - empty.total_gib) * 2**30
-    per_sequence = kv_bytes_per_sequence_per_gpu(
-        arch, context_tokens, tp=tp, pp=pp, kv_precision=kv_precision
-    ) + logits_bytes(1, arch.vocab_size)
-    if free_bytes <= 0 or per_sequence <= 0:
+    if pool <= 0 or per_sequence <= 0:
         return 0
-    return max(0, math.floor(free_bytes / per_sequence))
+    return max(0, math.floor(pool / per_sequence))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -451,10 +556,3 @@ def training_breakdown(
     return _breakdown(
         gpu, assumptions, weights=weights, gradients=gradients, optimizer=optimizer, activations=activations
     )
-
-
-def serving_breakdown(
-    gpu: GpuSpec, assumptions: Assumptions, *, weights: float, kv: float, activations: float
-) -> MemoryBreakdown:
-    """A serving GPU's memory (bytes in, GiB out) with runtime overhead and fragmentation headroom (MoE layouts)."""
-    return _breakdown(gpu, assumptions, weights=weights, kv=kv, activations=activations)

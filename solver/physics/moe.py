@@ -247,23 +247,16 @@ def serving_memory(
 ) -> MemoryBreakdown:
     """Memory of the most loaded GPU of a stage holding ``batch`` sequences under ``layout``.
 
-    The dense layout is :func:`clusterplan.physics.memory.serving_memory` itself; otherwise weights per
-    :func:`serving_weight_bytes_per_gpu`, KV for the sequences the GPU holds (:func:`sequences_per_gpu`).
+    :func:`clusterplan.physics.memory.serving_memory` (the engine's memory policy) with the layout's weights
+    (:func:`serving_weight_bytes_per_gpu`) and KV for the sequences the GPU holds (:func:`sequences_per_gpu`).
     """
-    if layout == MoeLayout(tp=layout.tp):
-        return memory.serving_memory(
-            arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
-            context_tokens=context_tokens, assumptions=assumptions,
-        )  # fmt: skip
-    a = assumptions
-    weights = serving_weight_bytes_per_gpu(
-        arch, layout, pp=pp, quant=quant, int4_group_size=a.int4_group_size, fp4_format=rules.fp4_format(gpu)
-    )
-    held = sequences_per_gpu(batch, layout)
-    kv = held * kv_bytes_per_sequence_held(arch, layout, context_tokens, pp=pp, kv_precision=kv_precision)
-    act = memory.serving_activation_bytes(arch.hidden_size, layout.tp, a.prefill_chunk_tokens)
-    act += memory.logits_bytes(held, arch.vocab_size)
-    return memory.serving_breakdown(gpu, a, weights=weights, kv=kv, activations=act)
+    plain = layout == MoeLayout(tp=layout.tp)
+    return memory.serving_memory(
+        arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
+        batch=batch if plain else math.ceil(sequences_per_gpu(batch, layout)), context_tokens=context_tokens,
+        assumptions=assumptions, weights_bytes=None if plain else _weights(arch, gpu, layout, pp, quant, assumptions),
+        kv_tp=layout.attention_tp, attention_dp=layout.attention_dp,
+    )  # fmt: skip
 
 
 def max_batch_by_memory(
@@ -279,25 +272,24 @@ def max_batch_by_memory(
 ) -> int:
     """Largest number of sequences a stage holds under ``layout`` (0 if not one fits).
 
-    Per GPU ``floor(free / (KV per sequence + logits))`` as :func:`clusterplan.physics.memory.max_batch_by_memory`;
-    under attention DP every GPU holds that many of its own, so the stage holds ``tp`` times as many.
+    Per GPU as :func:`clusterplan.physics.memory.max_batch_by_memory` (the engine's KV pool over KV per
+    sequence); under attention DP every GPU holds that many of its own, so the stage holds ``tp`` times as many.
     """
-    if layout == MoeLayout(tp=layout.tp):
-        return memory.max_batch_by_memory(
-            arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
-            context_tokens=context_tokens, assumptions=assumptions,
-        )  # fmt: skip
-    empty = serving_memory(
-        arch, gpu, layout, pp=pp, quant=quant, kv_precision=kv_precision, batch=0,
-        context_tokens=context_tokens, assumptions=assumptions,
+    plain = layout == MoeLayout(tp=layout.tp)
+    per_gpu = memory.max_batch_by_memory(
+        arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision, context_tokens=context_tokens,
+        assumptions=assumptions, weights_bytes=None if plain else _weights(arch, gpu, layout, pp, quant, assumptions),
+        kv_tp=layout.attention_tp, attention_dp=layout.attention_dp,
     )  # fmt: skip
-    free_bytes = (empty.capacity_gib - empty.total_gib) * 2**30
-    per_sequence = kv_bytes_per_sequence_held(
-        arch, layout, context_tokens, pp=pp, kv_precision=kv_precision
-    ) + memory.logits_bytes(1, arch.vocab_size)
-    if free_bytes <= 0 or per_sequence <= 0:
-        return 0
-    return replica_batch(max(0, math.floor(free_bytes / per_sequence)), layout)
+    return replica_batch(per_gpu, layout)
+
+
+def _weights(
+    arch: ModelArchitecture, gpu: GpuSpec, layout: MoeLayout, pp: int, quant: str, assumptions: Assumptions
+) -> float:
+    return serving_weight_bytes_per_gpu(
+        arch, layout, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size, fp4_format=rules.fp4_format(gpu)
+    )
 
 
 # ------------------------------------------------------------------------------------------------

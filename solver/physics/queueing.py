@@ -11,6 +11,8 @@ Model (stated in ``docs/model.md``):
 * Running batch: Little's law ``n = λ·(TTFT + O·TPOT(n))`` solved by regula falsi; decode slows as
   ``n`` grows (the roofline step at ``n``), and prefill interleaved at rate ``λ`` takes a share ``λ·P_b``
   of the replica's time, stretching each step by ``1/(1 - λ·P_b)``.
+* Means beside the p95s (to compare with benchmarks that report means): mean wait ``C/(cμ - λ)`` (Allen-Cunneen
+  scaled), mean TTFT = mean wait + prefill + in-flight steps, mean TPOT = the step at the mean running batch.
 * p95 TPOT: the step at the 95th percentile running batch, ``n + 1 + 1.645·sqrt(n)`` (Poisson count of
   the others plus the request itself), capped at ``B``. p95 TTFT: p95 wait + prefill + the in-flight
   steps the prompt's chunks share (``ρ`` of the time). p95 end-to-end: p95 wait + TTFT + ``(O-1)`` mean TPOT
@@ -70,6 +72,17 @@ def p95_wait_s(servers: int, arrival_per_s: float, service_rate_per_server: floa
     if c <= 0.05:
         return 0.0
     return math.log(c / 0.05) / (capacity - arrival_per_s) * (1.0 + service_scv) / 2.0
+
+
+def mean_wait_s(servers: int, arrival_per_s: float, service_rate_per_server: float, service_scv: float) -> float:
+    """Mean wait for a server: ``C / (c·μ - λ) · (1 + c_s²)/2`` (M/M/c, Kleinrock 1975 §3.5; Allen-Cunneen)."""
+    capacity = servers * service_rate_per_server
+    if arrival_per_s <= 0:
+        return 0.0
+    if arrival_per_s >= capacity:
+        return math.inf
+    c = erlang_c(servers, arrival_per_s / service_rate_per_server)
+    return c / (capacity - arrival_per_s) * (1.0 + service_scv) / 2.0
 
 
 def _step_s(est: ServingEstimate, n: float) -> float:
@@ -139,6 +152,9 @@ def latency_at_load(
             stable=False,
             p95_wait_s=math.inf,
             mean_running_batch=float(est.batch),
+            mean_ttft_s=math.inf,
+            mean_tpot_s=math.inf,
+            mean_e2e_s=math.inf,
         )
     share = min(lam * est.prefill_busy_s, 0.999)
     stretch = 1.0 / (1.0 - share)
@@ -148,9 +164,10 @@ def latency_at_load(
     n95 = min(n + 1.0 + P95_Z * math.sqrt(n), batch)
     tpot_p95 = _step_s(est, n95) * stretch
     wait = p95_wait_s(est.batch, lam, mu / est.batch, assumptions.service_time_scv)
-    chunks = max(1, math.ceil(input_tokens / assumptions.prefill_chunk_tokens))
-    ttft = wait + est.prefill_s + min(rho, 1.0) * chunks * _step_s(est, n)
+    interleave = min(rho, 1.0) * est.prefill_chunks * _step_s(est, n)
+    ttft = wait + est.prefill_s + interleave
     e2e = ttft + max(output_tokens - 1.0, 0.0) * tpot_mean
+    mean_ttft = mean_wait_s(est.batch, lam, mu / est.batch, assumptions.service_time_scv) + est.prefill_s + interleave
     return LatencyAtLoad(
         arrival_requests_per_s=lam,
         utilisation=rho,
@@ -160,6 +177,9 @@ def latency_at_load(
         stable=stable,
         p95_wait_s=wait,
         mean_running_batch=n,
+        mean_ttft_s=mean_ttft,
+        mean_tpot_s=tpot_mean,
+        mean_e2e_s=mean_ttft + max(output_tokens - 1.0, 0.0) * tpot_mean,
     )
 
 

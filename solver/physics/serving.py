@@ -16,7 +16,7 @@ import math
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, moe, params
 from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, nccl_allreduce_terms, p2p_s
-from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.physics.memory import max_batch_by_memory
 from clusterplan.physics.reasons import KvCacheDoesNotFit, NoTensorThroughput, Reason, WeightsDoNotFit
 from clusterplan.physics.rules import (
@@ -80,22 +80,24 @@ def causal_pairs(tokens: float, window: float | None, kind: str = "sliding") -> 
     return window * window / 2 + (tokens - window) * window
 
 
-def prefill_flops(arch: ModelArchitecture, tokens: float) -> float:
-    """Forward FLOPs of a prompt: ``2·N_active·s + 2·l·s²·d_attn + 2·V·h``.
+def prefill_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: float = 0.0) -> float:
+    """Forward FLOPs of ``s`` prompt tokens after ``p`` cached ones: ``2·N_active·s + 4·d_attn·pairs + 2·V·h``.
 
     Matmuls ``2·N`` per token (Kaplan et al. 2020, arXiv:2001.08361 §2.1) over non-embedding active
-    parameters; causal attention ``QK^T`` and ``AV`` at ``4·d_attn`` FLOPs per (query, key) pair over
-    s²/2 pairs per layer (local layers: :func:`causal_pairs` within their window; MLA in the multi-head form,
-    :func:`attention_width`); the LM head only for the last token (vLLM computes logits for sampled tokens).
+    parameters; causal attention ``QK^T`` and ``AV`` at ``4·d_attn`` FLOPs per (query, key) pair, counting the
+    pairs whose query is a new token: ``pairs(p + s) - pairs(p)`` per layer (``s²/2 + s·p`` on a full layer;
+    local layers: :func:`causal_pairs` within their window; MLA in the multi-head form, :func:`attention_width`);
+    the LM head only for the last token (vLLM computes logits for sampled tokens). ``p``: a prefix-cache hit.
     """
     n = params.non_embedding_params(arch, active=True)
     local = arch.local_layer_count
     full = arch.layers - local
-    attention = 2.0 * full * tokens * tokens * attention_width(arch)
+    end = cached_tokens + tokens
+    pairs = full * (causal_pairs(end, None) - causal_pairs(cached_tokens, None))
     if local:
-        pairs = causal_pairs(tokens, arch.attention_window, arch.attention_window_kind)
-        attention += 4.0 * local * pairs * attention_width(arch)
-    return 2.0 * n * tokens + attention + 2.0 * arch.vocab_size * arch.hidden_size
+        window, kind = arch.attention_window, arch.attention_window_kind
+        pairs += local * (causal_pairs(end, window, kind) - causal_pairs(cached_tokens, window, kind))
+    return 2.0 * n * tokens + 4.0 * pairs * attention_width(arch) + 2.0 * arch.vocab_size * arch.hidden_size
 
 
 def decode_attention_flops(arch: ModelArchitecture, context_tokens: float, *, pp: int = 1) -> float:
@@ -229,6 +231,41 @@ def decode_step_s(model: DecodeStepModel, n: float) -> float:
     return model.pp * stage + hops + model.overhead_s
 
 
+def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) -> DecodeStepModel:
+    """A decode step per *kept token* under speculative decoding (draft ``k``, mean acceptance ``tau``, proposer
+    cost ``c`` of a target forward).
+
+    One verification step runs the target on ``k + 1`` tokens per sequence: matmul and attention FLOPs and the
+    TP all-reduce payload grow ``k + 1``-fold, the weights and KV cache are streamed once (Leviathan et al. 2023,
+    arXiv:2211.17192 §3; vLLM ``spec_decode`` scores all proposals in one forward). The proposer adds ``k``
+    forwards at ``c`` of the target's weights, KV and FLOPs. The step keeps ``tau`` tokens, so every time is
+    divided by ``tau``: :func:`decode_step_s` of the result is the time per output token.
+    """
+    k, c, tau = float(spec.draft_tokens), spec.cost, spec.acceptance_length
+    verify = model.model_copy(
+        update={
+            "dense_weights_s": model.dense_weights_s * (1.0 + k * c),
+            "kv_per_seq_s": model.kv_per_seq_s * (1.0 + k * c),
+            "compute_per_seq_s": model.compute_per_seq_s * (k + 1.0 + k * c),
+            "attention_compute_per_seq_s": model.attention_compute_per_seq_s * (k + 1.0),
+            "tp_allreduce_per_seq_s": [x * (k + 1.0) for x in model.tp_allreduce_per_seq_s],
+            "pp_hop_per_seq_s": model.pp_hop_per_seq_s * (k + 1.0),
+        }
+    )
+    return scale_step_model(verify, 1.0 / tau)
+
+
+def scale_step_model(model: DecodeStepModel, factor: float) -> DecodeStepModel:
+    """Every time of a step model times ``factor`` (fields ending in ``_s``): ``decode_step_s`` scales by it."""
+    update: dict[str, object] = {}
+    for name in type(model).model_fields:
+        if not name.endswith("_s"):
+            continue
+        value = getattr(model, name)
+        update[name] = [x * factor for x in value] if isinstance(value, list) else value * factor
+    return model.model_copy(update=update)
+
+
 def decode_bound(model: DecodeStepModel, n: float) -> Bound:
     """Which resource dominates a decode step at ``n`` sequences."""
     m = min(float(model.pp), max(n, 1.0))
@@ -302,7 +339,7 @@ def estimate_serving(
         reasons.append(
             WeightsDoNotFit(
                 gpu=short_name(gpu), model=arch.name, quant=quant, tp=tp, pp=pp, weights_gib=mem.weights_gib,
-                fixed_gib=fixed, headroom_fraction=a.memory_headroom_fraction, capacity_gib=gpu.memory_gib,
+                fixed_gib=fixed, headroom_fraction=a.serving_headroom_fraction, capacity_gib=gpu.memory_gib,
                 context_tokens=context_tokens,
             )
         )  # fmt: skip
@@ -405,6 +442,12 @@ def estimate_serving(
         notes.append(f"experts over {ep} GPUs (EP{ep}): dispatch and combine all-to-alls over {a2a_link.describe()}")
     if attention_dp:
         notes.append(f"attention data-parallel over {tp} GPUs: attention weights replicated, KV split by sequence")
+    if a.speculative is not None:
+        step_model = speculative_step_model(step_model, a.speculative)
+        notes.append(
+            f"speculative decoding ({a.speculative.method}): {a.speculative.draft_tokens} draft tokens, "
+            f"{a.speculative.acceptance_length:g} kept per step"
+        )
     step = decode_step_s(step_model, batch)
     bound: Bound = decode_bound(step_model, batch)
     if bound == "memory_bandwidth" and batch >= max_batch > 0:
@@ -413,25 +456,31 @@ def estimate_serving(
         bound = "memory_capacity"
 
     # Prefill of one request: sequential through the stages; within a stage attention on its attention-TP
-    # group (one GPU under attention DP), experts over all tp GPUs.
-    chunks = max(1, math.ceil(input_tokens / a.prefill_chunk_tokens))
-    total_flops = prefill_flops(arch, input_tokens)
-    expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * input_tokens if is_moe else 0.0
-    skew = moe.load_imbalance(input_tokens, k, ep, a.moe_expert_load_skew) / gemm_eff
+    # group (one GPU under attention DP), experts over all tp GPUs. A prefix-cache hit skips its share of the
+    # prompt (vLLM automatic prefix caching, SGLang RadixAttention): only the rest is computed.
+    cached = input_tokens * a.prefix_cache_hit_rate
+    computed = max(input_tokens - cached, 1.0)
+    chunks = max(1, math.ceil(computed / a.chunk_tokens))
+    total_flops = prefill_flops(arch, computed, cached_tokens=cached)
+    expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * computed if is_moe else 0.0
+    skew = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew) / gemm_eff
     prefill_compute = (total_flops - expert_flops) / (layout.attention_tp * flops_rate)
     prefill_compute += expert_flops * skew / (tp * flops_rate)
     prefill_split = (total_flops - expert_flops) / (tp * flops_rate) + expert_flops * skew / (tp * flops_rate)
-    touched_prefill = experts_touched(arch.moe_experts, arch.experts_per_token, input_tokens) / max(ep, 1)
+    if a.speculative is not None and a.speculative.method == "draft":
+        prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
+        prefill_split *= 1.0 + a.speculative.cost
+    touched_prefill = experts_touched(arch.moe_experts, arch.experts_per_token, computed) / max(ep, 1)
     prefill_weights = pp * chunks * (dense_bytes + expert_bytes * touched_prefill / gemm_eff) / bw
-    chunk_msg = input_tokens / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
+    chunk_msg = computed / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
     prefill_allreduce = nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
     prefill_tp_comm = chunks * moe.allreduces(arch, layout, arch.layers) * prefill_allreduce
-    chunk_tokens = input_tokens / chunks
+    chunk_tokens = computed / chunks
     a2a_count = 2 * moe.moe_layers(arch) if ep > 1 else 0
     sent = dispatch_bytes * chunk_tokens / layout.attention_tp  # one request's chunk leaves its attention GPUs
     prefill_a2a = chunks * a2a_count * (a2a_latency + sent * a2a_per_byte) if a2a_count else 0.0
     prefill_a2a_busy = chunks * a2a_count * (a2a_latency + sent / tp * layout.attention_tp * a2a_per_byte)
-    prefill_pp_comm = (pp - 1) * p2p_s(input_tokens * hidden_bytes, pp_link, eff)
+    prefill_pp_comm = (pp - 1) * p2p_s(computed * hidden_bytes, pp_link, eff)
     prefill = (
         prefill_compute_s(prefill_weights, prefill_compute)
         + prefill_tp_comm
@@ -476,6 +525,7 @@ def estimate_serving(
         ep=max(ep, 1),
         attention_dp=attention_dp,
         all_to_all_s=step_model.pp * all_to_all_s(step_model, batch / min(float(pp), float(batch))),
+        prefill_chunks=chunks,
     )
 
 

@@ -57,7 +57,11 @@ class MemoryBreakdown(Result):
     gradients_gib: float = 0.0
     optimizer_gib: float = 0.0
     runtime_overhead_gib: float = 0.0
-    headroom_gib: float = Field(0.0, description="fragmentation headroom (memory_headroom_fraction x capacity)")
+    headroom_gib: float = Field(
+        0.0,
+        description="memory left unused: training, memory_headroom_fraction x capacity; serving, what the engine's "
+        "memory policy and the workload's headroom keep out of the KV pool",
+    )
     total_gib: float
     capacity_gib: float
 
@@ -123,7 +127,7 @@ class ServingEstimate(Judged):
     batch: int = Field(description="concurrent sequences per replica")
     gpus_per_replica: int
     memory: MemoryBreakdown
-    max_batch_by_memory: int = Field(description="largest concurrency whose KV cache fits")
+    max_batch_by_memory: int = Field(description="largest concurrency whose KV cache fits in the engine's KV pool")
     prefill_s: float = Field(description="prefill of one request's input tokens, seconds (unloaded)")
     decode_step_s: float = Field(description="one decode step at this batch, seconds")
     ttft_s: float = Field(description="unloaded time to first token, seconds")
@@ -145,6 +149,7 @@ class ServingEstimate(Judged):
     all_to_all_s: float = Field(
         0.0, description="MoE dispatch and combine all-to-alls of one decode step at this batch, s (0 without EP)"
     )
+    prefill_chunks: int = Field(1, ge=1, description="engine steps one prompt's computed tokens take (chunked prefill)")
 
 
 class LatencyAtLoad(Result):
@@ -158,6 +163,9 @@ class LatencyAtLoad(Result):
     stable: bool = Field(description="False when arrivals exceed the utilisation ceiling")
     p95_wait_s: float = Field(0.0, description="95th percentile wait for a free batch slot, seconds")
     mean_running_batch: float = Field(0.0, description="expected sequences decoding at once (Little's law)")
+    mean_ttft_s: float = Field(0.0, description="mean time to first token, seconds (mean wait + prefill)")
+    mean_tpot_s: float = Field(0.0, description="mean time per output token, seconds (step at the mean batch)")
+    mean_e2e_s: float = Field(0.0, description="mean end-to-end latency of a request of mean length, seconds")
 
 
 class TrainingEstimate(Judged):

@@ -48,7 +48,9 @@ def render(plan: Plan) -> str:
                 for g in w.groups:
                     out.append(
                         f"  - {group_layout(g)}: TTFT {seconds(g.ttft_s)}, TPOT {seconds(g.tpot_s)}, "
-                        f"p95 {seconds(g.p95_latency_s)} at rated load, "
+                        f"at rated load TTFT mean {seconds(g.mean_ttft_s)} / p95 {seconds(g.p95_ttft_s)}, "
+                        f"TPOT mean {seconds(g.mean_tpot_s)} / p95 {seconds(g.p95_tpot_s)}, "
+                        f"e2e mean {seconds(g.mean_latency_s)} / p95 {seconds(g.p95_latency_s)}, "
                         f"{g.memory_gib_per_gpu:,.1f}/{g.gpu_memory_gib:,.0f} GiB per GPU"
                     )
             elif isinstance(w, TrainingPlan):

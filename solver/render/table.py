@@ -67,9 +67,9 @@ def _detail(d: Design, console: Console) -> None:
         "workload",
         "replicas / layout",
         "throughput",
-        "TTFT idle / p95 at load",
-        "TPOT full batch / p95 at load",
-        "p95 e2e",
+        "TTFT idle / mean / p95 at load",
+        "TPOT full batch / mean / p95 at load",
+        "e2e mean / p95",
         "mem/GPU",
     )
     for col in columns:
@@ -81,9 +81,9 @@ def _detail(d: Design, console: Console) -> None:
                     escape(w.workload),
                     escape(group_layout(g)),
                     f"{g.rate_rps * g.replicas:,.2f} req/s ({w.demand_rps:,.2f} at peak)",
-                    f"{seconds(g.ttft_s)} / {seconds(g.p95_ttft_s)}",
-                    f"{seconds(g.tpot_s)} / {seconds(g.p95_tpot_s)}",
-                    seconds(g.p95_latency_s),
+                    f"{seconds(g.ttft_s)} / {seconds(g.mean_ttft_s)} / {seconds(g.p95_ttft_s)}",
+                    f"{seconds(g.tpot_s)} / {seconds(g.mean_tpot_s)} / {seconds(g.p95_tpot_s)}",
+                    f"{seconds(g.mean_latency_s)} / {seconds(g.p95_latency_s)}",
                     f"{g.memory_gib_per_gpu:,.1f}/{g.gpu_memory_gib:,.0f} GiB",
                 )
         elif isinstance(w, TrainingPlan):

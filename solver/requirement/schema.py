@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitecture, Precision, ProviderTier
-from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.units import Count, Money, Months, Rate, StatedDuration, StatedPower, Tokens
 
 Quantization = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
@@ -88,6 +88,53 @@ ModelRef = Annotated[
 ]
 
 
+class EngineSettings(Strict):
+    """The serving engine a workload runs on, and any of its settings to override (catalog/engines.yaml)."""
+
+    name: str | None = Field(
+        None,
+        max_length=200,
+        description="engine id or alias: vllm, sglang, tensorrt-llm (trtllm), exllamav2, llama.cpp; unset: "
+        "assumptions.engine (default vllm)",
+    )
+    memory_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="the engine's memory fraction (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static, "
+        "TensorRT-LLM kv_cache_free_gpu_mem_fraction), 0-1; unset: the engine's default",
+    )
+    max_batch: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="cap on concurrent sequences per replica (vLLM --max-num-seqs, SGLang --max-running-requests, "
+        "TensorRT-LLM max_batch_size); unset: the engine's default",
+    )
+    prefill_chunk_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description="tokens per engine step (vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size, "
+        "TensorRT-LLM max_num_tokens); unset: the engine's default",
+    )
+    runtime_reserve_gib: float | None = Field(
+        None, ge=0, le=64, description="per-GPU memory outside the engine's profiled peak, GiB; unset: the engine's"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, value: Any) -> Any:
+        """``engine: trtllm`` is ``engine: {name: trtllm}``."""
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _known(self) -> EngineSettings:
+        if self.name is not None:
+            Assumptions._known_engine(self.name)  # raises with the allowed names
+        return self
+
+
 class ServingWorkload(Strict):
     kind: Literal["serving"]
     name: Name = Field("serving", description="label used in plans and explanations")
@@ -128,6 +175,23 @@ class ServingWorkload(Strict):
     )
     kv_cache_precision: KvPrecision | None = Field(
         None, description="KV-cache precision; default follows the weights (fp8 weights -> fp8 KV, else bf16)"
+    )
+    # -- the serving engine and what it runs (design/evaluate.serving_assumptions) --
+    engine: EngineSettings | None = Field(
+        None, description="the serving engine and any setting to override: `vllm` or {name: trtllm, max_batch: 512}"
+    )
+    headroom: float = Field(
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="share of each GPU's memory kept free beyond the engine's own memory policy, 0-0.5 "
+        "(default 0: the engine's policy alone decides the KV pool)",
+    )
+    speculative: SpeculativeDecoding | None = Field(
+        None, description="speculative decoding: {method: draft | eagle | mtp, draft_tokens, acceptance_length}"
+    )
+    prefix_cache_hit_rate: float = Field(
+        0.0, ge=0, lt=1, description="share of prompt tokens served from the prefix cache, 0-1 (default 0)"
     )
 
     @model_validator(mode="after")
@@ -290,6 +354,15 @@ class PinnedConfig(Strict):
     deployment: Literal["cloud", "owned"] | None = Field(
         None, description="price as cloud instances or as owned servers"
     )
+    engine: str | None = Field(
+        None, max_length=200, description="serving engine to estimate under (replaces the workload's engine name)"
+    )
+
+    @model_validator(mode="after")
+    def _known_engine(self) -> PinnedConfig:
+        if self.engine is not None:
+            Assumptions._known_engine(self.engine)
+        return self
 
 
 class Requirement(Strict):

@@ -1,0 +1,151 @@
+"""Engine profiles (catalog/engines.yaml), the engine's memory policy and batch cap, speculative decoding, prefix
+caching, mean latencies, and ``clusterplan export``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.cli import app
+from clusterplan.design import evaluate
+from clusterplan.physics import memory, queueing, serving
+from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
+from clusterplan.requirement.schema import ServingWorkload
+
+GIB = 2**30
+EXAMPLE = Path(__file__).parent.parent / "examples" / "requirements" / "70b-serving.yaml"
+
+
+@pytest.fixture(scope="module")
+def cat() -> Catalog:
+    return load_catalog()
+
+
+def test_shipped_engines_cite_their_sources(cat: Catalog) -> None:
+    assert {"vllm", "sglang", "tensorrt-llm", "exllamav2", "llama.cpp"} <= set(cat.engines)
+    for e in cat.engines.values():
+        assert e.source in cat.sources and e.as_of
+    assert cat.engine("trtllm").id == "tensorrt-llm"
+    assert cat.engines["sglang"].fraction_at(8) == 0.83 and cat.engines["sglang"].fraction_at(3) == 0.87
+    assert cat.engines["vllm"].batch_cap(74.5, "NVIDIA H100") == 1024
+    assert cat.engines["vllm"].batch_cap(79.3, "NVIDIA A100 80GB") == 256
+
+
+def test_kv_pool_by_policy_hand_computed() -> None:
+    # 80 GiB, 60 GiB weights, 2 GiB activations, 1 GiB reserve, fraction 0.9, no headroom.
+    kw = dict(weights_bytes=60 * GIB, activation_bytes=2 * GIB, reserve_bytes=1 * GIB, fraction=0.9)
+    assert memory.kv_pool_bytes(80 * GIB, policy="total", headroom_fraction=0.0, **kw) == pytest.approx(9 * GIB)
+    assert memory.kv_pool_bytes(80 * GIB, policy="free", headroom_fraction=0.0, **kw) == pytest.approx(15.3 * GIB)
+    assert memory.kv_pool_bytes(80 * GIB, policy="static", headroom_fraction=0.0, **kw) == pytest.approx(12 * GIB)
+    # headroom 0.1 comes off first: 72 GiB usable; free = 0.9 x (72 - 63) = 8.1 GiB
+    assert memory.kv_pool_bytes(80 * GIB, policy="free", headroom_fraction=0.1, **kw) == pytest.approx(8.1 * GIB)
+
+
+def test_trtllm_70b_fp8_on_one_h100_takes_the_memory_left_after_weights(cat: Catalog) -> None:
+    """The held-out case of issue 14: TensorRT-LLM gives 90% of what the weights leave to the KV cache."""
+    arch, gpu = cat.model("llama-3.1-70b"), cat.gpu("h100-sxm")
+    kw = dict(tp=1, pp=1, quant="fp8", kv_precision="fp8", context_tokens=256.0)
+    vllm = memory.max_batch_by_memory(arch, gpu, assumptions=Assumptions(), **kw)  # type: ignore[arg-type]
+    trt = memory.max_batch_by_memory(arch, gpu, assumptions=Assumptions(engine="trtllm"), **kw)  # type: ignore[arg-type]
+    assert vllm == 18  # 0.9 x 74.5 GiB - 67.7 weights - 1.25 activations - 2 reserve, at 160 KiB/token
+    assert trt > 10 * vllm
+
+
+def test_one_function_resolves_a_workloads_engine(cat: Catalog) -> None:
+    arch, gpu = cat.model("llama-3.1-8b"), cat.gpu("h100-sxm")
+    w = ServingWorkload.model_validate(
+        {"kind": "serving", "requests_per_min": 60, "input_tokens": 128, "output_tokens": 128,
+         "engine": {"name": "trtllm", "max_batch": 100, "memory_fraction": 0.5}}
+    )  # fmt: skip
+    a = evaluate.serving_assumptions(Assumptions(), w)
+    assert a.engine == "tensorrt-llm" and a.memory_policy(1)[1] == 0.5 and a.batch_cap(74.5, "x") == 100
+    assert "compute_efficiency" not in a.overridden()  # the engine's factors are defaults, not overrides
+    point = dict(tp=1, pp=1, quant="fp8", kv_precision="fp8", assumptions=Assumptions())
+    assert evaluate.max_batch(arch, gpu, w, **point) == 100  # type: ignore[arg-type]
+
+
+def test_prefix_cache_cuts_prefill_not_decode(cat: Catalog) -> None:
+    arch, gpu = cat.model("llama-3.1-8b"), cat.gpu("h100-sxm")
+    kw = dict(tp=1, pp=1, quant="bf16", kv_precision="bf16", batch=8, input_tokens=4000.0, output_tokens=200.0,
+              context_tokens=4200.0)  # fmt: skip
+    cold = serving.estimate_serving(arch, gpu, assumptions=Assumptions(), **kw)  # type: ignore[arg-type]
+    warm = serving.estimate_serving(arch, gpu, assumptions=Assumptions(prefix_cache_hit_rate=0.75), **kw)  # type: ignore[arg-type]
+    assert warm.prefill_s < 0.4 * cold.prefill_s
+    assert warm.decode_step_s == cold.decode_step_s
+    # attention with a cached prefix: 2·l·d·(s² + 2·s·p) for s new after p cached
+    full = serving.prefill_flops(arch, 4000.0)
+    part = serving.prefill_flops(arch, 1000.0, cached_tokens=3000.0)
+    attn = 2.0 * arch.layers * serving.attention_width(arch)
+    assert full - part == pytest.approx(
+        2.0 * 3000.0 * (full - attn * 4000.0**2 - 2.0 * arch.vocab_size * arch.hidden_size) / (2.0 * 4000.0)
+        + attn * (4000.0**2 - 1000.0**2 - 2 * 1000.0 * 3000.0)
+    )
+
+
+def test_speculative_step_is_per_kept_token() -> None:
+    est_model = serving.DecodeStepModel(
+        pp=1, dense_weights_s=0.010, expert_weights_s=0.0, kv_per_seq_s=0.0001, compute_per_seq_s=0.00005,
+        overhead_s=0.002,
+    )  # fmt: skip
+    spec = SpeculativeDecoding(method="eagle", draft_tokens=3, acceptance_length=2.5, cost_fraction=0.05)
+    spec_model = serving.speculative_step_model(est_model, spec)
+    # batch 1: weights 0.010 x 1.15 + KV 0.0001 x 1.15 ... memory-bound: (0.0115 + 0.000115 + 0.002) / 2.5
+    assert serving.decode_step_s(spec_model, 1) == pytest.approx((0.0115 + 0.000115 + 0.002) / 2.5)
+    assert serving.decode_step_s(spec_model, 1) < serving.decode_step_s(est_model, 1)
+    with pytest.raises(ValueError, match="cannot exceed"):
+        SpeculativeDecoding(method="mtp", draft_tokens=1, acceptance_length=2.5)
+
+
+def test_means_sit_below_the_p95s(cat: Catalog) -> None:
+    arch, gpu = cat.model("llama-3.1-8b"), cat.gpu("h100-sxm")
+    est = serving.estimate_serving(
+        arch, gpu, tp=1, pp=1, quant="bf16", kv_precision="bf16", batch=64, input_tokens=512.0,
+        output_tokens=256.0, context_tokens=768.0, assumptions=Assumptions(),
+    )  # fmt: skip
+    a = Assumptions()
+    lat = queueing.latency_at_load(
+        est, 0.7 * est.requests_per_s, input_tokens=512.0, output_tokens=256.0, assumptions=a
+    )
+    assert 0 < lat.mean_tpot_s <= lat.p95_tpot_s
+    # TTFT: the p95 wait is 0 when fewer than 5% wait at all (Erlang C here), the mean wait C/(c·mu - lambda) is not
+    wait = queueing.mean_wait_s(est.batch, lat.arrival_requests_per_s, est.requests_per_s / est.batch, 1.0)
+    assert lat.p95_wait_s == 0.0 and wait > 0
+    assert lat.mean_ttft_s == pytest.approx(lat.p95_ttft_s + wait)
+    assert queueing.mean_wait_s(4, 0.0, 1.0, 1.0) == 0.0 and math.isinf(queueing.mean_wait_s(4, 5.0, 1.0, 1.0))
+
+
+def test_export_70b_example_writes_a_launch_and_a_benchmark(cat: Catalog) -> None:
+    """Design 1 of the 70B example as a vLLM launch and a benchmark at the example's rate and lengths (in-process:
+    the command is a thin layer over these functions; one plan)."""
+    from clusterplan.design.export import export_design
+    from clusterplan.pipeline import PlanOptions, plan_requirement
+    from clusterplan.render.export_view import export_files
+    from clusterplan.requirement.load import load_requirement
+
+    resolved = load_requirement(EXAMPLE, cat)
+    plan = plan_requirement(resolved, cat, PlanOptions(top=1, explain="design"))
+    group = plan.designs[0].workloads[0].groups[0]  # type: ignore[union-attr]
+    files = export_files(export_design(resolved, cat, plan))
+    argv = shlex.split(files["1-chat-vllm-launch.sh"].splitlines()[-1])
+    assert argv[:2] == ["vllm", "serve"]
+    flag = dict(itertools.pairwise(argv))
+    assert int(flag["--tensor-parallel-size"]) == group.tp
+    assert flag["--quantization"] == group.quant == "fp8"
+    assert int(flag["--max-num-seqs"]) == group.batch
+    bench = shlex.split(files["1-chat-vllm-bench.sh"].splitlines()[-1])
+    bf = dict(itertools.pairwise(bench))
+    assert bench[:3] == ["vllm", "bench", "serve"]
+    assert float(bf["--request-rate"]) == pytest.approx(1000 / 60, rel=1e-3)
+    assert (bf["--random-input-len"], bf["--random-output-len"]) == ("1000", "200")
+    assert "p95 targets to check" in files["expected.txt"]
+
+
+def test_export_cli_refuses_an_unknown_engine() -> None:
+    result = CliRunner().invoke(app, ["export", str(EXAMPLE), "--engine", "vlm"])
+    assert result.exit_code == 2 and "did you mean 'vllm'" in result.output
