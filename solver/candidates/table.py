@@ -199,6 +199,7 @@ class TrainingRow:
     cloud_offering: str | None = None  # key of the cheapest cloud instance type that hosts it
     cloud_instances: int = 0  # instances of that type
     cloud_cost_usd: float = 0.0  # instances x price x billed hours
+    memory_options: tuple[str, ...] = ()  # physics/optimizer_memory.py options the layout runs with
 
     @property
     def gpus(self) -> int:

@@ -172,6 +172,7 @@ class _Layouts:
             cloud_offering=cloud.key if cloud is not None else None,
             cloud_instances=n_inst,
             cloud_cost_usd=cost,
+            memory_options=tuple(est.memory_options),
         )
 
 

@@ -29,6 +29,8 @@ _FLAGS = {
     "kv_quant": "--kv-quant",
     "batch": "--batch",
     "recompute": "--recompute",
+    "optimizer": "--optimizer",
+    "offload": "--offload",
     "deployment": "--deployment",
 }
 
@@ -80,6 +82,8 @@ def render(result: Any) -> list[Any]:
         head += f", weights {c.quant}, KV {c.kv_quant}, batch {c.batch} per replica"
     else:
         head += f", {c.precision}, ZeRO {c.zero}, recompute {c.recompute}, micro-batch {c.batch}"
+        if c.memory_options:
+            head += f", memory options: {', '.join(c.memory_options)}"
     out.append(head)
     status = "feasible" if result.feasible else "IMPOSSIBLE"
     out.append(f"status: {status}; bounded by {result.bound.replace('_', ' ')}")
@@ -143,6 +147,8 @@ def render(result: Any) -> list[Any]:
         tt.add_row("step time", fmt.seconds(t.step_time_s))
         tt.add_row("  compute (incl. pipeline bubble)", fmt.seconds(t.compute_time_s))
         tt.add_row("  exposed communication", fmt.seconds(t.exposed_comm_time_s))
+        if t.offload_time_s > 0:
+            tt.add_row("  host offload over PCIe", fmt.seconds(t.offload_time_s))
         tt.add_row("pipeline bubble", f"{t.bubble_fraction:.0%}")
         tt.add_row("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")
         tt.add_row("tokens/s per GPU", f"{t.tokens_per_s / t.gpus:,.0f}")
@@ -221,6 +227,14 @@ def register(app: typer.Typer) -> None:
         recompute: Annotated[
             str | None, typer.Option("--recompute", help="none, selective or full (training).")
         ] = None,
+        optimizer: Annotated[
+            str | None,
+            typer.Option("--optimizer", help="adamw, adamw8bit or paged_adamw8bit (training; default: chosen)."),
+        ] = None,
+        offload: Annotated[
+            str | None,
+            typer.Option("--offload", help="optimizer, activations, both or none: host offload (training)."),
+        ] = None,
         workload: Annotated[
             str | None, typer.Option("--workload", help="Workload name or index (default the first).")
         ] = None,
@@ -238,7 +252,8 @@ def register(app: typer.Typer) -> None:
         def run() -> None:
             overrides = _pinned(
                 dict(workload=workload, gpu=gpu, count=count, tp=tp, pp=pp, dp=dp, zero=zero, quant=quant,
-                     kv_quant=kv_quant, batch=batch, recompute=recompute, deployment=deployment)
+                     kv_quant=kv_quant, batch=batch, recompute=recompute, deployment=deployment,
+                     optimizer=optimizer, offload=offload)
             )  # fmt: skip
             cat = load_catalog(catalog or [])
             result = estimate_file(file, cat, overrides)

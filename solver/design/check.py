@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.reasons import ReasonCategory, without
 from clusterplan.plan import Design, HardwareLine, ServingPlan, TrainingPlan
 from clusterplan.render.reasons import render_reason
@@ -454,6 +455,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 micro_batch=wp.micro_batch,
                 assumptions=a,
                 derate=derate_for(req.confidence),  # the time the plan states: derated at a confidence
+                memory_plan=MemoryPlan.of(wp.memory_options),
             )
             hard = without(train_est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
             if hard:

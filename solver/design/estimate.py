@@ -36,8 +36,9 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.design import evaluate, pricing
 from clusterplan.errors import ClusterplanError, ConfigurationImpossible
-from clusterplan.physics import cost, memory, queueing, rules
+from clusterplan.physics import cost, memory, optimizer_memory, queueing, rules
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
 from clusterplan.plan import Costs, HardwareLine
 from clusterplan.render.reasons import render_reasons
@@ -81,6 +82,7 @@ class ChosenConfig(Result):
     zero: int | None = None
     recompute: str | None = None
     precision: str | None = None
+    memory_options: list[str] = Field(default_factory=list, description="training memory options in use")
 
 
 class TargetCheck(Result):
@@ -564,29 +566,48 @@ def _search_training(
             tried.append((tp, pp, dp, zeros, recs, mbs))
             est, _ = evaluate.fastest_training_layout(
                 arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stages=zeros, recomputes=recs, assumptions=a,
-                micro_batches=mbs,
+                micro_batches=mbs, memory_plans=_memory_plans(w, cfg),
             )  # fmt: skip
             if est is not None and (best is None or est.time_to_train_s < best.time_to_train_s):
                 best = est
     return best, tried
 
 
+def _memory_plans(w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig) -> list[MemoryPlan]:
+    """The memory plans the workload allows, with ``--optimizer`` / ``--offload`` pinned where given."""
+    forced, forbidden = optimizer_memory.pinned_options(cfg.optimizer, cfg.offload)
+    return evaluate.memory_plans_for(w, forced=forced, forbidden=forbidden)
+
+
 def _point(
     arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, *, tp: int,
-    pp: int, dp: int, zero: int, recompute: str, micro_batch: int,
+    pp: int, dp: int, zero: int, recompute: str, micro_batch: int, memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingEstimate:  # fmt: skip
     return evaluate.training_point(
         arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute, micro_batch=micro_batch,
-        assumptions=a,
+        assumptions=a, memory_plan=memory_plan,
     )  # fmt: skip
 
 
 def _closest(
-    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, tried: list[Layout]
-) -> TrainingEstimate:
+    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, tried: list[Layout],
+    plan: MemoryPlan = PLAIN,
+) -> TrainingEstimate:  # fmt: skip
     """Nothing runs: each layout tried at its most memory-friendly setting; the one closest to running."""
     ests = [
-        _point(arch, gpu, w, a, tp=tp, pp=pp, dp=dp, zero=max(zeros), recompute=recs[-1], micro_batch=min(mbs or [1]))
+        _point(
+            arch,
+            gpu,
+            w,
+            a,
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            zero=max(zeros),
+            recompute=recs[-1],
+            micro_batch=min(mbs or [1]),
+            memory_plan=plan,
+        )
         for tp, pp, dp, zeros, recs, mbs in tried
     ]
     return min(ests, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
@@ -638,7 +659,7 @@ def _estimate_training(
                 fix="give a count that is a multiple of tp x pp, or leave tp and pp out",
             )
         # Nothing feasible: show the layout that comes closest (fewest reasons, least memory per capacity).
-        best = _closest(arch, gpu, w, a, tried)
+        best = _closest(arch, gpu, w, a, tried, _memory_plans(w, cfg)[-1])
         if not all_pinned:
             choices.append(
                 f"no layout tried runs; shown: the closest ({best.gpus} GPUs, tp={best.tp}, pp={best.pp}, "
@@ -648,7 +669,7 @@ def _estimate_training(
         # The search leaves link reasons (TP over PCIe) to the planner's tp_nvlink family; shown here in full.
         best = _point(
             arch, gpu, w, a, tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero_stage, recompute=best.recompute,
-            micro_batch=best.micro_batch,
+            micro_batch=best.micro_batch, memory_plan=MemoryPlan.of(best.memory_options),
         )  # fmt: skip
         if not all_pinned:
             choices.append(
@@ -671,7 +692,7 @@ def _estimate_training(
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind=kind, model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=best.gpus, tp=best.tp, pp=best.pp, dp=best.dp, batch=best.micro_batch, zero=best.zero_stage,
-        recompute=best.recompute, precision=w.precision,
+        recompute=best.recompute, precision=w.precision, memory_options=best.memory_options,
     )  # fmt: skip
     return EstimateResult(
         requirement=req.name,

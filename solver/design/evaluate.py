@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterplan.design.uncertainty import NO_DERATE, Derate
-from clusterplan.physics import queueing, serving, training
+from clusterplan.physics import optimizer_memory, queueing, serving, training
+from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 
 if TYPE_CHECKING:
@@ -147,6 +148,18 @@ def recomputes_for(w: TrainingWorkload | FinetuneWorkload) -> list[str]:
     return [w.activation_recompute] if w.activation_recompute else ["none", "selective", "full"]
 
 
+def memory_plans_for(
+    w: TrainingWorkload | FinetuneWorkload, *, forced: Sequence[str] = (), forbidden: Sequence[str] = ()
+) -> list[MemoryPlan]:
+    """The memory plans tried for a workload, plain first: its ``memory_options`` if it names them, else the
+    options standard in its method's framework (``optimizer_memory.FRAMEWORK_DEFAULTS``); ``forced`` options
+    (pinned by ``estimate``) are in every plan, ``forbidden`` in none."""
+    allowed = w.memory_options if w.memory_options is not None else optimizer_memory.FRAMEWORK_DEFAULTS[w.kind]
+    return optimizer_memory.memory_plans(
+        allowed, optimizer=w.optimizer, precision=w.precision, forced=forced, forbidden=forbidden
+    )
+
+
 def training_point(
     arch: ModelArchitecture,
     spec: GpuSpec,
@@ -160,12 +173,14 @@ def training_point(
     micro_batch: int,
     assumptions: Assumptions,
     derate: Derate = NO_DERATE,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingEstimate:
     """One fully pinned training layout, nodes as large as the GPU ships in (its time x ``derate``'s factor)."""
     return derate.training(
         training.estimate_training(
             arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
             micro_batch=micro_batch, nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
+            memory_plan=memory_plan,
         )
     )  # fmt: skip
 
@@ -183,6 +198,7 @@ def fastest_training_layout(
     assumptions: Assumptions,
     micro_batches: Sequence[int] | None = None,
     derate: Derate = NO_DERATE,
+    memory_plans: Sequence[MemoryPlan] | None = None,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
     """The fastest (ZeRO, recompute, micro-batch) that fits one tp x pp x dp layout, or the last reason.
 
@@ -191,7 +207,22 @@ def fastest_training_layout(
     micro-batch, at the largest micro-batch that fits (memory grows with it, and so does efficiency); then
     the fastest of the recompute policies. A handful of estimates per layout instead of every combination.
     Link reasons (TP over PCIe) are not reasons here: the tp_nvlink family decides those.
+    Memory options (``memory_plans``, default :func:`memory_plans_for`): the plain layout first; each next plan
+    only when nothing fits with the one before (they cost step time, never save it).
     """
+    # Memory options (physics/optimizer_memory.py): one search per plan, the first that fits wins.
+    plans = list(memory_plans) if memory_plans is not None else memory_plans_for(w)
+    if len(plans) > 1:
+        last: Reason | None = None
+        for one in plans:
+            found, last = fastest_training_layout(
+                arch, spec, w, tp=tp, pp=pp, dp=dp, zero_stages=zero_stages, recomputes=recomputes,
+                assumptions=assumptions, micro_batches=micro_batches, derate=derate, memory_plans=[one],
+            )  # fmt: skip
+            if found is not None:
+                return found, last
+        return None, last
+    plan = plans[0] if plans else PLAIN
     node = spec.max_gpus_per_node
 
     def estimate(zero: int, rec: str, mb: int) -> tuple[TrainingEstimate | None, Reason | None]:
@@ -200,11 +231,17 @@ def fastest_training_layout(
         layout = dict(tp=tp, pp=pp, dp=dp, zero_stage=zero, micro_batch=mb, nodes_gpus_per_node=node)
         # Rules, batch and memory come first in the estimate's reasons, and most settings tried fail
         # there: checking them alone skips the timing model (the first reason is the same).
-        fit = training.training_fit(*args, workload=w, recompute=rec, assumptions=assumptions, **layout)  # type: ignore[arg-type]
+        fit = training.training_fit(
+            *args,
+            workload=w, recompute=rec, assumptions=assumptions, memory_plan=plan, **layout,  # type: ignore[arg-type]
+        )  # fmt: skip
         early = without(fit.why_not, ReasonCategory.LINK)
         if early:
             return None, early[0]
-        est = training.estimate_training(*args, workload=w, recompute=rec, assumptions=assumptions, **layout, fit=fit)  # type: ignore[arg-type]
+        est = training.estimate_training(
+            *args,
+            workload=w, recompute=rec, assumptions=assumptions, fit=fit, memory_plan=plan, **layout,  # type: ignore[arg-type]
+        )  # fmt: skip
         est = derate.training(est)
         reasons = without(est.why_not, ReasonCategory.LINK)
         return est, reasons[0] if reasons else None

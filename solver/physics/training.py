@@ -21,9 +21,10 @@ import math
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, params
+from clusterplan.physics import memory, optimizer_memory, params
 from clusterplan.physics.comm import link_for_group, nccl_allreduce_s, p2p_s, ring_allgather_s, ring_allreduce_s
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import GlobalBatchTooSmall, NoTensorThroughput, Reason, TrainingDoesNotFit
 from clusterplan.physics.rules import short_name, training_rule_reasons
 from clusterplan.physics.serving import attention_width, peak_tflops
@@ -143,6 +144,11 @@ class TrainingFit:
     gathered_bytes: float
     sp: bool
     mem: MemoryBreakdown
+    # Memory options (physics/optimizer_memory.py): the plan as it applies to this layout, and what crosses PCIe.
+    plan: MemoryPlan = PLAIN
+    paged_spill_bytes: float = 0.0
+    offloaded_params: float = 0.0
+    offloaded_activation_bytes: float = 0.0
 
 
 def _memory_phase(
@@ -158,6 +164,7 @@ def _memory_phase(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingFit:
     a = assumptions
     method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
@@ -192,8 +199,13 @@ def _memory_phase(
     layer_p = memory.layer_params_per_gpu(arch, tp)
     emb_p = memory.embedding_params_per_gpu(arch, tp, pp)
     model_p = layers * layer_p + emb_p
+    plan = memory_plan
+    if plan.has("optimizer_in_backward") and (micro_batches > 1 or pp > 1):
+        plan = plan.without("optimizer_in_backward")  # torchtune: needs one micro-batch per step, no pipeline
+    if plan.has("optimizer_offload"):
+        plan = plan.without("paged_optimizer")  # the state is on the host already
     if method == "full":
-        w_b, g_b, o_b = memory.model_state_bytes_per_param(precision, workload.optimizer)
+        w_b, g_b, o_b = memory.model_state_bytes_per_param(precision, workload.optimizer, plan)
         w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=dp)
         trainable = model_p
         weights, grads, opt = model_p * w, model_p * g, model_p * o
@@ -205,7 +217,7 @@ def _memory_phase(
         if zero_stage >= 3:
             base /= dp
         trainable = layers * lora_params_per_layer(arch, rank) / tp
-        w_b, g_b, o_b = memory.model_state_bytes_per_param("bf16", workload.optimizer)
+        w_b, g_b, o_b = optimizer_memory.adapter_state_bytes_per_param(workload.optimizer, plan)
         w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=dp)
         weights, grads, opt = base + trainable * w, trainable * g, trainable * o
         notes.append(
@@ -216,6 +228,18 @@ def _memory_phase(
         # Current and prefetched layer, gathered at the bytes they are stored in: 16-bit, or NF4 for QLoRA's base.
         gathered_bpp = memory.NF4_BYTES_PER_PARAM if method == "qlora" else 2.0
         weights += 2 * layer_p * gathered_bpp
+
+    # Memory options: gradients freed as they are used, optimizer state on the host.
+    # The largest tensor whose gradient can be live alone: the (vocab-parallel) embedding or LM head, or the
+    # largest matrix; for adapters, one layer's worth.
+    vocab_p = arch.vocab_size * arch.hidden_size / tp
+    largest_p = max(largest_matrix_params(arch, tp), vocab_p) if method == "full" else trainable / max(layers, 1)
+    if plan.has("optimizer_in_backward"):
+        grads = min(grads, optimizer_memory.in_backward_gradient_bytes(largest_p, g))
+    offloaded_params = 0.0
+    if plan.has("optimizer_offload"):
+        offloaded_params = trainable / (dp if zero_stage >= 1 else 1)
+        opt = 0.0
 
     # Activations.
     sp = tp > 1
@@ -243,9 +267,23 @@ def _memory_phase(
     # frees a node's saved tensors once it has run; torchtune recipes ``del logits`` before ``loss.backward()``
     # because they "peak backward memory"), so the peak is the stored inputs plus the larger of the two, not both.
     stored = layers * per_layer
+    offloaded_activations = 0.0
+    if plan.has("activation_offload"):
+        offloaded_activations = stored
+        stored = optimizer_memory.offloaded_activation_bytes(per_layer, layers)
     last_stage = stored + max(logits, layer_work)
     activations = max(stored * in_flight + layer_work, last_stage) if pp > 1 else last_stage
     mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
+    spilled = 0.0
+    if plan.has("paged_optimizer"):
+        # Only the moments page (adapters train without a master copy); what fits the free memory stays.
+        pageable = opt * (optimizer_memory.pageable_fraction(precision, plan, o_b) if method == "full" else 1.0)
+        free = (mem.capacity_gib - mem.total_gib) * 2**30 + pageable
+        resident, spilled = optimizer_memory.paged_split(pageable, free)
+        opt = opt - pageable + resident
+        mem = memory.training_breakdown(
+            gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations
+        )
     if not mem.fits:
         reasons.append(
             TrainingDoesNotFit(
@@ -260,6 +298,8 @@ def _memory_phase(
         micro_batch=micro_batch, micro_batches=micro_batches,
         tokens_per_step=tokens_per_step, layers=layers, layer_p=layer_p, trainable=trainable,
         w_b=w_b, g_b=g_b, o_b=o_b, gathered_bytes=gathered_bytes, sp=sp, mem=mem,
+        plan=plan, paged_spill_bytes=spilled, offloaded_params=offloaded_params,
+        offloaded_activation_bytes=offloaded_activations,
     )  # fmt: skip
 
 
@@ -276,6 +316,7 @@ def training_fit(
     micro_batch: int,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingFit:
     """The part of :func:`estimate_training` before timing anything: rules, batch and memory.
 
@@ -286,6 +327,7 @@ def training_fit(
     return _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
+        memory_plan=memory_plan,
     )  # fmt: skip
 
 
@@ -303,18 +345,21 @@ def estimate_training(
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
     fit: TrainingFit | None = None,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingEstimate:
     """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
 
     ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
     Infeasible configurations come back with ``feasible=False`` and reason records in ``why_not``, numbers filled in.
-    ``fit``: :func:`training_fit` of the same arguments, already computed.
+    ``fit``: :func:`training_fit` of the same arguments, already computed. ``memory_plan``: the memory
+    options it runs with (:mod:`clusterplan.physics.optimizer_memory`); their PCIe time is in the step.
     """
     a = assumptions
     cls = gpu.gpu_class
     ph = fit or _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
+        memory_plan=memory_plan,
     )  # fmt: skip
     reasons, notes, mem = list(ph.why_not), list(ph.notes), ph.mem
     method, rank, precision = ph.method, ph.rank, workload.precision
@@ -386,7 +431,21 @@ def estimate_training(
     shard = trainable / (dp if zero_stage >= 1 else 1)
     optimizer_s = shard * (2 * o_b + g_b + 2 * w_b) / bw
 
-    step = compute_time + exposed_comm + optimizer_s
+    # Memory options' PCIe traffic (physics/optimizer_memory.py): exposed host transfers per step.
+    pcie = optimizer_memory.pcie_one_way_bytes_per_s(gpu.pcie_bandwidth_gb_per_s, eff)
+    offload_s = optimizer_memory.paging_s(ph.paged_spill_bytes, pcie)
+    if ph.offloaded_params > 0:
+        backward_s = compute_time * 2.0 / 3.0
+        offload_s += optimizer_memory.optimizer_offload_s(ph.offloaded_params, backward_s, pcie)
+        optimizer_s = 0.0  # the update runs on the CPU (its time is not modelled)
+    if ph.offloaded_activation_bytes > 0:
+        offload_s += slots * optimizer_memory.activation_offload_s(ph.offloaded_activation_bytes, t_micro, pcie)
+    if ph.plan.has("optimizer_in_backward"):
+        notes.append("optimizer step fused into backward: no full gradient buffer")
+    if offload_s > 0:
+        notes.append(f"host transfers over PCIe add {offload_s:.2f} s per step")
+
+    step = compute_time + exposed_comm + optimizer_s + offload_s
     tokens_per_s = tokens_per_step / step
     mfu = useful_flops * tokens_per_s / (gpus * peak * 1e12) if peak > 0 else 0.0
     time_to_train = workload.tokens / tokens_per_s
@@ -423,4 +482,6 @@ def estimate_training(
         bound=bound,
         power_w=gpu.tdp_w * gpus,
         notes=notes,
+        memory_options=ph.plan.codes,
+        offload_time_s=offload_s,
     )

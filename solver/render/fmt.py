@@ -90,7 +90,7 @@ def layout(w: ServingPlan | TrainingPlan) -> str:
         return "; ".join(group_layout(g) for g in w.groups)
     return (
         f"{w.gpus}x {w.gpu} TP{w.tp} PP{w.pp} DP{w.dp} ZeRO-{w.zero_stage} recompute {w.recompute} "
-        f"mb {w.micro_batch} ({w.deployment})"
+        f"mb {w.micro_batch} ({w.deployment})" + (f" [{', '.join(w.memory_options)}]" if w.memory_options else "")
     )
 
 
