@@ -37,9 +37,10 @@ from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, ENGINES, Assumptions
+from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.serving import decode_step_s
 from clusterplan.physics.types import ServingEstimate
-from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
+from clusterplan.requirement.schema import FinetuneWorkload, MemoryOption, TrainingWorkload
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -114,6 +115,9 @@ class TrainingSetting(BaseModel):
     seq_len: int = Field(ge=1)
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     lora_rank: int = Field(8, ge=1)
+    memory_options: list[MemoryOption] = Field(
+        default_factory=list, description="the run's memory options (clusterplan.physics.optimizer_memory)"
+    )
 
 
 class Setting(BaseModel):
@@ -364,7 +368,7 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
     est_t = training.estimate_training(
         arch, gpu, workload=_training_workload(t, gpus), tp=m.tp, pp=m.pp, dp=dp, zero_stage=t.zero,
         recompute=t.recompute, micro_batch=t.batch, nodes_gpus_per_node=min(gpus, gpu.max_gpus_per_node),
-        assumptions=a,
+        assumptions=a, memory_plan=MemoryPlan.of(t.memory_options),
     )  # fmt: skip
     if s.scenario == "training":
         return (

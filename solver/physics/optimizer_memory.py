@@ -152,9 +152,19 @@ def pcie_one_way_bytes_per_s(pcie_bandwidth_gb_per_s: float, link_efficiency: fl
     return pcie_bandwidth_gb_per_s * 1e9 / 2.0 * link_efficiency
 
 
-def paging_s(spilled_bytes: float, one_way_bytes_per_s: float) -> float:
-    """Paged state moves in for the update and out again once per step, one after the other: ``2·spilled / bw``."""
-    return 2.0 * spilled_bytes / one_way_bytes_per_s
+def paging_s(spilled_bytes: float, one_way_bytes_per_s: float, *, step_compute_s: float | None = None) -> float:
+    """Exposed PCIe time of a paged optimizer per step: the spilled state pages in for the update and out again.
+
+    After backward (a plain optimizer step): both transfers are exposed, ``2·spilled / bw``. Under
+    optimizer-in-backward (``step_compute_s`` given) each parameter's update runs inside backward and
+    bitsandbytes prefetches its pages asynchronously (``cudaMemPrefetchAsync``), so pages come in under the
+    backward compute (two thirds of the step) and go out under the next forward's allocations (one third);
+    only what outlasts them is exposed.
+    """
+    wire = spilled_bytes / one_way_bytes_per_s
+    if step_compute_s is None:
+        return 2.0 * wire
+    return max(0.0, wire - 2.0 * step_compute_s / 3.0) + max(0.0, wire - step_compute_s / 3.0)
 
 
 def optimizer_offload_s(params_on_gpu: float, backward_s: float, one_way_bytes_per_s: float) -> float:

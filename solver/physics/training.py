@@ -433,7 +433,8 @@ def estimate_training(
 
     # Memory options' PCIe traffic (physics/optimizer_memory.py): exposed host transfers per step.
     pcie = optimizer_memory.pcie_one_way_bytes_per_s(gpu.pcie_bandwidth_gb_per_s, eff)
-    offload_s = optimizer_memory.paging_s(ph.paged_spill_bytes, pcie)
+    overlapped = compute_time if ph.plan.has("optimizer_in_backward") else None
+    offload_s = optimizer_memory.paging_s(ph.paged_spill_bytes, pcie, step_compute_s=overlapped)
     if ph.offloaded_params > 0:
         backward_s = compute_time * 2.0 / 3.0
         offload_s += optimizer_memory.optimizer_offload_s(ph.offloaded_params, backward_s, pcie)
