@@ -37,9 +37,10 @@ from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
+from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.serving import decode_step_s
 from clusterplan.physics.types import ServingEstimate
-from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
+from clusterplan.requirement.schema import FinetuneWorkload, MemoryOption, TrainingWorkload
 
 ENGINES = engine_profiles()  # catalog/engines.yaml
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +116,9 @@ class TrainingSetting(BaseModel):
     seq_len: int = Field(ge=1)
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     lora_rank: int = Field(8, ge=1)
+    memory_options: list[MemoryOption] = Field(
+        default_factory=list, description="the run's memory options (clusterplan.physics.optimizer_memory)"
+    )
 
 
 class Setting(BaseModel):
@@ -149,6 +153,14 @@ class Setting(BaseModel):
     gqa_shared_kv_reads: bool | None = Field(
         None, description="the measured engine version's GQA decode kernel (a software fact, not a fitted factor)"
     )
+    architecture: dict[str, Any] | None = Field(
+        None, description="the model's shape when it is not a catalog model (clusterplan ModelArchitecture fields)"
+    )
+    not_expressible: str | None = Field(
+        None,
+        description="what of the run's layout the estimator cannot express yet (context parallelism, virtual "
+        "pipeline stages): the point is kept with its settings and counted, not predicted",
+    )
     single_card: bool = Field(
         False,
         description="one card in a desktop, not a dense deployment: no sustained-clock derate "
@@ -182,6 +194,7 @@ class Row(BaseModel):
     unit: str
     flags: list[str] = Field(default_factory=list)
     detail: str = ""
+    gpus: int = Field(1, description="GPUs of the measured run (the scale band)")
 
     @property
     def error(self) -> float:
@@ -254,7 +267,17 @@ def measured_value(m: Measurement) -> tuple[float, str]:
         return m.value * 1e9 / 2**30, "GiB"
     if "tokens/s" in unit or "tok/s" in unit:
         return m.value, "tokens/s"
+    if unit.startswith("TFLOP/s per GPU (Megatron-LM"):
+        return m.value * 1e12 / megatron_flops_per_token(m), "tokens/s"
     raise ValueError(f"{m.id}: unit '{m.unit}' not understood")
+
+
+def megatron_flops_per_token(m: Measurement) -> float:
+    """FLOPs per token the Megatron-LM papers count, activation recomputation included:
+    ``96·l·h²·(1 + s/(6h) + V/(16·l·h))`` per sequence token (Narayanan et al. 2021, arXiv:2104.04473 §5.1,
+    eq. 3 divided by ``B·s``). Reads layers, hidden, vocab and seq_len from the measurement's ``extra``."""
+    layers, h, v, s = (float(m.extra[k]) for k in ("layers", "hidden", "vocab", "seq_len"))
+    return 96.0 * layers * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * layers * h))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -305,8 +328,8 @@ def _serving(
     return _scale_weights(est, s.quant, s.weight_bits, a)
 
 
-def _training_workload(t: TrainingSetting, gpus: int) -> TrainingWorkload | FinetuneWorkload:
-    tokens_per_step = t.batch * t.grad_accum * gpus * t.seq_len
+def _training_workload(t: TrainingSetting, dp: int) -> TrainingWorkload | FinetuneWorkload:
+    tokens_per_step = t.batch * t.grad_accum * dp * t.seq_len
     if t.method == "full" and t.precision != "fp16":
         return TrainingWorkload(
             kind="training", tokens=1e12, deadline=1e9, sequence_length=t.seq_len,
@@ -320,10 +343,17 @@ def _training_workload(t: TrainingSetting, gpus: int) -> TrainingWorkload | Fine
     )  # fmt: skip
 
 
+def model_of(m: Measurement, s: Setting, catalog: Catalog) -> ModelArchitecture:
+    """The setting's inline architecture, else the catalog model the setting or the measurement names."""
+    if s.architecture is not None:
+        return ModelArchitecture.model_validate(s.architecture)
+    return catalog.model(s.model or m.model)
+
+
 def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tuple[float, str]:
     """The model's figure for one measurement, in the units of :func:`measured_value`, and a short detail."""
     gpu = catalog.gpu(s.gpu or m.gpu)
-    arch = catalog.model(s.model or m.model)
+    arch = model_of(m, s, catalog)
     gpus = m.gpu_count
     per = gpus if s.per == "gpu" else 1
 
@@ -369,9 +399,9 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
         raise ValueError(f"{m.id}: scenario {s.scenario} needs a training block")
     dp = gpus // (m.tp * m.pp)
     est_t = training.estimate_training(
-        arch, gpu, workload=_training_workload(t, gpus), tp=m.tp, pp=m.pp, dp=dp, zero_stage=t.zero,
+        arch, gpu, workload=_training_workload(t, dp), tp=m.tp, pp=m.pp, dp=dp, zero_stage=t.zero,
         recompute=t.recompute, micro_batch=t.batch, nodes_gpus_per_node=min(gpus, gpu.max_gpus_per_node),
-        assumptions=a,
+        assumptions=a, memory_plan=MemoryPlan.of(t.memory_options),
     )  # fmt: skip
     if s.scenario == "training":
         return (
@@ -402,6 +432,8 @@ def evaluate(
     rows: list[Row] = []
     for m in measurements:
         s = settings[m.id]
+        if s.not_expressible:
+            continue  # counted by band_summary, predicted once the estimator can express it
         measured, unit = measured_value(m)
         a_row = factors.assumptions(s) if factors is not None else assumptions_for(s, base)
         predicted, detail = predict(m, s, catalog, a_row)
@@ -409,8 +441,8 @@ def evaluate(
         kind = KIND_OF.get(s.scenario) or ("serving throughput" if s.statistic == "throughput" else "latency")
         row = Row(
             id=m.id, kind=kind, scenario=s.scenario, engine=s.engine, gpu_class=gpu.gpu_class,
-            gpu=gpu.id, model=catalog.model(s.model or m.model).id, predicted=predicted, measured=measured,
-            unit=unit, flags=s.flags, detail=detail,
+            gpu=gpu.id, model=model_of(m, s, catalog).name if s.architecture else catalog.model(s.model or m.model).id,
+            predicted=predicted, measured=measured, unit=unit, flags=s.flags, detail=detail, gpus=m.gpu_count,
         )  # fmt: skip
         rows.append(row)
     return rows
@@ -590,6 +622,58 @@ def summarise(rows: list[Row]) -> list[KindSummary]:
         )  # fmt: skip
         out.append(summary)
     return out
+
+
+BANDS: tuple[tuple[str, int, int], ...] = (("<=64 GPUs", 1, 64), ("65-1,024", 65, 1024), (">1,024", 1025, 10**9))
+
+
+class BandSummary(BaseModel):
+    """Training throughput in one scale band: the unflagged rows' error, and the points not expressible yet."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    band: str
+    cases: int = Field(description="unflagged training-throughput rows predicted")
+    flagged: int
+    median_abs_error: float
+    worst_ratio: float
+    worst_id: str
+    not_expressible: int = Field(description="measurements kept whose layout the estimator cannot express yet")
+
+
+def band_summary(rows: list[Row], measurements: list[Measurement], settings: dict[str, Setting]) -> list[BandSummary]:
+    """Training throughput per scale band (<=64 GPUs, 65-1,024, >1,024), unflagged rows."""
+    out: list[BandSummary] = []
+    for label, lo, hi in BANDS:
+        mine = [r for r in rows if r.kind == "training throughput" and lo <= r.gpus <= hi]
+        clean = [r for r in mine if not r.flagged]
+        med, worst, worst_id = _median_worst(clean)
+        waiting = sum(
+            1
+            for m in measurements
+            if settings[m.id].not_expressible and settings[m.id].scenario == "training" and lo <= m.gpu_count <= hi
+        )
+        band = BandSummary(
+            band=label, cases=len(clean), flagged=len(mine) - len(clean), median_abs_error=med,
+            worst_ratio=worst, worst_id=worst_id, not_expressible=waiting,
+        )  # fmt: skip
+        out.append(band)
+    return out
+
+
+def band_table(bands: list[BandSummary]) -> str:
+    lines = [
+        f"{'training by scale':<20} {'cases':>5} {'flag':>4} {'median*':>8} {'worst*':>7} {'not yet':>7}  worst case*"
+    ]
+    for b in bands:
+        lines.append(
+            f"{b.band:<20} {b.cases:>5} {b.flagged:>4} {b.median_abs_error:>8.1%} {b.worst_ratio:>6.2f}x "
+            f"{b.not_expressible:>7}  {b.worst_id}"
+        )
+    lines.append(
+        "not yet: measurements whose layout (context parallel, virtual pipeline stages) is not expressible yet"
+    )
+    return "\n".join(lines)
 
 
 ERROR_QUANTILES = (0.05, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95)
@@ -803,8 +887,10 @@ def main(argv: list[str] | None = None) -> int:
         print(text_table(rows, summarise(rows)))
         return 0
     measurements = load_measurements()
-    rows = evaluate(measurements=measurements)
+    settings = load_settings()
+    rows = evaluate(measurements=measurements, settings=settings)
     summary = summarise(rows)
+    bands = band_summary(rows, measurements, settings)
     if args.write_errors:
         as_of = args.as_of or datetime.datetime.now(datetime.UTC).date().isoformat()
         write_errors(args.write_errors, rows, as_of)
@@ -818,12 +904,15 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "rows": [{**r.model_dump(), "error": r.error, "ratio": r.ratio} for r in rows],
                     "summary": [k.model_dump() for k in summary],
+                    "training_by_scale": [b.model_dump() for b in bands],
                 },
                 indent=2,
             )
         )
     else:
         print(text_table(rows, summary))
+        print()
+        print(band_table(bands))
     return 0
 
 

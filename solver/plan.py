@@ -95,6 +95,11 @@ class TrainingPlan(Out):
     cloud_instance: str | None = Field(description="provider:instance used on cloud")
     cloud_instances: int
     cloud_cost_usd: float = Field(description="instances x $/h x billed hours, USD (cloud only)")
+    memory_options: list[str] = Field(
+        default_factory=list,
+        description="memory options the layout needs to fit: bf16_weights, optimizer_in_backward, adamw8bit, "
+        "activation_offload, paged_optimizer, optimizer_offload (none: mixed precision, AdamW, all on the GPU)",
+    )
 
 
 class HardwareLine(Out):

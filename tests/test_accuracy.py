@@ -10,6 +10,7 @@ cannot silently get worse either. When a physics change moves these numbers on p
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 import warnings
 
@@ -25,8 +26,12 @@ from bench import accuracy
 # Reached by the calibration (unflagged rows): median absolute error and worst max(p/m, m/p), per kind.
 # Re-measured 2026-11-23 after the NVIDIA NIM 1.8 rows (held out for scoring) were removed and the factors refit:
 # latency lost its six closed-loop rows, where the 3.4 ms step overhead fitted best.
-REACHED_MEDIAN = {"serving throughput": 0.065, "latency": 0.078, "training throughput": 0.035, "memory": 0.062}
-REACHED_WORST = {"serving throughput": 1.37, "latency": 1.39, "training throughput": 1.27, "memory": 1.16}
+# Re-measured 2026-11-24 (issue #12): training gained 9 Megatron-LM weak-scaling runs (32-3,072 A100s, predicted
+# 10-54% fast) and the torchtitan H100 runs (flagged: power-capped parts; CP / interleaved ones not expressible yet),
+# so its median went from 3.5% to 12.6% and its worst from 1.27x (mpt13b) to 1.54x (the 1.7B GPT on 32 A100s);
+# memory's median went from 6.2% to 5.9% with the torchtune 8B full rows modelled (8-bit paged AdamW, in-backward).
+REACHED_MEDIAN = {"serving throughput": 0.065, "latency": 0.078, "training throughput": 0.126, "memory": 0.059}
+REACHED_WORST = {"serving throughput": 1.37, "latency": 1.39, "training throughput": 1.54, "memory": 1.16}
 # Every row, flagged included.
 REACHED_WORST_ALL = {"serving throughput": 2.34, "latency": 1.39, "training throughput": 2.42, "memory": 11.31}
 MEDIAN_MARGIN = 0.02  # absolute: two percentage points
@@ -45,8 +50,10 @@ def summary(rows: list[accuracy.Row]) -> dict[str, accuracy.KindSummary]:
 
 def test_every_measurement_has_settings_and_a_prediction(rows: list[accuracy.Row]) -> None:
     measurements = accuracy.load_measurements()
-    assert len(rows) == len(measurements) >= 98  # 108 less the 10 NIM 1.8 rows held out for scoring
-    assert set(accuracy.load_settings()) == {m.id for m in measurements}
+    settings = accuracy.load_settings()
+    waiting = [m for m in measurements if settings[m.id].not_expressible]  # counted per band, not predicted yet
+    assert len(rows) + len(waiting) == len(measurements) >= 98  # 108 less the 10 NIM 1.8 rows held out for scoring
+    assert set(settings) == {m.id for m in measurements}
     for r in rows:
         assert r.predicted > 0 and r.measured > 0, r.id
     assert {r.kind for r in rows} == set(accuracy.KINDS)
@@ -70,10 +77,24 @@ def test_no_case_exceeds_the_worst_reached(rows: list[accuracy.Row], kind: str) 
 
 
 def test_targets_that_were_met_stay_met(summary: dict[str, accuracy.KindSummary]) -> None:
-    for kind in accuracy.KINDS:  # all four met since NCCL latencies, the prefill sum and logits-vs-recompute
+    # All four were met since NCCL latencies, the prefill sum and logits-vs-recompute; training's worst is 1.54x
+    # (not met) since the large-run points of issue #12, held by REACHED_WORST until the layouts close the gap.
+    for kind in [k for k in accuracy.KINDS if k != "training throughput"]:
         k = summary[kind]
         assert k.median_abs_error_unflagged <= k.target_median, kind
         assert k.worst_ratio_unflagged <= accuracy.WORST_RATIO_TARGET, kind
+
+
+def test_training_is_reported_per_scale_band(rows: list[accuracy.Row]) -> None:
+    measurements, settings = accuracy.load_measurements(), accuracy.load_settings()
+    bands = {b.band: b for b in accuracy.band_summary(rows, measurements, settings)}
+    assert list(bands) == ["<=64 GPUs", "65-1,024", ">1,024"]
+    assert all(b.cases >= 3 for b in bands.values())  # every band holds unflagged runs
+    assert bands[">1,024"].worst_ratio <= 1.5
+    assert sum(b.not_expressible for b in bands.values()) == 7  # CP 2-8 (8B, 405B) and interleaved 405B
+    big = next(m for m in measurements if m.id == "trn-megatron-gpt1008b-a100-3072gpu-2k")
+    # 163 TFLOP/s per GPU over the paper's 96·l·h²·(1 + s/6h + V/16lh) FLOPs per token
+    assert accuracy.measured_value(big)[0] == pytest.approx(20.0, rel=0.01)
 
 
 def test_flagged_rows_say_why(rows: list[accuracy.Row]) -> None:
@@ -96,7 +117,7 @@ def test_added_measurements_cite_a_versioned_source() -> None:
     assert added
     for m in added:
         assert m.source.startswith("https://"), m.id
-        versioned = "/blob/" in m.source or "/1.0.0/" in m.source
+        versioned = "/blob/" in m.source or "/1.0.0/" in m.source or re.search(r"arxiv\.org/abs/\d+\.\d+v\d", m.source)
         assert versioned, f"{m.id}: cite a commit or a versioned page"
 
 

@@ -159,7 +159,9 @@ def test_default_plan_states_its_odds_and_flags_the_deadline(plans: dict[str, An
     train = next(w for w in d1.workloads if w.kind == "training")
     assert odds.predicted == pytest.approx(train.time_to_train_s)  # nothing derated
     assert odds.target == train.deadline_s
-    assert 0.5 < odds.probability < 0.9 and odds.within_error  # 56.7 of 60 days: inside the model's error
+    # 56.7 of 60 days: inside the model's error. Below even odds since the training error table holds the large-run
+    # points (issue #12), where the model predicts training 11% fast on average (bias ln 0.114).
+    assert 0.2 < odds.probability < 0.5 and odds.within_error
     figures = {(o.workload, o.figure) for o in d1.odds}
     assert figures == {("pretrain", "time_to_train"), ("product", "throughput"), ("product", "p95_latency")}
 

@@ -223,6 +223,7 @@ class TrainingRow:
     cp: int = 1  # context-parallel degree
     virtual_stages: int = 1  # interleaved pipeline chunks per stage
     recompute_layers: int = 0  # layers of each stage fully recomputed
+    memory_options: tuple[str, ...] = ()  # physics/optimizer_memory.py options the layout runs with
 
     @property
     def gpus(self) -> int:

@@ -263,6 +263,7 @@ class _Layouts:
             cp=self.cp,
             virtual_stages=est.virtual_stages,
             recompute_layers=est.recompute_layers,
+            memory_options=tuple(est.memory_options),
         )
 
 

@@ -34,6 +34,8 @@ _FLAGS = {
     "cp": "--cp",
     "vpp": "--vpp",
     "recompute_layers": "--recompute-layers",
+    "optimizer": "--optimizer",
+    "offload": "--offload",
     "deployment": "--deployment",
     "engine": "--engine",
 }
@@ -92,6 +94,8 @@ def render(result: Any) -> list[Any]:
         vpp = f", {c.vpp} virtual stages" if c.vpp and c.vpp > 1 else ""
         rec = f"full, {c.recompute_layers} layers per stage" if c.recompute == "full" else c.recompute
         head += f", {c.precision}{vpp}, ZeRO {c.zero}, recompute {rec}, micro-batch {c.batch}"
+        if c.memory_options:
+            head += f", memory options: {', '.join(c.memory_options)}"
     out.append(head)
     status = "feasible" if result.feasible else "IMPOSSIBLE"
     out.append(f"status: {status}; bounded by {result.bound.replace('_', ' ')}")
@@ -164,6 +168,8 @@ def render(result: Any) -> list[Any]:
             ("data parallel", t.exposed_dp_s),
         ):
             tt.add_row(f"    {kind}", fmt.seconds(seconds))
+        if t.offload_time_s > 0:
+            tt.add_row("  host offload over PCIe", fmt.seconds(t.offload_time_s))
         tt.add_row("pipeline bubble", f"{t.bubble_fraction:.1%}")
         tt.add_row("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")
         tt.add_row("tokens/s per GPU", f"{t.tokens_per_s / t.gpus:,.0f}")
@@ -262,6 +268,14 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option("--recompute-layers", help="With --recompute full: layers of each stage recomputed."),
         ] = None,
+        optimizer: Annotated[
+            str | None,
+            typer.Option("--optimizer", help="adamw, adamw8bit or paged_adamw8bit (training; default: chosen)."),
+        ] = None,
+        offload: Annotated[
+            str | None,
+            typer.Option("--offload", help="optimizer, activations, both or none: host offload (training)."),
+        ] = None,
         workload: Annotated[
             str | None, typer.Option("--workload", help="Workload name or index (default the first).")
         ] = None,
@@ -284,7 +298,8 @@ def register(app: typer.Typer) -> None:
             overrides = _pinned(
                 dict(workload=workload, gpu=gpu, count=count, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
                      zero=zero, quant=quant, kv_quant=kv_quant, batch=batch, recompute=recompute, cp=cp, vpp=vpp,
-                     recompute_layers=recompute_layers, deployment=deployment, engine=engine)
+                     recompute_layers=recompute_layers, deployment=deployment, engine=engine,
+                     optimizer=optimizer, offload=offload)
             )  # fmt: skip
             cat = load_catalog(catalog or [])
             result = estimate_file(file, cat, overrides)

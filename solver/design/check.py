@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.reasons import ReasonCategory, without
 from clusterplan.plan import Design, HardwareLine, ServingPlan, TrainingPlan
 from clusterplan.render.reasons import render_reason
@@ -476,6 +477,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 cp=wp.cp,
                 virtual_stages=wp.virtual_stages,
                 recompute_layers=wp.recompute_layers if wp.recompute == "full" else None,
+                memory_plan=MemoryPlan.of(wp.memory_options),
             )
             hard = without(train_est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
             if hard:

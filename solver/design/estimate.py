@@ -37,8 +37,9 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.design import evaluate, pricing
 from clusterplan.errors import ClusterplanError, ConfigurationImpossible
-from clusterplan.physics import cost, moe, queueing, rules
+from clusterplan.physics import cost, moe, optimizer_memory, queueing, rules
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
 from clusterplan.plan import Costs, HardwareLine
 from clusterplan.render.reasons import render_reasons
@@ -89,6 +90,7 @@ class ChosenConfig(Result):
     precision: str | None = None
     engine: str | None = Field(default=None, description="serving engine (catalog/engines.yaml)")
     batch_cap: int | None = Field(default=None, description="the engine's cap on concurrent sequences (serving)")
+    memory_options: list[str] = Field(default_factory=list, description="training memory options in use")
 
 
 class TargetCheck(Result):
@@ -614,6 +616,7 @@ def _fastest(
         arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stages=zeros, recomputes=recs, assumptions=a,
         micro_batches=[cfg.batch] if cfg.batch else None, cp=cp,
         virtual_stages=(vpp,) if vpp is not None else None, recompute_layers=layers if "full" in recs else None,
+        memory_plans=_memory_plans(w, cfg),
     )  # fmt: skip
     return est
 
@@ -687,14 +690,21 @@ def _fewest_meeting_deadline(
     return fastest, False, tried
 
 
+def _memory_plans(w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig) -> list[MemoryPlan]:
+    """The memory plans the workload allows, with ``--optimizer`` / ``--offload`` pinned where given."""
+    forced, forbidden = optimizer_memory.pinned_options(cfg.optimizer, cfg.offload)
+    return evaluate.memory_plans_for(w, forced=forced, forbidden=forbidden)
+
+
 def _point(
     arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, *, tp: int,
     pp: int, dp: int, zero: int, recompute: str, micro_batch: int, cp: int = 1, virtual_stages: int = 1,
-    recompute_layers: int | None = None,
+    recompute_layers: int | None = None, memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingEstimate:  # fmt: skip
     return evaluate.training_point(
         arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute, micro_batch=micro_batch,
         assumptions=a, cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
+        memory_plan=memory_plan,
     )  # fmt: skip
 
 
@@ -706,8 +716,10 @@ def _closest(
     cfg: PinnedConfig,
     tried: list[Layout],
 ) -> TrainingEstimate:
-    """Nothing runs: each layout tried at its most memory-friendly setting; the one closest to running."""
+    """Nothing runs: each layout tried at its most memory-friendly setting (the last memory plan the workload
+    allows); the one closest to running."""
     method = getattr(w, "method", "full")
+    plan = _memory_plans(w, cfg)[-1]
     ests = []
     for tp, cp, pp, dp in tried:
         zero = cfg.zero if cfg.zero is not None else max(evaluate.zero_stages_for(pp, method))
@@ -716,7 +728,7 @@ def _closest(
         layers = cfg.recompute_layers or w.recompute_layers
         point = _point(
             arch, gpu, w, a, tp=tp, pp=pp, dp=dp, zero=zero, recompute=rec, micro_batch=cfg.batch or 1, cp=cp,
-            virtual_stages=vpp, recompute_layers=layers,
+            virtual_stages=vpp, recompute_layers=layers, memory_plan=plan,
         )  # fmt: skip
         ests.append(point)
     return min(ests, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
@@ -784,6 +796,7 @@ def _estimate_training(
             arch, gpu, w, a, tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero_stage, recompute=best.recompute,
             micro_batch=best.micro_batch, cp=best.cp, virtual_stages=best.virtual_stages,
             recompute_layers=best.recompute_layers if best.recompute == "full" else None,
+            memory_plan=MemoryPlan.of(best.memory_options),
         )  # fmt: skip
         if not all_pinned:
             choices.append(f"{_layout_words(best)}: the fastest feasible layout tried")
@@ -805,6 +818,7 @@ def _estimate_training(
         count=best.gpus, tp=best.tp, pp=best.pp, dp=best.dp, batch=best.micro_batch, zero=best.zero_stage,
         recompute=best.recompute, precision=w.precision, cp=best.cp, vpp=best.virtual_stages,
         recompute_layers=best.recompute_layers if best.recompute == "full" else None,
+        memory_options=best.memory_options,
     )  # fmt: skip
     return EstimateResult(
         requirement=req.name,

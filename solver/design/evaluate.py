@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterplan.design.uncertainty import NO_DERATE, Derate
-from clusterplan.physics import moe, queueing, serving, training
+from clusterplan.physics import moe, optimizer_memory, queueing, serving, training
+from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 
 if TYPE_CHECKING:
@@ -214,6 +215,18 @@ def recomputes_for(w: TrainingWorkload | FinetuneWorkload, *, flash_attention: b
     return ["none", "full"] if flash_attention else ["none", "selective", "full"]
 
 
+def memory_plans_for(
+    w: TrainingWorkload | FinetuneWorkload, *, forced: Sequence[str] = (), forbidden: Sequence[str] = ()
+) -> list[MemoryPlan]:
+    """The memory plans tried for a workload, plain first: its ``memory_options`` if it names them, else the
+    options standard in its method's framework (``optimizer_memory.FRAMEWORK_DEFAULTS``); ``forced`` options
+    (pinned by ``estimate``) are in every plan, ``forbidden`` in none."""
+    allowed = w.memory_options if w.memory_options is not None else optimizer_memory.FRAMEWORK_DEFAULTS[w.kind]
+    return optimizer_memory.memory_plans(
+        allowed, optimizer=w.optimizer, precision=w.precision, forced=forced, forbidden=forbidden
+    )
+
+
 def pinned_layout_problems(w: TrainingWorkload | FinetuneWorkload, arch: ModelArchitecture) -> list[tuple[str, str]]:
     """(field, message) for each layout field a training workload pins that no layout of this model can honour."""
     from clusterplan.candidates.training import TRAINING_PP
@@ -313,13 +326,14 @@ def training_point(
     cp: int = 1,
     virtual_stages: int = 1,
     recompute_layers: int | None = None,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingEstimate:
     """One fully pinned training layout, nodes as large as the GPU ships in (its time x ``derate``'s factor)."""
     return derate.training(
         training.estimate_training(
             arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
             micro_batch=micro_batch, nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
-            cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
+            cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan,
         )
     )  # fmt: skip
 
@@ -340,6 +354,7 @@ def fastest_training_layout(
     cp: int = 1,
     virtual_stages: Sequence[int] | None = None,
     recompute_layers: int | None = None,
+    memory_plans: Sequence[MemoryPlan] | None = None,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
     """The fastest (virtual stages, ZeRO, recompute, micro-batch) that fits one tp x cp x pp x dp layout, or the
     last reason.
@@ -353,9 +368,24 @@ def fastest_training_layout(
     ``--recompute-num-layers``): a layout missing memory by a few GiB recomputes a few layers, not all.
     A handful of estimates per layout instead of every combination.
     Link reasons (TP over PCIe) are not reasons here: the tp_nvlink family decides those.
+    Memory options (``memory_plans``, default :func:`memory_plans_for`): the plain layout first; each next plan
+    only when nothing fits with the one before (they cost step time, never save it).
     """
+    plans = list(memory_plans) if memory_plans is not None else memory_plans_for(w)
+    if len(plans) > 1:
+        last: Reason | None = None
+        for one in plans:
+            found, last = fastest_training_layout(
+                arch, spec, w, tp=tp, pp=pp, dp=dp, zero_stages=zero_stages, recomputes=recomputes,
+                assumptions=assumptions, micro_batches=micro_batches, derate=derate, cp=cp,
+                virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plans=[one],
+            )  # fmt: skip
+            if found is not None:
+                return found, last
+        return None, last
+    plan = plans[0] if plans else PLAIN
     vpps = tuple(virtual_stages) if virtual_stages else virtual_stage_options(arch, pp)
-    common = dict(tp=tp, pp=pp, dp=dp, cp=cp, assumptions=assumptions, derate=derate)
+    common = dict(tp=tp, pp=pp, dp=dp, cp=cp, assumptions=assumptions, derate=derate, memory_plan=plan)
     best, last_reason = _fastest_at(
         arch, spec, w, vpp=vpps[0], zero_stages=zero_stages, recomputes=recomputes, micro_batches=micro_batches,
         recompute_layers=recompute_layers, **common,  # type: ignore[arg-type]
@@ -426,10 +456,11 @@ def _fastest_at(
     micro_batches: Sequence[int] | None,
     derate: Derate,
     recompute_layers: int | None,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
-    """:func:`fastest_training_layout` at one virtual-stage count."""
+    """:func:`fastest_training_layout` at one virtual-stage count and memory plan."""
     node = spec.max_gpus_per_node
-    layout = dict(tp=tp, pp=pp, dp=dp, nodes_gpus_per_node=node, cp=cp, virtual_stages=vpp)
+    layout = dict(tp=tp, pp=pp, dp=dp, nodes_gpus_per_node=node, cp=cp, virtual_stages=vpp, memory_plan=memory_plan)
 
     def fit(zero: int, rec: str, mb: int, layers: int | None) -> training.TrainingFit:
         return training.training_fit(

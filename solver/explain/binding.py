@@ -298,6 +298,24 @@ def candidate_summaries(table: CandidateTable) -> list[CandidateSummary]:
     ]
 
 
+def memory_option_lines(table: CandidateTable, best: Outcome) -> list[str]:
+    """The training memory options the chosen layouts use (physics/optimizer_memory.py), one line per workload."""
+    sol = best.solution
+    if sol is None:
+        return []
+    out: list[str] = []
+    for wc in table.workloads:
+        if wc.kind == "serving":
+            continue
+        chosen = sol.training_of(wc.index)
+        if chosen is None:
+            continue
+        options = wc.training_rows()[chosen.row].memory_options
+        if options:
+            out.append(f"{wc.name}: memory options {', '.join(options)} (the layout does not fit without them)")
+    return out
+
+
 def explain(
     planner: Planner, best: Outcome, *, lost_limit: int = LOST_GPU_LIMIT, retarget: Retarget | None = None
 ) -> Explanation:
@@ -319,7 +337,7 @@ def explain(
         lost_gpus=lost,
         mixes=mixed,
         candidates=candidate_summaries(table),
-        assumptions=list(table.assumptions_used),
+        assumptions=list(table.assumptions_used) + memory_option_lines(table, best),
         notes=notes,
         # The command's budget ran out on the way: some solves above were skipped or cut short.
         complete=not planner.budget.spent(),

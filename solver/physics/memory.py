@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, MemoryPolicy, ModelArchitecture
-from clusterplan.physics import params
+from clusterplan.physics import optimizer_memory, params
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.rules import fp4_format
 from clusterplan.physics.types import MemoryBreakdown
@@ -423,18 +423,18 @@ def max_batch_by_memory(
 # ------------------------------------------------------------------------------------------------
 
 
-def model_state_bytes_per_param(precision: str, optimizer: str) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per trained parameter, mixed precision.
+def model_state_bytes_per_param(
+    precision: str, optimizer: str, plan: optimizer_memory.MemoryPlan = optimizer_memory.PLAIN
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per trained parameter, mixed precision unless ``plan`` says otherwise.
 
     bf16/fp16/fp8 compute: 16-bit weights 2 + fp32 gradients 4 + fp32 master weights 4 + Adam moments 8
     = 18 B/param (Megatron-LM ``theoretical_memory_usage.py``; seeds 002: 7B x 18 B = 126 GB).
     SGD with momentum keeps master + momentum (8); Adafactor keeps the master copy and factored moments
-    (~4). fp32 training has no separate master copy: 4 + 4 + moments.
+    (~4). fp32 training has no separate master copy: 4 + 4 + moments. The memory options (no master copy,
+    8-bit AdamW) are :func:`clusterplan.physics.optimizer_memory.state_bytes_per_param`.
     """
-    moments = {"adamw": 8.0, "sgd": 4.0, "adafactor": 0.0}[optimizer]
-    if precision == "fp32":
-        return 4.0, 4.0, moments
-    return 2.0, 4.0, 4.0 + moments
+    return optimizer_memory.state_bytes_per_param(precision, optimizer, plan)
 
 
 def zero_sharded_bytes_per_param(

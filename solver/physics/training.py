@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, params
+from clusterplan.physics import memory, optimizer_memory, params
 from clusterplan.physics.comm import (
     NO_LINK,
     Link,
@@ -36,6 +36,7 @@ from clusterplan.physics.comm import (
     ring_allgather_s,
 )
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import (
     CpSplitsSequence,
     GlobalBatchTooSmall,
@@ -207,6 +208,11 @@ class TrainingFit:
     recompute_layers: int = 0  # layers of the most loaded stage fully recomputed
     recompute_saving_bytes: float = 0.0  # what recomputing one more layer frees, per micro-batch held
     in_flight: float = 1.0  # micro-batches of activations the most loaded stage holds
+    # Memory options (physics/optimizer_memory.py): the plan as it applies to this layout, and what crosses PCIe.
+    plan: MemoryPlan = PLAIN
+    paged_spill_bytes: float = 0.0
+    offloaded_params: float = 0.0
+    offloaded_activation_bytes: float = 0.0
 
 
 def _memory_phase(
@@ -225,6 +231,7 @@ def _memory_phase(
     cp: int = 1,
     virtual_stages: int = 1,
     recompute_layers: int | None = None,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingFit:
     a = assumptions
     method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
@@ -268,8 +275,13 @@ def _memory_phase(
     layer_p = memory.layer_params_per_gpu(arch, tp)
     emb_p = memory.embedding_params_per_gpu(arch, tp, pp)
     model_p = layers * layer_p + emb_p
+    plan = memory_plan
+    if plan.has("optimizer_in_backward") and (micro_batches > 1 or pp > 1):
+        plan = plan.without("optimizer_in_backward")  # torchtune: needs one micro-batch per step, no pipeline
+    if plan.has("optimizer_offload"):
+        plan = plan.without("paged_optimizer")  # the state is on the host already
     if method == "full":
-        w_b, g_b, o_b = memory.model_state_bytes_per_param(precision, workload.optimizer)
+        w_b, g_b, o_b = memory.model_state_bytes_per_param(precision, workload.optimizer, plan)
         w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
         trainable = model_p
         weights, grads, opt = model_p * w, model_p * g, model_p * o
@@ -281,7 +293,7 @@ def _memory_phase(
         if zero_stage >= 3:
             base /= shard_dp
         trainable = layers * lora_params_per_layer(arch, rank) / tp
-        w_b, g_b, o_b = memory.model_state_bytes_per_param("bf16", workload.optimizer)
+        w_b, g_b, o_b = optimizer_memory.adapter_state_bytes_per_param(workload.optimizer, plan)
         w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
         weights, grads, opt = base + trainable * w, trainable * g, trainable * o
         notes.append(
@@ -292,6 +304,18 @@ def _memory_phase(
         # Current and prefetched layer, gathered at the bytes they are stored in: 16-bit, or NF4 for QLoRA's base.
         gathered_bpp = memory.NF4_BYTES_PER_PARAM if method == "qlora" else 2.0
         weights += 2 * layer_p * gathered_bpp
+
+    # Memory options: gradients freed as they are used, optimizer state on the host.
+    # The largest tensor whose gradient can be live alone: the (vocab-parallel) embedding or LM head, or the
+    # largest matrix; for adapters, one layer's worth.
+    vocab_p = arch.vocab_size * arch.hidden_size / tp
+    largest_p = max(largest_matrix_params(arch, tp), vocab_p) if method == "full" else trainable / max(layers, 1)
+    if plan.has("optimizer_in_backward"):
+        grads = min(grads, optimizer_memory.in_backward_gradient_bytes(largest_p, g))
+    offloaded_params = 0.0
+    if plan.has("optimizer_offload"):
+        offloaded_params = trainable / (shard_dp if zero_stage >= 1 else 1)
+        opt = 0.0
 
     # Activations: each CP rank holds seq / cp tokens of every sequence (Megatron-LM context parallelism).
     sp = tp > 1
@@ -318,9 +342,23 @@ def _memory_phase(
     stored = memory.stage_activation_bytes(
         stored_per_layer=kept, input_per_layer=layer_input, layers=layers, recompute_layers=recomputed
     )
+    offloaded_activations = 0.0
+    if plan.has("activation_offload"):
+        offloaded_activations = stored
+        stored = optimizer_memory.offloaded_activation_bytes(stored / max(layers, 1), layers)
     last_stage = stored + max(logits, layer_work)
     activations = max(stored * in_flight + layer_work, last_stage) if pp > 1 else last_stage
     mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
+    spilled = 0.0
+    if plan.has("paged_optimizer"):
+        # Only the moments page (adapters train without a master copy); what fits the free memory stays.
+        pageable = opt * (optimizer_memory.pageable_fraction(precision, plan, o_b) if method == "full" else 1.0)
+        free = (mem.capacity_gib - mem.total_gib) * 2**30 + pageable
+        resident, spilled = optimizer_memory.paged_split(pageable, free)
+        opt = opt - pageable + resident
+        mem = memory.training_breakdown(
+            gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations
+        )
     if not mem.fits:
         reasons.append(
             TrainingDoesNotFit(
@@ -336,7 +374,8 @@ def _memory_phase(
         tokens_per_step=tokens_per_step, layers=layers, layer_p=layer_p, trainable=trainable,
         w_b=w_b, g_b=g_b, o_b=o_b, gathered_bytes=gathered_bytes, sp=sp, mem=mem,
         cp=cp, virtual_stages=vpp, recompute_layers=recomputed, recompute_saving_bytes=max(kept - layer_input, 0.0),
-        in_flight=in_flight,
+        in_flight=in_flight, plan=plan, paged_spill_bytes=spilled, offloaded_params=offloaded_params,
+        offloaded_activation_bytes=offloaded_activations,
     )  # fmt: skip
 
 
@@ -356,6 +395,7 @@ def training_fit(
     cp: int = 1,
     virtual_stages: int = 1,
     recompute_layers: int | None = None,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingFit:
     """The part of :func:`estimate_training` before timing anything: rules, batch and memory.
 
@@ -366,7 +406,7 @@ def training_fit(
     return _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
-        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
+        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan,
     )  # fmt: skip
 
 
@@ -531,6 +571,7 @@ def estimate_training(
     virtual_stages: int = 1,
     recompute_layers: int | None = None,
     fit: TrainingFit | None = None,
+    memory_plan: MemoryPlan = PLAIN,
 ) -> TrainingEstimate:
     """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
 
@@ -543,7 +584,7 @@ def estimate_training(
     ph = fit or _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
-        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
+        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan,
     )  # fmt: skip
     reasons, notes, mem = list(ph.why_not), list(ph.notes), ph.mem
     method, rank, precision = ph.method, ph.rank, workload.precision
@@ -603,7 +644,22 @@ def estimate_training(
     shard = trainable / (dp * cp if zero_stage >= 1 else 1)
     optimizer_s = shard * (2 * o_b + g_b + 2 * w_b) / bw
 
-    step = compute_time + exposed_comm + optimizer_s
+    # Memory options' PCIe traffic (physics/optimizer_memory.py): exposed host transfers per step.
+    pcie = optimizer_memory.pcie_one_way_bytes_per_s(gpu.pcie_bandwidth_gb_per_s, a.link_efficiency)
+    overlapped = compute_time if ph.plan.has("optimizer_in_backward") else None
+    offload_s = optimizer_memory.paging_s(ph.paged_spill_bytes, pcie, step_compute_s=overlapped)
+    if ph.offloaded_params > 0:
+        backward_s = compute_time * 2.0 / 3.0
+        offload_s += optimizer_memory.optimizer_offload_s(ph.offloaded_params, backward_s, pcie)
+        optimizer_s = 0.0  # the update runs on the CPU (its time is not modelled)
+    if ph.offloaded_activation_bytes > 0:
+        offload_s += slots * optimizer_memory.activation_offload_s(ph.offloaded_activation_bytes, t_micro, pcie)
+    if ph.plan.has("optimizer_in_backward"):
+        notes.append("optimizer step fused into backward: no full gradient buffer")
+    if offload_s > 0:
+        notes.append(f"host transfers over PCIe add {offload_s:.2f} s per step")
+
+    step = compute_time + exposed_comm + optimizer_s + offload_s
     tokens_per_s = tokens_per_step / step
     mfu = useful_flops * tokens_per_s / (gpus * peak * 1e12) if peak > 0 else 0.0
     time_to_train = workload.tokens / tokens_per_s
@@ -650,4 +706,6 @@ def estimate_training(
         bound=bound,
         power_w=gpu.tdp_w * gpus,
         notes=notes,
+        memory_options=ph.plan.codes,
+        offload_time_s=offload_s,
     )

@@ -198,3 +198,7 @@ class TrainingEstimate(Judged):
     bound: Bound
     power_w: float
     notes: list[str] = Field(default_factory=list)
+    memory_options: list[str] = Field(
+        default_factory=list, description="memory options in use (physics/optimizer_memory.py MEMORY_OPTIONS)"
+    )
+    offload_time_s: float = Field(0.0, description="exposed PCIe time per step of the memory options' host transfers")

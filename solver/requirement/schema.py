@@ -222,6 +222,16 @@ class ServingWorkload(Strict):
         return self.max_context if self.max_context is not None else self.input_tokens + self.output_tokens
 
 
+MemoryOption = Literal[
+    "bf16_weights", "optimizer_in_backward", "adamw8bit", "activation_offload", "paged_optimizer", "optimizer_offload"
+]
+MEMORY_OPTIONS_HELP = (
+    "memory options the planner may use when a layout does not fit otherwise: bf16_weights (no fp32 master copy), "
+    "optimizer_in_backward, adamw8bit, activation_offload, paged_optimizer, optimizer_offload; [] forbids all; "
+    "default: those standard in the method's framework (training: none; finetune: all, as torchtune ships them)"
+)
+
+
 class TrainingWorkload(Strict):
     kind: Literal["training"]
     name: Name = Field("training", description="label used in plans and explanations")
@@ -250,6 +260,7 @@ class TrainingWorkload(Strict):
         None, ge=1, le=1024, description="with full recompute: layers of each pipeline stage recomputed "
         "(Megatron --recompute-num-layers); None: the fewest that fit",
     )  # fmt: skip
+    memory_options: list[MemoryOption] | None = Field(None, description=MEMORY_OPTIONS_HELP)
 
 
 class FinetuneWorkload(Strict):
@@ -282,6 +293,7 @@ class FinetuneWorkload(Strict):
         None, ge=1, le=1024, description="with full recompute: layers of each pipeline stage recomputed "
         "(Megatron --recompute-num-layers); None: the fewest that fit",
     )  # fmt: skip
+    memory_options: list[MemoryOption] | None = Field(None, description=MEMORY_OPTIONS_HELP)
 
 
 Workload = Annotated[ServingWorkload | TrainingWorkload | FinetuneWorkload, Field(discriminator="kind")]
@@ -350,6 +362,12 @@ class PinnedConfig(Strict):
     vpp: int | None = Field(None, ge=1, le=64, description="virtual (interleaved) pipeline stages per stage (training)")
     recompute_layers: int | None = Field(
         None, ge=1, le=1024, description="layers of each pipeline stage fully recomputed (training, full recompute)"
+    )
+    optimizer: Literal["adamw", "adamw8bit", "paged_adamw8bit"] | None = Field(
+        None, description="optimizer state (training): AdamW fp32, bitsandbytes 8-bit, or 8-bit paged to the host"
+    )
+    offload: Literal["none", "optimizer", "activations", "both"] | None = Field(
+        None, description="what lives in host memory (training): optimizer state, stored activations, both, none"
     )
     deployment: Literal["cloud", "owned"] | None = Field(
         None, description="price as cloud instances or as owned servers"
