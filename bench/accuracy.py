@@ -119,6 +119,8 @@ class TrainingSetting(BaseModel):
     memory_options: list[MemoryOption] = Field(
         default_factory=list, description="the run's memory options (clusterplan.physics.optimizer_memory)"
     )
+    cp: int = Field(1, ge=1, description="context-parallel degree (each sequence over cp GPUs)")
+    virtual_stages: int = Field(1, ge=1, description="interleaved pipeline chunks per stage")
 
 
 class Setting(BaseModel):
@@ -397,11 +399,11 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
     t = s.training
     if t is None:
         raise ValueError(f"{m.id}: scenario {s.scenario} needs a training block")
-    dp = gpus // (m.tp * m.pp)
+    dp = gpus // (m.tp * m.pp * t.cp)
     est_t = training.estimate_training(
         arch, gpu, workload=_training_workload(t, dp), tp=m.tp, pp=m.pp, dp=dp, zero_stage=t.zero,
         recompute=t.recompute, micro_batch=t.batch, nodes_gpus_per_node=min(gpus, gpu.max_gpus_per_node),
-        assumptions=a, memory_plan=MemoryPlan.of(t.memory_options),
+        assumptions=a, memory_plan=MemoryPlan.of(t.memory_options), cp=t.cp, virtual_stages=t.virtual_stages,
     )  # fmt: skip
     if s.scenario == "training":
         return (

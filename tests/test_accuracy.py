@@ -33,7 +33,9 @@ from bench import accuracy
 REACHED_MEDIAN = {"serving throughput": 0.065, "latency": 0.078, "training throughput": 0.126, "memory": 0.059}
 REACHED_WORST = {"serving throughput": 1.37, "latency": 1.39, "training throughput": 1.54, "memory": 1.16}
 # Every row, flagged included.
-REACHED_WORST_ALL = {"serving throughput": 2.34, "latency": 1.39, "training throughput": 2.42, "memory": 11.31}
+# Training's 3.05x: torchtitan's flagged context-parallel runs at 128k-256k tokens (H100 96 GB at 500 W, Float8), first
+# predicted once context parallelism was expressible; the model is ~2x fast on every torchtitan row, ~3x at CP 4-8.
+REACHED_WORST_ALL = {"serving throughput": 2.34, "latency": 1.39, "training throughput": 3.05, "memory": 11.31}
 MEDIAN_MARGIN = 0.02  # absolute: two percentage points
 WORST_MARGIN = 1.05  # relative: 5 %
 
@@ -91,7 +93,13 @@ def test_training_is_reported_per_scale_band(rows: list[accuracy.Row]) -> None:
     assert list(bands) == ["<=64 GPUs", "65-1,024", ">1,024"]
     assert all(b.cases >= 3 for b in bands.values())  # every band holds unflagged runs
     assert bands[">1,024"].worst_ratio <= 1.5
-    assert sum(b.not_expressible for b in bands.values()) == 7  # CP 2-8 (8B, 405B) and interleaved 405B
+    # Every point is expressible: the CP 2-8 (8B, 405B) and interleaved 405B runs are predicted, not waiting.
+    assert sum(b.not_expressible for b in bands.values()) == 0
+    predicted = {r.id for r in rows}
+    assert {
+        "trn-titan-llama31-405b-h100-512gpu-cp8-256k",
+        "trn-titan-llama31-405b-h100-512gpu-pp8-interleaved",
+    } <= predicted
     big = next(m for m in measurements if m.id == "trn-megatron-gpt1008b-a100-3072gpu-2k")
     # 163 TFLOP/s per GPU over the paper's 96·l·h²·(1 + s/6h + V/16lh) FLOPs per token
     assert accuracy.measured_value(big)[0] == pytest.approx(20.0, rel=0.01)
