@@ -460,12 +460,12 @@ def _fastest_at(
 ) -> tuple[TrainingEstimate | None, Reason | None]:
     """:func:`fastest_training_layout` at one virtual-stage count and memory plan."""
     node = spec.max_gpus_per_node
-    layout = dict(tp=tp, pp=pp, dp=dp, nodes_gpus_per_node=node, cp=cp, virtual_stages=vpp, memory_plan=memory_plan)
+    layout = dict(tp=tp, pp=pp, dp=dp, nodes_gpus_per_node=node, cp=cp, virtual_stages=vpp)
 
     def fit(zero: int, rec: str, mb: int, layers: int | None) -> training.TrainingFit:
         return training.training_fit(
             arch, spec, workload=w, recompute=rec, assumptions=assumptions, zero_stage=zero, micro_batch=mb,
-            recompute_layers=layers, **layout,
+            recompute_layers=layers, memory_plan=memory_plan, **layout,
         )  # fmt: skip
 
     def first_reason(f: training.TrainingFit) -> Reason | None:
@@ -485,7 +485,7 @@ def _fastest_at(
             f = _fewest_recomputed(f, lambda n: fit(zero, rec, mb, n), lambda g: first_reason(g) is None)
         est = training.estimate_training(
             arch, spec, workload=w, recompute=rec, assumptions=assumptions, zero_stage=zero, micro_batch=mb,
-            recompute_layers=f.recompute_layers if rec == "full" else None, fit=f, **layout,
+            recompute_layers=f.recompute_layers if rec == "full" else None, fit=f, memory_plan=memory_plan, **layout,
         )  # fmt: skip
         est = derate.training(est)
         reasons = without(est.why_not, ReasonCategory.LINK)
