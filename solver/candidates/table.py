@@ -79,7 +79,16 @@ TP_DEGREES = (1, 2, 4, 8)
 PP_DEGREES = (1, 2, 4)
 
 
-SERVING_QUANTS = ("bf16", "fp8", "int8", "int4")  # 'bf16' stands for the GPU's 16-bit (fp16 where no bf16)
+SERVING_QUANTS = ("bf16", "fp8", "int8", "int4")
+
+
+# Disaggregated serving (physics/disagg.py): a row is an aggregated replica ("both"), or one replica of a
+# prefill pool or of a decode pool. Demand is met on each side: aggregated + prefill capacity, and
+# aggregated + decode capacity, each >= the demand.
+Role = Literal["both", "prefill", "decode"]
+Side = Literal["prefill", "decode"]
+SIDES: tuple[Side, ...] = ("prefill", "decode")
+Disaggregation = Literal["auto", "off", "required"]  # 'bf16' stands for the GPU's 16-bit (fp16 where no bf16)
 
 
 def half_equivalent(quant: str) -> str:
@@ -164,14 +173,23 @@ class ServingRow:
     capacity_gib: float = 0.0
     bound: str = ""
     forbidden_by: tuple[tuple[str, str], ...] = ()  # (family id, reason)
+    # A replica of an aggregated design ("both": prefill and decode), or of one pool of a disaggregated design.
+    role: Role = "both"
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
 
     @property
-    def shape(self) -> tuple[str, int, int, str]:
+    def shape(self) -> tuple[object, ...]:
+        """(GPU, TP, PP, quant), and the pool for a pool replica: a design's signature is made of these."""
+        if self.role != "both":
+            return (self.gpu_id, self.tp, self.pp, self.quant, self.role)
         return (self.gpu_id, self.tp, self.pp, self.quant)
+
+    def serves(self, side: Side) -> bool:
+        """Whether this row's replicas carry ``side`` of a request (an aggregated replica carries both)."""
+        return self.role in ("both", side)
 
     @property
     def forbidding_families(self) -> frozenset[str]:
@@ -269,6 +287,7 @@ class WorkloadCandidates:
     targets: ServingTargets = field(default_factory=ServingTargets)
     redundancy: int = 0
     allow_mixed: bool = False
+    disaggregation: Disaggregation = "off"  # the requirement's switch (hand-built tables: off)
     # training / fine-tuning
     deadline_s: float | None = None
     tokens: float = 0.0
@@ -285,6 +304,15 @@ class WorkloadCandidates:
     def training_rows(self) -> tuple[TrainingRow, ...]:
         assert self.kind != "serving"
         return self.rows  # type: ignore[return-value]
+
+    @property
+    def has_pools(self) -> bool:
+        """Whether any row is a prefill or decode pool replica (a disaggregated design is possible)."""
+        return self.is_serving and any(r.role != "both" for r in self.serving_rows())
+
+    def sides(self) -> tuple[Side, ...]:
+        """The sides demand is counted on: both for a workload with pool rows, one (either) otherwise."""
+        return SIDES if self.has_pools else SIDES[:1]
 
 
 @dataclass(frozen=True, slots=True)
