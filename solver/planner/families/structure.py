@@ -320,8 +320,12 @@ def add(
                 for x in v.replica_vars(wc.index, r):
                     if c_srv:
                         st.append((c_srv, x))
-                        if row.role != "decode":  # headroom: counted once per replica set
+                        # Headroom (a tie-break): an aggregated replica counts once, a pool replica half (the
+                        # mean of the two pools' capacities), so pools are not favoured for counting twice.
+                        if row.role == "both" and side == wc.sides()[0]:
                             headroom.append((c_srv, x))
+                        elif row.role != "both" and c_srv // 2:
+                            headroom.append((c_srv // 2, x))
                     if c_thr:
                         tt.append((c_thr, x))
                 if latency_objective and side == wc.sides()[0]:
