@@ -416,7 +416,7 @@ def pool_candidates(
                         ttft_s=rated.ttft_s, tpot_s=rated.tpot_s,
                         output_tokens_per_s=rated.rate_no_targets_rps * w.output_tokens if role == "decode" else 0.0,
                         memory_gib=est.memory.total_gib, capacity_gib=est.memory.capacity_gib,
-                        bound="compute" if role == "prefill" else est.bound, role=role,  # type: ignore[arg-type]
+                        bound="compute" if role == "prefill" else est.bound, role=role,
                     )
                 )  # fmt: skip
                 mine[role].append(out[-1])
