@@ -230,9 +230,11 @@ def review() -> Any:
 def test_risk_section_data(review: Any) -> None:
     risk = review.risk
     assert risk is not None
-    # 4 H100 replicas with no spare: losing one leaves about three quarters of peak demand.
+    # A prefill pool of 2 H100 replicas and a decode pool of 2, no spare: losing one replica of a pool leaves
+    # one, the smaller side (decode) about three fifths of peak demand.
     (sp,) = risk.single_points
-    assert sp.workload == "product" and sp.spares == 0 and 50 < sp.capacity_after_loss_pct < 100
+    assert sp.workload == "product" and sp.replicas == 4 and sp.spares == 0
+    assert 50 < sp.capacity_after_loss_pct < 100
     d1, d2 = review.plan.designs[:2]
     assert risk.price_gap_usd == pytest.approx(d2.costs.total_usd - d1.costs.total_usd)
     assert risk.prices
