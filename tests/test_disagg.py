@@ -94,9 +94,9 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
 
     Aggregated, every replica's decode steps are stretched by the 8k-token prefills they interleave; within
     15 ms TPOT the best aggregated shape is TP8 at 1.350 req/s (an 8-GPU replica): ceil(30 / 1.350) = 23
-    replicas (22 give 29.7), 184 GPUs. Disaggregated, the decode pool does not prefill: one TP8 decode replica
-    takes 13.007 req/s within 15 ms, so ceil(30 / 13.007) = 3 replicas (2 give 26.0), 24 GPUs (6 TP4 replicas
-    at 5.544 tie at 24 GPUs; 3 TP8 leave more headroom); the prefill pool's TP8 PP4 replica takes 11.388
+    replicas (22 give 29.7), 184 GPUs. Disaggregated, the decode pool does not prefill: one TP4 decode replica
+    takes 5.544 req/s within 15 ms, so ceil(30 / 5.544) = 6 replicas (5 give 27.7), 24 GPUs (3 TP8 replicas at
+    13.007 tie at 24 GPUs and cost); the prefill pool's TP8 PP4 replica takes 11.388
     prompts/s within the 2 s TTFT (KV transfer over RDMA included), so ceil(30 / 11.388) = 3 replicas (2 give
     22.8), 96 GPUs. 120 GPUs against 184, all on 8-GPU instances at the same price per GPU: disaggregated
     costs 120/184 of aggregated.
@@ -106,12 +106,12 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
     )
     plan = plan_file(path, catalog, top=1, explain=False)
     groups = _groups(plan)
-    assert groups == [("prefill", 3, 8, 4, "fp8"), ("decode", 3, 8, 1, "fp8")]
+    assert groups == [("prefill", 3, 8, 4, "fp8"), ("decode", 6, 4, 1, "fp8")]
     w = plan.designs[0].workloads[0]
     assert isinstance(w, ServingPlan) and w.disaggregated
     rates = {g.role: g.rate_rps for g in w.groups}
-    assert rates["prefill"] == pytest.approx(11.388, abs=1e-3) and rates["decode"] == pytest.approx(13.007, abs=1e-3)
-    assert math.ceil(30 / rates["prefill"]) == 3 and math.ceil(30 / rates["decode"]) == 3
+    assert rates["prefill"] == pytest.approx(11.388, abs=1e-3) and rates["decode"] == pytest.approx(5.544, abs=1e-3)
+    assert math.ceil(30 / rates["prefill"]) == 3 and math.ceil(30 / rates["decode"]) == 6
     assert plan.designs[0].gpus_total == 120
     (note,) = plan.disaggregation
     assert note.chosen == "disaggregated"
@@ -125,8 +125,8 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
 
     resolved = load_requirement(path, catalog)
     assert check_plan(plan.designs[0], resolved, catalog) == []
-    # One decode replica fewer (2 x 13.007 = 26.0 < 30 req/s): the checker catches it on the decode side.
-    short_groups = [g.model_copy(update={"replicas": 2}) if g.role == "decode" else g for g in w.groups]
+    # One decode replica fewer (5 x 5.544 = 27.7 < 30 req/s): the checker catches it on the decode side.
+    short_groups = [g.model_copy(update={"replicas": 5}) if g.role == "decode" else g for g in w.groups]
     broken = plan.designs[0].model_copy(update={"workloads": [w.model_copy(update={"groups": short_groups})]})
     problems = check_plan(broken, resolved, catalog)
     assert any("within the p95 targets" in p for p in problems), problems

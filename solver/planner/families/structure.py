@@ -320,12 +320,10 @@ def add(
                 for x in v.replica_vars(wc.index, r):
                     if c_srv:
                         st.append((c_srv, x))
-                        # Headroom (a tie-break): an aggregated replica counts once, a pool replica half (the
-                        # mean of the two pools' capacities), so pools are not favoured for counting twice.
+                        # Headroom (a tie-break): an aggregated replica counts once; a pool replica not at all, so
+                        # at equal cost and GPUs the simpler aggregated design is kept.
                         if row.role == "both" and side == wc.sides()[0]:
                             headroom.append((c_srv, x))
-                        elif row.role != "both" and c_srv // 2:
-                            headroom.append((c_srv // 2, x))
                     if c_thr:
                         tt.append((c_thr, x))
                 if latency_objective and side == wc.sides()[0]:
