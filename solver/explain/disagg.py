@@ -67,7 +67,9 @@ def comparison(
     flipped = {wc.name: not chose_pools[wc.index] for wc in either if wc.index in chose_pools}
     ranked = [d for d in designs[1:] if all(_kinds(d).get(n) == k for n, k in flipped.items())]
     other: Design | None = None
-    if ranked and not cut_short:
+    if cut_short or (not ranked and budget is not None and budget.spent()):
+        return []  # the time limit: neither the ranked designs nor one more solve can say which is the cheapest
+    if ranked:
         other = ranked[0]
     else:
         held = tuple(_held(wc, not chose_pools[wc.index]) if wc.index in chose_pools else wc for wc in table.workloads)
