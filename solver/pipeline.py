@@ -14,6 +14,7 @@ from clusterplan.candidates.build import CandidateCache, build_candidates
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.design.uncertainty import with_odds
 from clusterplan.explain import designs as report
+from clusterplan.explain import disagg
 from clusterplan.explain.binding import constraint_checks, explain
 from clusterplan.explain.contradictions import contradictions
 from clusterplan.explain.infeasibility import (
@@ -26,6 +27,7 @@ from clusterplan.explain.infeasibility import (
     unplaceable_workloads,
 )
 from clusterplan.plan import (
+    DisaggregationNote,
     FamilyRef,
     Infeasibility,
     Plan,
@@ -146,6 +148,7 @@ def plan_table(
     designs = []
     explanation = None
     infeasibility = None
+    disaggregation: list[DisaggregationNote] = []
     if ranked.designs:
         best = ranked.designs[0]
         assert best.solution is not None
@@ -163,6 +166,14 @@ def plan_table(
             checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
             d = report.design(table, out.solution, rank=i + 1, checks=checks)
             designs.append(d.model_copy(update={"cut_short": ranked.cut_short[i]}) if ranked.cut_short[i] else d)
+        disaggregation = disagg.comparison(
+            table,
+            designs,
+            objective=opts.objective,
+            settings=settings,
+            budget=planner.budget,
+            cut_short=any(ranked.cut_short),
+        )
     elif ranked.status is SolveStatus.INFEASIBLE and opts.explain != "design":
         infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
     if timings is not None:
@@ -179,6 +190,7 @@ def plan_table(
         infeasibility=infeasibility,
         precision=precision_gates(table),
         warnings=contradictions(table.limits.deployment, table.limits.inventory),
+        disaggregation=disaggregation,
     )
 
 

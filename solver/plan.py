@@ -52,6 +52,9 @@ class ReplicaGroup(Out):
     bound: str = Field(description="resource bounding decode: memory_bandwidth, compute, ...")
     ep: int = Field(1, description="expert-parallel degree of each stage (MoE; 1: experts tensor-parallel)")
     attention_dp: bool = Field(False, description="attention data-parallel over each stage's GPUs (MoE)")
+    role: Literal["aggregated", "prefill", "decode"] = Field(
+        "aggregated", description="aggregated replicas, or the prefill or decode pool of a disaggregated design"
+    )
 
 
 class ServingPlan(Out):
@@ -67,6 +70,7 @@ class ServingPlan(Out):
     redundancy: int = Field(description="spare replicas required (N+k)")
     gpus: int
     groups: list[ReplicaGroup]
+    disaggregated: bool = Field(False, description="served by a prefill pool and a decode pool")
 
 
 class TrainingPlan(Out):
@@ -312,6 +316,18 @@ class RequirementWarning(Out):
     gpus: list[str] = Field(default_factory=list, description="the GPUs concerned, as '4x h200'")
 
 
+class DisaggregationNote(Out):
+    """Per serving workload that may be disaggregated: the best design of each kind, and what it saves."""
+
+    workload: str
+    chosen: Literal["aggregated", "disaggregated"] = Field(description="what design 1 uses for this workload")
+    disaggregated_total_usd: float | None = Field(description="the cheapest design with prefill and decode pools")
+    disaggregated_design: str | None = Field(description="its pools, e.g. '3x prefill H100 TP8 fp8 + 5x decode ...'")
+    aggregated_total_usd: float | None = Field(description="the cheapest design with aggregated replicas")
+    aggregated_design: str | None = None
+    saving_usd: float | None = Field(description="aggregated total minus disaggregated total (positive: pools cheaper)")
+
+
 class Plan(Out):
     schema_version: str = SCHEMA_VERSION
     requirement: RequirementRef
@@ -324,6 +340,9 @@ class Plan(Out):
     confidence: float | None = Field(None, description="the requirement's: figures derated to hold at it")
     precision: list[PrecisionGate] = Field(default_factory=list, description="the quality gate per serving workload")
     warnings: list[RequirementWarning] = Field(default_factory=list, description="contradictions in the requirement")
+    disaggregation: list[DisaggregationNote] = Field(
+        default_factory=list, description="aggregated against disaggregated serving, per workload that allows both"
+    )
 
 
 def plan_schema() -> dict[str, object]:

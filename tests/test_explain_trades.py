@@ -29,18 +29,19 @@ def test_every_binding_constraint_of_every_example_carries_a_trade(path: Path, c
         assert t.change in plan_markdown.render(plan)
 
 
-def _p95_plan(catalog: Catalog, tmp_path: Path, p95: str) -> Plan:
+def _p95_plan(catalog: Catalog, tmp_path: Path, p95: str, *, explain: bool = False) -> Plan:
+    """The 70B example, aggregated replicas only (its end-to-end target binds them), at p95 latency ``p95``."""
     text = example("70b-serving").read_text()
     assert "p95_latency: 5s" in text
     path = tmp_path / "70b.yaml"
-    path.write_text(text.replace("p95_latency: 5s", f"p95_latency: {p95}"))
-    return plan_file(path, catalog, explain=False)
+    path.write_text(text.replace("p95_latency: 5s", f'p95_latency: {p95}\n    disaggregation: "off"'))
+    return plan_file(path, catalog, explain=explain)
 
 
 def test_the_latency_trade_is_the_least_target_that_admits_a_cheaper_design(catalog: Catalog, tmp_path: Path) -> None:
-    """70B: the p95 target moved to the trade's value gives the trade's design and saving; 5% short of it,
-    the plan is still the original one."""
-    plan = plan_file(example("70b-serving"), catalog)
+    """70B (aggregated only): the p95 target moved to the trade's value gives the trade's design and saving;
+    5% short of it, the plan is still the original one."""
+    plan = _p95_plan(catalog, tmp_path, "5s", explain=True)
     assert plan.explanation is not None
     (lat,) = [c for c in plan.explanation.constraints if c.family == "latency"]
     assert lat.trade is not None and lat.trade.least

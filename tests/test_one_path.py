@@ -99,6 +99,31 @@ def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> 
                 s, load = est.serving, est.load
                 assert est.feasible, est.reasons
                 assert (est.config.batch, est.config.count) == (g.batch, g.gpus), tag
+                if g.role != "aggregated":
+                    # A pool replica: the estimate's replica through design/pools.py, as the candidate rows are.
+                    from clusterplan.design import pools
+
+                    w = resolved.requirement.workloads[index]
+                    a = resolved.requirement.assumptions
+                    pr = (
+                        pools.prefill_rates(s, resolved.model_for(index), catalog.gpus[g.gpu], w, a)
+                        if g.role == "prefill"
+                        else pools.decode_rates(s, w, a)
+                    )
+                    tag = f"{tag} {g.role}"
+                    for what, got, want in (
+                        ("rate within targets", g.rate_rps, pr.rate_rps),
+                        ("rate at the ceiling", g.rate_no_targets_rps, pr.rate_no_targets_rps),
+                        ("TTFT", g.ttft_s, pr.ttft_s),
+                        ("TPOT", g.tpot_s, pr.tpot_s),
+                        ("p95 TTFT", g.p95_ttft_s, pr.p95_ttft_s),
+                        ("p95 TPOT", g.p95_tpot_s, pr.p95_tpot_s),
+                        ("p95 latency", g.p95_latency_s, pr.p95_e2e_s),
+                        ("memory per GPU", g.memory_gib_per_gpu, s.memory.total_gib),
+                    ):
+                        bad.close(f"{tag} {what}", got, want)
+                    group_money.append(_money(est))
+                    continue
                 bad.close(f"{tag} output tokens/s", g.output_tokens_per_s, s.output_tokens_per_s)
                 bad.close(f"{tag} TTFT", g.ttft_s, s.ttft_s)
                 bad.close(f"{tag} TPOT", g.tpot_s, s.tpot_s)

@@ -55,7 +55,8 @@ def _layout(plan: Plan) -> list[str]:
     for w in plan.designs[0].workloads:
         if isinstance(w, ServingPlan):
             out += [
-                f"{w.workload}: {g.replicas}x {g.gpu} TP{g.tp} PP{g.pp}{moe_layout(g.ep, g.attention_dp)} {g.quant}"
+                f"{w.workload}: {g.replicas}x {'' if g.role == 'aggregated' else g.role + ' '}"
+                f"{g.gpu} TP{g.tp} PP{g.pp}{moe_layout(g.ep, g.attention_dp)} {g.quant}"
                 for g in w.groups
             ]
         else:
@@ -215,14 +216,19 @@ def catalog_costs(stem: str, entry: dict[str, Any]) -> dict[str, float | None]:
         if line["offering"].startswith("owned:"):
             _, gpu_id, size = line["offering"].split(":")
             g = gpus[gpu_id]
-            assert g["gpu_class"] == "datacenter", "only datacenter hosts are hand-priced here"
+            cls = g["gpu_class"]
+            # A node of `size` GPUs carries size / reference of a reference node's host, network and power overhead
+            # (catalog/schema.py OwnedCosts.reference_node_gpus: 8 datacenter, 4 workstation and consumer).
+            frac = int(size) / {"datacenter": 8, "workstation": 4, "consumer": 4}[cls]
+            network = owned.get("network_usd_per_node_by_class", {}).get(cls, owned["network_usd_per_node"])
+            overhead = owned.get("node_power_overhead_w_by_class", {}).get(cls, owned["node_power_overhead_w"])
             per_server = (
                 int(size) * g["price"]["usd"]
-                + owned["server_usd_per_node"]["datacenter"]["value"]
-                + owned["network_usd_per_node"]["value"]
+                + owned["server_usd_per_node"][cls]["value"] * frac
+                + network["value"] * frac
             )  # owned.yaml: host and network per node, on top of the GPUs
             capital += line["bought"] * per_server
-            watts = int(size) * g["tdp_w"] + owned["node_power_overhead_w"]["value"]
+            watts = int(size) * g["tdp_w"] + overhead["value"] * frac
             kwh_usd = owned["pue"]["value"] * owned["electricity_usd_per_kwh"]["value"]
             monthly += line["units"] * watts / 1000.0 * HOURS_PER_MONTH * kwh_usd  # kW x 730 h x PUE x $/kWh
         else:

@@ -46,24 +46,29 @@ def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> 
 
 
 def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any) -> None:
-    """70B example: design 1 is owned; the rent side hosts the same replicas as ``estimate`` rents them."""
+    """70B example: design 1 is owned (a prefill pool and a decode pool); the rent side hosts the same replica
+    groups, each as ``estimate`` rents it."""
     from clusterplan.design.estimate import estimate_requirement
     from clusterplan.requirement.load import load_requirement
     from clusterplan.requirement.schema import PinnedConfig
 
     path = example("70b-serving")
     design = plan_file(path, catalog, explain=False).designs[0]
-    (group,) = design.workloads[0].groups  # type: ignore[union-attr]
+    groups = design.workloads[0].groups  # type: ignore[union-attr]
+    assert len(groups) == 2
     resolved = load_requirement(path, catalog)
-    pins = PinnedConfig(
-        gpu=group.gpu, tp=group.tp, pp=group.pp, dp=group.replicas, quant=group.quant, kv_quant=group.kv_cache,
-        deployment="cloud",
-    )  # fmt: skip
-    est = estimate_requirement(resolved.requirement, list(resolved.models), catalog, pins)
+    clouds = []
+    for group in groups:
+        pins = PinnedConfig(
+            gpu=group.gpu, tp=group.tp, pp=group.pp, dp=group.replicas, quant=group.quant, kv_quant=group.kv_cache,
+            deployment="cloud",
+        )  # fmt: skip
+        est = estimate_requirement(resolved.requirement, list(resolved.models), catalog, pins)
+        assert est.cloud is not None
+        clouds.append(est.cloud)
     doc = _rent_vs_buy(str(path))
-    assert est.cloud is not None
-    assert doc["rent"]["costs"]["total_usd"] == pytest.approx(est.cloud.costs.total_usd, abs=CENT)
-    assert doc["rent"]["hardware"][0]["offering"] == est.cloud.hardware[0].offering
+    assert doc["rent"]["costs"]["total_usd"] == pytest.approx(sum(c.costs.total_usd for c in clouds), abs=2 * CENT)
+    assert sorted(h["offering"] for h in doc["rent"]["hardware"]) == sorted(c.hardware[0].offering for c in clouds)
 
 
 def test_break_even_month_by_hand(catalog: Any) -> None:

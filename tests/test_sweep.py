@@ -224,5 +224,5 @@ def test_markdown_lists_rows_and_switch_points(tmp_path: Path) -> None:
     assert text.startswith("# 70B chat serving: sweep of budget (2)")
     assert "| $300k | infeasible |" in text and "| $500k | optimal |" in text
     switches = text.split("## Switch points")[1]
-    assert "| budget ≈ | between | below | above |" in switches and "| infeasible | h200 " in switches
+    assert "| budget ≈ | between | below | above |" in switches and "| infeasible | " in switches
     assert "- feasible from budget ≈ " in text

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from clusterplan.requirement.load import ResolvedRequirement
     from clusterplan.requirement.schema import ServingWorkload
 from clusterplan.candidates.offerings import build_offerings, gpu_type_of, limits_of, tier_exclusions
+from clusterplan.candidates.prune import prune_pool_rows
 from clusterplan.candidates.serving import (
     DEMAND_FIELDS,
     TARGET_FIELDS,
@@ -194,7 +195,7 @@ def build_candidates(
             excluded(gid, NotObtainable(gpu=gpus[gid].name)) for gid in sorted({r.gpu_id for r in wc.rows} - placeable)
         )
         final.append(replace(wc, rows=tuple(rows), exclusions=wc.exclusions + extra))  # type: ignore[arg-type]
-    return CandidateTable(
+    table = CandidateTable(
         workloads=tuple(final),
         gpus=gpus,
         offerings=tuple(offerings),
@@ -212,6 +213,7 @@ def build_candidates(
         offer_exclusions=tuple(tier_exclusions(catalog, req, gpus)),
         precision_gates=tuple(precision_gates(resolved, catalog)),
     )
+    return prune_pool_rows(table)
 
 
 def precision_gates(resolved: ResolvedRequirement, catalog: Catalog) -> list[PrecisionGate]:

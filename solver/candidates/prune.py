@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-if TYPE_CHECKING:
-    pass
-from clusterplan.candidates.table import ServingRow, TrainingRow
+from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow
+from clusterplan.units import HOURS_PER_MONTH
 
 
 def _serving_key(r: ServingRow) -> tuple[object, ...]:
@@ -103,3 +103,89 @@ def prune_training_rows(rows: Sequence[TrainingRow]) -> list[TrainingRow]:
         kept = [s for s in kept if not _training_dominates(r, s)]
         kept.append(r)
     return sorted(kept, key=lambda r: (r.gpu_id, r.tp, r.pp, r.dp, r.zero_stage, r.recompute, r.micro_batch))
+
+
+def _offering_cost_usd(o: Offering, horizon_months: float) -> float | None:
+    """One unit over the horizon: instance-hours (cloud), or capital plus energy (owned; None: cannot be bought)."""
+    if o.kind == "cloud":
+        return o.usd_per_hour * HOURS_PER_MONTH * horizon_months
+    if not o.purchasable:
+        return None
+    return o.capital_usd + o.energy_usd_per_month * horizon_months
+
+
+def _standalone_usd(
+    row: ServingRow, demand_rps: float, with_targets: bool, offerings: Sequence[Offering], h: float
+) -> float:
+    """What serving the whole demand with replicas of ``row`` alone costs at most: its replica count on the
+    cheapest allowed offering of its GPU that hosts its TP groups (inf: none)."""
+    rates = [row.rate_nolat_rps, *([row.rate_rps] if with_targets else [])]
+    if min(rates) <= 0:
+        return math.inf
+    gpus = max(math.ceil(demand_rps / r - 1e-9) for r in rates) * row.gpus
+    best = math.inf
+    for o in offerings:
+        cost = _offering_cost_usd(o, h)
+        usable = o.tp_capacity(row.tp)
+        if o.gpu_id == row.gpu_id and not o.forbidden_by and cost is not None and usable > 0:
+            best = min(best, math.ceil(gpus / usable) * cost)
+    return best
+
+
+def _least_usd(row: ServingRow, demand_rps: float, per_gpu_usd: dict[str, float]) -> float:
+    """What serving the whole demand with ``row`` costs at least: fractional replicas at its ceiling rate (no
+    targets) on the cheapest GPU-slot of its type over the horizon, any offering, allowed or not."""
+    if row.rate_nolat_rps <= 0 or row.gpu_id not in per_gpu_usd:
+        return math.inf
+    return max(1.0, demand_rps / row.rate_nolat_rps) * row.gpus * per_gpu_usd[row.gpu_id]
+
+
+def prune_pool_rows(table: CandidateTable) -> CandidateTable:
+    """Drop prefill and decode rows that cannot be in a design as cheap as one the table already holds.
+
+    A disaggregated design costs at least the least cost of its prefill row plus that of its decode row (each
+    serving the whole demand, :func:`_least_usd`); the cheapest design costs at most the cheapest one-row
+    aggregated design or the cheapest pair of one-row pools (:func:`_standalone_usd`). A pool row whose least
+    cost plus the least of the other pool exceeds that bound is never in the cheapest design (nor in a
+    relaxed one: the least cost ignores the targets). Applied only where cost is all that can rule a row in:
+    one workload, a serving one, and no budget, GPU, power or inventory limit (each could make a dearer
+    row the only feasible one).
+    """
+    lim = table.limits
+    limited = (
+        lim.budget_capital_usd,
+        lim.budget_monthly_usd,
+        lim.budget_total_usd,
+        lim.max_gpus,
+        lim.max_power_w,
+    )
+    if len(table.workloads) != 1 or any(x is not None for x in limited) or lim.inventory:
+        return table
+    wc = table.workloads[0]
+    if not wc.has_pools:
+        return table
+    h = lim.horizon_months
+    per_gpu: dict[str, float] = {}
+    for o in table.offerings:
+        cost = _offering_cost_usd(o, h)
+        if cost is not None:
+            per_gpu[o.gpu_id] = min(per_gpu.get(o.gpu_id, math.inf), cost / o.gpus_per_unit)
+    rows = wc.serving_rows()
+    d, t = wc.demand_rps, wc.targets.any
+
+    def cheapest(role: str) -> float:
+        allowed = [r for r in rows if r.role == role and not r.forbidden_by]
+        return min((_standalone_usd(r, d, t, table.offerings, h) for r in allowed), default=math.inf)
+
+    bound = min(cheapest("both"), cheapest("prefill") + cheapest("decode"))
+    if not math.isfinite(bound):
+        return table
+    least = {
+        role: min((_least_usd(r, d, per_gpu) for r in rows if r.role == role), default=math.inf)
+        for role in ("prefill", "decode")
+    }
+    other = {"prefill": "decode", "decode": "prefill"}
+    kept = tuple(
+        r for r in rows if r.role == "both" or _least_usd(r, d, per_gpu) + least[other[r.role]] <= bound * (1 + 1e-9)
+    )
+    return replace(table, workloads=(replace(wc, rows=kept),))

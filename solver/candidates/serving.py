@@ -55,6 +55,10 @@ class ServingPhysics:
     estimates: dict[tuple[Layout, int], ServingEstimate] = field(default_factory=dict)
     # Per estimate (by identity, held): p95s at each rate met so far.
     loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad]]] = field(default_factory=dict)
+    # Per estimate (by identity, held): its decode-only replica and that replica's p95s at each rate.
+    decode_loads: dict[int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad]]] = field(
+        default_factory=dict
+    )
 
     def max_batch(
         self,
@@ -130,6 +134,25 @@ class ServingPhysics:
                 table[rate] = queueing.latency_at_load(
                     est, rate, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions
                 )
+            return table[rate]
+
+        return at
+
+    def decode_at_load(
+        self, est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions
+    ) -> Callable[[float], LatencyAtLoad]:
+        """:func:`clusterplan.design.pools.decode_at_load` of ``est`` as a decode-only replica, once per rate."""
+        from clusterplan.design import pools
+        from clusterplan.physics import disagg
+
+        if id(est) not in self.decode_loads:
+            self.decode_loads[id(est)] = (est, disagg.decode_only(est, output_tokens=w.output_tokens), {})
+        _, dec, table = self.decode_loads[id(est)]
+        raw = pools.decode_at_load(dec, w, assumptions)
+
+        def at(rate: float) -> LatencyAtLoad:
+            if rate not in table:
+                table[rate] = raw(rate)
             return table[rate]
 
         return at
@@ -320,6 +343,12 @@ def serving_candidates(
                     )
                 )  # fmt: skip
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
+    if pools_allowed(w, keep_latency):
+        pool_rows = pool_candidates(w, arch, catalog, gpus, limits, assumptions, derate, memo)
+        for role in ("prefill", "decode"):
+            pruned += prune_serving_rows([r for r in pool_rows if r.role == role], cross_shape=cross)
+        if w.disaggregation == "required":
+            pruned = [r for r in pruned if r.role != "both"]
     wc = WorkloadCandidates(
         index=index,
         name=w.name,
@@ -332,6 +361,94 @@ def serving_candidates(
         targets=targets,
         redundancy=w.redundancy,
         allow_mixed=allow_mixed,
+        disaggregation=w.disaggregation if pools_allowed(w, keep_latency) else "off",
         considered=considered,
     )
     return with_demand(wc, w)
+
+
+def pools_allowed(w: ServingWorkload, keep_latency: bool) -> bool:
+    """Whether prefill and decode pool rows are offered: the switch is not off, no N+k (spares of a pool are
+    not modelled) and not the min-latency objective (its p95 is per row; a pool's is half a request's)."""
+    return w.disaggregation != "off" and w.redundancy == 0 and not keep_latency
+
+
+def pool_candidates(
+    w: ServingWorkload,
+    arch: ModelArchitecture,
+    catalog: Catalog,
+    gpus: dict[str, GpuType],
+    limits: Limits,
+    assumptions: Assumptions,
+    derate: Derate,
+    memo: ServingPhysics,
+) -> list[ServingRow]:
+    """One prefill-pool row and one decode-pool row per replica shape that fits (the aggregated rows' shapes,
+    at the same batch policy), rated by :mod:`clusterplan.design.pools`. Rows that miss their share of the
+    targets even idle are left out (no count of them could serve); the caller prunes dominated shapes."""
+    from clusterplan.design import evaluate, pools
+    from clusterplan.physics import rules
+
+    out: list[ServingRow] = []
+    targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
+    quant_order = {q: i for i, q in enumerate(SERVING_QUANTS)}
+    for gid in sorted(gpus):
+        spec = catalog.gpus[gid]
+        g = gpus[gid]
+        half = rules.half_precision(spec)
+        quants = [q for q in SERVING_QUANTS if q != "fp4" or rules.supports_precision(spec, "fp4")]  # as above
+        combos = sorted(
+            ((quant_choice, tp, pp) for quant_choice in quants for tp, pp in serving_shapes(g)),
+            key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]]),
+        )
+        mine: dict[str, list[ServingRow]] = {"prefill": [], "decode": []}
+        for quant_choice, tp, pp in combos:
+            quant = half if quant_choice == "bf16" else quant_choice
+            kv = _kv_default(quant, w, spec)
+            if forbidden_for(g, limits, tp=tp, quant=quant):
+                continue  # pools only where no family forbids the layout: the relaxations price aggregated rows
+            if hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv)):
+                continue
+            point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
+            top = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
+            if top < 1:
+                continue
+            est = memo.estimate(arch, spec, w, batch=evaluate.serving_batch(top), **point)  # type: ignore[arg-type]
+            if hard_reasons(est.why_not):
+                continue
+            for role in ("prefill", "decode"):
+                # As for aggregated rows: a shape whose ceiling rate copies of a smaller kept shape already
+                # reach is dominated; skip its latency-target search (the same table, faster).
+                if role == "prefill":
+                    ceiling = pools.prefill_ceiling_rps(est, w, assumptions, derate)
+                else:
+                    ceiling = pools.decode_ceiling_rps(est, w, assumptions, derate)
+                if any(
+                    a.tp <= tp
+                    and a.gpus <= tp * pp
+                    and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= ceiling
+                    for a in mine[role]
+                ):
+                    continue
+                rated = (
+                    pools.prefill_rates(est, arch, spec, w, assumptions, derate)
+                    if role == "prefill"
+                    else pools.decode_rates(
+                        est, w, assumptions, derate, at_load=memo.decode_at_load(est, w, assumptions)
+                    )
+                )
+                if rated.rate_no_targets_rps <= 0 or (targets.any and rated.rate_rps <= 0):
+                    continue
+                out.append(
+                    ServingRow(
+                        gpu_id=gid, tp=tp, pp=pp, quant=quant, batch=est.batch,
+                        rate_rps=rated.rate_rps, rate_nolat_rps=rated.rate_no_targets_rps, kv_precision=kv,
+                        p95_e2e_s=rated.p95_e2e_s, p95_ttft_s=rated.p95_ttft_s, p95_tpot_s=rated.p95_tpot_s,
+                        ttft_s=rated.ttft_s, tpot_s=rated.tpot_s,
+                        output_tokens_per_s=rated.rate_no_targets_rps * w.output_tokens if role == "decode" else 0.0,
+                        memory_gib=est.memory.total_gib, capacity_gib=est.memory.capacity_gib,
+                        bound="compute" if role == "prefill" else est.bound, role=role,
+                    )
+                )  # fmt: skip
+                mine[role].append(out[-1])
+    return out

@@ -85,6 +85,15 @@ PP_DEGREES = (1, 2, 4)
 SERVING_QUANTS = ("bf16", "fp8", "int8", "fp4", "int4")  # 'bf16' stands for the GPU's 16-bit (fp16 where no bf16)
 
 
+# Disaggregated serving (physics/disagg.py): a row is an aggregated replica ("both"), or one replica of a
+# prefill pool or of a decode pool. Demand is met on each side: aggregated + prefill capacity, and
+# aggregated + decode capacity, each >= the demand.
+Role = Literal["both", "prefill", "decode"]
+Side = Literal["prefill", "decode"]
+SIDES: tuple[Side, ...] = ("prefill", "decode")
+Disaggregation = Literal["auto", "off", "required"]
+
+
 def half_equivalent(quant: str) -> str:
     """bf16 and fp16 are the same choice (the GPU's 16-bit format) for allowed-quantization checks."""
     return "bf16" if quant in ("bf16", "fp16") else quant
@@ -185,14 +194,23 @@ class ServingRow:
     forbidden_by: tuple[tuple[str, str], ...] = ()  # (family id, reason)
     ep: int = 1  # expert-parallel degree per stage (MoE; physics/moe.py)
     attention_dp: bool = False  # attention data-parallel over the stage's GPUs
+    # A replica of an aggregated design ("both": prefill and decode), or of one pool of a disaggregated design.
+    role: Role = "both"
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
 
     @property
-    def shape(self) -> tuple[str, int, int, str]:
+    def shape(self) -> tuple[object, ...]:
+        """(GPU, TP, PP, quant), and the pool for a pool replica: a design's signature is made of these."""
+        if self.role != "both":
+            return (self.gpu_id, self.tp, self.pp, self.quant, self.role)
         return (self.gpu_id, self.tp, self.pp, self.quant)
+
+    def serves(self, side: Side) -> bool:
+        """Whether this row's replicas carry ``side`` of a request (an aggregated replica carries both)."""
+        return self.role in ("both", side)
 
     @property
     def forbidding_families(self) -> frozenset[str]:
@@ -295,6 +313,7 @@ class WorkloadCandidates:
     targets: ServingTargets = field(default_factory=ServingTargets)
     redundancy: int = 0
     allow_mixed: bool = False
+    disaggregation: Disaggregation = "off"  # the requirement's switch (hand-built tables: off)
     # training / fine-tuning
     deadline_s: float | None = None
     tokens: float = 0.0
@@ -311,6 +330,15 @@ class WorkloadCandidates:
     def training_rows(self) -> tuple[TrainingRow, ...]:
         assert self.kind != "serving"
         return self.rows  # type: ignore[return-value]
+
+    @property
+    def has_pools(self) -> bool:
+        """Whether any row is a prefill or decode pool replica (a disaggregated design is possible)."""
+        return self.is_serving and any(r.role != "both" for r in self.serving_rows())
+
+    def sides(self) -> tuple[Side, ...]:
+        """The sides demand is counted on: both for a workload with pool rows, one (either) otherwise."""
+        return SIDES if self.has_pools else SIDES[:1]
 
 
 @dataclass(frozen=True, slots=True)

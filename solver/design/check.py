@@ -266,16 +266,29 @@ def _limits(design: Design, priced: list[Priced], lim: LimitsView, problems: lis
                     problems.append(f"{w.workload}: {grp.quant} is not an allowed quantization")
 
 
+def _side_sum(w: ServingPlan, rates: list[tuple[int, float, float]], pick: int) -> float:
+    """Requests/s a design serves: the smaller of its prefill and decode sides (aggregated groups count on both)."""
+    sides = [("aggregated", "prefill"), ("aggregated", "decode")] if w.disaggregated else [("aggregated",)]
+    return min(
+        sum(n * (r if pick == 1 else r0) for (n, r, r0), g in zip(rates, w.groups, strict=False) if g.role in side)
+        for side in sides
+    )
+
+
 def _serving_capacity(
     w: ServingPlan, rates: list[tuple[int, float, float]], k: int, has_targets: bool, problems: list[str]
 ) -> None:
-    """rates: (replicas, rate with targets, rate at the ceiling) per group."""
+    """rates: (replicas, rate with targets, rate at the ceiling) per group (a pool's counts on its side)."""
     demand = w.demand_rps
-    cap_nolat = sum(n * r0 for n, _, r0 in rates)
+    if len(rates) != len(w.groups):  # a group that is not a candidate: count every group on one side
+        w = w.model_copy(
+            update={"disaggregated": False, "groups": [g.model_copy(update={"role": "aggregated"}) for g in w.groups]}
+        )
+    cap_nolat = _side_sum(w, rates, 0)
     if cap_nolat < demand * (1 - 1e-9):
         problems.append(f"{w.workload}: {cap_nolat:,.3f} req/s at the utilisation ceiling < {demand:,.3f} demanded")
     if has_targets:
-        cap = sum(n * r for n, r, _ in rates)
+        cap = _side_sum(w, rates, 1)
         if cap < demand * (1 - 1e-9):
             problems.append(f"{w.workload}: {cap:,.3f} req/s within the p95 targets < {demand:,.3f} demanded")
     if k > 0:
@@ -409,6 +422,16 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     continue
                 est = est.model_copy(update={"feasible": True, "why_not": []})
                 ests.append((g, est))
+                if g.role != "aggregated":  # a pool replica: its share of the targets (design/pools.py)
+                    from clusterplan.design import pools
+
+                    pr = (
+                        pools.prefill_rates(est, arch, spec, w, a)
+                        if g.role == "prefill"
+                        else pools.decode_rates(est, w, a)
+                    )
+                    rates.append((g.replicas, pr.rate_rps, pr.rate_no_targets_rps))
+                    continue
                 r = queueing.max_rate_for_targets(
                     est,
                     input_tokens=w.input_tokens,
@@ -432,8 +455,36 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             _serving_capacity(wp, rates, w.redundancy, has_targets, problems)
             # The p95 each replica shows at the share of peak demand it actually receives.
             total = sum(n * (r if has_targets else r0) for n, r, r0 in rates)
+            pool_p95 = {"prefill": 0.0, "decode": 0.0}
             for g, est in ests:
                 rr = next(r if has_targets else r0 for (n, r, r0), gg in zip(rates, wp.groups, strict=True) if gg is g)
+                if g.role != "aggregated":
+                    from clusterplan.design import pools
+
+                    side = sum(
+                        n * (r if has_targets else r0)
+                        for (n, r, r0), gg in zip(rates, wp.groups, strict=True)
+                        if gg.role == g.role
+                    )
+                    at = pools.pool_at_load(
+                        est,
+                        arch,
+                        catalog.gpus[g.gpu],
+                        w,
+                        g.role,
+                        wp.demand_rps * rr / side if side > 0 else math.inf,
+                        a,
+                    )
+                    if at.utilisation > a.utilisation_ceiling * (1 + 1e-6):
+                        problems.append(
+                            f"{wp.workload}: {g.gpu} {g.role} replicas run at {at.utilisation:.0%} utilisation"
+                        )
+                    pool_p95[g.role] = max(pool_p95[g.role], at.p95_e2e_s)
+                    if g.role == "decode" and w.p95_tpot is not None and at.p95_tpot_s > w.p95_tpot * (1 + 1e-6):
+                        problems.append(
+                            f"{wp.workload}: {g.gpu} decode p95 TPOT {at.p95_tpot_s:.3f} s > target {w.p95_tpot:g} s"
+                        )
+                    continue
                 load = wp.demand_rps * rr / total if total > 0 else math.inf
                 # The derated replica takes rate_factor of the model's rate: its load is the model's at load / factor.
                 lat = derate.latency(
@@ -454,6 +505,15 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 ):
                     if target is not None and got > target * (1 + 1e-6):
                         problems.append(f"{wp.workload}: {g.gpu} {label} {got:.3f} s > target {target:g} s")
+            if wp.disaggregated:  # the pools' p95s add: prefill TTFT (with the KV transfer), then decode
+                for label, got, target in (
+                    ("p95 TTFT", pool_p95["prefill"], w.p95_ttft),
+                    ("p95 latency", pool_p95["prefill"] + pool_p95["decode"], w.p95_latency),
+                ):
+                    if target is not None and got > target * (1 + 1e-6):
+                        problems.append(
+                            f"{wp.workload}: prefill and decode pools' {label} {got:.3f} s > target {target:g} s"
+                        )
         else:
             assert isinstance(wp, TrainingPlan) and w.kind != "serving"
             spec = catalog.gpus[wp.gpu]
@@ -577,10 +637,11 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
         if isinstance(wp, ServingPlan):
             rates = []
             for g in wp.groups:
+                role = "both" if g.role == "aggregated" else g.role
                 rows = [
                     r
                     for r in wc.serving_rows()
-                    if (r.gpu_id, r.tp, r.pp, r.quant, r.batch) == (g.gpu, g.tp, g.pp, g.quant, g.batch)
+                    if (r.gpu_id, r.tp, r.pp, r.quant, r.batch, r.role) == (g.gpu, g.tp, g.pp, g.quant, g.batch, role)
                 ]
                 if not rows:
                     problems.append(f"{wp.workload}: {g.gpu} TP{g.tp} PP{g.pp} {g.quant} is not a candidate")
@@ -589,7 +650,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
                 if r.forbidden_by:
                     problems.append(f"{wp.workload}: {r.forbidden_by[0][1]}")
                 rates.append((g.replicas, r.rate_rps, r.rate_nolat_rps))
-            if not wc.allow_mixed and len(wp.groups) > 1:
+            if not wc.allow_mixed and max(Counter(g.role for g in wp.groups).values(), default=0) > 1:
                 problems.append(f"{wp.workload}: several replica shapes but mixing is not allowed")
             _serving_capacity(wp, rates, wc.redundancy, wc.targets.any, problems)
         else:

@@ -233,6 +233,7 @@ def _peak_p95s(w: ServingPlan, resolved: ResolvedRequirement, catalog: Catalog) 
     has_targets = any(t is not None for t in (sw.p95_latency, sw.p95_ttft, sw.p95_tpot))
     total = w.capacity_rps if has_targets else w.capacity_no_targets_rps
     worst = {"p95_latency": 0.0, "p95_ttft": 0.0, "p95_tpot": 0.0}
+    pool_worst = {"prefill": 0.0, "decode": 0.0}  # a disaggregated design: prefill p95 TTFT, decode p95 e2e
     for g in w.groups:
         est = evaluate.serving_estimate(
             arch, catalog.gpus[g.gpu], sw, tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache,
@@ -240,6 +241,23 @@ def _peak_p95s(w: ServingPlan, resolved: ResolvedRequirement, catalog: Catalog) 
         )  # fmt: skip
         rate = g.rate_rps if has_targets else g.rate_no_targets_rps
         load = w.demand_rps * rate / total if total > 0 else math.inf
+        if g.role != "aggregated":
+            from clusterplan.design import pools
+
+            side = sum(
+                (x.rate_rps if has_targets else x.rate_no_targets_rps) * x.replicas
+                for x in w.groups
+                if x.role == g.role
+            )
+            at = pools.pool_at_load(est, arch, catalog.gpus[g.gpu], sw, g.role, w.demand_rps * rate / side, a)
+            lat_e2e = at.p95_e2e_s if at.stable else math.inf
+            pool_worst[g.role] = max(pool_worst[g.role], lat_e2e)
+            if g.role == "prefill":
+                worst["p95_ttft"] = max(worst["p95_ttft"], lat_e2e)
+            else:
+                worst["p95_tpot"] = max(worst["p95_tpot"], at.p95_tpot_s if at.stable else math.inf)
+            worst["p95_latency"] = max(worst["p95_latency"], pool_worst["prefill"] + pool_worst["decode"])
+            continue
         lat = queueing.latency_at_load(
             est, load, input_tokens=sw.input_tokens, output_tokens=sw.output_tokens, assumptions=a
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from clusterplan.candidates.table import CandidateTable, ServingRow, TrainingRow, WorkloadCandidates
+from clusterplan.candidates.table import CandidateTable, TrainingRow, WorkloadCandidates
 from clusterplan.design import pricing
 from clusterplan.plan import (
     ConstraintCheck,
@@ -33,10 +33,13 @@ def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -
     groups: list[ReplicaGroup] = []
     cap = cap_nolat = 0.0
     gpus = 0
-    for a in sol.serving_of(wc.index):
-        row: ServingRow = wc.serving_rows()[a.row]
-        cap += a.replicas * row.rate_rps
-        cap_nolat += a.replicas * row.rate_nolat_rps
+    assigned = [(a, wc.serving_rows()[a.row]) for a in sol.serving_of(wc.index)]
+    if assigned:  # the smaller of the prefill and decode sides (aggregated replicas count on both)
+        cap = min(sum(a.replicas * r.rate_rps for a, r in assigned if r.serves(side)) for side in wc.sides())
+        cap_nolat = min(
+            sum(a.replicas * r.rate_nolat_rps for a, r in assigned if r.serves(side)) for side in wc.sides()
+        )
+    for a, row in assigned:
         gpus += a.replicas * row.gpus
         groups.append(
             ReplicaGroup(
@@ -67,6 +70,7 @@ def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -
                 memory_gib_per_gpu=row.memory_gib,
                 gpu_memory_gib=row.capacity_gib,
                 bound=row.bound,
+                role="aggregated" if row.role == "both" else row.role,
             )
         )
     used = cap if wc.targets.any else cap_nolat
@@ -82,6 +86,7 @@ def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -
         redundancy=wc.redundancy,
         gpus=gpus,
         groups=groups,
+        disaggregated=any(r.role != "both" for _, r in assigned),
     )
 
 
@@ -195,8 +200,10 @@ def signature(table: CandidateTable, sol: Solution) -> list[str]:
                     if n
                 }
             )
-            for g, tp, pp, q in shapes:
-                out.append(f"{wc.name}: {g} TP{tp} PP{pp} {q} ({'+'.join(where)})")
+            for shape in shapes:
+                g, tp, pp, q = shape[:4]
+                pool = f" {shape[4]} pool" if len(shape) > 4 else ""
+                out.append(f"{wc.name}: {g} TP{tp} PP{pp} {q}{pool} ({'+'.join(where)})")
         else:
             a = sol.training_of(wc.index)
             if a is not None:

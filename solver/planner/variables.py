@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow, WorkloadCandidates
+from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, Side, TrainingRow, WorkloadCandidates
 from clusterplan.planner import scaling
 
 # What the accessors below hand back: a CP-SAT expression (an IntVar or a sum of them) or the constant 0.
@@ -43,6 +43,7 @@ class PlanVariables:
     _xo: dict[tuple[int, int], IntVar] = field(default_factory=dict)
     _sel: dict[tuple[int, int], IntVar] = field(default_factory=dict)
     _maxrate: dict[int, IntVar] = field(default_factory=dict)
+    _pools: dict[int, IntVar] = field(default_factory=dict)  # w -> served by a prefill and a decode pool
     # training
     _yc: dict[tuple[int, int], IntVar] = field(default_factory=dict)
     _yo: dict[tuple[int, int], IntVar] = field(default_factory=dict)
@@ -103,6 +104,8 @@ class PlanVariables:
                         v._shape[w, row.shape] = v._sel[w, r]  # the shape is used iff its only row is
                     else:
                         v._new_shape(w, row.shape)
+                if wc.has_pools:
+                    v._pools[w] = model.new_bool_var(f"pools_{w}")
                 if wc.redundancy > 0:
                     max_rate = max([*scale.rate, *scale.rate_nolat, 0])
                     v._maxrate[w] = model.new_int_var(0, max_rate, f"maxrate_{w}")
@@ -162,6 +165,20 @@ class PlanVariables:
 
     def replica_vars(self, w: int, r: int) -> list[IntVar]:
         return [x for x in (self._xc.get((w, r)), self._xo.get((w, r))) if x is not None]
+
+    def disaggregated(self, w: int) -> IntVar | None:
+        """Workload w is served by a prefill pool and a decode pool (None: it has no pool rows)."""
+        return self._pools.get(w)
+
+    def side_replicas(self, wc: WorkloadCandidates, rates: list[int], side: Side) -> list[LinearExpr]:
+        """``min(rate, demand) x replicas`` of every row carrying ``side`` of a request (aggregated rows carry
+        both): a demand family's capacity terms, one inequality per side (:meth:`WorkloadCandidates.sides`)."""
+        demand = self.scales[wc.index].demand
+        return [
+            min(rate, demand) * self.replicas(wc.index, r)
+            for r, (rate, row) in enumerate(zip(rates, wc.serving_rows(), strict=True))
+            if rate and row.serves(side)
+        ]
 
     def largest_rate(self, w: int) -> IntVar:
         """Largest per-replica rate among the rows workload w uses (for N+k redundancy)."""
@@ -281,10 +298,18 @@ def _gpu_need_bounds(table: CandidateTable, v: PlanVariables) -> dict[str, int]:
         per: dict[str, int] = {}
         if wc.is_serving:
             scale = v.scales[wc.index]
+            by_role: dict[tuple[str, str], int] = {}
             for r, row in enumerate(wc.serving_rows()):
                 n = scale.upper[r] * row.gpus
-                # One shape per workload: the largest row bounds it; mixed: rows add up.
-                per[row.gpu_id] = per.get(row.gpu_id, 0) + n if wc.allow_mixed else max(per.get(row.gpu_id, 0), n)
+                # One shape per workload (and pool): the largest row bounds it; mixed: rows add up.
+                key = (row.gpu_id, row.role)
+                by_role[key] = by_role.get(key, 0) + n if wc.allow_mixed else max(by_role.get(key, 0), n)
+            for (gid, role), n in by_role.items():
+                if role == "both" or wc.allow_mixed:
+                    per[gid] = per.get(gid, 0) + n if wc.allow_mixed else max(per.get(gid, 0), n)
+            for gid in {g for g, role in by_role if role != "both" and not wc.allow_mixed}:
+                pools = by_role.get((gid, "prefill"), 0) + by_role.get((gid, "decode"), 0)
+                per[gid] = max(per.get(gid, 0), pools)
         else:
             for trow in wc.training_rows():
                 per[trow.gpu_id] = max(per.get(trow.gpu_id, 0), trow.gpus)

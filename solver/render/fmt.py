@@ -7,8 +7,17 @@ these, so the same figure reads the same everywhere.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from clusterplan.plan import Design, PrecisionGate, QualityEvidence, ReplicaGroup, ServingPlan, TrainingPlan
+from clusterplan.plan import (
+    Design,
+    DisaggregationNote,
+    PrecisionGate,
+    QualityEvidence,
+    ReplicaGroup,
+    ServingPlan,
+    TrainingPlan,
+)
 
 
 def usd(x: float | None) -> str:
@@ -107,7 +116,27 @@ def moe_layout(ep: int, attention_dp: bool) -> str:
 def group_layout(g: ReplicaGroup) -> str:
     where = "+".join(k for k, n in (("cloud", g.cloud_replicas), ("owned", g.owned_replicas)) if n)
     moe = moe_layout(g.ep, g.attention_dp)
-    return f"{g.replicas}x [{g.gpu} TP{g.tp} PP{g.pp}{moe} {g.quant} batch {g.batch}] ({where})"
+    pool = "" if g.role == "aggregated" else f"{g.role} "
+    return f"{g.replicas}x {pool}[{g.gpu} TP{g.tp} PP{g.pp}{moe} {g.quant} batch {g.batch}] ({where})"
+
+
+def disaggregation_lines(notes: Sequence[DisaggregationNote]) -> list[str]:
+    """Per workload that may go either way: the best disaggregated design against the best aggregated one."""
+    out = []
+    for n in notes:
+        pools = (
+            "none"
+            if n.disaggregated_total_usd is None
+            else f"{n.disaggregated_design}: {usd(n.disaggregated_total_usd)}"
+        )
+        agg = "none" if n.aggregated_total_usd is None else f"{usd(n.aggregated_total_usd)} ({n.aggregated_design})"
+        verdict = ""
+        if n.saving_usd is not None and n.aggregated_total_usd:
+            share = abs(n.saving_usd) / n.aggregated_total_usd * 100.0
+            word = "saves" if n.saving_usd > 0 else "costs"
+            verdict = f"; disaggregation {word} {usd(abs(n.saving_usd))} ({share:.1f}%)"
+        out.append(f"{n.workload}: disaggregated: {pools} vs best aggregated {agg}; design 1 is {n.chosen}{verdict}")
+    return out
 
 
 # Said under "Why this one" when the command's time limit stopped the explanation part way.

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.render import odds
-from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, precision_lines, seconds, usd
+from clusterplan.render.fmt import (
+    INCOMPLETE_NOTE,
+    disaggregation_lines,
+    group_layout,
+    layout,
+    margin,
+    precision_lines,
+    seconds,
+    usd,
+)
 from clusterplan.render.reasons import render_relaxed, render_warning
 
 
@@ -74,6 +83,8 @@ def render(plan: Plan) -> str:
                 f"{usd(x.monthly_usd)} |"
             )
         out += [""] + [f"- {line}" for line in precision_lines(plan.precision, d)]
+        if d.rank == 1:
+            out += [f"- {line}" for line in disaggregation_lines(plan.disaggregation)]
     e = plan.explanation
     if e is not None:
         out += [

@@ -8,7 +8,16 @@ from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.render import odds
-from clusterplan.render.fmt import INCOMPLETE_NOTE, group_layout, layout, margin, precision_lines, seconds, usd
+from clusterplan.render.fmt import (
+    INCOMPLETE_NOTE,
+    disaggregation_lines,
+    group_layout,
+    layout,
+    margin,
+    precision_lines,
+    seconds,
+    usd,
+)
 from clusterplan.render.reasons import render_relaxed, render_warning
 
 
@@ -28,6 +37,8 @@ def render(plan: Plan, console: Console) -> None:
         _designs(plan, console)
         _detail(plan.designs[0], console)
         for line in precision_lines(plan.precision, plan.designs[0]):
+            console.print(line, markup=False)
+        for line in disaggregation_lines(plan.disaggregation):
             console.print(line, markup=False)
     if plan.explanation is not None:
         _why(plan, console)

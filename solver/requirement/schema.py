@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitecture, Precision, ProviderTier
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
@@ -193,6 +193,18 @@ class ServingWorkload(Strict):
     prefix_cache_hit_rate: float = Field(
         0.0, ge=0, lt=1, description="share of prompt tokens served from the prefix cache, 0-1 (default 0)"
     )
+    # Disaggregated prefill/decode serving (physics/disagg.py): separate prefill and decode pools.
+    disaggregation: Literal["auto", "off", "required"] = Field(
+        "auto",
+        description="auto: the planner chooses aggregated replicas or separate prefill and decode pools, whichever "
+        "is cheaper; off: aggregated replicas only; required: prefill and decode pools only",
+    )
+
+    @field_validator("disaggregation", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        """YAML 1.1 reads an unquoted ``off`` as false: it means the switch's ``off``."""
+        return "off" if value is False else value
 
     @model_validator(mode="after")
     def _demand(self) -> ServingWorkload:

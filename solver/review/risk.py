@@ -40,8 +40,14 @@ def single_points(d: Design) -> list[SinglePoint]:
         if replicas > 1 and w.redundancy > 0:
             continue
         per = [(g.rate_rps if w.capacity_rps > 0 else g.rate_no_targets_rps) for g in w.groups]
-        cap = w.capacity_rps if w.capacity_rps > 0 else w.capacity_no_targets_rps
-        left = cap - max(per)
+        # Each side of a request (a disaggregated design: its prefill pool and its decode pool, aggregated replicas
+        # on both) loses its largest replica; what is left is the smaller side.
+        sides = [("aggregated", "prefill"), ("aggregated", "decode")] if w.disaggregated else [("aggregated",)]
+        left = min(
+            sum(g.replicas * r for g, r in zip(w.groups, per, strict=True) if g.role in side)
+            - max((r for g, r in zip(w.groups, per, strict=True) if g.role in side), default=0.0)
+            for side in sides
+        )
         pct = 100.0 * left / w.demand_rps if w.demand_rps > 0 else 0.0
         out.append(
             SinglePoint(workload=w.workload, replicas=replicas, spares=w.redundancy, capacity_after_loss_pct=pct)

@@ -123,6 +123,16 @@ def pct_above(capacity_rps: float, demand_rps: float) -> float:
     return (capacity_rps / demand_rps - 1.0) * 100.0 if demand_rps > 0 else 0.0
 
 
+def side_capacity(
+    wc: WorkloadCandidates,
+    rows: list[tuple[ServingAssignment, ServingRow]],
+    rate: Callable[[ServingRow], float],
+) -> float:
+    """Requests/s a design serves: the smaller of its prefill side and its decode side (aggregated replicas
+    count on both; a workload without pool rows has one side, the sum over its replicas)."""
+    return min(sum(a.replicas * rate(r) for a, r in rows if r.serves(side)) for side in wc.sides())
+
+
 def demand_margin(
     d: DesignFacts,
     applies: Callable[[WorkloadCandidates], bool],

@@ -29,6 +29,7 @@ from clusterplan.planner.families.facts import (
     demand_margin,
     demand_met,
     restores,
+    side_capacity,
 )
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.variables import ServingScale
@@ -49,8 +50,9 @@ def add(ctx: FamilyContext) -> None:
             continue
         s = v.scales[wc.index]
         # Rates capped at the demand: the same integer solutions, a tighter LP (see ``throughput``).
-        terms = [min(rate, s.demand) * v.replicas(wc.index, r) for r, rate in enumerate(s.rate) if rate]
-        ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
+        for side in wc.sides():  # aggregated + prefill pool, aggregated + decode pool (one side without pools)
+            terms = v.side_replicas(wc, s.rate, side)
+            ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
         for r in range(len(wc.rows)):
             if not s.rate[r]:
                 for x in v.replica_vars(wc.index, r):
@@ -69,14 +71,23 @@ def _applies(wc: WorkloadCandidates) -> bool:
 
 
 def _capacity(wc: WorkloadCandidates, rows: list[tuple[ServingAssignment, ServingRow]]) -> tuple[float, str]:
-    cap = sum(a.replicas * r.rate_rps for a, r in rows)
-    worst_p95 = max((r.p95_e2e_s for _, r in rows), default=0.0)
+    cap = side_capacity(wc, rows, lambda r: r.rate_rps)
+    worst_p95 = design_p95_e2e_s(rows)
     target = wc.targets.p95_latency_s
     text = (
         f"{wc.name}: {cap:,.2f} req/s within targets for {wc.demand_rps:,.2f} at peak; "
         f"p95 {worst_p95:,.2f} s at rated load (target {'none' if target is None else f'{target:g} s'})"
     )
     return cap, text
+
+
+def design_p95_e2e_s(rows: list[tuple[ServingAssignment, ServingRow]]) -> float:
+    """The worst p95 end-to-end latency of a design's replicas at rated load; with pools, the prefill pool's p95
+    TTFT plus the decode pool's p95 (clusterplan.design.pools.design_p95_e2e_s)."""
+    both = max((r.p95_e2e_s for _, r in rows if r.role == "both"), default=0.0)
+    prefill = max((r.p95_ttft_s for _, r in rows if r.role == "prefill"), default=0.0)
+    decode = max((r.p95_e2e_s for _, r in rows if r.role == "decode"), default=0.0)
+    return max(both, prefill + decode)
 
 
 def margin(d: DesignFacts) -> Margin | None:

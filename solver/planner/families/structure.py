@@ -174,8 +174,27 @@ def add(
                 for sel in members:
                     model.add_implication(sel, z)
                 model.add_bool_or([*members, z.Not()])
-            if not wc.allow_mixed:
-                model.add_exactly_one(sels)  # one shape, and (below) at least one replica
+            d = v.disaggregated(w)
+            rows = wc.serving_rows()
+            if d is None:
+                if not wc.allow_mixed:
+                    model.add_exactly_one(sels)  # one shape, and (below) at least one replica
+            else:
+                # Aggregated replicas, or a prefill pool and a decode pool (d): one shape each unless mixed.
+                aggregated = [s_ for s_, row in zip(sels, rows, strict=True) if row.role == "both"]
+                by_role = {
+                    role: [s_ for s_, row in zip(sels, rows, strict=True) if row.role == role]
+                    for role in ("prefill", "decode")
+                }
+                if not wc.allow_mixed:
+                    model.add_exactly_one([*aggregated, d])
+                    for members in by_role.values():
+                        model.add(sum(members) == d)
+                else:
+                    for members in by_role.values():
+                        for s_ in members:
+                            model.add_implication(s_, d)
+                        model.add_bool_or([*members, d.Not()])
             model.add(sum(all_x) >= 1)
             model.add(sum(cloud_x) >= v.uses_cloud(w))
             model.add(sum(owned_x) >= v.uses_owned(w))
@@ -289,23 +308,30 @@ def add(
             continue
         s = v.scales[wc.index]
         rho = s.rate if wc.targets.any else s.rate_nolat
-        st: list[tuple[int, cp_model.IntVar]] = []
-        tt: list[tuple[int, cp_model.IntVar]] = []
-        for r, row in enumerate(wc.serving_rows()):
-            c_srv = scaling.PPM * rho[r] // max(1, s.demand)
-            c_thr = scaling.PPM * s.rate_nolat[r] // max(1, s.demand)
-            for x in v.replica_vars(wc.index, r):
-                if c_srv:
-                    st.append((c_srv, x))
-                    headroom.append((c_srv, x))
-                if c_thr:
-                    tt.append((c_thr, x))
-            if latency_objective:
-                p95_ms.append((scaling.milliseconds_up(row.p95_e2e_s, what="p95"), v.selected(wc.index, r)))
-        served_terms.append(st)
-        thr_terms.append(tt)
-        served_caps.append(_ub(st))
-        thr_caps.append(_ub(tt))
+        # One capacity per side of a request (a workload with pool rows: prefill and decode, aggregated rows in both).
+        for side in wc.sides():
+            st: list[tuple[int, cp_model.IntVar]] = []
+            tt: list[tuple[int, cp_model.IntVar]] = []
+            for r, row in enumerate(wc.serving_rows()):
+                if not row.serves(side):
+                    continue
+                c_srv = scaling.PPM * rho[r] // max(1, s.demand)
+                c_thr = scaling.PPM * s.rate_nolat[r] // max(1, s.demand)
+                for x in v.replica_vars(wc.index, r):
+                    if c_srv:
+                        st.append((c_srv, x))
+                        # Headroom (a tie-break): an aggregated replica counts once; a pool replica not at all, so
+                        # at equal cost and GPUs the simpler aggregated design is kept.
+                        if row.role == "both" and side == wc.sides()[0]:
+                            headroom.append((c_srv, x))
+                    if c_thr:
+                        tt.append((c_thr, x))
+                if latency_objective and side == wc.sides()[0]:
+                    p95_ms.append((scaling.milliseconds_up(row.p95_e2e_s, what="p95"), v.selected(wc.index, r)))
+            served_terms.append(st)
+            thr_terms.append(tt)
+            served_caps.append(_ub(st))
+            thr_caps.append(_ub(tt))
     v.headroom_ppm = _define(model, "headroom_ppm", headroom)
     v.headroom_ub = upper_bound(v.headroom_ppm)
     v.served_ratio_ppm = model.new_int_var(0, min(served_caps, default=0), "served_ratio_ppm")

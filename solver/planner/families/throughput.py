@@ -23,6 +23,7 @@ from clusterplan.planner.families.facts import (
     demand_margin,
     demand_met,
     restores,
+    side_capacity,
 )
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.variables import ServingScale
@@ -45,8 +46,9 @@ def add(ctx: FamilyContext) -> None:
         s = v.scales[wc.index]
         # A replica rated above the demand counts as the demand: the same integer solutions, and a
         # tighter LP (a fraction of one big replica no longer meets demand in the relaxation).
-        terms = [min(rate, s.demand) * v.replicas(wc.index, r) for r, rate in enumerate(s.rate_nolat) if rate]
-        ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
+        for side in wc.sides():  # aggregated + prefill pool, aggregated + decode pool (one side without pools)
+            terms = v.side_replicas(wc, s.rate_nolat, side)
+            ctx.model.add(sum(terms) >= s.demand).only_enforce_if(ctx.lit)
         fl = floor(wc, s)
         if not wc.allow_mixed and fl is not None:
             single_shape_floor(ctx, wc.index, fl[0], s.demand, spare=fl[1])
@@ -61,7 +63,7 @@ def _applies(wc: WorkloadCandidates) -> bool:
 
 
 def _capacity(wc: WorkloadCandidates, rows: list[tuple[ServingAssignment, ServingRow]]) -> tuple[float, str]:
-    cap = sum(a.replicas * r.rate_nolat_rps for a, r in rows)
+    cap = side_capacity(wc, rows, lambda r: r.rate_nolat_rps)
     return cap, f"{wc.name}: {cap:,.2f} req/s at the utilisation ceiling for {wc.demand_rps:,.2f} at peak"
 
 

@@ -1,0 +1,177 @@
+"""Disaggregated prefill/decode serving: the KV-transfer physics, the target split, and the planner choosing
+pools where they are cheaper (long prompts, tight TPOT) and aggregated replicas where they are not (short
+prompts), with the pool sizes checked by hand and the design re-checked without a solver."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from clusterplan.physics import disagg
+from clusterplan.physics.factors import Assumptions
+from clusterplan.plan import ServingPlan
+from conftest import plan_file
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.plan import Plan
+
+
+def _requirement(tmp_path: Path, name: str, **serving: Any) -> Path:
+    """Llama 3.1 70B on cloud H100 SXM only (one GPU type keeps the solve small)."""
+    doc = {
+        "name": name,
+        "model": "llama-3.1-70b",
+        "deployment": "cloud",
+        "constraints": {"allowed_gpus": ["h100-sxm"]},
+        "workloads": [{"kind": "serving", "name": "chat", **serving}],
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _groups(plan: Plan) -> list[tuple[str, int, int, int, str]]:
+    w = plan.designs[0].workloads[0]
+    assert isinstance(w, ServingPlan)
+    return [(g.role, g.replicas, g.tp, g.pp, g.quant) for g in w.groups]
+
+
+# ------------------------------------------------------------------------------------------------
+# Physics
+# ------------------------------------------------------------------------------------------------
+
+
+def test_kv_bytes_and_transfer_by_hand(catalog: Catalog) -> None:
+    arch = catalog.models["llama-3.1-70b"]
+    h100 = catalog.gpus["h100-sxm"]
+    a = Assumptions()
+    # 80 layers x 8 KV heads x 128 dims x (K and V) x 1 byte (fp8) = 163,840 bytes a token.
+    assert disagg.kv_bytes(arch, 1.0, "fp8") == 80 * 8 * 128 * 2 * 1
+    # 1,000 tokens = 163.84 MB over 4 GPUs' NICs at 50 GB/s x 0.70 = 140 GB/s: 1.170 ms, + 20 us start-up.
+    t = disagg.kv_transfer_s(arch, h100, input_tokens=1000, kv_precision="fp8", senders=4, assumptions=a)
+    assert t == pytest.approx(163.84e6 / 140e9 + 20e-6, rel=1e-12)
+    # TCP: 100 Gb/s per 8-GPU node = 1.5625 GB/s per GPU, x 0.70 x 4 senders = 4.375 GB/s: 37.4 ms.
+    tcp = disagg.kv_transfer_s(arch, h100, input_tokens=1000, kv_precision="fp8", senders=4, assumptions=a, link="tcp")
+    assert tcp == pytest.approx(163.84e6 / 4.375e9 + 20e-6, rel=1e-12)
+    # NVLink (both pools in one node): 900 GB/s bidirectional = 450 one way per GPU.
+    nv = disagg.kv_link_gb_per_s(h100, "nvlink", 4, a)
+    assert nv == pytest.approx(4 * 450 * 0.7)
+
+
+def test_targets_split_between_pools() -> None:
+    # p95_ttft within half the end-to-end target: the prefill pool gets it, the decode pool the rest.
+    assert disagg.budgets(5.0, 1.0, None) == disagg.Budgets(ttft_s=1.0, decode_e2e_s=4.0, tpot_s=None)
+    # Only an end-to-end target: split evenly; a TTFT target above half of it is capped at half.
+    assert disagg.budgets(4.0, None, None) == disagg.Budgets(ttft_s=2.0, decode_e2e_s=2.0, tpot_s=None)
+    assert disagg.budgets(4.0, 3.0, 0.02) == disagg.Budgets(ttft_s=2.0, decode_e2e_s=2.0, tpot_s=0.02)
+    assert disagg.budgets(None, 1.0, 0.02) == disagg.Budgets(ttft_s=1.0, decode_e2e_s=None, tpot_s=0.02)
+
+
+def test_prefill_passes_pack_short_prompts() -> None:
+    assert disagg.prefill_passes(1024, 8192) == 0.125  # eight 1,024-token prompts share one pass
+    assert disagg.prefill_passes(20_000, 8192) == 3.0  # a long prompt takes whole chunks
+
+
+def test_largest_rate_bisects_to_the_feasible_end() -> None:
+    assert disagg.largest_rate(lambda r: r <= 3.0, 8.0, 8) == pytest.approx(3.0, abs=8 / 256)
+    assert disagg.largest_rate(lambda r: r <= 3.0, 8.0, 8) <= 3.0
+    assert disagg.largest_rate(lambda r: True, 8.0, 8) == 8.0
+    assert disagg.largest_rate(lambda r: r < 0, 8.0, 8) == 0.0  # even idle it fails
+
+
+# ------------------------------------------------------------------------------------------------
+# The planner: wins and losses
+# ------------------------------------------------------------------------------------------------
+
+
+def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, catalog: Catalog) -> None:
+    """8k in / 256 out at 30 req/s, p95 TTFT 2 s, p95 TPOT 15 ms, H100 SXM fp8 (rates from the candidate rows).
+
+    Aggregated, every replica's decode steps are stretched by the 8k-token prefills they interleave; within
+    15 ms TPOT the best aggregated shape is TP8 at 1.350 req/s (an 8-GPU replica): ceil(30 / 1.350) = 23
+    replicas (22 give 29.7), 184 GPUs. Disaggregated, the decode pool does not prefill: one TP4 decode replica
+    takes 5.544 req/s within 15 ms, so ceil(30 / 5.544) = 6 replicas (5 give 27.7), 24 GPUs (3 TP8 replicas at
+    13.007 tie at 24 GPUs and cost); the prefill pool's TP8 PP4 replica takes 11.388
+    prompts/s within the 2 s TTFT (KV transfer over RDMA included), so ceil(30 / 11.388) = 3 replicas (2 give
+    22.8), 96 GPUs. 120 GPUs against 184, all on 8-GPU instances at the same price per GPU: disaggregated
+    costs 120/184 of aggregated.
+    """
+    path = _requirement(
+        tmp_path, "long", requests_per_min=1800, input_tokens=8000, output_tokens=256, p95_ttft="2s", p95_tpot="15ms"
+    )
+    plan = plan_file(path, catalog, top=1, explain=False)
+    groups = _groups(plan)
+    assert groups == [("prefill", 3, 8, 4, "fp8"), ("decode", 6, 4, 1, "fp8")]
+    w = plan.designs[0].workloads[0]
+    assert isinstance(w, ServingPlan) and w.disaggregated
+    rates = {g.role: g.rate_rps for g in w.groups}
+    assert rates["prefill"] == pytest.approx(11.388, abs=1e-3) and rates["decode"] == pytest.approx(5.544, abs=1e-3)
+    assert math.ceil(30 / rates["prefill"]) == 3 and math.ceil(30 / rates["decode"]) == 6
+    assert plan.designs[0].gpus_total == 120
+    (note,) = plan.disaggregation
+    assert note.chosen == "disaggregated"
+    assert note.aggregated_design == "23x NVIDIA H100 SXM5 80GB TP8 PP1 fp8"
+    assert note.disaggregated_total_usd is not None and note.aggregated_total_usd is not None
+    assert note.disaggregated_total_usd == pytest.approx(note.aggregated_total_usd * 120 / 184, rel=1e-9)
+    assert note.saving_usd == pytest.approx(note.aggregated_total_usd - note.disaggregated_total_usd)
+    # The solver-free checker re-evaluates both pools through the same functions and finds nothing wrong.
+    from clusterplan.design.check import check_plan
+    from clusterplan.requirement.load import load_requirement
+
+    resolved = load_requirement(path, catalog)
+    assert check_plan(plan.designs[0], resolved, catalog) == []
+    # One decode replica fewer (5 x 5.544 = 27.7 < 30 req/s): the checker catches it on the decode side.
+    short_groups = [g.model_copy(update={"replicas": 5}) if g.role == "decode" else g for g in w.groups]
+    broken = plan.designs[0].model_copy(update={"workloads": [w.model_copy(update={"groups": short_groups})]})
+    problems = check_plan(broken, resolved, catalog)
+    assert any("within the p95 targets" in p for p in problems), problems
+
+
+def test_disaggregation_loses_on_short_prompts(tmp_path: Path, catalog: Catalog) -> None:
+    """200 in / 256 out at 10 req/s, same targets but TPOT 25 ms.
+
+    Short prompts barely stretch decode: one aggregated TP2 replica takes 14.2 req/s within the targets, so one
+    replica (2 GPUs) serves 10 req/s. Disaggregated needs at least one replica per pool: a TP1 prefill replica
+    (30 prompts/s) and a TP2 decode replica (35 req/s), 3 GPUs. At $3.99 per H100-hour on 2-GPU instances,
+    aggregated costs 2 x 3.99 x 730 x 36 = $209,714.40 and disaggregated 3/2 of it, $314,571.60.
+    """
+    path = _requirement(
+        tmp_path, "short", requests_per_min=600, input_tokens=200, output_tokens=256, p95_ttft="2s", p95_tpot="25ms"
+    )
+    plan = plan_file(path, catalog, top=1, explain=False)
+    assert _groups(plan) == [("aggregated", 1, 2, 1, "fp8")]
+    (note,) = plan.disaggregation
+    assert note.chosen == "aggregated"
+    assert note.aggregated_total_usd == pytest.approx(2 * 3.99 * 730 * 36)
+    assert note.disaggregated_total_usd == pytest.approx(3 * 3.99 * 730 * 36)
+    assert note.disaggregated_design == (
+        "1x prefill NVIDIA H100 SXM5 80GB TP1 PP1 fp8 + 1x decode NVIDIA H100 SXM5 80GB TP2 PP1 fp8"
+    )
+    assert note.saving_usd is not None and note.saving_usd < 0
+
+
+@pytest.mark.parametrize(("switch", "roles"), [("off", {"both"}), ("required", {"prefill", "decode"})])
+def test_switch_off_and_required(tmp_path: Path, catalog: Catalog, switch: str, roles: set[str]) -> None:
+    from clusterplan.candidates.build import build_candidates
+    from clusterplan.requirement.load import load_requirement
+
+    path = _requirement(
+        tmp_path, switch, requests_per_min=600, input_tokens=200, output_tokens=256, p95_ttft="2s",
+        disaggregation=switch,
+    )  # fmt: skip
+    table = build_candidates(load_requirement(path, catalog), catalog)
+    assert {r.role for r in table.workloads[0].serving_rows()} == roles
+
+
+def test_unquoted_off_in_yaml_means_off(tmp_path: Path, catalog: Catalog) -> None:
+    from clusterplan.requirement.load import load_requirement
+
+    path = _requirement(tmp_path, "bool", requests_per_min=60)
+    path.write_text(path.read_text().replace("name: chat", "name: chat\n  disaggregation: off"))
+    w = load_requirement(path, catalog).requirement.workloads[0]
+    assert w.kind == "serving" and w.disaggregation == "off"
