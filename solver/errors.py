@@ -46,10 +46,12 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
 
 
 def shorten(text: str, max_chars: int = MAX_QUOTED_CHARS) -> str:
-    """``text`` escaped (:func:`printable`) and, beyond ``max_chars``, cut with an ellipsis and its length."""
+    """``text`` escaped (:func:`printable`) and, beyond ``max_chars``, cut in the middle with an ellipsis and its
+    length: the start and the last quarter stay, so a long path still shows its file name."""
     if len(text) <= max_chars:
         return printable(text)
-    return f"{printable(text[:max_chars])}... ({len(text):,} characters)"
+    tail = max_chars // 4
+    return f"{printable(text[: max_chars - tail])}...{printable(text[-tail:])} ({len(text):,} characters)"
 
 
 def quoted(value: object, max_chars: int = MAX_QUOTED_CHARS) -> str:

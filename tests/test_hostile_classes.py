@@ -255,4 +255,6 @@ def test_validate_output_escapes_names(tmp_path: Path) -> None:
 def test_one_escaping_function() -> None:
     assert printable("a\x1bb\x07\x9b") == "a\\x1bb\\x07\\x9b"
     assert printable("a\nb", keep_newlines=True) == "a\nb"
-    assert quoted("x" * 1000).endswith("... (1,000 characters)'")
+    assert quoted("x" * 1000).endswith("..." + "x" * 20 + " (1,000 characters)'")
+    # A long path keeps its file name in view (cut in the middle).
+    assert "config.json" in quoted("/tmp/" + "d" * 200 + "/config.json")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from conftest import EXAMPLES, example, plan_file, run_cli
 
@@ -45,17 +46,21 @@ def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> 
     assert doc["gpus"] == design.gpus_by_type
 
 
-def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any) -> None:
-    """70B example: design 1 is owned (a prefill pool and a decode pool); the rent side hosts the same replica
-    groups, each as ``estimate`` rents it."""
+def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_path: Path) -> None:
+    """70B example, aggregated (its disaggregated design 1 has a prefill pool on RTX PRO 6000, which no cloud in
+    the catalog rents: its rent side says "not possible", below): design 1 is owned; the rent side hosts the same
+    replica groups, each as ``estimate`` rents it."""
     from clusterplan.design.estimate import estimate_requirement
     from clusterplan.requirement.load import load_requirement
     from clusterplan.requirement.schema import PinnedConfig
 
-    path = example("70b-serving")
+    doc = yaml.safe_load(example("70b-serving").read_text(encoding="utf-8"))
+    doc["workloads"][0]["disaggregation"] = "off"
+    path = tmp_path / "70b-aggregated.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     design = plan_file(path, catalog, explain=False).designs[0]
     groups = design.workloads[0].groups  # type: ignore[union-attr]
-    assert len(groups) == 2
+    assert groups
     resolved = load_requirement(path, catalog)
     clouds = []
     for group in groups:
@@ -69,6 +74,14 @@ def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any) -> None
     doc = _rent_vs_buy(str(path))
     assert doc["rent"]["costs"]["total_usd"] == pytest.approx(sum(c.costs.total_usd for c in clouds), abs=2 * CENT)
     assert sorted(h["offering"] for h in doc["rent"]["hardware"]) == sorted(c.hardware[0].offering for c in clouds)
+
+
+def test_a_design_no_cloud_rents_says_so() -> None:
+    """The 70B example's design 1 puts its prefill pool on RTX PRO 6000 servers, which no catalog cloud rents."""
+    result = run_cli("rent-vs-buy", str(example("70b-serving")))
+    assert result.exit_code == 0, result.output
+    assert "rent: not possible (NVIDIA RTX PRO 6000" in result.stdout
+    assert "break-even: none" in result.stdout
 
 
 def test_break_even_month_by_hand(catalog: Any) -> None:

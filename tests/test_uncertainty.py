@@ -303,7 +303,10 @@ def test_the_checker_holds_a_serving_design_to_the_confidence_it_was_asked_for(
     from clusterplan.design.check import check_plan
     from clusterplan.requirement.load import load_requirement
 
-    seventy = example("70b-serving")
+    doc = yaml.safe_load(example("70b-serving").read_text(encoding="utf-8"))
+    doc["workloads"][0]["disaggregation"] = "off"  # aggregated replicas: 8x H200, p95 5.00 s at rated load
+    seventy = tmp_path / "70b-aggregated.yaml"
+    seventy.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     design = plan_file(seventy, catalog, top=1, explain=False).designs[0]
     assert check_plan(design, load_requirement(seventy, catalog), catalog) == []
     held = load_requirement(_with_confidence(tmp_path, seventy, 0.9), catalog)
