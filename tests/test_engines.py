@@ -4,6 +4,7 @@ caching, mean latencies, and ``clusterplan export``."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import shlex
 from pathlib import Path
@@ -121,7 +122,8 @@ def test_means_sit_below_the_p95s(cat: Catalog) -> None:
 
 
 def test_export_70b_example_writes_a_launch_and_a_benchmark(cat: Catalog) -> None:
-    """Design 1 of the 70B example as a vLLM launch and a benchmark at the example's rate and lengths (in-process:
+    """Design 1 of the 70B example (a prefill pool and a decode pool) as vLLM launches, each pool's replicas
+    joined by a KV connector, and one benchmark through the router at the example's rate and lengths (in-process:
     the command is a thin layer over these functions; one plan)."""
     from clusterplan.design.export import export_design
     from clusterplan.pipeline import PlanOptions, plan_requirement
@@ -130,20 +132,31 @@ def test_export_70b_example_writes_a_launch_and_a_benchmark(cat: Catalog) -> Non
 
     resolved = load_requirement(EXAMPLE, cat)
     plan = plan_requirement(resolved, cat, PlanOptions(top=1, explain="design"))
-    group = plan.designs[0].workloads[0].groups[0]  # type: ignore[union-attr]
-    files = export_files(export_design(resolved, cat, plan))
-    argv = shlex.split(files["1-chat-vllm-launch.sh"].splitlines()[-1])
-    assert argv[:2] == ["vllm", "serve"]
-    flag = dict(itertools.pairwise(argv))
-    assert int(flag["--tensor-parallel-size"]) == group.tp
-    assert flag["--quantization"] == group.quant == "fp8"
-    assert int(flag["--max-num-seqs"]) == group.batch
-    bench = shlex.split(files["1-chat-vllm-bench.sh"].splitlines()[-1])
+    groups = plan.designs[0].workloads[0].groups  # type: ignore[union-attr]
+    assert {g.role for g in groups} == {"prefill", "decode"}
+    launches = export_design(resolved, cat, plan)
+    files = export_files(launches)
+    for n, group in enumerate(groups, start=1):
+        argv = shlex.split(files[f"{n}-chat-vllm-launch.sh"].splitlines()[-1])
+        assert argv[:2] == ["vllm", "serve"]
+        flag = dict(itertools.pairwise(argv))
+        assert int(flag["--tensor-parallel-size"]) == group.tp and int(flag["--pipeline-parallel-size"]) == group.pp
+        assert flag["--quantization"] == group.quant == "fp8"
+        assert int(flag["--max-num-seqs"]) == group.batch
+        assert json.loads(flag["--kv-transfer-config"])["kv_connector"] == "NixlConnector"
+    benches = [name for name in files if name.endswith("-bench.sh")]
+    decode = next(n for n, g in enumerate(groups, start=1) if g.role == "decode")
+    assert benches == [f"{decode}-chat-vllm-bench.sh"]  # one benchmark, through the router
+    bench = shlex.split(files[benches[0]].splitlines()[-1])
     bf = dict(itertools.pairwise(bench))
     assert bench[:3] == ["vllm", "bench", "serve"]
     assert float(bf["--request-rate"]) == pytest.approx(1000 / 60, rel=1e-3)
     assert (bf["--random-input-len"], bf["--random-output-len"]) == ("1000", "200")
     assert "p95 targets to check" in files["expected.txt"]
+    prefill = next(x for x in launches if x.role == "prefill")
+    assert 0 < prefill.expected.p95_ttft_s <= 1.0  # the pool meets the example's TTFT at its share of the rate
+    sglang = export_files(export_design(resolved, cat, plan, engine="sglang"))
+    assert "--disaggregation-mode prefill" in sglang["1-chat-sglang-launch.sh"]
 
 
 def test_export_cli_refuses_an_unknown_engine() -> None:

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from clusterplan.design import evaluate
+from clusterplan.design import evaluate, pools
 from clusterplan.errors import ClusterplanError
-from clusterplan.physics import queueing
+from clusterplan.physics import disagg, queueing
 from clusterplan.physics.factors import SpeculativeDecoding
 from clusterplan.plan import ServingPlan
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+    from clusterplan.physics.factors import Assumptions
+    from clusterplan.physics.types import ServingEstimate
     from clusterplan.plan import Plan
     from clusterplan.requirement.load import ResolvedRequirement
     from clusterplan.requirement.schema import ServingWorkload
@@ -40,11 +43,11 @@ class Expected(BaseModel):
 
     request_rate_rps: float = Field(description="requests/s one replica receives (its share of the average rate)")
     output_tokens_per_s: float = Field(description="output tokens/s one replica delivers at that rate")
-    mean_ttft_s: float
+    mean_ttft_s: float | None = Field(description="None: not modelled (a prefill pool's mean wait)")
     p95_ttft_s: float
-    mean_tpot_s: float
+    mean_tpot_s: float | None
     p95_tpot_s: float
-    mean_e2e_s: float
+    mean_e2e_s: float | None
     p95_e2e_s: float
     saturated_output_tokens_per_s: float = Field(description="one replica kept full at its batch cap")
 
@@ -55,6 +58,9 @@ class Launch(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str
+    role: Literal["aggregated", "prefill", "decode"] = Field(
+        "aggregated", description="aggregated replicas, or one pool of a disaggregated design (launched as such)"
+    )
     engine: str = Field(description="engine id (catalog/engines.yaml)")
     model: str = Field(description="Hugging Face repository or catalog id of the served model")
     gpu: str
@@ -126,7 +132,10 @@ def _launches(
     a = evaluate.serving_assumptions(req.assumptions, w)
     cat_model = catalog.models.get(arch.name) or next((m for m in catalog.models.values() if m.name == arch.name), None)
     repo = model_repo(cat_model.source, cat_model.id) if cat_model is not None else arch.name
-    total_weight = sum(g.replicas * max(g.rate_rps, g.rate_no_targets_rps) for g in wp.groups) or 1.0
+    # Each side (aggregated, or a pool) takes the whole demand: its groups share it by their rated rates.
+    weights: dict[str, float] = {}
+    for g in wp.groups:
+        weights[g.role] = weights.get(g.role, 0.0) + g.replicas * max(g.rate_rps, g.rate_no_targets_rps)
     targets = {
         k: v for k, v in (("latency", w.p95_latency), ("ttft", w.p95_ttft), ("tpot", w.p95_tpot)) if v is not None
     }
@@ -136,10 +145,8 @@ def _launches(
         point = dict(tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache, assumptions=req.assumptions)
         batch = evaluate.serving_batch(evaluate.max_batch(arch, spec, w, **point))  # type: ignore[arg-type]
         est = evaluate.serving_estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
-        share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / total_weight
-        lat = queueing.latency_at_load(
-            est, share, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a
-        )
+        share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / (weights[g.role] or 1.0)
+        expected = _expected(est, arch, spec, w, req.assumptions, a, g.role, share)
         policy, fraction, _ = a.memory_policy(g.tp)
         launches.append(
             Launch(
@@ -150,13 +157,42 @@ def _launches(
                 input_tokens=round(w.input_tokens), output_tokens=round(w.output_tokens),
                 average_rate_rps=w.requests_per_s, peak_rate_rps=w.requests_per_s * w.peak_to_average,
                 num_prompts=max(200, math.ceil(w.requests_per_s * BENCH_PROMPTS_PER_RPS)),
-                expected=Expected(
-                    request_rate_rps=share, output_tokens_per_s=share * w.output_tokens,
-                    mean_ttft_s=lat.mean_ttft_s, p95_ttft_s=lat.p95_ttft_s, mean_tpot_s=lat.mean_tpot_s,
-                    p95_tpot_s=lat.p95_tpot_s, mean_e2e_s=lat.mean_e2e_s, p95_e2e_s=lat.p95_e2e_s,
-                    saturated_output_tokens_per_s=est.output_tokens_per_s,
-                ),
-                targets=targets,
+                expected=expected, targets=targets, role=g.role,
             )
         )  # fmt: skip
     return launches
+
+
+def _expected(
+    est: ServingEstimate,
+    arch: ModelArchitecture,
+    spec: GpuSpec,
+    w: ServingWorkload,
+    base: Assumptions,
+    a: Assumptions,
+    role: str,
+    share: float,
+) -> Expected:
+    """What one replica of ``role`` should show at ``share`` requests/s: the queueing model of an aggregated
+    replica, or of a prefill replica (TTFT incl. the KV transfer) or a decode-only one (design/pools.py)."""
+    if role == "prefill":
+        p = pools.prefill_at(est, arch, spec, w, base, share)
+        return Expected(
+            request_rate_rps=share, output_tokens_per_s=0.0, mean_ttft_s=None, p95_ttft_s=p.p95_ttft_s,
+            mean_tpot_s=None, p95_tpot_s=0.0, mean_e2e_s=None, p95_e2e_s=p.p95_ttft_s,
+            saturated_output_tokens_per_s=0.0,
+        )  # fmt: skip
+    if role == "decode":
+        dec = disagg.decode_only(est, output_tokens=w.output_tokens)
+        lat = pools.decode_at_load(dec, w, base)(share)
+        saturated = dec.output_tokens_per_s
+    else:
+        lat = queueing.latency_at_load(
+            est, share, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a
+        )
+        saturated = est.output_tokens_per_s
+    return Expected(
+        request_rate_rps=share, output_tokens_per_s=share * w.output_tokens, mean_ttft_s=lat.mean_ttft_s,
+        p95_ttft_s=lat.p95_ttft_s, mean_tpot_s=lat.mean_tpot_s, p95_tpot_s=lat.p95_tpot_s, mean_e2e_s=lat.mean_e2e_s,
+        p95_e2e_s=lat.p95_e2e_s, saturated_output_tokens_per_s=saturated,
+    )  # fmt: skip

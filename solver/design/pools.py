@@ -181,3 +181,22 @@ def pool_at_load(
         dec, load_rps, input_tokens=0.0, output_tokens=w.output_tokens, assumptions=assumptions
     )
     return PoolAtLoad(lat.utilisation, lat.stable, lat.p95_ttft_s, lat.p95_tpot_s, lat.p95_e2e_s)
+
+
+def prefill_at(
+    est: ServingEstimate,
+    arch: ModelArchitecture,
+    spec: GpuSpec,
+    w: ServingWorkload,
+    assumptions: Assumptions,
+    rate_rps: float,
+) -> disagg.PrefillAtLoad:
+    """A prefill replica receiving ``rate_rps`` prompts/s: its p95 TTFT (wait, prefill, KV transfer), as
+    :func:`prefill_rates` rates it (``clusterplan export``'s expectations)."""
+    assumptions = serving_assumptions(assumptions, w)
+    transfer = disagg.kv_transfer_s(
+        arch, spec, input_tokens=w.input_tokens, kv_precision=est.kv_precision, senders=est.tp * est.pp,
+        assumptions=assumptions, link=kv_link(spec),
+    )  # fmt: skip
+    service = disagg.prefill_service_s(est, input_tokens=w.input_tokens, assumptions=assumptions)
+    return disagg.prefill_at_load(est, rate_rps, service_s=service, transfer_s=transfer, assumptions=assumptions)

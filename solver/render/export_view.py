@@ -22,6 +22,11 @@ _KV_DTYPE = {"fp8": "fp8", "int8": "int8"}  # bf16/fp16 KV: the engine's default
 _VLLM_SPEC = {"draft": "draft_model", "eagle": "eagle", "mtp": "deepseek_mtp"}
 _SGLANG_SPEC = {"draft": "STANDALONE", "eagle": "EAGLE", "mtp": "NEXTN"}
 _TRT_SPEC = {"draft": "Draft_Target", "eagle": "Eagle", "mtp": "MTP"}
+# Disaggregated pools. vLLM: a NixlConnector on both pools, a proxy in front routing prefill then decode
+# (docs.vllm.ai "Disaggregated Prefilling", examples/online_serving/disaggregated_serving); SGLang:
+# --disaggregation-mode prefill|decode behind sglang_router --pd-disaggregation; TensorRT-LLM: a cache
+# transceiver in each server's options, trtllm-serve disaggregated in front (docs/source/advanced/disaggregated-service.md).
+_VLLM_KV_TRANSFER = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 
 
 def _join(argv: list[str]) -> str:
@@ -47,6 +52,8 @@ def vllm_launch(x: Launch) -> list[str]:
         "--max-model-len", str(x.max_model_len), "--port", str(PORT),
     ]  # fmt: skip
     argv += ["--enable-prefix-caching"] if x.prefix_cache_hit_rate > 0 else ["--no-enable-prefix-caching"]
+    if x.role != "aggregated":
+        argv += ["--kv-transfer-config", json.dumps(_VLLM_KV_TRANSFER, separators=(",", ":"))]
     if x.speculative is not None:
         cfg: dict[str, object] = {
             "method": _VLLM_SPEC[x.speculative.method],
@@ -75,6 +82,8 @@ def sglang_launch(x: Launch) -> list[str]:
     ]  # fmt: skip
     if x.prefix_cache_hit_rate == 0:
         argv += ["--disable-radix-cache"]
+    if x.role != "aggregated":
+        argv += ["--disaggregation-mode", x.role]
     if x.speculative is not None:
         argv += [
             "--speculative-algorithm", _SGLANG_SPEC[x.speculative.method],
@@ -97,6 +106,8 @@ def trtllm_options(x: Launch) -> dict[str, object]:
         },
         "enable_chunked_prefill": True,
     }
+    if x.role != "aggregated":
+        options["cache_transceiver_config"] = {"backend": "DEFAULT"}
     if x.speculative is not None:
         spec: dict[str, object] = {
             "decoding_type": _TRT_SPEC[x.speculative.method],
@@ -156,8 +167,9 @@ def bench_argv(x: Launch, host: str = "localhost") -> list[str]:
 def expectations(x: Launch) -> list[str]:
     """What the benchmark should report if the plan is right, and the targets to check."""
     e = x.expected
+    pool = "" if x.role == "aggregated" else f" {x.role} pool:"
     lines = [
-        f"{x.workload}: {x.replicas} x {x.engine} on {x.tp * x.pp} x {x.gpu_name} (TP {x.tp}, PP {x.pp}, "
+        f"{x.workload}:{pool} {x.replicas} x {x.engine} on {x.tp * x.pp} x {x.gpu_name} (TP {x.tp}, PP {x.pp}, "
         f"{x.quant} weights, {x.kv_cache} KV), batch cap {x.max_batch}",
         f"  the benchmark sends {x.average_rate_rps:,.2f} req/s (the requirement's average; peak "
         f"{x.peak_rate_rps:,.2f}) of {x.input_tokens:,} in / {x.output_tokens:,} out to the {x.replicas} "
@@ -167,6 +179,18 @@ def expectations(x: Launch) -> list[str]:
         f"end-to-end mean {seconds(e.mean_e2e_s)}, p95 {seconds(e.p95_e2e_s)}",
         f"  saturated (every slot busy): {e.saturated_output_tokens_per_s:,.0f} output tok/s per replica",
     ]
+    if x.role == "prefill":  # prompts only: no output tokens, no saturated decode
+        lines[1:4] = [
+            f"  every request's prompt reaches this pool through the router in front of both pools: each replica "
+            f"gets {e.request_rate_rps:,.2f} prompts/s",
+            f"  expected per replica: p95 TTFT {seconds(e.p95_ttft_s)} (queueing, prefill and the KV transfer to the "
+            "decode pool)",
+        ]
+    elif x.role == "decode":
+        lines[1] = (
+            f"  the benchmark sends {x.average_rate_rps:,.2f} req/s to the router in front of both pools; "
+            f"each decode replica gets {e.request_rate_rps:,.2f} req/s (TTFT here: from the KV's arrival)"
+        )
     if x.targets:
         lines.append(
             "  p95 targets to check: " + ", ".join(f"{k} <= {seconds(v)}" for k, v in sorted(x.targets.items()))
@@ -188,7 +212,9 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
         )
         if x.engine == "tensorrt-llm":
             files[options] = json.dumps(trtllm_options(x), indent=2) + "\n"  # JSON is YAML
-        files[f"{stem}-bench.sh"] = f"#!/bin/sh\n{_join(bench_argv(x))}\n"
+        if x.role != "prefill":  # a disaggregated design is benchmarked once, through its router
+            where = "" if x.role == "aggregated" else "# through the router in front of the prefill and decode pools\n"
+            files[f"{stem}-bench.sh"] = f"#!/bin/sh\n{where}{_join(bench_argv(x))}\n"
         notes += [*expectations(x), ""]
     files["expected.txt"] = "\n".join(notes)
     return files
