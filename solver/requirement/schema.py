@@ -244,6 +244,31 @@ MEMORY_OPTIONS_HELP = (
 )
 
 
+# The layout knobs a training or fine-tuning workload may pin (None: the planner chooses), one definition for both.
+ActivationRecompute = Annotated[
+    Literal["none", "selective", "full"] | None, Field(description="None lets the planner choose")
+]
+ContextParallel = Annotated[
+    int | None,
+    Field(
+        ge=1, le=64, description="context-parallel degree (each sequence split over this many GPUs); "
+        "None lets the planner choose",
+    ),
+]  # fmt: skip
+VirtualStages = Annotated[
+    int | None,
+    Field(ge=1, le=64, description="interleaved (virtual) pipeline chunks per stage; None lets the planner choose"),
+]
+RecomputeLayers = Annotated[
+    int | None,
+    Field(
+        ge=1, le=1024, description="with full recompute: layers of each pipeline stage recomputed "
+        "(Megatron --recompute-num-layers); None: the fewest that fit",
+    ),
+]  # fmt: skip
+MemoryOptions = Annotated[list[MemoryOption] | None, Field(description=MEMORY_OPTIONS_HELP)]
+
+
 class TrainingWorkload(Strict):
     kind: Literal["training"]
     name: Name = Field("training", description="label used in plans and explanations")
@@ -258,21 +283,11 @@ class TrainingWorkload(Strict):
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
         "bf16", description="compute precision (mixed precision with fp32 master weights)"
     )
-    activation_recompute: Literal["none", "selective", "full"] | None = Field(
-        None, description="None lets the planner choose"
-    )
-    context_parallel: int | None = Field(
-        None, ge=1, le=64, description="context-parallel degree (each sequence split over this many GPUs); "
-        "None lets the planner choose",
-    )  # fmt: skip
-    virtual_stages: int | None = Field(
-        None, ge=1, le=64, description="interleaved (virtual) pipeline chunks per stage; None lets the planner choose"
-    )
-    recompute_layers: int | None = Field(
-        None, ge=1, le=1024, description="with full recompute: layers of each pipeline stage recomputed "
-        "(Megatron --recompute-num-layers); None: the fewest that fit",
-    )  # fmt: skip
-    memory_options: list[MemoryOption] | None = Field(None, description=MEMORY_OPTIONS_HELP)
+    activation_recompute: ActivationRecompute = None
+    context_parallel: ContextParallel = None
+    virtual_stages: VirtualStages = None
+    recompute_layers: RecomputeLayers = None
+    memory_options: MemoryOptions = None
 
 
 class FinetuneWorkload(Strict):
@@ -291,21 +306,11 @@ class FinetuneWorkload(Strict):
     global_batch_tokens: Tokens = Field(65_536, ge=1, le=MAX_BATCH_TOKENS, description="tokens per optimizer step")
     optimizer: Literal["adamw", "sgd", "adafactor"] = Field("adamw", description="optimizer for trainable parameters")
     precision: Literal["bf16", "fp16"] = Field("bf16", description="compute precision of the trainable path")
-    activation_recompute: Literal["none", "selective", "full"] | None = Field(
-        None, description="None lets the planner choose"
-    )
-    context_parallel: int | None = Field(
-        None, ge=1, le=64, description="context-parallel degree (each sequence split over this many GPUs); "
-        "None lets the planner choose",
-    )  # fmt: skip
-    virtual_stages: int | None = Field(
-        None, ge=1, le=64, description="interleaved (virtual) pipeline chunks per stage; None lets the planner choose"
-    )
-    recompute_layers: int | None = Field(
-        None, ge=1, le=1024, description="with full recompute: layers of each pipeline stage recomputed "
-        "(Megatron --recompute-num-layers); None: the fewest that fit",
-    )  # fmt: skip
-    memory_options: list[MemoryOption] | None = Field(None, description=MEMORY_OPTIONS_HELP)
+    activation_recompute: ActivationRecompute = None
+    context_parallel: ContextParallel = None
+    virtual_stages: VirtualStages = None
+    recompute_layers: RecomputeLayers = None
+    memory_options: MemoryOptions = None
 
 
 Workload = Annotated[ServingWorkload | TrainingWorkload | FinetuneWorkload, Field(discriminator="kind")]
