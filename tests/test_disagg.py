@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from clusterplan.physics import disagg
+from clusterplan.physics import disagg, queueing
 from clusterplan.physics.factors import Assumptions
 from clusterplan.plan import ServingPlan
 from conftest import plan_file
@@ -78,10 +78,10 @@ def test_prefill_passes_pack_short_prompts() -> None:
 
 
 def test_largest_rate_bisects_to_the_feasible_end() -> None:
-    assert disagg.largest_rate(lambda r: r <= 3.0, 8.0, 8) == pytest.approx(3.0, abs=8 / 256)
-    assert disagg.largest_rate(lambda r: r <= 3.0, 8.0, 8) <= 3.0
-    assert disagg.largest_rate(lambda r: True, 8.0, 8) == 8.0
-    assert disagg.largest_rate(lambda r: r < 0, 8.0, 8) == 0.0  # even idle it fails
+    assert queueing.largest_rate(lambda r: r <= 3.0, 8.0, 8) == pytest.approx(3.0, abs=8 / 256)
+    assert queueing.largest_rate(lambda r: r <= 3.0, 8.0, 8) <= 3.0
+    assert queueing.largest_rate(lambda r: True, 8.0, 8) == 8.0
+    assert queueing.largest_rate(lambda r: r < 0, 8.0, 8) == 0.0  # even idle it fails
 
 
 # ------------------------------------------------------------------------------------------------

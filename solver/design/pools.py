@@ -74,7 +74,7 @@ def prefill_rates(
     rate = (
         ceiling
         if budget is None
-        else disagg.largest_rate(lambda r: at(r).p95_ttft_s <= budget, ceiling, RATE_SEARCH_STEPS)
+        else queueing.largest_rate(lambda r: at(r).p95_ttft_s <= budget, ceiling, RATE_SEARCH_STEPS)
     )
     p95 = at(rate if rate > 0 else ceiling).p95_ttft_s * derate.latency_factor
     f = derate.rate_factor

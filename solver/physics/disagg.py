@@ -26,7 +26,6 @@ prefill worker, decode replicas = output tokens/s needed / tokens/s per decode w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -156,20 +155,3 @@ def decode_only(est: ServingEstimate, *, output_tokens: float) -> ServingEstimat
             "output_tokens_per_s": rps * output_tokens,
         }
     )
-
-
-def largest_rate(ok: Callable[[float], bool], ceiling_rps: float, steps: int) -> float:
-    """The largest rate in ``[0, ceiling]`` with ``ok`` (non-increasing in the rate), by ``steps`` halvings keeping
-    the feasible end (as :func:`clusterplan.physics.queueing.max_rate_for_targets`); 0 when even an idle replica fails."""
-    if ceiling_rps <= 0 or not ok(0.0):
-        return 0.0
-    if ok(ceiling_rps):
-        return ceiling_rps
-    lo, hi = 0.0, ceiling_rps
-    for _ in range(steps):
-        mid = (lo + hi) / 2.0
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo

@@ -224,12 +224,17 @@ def max_rate_for_targets(
         )
         return _meets(lat, p95_latency_s, p95_ttft_s, p95_tpot_s)
 
-    if not ok(0.0):
+    return largest_rate(ok, assumptions.utilisation_ceiling * est.requests_per_s, steps)
+
+
+def largest_rate(ok: Callable[[float], bool], ceiling_rps: float, steps: int) -> float:
+    """The largest rate in ``[0, ceiling]`` with ``ok`` (non-increasing in the rate), by ``steps`` halvings keeping
+    the feasible end (a replica's rate within its targets: :func:`max_rate_for_targets`, a prefill pool's); 0 when even an idle replica fails."""
+    if ceiling_rps <= 0 or not ok(0.0):
         return 0.0
-    hi = assumptions.utilisation_ceiling * est.requests_per_s
-    if ok(hi):
-        return hi
-    lo = 0.0
+    if ok(ceiling_rps):
+        return ceiling_rps
+    lo, hi = 0.0, ceiling_rps
     for _ in range(steps):
         mid = (lo + hi) / 2.0
         if ok(mid):
