@@ -196,6 +196,20 @@ def serving_shapes(g: GpuType) -> list[tuple[int, int]]:
     return shapes
 
 
+def _quant_shapes(spec: GpuSpec, g: GpuType) -> list[tuple[str, int, int]]:
+    """(weight precision, TP, PP) of one GPU type as the rows visit them: fewest GPUs, then narrowest TP, then the
+    precision order of ``SERVING_QUANTS``. fp4 where FP4 tensor cores run it: weight-only FP4 elsewhere is the int4
+    row's memory (within 2%) and the same 16-bit matmuls, so the planner plans int4 there (estimate --quant fp4
+    still prices it)."""
+    from clusterplan.physics import rules
+
+    order = {q: i for i, q in enumerate(SERVING_QUANTS)}
+    quants = [q for q in SERVING_QUANTS if q != "fp4" or rules.supports_precision(spec, "fp4")]
+    return sorted(
+        ((q, tp, pp) for q in quants for tp, pp in serving_shapes(g)), key=lambda c: (c[1] * c[2], c[1], order[c[0]])
+    )
+
+
 def serving_candidates(
     index: int,
     w: ServingWorkload,
@@ -231,24 +245,16 @@ def serving_candidates(
     # rate (the expensive queueing search) is computed: the outcome is the same table, faster.
     cross = (not allow_mixed) or w.redundancy == 0
     skip_dominated = cross and not keep_latency
-    quant_order = {q: i for i, q in enumerate(SERVING_QUANTS)}
     memo = physics if physics is not None else ServingPhysics()
     for gid in sorted(gpus):
         spec = catalog.gpus[gid]
         g = gpus[gid]
         half = rules.half_precision(spec)
-        # fp4 is tried where FP4 tensor cores run it: weight-only FP4 elsewhere is the int4 row's memory (within 2%)
-        # and the same 16-bit matmuls, so the planner plans int4 there (estimate --quant fp4 still prices it).
-        quants = [q for q in SERVING_QUANTS if q != "fp4" or rules.supports_precision(spec, "fp4")]
-        combos = sorted(
-            (
-                (quant_choice, tp, pp, ep, attention_dp)
-                for quant_choice in quants
-                for tp, pp in serving_shapes(g)
-                for ep, attention_dp in evaluate.moe_layouts(arch, tp)
-            ),
-            key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]], c[3], c[4]),
-        )
+        combos = [
+            (quant_choice, tp, pp, ep, attention_dp)
+            for quant_choice, tp, pp in _quant_shapes(spec, g)
+            for ep, attention_dp in evaluate.moe_layouts(arch, tp)  # ascending (ep, attention_dp)
+        ]
         mine: list[ServingRow] = []
         for quant_choice, tp, pp, ep, attention_dp in combos:
             quant = half if quant_choice == "bf16" else quant_choice
@@ -391,18 +397,12 @@ def pool_candidates(
 
     out: list[ServingRow] = []
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
-    quant_order = {q: i for i, q in enumerate(SERVING_QUANTS)}
     for gid in sorted(gpus):
         spec = catalog.gpus[gid]
         g = gpus[gid]
         half = rules.half_precision(spec)
-        quants = [q for q in SERVING_QUANTS if q != "fp4" or rules.supports_precision(spec, "fp4")]  # as above
-        combos = sorted(
-            ((quant_choice, tp, pp) for quant_choice in quants for tp, pp in serving_shapes(g)),
-            key=lambda c: (c[1] * c[2], c[1], quant_order[c[0]]),
-        )
         mine: dict[str, list[ServingRow]] = {"prefill": [], "decode": []}
-        for quant_choice, tp, pp in combos:
+        for quant_choice, tp, pp in _quant_shapes(spec, g):
             quant = half if quant_choice == "bf16" else quant_choice
             kv = _kv_default(quant, w, spec)
             if forbidden_for(g, limits, tp=tp, quant=quant):
