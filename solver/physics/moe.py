@@ -250,12 +250,11 @@ def serving_memory(
     :func:`clusterplan.physics.memory.serving_memory` (the engine's memory policy) with the layout's weights
     (:func:`serving_weight_bytes_per_gpu`) and KV for the sequences the GPU holds (:func:`sequences_per_gpu`).
     """
-    plain = layout == MoeLayout(tp=layout.tp)
     return memory.serving_memory(
         arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
-        batch=batch if plain else math.ceil(sequences_per_gpu(batch, layout)), context_tokens=context_tokens,
-        assumptions=assumptions, weights_bytes=None if plain else _weights(arch, gpu, layout, pp, quant, assumptions),
-        kv_tp=layout.attention_tp, attention_dp=layout.attention_dp,
+        batch=math.ceil(sequences_per_gpu(batch, layout)), context_tokens=context_tokens, assumptions=assumptions,
+        weights_bytes=_weights(arch, gpu, layout, pp, quant, assumptions), kv_tp=layout.attention_tp,
+        attention_dp=layout.attention_dp,
     )  # fmt: skip
 
 
@@ -275,10 +274,9 @@ def max_batch_by_memory(
     Per GPU as :func:`clusterplan.physics.memory.max_batch_by_memory` (the engine's KV pool over KV per
     sequence); under attention DP every GPU holds that many of its own, so the stage holds ``tp`` times as many.
     """
-    plain = layout == MoeLayout(tp=layout.tp)
     per_gpu = memory.max_batch_by_memory(
         arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision, context_tokens=context_tokens,
-        assumptions=assumptions, weights_bytes=None if plain else _weights(arch, gpu, layout, pp, quant, assumptions),
+        assumptions=assumptions, weights_bytes=_weights(arch, gpu, layout, pp, quant, assumptions),
         kv_tp=layout.attention_tp, attention_dp=layout.attention_dp,
     )  # fmt: skip
     return replica_batch(per_gpu, layout)
@@ -287,6 +285,8 @@ def max_batch_by_memory(
 def _weights(
     arch: ModelArchitecture, gpu: GpuSpec, layout: MoeLayout, pp: int, quant: str, assumptions: Assumptions
 ) -> float:
+    """:func:`serving_weight_bytes_per_gpu` at the assumptions' int4 group and the GPU's FP4 format (the dense
+    layout's is :func:`clusterplan.physics.memory.serving_weight_bytes_per_gpu` itself)."""
     return serving_weight_bytes_per_gpu(
         arch, layout, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size, fp4_format=rules.fp4_format(gpu)
     )
