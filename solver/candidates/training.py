@@ -264,6 +264,7 @@ class _Layouts:
             virtual_stages=est.virtual_stages,
             recompute_layers=est.recompute_layers,
             memory_options=tuple(est.memory_options),
+            ep=est.ep,
         )
 
 
