@@ -390,14 +390,30 @@ class TrainingStageParams:
         return self.dense + self.experts
 
 
+# A layout search asks for the same (model, tp, pp, ep) thousands of times; models are frozen rows, so the answer is
+# kept per model object (identity-checked: ``id`` alone could be reused by a new object).
+_STAGE_CACHE: dict[tuple[int, int, int, int], tuple[ModelArchitecture, TrainingStageParams]] = {}
+_STAGE_CACHE_SIZE = 4096
+
+
 def training_stage_params(arch: ModelArchitecture, *, tp: int, pp: int, ep: int = 1) -> TrainingStageParams:
     """:class:`TrainingStageParams` of the heaviest stage (:func:`clusterplan.physics.memory.stage_params_per_gpu`)."""
+    key = (id(arch), tp, pp, ep)
+    hit = _STAGE_CACHE.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
     stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)
     if not is_moe(arch):
-        return TrainingStageParams(stage.total, 0.0, 0)
-    routed_all = stage.per_expert * routed_experts(arch)  # per_expert: one expert of each MoE layer, / tp
-    local = stage.per_expert * experts_per_gpu(arch, ep)
-    return TrainingStageParams(stage.total - routed_all, local, stage.moe_layers)
+        out = TrainingStageParams(stage.total, 0.0, 0)
+    else:
+        routed_all = stage.per_expert * routed_experts(arch)  # per_expert: one expert of each MoE layer, / tp
+        out = TrainingStageParams(
+            stage.total - routed_all, stage.per_expert * experts_per_gpu(arch, ep), stage.moe_layers
+        )
+    if len(_STAGE_CACHE) >= _STAGE_CACHE_SIZE:
+        _STAGE_CACHE.clear()
+    _STAGE_CACHE[key] = (arch, out)
+    return out
 
 
 def routed_active_params(arch: ModelArchitecture) -> float:

@@ -301,10 +301,11 @@ def _memory_phase(
         recomputed = layers if recompute_layers is None else max(0, min(int(recompute_layers), layers))
     layer_p = memory.layer_params_per_gpu(arch, tp)
     emb_p = memory.embedding_params_per_gpu(arch, tp, pp)
-    stage = moe.training_stage_params(arch, tp=tp, pp=pp, ep=ep)
+    stage = moe.training_stage_params(arch, tp=tp, pp=pp, ep=ep) if moe.is_moe(arch) else None
     # Routed experts held under EP (each rank E/ep of them); without EP they shard with the rest.
-    expert_p = stage.experts if ep > 1 else 0.0
-    if moe.is_moe(arch):
+    expert_p = stage.experts if stage is not None and ep > 1 else 0.0
+    moe_layers = stage.moe_layers if stage is not None else 0
+    if stage is not None:
         layers_p = stage.total  # dense-first layers and the MoE layer frequency counted (physics/params.py)
         layer_p -= (moe.routed_experts(arch) - moe.experts_per_gpu(arch, ep)) * moe.expert_params(arch) / tp
     else:
@@ -335,8 +336,8 @@ def _memory_phase(
         expert_trainable = 0.0
         if ep > 1:
             per_expert = (3 if arch.gated_mlp else 2) * rank * (arch.hidden_size + arch.expert_ffn_size) / tp
-            held = stage.moe_layers * moe.experts_per_gpu(arch, ep) * per_expert
-            adapters -= stage.moe_layers * moe.routed_experts(arch) * per_expert - held
+            held = moe_layers * moe.experts_per_gpu(arch, ep) * per_expert
+            adapters -= moe_layers * moe.routed_experts(arch) * per_expert - held
             expert_trainable = held
         trainable = adapters
         w_b, g_b, o_b = optimizer_memory.adapter_state_bytes_per_param(workload.optimizer, plan)
@@ -426,7 +427,7 @@ def _memory_phase(
         cp=cp, virtual_stages=vpp, recompute_layers=recomputed, recompute_saving_bytes=max(kept - layer_input, 0.0),
         in_flight=in_flight, plan=plan, paged_spill_bytes=spilled, offloaded_params=offloaded_params,
         offloaded_activation_bytes=offloaded_activations, ep=ep, expert_trainable=expert_trainable,
-        moe_layers=stage.moe_layers, imbalance=imbalance, expert_dp=expert_dp,
+        moe_layers=moe_layers, imbalance=imbalance, expert_dp=expert_dp,
     )  # fmt: skip
 
 
