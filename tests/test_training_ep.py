@@ -11,10 +11,12 @@ import pytest
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.design import evaluate
+from clusterplan.design.check import check_plan
 from clusterplan.physics import moe, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.reasons import EpSplitsExperts
 from clusterplan.plan import TrainingPlan
+from clusterplan.requirement.load import load_requirement
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from conftest import plan_file, run_cli
 
@@ -123,6 +125,8 @@ def test_solve_chooses_ep_for_a_small_moe_finetune(tmp_path: Path, catalog: Cata
     # The cheapest plan: 2 GPUs as EP 2 (gpt-oss's 32 experts see twice the tokens each: faster grouped GEMMs).
     eps = [w.ep for d in plan.designs for w in d.workloads if isinstance(w, TrainingPlan)]
     assert eps and eps[0] > 1, eps
+    # The checker re-evaluates the plan's layout, EP included, through the same physics (one path per design).
+    assert check_plan(plan.designs[0], load_requirement(f, catalog), catalog) == []
 
 
 @pytest.mark.parametrize(

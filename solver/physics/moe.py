@@ -352,8 +352,8 @@ def stage_layers(arch: ModelArchitecture, pp: int) -> tuple[int, int]:
 # TP x CP x DP), the expert weights' gradients reduce over the remaining expert-data-parallel (EDP) ranks, and
 # shared experts "follow the settings of the dense part" (replicated over EP). Rank order ``tp-ep-dp-pp`` for the
 # experts (``parallel_state.initialize_model_parallel``): an EP group's members are ``tp`` ranks apart, so it spans
-# ``tp x ep`` consecutive GPUs. torchtitan's MoE (``parallelize_llama``/``apply_moe_ep_tp``) borrows EP from the
-# FSDP x CP mesh the same way.
+# ``tp x ep`` consecutive GPUs. torchtitan borrows EP from the FSDP-shard x CP mesh the same way
+# (``ParallelDims``; ``models/llama4/infra/parallelize.py`` ``apply_moe_ep_tp``).
 
 
 def training_ep_problem(arch: ModelArchitecture, ep: int, dp_cp: int) -> str | None:
