@@ -87,6 +87,7 @@ class TrainingPlan(Out):
     micro_batch: int = Field(description="sequences per micro-batch per GPU")
     gpus: int
     cp: int = Field(1, description="context-parallel degree")
+    ep: int = Field(1, description="expert-parallel degree (MoE), carved out of the data x context parallel GPUs")
     virtual_stages: int = Field(1, description="interleaved pipeline chunks per stage")
     recompute_layers: int = Field(0, description="layers of each pipeline stage fully recomputed")
     deployment: Literal["cloud", "owned"]

@@ -48,6 +48,10 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         R.CpSplitsSequence(cp=4, sequence_tokens=8196),
         "context parallel 4 needs sequences of a multiple of 8 tokens (2 x cp chunks); 8,196 is not",
     ),
+    ReasonCode.EP_SPLITS_EXPERTS: (
+        R.EpSplitsExperts(ep=8, experts=8, dp_cp=4, problem="ep_not_dividing_dp"),
+        "expert parallel 8 is carved out of the data x context parallel ranks; 4 of them are not a multiple of it",
+    ),
     ReasonCode.VIRTUAL_STAGES_SPLIT_LAYERS: (
         R.VirtualStagesSplitLayers(virtual_stages=3, pp=4, stage_layers=20),
         "3 virtual pipeline stages do not divide the 20 layers of each of the 4 pipeline stages",

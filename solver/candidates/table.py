@@ -242,6 +242,7 @@ class TrainingRow:
     virtual_stages: int = 1  # interleaved pipeline chunks per stage
     recompute_layers: int = 0  # layers of each stage fully recomputed
     memory_options: tuple[str, ...] = ()  # physics/optimizer_memory.py options the layout runs with
+    ep: int = 1  # expert-parallel degree, carved out of the dp x cp ranks (MoE models)
 
     @property
     def gpus(self) -> int:
@@ -249,7 +250,7 @@ class TrainingRow:
 
     @property
     def shape(self) -> tuple[str, int, int, str]:
-        zero = f"zero{self.zero_stage}"
+        zero = f"zero{self.zero_stage}" + (f" ep{self.ep}" if self.ep > 1 else "")
         return (self.gpu_id, self.tp, self.pp, zero if self.cp == 1 else f"cp{self.cp} {zero}")
 
     @property

@@ -238,7 +238,7 @@ class _Layouts:
             fb.append(
                 (
                     DEADLINE,
-                    f"{self.g.name} x{n} ({_layout_words(self.tp, self.cp, self.pp, dp)}) takes "
+                    f"{self.g.name} x{n} ({_layout_words(self.tp, self.cp, self.pp, dp, est.ep)}) takes "
                     f"{est.time_to_train_s / 86400:.1f} d; deadline {self.w.deadline / 86400:.1f} d",
                 )
             )
@@ -264,11 +264,13 @@ class _Layouts:
             virtual_stages=est.virtual_stages,
             recompute_layers=est.recompute_layers,
             memory_options=tuple(est.memory_options),
+            ep=est.ep,
         )
 
 
-def _layout_words(tp: int, cp: int, pp: int, dp: int) -> str:
-    return f"TP {tp}, CP {cp}, PP {pp}, DP {dp}" if cp > 1 else f"TP {tp}, PP {pp}, DP {dp}"
+def _layout_words(tp: int, cp: int, pp: int, dp: int, ep: int = 1) -> str:
+    words = f"TP {tp}, CP {cp}, PP {pp}, DP {dp}" if cp > 1 else f"TP {tp}, PP {pp}, DP {dp}"
+    return words + (f", EP {ep}" if ep > 1 else "")
 
 
 def _one_per_offer(exclusions: list[Exclusion]) -> list[Exclusion]:

@@ -83,8 +83,11 @@ def render(result: Any) -> list[Any]:
     c = result.config
     out: list[Any] = []
     cp = f" x cp {c.cp}" if c.cp and c.cp > 1 else ""
-    moe = (f" (ep {c.ep})" if c.ep > 1 else "") + (" (attention DP)" if c.attention_dp else "")
-    layout = f"tp {c.tp}{moe}{cp} x pp {c.pp} x {'replicas' if c.kind == 'serving' else 'dp'} {c.dp}"
+    serving = c.kind == "serving"
+    moe = (f" (ep {c.ep})" if c.ep > 1 and serving else "") + (" (attention DP)" if c.attention_dp else "")
+    layout = f"tp {c.tp}{moe}{cp} x pp {c.pp} x {'replicas' if serving else 'dp'} {c.dp}"
+    if c.ep > 1 and not serving:
+        layout += f", ep {c.ep} (experts over the dp x cp GPUs)"
     head = f"{result.requirement}: {c.kind} '{c.workload}' of {c.model} on {c.count} x {c.gpu_name} ({layout})"
     if c.kind == "serving":
         head += f", weights {c.quant}, KV {c.kv_quant}, batch {c.batch} per replica"
@@ -166,6 +169,7 @@ def render(result: Any) -> list[Any]:
             ("context parallel", t.exposed_cp_s),
             ("pipeline parallel", t.exposed_pp_s),
             ("data parallel", t.exposed_dp_s),
+            ("expert parallel all-to-all", t.exposed_ep_s),
         ):
             tt.add_row(f"    {kind}", fmt.seconds(seconds))
         if t.offload_time_s > 0:
@@ -237,7 +241,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         ep: Annotated[
             int | None,
-            typer.Option("--ep", help="Expert-parallel degree per stage, dividing --tp (serving an MoE model)."),
+            typer.Option(
+                "--ep",
+                help="Expert-parallel degree of an MoE model: serving, per stage dividing --tp; training and "
+                "fine-tuning, carved out of the dp x cp GPUs (dividing the routed experts).",
+            ),
         ] = None,
         attention_dp: Annotated[
             bool | None,

@@ -535,6 +535,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 assumptions=a,
                 derate=derate_for(req.confidence),  # the time the plan states: derated at a confidence
                 cp=wp.cp,
+                ep=wp.ep,
                 virtual_stages=wp.virtual_stages,
                 recompute_layers=wp.recompute_layers if wp.recompute == "full" else None,
                 memory_plan=MemoryPlan.of(wp.memory_options),

@@ -77,7 +77,9 @@ class ChosenConfig(Result):
     tp: int
     pp: int
     dp: int = Field(description="data-parallel degree (training) or replicas (serving)")
-    ep: int = Field(1, description="expert-parallel degree per stage (serving an MoE model)")
+    ep: int = Field(
+        1, description="expert-parallel degree: per stage (serving an MoE model) or over the dp x cp GPUs (training)"
+    )
     attention_dp: bool = Field(False, description="attention data-parallel over each stage's GPUs (serving)")
     quant: str | None = None
     kv_quant: str | None = None
@@ -443,6 +445,13 @@ _MOE_LAYOUT_FIX = {
 }
 
 
+_TRAINING_EP_FIX = {
+    "ep_without_experts": "--ep applies to mixture-of-experts models only; drop --ep",
+    "ep_not_dividing_experts": "--ep must divide the model's routed experts (e.g. 8 for Mixtral, up to 64 for "
+    "DeepSeek-V3's 256)",
+}
+
+
 def _moe_layout(arch: ModelArchitecture, cfg: PinnedConfig, tp: int) -> tuple[int, bool]:
     """(ep, attention_dp) as given (default 1, False); a user error when the model or tp cannot take them."""
     ep, attention_dp = cfg.ep or 1, bool(cfg.attention_dp)
@@ -616,7 +625,7 @@ def _fastest(
         arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stages=zeros, recomputes=recs, assumptions=a,
         micro_batches=[cfg.batch] if cfg.batch else None, cp=cp,
         virtual_stages=(vpp,) if vpp is not None else None, recompute_layers=layers if "full" in recs else None,
-        memory_plans=_memory_plans(w, cfg),
+        memory_plans=_memory_plans(w, cfg), expert_parallel=(cfg.ep,) if cfg.ep is not None else None,
     )  # fmt: skip
     return est
 
@@ -699,12 +708,12 @@ def _memory_plans(w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig) -> 
 def _point(
     arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, *, tp: int,
     pp: int, dp: int, zero: int, recompute: str, micro_batch: int, cp: int = 1, virtual_stages: int = 1,
-    recompute_layers: int | None = None, memory_plan: MemoryPlan = PLAIN,
+    recompute_layers: int | None = None, memory_plan: MemoryPlan = PLAIN, ep: int = 1,
 ) -> TrainingEstimate:  # fmt: skip
     return evaluate.training_point(
         arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute, micro_batch=micro_batch,
         assumptions=a, cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
-        memory_plan=memory_plan,
+        memory_plan=memory_plan, ep=ep,
     )  # fmt: skip
 
 
@@ -726,9 +735,16 @@ def _closest(
         rec = cfg.recompute or ("full" if cfg.recompute_layers else evaluate.recomputes_for(w)[-1])
         vpp = cfg.vpp or w.virtual_stages or 1
         layers = cfg.recompute_layers or w.recompute_layers
+        eps = evaluate.expert_parallel_options(
+            arch,
+            tp=tp,
+            dp_cp=dp * cp,
+            nvlink_domain=evaluate.training_nvlink_domain(gpu),
+            pinned=cfg.ep or w.expert_parallel,
+        )
         point = _point(
             arch, gpu, w, a, tp=tp, pp=pp, dp=dp, zero=zero, recompute=rec, micro_batch=cfg.batch or 1, cp=cp,
-            virtual_stages=vpp, recompute_layers=layers, memory_plan=plan,
+            virtual_stages=vpp, recompute_layers=layers, memory_plan=plan, ep=max(eps),
         )  # fmt: skip
         ests.append(point)
     return min(ests, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
@@ -736,6 +752,7 @@ def _closest(
 
 def _layout_words(e: TrainingEstimate) -> str:
     cp = f", cp={e.cp}" if e.cp > 1 else ""
+    cp += f", ep={e.ep}" if e.ep > 1 else ""
     vpp = f", {e.virtual_stages} virtual stages" if e.virtual_stages > 1 else ""
     rec = e.recompute
     if rec == "full":
@@ -757,6 +774,13 @@ def _estimate_training(
     if "precision" not in w.model_fields_set and w.precision == "bf16" and not rules.supports_precision(gpu, "bf16"):
         w = w.model_copy(update={"precision": "fp16"})
         choices.append(f"precision fp16: {gpu.name} has no bf16")
+    if cfg.ep is not None and cfg.ep > 1:
+        problem = moe.training_ep_problem(arch, cfg.ep, cfg.ep)  # the model's side; DP is searched
+        if problem is not None:
+            raise ClusterplanError(
+                f"expert parallelism --ep {cfg.ep} does not fit {arch.name} ({arch.moe_experts} routed expert(s))",
+                fix=_TRAINING_EP_FIX[problem],
+            )
     count = cfg.count
     cp_pinned = cfg.cp if cfg.cp is not None else w.context_parallel
     if count is None and cfg.tp and cfg.pp and cfg.dp:
@@ -796,7 +820,7 @@ def _estimate_training(
             arch, gpu, w, a, tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero_stage, recompute=best.recompute,
             micro_batch=best.micro_batch, cp=best.cp, virtual_stages=best.virtual_stages,
             recompute_layers=best.recompute_layers if best.recompute == "full" else None,
-            memory_plan=MemoryPlan.of(best.memory_options),
+            memory_plan=MemoryPlan.of(best.memory_options), ep=best.ep,
         )  # fmt: skip
         if not all_pinned:
             choices.append(f"{_layout_words(best)}: the fastest feasible layout tried")
@@ -815,7 +839,7 @@ def _estimate_training(
     kind: Literal["training", "finetune"] = "finetune" if isinstance(w, FinetuneWorkload) else "training"
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind=kind, model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
-        count=best.gpus, tp=best.tp, pp=best.pp, dp=best.dp, batch=best.micro_batch, zero=best.zero_stage,
+        count=best.gpus, tp=best.tp, pp=best.pp, dp=best.dp, ep=best.ep, batch=best.micro_batch, zero=best.zero_stage,
         recompute=best.recompute, precision=w.precision, cp=best.cp, vpp=best.virtual_stages,
         recompute_layers=best.recompute_layers if best.recompute == "full" else None,
         memory_options=best.memory_options,

@@ -253,6 +253,14 @@ def pinned_layout_problems(w: TrainingWorkload | FinetuneWorkload, arch: ModelAr
                     f"{', '.join(str(p) for p in TRAINING_PP if p > 1)} stages)",
                 )
             )
+    for ep in _pinned_eps(w.expert_parallel):
+        problem = moe.training_ep_problem(arch, ep, ep)  # the count decides DP later; the model decides now
+        if problem == "ep_without_experts":
+            out.append(("expert_parallel", f"expert parallel {ep}: {arch.name} is a dense model (no routed experts); "
+                        "leave expert_parallel out or set it to 1"))  # fmt: skip
+        elif problem == "ep_not_dividing_experts":
+            out.append(("expert_parallel", f"expert parallel {ep} does not divide the {arch.moe_experts} routed "
+                        f"experts of {arch.name}"))  # fmt: skip
     n = w.recompute_layers
     if n is not None:
         if w.activation_recompute in ("none", "selective"):
@@ -309,6 +317,39 @@ def context_parallel_options(
 
 CP_MIN_TOKENS = 4096  # below 4k tokens per rank the ring's chunks are too small to hide the KV exchange
 
+# The largest EP degree searched: Megatron-LM's DeepSeek-V3 recipe runs EP 64 (``examples/deepseek_v3``), DeepSeek-V3's
+# own pretraining EP 64 across 8 nodes (arXiv:2412.19437 §3.2.1).
+MAX_TRAINING_EP = 64
+
+
+def _pinned_eps(pinned: int | Sequence[int] | str | None) -> tuple[int, ...]:
+    """The EP degrees a workload pins (none for ``auto`` / None)."""
+    if pinned is None or isinstance(pinned, str):
+        return ()
+    return (pinned,) if isinstance(pinned, int) else tuple(pinned)
+
+
+def expert_parallel_options(
+    arch: ModelArchitecture, *, tp: int, dp_cp: int, nvlink_domain: int, pinned: int | Sequence[int] | str | None = None
+) -> tuple[int, ...]:
+    """EP degrees tried for a layout with ``dp_cp`` data x context ranks: 1 for a dense model; a pinned degree as
+    pinned (its problems become reasons); else, of the degrees dividing both the routed experts and ``dp_cp``
+    (Megatron-LM folds EP out of DP x CP) and allowed by a pinned list: 1, the largest whose ``tp x ep`` group
+    stays in the NVLink domain (the recipes' default: Mixtral EP 8 in one node) and the largest up to
+    ``MAX_TRAINING_EP`` (all-to-all over the network, as DeepSeek-V3's EP 64)."""
+    if not moe.is_moe(arch):
+        return (1,)
+    if isinstance(pinned, int):
+        return (pinned,)
+    allowed = set(pinned) if isinstance(pinned, (list, tuple)) else None
+    experts = moe.routed_experts(arch)
+    valid = [e for e in range(1, min(experts, dp_cp, MAX_TRAINING_EP) + 1) if experts % e == 0 and dp_cp % e == 0]
+    if allowed is not None:
+        chosen = [e for e in valid if e in allowed]
+        return tuple(chosen) if chosen else (min(allowed),)
+    in_domain = [e for e in valid if tp * e <= nvlink_domain]
+    return tuple(sorted({1, max(in_domain, default=1), max(valid, default=1)}))
+
 
 def training_point(
     arch: ModelArchitecture,
@@ -327,13 +368,14 @@ def training_point(
     virtual_stages: int = 1,
     recompute_layers: int | None = None,
     memory_plan: MemoryPlan = PLAIN,
+    ep: int = 1,
 ) -> TrainingEstimate:
     """One fully pinned training layout, nodes as large as the GPU ships in (its time x ``derate``'s factor)."""
     return derate.training(
         training.estimate_training(
             arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
             micro_batch=micro_batch, nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
-            cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan,
+            cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan, ep=ep,
         )
     )  # fmt: skip
 
@@ -355,6 +397,7 @@ def fastest_training_layout(
     virtual_stages: Sequence[int] | None = None,
     recompute_layers: int | None = None,
     memory_plans: Sequence[MemoryPlan] | None = None,
+    expert_parallel: Sequence[int] | None = None,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
     """The fastest (virtual stages, ZeRO, recompute, micro-batch) that fits one tp x cp x pp x dp layout, or the
     last reason.
@@ -370,7 +413,31 @@ def fastest_training_layout(
     Link reasons (TP over PCIe) are not reasons here: the tp_nvlink family decides those.
     Memory options (``memory_plans``, default :func:`memory_plans_for`): the plain layout first; each next plan
     only when nothing fits with the one before (they cost step time, never save it).
+    Expert parallelism (``expert_parallel``, default :func:`expert_parallel_options` of the workload's
+    ``expert_parallel``): each degree searched as above, the fastest kept.
     """
+    eps = (
+        tuple(expert_parallel)
+        if expert_parallel is not None
+        else expert_parallel_options(
+            arch, tp=tp, dp_cp=dp * cp, nvlink_domain=training_nvlink_domain(spec), pinned=w.expert_parallel
+        )
+    )
+    if len(eps) > 1:
+        best: TrainingEstimate | None = None
+        last_reason: Reason | None = None
+        for one_ep in eps:
+            found, reason = fastest_training_layout(
+                arch, spec, w, tp=tp, pp=pp, dp=dp, zero_stages=zero_stages, recomputes=recomputes,
+                assumptions=assumptions, micro_batches=micro_batches, derate=derate, cp=cp,
+                virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plans=memory_plans,
+                expert_parallel=(one_ep,),
+            )  # fmt: skip
+            last_reason = reason if found is None else last_reason
+            if found is not None and (best is None or found.time_to_train_s < best.time_to_train_s):
+                best = found
+        return best, last_reason
+    ep = eps[0] if eps else 1
     plans = list(memory_plans) if memory_plans is not None else memory_plans_for(w)
     if len(plans) > 1:
         last: Reason | None = None
@@ -379,13 +446,14 @@ def fastest_training_layout(
                 arch, spec, w, tp=tp, pp=pp, dp=dp, zero_stages=zero_stages, recomputes=recomputes,
                 assumptions=assumptions, micro_batches=micro_batches, derate=derate, cp=cp,
                 virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plans=[one],
+                expert_parallel=(ep,),
             )  # fmt: skip
             if found is not None:
                 return found, last
         return None, last
     plan = plans[0] if plans else PLAIN
     vpps = tuple(virtual_stages) if virtual_stages else virtual_stage_options(arch, pp)
-    common = dict(tp=tp, pp=pp, dp=dp, cp=cp, assumptions=assumptions, derate=derate, memory_plan=plan)
+    common = dict(tp=tp, pp=pp, dp=dp, cp=cp, assumptions=assumptions, derate=derate, memory_plan=plan, ep=ep)
     best, last_reason = _fastest_at(
         arch, spec, w, vpp=vpps[0], zero_stages=zero_stages, recomputes=recomputes, micro_batches=micro_batches,
         recompute_layers=recompute_layers, **common,  # type: ignore[arg-type]
@@ -402,6 +470,11 @@ def fastest_training_layout(
         if found is not None and found.time_to_train_s < best.time_to_train_s:
             best = found
     return best, last_reason
+
+
+def training_nvlink_domain(spec: GpuSpec) -> int:
+    """GPUs one NVLink domain links inside a server (1 on a PCIe-only GPU)."""
+    return 1 if spec.scale_up == "pcie" else max(1, min(spec.scale_up_domain, spec.max_gpus_per_node))
 
 
 def _fewest_recomputed(
@@ -457,10 +530,11 @@ def _fastest_at(
     derate: Derate,
     recompute_layers: int | None,
     memory_plan: MemoryPlan = PLAIN,
+    ep: int = 1,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
-    """:func:`fastest_training_layout` at one virtual-stage count and memory plan."""
+    """:func:`fastest_training_layout` at one virtual-stage count, memory plan and EP degree."""
     node = spec.max_gpus_per_node
-    layout = dict(tp=tp, pp=pp, dp=dp, nodes_gpus_per_node=node, cp=cp, virtual_stages=vpp)
+    layout = dict(tp=tp, pp=pp, dp=dp, nodes_gpus_per_node=node, cp=cp, virtual_stages=vpp, ep=ep)
 
     def fit(zero: int, rec: str, mb: int, layers: int | None) -> training.TrainingFit:
         return training.training_fit(

@@ -112,6 +112,7 @@ def training_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) 
         micro_batch=row.micro_batch,
         gpus=row.gpus,
         cp=row.cp,
+        ep=row.ep,
         virtual_stages=row.virtual_stages,
         recompute_layers=row.recompute_layers,
         deployment="cloud" if cloud else "owned",

@@ -340,3 +340,171 @@ def stage_layers(arch: ModelArchitecture, pp: int) -> tuple[int, int]:
     """(layers, MoE layers) of the heaviest pipeline stage (:func:`clusterplan.physics.params.heaviest_stage`)."""
     stage = memory.stage_params_per_gpu(arch, tp=1, pp=pp)
     return stage.layers, (stage.moe_layers if is_moe(arch) else 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Training: expert parallelism carved out of the data x context parallel ranks
+# ------------------------------------------------------------------------------------------------
+#
+# Megatron-Core MoE (``megatron/core/transformer/moe/README.md``): ``--expert-model-parallel-size`` EP ranks split
+# the routed experts; ``--expert-tensor-parallel-size`` defaults to the TP size, so each expert is tensor-parallel
+# like the dense MLP; the EP group is folded out of the DP x CP ranks ("MoE parallel folding": ETP x EP x EDP =
+# TP x CP x DP), the expert weights' gradients reduce over the remaining expert-data-parallel (EDP) ranks, and
+# shared experts "follow the settings of the dense part" (replicated over EP). Rank order ``tp-ep-dp-pp`` for the
+# experts (``parallel_state.initialize_model_parallel``): an EP group's members are ``tp`` ranks apart, so it spans
+# ``tp x ep`` consecutive GPUs. torchtitan borrows EP from the FSDP-shard x CP mesh the same way
+# (``ParallelDims``; ``models/llama4/infra/parallelize.py`` ``apply_moe_ep_tp``).
+
+
+def training_ep_problem(arch: ModelArchitecture, ep: int, dp_cp: int) -> str | None:
+    """Why ``ep`` cannot be a training layout's expert-parallel degree with ``dp_cp`` data x context ranks (a code).
+
+    EP needs routed experts (a dense model trains at ep 1 only), splits them evenly (Megatron-LM asserts
+    ``num_moe_experts % expert_model_parallel_size == 0``) and is carved out of the DP x CP ranks.
+    """
+    if ep <= 1:
+        return None
+    if not is_moe(arch):
+        return "ep_without_experts"
+    if routed_experts(arch) % ep:
+        return "ep_not_dividing_experts"
+    if dp_cp % ep:
+        return "ep_not_dividing_dp"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingStageParams:
+    """One GPU's share of the heaviest pipeline stage's parameters under ``tp`` and ``ep`` (embeddings excluded).
+
+    ``experts``: the routed experts it holds (each MoE layer's ``E/ep`` experts, ``1/tp`` of each); ``dense``:
+    everything else (attention, dense-first MLPs, shared experts, routers), as without EP.
+    """
+
+    dense: float
+    experts: float
+    moe_layers: int
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.experts
+
+
+# A layout search asks for the same (model, tp, pp, ep) thousands of times; models are frozen rows, so the answer is
+# kept per model object (identity-checked: ``id`` alone could be reused by a new object).
+_STAGE_CACHE: dict[tuple[int, int, int, int], tuple[ModelArchitecture, TrainingStageParams]] = {}
+_STAGE_CACHE_SIZE = 4096
+
+
+def training_stage_params(arch: ModelArchitecture, *, tp: int, pp: int, ep: int = 1) -> TrainingStageParams:
+    """:class:`TrainingStageParams` of the heaviest stage (:func:`clusterplan.physics.memory.stage_params_per_gpu`)."""
+    key = (id(arch), tp, pp, ep)
+    hit = _STAGE_CACHE.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)
+    if not is_moe(arch):
+        out = TrainingStageParams(stage.total, 0.0, 0)
+    else:
+        routed_all = stage.per_expert * routed_experts(arch)  # per_expert: one expert of each MoE layer, / tp
+        out = TrainingStageParams(
+            stage.total - routed_all, stage.per_expert * experts_per_gpu(arch, ep), stage.moe_layers
+        )
+    if len(_STAGE_CACHE) >= _STAGE_CACHE_SIZE:
+        _STAGE_CACHE.clear()
+    _STAGE_CACHE[key] = (arch, out)
+    return out
+
+
+def routed_active_params(arch: ModelArchitecture) -> float:
+    """Routed-expert parameters one token multiplies through (top-k of each MoE layer): the matmul work that runs
+    as grouped GEMMs on the EP ranks. 0 for a dense model."""
+    if not is_moe(arch):
+        return 0.0
+    return float(moe_layers(arch) * experts_per_token(arch)) * expert_params(arch)
+
+
+def routed_activation_width(arch: ModelArchitecture, imbalance: float = 1.0) -> float:
+    """The MLP width a token's training activations span in an MoE layer (:func:`params.active_ffn_width`), its
+    routed part scaled by the busiest EP rank's ``imbalance`` (that rank holds the most routed tokens)."""
+    width = float(params.active_ffn_width(arch))
+    if not is_moe(arch):
+        return width
+    return width + experts_per_token(arch) * arch.expert_ffn_size * (imbalance - 1.0)
+
+
+# Grouped-GEMM efficiency against routed tokens per expert, fitted on aiconfigurator-core 0.12.0
+# ``systems/data/h100_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet`` (bf16, balanced routing, moe_tp 1, gated experts,
+# >= 16 tokens per expert: 1,265 kernels; Mixtral, Qwen3, DeepSeek and gpt-oss shapes): achieved / dense peak =
+# 0.98·t/(t + 360), median |log error| 0.17; the same package's H100 dense bf16 GEMMs of training shapes
+# (``gemm/trtllm/1.3.0rc20``, m >= 4096, n and k >= 2048: 1,339 kernels) reach 0.78 of peak (median). The ratio is
+# what the expert GEMMs lose against the dense GEMMs ``training_mfu`` was fitted on. Read 2026-11-24.
+GROUPED_GEMM_PEAK_SHARE = 0.98
+GROUPED_GEMM_HALF_TOKENS = 360.0
+DENSE_GEMM_PEAK_SHARE = 0.78
+
+
+def grouped_gemm_efficiency(tokens_per_expert: float) -> float:
+    """Expert GEMMs' throughput relative to dense training GEMMs: ``min(1, (0.98/0.78)·t/(t + 360))``.
+
+    Few tokens per expert (fine-grained experts, small EP groups) leave the grouped GEMM memory-bound: DeepSeek-V3
+    at 4k tokens per GPU and EP 1 gives each of its 256 experts 128 tokens (0.33); EP 8 gives 1,024 (0.93).
+    """
+    t = max(tokens_per_expert, 1.0)
+    return min(1.0, GROUPED_GEMM_PEAK_SHARE / DENSE_GEMM_PEAK_SHARE * t / (t + GROUPED_GEMM_HALF_TOKENS))
+
+
+def training_tokens_per_expert(arch: ModelArchitecture, tokens_per_rank: float, ep: int) -> float:
+    """Routed tokens one expert receives per micro-batch: the EP group's ``ep x tokens_per_rank`` tokens times
+    ``k / E`` (dropless routing, Megatron-LM's default; ``tokens_per_rank``: one TP group's tokens)."""
+    return max(ep, 1) * tokens_per_rank * experts_per_token(arch) / routed_experts(arch)
+
+
+def training_expert_time_factor(
+    arch: ModelArchitecture, tokens_per_rank: float, ep: int, *, routed_share: float, skew: float = 1.0
+) -> tuple[float, float, float]:
+    """``(factor, imbalance, grouped-GEMM efficiency)``: a micro-batch's compute time is multiplied by
+    ``1 + share·(imbalance / g - 1)``, ``share`` the routed experts' part of the FLOPs executed.
+
+    The busiest EP rank sets the pace (:func:`load_imbalance` over the EP group's tokens; 1 without EP, where one
+    GPU runs every expert); ``g`` per :func:`grouped_gemm_efficiency`. 1 for a dense model.
+    """
+    if not is_moe(arch):
+        return 1.0, 1.0, 1.0
+    imbalance = training_imbalance(arch, tokens_per_rank, ep, skew)
+    g = grouped_gemm_efficiency(training_tokens_per_expert(arch, tokens_per_rank, ep))
+    return 1.0 + routed_share * (imbalance / g - 1.0), imbalance, g
+
+
+def training_imbalance(arch: ModelArchitecture, tokens_per_rank: float, ep: int, skew: float = 1.0) -> float:
+    """Busiest over mean routed tokens of an EP rank in one micro-batch (:func:`load_imbalance` over the EP
+    group's ``ep x tokens_per_rank`` tokens); 1 without EP or experts."""
+    if not is_moe(arch) or ep <= 1:
+        return 1.0
+    return load_imbalance(ep * tokens_per_rank, experts_per_token(arch), ep, skew)
+
+
+def training_all_to_all_s(
+    gpu: GpuSpec, *, ep: int, tp: int, node_gpus: int, bytes_sent_per_gpu: float, assumptions: Assumptions
+) -> tuple[float, Link]:
+    """One dispatch (or combine) all-to-all of a training EP group, seconds, and the link it rides.
+
+    The group's ``ep`` members sit ``tp`` ranks apart (Megatron-LM expert rank order ``tp-ep-dp-pp``), spanning
+    ``tp x ep`` GPUs: inside one server (``node_gpus``) it rides NVLink (PCIe on a PCIe-only server); otherwise each GPU's
+    share bound for other domains, ``(ep - d)/(ep - 1)`` with ``d`` members per domain, crosses its own network rail
+    and bounds the time (as :func:`all_to_all_link_terms`). ``(0, NO_LINK)`` at ``ep = 1``.
+    """
+    if ep <= 1 or bytes_sent_per_gpu <= 0:
+        return 0.0, NO_LINK
+    eff = assumptions.moe_all_to_all_efficiency
+    span = tp * ep
+    if span <= node_gpus:  # one server: NVLink inside the scale-up domain, else PCIe (link_for_group decides)
+        link = link_for_group(gpu, group_size=span, spans_nodes=False, assumptions=assumptions)
+        latency, per_byte = all_to_all_terms(ep, link, eff)
+        return latency + bytes_sent_per_gpu * per_byte, link
+    link = link_for_group(gpu, group_size=span, spans_nodes=True, assumptions=assumptions)
+    domain = gpu.scale_up_domain if gpu.scale_up != "pcie" else 1
+    d = max(1, min(min(domain, node_gpus) // max(tp, 1), ep))
+    share = (ep - d) / (ep - 1)
+    latency, per_byte = all_to_all_terms(ep, link, eff)
+    return latency + bytes_sent_per_gpu * per_byte * share, link

@@ -29,6 +29,7 @@ class ReasonCode(StrEnum):
     PP_EXCEEDS_LAYERS = "pp_exceeds_layers"
     CP_SPLITS_SEQUENCE = "cp_splits_sequence"
     VIRTUAL_STAGES_SPLIT_LAYERS = "virtual_stages_split_layers"
+    EP_SPLITS_EXPERTS = "ep_splits_experts"
     FP8_UNSUPPORTED = "fp8_unsupported"
     BF16_UNSUPPORTED = "bf16_unsupported"
     QLORA_UNSUPPORTED = "qlora_unsupported"
@@ -73,6 +74,7 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.TP_SPLITS_KV_HEADS: ReasonCategory.LAYOUT,
     ReasonCode.PP_EXCEEDS_LAYERS: ReasonCategory.LAYOUT,
     ReasonCode.CP_SPLITS_SEQUENCE: ReasonCategory.LAYOUT,
+    ReasonCode.EP_SPLITS_EXPERTS: ReasonCategory.LAYOUT,
     ReasonCode.VIRTUAL_STAGES_SPLIT_LAYERS: ReasonCategory.LAYOUT,
     ReasonCode.FP8_UNSUPPORTED: ReasonCategory.PRECISION,
     ReasonCode.BF16_UNSUPPORTED: ReasonCategory.PRECISION,
@@ -170,6 +172,18 @@ class CpSplitsSequence(Reason):
     code: ClassVar[ReasonCode] = ReasonCode.CP_SPLITS_SEQUENCE
     cp: int
     sequence_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class EpSplitsExperts(Reason):
+    """Training expert parallelism needs routed experts, divides them evenly and is carved out of the DP x CP
+    ranks (``problem``: :func:`clusterplan.physics.moe.training_ep_problem`'s code)."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.EP_SPLITS_EXPERTS
+    ep: int
+    experts: int
+    dp_cp: int
+    problem: Literal["ep_without_experts", "ep_not_dividing_experts", "ep_not_dividing_dp"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, optimizer_memory, params
+from clusterplan.physics import memory, moe, optimizer_memory, params
 from clusterplan.physics.comm import (
     NO_LINK,
     Link,
@@ -39,6 +40,7 @@ from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import (
     CpSplitsSequence,
+    EpSplitsExperts,
     GlobalBatchTooSmall,
     NoTensorThroughput,
     Reason,
@@ -155,15 +157,26 @@ def pipeline_bubble_fraction(pp: int, micro_batches: int, virtual_stages: int = 
 
 
 def layout_reasons(
-    arch: ModelArchitecture, *, pp: int, cp: int, virtual_stages: int, sequence_length: float
+    arch: ModelArchitecture,
+    *,
+    pp: int,
+    cp: int,
+    virtual_stages: int,
+    sequence_length: float,
+    ep: int = 1,
+    dp: int = 1,
 ) -> list[Reason]:
     """Why a context-parallel degree or a virtual-stage count cannot split this model and sequence.
 
     CP cuts each sequence into ``2·cp`` chunks, rank ``i`` taking chunks ``i`` and ``2cp-1-i`` to balance causal
     attention (Megatron-LM ``get_batch_on_this_cp_rank``); interleaving needs ``pp > 1`` and a whole number of
-    layers per chunk (Megatron-LM ``num_layers_per_virtual_pipeline_stage``).
+    layers per chunk (Megatron-LM ``num_layers_per_virtual_pipeline_stage``); expert parallelism per
+    :func:`clusterplan.physics.moe.training_ep_problem` (EP carved out of the ``dp x cp`` ranks).
     """
     out: list[Reason] = []
+    problem = moe.training_ep_problem(arch, ep, dp * cp)
+    if problem is not None:
+        out.append(EpSplitsExperts(ep=ep, experts=arch.moe_experts, dp_cp=dp * cp, problem=problem))  # type: ignore[arg-type]
     if cp > 1 and sequence_length % (2 * cp):
         out.append(CpSplitsSequence(cp=cp, sequence_tokens=round(sequence_length)))
     stage_layers = memory.layers_per_stage(arch.layers, pp)
@@ -213,6 +226,14 @@ class TrainingFit:
     paged_spill_bytes: float = 0.0
     offloaded_params: float = 0.0
     offloaded_activation_bytes: float = 0.0
+    # Expert parallelism (physics/moe.py training section): the degree, the routed-expert parameters of this GPU's
+    # trainable ones (their gradients reduce over the dp x cp / ep expert-data-parallel ranks), the MoE layers of
+    # the stage and the busiest EP rank's routed-token imbalance.
+    ep: int = 1
+    expert_trainable: float = 0.0
+    moe_layers: int = 0
+    imbalance: float = 1.0
+    expert_dp: int = 1  # dp x cp / ep (Megatron-LM's expert-data-parallel group)
 
 
 def _memory_phase(
@@ -232,6 +253,7 @@ def _memory_phase(
     virtual_stages: int = 1,
     recompute_layers: int | None = None,
     memory_plan: MemoryPlan = PLAIN,
+    ep: int = 1,
 ) -> TrainingFit:
     a = assumptions
     method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
@@ -240,8 +262,10 @@ def _memory_phase(
     reasons = training_rule_reasons(
         arch, gpu, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, precision=precision, method=method
     )
-    cp, vpp = max(int(cp), 1), max(int(virtual_stages), 1)
-    reasons += layout_reasons(arch, pp=pp, cp=cp, virtual_stages=vpp, sequence_length=workload.sequence_length)
+    cp, vpp, ep = max(int(cp), 1), max(int(virtual_stages), 1), max(int(ep), 1)
+    reasons += layout_reasons(
+        arch, pp=pp, cp=cp, virtual_stages=vpp, sequence_length=workload.sequence_length, ep=ep, dp=dp
+    )
     notes: list[str] = []
     gpus = tp * cp * pp * dp
     node = max(1, min(nodes_gpus_per_node, gpu.max_gpus_per_node))
@@ -250,6 +274,9 @@ def _memory_phase(
     # ZeRO / the distributed optimizer shard over data x context parallel ranks: CP ranks hold the same weights
     # and reduce gradients together (Megatron-LM ``get_data_parallel_group(with_context_parallel=True)``).
     shard_dp = dp * cp
+    # Expert weights shard over the expert-data-parallel ranks left once EP is carved out (Megatron-LM
+    # ``expert_data_parallel`` group, the distributed optimizer's expert buffers).
+    expert_dp = max(1, shard_dp // ep)
 
     # Micro-batches per optimizer step.
     sequences_per_step = max(1, math.ceil(workload.global_batch_tokens / seq))
@@ -274,7 +301,16 @@ def _memory_phase(
         recomputed = layers if recompute_layers is None else max(0, min(int(recompute_layers), layers))
     layer_p = memory.layer_params_per_gpu(arch, tp)
     emb_p = memory.embedding_params_per_gpu(arch, tp, pp)
-    model_p = layers * layer_p + emb_p
+    stage = moe.training_stage_params(arch, tp=tp, pp=pp, ep=ep) if moe.is_moe(arch) else None
+    # Routed experts held under EP (each rank E/ep of them); without EP they shard with the rest.
+    expert_p = stage.experts if stage is not None and ep > 1 else 0.0
+    moe_layers = stage.moe_layers if stage is not None else 0
+    if stage is not None:
+        layers_p = stage.total  # dense-first layers and the MoE layer frequency counted (physics/params.py)
+        layer_p -= (moe.routed_experts(arch) - moe.experts_per_gpu(arch, ep)) * moe.expert_params(arch) / tp
+    else:
+        layers_p = layers * layer_p
+    model_p = layers_p + emb_p
     plan = memory_plan
     if plan.has("optimizer_in_backward") and (micro_batches > 1 or pp > 1):
         plan = plan.without("optimizer_in_backward")  # torchtune: needs one micro-batch per step, no pipeline
@@ -283,22 +319,34 @@ def _memory_phase(
     if method == "full":
         w_b, g_b, o_b = memory.model_state_bytes_per_param(precision, workload.optimizer, plan)
         w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
+        we, ge, oe = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=expert_dp)
         trainable = model_p
-        weights, grads, opt = model_p * w, model_p * g, model_p * o
+        dense_p = model_p - expert_p
+        weights, grads, opt = dense_p * w + expert_p * we, dense_p * g + expert_p * ge, dense_p * o + expert_p * oe
+        expert_trainable = expert_p
         gathered_bytes = model_p * w_b  # what ZeRO-3 gathers per pass
     else:
         base_bpp = memory.NF4_BYTES_PER_PARAM if method == "qlora" else 2.0
-        base = layers * layer_p * base_bpp + emb_p * memory.EMBEDDING_BYTES_PER_PARAM
+        base = layers_p * base_bpp + emb_p * memory.EMBEDDING_BYTES_PER_PARAM
         gathered_bytes = base
         if zero_stage >= 3:
             base /= shard_dp
-        trainable = layers * lora_params_per_layer(arch, rank) / tp
+        adapters = layers * lora_params_per_layer(arch, rank) / tp
+        # Adapters of the experts this rank does not hold (EP): each routed expert's matrices carry r·(d_in + d_out).
+        expert_trainable = 0.0
+        if ep > 1:
+            per_expert = (3 if arch.gated_mlp else 2) * rank * (arch.hidden_size + arch.expert_ffn_size) / tp
+            held = moe_layers * moe.experts_per_gpu(arch, ep) * per_expert
+            adapters -= moe_layers * moe.routed_experts(arch) * per_expert - held
+            expert_trainable = held
+        trainable = adapters
         w_b, g_b, o_b = optimizer_memory.adapter_state_bytes_per_param(workload.optimizer, plan)
         w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
         weights, grads, opt = base + trainable * w, trainable * g, trainable * o
         notes.append(
             f"{method}: base frozen at {'NF4' if method == 'qlora' else 'bf16'}; "
-            f"{trainable * tp * pp / 1e6:,.1f}M adapter parameters (rank {rank}, all linear layers)"
+            f"{layers * lora_params_per_layer(arch, rank) * pp / 1e6:,.1f}M adapter parameters (rank {rank}, "
+            "all linear layers)"
         )
     if zero_stage >= 3 and shard_dp > 1:
         # Current and prefetched layer, gathered at the bytes they are stored in: 16-bit, or NF4 for QLoRA's base.
@@ -314,15 +362,18 @@ def _memory_phase(
         grads = min(grads, optimizer_memory.in_backward_gradient_bytes(largest_p, g))
     offloaded_params = 0.0
     if plan.has("optimizer_offload"):
-        offloaded_params = trainable / (shard_dp if zero_stage >= 1 else 1)
+        offloaded_params = optimizer_shard_params(trainable, expert_trainable, zero_stage, shard_dp, expert_dp)
         opt = 0.0
 
     # Activations: each CP rank holds seq / cp tokens of every sequence (Megatron-LM context parallelism).
     sp = tp > 1
     local_seq = seq / cp
+    # Under EP the busiest rank holds the most routed tokens' MLP activations (dropless routing).
+    imbalance = moe.training_imbalance(arch, micro_batch * local_seq, ep, a.moe_expert_load_skew)
+    ffn_width = params.active_ffn_width(arch) if ep <= 1 else moe.routed_activation_width(arch, imbalance)
     act_kw = dict(
         seq_len=local_seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
-        attention_heads=arch.attention_heads, ffn_size=params.active_ffn_width(arch),
+        attention_heads=arch.attention_heads, ffn_size=ffn_width,
         gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, flash_attention=a.flash_attention,
     )  # fmt: skip
     kept = memory.training_activation_bytes_per_layer(**act_kw, recompute="none" if recompute == "full" else recompute)  # type: ignore[arg-type]
@@ -375,7 +426,8 @@ def _memory_phase(
         w_b=w_b, g_b=g_b, o_b=o_b, gathered_bytes=gathered_bytes, sp=sp, mem=mem,
         cp=cp, virtual_stages=vpp, recompute_layers=recomputed, recompute_saving_bytes=max(kept - layer_input, 0.0),
         in_flight=in_flight, plan=plan, paged_spill_bytes=spilled, offloaded_params=offloaded_params,
-        offloaded_activation_bytes=offloaded_activations,
+        offloaded_activation_bytes=offloaded_activations, ep=ep, expert_trainable=expert_trainable,
+        moe_layers=moe_layers, imbalance=imbalance, expert_dp=expert_dp,
     )  # fmt: skip
 
 
@@ -396,6 +448,7 @@ def training_fit(
     virtual_stages: int = 1,
     recompute_layers: int | None = None,
     memory_plan: MemoryPlan = PLAIN,
+    ep: int = 1,
 ) -> TrainingFit:
     """The part of :func:`estimate_training` before timing anything: rules, batch and memory.
 
@@ -406,8 +459,19 @@ def training_fit(
     return _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
-        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan,
+        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan, ep=ep,
     )  # fmt: skip
+
+
+def optimizer_shard_params(
+    trainable: float, expert_trainable: float, zero_stage: int, shard_dp: int, expert_dp: int
+) -> float:
+    """Trainable parameters whose optimizer state this GPU updates: ZeRO 1+ shards the dense ones over the
+    ``dp x cp`` ranks and the routed experts' over the expert-data-parallel ranks (Megatron-LM distributed
+    optimizer: one buffer per group); ZeRO 0 keeps all."""
+    if zero_stage < 1:
+        return trainable
+    return (trainable - expert_trainable) / max(shard_dp, 1) + expert_trainable / max(expert_dp, 1)
 
 
 # Hopper and later run Megatron-LM / TransformerEngine's userbuffers TP overlap (``--tp-comm-overlap``): NeMo's
@@ -429,6 +493,8 @@ class ExposedComm:
     dp_s: float
     tp_overlapped: bool
     cp_link: Link
+    ep_s: float = 0.0
+    ep_link: Link = NO_LINK
 
 
 def _exposed_comm(
@@ -458,6 +524,12 @@ def _exposed_comm(
     w_b: float,
     recompute: str,
     eff: float,
+    ep: int = 1,
+    expert_trainable: float = 0.0,
+    expert_dp: int = 1,
+    moe_layers: int = 0,
+    moe_recomputed: int = 0,
+    shared_window_s: float = 0.0,
 ) -> ExposedComm:
     """Each kind of training communication and the part of it no compute hides.
 
@@ -475,7 +547,14 @@ def _exposed_comm(
       micro-batch; 3: gathers and reduce-scatter each micro-batch), ring or NVLink-then-network, whichever is
       faster; gradient reduction hides behind the backward it follows and parameter gathers behind a forward
       (Megatron-LM ``--overlap-grad-reduce`` / ``--overlap-param-gather``; FSDP prefetch): exposed
-      ``max(comm - compute, last bucket, (1 - dp_comm_overlap) x comm)``.
+      ``max(comm - compute, last bucket, (1 - dp_comm_overlap) x comm)``. Under EP the routed experts' share
+      reduces over the ``dp x cp / ep`` expert-data-parallel ranks instead (Megatron-LM expert DP group).
+    * EP: a dispatch and a combine all-to-all per MoE layer forward, the same two in backward, two more per
+      recomputed MoE layer (Megatron-LM ``MoEAlltoAllTokenDispatcher``: ``token_dispatch`` / ``token_combine``);
+      each TP rank sends its sequence-parallel shard of the tokens (:func:`moe.dispatch_bytes_per_token`) over
+      :func:`moe.training_all_to_all_s`. Hidden only behind the shared experts' MLP (``--moe-shared-expert-overlap``
+      runs it beside the all-to-alls); no batch-level overlap (``--overlap-moe-expert-parallel-comm``, Megatron-Core
+      0.14, needs its own schedule; DeepSeek's DualPipe) is assumed: exposed ``max(0, all-to-alls - shared MLP)``.
     """
     replica = tp * cp * pp
     act_msg = micro_batch * local_seq * arch.hidden_size * ACTIVATION_BYTES
@@ -508,21 +587,28 @@ def _exposed_comm(
     else:
         pp_s = 2.0 * (pp - 1) * hop + 2.0 * vpp * micro_batches * exposed_s(hop, t_micro / vpp)
 
+    # Expert parallel: dispatch and combine all-to-alls of each MoE layer of the stage.
+    ep_micro, ep_link = 0.0, NO_LINK
+    if ep > 1 and moe_layers > 0:
+        tokens = micro_batch * local_seq / tp  # the sequence-parallel shard each TP rank routes
+        one, ep_link = moe.training_all_to_all_s(
+            gpu, ep=ep, tp=tp, node_gpus=node, bytes_sent_per_gpu=tokens * moe.dispatch_bytes_per_token(arch, ep),
+            assumptions=a,
+        )  # fmt: skip
+        ep_micro = exposed_s((4 * moe_layers + 2 * moe_recomputed) * one, shared_window_s)
+
     # Data parallel (with the CP ranks, which hold the same weights).
     group = dp * cp
     dp_s = 0.0
     if group > 1:
-        members = max(1, min(group, node // tp)) if tp <= node else 1
-        spans = tp * group > node
-        ring_link = link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a, members_per_node=members)
-        intra = link_for_group(gpu, group_size=members, spans_nodes=False, assumptions=a)
-        per_nic = link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a)
+        dense_gather = _dp_gather(gpu, a, group=group, stride=tp, node=node, eff=eff)
+        expert_gather = _dp_gather(gpu, a, group=expert_dp, stride=tp * ep, node=node, eff=eff)
+        expert_share = expert_trainable / trainable if ep > 1 and trainable > 0 else 0.0
 
         def gather(total_bytes: float) -> float:
-            ring = ring_allgather_s(total_bytes, group, ring_link, eff)
-            if not spans or members <= 1:
-                return ring
-            return min(ring, hierarchical_allgather_s(total_bytes, group, members, intra, per_nic, eff))
+            if expert_share <= 0:
+                return dense_gather(total_bytes)
+            return dense_gather(total_bytes * (1.0 - expert_share)) + expert_gather(total_bytes * expert_share)
 
         grad_bytes = trainable * GRAD_BYTES
         bucket = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * group)
@@ -550,8 +636,29 @@ def _exposed_comm(
             per_micro = gathers * gather(gathered_bytes) + gather(grad_bytes)
             dp_s = micro_batches * exposed_s(per_micro, t_micro, floor_s=floor(per_micro, 1.0 / max(layers, 1)))
     return ExposedComm(
-        tp_s=slots * tp_micro, cp_s=slots * cp_micro, pp_s=pp_s, dp_s=dp_s, tp_overlapped=overlap, cp_link=cp_link
-    )
+        tp_s=slots * tp_micro, cp_s=slots * cp_micro, pp_s=pp_s, dp_s=dp_s, tp_overlapped=overlap, cp_link=cp_link,
+        ep_s=slots * ep_micro, ep_link=ep_link,
+    )  # fmt: skip
+
+
+def _dp_gather(
+    gpu: GpuSpec, a: Assumptions, *, group: int, stride: int, node: int, eff: float
+) -> Callable[[float], float]:
+    """All-gather (or reduce-scatter) time of a ``group`` whose members sit ``stride`` ranks apart: a ring, or
+    NVLink-then-network when the group spans servers, whichever is faster."""
+    members = max(1, min(group, node // stride)) if stride <= node else 1
+    spans = stride * group > node
+    ring_link = link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a, members_per_node=members)
+    intra = link_for_group(gpu, group_size=members, spans_nodes=False, assumptions=a)
+    per_nic = link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a)
+
+    def gather(total_bytes: float) -> float:
+        ring = ring_allgather_s(total_bytes, group, ring_link, eff)
+        if not spans or members <= 1:
+            return ring
+        return min(ring, hierarchical_allgather_s(total_bytes, group, members, intra, per_nic, eff))
+
+    return gather
 
 
 def estimate_training(
@@ -572,19 +679,21 @@ def estimate_training(
     recompute_layers: int | None = None,
     fit: TrainingFit | None = None,
     memory_plan: MemoryPlan = PLAIN,
+    ep: int = 1,
 ) -> TrainingEstimate:
     """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
 
     ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
     Infeasible configurations come back with ``feasible=False`` and reason records in ``why_not``, numbers filled in.
-    ``fit``: :func:`training_fit` of the same arguments, already computed.
+    ``fit``: :func:`training_fit` of the same arguments, already computed. ``ep``: expert-parallel degree, carved
+    out of the ``dp x cp`` ranks (physics/moe.py, training section).
     """
     a = assumptions
     cls = gpu.gpu_class
     ph = fit or _memory_phase(
         arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
         micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
-        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan,
+        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan, ep=ep,
     )  # fmt: skip
     reasons, notes, mem = list(ph.why_not), list(ph.notes), ph.mem
     method, rank, precision = ph.method, ph.rank, workload.precision
@@ -592,7 +701,7 @@ def estimate_training(
     micro_batches, tokens_per_step = ph.micro_batches, ph.tokens_per_step
     layers, layer_p, trainable, gathered_bytes, sp = ph.layers, ph.layer_p, ph.trainable, ph.gathered_bytes, ph.sp
     w_b, g_b, o_b = ph.w_b, ph.g_b, ph.o_b
-    cp, vpp, recomputed = ph.cp, ph.virtual_stages, ph.recompute_layers
+    cp, vpp, recomputed, ep = ph.cp, ph.virtual_stages, ph.recompute_layers, ph.ep
 
     # Compute.
     cprec = _compute_precision(gpu, precision)
@@ -614,6 +723,14 @@ def estimate_training(
     bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
     local_seq = seq / cp  # tokens of each sequence on one CP rank
     t_micro = hw_flops * micro_batch * local_seq * stage_fraction / tp / rate
+    # Routed experts run as grouped GEMMs at the busiest EP rank's pace (physics/moe.py training section).
+    routed_share = moe.routed_active_params(arch) * (
+        (6.0 if method == "full" else 4.0) + (2.0 * recompute_fraction if recompute == "full" else 0.0)
+    ) / hw_flops  # fmt: skip
+    expert_factor, _, grouped_eff = moe.training_expert_time_factor(
+        arch, micro_batch * local_seq, ep, routed_share=min(routed_share, 1.0), skew=a.moe_expert_load_skew
+    )
+    t_micro *= expert_factor
     if method == "qlora":
         t_micro += (2.0 + recompute_fraction) * layers * layer_p * DEQUANT_BYTES_PER_PARAM / bw
     slots = pipeline_slots(pp, micro_batches, vpp)
@@ -633,15 +750,26 @@ def estimate_training(
         recomputed=recomputed, micro_batch=micro_batch, micro_batches=micro_batches, local_seq=local_seq,
         slots=slots, t_micro=t_micro, rate=rate, fwd_share=fwd_share, gemm_share=gemm_share,
         trainable=trainable, gathered_bytes=gathered_bytes, w_b=w_b, recompute=recompute, eff=eff,
+        ep=ep, expert_trainable=ph.expert_trainable, expert_dp=ph.expert_dp, moe_layers=ph.moe_layers,
+        moe_recomputed=round(ph.moe_layers * recompute_fraction),
+        shared_window_s=(3.0 + recompute_fraction) * ph.moe_layers * 2.0 * moe.shared_expert_params(arch)
+        * micro_batch * local_seq / tp / rate,
     )  # fmt: skip
     if exposed.tp_overlapped:
         notes.append("tensor-parallel collectives overlapped with GEMMs (userbuffers, Megatron --tp-comm-overlap)")
     if cp > 1 and exposed.cp_link.kind == "network":
         notes.append(f"TP x CP = {tp * cp} crosses the NVLink domain: ring-attention KV exchanges ride the network")
-    exposed_comm = exposed.tp_s + exposed.cp_s + exposed.pp_s + exposed.dp_s
+    if ep > 1:
+        notes.append(
+            f"expert parallel {ep}: {moe.experts_per_gpu(arch, ep)} of {arch.moe_experts} experts per GPU, "
+            f"all-to-all over {exposed.ep_link.kind}, busiest rank {ph.imbalance:.2f}x the mean routed tokens"
+        )
+    if moe.is_moe(arch):
+        notes.append(f"expert grouped GEMMs at {grouped_eff:.0%} of dense GEMM throughput")
+    exposed_comm = exposed.tp_s + exposed.cp_s + exposed.pp_s + exposed.dp_s + exposed.ep_s
 
     # Optimizer update streams its shard of state once (read and write), memory-bound.
-    shard = trainable / (dp * cp if zero_stage >= 1 else 1)
+    shard = optimizer_shard_params(trainable, ph.expert_trainable, zero_stage, dp * cp, ph.expert_dp)
     optimizer_s = shard * (2 * o_b + g_b + 2 * w_b) / bw
 
     # Memory options' PCIe traffic (physics/optimizer_memory.py): exposed host transfers per step.
@@ -686,6 +814,7 @@ def estimate_training(
         zero_stage=zero_stage,
         recompute=recompute,
         cp=cp,
+        ep=ep,
         virtual_stages=vpp,
         recompute_layers=recomputed,
         micro_batch=micro_batch,
@@ -699,6 +828,7 @@ def estimate_training(
         exposed_cp_s=exposed.cp_s,
         exposed_pp_s=exposed.pp_s,
         exposed_dp_s=exposed.dp_s,
+        exposed_ep_s=exposed.ep_s,
         bubble_fraction=bubble,
         tokens_per_s=tokens_per_s,
         mfu=mfu,

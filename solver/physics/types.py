@@ -178,6 +178,7 @@ class TrainingEstimate(Judged):
     zero_stage: int
     recompute: str
     cp: int = Field(1, description="context-parallel degree: each sequence split over cp GPUs")
+    ep: int = Field(1, description="expert-parallel degree, carved out of the dp x cp ranks (MoE models)")
     virtual_stages: int = Field(1, description="interleaved (virtual) pipeline chunks per stage")
     recompute_layers: int = Field(0, description="layers of each pipeline stage fully recomputed in backward")
     micro_batch: int = Field(description="sequences per micro-batch per GPU")
@@ -191,6 +192,9 @@ class TrainingEstimate(Judged):
     exposed_cp_s: float = Field(0.0, description="context-parallel KV exchanges not hidden behind attention, per step")
     exposed_pp_s: float = Field(0.0, description="pipeline point-to-point sends not hidden, per step")
     exposed_dp_s: float = Field(0.0, description="data-parallel / ZeRO collectives not hidden, per step")
+    exposed_ep_s: float = Field(
+        0.0, description="expert-parallel dispatch/combine all-to-alls not hidden behind shared experts, per step"
+    )
     bubble_fraction: float
     tokens_per_s: float = Field(description="all GPUs together")
     mfu: float = Field(description="model FLOPs utilisation against dense peak at the compute precision")

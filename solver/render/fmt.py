@@ -98,6 +98,7 @@ def layout(w: ServingPlan | TrainingPlan) -> str:
     if isinstance(w, ServingPlan):
         return "; ".join(group_layout(g) for g in w.groups)
     cp = f" CP{w.cp}" if w.cp > 1 else ""
+    cp += f" EP{w.ep}" if w.ep > 1 else ""
     vpp = f" VPP{w.virtual_stages}" if w.virtual_stages > 1 else ""
     rec = w.recompute
     if rec == "full" and w.recompute_layers:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from clusterplan.physics.reasons import (
     Bf16Unsupported,
     CpSplitsSequence,
+    EpSplitsExperts,
     Fp8Unsupported,
     GlobalBatchTooSmall,
     KvCacheDoesNotFit,
@@ -76,6 +77,15 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             return None, (
                 f"context parallel {r.cp} needs sequences of a multiple of {2 * r.cp} tokens "
                 f"(2 x cp chunks); {r.sequence_tokens:,} is not"
+            )
+        case EpSplitsExperts():
+            if r.problem == "ep_without_experts":
+                return None, f"expert parallel {r.ep} needs a mixture-of-experts model (a dense model trains at ep 1)"
+            if r.problem == "ep_not_dividing_experts":
+                return None, f"expert parallel {r.ep} does not divide the {r.experts} routed experts"
+            return None, (
+                f"expert parallel {r.ep} is carved out of the data x context parallel ranks; {r.dp_cp} of them "
+                "are not a multiple of it"
             )
         case VirtualStagesSplitLayers():
             if r.pp <= 1:

@@ -255,6 +255,15 @@ ContextParallel = Annotated[
         "None lets the planner choose",
     ),
 ]  # fmt: skip
+ExpertParallelDegree = Annotated[int, Field(ge=1, le=1024)]
+ExpertParallel = Annotated[
+    ExpertParallelDegree | list[ExpertParallelDegree] | Literal["auto"] | None,
+    Field(
+        description="expert-parallel degree of an MoE model (routed experts split over this many of the data x "
+        "context parallel GPUs; Megatron --expert-model-parallel-size): one degree, a list the planner chooses "
+        "from, or auto / None to let it choose; a dense model trains at 1",
+    ),
+]  # fmt: skip
 VirtualStages = Annotated[
     int | None,
     Field(ge=1, le=64, description="interleaved (virtual) pipeline chunks per stage; None lets the planner choose"),
@@ -285,6 +294,7 @@ class TrainingWorkload(Strict):
     )
     activation_recompute: ActivationRecompute = None
     context_parallel: ContextParallel = None
+    expert_parallel: ExpertParallel = None
     virtual_stages: VirtualStages = None
     recompute_layers: RecomputeLayers = None
     memory_options: MemoryOptions = None
@@ -308,6 +318,7 @@ class FinetuneWorkload(Strict):
     precision: Literal["bf16", "fp16"] = Field("bf16", description="compute precision of the trainable path")
     activation_recompute: ActivationRecompute = None
     context_parallel: ContextParallel = None
+    expert_parallel: ExpertParallel = None
     virtual_stages: VirtualStages = None
     recompute_layers: RecomputeLayers = None
     memory_options: MemoryOptions = None
@@ -365,7 +376,11 @@ class PinnedConfig(Strict):
     pp: int | None = Field(None, ge=1, le=1024, description="pipeline-parallel degree")
     dp: int | None = Field(None, ge=1, le=1_000_000, description="data-parallel degree or serving replicas")
     ep: int | None = Field(
-        None, ge=1, le=1024, description="expert-parallel degree per stage (serving an MoE model; divides tp)"
+        None,
+        ge=1,
+        le=1024,
+        description="expert-parallel degree of an MoE model: per stage, dividing tp (serving); "
+        "over the data x context parallel GPUs, dividing the routed experts (training, fine-tuning)",
     )
     attention_dp: bool | None = Field(None, description="attention data-parallel over each stage's GPUs (serving)")
     zero: Literal[0, 1, 2, 3] | None = Field(None, description="ZeRO stage (training)")
