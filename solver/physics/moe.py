@@ -97,6 +97,16 @@ class MoeLayout:
         """GPUs one layer's attention is tensor-parallel over: 1 under attention DP, else ``tp``."""
         return 1 if self.attention_dp else self.tp
 
+    @property
+    def dense_mlp_tp(self) -> int:
+        """GPUs a non-routed MLP (dense layers, shared experts) is tensor-parallel over: 1 under attention DP.
+
+        Under attention DP the dense MLPs and shared experts run data-parallel with the attention, whole on every
+        GPU for its own tokens (TensorRT-LLM ``modeling_deepseekv3.py``: ``_compute_mlp_tp_size`` and
+        ``_compute_shared_expert_tp_size`` return 1 when ``enable_attention_dp``).
+        """
+        return 1 if self.attention_dp else self.tp
+
 
 DENSE = MoeLayout()
 
@@ -119,9 +129,10 @@ def experts_per_gpu(arch: ModelArchitecture, ep: int) -> int:
 
 def expert_params_per_gpu_per_layer(arch: ModelArchitecture, layout: MoeLayout) -> float:
     """One MoE layer's expert weights on one GPU: its ``ceil(E/ep)`` experts split ``tp/ep`` ways plus the
-    shared expert split ``tp`` ways. Parameters. (``ep = 1``: all experts split ``tp`` ways, as today.)"""
+    shared expert split ``tp`` ways (whole under attention DP: :attr:`MoeLayout.dense_mlp_tp`). Parameters.
+    (``ep = 1``: all experts split ``tp`` ways, as today.)"""
     routed = experts_per_gpu(arch, layout.ep) * expert_params(arch) / layout.expert_tp
-    return routed + shared_expert_params(arch) / layout.tp
+    return routed + shared_expert_params(arch) / layout.dense_mlp_tp
 
 
 def attention_params_per_gpu(arch: ModelArchitecture, layout: MoeLayout) -> float:
@@ -152,7 +163,7 @@ def serving_weight_bytes_per_gpu(
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=int4_group_size, fp4_format=fp4_format)
     if is_moe(arch):
         mlp = moe_count * expert_params_per_gpu_per_layer(arch, layout)
-        mlp += (layers - moe_count) * dense_mlp_params_per_layer(arch) / layout.tp  # dense-first layers
+        mlp += (layers - moe_count) * dense_mlp_params_per_layer(arch) / layout.dense_mlp_tp  # dense-first layers
     else:
         mlp = layers * expert_params(arch) / layout.tp
     attention = layers * attention_params_per_gpu(arch, layout) + moe_count * params.router_params_per_layer(arch)
@@ -326,14 +337,15 @@ def allreduces(arch: ModelArchitecture, layout: MoeLayout, layers: int) -> int:
 
     Attention: one per layer under attention TP (``tp > 1``), none under attention DP. MLP: a dense model's
     one per layer at ``tp > 1``; an MoE layer's when its experts are tensor-parallel (``tp / ep > 1``; SGLang's
-    DP attention gathers and scatters the same bytes); dense-first layers of an MoE model at ``tp > 1``.
+    DP attention gathers and scatters the same bytes); dense-first layers of an MoE model when their MLP is
+    tensor-parallel (:attr:`MoeLayout.dense_mlp_tp` > 1: not under attention DP).
     """
     attention = layers if layout.attention_tp > 1 else 0
     if not is_moe(arch):
         return attention + (layers if layout.tp > 1 else 0)
     dense = min(dense_mlp_layers(arch), layers)
     moe = max(layers - dense, 0)
-    return attention + (moe if layout.expert_tp > 1 else 0) + (dense if layout.tp > 1 else 0)
+    return attention + (moe if layout.expert_tp > 1 else 0) + (dense if layout.dense_mlp_tp > 1 else 0)
 
 
 def stage_layers(arch: ModelArchitecture, pp: int) -> tuple[int, int]:
