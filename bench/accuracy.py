@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, serving, training
+from clusterplan.physics import memory, moe, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.serving import decode_step_s
@@ -154,6 +154,11 @@ class Setting(BaseModel):
     statistic: Literal["itl", "throughput", "ttft"] | None = Field(None, description="concurrency: which figure")
     ep: int = Field(1, ge=1, description="expert-parallel degree per stage (MoE; physics/moe.py)")
     attention_dp: bool = Field(False, description="attention data-parallel over each stage's GPUs (MoE)")
+    eplb: bool = Field(
+        False,
+        description="the run balanced its expert placement (EPLB); without it an EP run's routed load carries "
+        "the power-law skew of clusterplan.physics.moe.routing_skew (a fact of the setup, not a fitted factor)",
+    )
     per: Literal["gpu", "total"] = "total"
     flags: list[str] = Field(default_factory=list)
     training: TrainingSetting | None = None
@@ -181,6 +186,8 @@ class Setting(BaseModel):
             out["gqa_shared_kv_reads"] = self.gqa_shared_kv_reads
         if self.single_card:
             out["sustained_clock_fraction"] = 1.0
+        if self.ep > 1 and not self.eplb:
+            out["moe_expert_load_skew"] = moe.routing_skew(self.ep)
         return out
 
 
@@ -815,8 +822,12 @@ def moe_section(rows: list[Row]) -> list[str]:
         "aiconfigurator-core 0.12.0's measured H200 MoE kernel tables, `catalog/engines.yaml`), with the "
         "expert-load imbalance of `physics/moe.py` under expert parallelism and the dispatch/combine all-to-alls "
         "at `moe_all_to_all_efficiency` of the link. Under attention DP the dense MLPs and shared experts run "
-        "data-parallel too (whole on every GPU), as TensorRT-LLM does. Targets as for serving: median <= 15%, "
-        "worst <= 1.5x. These rows are also counted in the serving throughput line of the summary; "
+        "data-parallel too (whole on every GPU), as TensorRT-LLM does; without balanced expert placement (EPLB) "
+        "an EP run's routed load carries `moe.routing_skew` (aiconfigurator-core's power-law over balanced MoE "
+        "kernel latency). The runs' EP degree and KV-cache precision are readings, not stated on the page: "
+        "`bench/data/settings.yaml` says which and why. Blackwell rows are flagged: the same page's dense B200 rows "
+        "come out 17-59% fast, so they cannot separate MoE error from Blackwell error. Targets as for serving: "
+        "median <= 15%, worst <= 1.5x. These rows are also counted in the serving throughput line of the summary; "
         "`catalog/model_error.yaml` takes serving throughput from dense models only until this section meets "
         "its targets."
     )

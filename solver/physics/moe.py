@@ -239,6 +239,25 @@ def load_imbalance(tokens: float, k: int, ep: int, skew: float = 1.0) -> float:
     return min(float(ep), skew * (1.0 + math.sqrt(2.0 * math.log(ep) / mean)))
 
 
+# Expert-load skew of unbalanced routing per EP degree: latency under power-law (alpha 1.01) expert popularity over
+# latency under balanced routing, median over 1,024-4,096 tokens, every shape with moe_tp 1 (aiconfigurator-core
+# 0.12.0, systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, CUTLASS kernels): EP 2 1.19, 4 1.28,
+# 8 1.36, 16 1.44, 32 1.51, 64 1.69, 128 1.74, 256 1.79 (1.0 below 512 tokens, where the weights bind).
+ROUTING_SKEW_PER_DOUBLING = 0.12
+
+
+def routing_skew(ep: int) -> float:
+    """Busiest EP rank's routed load over the mean under unbalanced (power-law) routing: ``1 + 0.12·log2(ep)``.
+
+    The static part of :func:`load_imbalance` for a deployment without balanced expert placement (no EPLB):
+    fitted to the aiconfigurator-core 0.12.0 H200 TensorRT-LLM MoE tables (within 6% of their medians for EP 2-128).
+    1 without EP.
+    """
+    if ep <= 1:
+        return 1.0
+    return 1.0 + ROUTING_SKEW_PER_DOUBLING * math.log2(ep)
+
+
 # ------------------------------------------------------------------------------------------------
 # Memory of a stage under a layout
 # ------------------------------------------------------------------------------------------------
