@@ -30,19 +30,20 @@ from bench import accuracy
 # 10-54% fast) and the torchtitan H100 runs (flagged: power-capped parts; CP / interleaved ones not expressible yet),
 # so its median went from 3.5% to 12.6% and its worst from 1.27x (mpt13b) to 1.54x (the 1.7B GPT on 32 A100s);
 # memory's median went from 6.2% to 5.9% with the torchtune 8B full rows modelled (8-bit paged AdamW, in-backward).
-# Re-measured 2026-11-24 (issue #13): serving gained 110 MoE rows (TensorRT-LLM v1.0 perf overview; 58 Blackwell ones
-# flagged), so serving throughput's unflagged median went from 6.4% to 10.2% and its worst from 1.37x to 2.42x
-# (Qwen3-235B-A22B on 8 H100, predicted 2.4x fast); dense serving alone is unchanged (6.4%, 1.37x: REACHED_VIEW).
-REACHED_MEDIAN = {"serving throughput": 0.102, "latency": 0.078, "training throughput": 0.126, "memory": 0.059}
-REACHED_WORST = {"serving throughput": 2.42, "latency": 1.39, "training throughput": 1.54, "memory": 1.16}
+# Re-measured 2026-11-24 (issue #13): serving gained 216 MoE rows (TensorRT-LLM perf overview v1.0 and @03e27c7d; the
+# 127 Blackwell ones flagged), so serving throughput's unflagged median went from 6.4% to 13.6% and its worst from 1.37x
+# to 2.75x (gpt-oss-120b on 4 H100 DEP4, predicted 2.7x fast); dense serving alone is unchanged (REACHED_VIEW).
+REACHED_MEDIAN = {"serving throughput": 0.137, "latency": 0.078, "training throughput": 0.126, "memory": 0.059}
+REACHED_WORST = {"serving throughput": 2.75, "latency": 1.39, "training throughput": 1.54, "memory": 1.16}
 # Every row, flagged included.
 # Training's 3.05x: torchtitan's flagged context-parallel runs at 128k-256k tokens (H100 96 GB at 500 W, Float8), first
 # predicted once context parallelism was expressible; the model is ~2x fast on every torchtitan row, ~3x at CP 4-8.
 # Serving's 6.97x: Qwen3-30B-A3B on one GB200 at 128/128 (flagged Blackwell; measured below the same page's B200).
 REACHED_WORST_ALL = {"serving throughput": 6.97, "latency": 1.39, "training throughput": 3.05, "memory": 11.31}
-# Serving split by architecture (unflagged median, worst). MoE serving (TensorRT-LLM v1.0 perf overview on H100/H200):
-# Llama 4 Scout and Maverick within ~5% at the median, Qwen3-235B-A22B 70-140% fast; median met, worst not yet.
-REACHED_VIEW = {"dense serving throughput": (0.064, 1.37), "MoE serving": (0.142, 2.42)}
+# Serving split by architecture (unflagged median, worst). MoE serving on H100/H200 (TensorRT-LLM perf overviews):
+# Llama 4 Scout and Maverick within ~2% at the median; Qwen3-235B-A22B +76%, DeepSeek-R1 +87%, gpt-oss-20b +77%,
+# gpt-oss-120b +13% (-48% to +175%) at the median: not met yet (27.0%, 2.75x), held here so it cannot get worse.
+REACHED_VIEW = {"dense serving throughput": (0.064, 1.37), "MoE serving": (0.270, 2.75)}
 MEDIAN_MARGIN = 0.02  # absolute: two percentage points
 WORST_MARGIN = 1.05  # relative: 5 %
 
@@ -95,14 +96,13 @@ def test_targets_that_were_met_stay_met(
 ) -> None:
     # All four were met since NCCL latencies, the prefill sum and logits-vs-recompute; training's worst is 1.54x
     # (not met) since the large-run points of issue #12, and serving's since the MoE rows of issue #13 (2.42x), both
-    # held by REACHED_WORST until the physics closes the gap. Dense serving alone stays met; MoE's median is met.
+    # held by REACHED_WORST until the physics closes the gap. Dense serving alone stays met.
     for kind in ["latency", "memory"]:
         k = summary[kind]
         assert k.median_abs_error_unflagged <= k.target_median, kind
         assert k.worst_ratio_unflagged <= accuracy.WORST_RATIO_TARGET, kind
     dense = views["dense serving throughput"]
     assert dense.meets_target, dense
-    assert views["MoE serving"].median_abs_error_unflagged <= accuracy.VIEW_TARGET
 
 
 @pytest.mark.parametrize("view", accuracy.VIEWS)
@@ -124,6 +124,7 @@ def test_moe_serving_has_its_own_points_and_section(rows: list[accuracy.Row]) ->
     }
     text = "\n".join(accuracy.moe_section(rows))
     assert "## Mixture-of-experts serving" in text and "| llama-4-maverick | h200 (Hopper) |" in text
+    assert {"llama-4-maverick", "qwen3-235b-a22b", "deepseek-r1", "gpt-oss-120b"} <= {r.model for r in clean}
 
 
 def test_routing_skew_follows_the_kernel_tables() -> None:
