@@ -824,9 +824,10 @@ def moe_section(rows: list[Row]) -> list[str]:
         "at `moe_all_to_all_efficiency` of the link. Under attention DP the dense MLPs and shared experts run "
         "data-parallel too (whole on every GPU), as TensorRT-LLM does; without balanced expert placement (EPLB) "
         "an EP run's routed load carries `moe.routing_skew` (aiconfigurator-core's power-law over balanced MoE "
-        "kernel latency). The runs' EP degree and KV-cache precision are readings, not stated on the page: "
-        "`bench/data/settings.yaml` says which and why. Blackwell rows are flagged: the same page's dense B200 rows "
-        "come out 17-59% fast, so they cannot separate MoE error from Blackwell error. Targets as for serving: "
+        "kernel latency). The later perf-overview page states each layout (DEPn: attention DP, experts over n GPUs); "
+        "the v1.0 page states none, read the same way, and neither states the KV-cache precision: "
+        "`bench/data/settings.yaml` says which readings and why. Blackwell rows are flagged: the v1.0 page's dense "
+        "B200 rows come out 17-59% fast, so they cannot separate MoE error from Blackwell error. Targets as for serving: "
         "median <= 15%, worst <= 1.5x. These rows are also counted in the serving throughput line of the summary; "
         "`catalog/model_error.yaml` takes serving throughput from dense models only until this section meets "
         "its targets."
@@ -850,7 +851,7 @@ def moe_section(rows: list[Row]) -> list[str]:
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in moe_rows:
         groups.setdefault((r.model, r.gpu), []).append(r)
-    for (model, gpu), mine in groups.items():
+    for (model, gpu), mine in sorted(groups.items()):
         out.append(
             f"| {model} | {gpu} ({_family(gpu)}) | {len(mine)} | {statistics.median(r.error for r in mine):+.1%} | "
             f"{statistics.median(abs(r.error) for r in mine):.1%} | {max(r.ratio for r in mine):.2f}x |"
