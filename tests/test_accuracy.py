@@ -30,12 +30,20 @@ from bench import accuracy
 # 10-54% fast) and the torchtitan H100 runs (flagged: power-capped parts; CP / interleaved ones not expressible yet),
 # so its median went from 3.5% to 12.6% and its worst from 1.27x (mpt13b) to 1.54x (the 1.7B GPT on 32 A100s);
 # memory's median went from 6.2% to 5.9% with the torchtune 8B full rows modelled (8-bit paged AdamW, in-backward).
-REACHED_MEDIAN = {"serving throughput": 0.065, "latency": 0.078, "training throughput": 0.126, "memory": 0.059}
-REACHED_WORST = {"serving throughput": 1.37, "latency": 1.39, "training throughput": 1.54, "memory": 1.16}
+# Re-measured 2026-11-24 (issue #13): serving gained 216 MoE rows (TensorRT-LLM perf overview v1.0 and @03e27c7d; the
+# 127 Blackwell ones flagged), so serving throughput's unflagged median went from 6.4% to 13.6% and its worst from 1.37x
+# to 2.75x (gpt-oss-120b on 4 H100 DEP4, predicted 2.7x fast); dense serving alone is unchanged (REACHED_VIEW).
+REACHED_MEDIAN = {"serving throughput": 0.137, "latency": 0.078, "training throughput": 0.126, "memory": 0.059}
+REACHED_WORST = {"serving throughput": 2.75, "latency": 1.39, "training throughput": 1.54, "memory": 1.16}
 # Every row, flagged included.
 # Training's 3.05x: torchtitan's flagged context-parallel runs at 128k-256k tokens (H100 96 GB at 500 W, Float8), first
 # predicted once context parallelism was expressible; the model is ~2x fast on every torchtitan row, ~3x at CP 4-8.
-REACHED_WORST_ALL = {"serving throughput": 2.34, "latency": 1.39, "training throughput": 3.05, "memory": 11.31}
+# Serving's 6.97x: Qwen3-30B-A3B on one GB200 at 128/128 (flagged Blackwell; measured below the same page's B200).
+REACHED_WORST_ALL = {"serving throughput": 6.97, "latency": 1.39, "training throughput": 3.05, "memory": 11.31}
+# Serving split by architecture (unflagged median, worst). MoE serving on H100/H200 (TensorRT-LLM perf overviews):
+# Llama 4 Scout and Maverick within ~2% at the median; Qwen3-235B-A22B +76%, DeepSeek-R1 +87%, gpt-oss-20b +77%,
+# gpt-oss-120b +13% (-48% to +175%) at the median: not met yet (27.0%, 2.75x), held here so it cannot get worse.
+REACHED_VIEW = {"dense serving throughput": (0.064, 1.37), "MoE serving": (0.270, 2.75)}
 MEDIAN_MARGIN = 0.02  # absolute: two percentage points
 WORST_MARGIN = 1.05  # relative: 5 %
 
@@ -48,6 +56,11 @@ def rows() -> list[accuracy.Row]:
 @pytest.fixture(scope="module")
 def summary(rows: list[accuracy.Row]) -> dict[str, accuracy.KindSummary]:
     return {k.kind: k for k in accuracy.summarise(rows)}
+
+
+@pytest.fixture(scope="module")
+def views(rows: list[accuracy.Row]) -> dict[str, accuracy.KindSummary]:
+    return {k.kind: k for k in accuracy.summarise_views(rows)}
 
 
 def test_every_measurement_has_settings_and_a_prediction(rows: list[accuracy.Row]) -> None:
@@ -78,13 +91,52 @@ def test_no_case_exceeds_the_worst_reached(rows: list[accuracy.Row], kind: str) 
     assert not worse_all, f"{kind} (flagged included): beyond {REACHED_WORST_ALL[kind]}x: {worse_all}"
 
 
-def test_targets_that_were_met_stay_met(summary: dict[str, accuracy.KindSummary]) -> None:
+def test_targets_that_were_met_stay_met(
+    summary: dict[str, accuracy.KindSummary], views: dict[str, accuracy.KindSummary]
+) -> None:
     # All four were met since NCCL latencies, the prefill sum and logits-vs-recompute; training's worst is 1.54x
-    # (not met) since the large-run points of issue #12, held by REACHED_WORST until the layouts close the gap.
-    for kind in [k for k in accuracy.KINDS if k != "training throughput"]:
+    # (not met) since the large-run points of issue #12, and serving's since the MoE rows of issue #13 (2.42x), both
+    # held by REACHED_WORST until the physics closes the gap. Dense serving alone stays met.
+    for kind in ["latency", "memory"]:
         k = summary[kind]
         assert k.median_abs_error_unflagged <= k.target_median, kind
         assert k.worst_ratio_unflagged <= accuracy.WORST_RATIO_TARGET, kind
+    dense = views["dense serving throughput"]
+    assert dense.meets_target, dense
+
+
+@pytest.mark.parametrize("view", accuracy.VIEWS)
+def test_serving_views_do_not_regress(views: dict[str, accuracy.KindSummary], view: str) -> None:
+    median, worst = REACHED_VIEW[view]
+    v = views[view]
+    assert v.median_abs_error_unflagged <= median + MEDIAN_MARGIN, f"{view}: median {v.median_abs_error_unflagged:.1%}"
+    assert v.worst_ratio_unflagged <= worst * WORST_MARGIN, f"{view}: worst {v.worst_ratio_unflagged:.2f}x"
+
+
+def test_moe_serving_has_its_own_points_and_section(rows: list[accuracy.Row]) -> None:
+    moe_rows = accuracy.view_rows(rows, "MoE serving")
+    clean = [r for r in moe_rows if not r.flagged]
+    assert len(clean) >= 8 and len({r.model for r in clean}) >= 2 and len({r.gpu for r in clean}) >= 2
+    assert all(r.moe for r in moe_rows) and not any(r.moe for r in accuracy.view_rows(rows, "dense serving throughput"))
+    # Counted in the serving totals too.
+    assert {r.id for r in moe_rows if r.kind == "serving throughput"} <= {
+        r.id for r in rows if r.kind == "serving throughput"
+    }
+    text = "\n".join(accuracy.moe_section(rows))
+    assert "## Mixture-of-experts serving" in text and "| llama-4-maverick | h200 (Hopper) |" in text
+    assert {"llama-4-maverick", "qwen3-235b-a22b", "deepseek-r1", "gpt-oss-120b"} <= {r.model for r in clean}
+
+
+def test_routing_skew_follows_the_kernel_tables() -> None:
+    from clusterplan.physics import moe
+
+    assert moe.routing_skew(1) == 1.0
+    # aiconfigurator-core 0.12.0 H200 medians: EP 2 1.19, 8 1.36, 64 1.69 (power-law over balanced routing)
+    for ep, table in ((2, 1.19), (8, 1.36), (64, 1.69)):
+        assert moe.routing_skew(ep) == pytest.approx(table, rel=0.07)
+    setting = accuracy.Setting(scenario="saturated", engine="tensorrt-llm", ep=8)
+    assert setting.switches()["moe_expert_load_skew"] == pytest.approx(moe.routing_skew(8))
+    assert "moe_expert_load_skew" not in setting.model_copy(update={"eplb": True}).switches()
 
 
 def test_training_is_reported_per_scale_band(rows: list[accuracy.Row]) -> None:

@@ -97,6 +97,16 @@ class MoeLayout:
         """GPUs one layer's attention is tensor-parallel over: 1 under attention DP, else ``tp``."""
         return 1 if self.attention_dp else self.tp
 
+    @property
+    def dense_mlp_tp(self) -> int:
+        """GPUs a non-routed MLP (dense layers, shared experts) is tensor-parallel over: 1 under attention DP.
+
+        Under attention DP the dense MLPs and shared experts run data-parallel with the attention, whole on every
+        GPU for its own tokens (TensorRT-LLM ``modeling_deepseekv3.py``: ``_compute_mlp_tp_size`` and
+        ``_compute_shared_expert_tp_size`` return 1 when ``enable_attention_dp``).
+        """
+        return 1 if self.attention_dp else self.tp
+
 
 DENSE = MoeLayout()
 
@@ -119,9 +129,10 @@ def experts_per_gpu(arch: ModelArchitecture, ep: int) -> int:
 
 def expert_params_per_gpu_per_layer(arch: ModelArchitecture, layout: MoeLayout) -> float:
     """One MoE layer's expert weights on one GPU: its ``ceil(E/ep)`` experts split ``tp/ep`` ways plus the
-    shared expert split ``tp`` ways. Parameters. (``ep = 1``: all experts split ``tp`` ways, as today.)"""
+    shared expert split ``tp`` ways (whole under attention DP: :attr:`MoeLayout.dense_mlp_tp`). Parameters.
+    (``ep = 1``: all experts split ``tp`` ways, as today.)"""
     routed = experts_per_gpu(arch, layout.ep) * expert_params(arch) / layout.expert_tp
-    return routed + shared_expert_params(arch) / layout.tp
+    return routed + shared_expert_params(arch) / layout.dense_mlp_tp
 
 
 def attention_params_per_gpu(arch: ModelArchitecture, layout: MoeLayout) -> float:
@@ -152,7 +163,7 @@ def serving_weight_bytes_per_gpu(
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=int4_group_size, fp4_format=fp4_format)
     if is_moe(arch):
         mlp = moe_count * expert_params_per_gpu_per_layer(arch, layout)
-        mlp += (layers - moe_count) * dense_mlp_params_per_layer(arch) / layout.tp  # dense-first layers
+        mlp += (layers - moe_count) * dense_mlp_params_per_layer(arch) / layout.dense_mlp_tp  # dense-first layers
     else:
         mlp = layers * expert_params(arch) / layout.tp
     attention = layers * attention_params_per_gpu(arch, layout) + moe_count * params.router_params_per_layer(arch)
@@ -226,6 +237,25 @@ def load_imbalance(tokens: float, k: int, ep: int, skew: float = 1.0) -> float:
         return 1.0
     mean = max(tokens, 1.0) * k / ep
     return min(float(ep), skew * (1.0 + math.sqrt(2.0 * math.log(ep) / mean)))
+
+
+# Expert-load skew of unbalanced routing per EP degree: latency under power-law (alpha 1.01) expert popularity over
+# latency under balanced routing, median over 1,024-4,096 tokens, every shape with moe_tp 1 (aiconfigurator-core
+# 0.12.0, systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, CUTLASS kernels): EP 2 1.19, 4 1.28,
+# 8 1.36, 16 1.44, 32 1.51, 64 1.69, 128 1.74, 256 1.79 (1.0 below 512 tokens, where the weights bind).
+ROUTING_SKEW_PER_DOUBLING = 0.12
+
+
+def routing_skew(ep: int) -> float:
+    """Busiest EP rank's routed load over the mean under unbalanced (power-law) routing: ``1 + 0.12·log2(ep)``.
+
+    The static part of :func:`load_imbalance` for a deployment without balanced expert placement (no EPLB):
+    fitted to the aiconfigurator-core 0.12.0 H200 TensorRT-LLM MoE tables (within 6% of their medians for EP 2-128).
+    1 without EP.
+    """
+    if ep <= 1:
+        return 1.0
+    return 1.0 + ROUTING_SKEW_PER_DOUBLING * math.log2(ep)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -326,14 +356,15 @@ def allreduces(arch: ModelArchitecture, layout: MoeLayout, layers: int) -> int:
 
     Attention: one per layer under attention TP (``tp > 1``), none under attention DP. MLP: a dense model's
     one per layer at ``tp > 1``; an MoE layer's when its experts are tensor-parallel (``tp / ep > 1``; SGLang's
-    DP attention gathers and scatters the same bytes); dense-first layers of an MoE model at ``tp > 1``.
+    DP attention gathers and scatters the same bytes); dense-first layers of an MoE model when their MLP is
+    tensor-parallel (:attr:`MoeLayout.dense_mlp_tp` > 1: not under attention DP).
     """
     attention = layers if layout.attention_tp > 1 else 0
     if not is_moe(arch):
         return attention + (layers if layout.tp > 1 else 0)
     dense = min(dense_mlp_layers(arch), layers)
     moe = max(layers - dense, 0)
-    return attention + (moe if layout.expert_tp > 1 else 0) + (dense if layout.tp > 1 else 0)
+    return attention + (moe if layout.expert_tp > 1 else 0) + (dense if layout.dense_mlp_tp > 1 else 0)
 
 
 def stage_layers(arch: ModelArchitecture, pp: int) -> tuple[int, int]:

@@ -383,13 +383,15 @@ def estimate_serving(
         # Per layer on one GPU: attention split over TP, or whole under attention DP (each GPU its own sequences).
         attention_params = moe.attention_params_per_gpu(arch, layout)
         attention_params_seq = memory.attention_params_per_gpu(arch, 1) / tp if attention_dp else attention_params
-        dense_mlp_params = (layers - moe_layers) * moe.dense_mlp_params_per_layer(arch) / tp
-        shared_params = moe_layers * moe.shared_expert_params(arch) / tp
+        # Dense-layer MLPs and shared experts: streamed whole on every GPU under attention DP (moe.dense_mlp_tp),
+        # computed for the GPU's own 1/tp of the sequences either way.
+        mlp_params = (layers - moe_layers) * moe.dense_mlp_params_per_layer(arch)
+        mlp_params += moe_layers * moe.shared_expert_params(arch)
         router_params = moe_layers * params.router_params_per_layer(arch)
         expert_params = moe.expert_params(arch) / layout.expert_tp  # one routed expert's share on one GPU
-        dense_bytes = (layers * attention_params + router_params + dense_mlp_params + shared_params) * bpp
+        dense_bytes = (layers * attention_params + router_params + mlp_params / layout.dense_mlp_tp) * bpp
         expert_bytes = moe_layers * expert_params * bpp
-        dense_flops_seq = 2.0 * (layers * attention_params_seq + dense_mlp_params + shared_params)
+        dense_flops_seq = 2.0 * (layers * attention_params_seq + mlp_params / tp)
         expert_flops_seq = 2.0 * moe_layers * k * moe.expert_params(arch) / tp
     else:
         dense_bytes = stage.always * bpp
