@@ -13,7 +13,9 @@
   ``--num-layers-per-virtual-pipeline-stage``): CP ranks hold ``s/cp`` tokens of each sequence and shard ZeRO
   state with the DP ranks; full recompute of ``N`` of each stage's layers (``--recompute-num-layers``).
 * Step: ``m + (p - 1)/v`` micro-batch slots of the most loaded stage (bubble ``(p-1)/(v·m)`` of the ideal time,
-  Narayanan et al. 2021 §2.2), each at ``training_mfu x dense peak x clock fraction``, plus the communication no
+  Narayanan et al. 2021 §2.2), each with its GEMMs at ``training_mfu x dense peak x clock fraction`` times the share
+  their shapes reach and the attention core at its own kernel's rate (:func:`_compute_split`,
+  :mod:`clusterplan.physics.kernels`), plus the communication no
   compute hides, per kind (:func:`_exposed_comm`: TP overlapped with GEMMs on Hopper+, CP ring exchanges beside
   attention, PP sends, DP/ZeRO collectives beside backward/forward), and the optimizer update (memory-bound).
 """
