@@ -165,6 +165,11 @@ class Setting(BaseModel):
     gqa_shared_kv_reads: bool | None = Field(
         None, description="the measured engine version's GQA decode kernel (a software fact, not a fitted factor)"
     )
+    flash_attention: bool | None = Field(
+        None,
+        description="whether the measured framework ran a fused attention kernel (FlashAttention, 2022 on); "
+        "Megatron-LM 2021 materialised the scores (a software fact, not a fitted factor)",
+    )
     architecture: dict[str, Any] | None = Field(
         None, description="the model's shape when it is not a catalog model (clusterplan ModelArchitecture fields)"
     )
@@ -184,6 +189,8 @@ class Setting(BaseModel):
         out: dict[str, Any] = {}
         if self.gqa_shared_kv_reads is not None:
             out["gqa_shared_kv_reads"] = self.gqa_shared_kv_reads
+        if self.flash_attention is not None:
+            out["flash_attention"] = self.flash_attention
         if self.single_card:
             out["sustained_clock_fraction"] = 1.0
         if self.ep > 1 and not self.eplb:
@@ -873,8 +880,11 @@ def moe_section(rows: list[Row]) -> list[str]:
     return out
 
 
-def markdown(rows: list[Row], summary: list[KindSummary], measurements: list[Measurement]) -> str:
-    """The report docs/accuracy.md holds: summary, one table per kind, flagged cases, sources."""
+def markdown(
+    rows: list[Row], summary: list[KindSummary], measurements: list[Measurement], bands: list[BandSummary] | None = None
+) -> str:
+    """The report docs/accuracy.md holds: summary, training by scale band, one table per kind, flagged cases,
+    sources."""
     by_id = {m.id: m for m in measurements}
     out = [
         "# Accuracy of the performance model against published measurements",
@@ -903,6 +913,19 @@ def markdown(rows: list[Row], summary: list[KindSummary], measurements: list[Mea
             f"{k.worst_ratio_unflagged:.2f}x (`{k.worst_id_unflagged}`) | {k.median_abs_error:.1%} | "
             f"{k.worst_ratio:.2f}x | {k.target_median:.0%} / {WORST_RATIO_TARGET}x: {met} |"
         )
+    if bands:
+        out += [
+            "",
+            "## Training throughput by scale",
+            "",
+            "| GPUs | cases, unflagged | flagged | median abs error, unflagged | worst, unflagged | not expressible yet |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for b in bands:
+            worst = f"{b.worst_ratio:.2f}x (`{b.worst_id}`)" if b.cases else "-"
+            out.append(
+                f"| {b.band} | {b.cases} | {b.flagged} | {b.median_abs_error:.1%} | {worst} | {b.not_expressible} |"
+            )
     for kind in KINDS:
         mine = [r for r in rows if r.kind == kind]
         if not mine:
@@ -968,7 +991,7 @@ def main(argv: list[str] | None = None) -> int:
         write_errors(args.write_errors, rows, as_of)
         print(f"wrote {args.write_errors}", file=sys.stderr)
     if args.markdown:
-        args.markdown.write_text(markdown(rows, summary, measurements), encoding="utf-8")
+        args.markdown.write_text(markdown(rows, summary, measurements, bands), encoding="utf-8")
         print(f"wrote {args.markdown}")
     if args.json:
         print(

@@ -30,16 +30,20 @@ from bench import accuracy
 # 10-54% fast) and the torchtitan H100 runs (flagged: power-capped parts; CP / interleaved ones not expressible yet),
 # so its median went from 3.5% to 12.6% and its worst from 1.27x (mpt13b) to 1.54x (the 1.7B GPT on 32 A100s);
 # memory's median went from 6.2% to 5.9% with the torchtune 8B full rows modelled (8-bit paged AdamW, in-backward).
+# Re-measured 2026-11-24 (issue #12, kernel efficiencies): GEMMs at the share of the plateau their M, N, K reach
+# (physics/kernels.py, aiconfigurator-core's cuBLAS tables), the attention core at FlashAttention's own rate on the
+# causal pairs, Megatron-LM 2021's materialised attention and fp16 gradient all-reduce, training_mfu refit 0.70 ->
+# 0.78: training's median went from 9.5% to 4.1% and its worst from 1.54x (1.7B GPT, +53%) to 1.23x (mpt13b H100).
 # Re-measured 2026-11-24 (issue #13): serving gained 216 MoE rows (TensorRT-LLM perf overview v1.0 and @03e27c7d; the
 # 127 Blackwell ones flagged), so serving throughput's unflagged median went from 6.4% to 13.6% and its worst from 1.37x
 # to 2.75x (gpt-oss-120b on 4 H100 DEP4, predicted 2.7x fast); dense serving alone is unchanged (REACHED_VIEW).
-REACHED_MEDIAN = {"serving throughput": 0.137, "latency": 0.078, "training throughput": 0.126, "memory": 0.059}
-REACHED_WORST = {"serving throughput": 2.75, "latency": 1.39, "training throughput": 1.54, "memory": 1.16}
+REACHED_MEDIAN = {"serving throughput": 0.137, "latency": 0.078, "training throughput": 0.041, "memory": 0.059}
+REACHED_WORST = {"serving throughput": 2.75, "latency": 1.39, "training throughput": 1.23, "memory": 1.16}
 # Every row, flagged included.
-# Training's 3.05x: torchtitan's flagged context-parallel runs at 128k-256k tokens (H100 96 GB at 500 W, Float8), first
-# predicted once context parallelism was expressible; the model is ~2x fast on every torchtitan row, ~3x at CP 4-8.
+# Training's 2.52x: torchtitan's flagged 8B CP 8 run at 256k tokens (H100 96 GB at 500 W, Float8); the model is
+# ~1.3-1.9x fast on every torchtitan row (3.05x before the attention core had its own kernel rate).
 # Serving's 6.97x: Qwen3-30B-A3B on one GB200 at 128/128 (flagged Blackwell; measured below the same page's B200).
-REACHED_WORST_ALL = {"serving throughput": 6.97, "latency": 1.39, "training throughput": 3.05, "memory": 11.31}
+REACHED_WORST_ALL = {"serving throughput": 6.97, "latency": 1.39, "training throughput": 2.52, "memory": 11.31}
 # Serving split by architecture (unflagged median, worst). MoE serving on H100/H200 (TensorRT-LLM perf overviews):
 # Llama 4 Scout and Maverick within ~2% at the median; Qwen3-235B-A22B +76%, DeepSeek-R1 +87%, gpt-oss-20b +77%,
 # gpt-oss-120b +13% (-48% to +175%) at the median: not met yet (27.0%, 2.75x), held here so it cannot get worse.
@@ -94,10 +98,11 @@ def test_no_case_exceeds_the_worst_reached(rows: list[accuracy.Row], kind: str) 
 def test_targets_that_were_met_stay_met(
     summary: dict[str, accuracy.KindSummary], views: dict[str, accuracy.KindSummary]
 ) -> None:
-    # All four were met since NCCL latencies, the prefill sum and logits-vs-recompute; training's worst is 1.54x
-    # (not met) since the large-run points of issue #12, and serving's since the MoE rows of issue #13 (2.42x), both
-    # held by REACHED_WORST until the physics closes the gap. Dense serving alone stays met.
-    for kind in ["latency", "memory"]:
+    # All four were met since NCCL latencies, the prefill sum and logits-vs-recompute; training's worst was 1.54x
+    # with the large-run points of issue #12 until GEMMs and attention got their kernel efficiencies. Serving's worst
+    # is the MoE rows' of issue #13 (2.75x), held by REACHED_WORST until the physics closes the gap; dense serving
+    # alone stays met.
+    for kind in ["latency", "training throughput", "memory"]:
         k = summary[kind]
         assert k.median_abs_error_unflagged <= k.target_median, kind
         assert k.worst_ratio_unflagged <= accuracy.WORST_RATIO_TARGET, kind
@@ -144,7 +149,8 @@ def test_training_is_reported_per_scale_band(rows: list[accuracy.Row]) -> None:
     bands = {b.band: b for b in accuracy.band_summary(rows, measurements, settings)}
     assert list(bands) == ["<=64 GPUs", "65-1,024", ">1,024"]
     assert all(b.cases >= 3 for b in bands.values())  # every band holds unflagged runs
-    assert bands[">1,024"].worst_ratio <= 1.5
+    for band in bands.values():  # issue #12's targets hold in every band, not only overall
+        assert band.median_abs_error <= 0.10 and band.worst_ratio <= accuracy.WORST_RATIO_TARGET, band.band
     # Every point is expressible: the CP 2-8 (8B, 405B) and interleaved 405B runs are predicted, not waiting.
     assert sum(b.not_expressible for b in bands.values()) == 0
     predicted = {r.id for r in rows}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import memory
+from clusterplan.physics import kernels, memory
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.training import estimate_training, model_flops_per_token
 from clusterplan.physics.types import TrainingEstimate
@@ -28,12 +28,18 @@ def test_single_gpu_step_is_flops_over_rate_plus_optimizer() -> None:
     work = TrainingWorkload(kind="training", tokens=1e9, deadline=86400, sequence_length=1024, global_batch_tokens=1024)
     a = Assumptions(training_mfu=0.45, architecture_compute_fraction={"hopper": 0.8})
     e = train(LLAMA2_7B, H100, dp=1, zero=0, recompute="none", work=work, a=a)
-    rate = 989.5e12 * 0.45 * 0.8  # training_mfu x the Hopper compute fraction
-    compute = model_flops_per_token(LLAMA2_7B, 1024) * 1024 / rate
+    rate = 989.5e12 * 0.45 * 0.8  # training_mfu x the Hopper compute fraction: the large-GEMM plateau
+    # GEMMs at the share of the plateau their shapes reach (1,024 rows); the attention core (12·l·s·d counted)
+    # instead runs causal: l·s/2 pairs per token at FlashAttention's 4 + 10 FLOPs, at 35% of the BF16 peak on Hopper.
+    fraction = kernels.model_gemm_fraction(LLAMA2_7B, 1024, 1, kernels.HOPPER_GEMM)
+    core = 12.0 * 32 * 1024 * 4096
+    attention = 32 * 512 * 4096 * (4.0 + 10.0) / (989.5e12 * 0.35)
+    compute = ((model_flops_per_token(LLAMA2_7B, 1024) - core) / (rate * fraction) + attention) * 1024
+    assert 0.7 < fraction < 0.9
     assert e.compute_time_s == pytest.approx(compute)
     assert e.exposed_comm_time_s == 0
     assert e.step_time_s > e.compute_time_s  # plus the memory-bound optimizer update
-    assert e.mfu < 0.45 * 0.8 and e.mfu > 0.2
+    assert 0.15 < e.mfu < 0.45 * 0.8 * fraction  # the optimizer update and the attention core below the plateau
     assert not e.feasible  # 7B x 18 B/param on one 80 GB GPU
 
 

@@ -159,9 +159,10 @@ def test_default_plan_states_its_odds_and_flags_the_deadline(plans: dict[str, An
     train = next(w for w in d1.workloads if w.kind == "training")
     assert odds.predicted == pytest.approx(train.time_to_train_s)  # nothing derated
     assert odds.target == train.deadline_s
-    # 56.7 of 60 days: inside the model's error. Below even odds since the training error table holds the large-run
-    # points (issue #12), where the model predicts training 11% fast on average (bias ln 0.114).
-    assert 0.2 < odds.probability < 0.5 and odds.within_error
+    # 58.3 of 60 days: inside the model's error. A little better than even odds: the training error table is close to
+    # unbiased (bias +0.8%) since GEMM shapes and the attention kernel have their own efficiencies (issue #12); it was
+    # below even odds while the model predicted training 11% fast on average.
+    assert 0.5 < odds.probability < 0.75 and odds.within_error
     figures = {(o.workload, o.figure) for o in d1.odds}
     assert figures == {("pretrain", "time_to_train"), ("product", "throughput"), ("product", "p95_latency")}
 

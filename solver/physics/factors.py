@@ -53,6 +53,8 @@ def _pc(dc: float, ws: float, co: float) -> PerClass:
 
 DEFAULT_ENGINE = "vllm"
 ENGINE_FACTORS = ("memory_bandwidth_efficiency", "compute_efficiency", "decode_step_overhead_s", "moe_gemm_efficiency")
+# Fused attention on an architecture attention_kernel_efficiency does not list (provisional: below FA2 on A100).
+ATTENTION_KERNEL_DEFAULT = 0.45
 SPECULATIVE_COST_FRACTION = {"draft": 0.1, "eagle": 0.05, "mtp": 0.03}  # see SpeculativeDecoding.cost_fraction
 
 
@@ -159,11 +161,13 @@ class Assumptions(BaseModel):
         "in prefill their time adds to the weight stream's, Calculon's no_overlap mode)",
     )
     training_mfu: PerClass = Field(
-        default_factory=lambda: _pc(0.70, 0.62, 0.77),
-        description="achieved fraction of dense peak on the FLOPs training executes (recompute included), before "
-        "exposed communication. Fitted by bench/accuracy.py: datacenter 0.70 on 10 llm-foundry and torchtune "
-        "A100/H100 runs (with the Hopper fraction), consumer 0.77 on one torchtune RTX 4090 QLoRA run at desktop "
-        "clocks; workstation has no usable data: the datacenter fit x the provisional ratio 0.40/0.45",
+        default_factory=lambda: _pc(0.78, 0.69, 0.85),
+        description="achieved fraction of dense peak a large GEMM reaches in training (the plateau: smaller GEMMs "
+        "reach the share physics/kernels.py gives their M, N, K; the attention core runs at "
+        "attention_kernel_efficiency), before exposed communication. Fitted by bench/accuracy.py: datacenter 0.78 on "
+        "17 llm-foundry, torchtune and Megatron-LM A100/H100 runs (with the Hopper fraction), consumer 0.85 on two "
+        "torchtune RTX 4090 runs at desktop clocks; workstation has no usable data: the datacenter fit x the "
+        "provisional ratio 0.40/0.45",
     )
     link_efficiency: float = Field(
         0.70, gt=0, le=1, description="achieved fraction of link bandwidth (Calculon NVLink 0.65, IB 0.9)"
@@ -294,6 +298,15 @@ class Assumptions(BaseModel):
         "reaches, by catalog architecture name; unlisted architectures 1.0. Fitted by bench/accuracy.py: H100/H200 "
         "serving and training against the A100 ones (0.839); Blackwell (B200, B300, GB200, GB300) has its own entry, "
         "inherited from Hopper and provisional: no fair public Blackwell measurement is in bench/data",
+    )
+    attention_kernel_efficiency: dict[str, float] = Field(
+        default_factory=lambda: {"Ampere": 0.60, "Ada Lovelace": 0.60, "Hopper": 0.35, "Blackwell": 0.55},
+        description="achieved share of dense BF16 peak of the fused attention kernel (FlashAttention) in training, "
+        "forward and backward, on the FLOPs it executes (causal: half the pairs; backward recomputes the scores), by "
+        "catalog architecture name; unlisted architectures 0.45. Ampere: FlashAttention-2 fwd+bwd 50-73% of A100 peak (Dao 2023, arXiv:2307.08691 §4.1); Ada "
+        "inherits it (same sm80 kernels, provisional); Hopper: FlashAttention-2, the kernel llm-foundry and "
+        "PyTorch SDPA's flash backend run, 35% of H100 peak (Shah et al. 2024, arXiv:2407.08608 §1; FlashAttention-3 "
+        "reaches 75% forward: set 0.55 for a framework on FA3/cuDNN); Blackwell provisional (no fair measurement)",
     )
     fp8_matmul_fraction: float = Field(
         0.88,
@@ -443,6 +456,11 @@ class Assumptions(BaseModel):
         fraction = by_name.get(architecture.casefold(), 1.0)
         # FP4 matmuls get FP8's achieved share of peak too: no fair public FP4 GEMM sweep was found (provisional).
         return fraction * (self.fp8_matmul_fraction if precision in ("fp8", "fp4") else 1.0)
+
+    def attention_fraction(self, architecture: str) -> float:
+        """Share of dense BF16 peak the fused attention kernel reaches on one architecture (name, any case)."""
+        by_name = {name.casefold(): value for name, value in self.attention_kernel_efficiency.items()}
+        return by_name.get(architecture.casefold(), ATTENTION_KERNEL_DEFAULT)
 
     def overridden(self) -> list[str]:
         """Names of the factors a requirement set explicitly."""

@@ -13,7 +13,9 @@
   ``--num-layers-per-virtual-pipeline-stage``): CP ranks hold ``s/cp`` tokens of each sequence and shard ZeRO
   state with the DP ranks; full recompute of ``N`` of each stage's layers (``--recompute-num-layers``).
 * Step: ``m + (p - 1)/v`` micro-batch slots of the most loaded stage (bubble ``(p-1)/(v·m)`` of the ideal time,
-  Narayanan et al. 2021 §2.2), each at ``training_mfu x dense peak x clock fraction``, plus the communication no
+  Narayanan et al. 2021 §2.2), each with its GEMMs at ``training_mfu x dense peak x clock fraction`` times the share
+  their shapes reach and the attention core at its own kernel's rate (:func:`_compute_split`,
+  :mod:`clusterplan.physics.kernels`), plus the communication no
   compute hides, per kind (:func:`_exposed_comm`: TP overlapped with GEMMs on Hopper+, CP ring exchanges beside
   attention, PP sends, DP/ZeRO collectives beside backward/forward), and the optimizer update (memory-bound).
 """
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, moe, optimizer_memory, params
+from clusterplan.physics import kernels, memory, moe, optimizer_memory, params
 from clusterplan.physics.comm import (
     NO_LINK,
     Link,
@@ -58,6 +60,15 @@ ACTIVATION_BYTES = 2.0
 # (torchtune CEWithChunkedOutputLoss, Megatron-LM fused vocab-parallel cross-entropy, Liger fused linear CE).
 TRAINING_LOGIT_BYTES = 2.0
 GRAD_BYTES = 4.0  # fp32 main gradients are what gets reduced (Megatron-LM default for bf16)
+
+
+def reduced_grad_bytes(precision: str) -> float:
+    """Bytes per gradient the data-parallel reduction moves: fp32 main gradients, except fp16 training, which
+    Megatron-LM reduces in fp16 unless asked (``arguments.py``: bf16 forces ``accumulate_allreduce_grads_in_fp32``,
+    fp16 leaves it off by default)."""
+    return 2.0 if precision == "fp16" else GRAD_BYTES
+
+
 DEQUANT_BYTES_PER_PARAM = memory.NF4_BYTES_PER_PARAM + 2.0 + 2.0  # read NF4, write and re-read bf16
 
 
@@ -530,6 +541,7 @@ def _exposed_comm(
     moe_layers: int = 0,
     moe_recomputed: int = 0,
     shared_window_s: float = 0.0,
+    grad_bytes_per_param: float = GRAD_BYTES,
 ) -> ExposedComm:
     """Each kind of training communication and the part of it no compute hides.
 
@@ -610,7 +622,7 @@ def _exposed_comm(
                 return dense_gather(total_bytes)
             return dense_gather(total_bytes * (1.0 - expert_share)) + expert_gather(total_bytes * expert_share)
 
-        grad_bytes = trainable * GRAD_BYTES
+        grad_bytes = trainable * grad_bytes_per_param
         bucket = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * group)
         last = min(1.0, bucket / trainable) if trainable > 0 else 1.0
         bwd = t_micro * (1.0 - fwd_share)
@@ -659,6 +671,59 @@ def _dp_gather(
         return min(ring, hierarchical_allgather_s(total_bytes, group, members, intra, per_nic, eff))
 
     return gather
+
+
+@dataclass(frozen=True)
+class ComputeSplit:
+    """Compute seconds per token on one GPU holding the whole model (divide by TP, scale by the stage's share)."""
+
+    gemm_s: float  # every matmul but the attention core, at the training GEMM rate for its shapes
+    attention_s: float  # the attention core (:func:`clusterplan.physics.kernels.attention_core_s_per_token`)
+    gemm_fraction: float  # share of the large-GEMM plateau the model's GEMMs reach at this shape
+    attention_flops_per_s: float  # the fused attention kernel's rate
+
+
+def _compute_split(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    a: Assumptions,
+    *,
+    seq: float,
+    tokens: float,
+    tp: int,
+    hw_flops: float,
+    rate: float,
+    recompute: str,
+    recompute_fraction: float,
+    bytes_per_s: float,
+) -> ComputeSplit:
+    """GEMMs at ``rate`` (the plateau: ``training_mfu``) times their shape's share (:mod:`kernels`), and the
+    attention core at its own kernel's rate, on the FLOPs it executes; ``tokens`` = rows of each GEMM."""
+    width = attention_width(arch)
+    span = attention_span_tokens(arch, seq)
+    # Forward passes of the attention core repeated: full recompute of that share of layers; selective recompute
+    # without FlashAttention repeats it (with FlashAttention the kernel's own backward already does).
+    repeats = recompute_fraction if recompute == "full" else (1.0 if recompute == "selective" else 0.0)
+    flash = a.flash_attention
+    if flash and recompute == "selective":
+        repeats = 0.0
+    core_flops = span * width * (12.0 + 4.0 * repeats)  # what hardware_flops_per_token counts for the core
+    fraction = kernels.model_gemm_fraction(arch, tokens, tp, kernels.gemm_curve(gpu.architecture))
+    gemm_rate = rate * fraction
+    attention_rate = (
+        peak_tflops(gpu, "bf16") * 1e12 * a.attention_fraction(gpu.architecture)
+        * a.sustained_clock_fraction.of(gpu.gpu_class)
+    )  # fmt: skip
+    if attention_rate <= 0:
+        attention_rate = rate
+    attention = kernels.attention_core_s_per_token(
+        arch, seq, forward_repeats=repeats, flash=flash, attention_flops_per_s=attention_rate,
+        gemm_flops_per_s=rate, bytes_per_s=bytes_per_s,
+    )  # fmt: skip
+    gemm = max(hw_flops - core_flops, 0.0) / gemm_rate
+    return ComputeSplit(
+        gemm_s=gemm, attention_s=attention, gemm_fraction=fraction, attention_flops_per_s=attention_rate
+    )
 
 
 def estimate_training(
@@ -722,7 +787,11 @@ def estimate_training(
     stage_fraction = layers / arch.layers
     bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
     local_seq = seq / cp  # tokens of each sequence on one CP rank
-    t_micro = hw_flops * micro_batch * local_seq * stage_fraction / tp / rate
+    compute = _compute_split(
+        arch, gpu, a, seq=seq, tokens=micro_batch * local_seq, tp=tp, hw_flops=hw_flops, rate=rate,
+        recompute=recompute, recompute_fraction=recompute_fraction, bytes_per_s=bw,
+    )  # fmt: skip
+    t_micro = (compute.gemm_s + compute.attention_s) * micro_batch * local_seq * stage_fraction / tp
     # Routed experts run as grouped GEMMs at the busiest EP rank's pace (physics/moe.py training section).
     routed_share = moe.routed_active_params(arch) * (
         (6.0 if method == "full" else 4.0) + (2.0 * recompute_fraction if recompute == "full" else 0.0)
@@ -737,23 +806,24 @@ def estimate_training(
     compute_time = slots * t_micro
     bubble = pipeline_bubble_fraction(pp, micro_batches, vpp)
     # Shares of a micro-batch's compute: the forward (2N + 4·l·s·d_attn of the executed FLOPs), and the GEMMs
-    # (everything but the attention core), what the communication below can hide behind.
+    # (everything but the attention core, by time), what the communication below can hide behind.
     n_matmul = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
     attn_fwd = 4.0 * arch.layers * seq * attention_width(arch)
     fwd_share = min(1.0, (2.0 * n_matmul + attn_fwd) / hw_flops)
-    gemm_share = max(0.0, 1.0 - attn_fwd * (3.0 + recompute_fraction) / hw_flops)
+    gemm_share = compute.gemm_s / (compute.gemm_s + compute.attention_s)
 
     # Communication, each kind exposed as the frameworks overlap it.
     eff = a.link_efficiency
     exposed = _exposed_comm(
         arch, gpu, a, tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, node=node, zero_stage=zero_stage, layers=layers,
         recomputed=recomputed, micro_batch=micro_batch, micro_batches=micro_batches, local_seq=local_seq,
-        slots=slots, t_micro=t_micro, rate=rate, fwd_share=fwd_share, gemm_share=gemm_share,
+        slots=slots, t_micro=t_micro, rate=compute.attention_flops_per_s, fwd_share=fwd_share, gemm_share=gemm_share,
         trainable=trainable, gathered_bytes=gathered_bytes, w_b=w_b, recompute=recompute, eff=eff,
         ep=ep, expert_trainable=ph.expert_trainable, expert_dp=ph.expert_dp, moe_layers=ph.moe_layers,
         moe_recomputed=round(ph.moe_layers * recompute_fraction),
         shared_window_s=(3.0 + recompute_fraction) * ph.moe_layers * 2.0 * moe.shared_expert_params(arch)
         * micro_batch * local_seq / tp / rate,
+        grad_bytes_per_param=reduced_grad_bytes(precision),
     )  # fmt: skip
     if exposed.tp_overlapped:
         notes.append("tensor-parallel collectives overlapped with GEMMs (userbuffers, Megatron --tp-comm-overlap)")
