@@ -217,6 +217,8 @@ class Row(BaseModel):
     detail: str = ""
     gpus: int = Field(1, description="GPUs of the measured run (the scale band)")
     moe: bool = Field(False, description="the model is a mixture of experts (the MoE serving view)")
+    architecture: str = Field("", description="the GPU's catalog architecture (Ampere, Hopper, Blackwell)")
+    precision: str = Field("", description="the weight precision the setting reads (serving), else ''")
 
     @property
     def error(self) -> float:
@@ -468,7 +470,8 @@ def evaluate(
             id=m.id, kind=kind, scenario=s.scenario, engine=s.engine, gpu_class=gpu.gpu_class,
             gpu=gpu.id, model=model_of(m, s, catalog).name if s.architecture else catalog.model(s.model or m.model).id,
             predicted=predicted, measured=measured, unit=unit, flags=s.flags, detail=detail, gpus=m.gpu_count,
-            moe=model_of(m, s, catalog).moe_experts > 1,
+            moe=model_of(m, s, catalog).moe_experts > 1, architecture=gpu.architecture,
+            precision=s.quant if s.scenario != "training" else "",
         )  # fmt: skip
         rows.append(row)
     return rows
@@ -543,7 +546,8 @@ class Knob(BaseModel):
 
 
 def knobs_with_data(rows: list[Row]) -> list[Knob]:
-    """Every factor some unflagged measurement depends on: per engine and GPU class, per training class, Hopper."""
+    """Every factor some unflagged measurement depends on: per engine and GPU class, per training class, Hopper and
+    Blackwell."""
     clean = [r for r in rows if not r.flagged]
     out: list[Knob] = []
     for engine in ENGINES:
@@ -563,6 +567,8 @@ def knobs_with_data(rows: list[Row]) -> list[Knob]:
         if any(r.kind == "training throughput" and r.gpu_class == cls for r in clean):
             out.append(Knob(path=("training_mfu", cls), lo=0.1, hi=1.0))
     out.append(Knob(path=("architecture_compute_fraction", "Hopper"), lo=0.4, hi=1.0))
+    if any(r.architecture == "Blackwell" for r in clean):  # its own share, so a refit keeps it off the class factors
+        out.append(Knob(path=("architecture_compute_fraction", "Blackwell"), lo=0.3, hi=1.0))
     return out
 
 
@@ -823,6 +829,33 @@ def _family(gpu: str) -> str:
     return load_catalog([]).gpu(gpu).architecture
 
 
+def dense_by_architecture(rows: list[Row]) -> list[str]:
+    """Dense serving throughput per GPU architecture and weight precision (the error the class factors leave)."""
+    dense = view_rows(rows, "dense serving throughput")
+    out = ["", "## Dense serving by architecture", ""]
+    out.append(
+        "Dense serving throughput, unflagged, per GPU architecture and the precision its matmuls run at "
+        "(`architecture_compute_fraction`, `fp8_matmul_fraction`, `fp4_matmul_fraction`; `docs/model.md` section 9)."
+    )
+    out += [
+        "",
+        "| architecture | GPUs | precision | cases | median signed error | median abs error | worst |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in dense:
+        if not r.flagged:
+            groups.setdefault((r.architecture, r.precision), []).append(r)
+    for (architecture, precision), mine in sorted(groups.items()):
+        gpus = ", ".join(sorted({r.gpu for r in mine}))
+        worst = max(mine, key=lambda r: r.ratio)
+        out.append(
+            f"| {architecture} | {gpus} | {precision} | {len(mine)} | {statistics.median(r.error for r in mine):+.1%} | "
+            f"{statistics.median(abs(r.error) for r in mine):.1%} | {worst.ratio:.2f}x (`{worst.id}`) |"
+        )
+    return out
+
+
 def moe_section(rows: list[Row]) -> list[str]:
     """Mixture-of-experts serving on its own: its summary, its error per model and GPU, and its rows."""
     moe_rows = view_rows(rows, "MoE serving")
@@ -836,8 +869,9 @@ def moe_section(rows: list[Row]) -> list[str]:
         "an EP run's routed load carries `moe.routing_skew` (aiconfigurator-core's power-law over balanced MoE "
         "kernel latency). The later perf-overview page states each layout (DEPn: attention DP, experts over n GPUs); "
         "the v1.0 page states none, read the same way, and neither states the KV-cache precision: "
-        "`bench/data/settings.yaml` says which readings and why. Blackwell rows are flagged: the v1.0 page's dense "
-        "B200 rows come out 17-59% fast, so they cannot separate MoE error from Blackwell error. Targets as for serving: "
+        "`bench/data/settings.yaml` says which readings and why. Blackwell rows were flagged until the same pages' "
+        "dense B200/GB200 rows were calibrated (the Blackwell compute share and the FP4 matmul share, from "
+        "aiconfigurator-core 0.12.0's GEMM tables); they are scored with the others now. Targets as for serving: "
         "median <= 15%, worst <= 1.5x. These rows are also counted in the serving throughput line of the summary; "
         "`catalog/model_error.yaml` takes serving throughput from dense models only until this section meets "
         "its targets."
@@ -940,6 +974,7 @@ def markdown(
                 f"{_md_value(r.predicted, r.unit)} | {_md_value(r.measured, r.unit)} | {UNIT_HEADER[r.unit]} | "
                 f"{r.error:+.1%} | {r.detail} |"
             )
+    out += dense_by_architecture(rows)
     out += moe_section(rows)
     out += ["", "## Flagged cases", ""]
     for r in rows:

@@ -293,11 +293,14 @@ class Assumptions(BaseModel):
         "queueing model (1: exponential-like output lengths; Allen-Cunneen)",
     )
     architecture_compute_fraction: dict[str, float] = Field(
-        default_factory=lambda: {"Hopper": 0.84, "Blackwell": 0.84},
+        default_factory=lambda: {"Hopper": 0.84, "Blackwell": 0.66},
         description="share of the class compute factors (compute_efficiency, training_mfu) an architecture "
         "reaches, by catalog architecture name; unlisted architectures 1.0. Fitted by bench/accuracy.py: H100/H200 "
-        "serving and training against the A100 ones (0.839); Blackwell (B200, B300, GB200, GB300) has its own entry, "
-        "inherited from Hopper and provisional: no fair public Blackwell measurement is in bench/data",
+        "serving and training against the A100 ones (0.839). Blackwell (B200, B300, GB200, GB300): Hopper's 0.84 x "
+        "0.79, the share of peak B200/GB200 GEMMs reach against H100/H200's in aiconfigurator-core 0.12.0's "
+        "TensorRT-LLM 1.3.0rc20 tables (systems/data/*/gemm/trtllm/1.3.0rc20/gemm_perf.parquet, M >= 4096, N and K "
+        "4096-16384, median: BF16 0.63 vs 0.80, FP8 0.48 vs 0.61); 50 dense B200/GB200 perf-overview rows agree "
+        "(docs/model.md section 9)",
     )
     attention_kernel_efficiency: dict[str, float] = Field(
         default_factory=lambda: {"Ampere": 0.60, "Ada Lovelace": 0.60, "Hopper": 0.35, "Blackwell": 0.55},
@@ -314,6 +317,15 @@ class Assumptions(BaseModel):
         le=1,
         description="achieved FP8 matmul rate as a share of the BF16 one, relative to their datasheet peaks "
         "(H100 SXM maximum achievable matmul FLOPS: FP8 70.9% of peak, BF16 80.3%; stas00/ml-engineering)",
+    )
+    fp4_matmul_fraction: float = Field(
+        0.69,
+        gt=0,
+        le=1,
+        description="achieved FP4 (NVFP4) matmul rate as a share of the BF16 one, relative to their datasheet peaks: "
+        "fp8_matmul_fraction x 0.785, NVFP4's share of peak against FP8's on B200/GB200 in aiconfigurator-core "
+        "0.12.0's TensorRT-LLM 1.3.0rc20 GEMM tables (median 0.38 vs 0.48 at M >= 4096; B300/GB300's tables reach "
+        "0.58 of FP8's share against their 1.5x FP4 peak: provisional there)",
     )
     gqa_shared_kv_reads: bool = Field(
         True,
@@ -454,8 +466,12 @@ class Assumptions(BaseModel):
         """Multiplier on a class's compute factor for one architecture (name, any case) and matmul precision."""
         by_name = {name.casefold(): value for name, value in self.architecture_compute_fraction.items()}
         fraction = by_name.get(architecture.casefold(), 1.0)
-        # FP4 matmuls get FP8's achieved share of peak too: no fair public FP4 GEMM sweep was found (provisional).
-        return fraction * (self.fp8_matmul_fraction if precision in ("fp8", "fp4") else 1.0)
+        # Low-precision matmuls reach a smaller share of their (2x, 4x) peaks than BF16 ones (fp8/fp4 fractions).
+        if precision == "fp8":
+            return fraction * self.fp8_matmul_fraction
+        if precision == "fp4":
+            return fraction * self.fp4_matmul_fraction
+        return fraction
 
     def attention_fraction(self, architecture: str) -> float:
         """Share of dense BF16 peak the fused attention kernel reaches on one architecture (name, any case)."""
