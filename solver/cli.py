@@ -11,6 +11,7 @@ locale, ``PYTHONIOENCODING=ascii``): such a character is written as a backslash 
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -152,7 +153,15 @@ def _register_commands() -> None:
 _register_commands()
 
 
+# Allocations between two collections of the youngest generation in a command (Python's default: 700).
+GC_THRESHOLD = 100_000
+
+
 def main() -> None:
+    # A command is one short process: what it has imported lives until it exits, so the cyclic collector need
+    # not walk it again (freeze), and collecting every 700 allocations cost ~3% of a solve (320 collections).
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
     safe_streams()
     try:
         app()
