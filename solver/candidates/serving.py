@@ -291,9 +291,9 @@ def _layouts(
             point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
             if ep > 1 or attention_dp:
                 point |= {"ep": ep, "attention_dp": attention_dp}
-            max_batch = memo.max_batch(arch, spec, w, **point)
+            max_batch = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
             if max_batch < 1:
-                est = memo.estimate(arch, spec, w, batch=1, **point)
+                est = memo.estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
                 reasons = hard_reasons(est.why_not)
                 fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
                 entries.append(excluded(gid, reasons[0] if reasons else fallback))
@@ -305,7 +305,7 @@ def _layouts(
             # min-latency objective also gets batch 1.
             top = evaluate.serving_batch(max_batch)
             for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
-                est = memo_est = memo.estimate(arch, spec, w, batch=batch, **point)
+                est = memo_est = memo.estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
                 if of_category(est.why_not, ReasonCategory.LINK):
                     # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
                     est = est.model_copy(update={"feasible": True, "why_not": []})
@@ -546,10 +546,10 @@ def _pool_shapes(
             if hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv)):
                 continue
             point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
-            top = memo.max_batch(arch, spec, w, **point)
+            top = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
             if top < 1:
                 continue
-            est = memo.estimate(arch, spec, w, batch=evaluate.serving_batch(top), **point)
+            est = memo.estimate(arch, spec, w, batch=evaluate.serving_batch(top), **point)  # type: ignore[arg-type]
             if hard_reasons(est.why_not):
                 continue
             out.append(
