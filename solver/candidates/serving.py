@@ -94,10 +94,10 @@ class ServingPhysics:
     decode_loads: dict[int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad]]] = field(
         default_factory=dict
     )
-    # Per (GPU types, limits, keep_latency, derating): the operating points and exclusions of every layout
-    # (:func:`_layouts`), which only the rate search of each point reads the targets past.
+    # Per (GPU types and limits as the layouts read them, keep_latency, derating): the operating points and
+    # exclusions of every layout (:func:`_layouts`); of the workload, only the rate searches read the targets.
     layouts: dict[Hashable, Layouts] = field(default_factory=dict)
-    # Per (GPU types, limits, derating): the pool shapes that fit (:func:`_pool_shapes`).
+    # Per (GPU types and limits as the layouts read them, derating): the pool shapes that fit (:func:`_pool_shapes`).
     pool_shapes: dict[Hashable, list[PoolShape]] = field(default_factory=dict)
 
     def max_batch(
@@ -250,6 +250,15 @@ def _quant_shapes(spec: GpuSpec, g: GpuType) -> list[tuple[str, int, int]]:
     )
 
 
+def _layout_key(gpus: dict[str, GpuType], limits: Limits) -> Hashable:
+    """What the layouts read of the GPU types and the limits (not prices or budgets: a sweep over them reuses one)."""
+    return (
+        tuple(sorted((gid, replace(g, price_usd=None)) for gid, g in gpus.items())),
+        limits.allowed_gpus,
+        limits.quantizations,
+    )
+
+
 def _layouts(
     w: ServingWorkload,
     arch: ModelArchitecture,
@@ -357,7 +366,7 @@ def serving_candidates(
     cross = (not allow_mixed) or w.redundancy == 0
     skip_dominated = cross and not keep_latency
     memo = physics if physics is not None else ServingPhysics()
-    key = (tuple(sorted(gpus.items())), limits, keep_latency, derate)
+    key = (_layout_key(gpus, limits), keep_latency, derate)
     layouts = memo.layouts.get(key)
     if layouts is None:
         layouts = memo.layouts[key] = _layouts(w, arch, catalog, gpus, limits, assumptions, keep_latency, derate, memo)
@@ -475,7 +484,7 @@ def pool_candidates(
 
     out: list[ServingRow] = []
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
-    key = (tuple(sorted(gpus.items())), limits, derate)
+    key = (_layout_key(gpus, limits), derate)
     shapes = memo.pool_shapes.get(key)
     if shapes is None:
         shapes = memo.pool_shapes[key] = _pool_shapes(w, arch, catalog, gpus, limits, assumptions, derate, memo)
