@@ -75,3 +75,38 @@ def test_probe_sees_the_solver_import() -> None:
     code, modules = loaded_modules(["solve", str(example("7b-chat-serving"))])
     assert code == 0
     assert "ortools" in modules and "pydantic" in modules
+
+
+def test_commands_are_built_when_used_and_all_listed() -> None:
+    """The root group builds a command's click form only when it is looked up (a solve does not pay for the
+    other ten), and still lists every module's command, groups last, with its help in ``--help``."""
+    import importlib
+    import pkgutil
+
+    import typer
+    import typer.main
+    from typer.testing import CliRunner
+
+    import clusterplan.commands as commands
+    from clusterplan.cli import app
+
+    holder = typer.Typer()
+    for info in pkgutil.iter_modules(commands.__path__):
+        register = getattr(importlib.import_module(f"clusterplan.commands.{info.name}"), "register", None)
+        if register is not None:
+            register(holder)
+    expected = {typer.main.get_command_name(c.callback.__name__) for c in holder.registered_commands if c.callback}
+    expected |= {g.name for g in holder.registered_groups if g.name}
+
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group)
+    assert set(group.list_commands(ctx)) == expected  # type: ignore[attr-defined]
+    assert group.list_commands(ctx)[-1] == "catalog"  # type: ignore[attr-defined]  # a group, listed after commands
+    assert not group.commands  # type: ignore[attr-defined]  # nothing built yet
+    assert group.get_command(ctx, "solve") is not None  # type: ignore[attr-defined]
+    assert set(group.commands) == {"solve"}  # type: ignore[attr-defined]
+
+    out = CliRunner().invoke(app, ["--help"], terminal_width=200).output
+    for name in expected:
+        assert name in out
+    assert "Plan: the cheapest feasible GPU cluster designs" in out  # a command's help line

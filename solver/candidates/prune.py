@@ -115,19 +115,19 @@ def _offering_cost_usd(o: Offering, horizon_months: float) -> float | None:
 
 
 def _standalone_usd(
-    row: ServingRow, demand_rps: float, with_targets: bool, offerings: Sequence[Offering], h: float
+    row: ServingRow, demand_rps: float, with_targets: bool, offerings: Sequence[tuple[Offering, float]]
 ) -> float:
     """What serving the whole demand with replicas of ``row`` alone costs at most: its replica count on the
-    cheapest allowed offering of its GPU that hosts its TP groups (inf: none)."""
+    cheapest allowed offering of its GPU that hosts its TP groups (inf: none). ``offerings``: the allowed
+    offerings of the row's GPU type that can be had, each with its cost over the horizon (:func:`_offering_cost_usd`)."""
     rates = [row.rate_nolat_rps, *([row.rate_rps] if with_targets else [])]
     if min(rates) <= 0:
         return math.inf
     gpus = max(math.ceil(demand_rps / r - 1e-9) for r in rates) * row.gpus
     best = math.inf
-    for o in offerings:
-        cost = _offering_cost_usd(o, h)
+    for o, cost in offerings:
         usable = o.tp_capacity(row.tp)
-        if o.gpu_id == row.gpu_id and not o.forbidden_by and cost is not None and usable > 0:
+        if usable > 0:
             best = min(best, math.ceil(gpus / usable) * cost)
     return best
 
@@ -173,9 +173,16 @@ def prune_pool_rows(table: CandidateTable) -> CandidateTable:
     rows = wc.serving_rows()
     d, t = wc.demand_rps, wc.targets.any
 
+    # Per GPU type, its allowed offerings that can be had and their cost, in the table's order.
+    usable: dict[str, list[tuple[Offering, float]]] = {}
+    for o in table.offerings:
+        cost = _offering_cost_usd(o, h)
+        if not o.forbidden_by and cost is not None:
+            usable.setdefault(o.gpu_id, []).append((o, cost))
+
     def cheapest(role: str) -> float:
         allowed = [r for r in rows if r.role == role and not r.forbidden_by]
-        return min((_standalone_usd(r, d, t, table.offerings, h) for r in allowed), default=math.inf)
+        return min((_standalone_usd(r, d, t, usable.get(r.gpu_id, [])) for r in allowed), default=math.inf)
 
     bound = min(cheapest("both"), cheapest("prefill") + cheapest("decode"))
     if not math.isfinite(bound):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,41 @@ TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
 Layout = tuple[str, int, int, str, str, int, bool]  # GPU id, TP, PP, weight and KV precision, EP, attention DP
 
 
+@dataclass(frozen=True, slots=True)
+class OperatingPoint:
+    """One layout at one batch that physics allows: everything its row holds but the rate search's figures."""
+
+    tp: int
+    pp: int
+    quant: str
+    kv_precision: str
+    ep: int
+    attention_dp: bool
+    est: ServingEstimate  # as the row reads it (a link reason waived: the tp_nvlink family decides)
+    memo_est: ServingEstimate  # the memoised estimate (its p95s per rate are memoised by identity)
+    rate_nolat_rps: float
+    forbidden_by: tuple[tuple[str, str], ...]
+    families: frozenset[str]
+
+
+# Candidates considered, and per GPU type (in id order) its operating points and exclusions in visiting order.
+Layouts = tuple[int, tuple[tuple[str, tuple["OperatingPoint | Exclusion", ...]], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolShape:
+    """One pool layout that fits and that no family forbids, with its ceiling rate per role (no targets)."""
+
+    gpu_id: str
+    tp: int
+    pp: int
+    quant: str
+    kv_precision: str
+    est: ServingEstimate
+    prefill_ceiling_rps: float
+    decode_ceiling_rps: float
+
+
 @dataclass
 class ServingPhysics:
     """Memo of one serving workload's per-layout physics (largest batch, estimate at a batch), which its
@@ -59,6 +94,11 @@ class ServingPhysics:
     decode_loads: dict[int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad]]] = field(
         default_factory=dict
     )
+    # Per (GPU types and limits as the layouts read them, keep_latency, derating): the operating points and
+    # exclusions of every layout (:func:`_layouts`); of the workload, only the rate searches read the targets.
+    layouts: dict[Hashable, Layouts] = field(default_factory=dict)
+    # Per (GPU types and limits as the layouts read them, derating): the pool shapes that fit (:func:`_pool_shapes`).
+    pool_shapes: dict[Hashable, list[PoolShape]] = field(default_factory=dict)
 
     def max_batch(
         self,
@@ -210,6 +250,88 @@ def _quant_shapes(spec: GpuSpec, g: GpuType) -> list[tuple[str, int, int]]:
     )
 
 
+def _layout_key(gpus: dict[str, GpuType], limits: Limits) -> Hashable:
+    """What the layouts read of the GPU types and the limits (not prices or budgets: a sweep over them reuses one)."""
+    return (
+        tuple(sorted((gid, replace(g, price_usd=None)) for gid, g in gpus.items())),
+        limits.allowed_gpus,
+        limits.quantizations,
+    )
+
+
+def _layouts(
+    w: ServingWorkload,
+    arch: ModelArchitecture,
+    catalog: Catalog,
+    gpus: dict[str, GpuType],
+    limits: Limits,
+    assumptions: Assumptions,
+    keep_latency: bool,
+    derate: Derate,
+    memo: ServingPhysics,
+) -> Layouts:
+    """Every layout of every GPU type, in the order the rows visit them: an exclusion, or an operating point.
+
+    Nothing here reads the workload's targets or demand, so a retargeted build (the infeasibility analysis,
+    a trade's target search, a latency sweep) reuses it and redoes only the rate searches."""
+    from clusterplan.design import evaluate
+    from clusterplan.physics import rules
+
+    considered = 0
+    per_gpu: list[tuple[str, tuple[OperatingPoint | Exclusion, ...]]] = []
+    for gid in sorted(gpus):
+        spec = catalog.gpus[gid]
+        g = gpus[gid]
+        half = rules.half_precision(spec)
+        combos = [
+            (quant_choice, tp, pp, ep, attention_dp)
+            for quant_choice, tp, pp in _quant_shapes(spec, g)
+            for ep, attention_dp in evaluate.moe_layouts(arch, tp)  # ascending (ep, attention_dp)
+        ]
+        entries: list[OperatingPoint | Exclusion] = []
+        for quant_choice, tp, pp, ep, attention_dp in combos:
+            quant = half if quant_choice == "bf16" else quant_choice
+            kv = _kv_default(quant, w, spec)
+            considered += 1
+            hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
+            if hard:
+                entries.append(excluded(gid, hard[0]))
+                continue
+            point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
+            if ep > 1 or attention_dp:
+                point |= {"ep": ep, "attention_dp": attention_dp}
+            max_batch = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
+            if max_batch < 1:
+                est = memo.estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
+                reasons = hard_reasons(est.why_not)
+                fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
+                entries.append(excluded(gid, reasons[0] if reasons else fallback))
+                continue
+            forbidden = tuple(forbidden_for(g, limits, tp=tp, quant=quant))
+            # The largest batch that fits is the operating point: a larger concurrency cap never
+            # lowers the rate a replica takes within its targets (the running batch follows the
+            # load; the cap only adds room), so it dominates smaller batches for cost. The
+            # min-latency objective also gets batch 1.
+            top = evaluate.serving_batch(max_batch)
+            for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
+                est = memo_est = memo.estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
+                if of_category(est.why_not, ReasonCategory.LINK):
+                    # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
+                    est = est.model_copy(update={"feasible": True, "why_not": []})
+                if not est.feasible:
+                    entries.append(excluded(gid, est.why_not[0]))  # infeasible: at least one reason
+                    continue
+                entries.append(
+                    OperatingPoint(
+                        tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=ep, attention_dp=attention_dp, est=est,
+                        memo_est=memo_est, rate_nolat_rps=evaluate.rate_at_ceiling(est, assumptions, derate),
+                        forbidden_by=forbidden, families=frozenset(f for f, _ in forbidden),
+                    )
+                )  # fmt: skip
+        per_gpu.append((gid, tuple(entries)))
+    return considered, tuple(per_gpu)
+
+
 def serving_candidates(
     index: int,
     w: ServingWorkload,
@@ -233,12 +355,10 @@ def serving_candidates(
     targets or demand (the same rows, faster).
     """
     from clusterplan.design import evaluate
-    from clusterplan.physics import rules
 
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
     rows: list[ServingRow] = []
     excl: list[Exclusion] = []
-    considered = 0
     # Rows another row of the same GPU type dominates are dropped (prune_serving_rows). Shapes are
     # visited from the fewest GPUs up, so a shape whose best possible rate (its rate without
     # targets) is already beaten by copies of a smaller shape is skipped before its latency-target
@@ -246,93 +366,61 @@ def serving_candidates(
     cross = (not allow_mixed) or w.redundancy == 0
     skip_dominated = cross and not keep_latency
     memo = physics if physics is not None else ServingPhysics()
-    for gid in sorted(gpus):
-        spec = catalog.gpus[gid]
-        g = gpus[gid]
-        half = rules.half_precision(spec)
-        combos = [
-            (quant_choice, tp, pp, ep, attention_dp)
-            for quant_choice, tp, pp in _quant_shapes(spec, g)
-            for ep, attention_dp in evaluate.moe_layouts(arch, tp)  # ascending (ep, attention_dp)
-        ]
+    key = (_layout_key(gpus, limits), keep_latency, derate)
+    layouts = memo.layouts.get(key)
+    if layouts is None:
+        layouts = memo.layouts[key] = _layouts(w, arch, catalog, gpus, limits, assumptions, keep_latency, derate, memo)
+    considered, per_gpu = layouts
+    for gid, entries in per_gpu:
         mine: list[ServingRow] = []
-        for quant_choice, tp, pp, ep, attention_dp in combos:
-            quant = half if quant_choice == "bf16" else quant_choice
-            kv = _kv_default(quant, w, spec)
-            considered += 1
-            hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
-            if hard:
-                excl.append(excluded(gid, hard[0]))
+        for entry in entries:
+            if isinstance(entry, Exclusion):
+                excl.append(entry)
                 continue
-            point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
-            if ep > 1 or attention_dp:
-                point |= {"ep": ep, "attention_dp": attention_dp}
-            max_batch = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
-            if max_batch < 1:
-                est = memo.estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
-                reasons = hard_reasons(est.why_not)
-                fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
-                excl.append(excluded(gid, reasons[0] if reasons else fallback))
+            tp, pp, rate_nolat, fams, est = entry.tp, entry.pp, entry.rate_nolat_rps, entry.families, entry.est
+            if skip_dominated and any(
+                a.tp <= tp
+                and a.gpus <= tp * pp
+                and a.forbidding_families <= fams
+                and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= rate_nolat
+                for a in mine
+            ):
                 continue
-            forbidden = tuple(forbidden_for(g, limits, tp=tp, quant=quant))
-            # The largest batch that fits is the operating point: a larger concurrency cap never
-            # lowers the rate a replica takes within its targets (the running batch follows the
-            # load; the cap only adds room), so it dominates smaller batches for cost. The
-            # min-latency objective also gets batch 1.
-            top = evaluate.serving_batch(max_batch)
-            for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
-                est = memo_est = memo.estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
-                if of_category(est.why_not, ReasonCategory.LINK):
-                    # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
-                    est = est.model_copy(update={"feasible": True, "why_not": []})
-                if not est.feasible:
-                    excl.append(excluded(gid, est.why_not[0]))  # infeasible: at least one reason
-                    continue
-                rate_nolat = evaluate.rate_at_ceiling(est, assumptions, derate)
-                fams = frozenset(f for f, _ in forbidden)
-                if skip_dominated and any(
-                    a.tp <= tp
-                    and a.gpus <= tp * pp
-                    and a.forbidding_families <= fams
-                    and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= rate_nolat
-                    for a in mine
-                ):
-                    continue
-                rated = evaluate.serving_rates(
-                    est, w, assumptions, derate, at_load=memo.at_load(memo_est, w, assumptions)
+            rated = evaluate.serving_rates(
+                est, w, assumptions, derate, at_load=memo.at_load(entry.memo_est, w, assumptions)
+            )
+            rate, lat, top_lat = rated.rate_rps, rated.rated, rated.at_ceiling
+            rows.append(
+                ServingRow(
+                    gpu_id=gid,
+                    tp=tp,
+                    pp=pp,
+                    quant=entry.quant,
+                    batch=est.batch,
+                    rate_rps=rate,
+                    rate_nolat_rps=rate_nolat,
+                    kv_precision=entry.kv_precision,
+                    p95_e2e_s=lat.p95_e2e_s,
+                    p95_ttft_s=lat.p95_ttft_s,
+                    p95_tpot_s=lat.p95_tpot_s,
+                    ceiling_p95_e2e_s=top_lat.p95_e2e_s,
+                    ceiling_p95_ttft_s=top_lat.p95_ttft_s,
+                    ceiling_p95_tpot_s=top_lat.p95_tpot_s,
+                    mean_e2e_s=lat.mean_e2e_s,
+                    mean_ttft_s=lat.mean_ttft_s,
+                    mean_tpot_s=lat.mean_tpot_s,
+                    ttft_s=est.ttft_s,
+                    tpot_s=est.tpot_s,
+                    output_tokens_per_s=est.output_tokens_per_s,
+                    memory_gib=est.memory.total_gib,
+                    capacity_gib=est.memory.capacity_gib,
+                    bound=est.bound,
+                    forbidden_by=entry.forbidden_by,
+                    ep=entry.ep,
+                    attention_dp=entry.attention_dp,
                 )
-                rate, lat, top_lat = rated.rate_rps, rated.rated, rated.at_ceiling
-                rows.append(
-                    ServingRow(
-                        gpu_id=gid,
-                        tp=tp,
-                        pp=pp,
-                        quant=quant,
-                        batch=est.batch,
-                        rate_rps=rate,
-                        rate_nolat_rps=rate_nolat,
-                        kv_precision=kv,
-                        p95_e2e_s=lat.p95_e2e_s,
-                        p95_ttft_s=lat.p95_ttft_s,
-                        p95_tpot_s=lat.p95_tpot_s,
-                        ceiling_p95_e2e_s=top_lat.p95_e2e_s,
-                        ceiling_p95_ttft_s=top_lat.p95_ttft_s,
-                        ceiling_p95_tpot_s=top_lat.p95_tpot_s,
-                        mean_e2e_s=lat.mean_e2e_s,
-                        mean_ttft_s=lat.mean_ttft_s,
-                        mean_tpot_s=lat.mean_tpot_s,
-                        ttft_s=est.ttft_s,
-                        tpot_s=est.tpot_s,
-                        output_tokens_per_s=est.output_tokens_per_s,
-                        memory_gib=est.memory.total_gib,
-                        capacity_gib=est.memory.capacity_gib,
-                        bound=est.bound,
-                        forbidden_by=forbidden,
-                        ep=ep,
-                        attention_dp=attention_dp,
-                    )
-                )
-                mine.append(rows[-1])
+            )
+            mine.append(rows[-1])
     if targets.any:
         for gid in sorted(gpus):
             mine = [r for r in rows if r.gpu_id == gid]
@@ -392,16 +480,73 @@ def pool_candidates(
     """One prefill-pool row and one decode-pool row per replica shape that fits (the aggregated rows' shapes,
     at the same batch policy), rated by :mod:`clusterplan.design.pools`. Rows that miss their share of the
     targets even idle are left out (no count of them could serve); the caller prunes dominated shapes."""
-    from clusterplan.design import evaluate, pools
-    from clusterplan.physics import rules
+    from clusterplan.design import pools
 
     out: list[ServingRow] = []
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
+    key = (_layout_key(gpus, limits), derate)
+    shapes = memo.pool_shapes.get(key)
+    if shapes is None:
+        shapes = memo.pool_shapes[key] = _pool_shapes(w, arch, catalog, gpus, limits, assumptions, derate, memo)
+    mine: dict[str, list[ServingRow]] = {"prefill": [], "decode": []}
+    gid = None
+    for shape in shapes:
+        if shape.gpu_id != gid:
+            gid = shape.gpu_id
+            mine = {"prefill": [], "decode": []}
+        tp, pp, est = shape.tp, shape.pp, shape.est
+        for role in ("prefill", "decode"):
+            # As for aggregated rows: a shape whose ceiling rate copies of a smaller kept shape already
+            # reach is dominated; skip its latency-target search (the same table, faster).
+            ceiling = shape.prefill_ceiling_rps if role == "prefill" else shape.decode_ceiling_rps
+            if any(
+                a.tp <= tp and a.gpus <= tp * pp and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= ceiling
+                for a in mine[role]
+            ):
+                continue
+            rated = (
+                pools.prefill_rates(est, arch, catalog.gpus[gid], w, assumptions, derate)
+                if role == "prefill"
+                else pools.decode_rates(est, w, assumptions, derate, at_load=memo.decode_at_load(est, w, assumptions))
+            )
+            if rated.rate_no_targets_rps <= 0 or (targets.any and rated.rate_rps <= 0):
+                continue
+            out.append(
+                ServingRow(
+                    gpu_id=gid, tp=tp, pp=pp, quant=shape.quant, batch=est.batch,
+                    rate_rps=rated.rate_rps, rate_nolat_rps=rated.rate_no_targets_rps, kv_precision=shape.kv_precision,
+                    p95_e2e_s=rated.p95_e2e_s, p95_ttft_s=rated.p95_ttft_s, p95_tpot_s=rated.p95_tpot_s,
+                    ttft_s=rated.ttft_s, tpot_s=rated.tpot_s,
+                    output_tokens_per_s=rated.rate_no_targets_rps * w.output_tokens if role == "decode" else 0.0,
+                    memory_gib=est.memory.total_gib, capacity_gib=est.memory.capacity_gib,
+                    bound="compute" if role == "prefill" else est.bound, role=role,
+                )
+            )  # fmt: skip
+            mine[role].append(out[-1])
+    return out
+
+
+def _pool_shapes(
+    w: ServingWorkload,
+    arch: ModelArchitecture,
+    catalog: Catalog,
+    gpus: dict[str, GpuType],
+    limits: Limits,
+    assumptions: Assumptions,
+    derate: Derate,
+    memo: ServingPhysics,
+) -> list[PoolShape]:
+    """The aggregated rows' shapes a pool replica may take, in the order pool rows visit them: no family forbids
+    the layout (the relaxations price aggregated rows), physics allows it and one sequence fits. Nothing here
+    reads the targets or the demand (a retargeted build reuses it)."""
+    from clusterplan.design import evaluate, pools
+    from clusterplan.physics import rules
+
+    out: list[PoolShape] = []
     for gid in sorted(gpus):
         spec = catalog.gpus[gid]
         g = gpus[gid]
         half = rules.half_precision(spec)
-        mine: dict[str, list[ServingRow]] = {"prefill": [], "decode": []}
         for quant_choice, tp, pp in _quant_shapes(spec, g):
             quant = half if quant_choice == "bf16" else quant_choice
             kv = _kv_default(quant, w, spec)
@@ -416,39 +561,11 @@ def pool_candidates(
             est = memo.estimate(arch, spec, w, batch=evaluate.serving_batch(top), **point)  # type: ignore[arg-type]
             if hard_reasons(est.why_not):
                 continue
-            for role in ("prefill", "decode"):
-                # As for aggregated rows: a shape whose ceiling rate copies of a smaller kept shape already
-                # reach is dominated; skip its latency-target search (the same table, faster).
-                if role == "prefill":
-                    ceiling = pools.prefill_ceiling_rps(est, w, assumptions, derate)
-                else:
-                    ceiling = pools.decode_ceiling_rps(est, w, assumptions, derate)
-                if any(
-                    a.tp <= tp
-                    and a.gpus <= tp * pp
-                    and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= ceiling
-                    for a in mine[role]
-                ):
-                    continue
-                rated = (
-                    pools.prefill_rates(est, arch, spec, w, assumptions, derate)
-                    if role == "prefill"
-                    else pools.decode_rates(
-                        est, w, assumptions, derate, at_load=memo.decode_at_load(est, w, assumptions)
-                    )
+            out.append(
+                PoolShape(
+                    gpu_id=gid, tp=tp, pp=pp, quant=quant, kv_precision=kv, est=est,
+                    prefill_ceiling_rps=pools.prefill_ceiling_rps(est, w, assumptions, derate),
+                    decode_ceiling_rps=pools.decode_ceiling_rps(est, w, assumptions, derate),
                 )
-                if rated.rate_no_targets_rps <= 0 or (targets.any and rated.rate_rps <= 0):
-                    continue
-                out.append(
-                    ServingRow(
-                        gpu_id=gid, tp=tp, pp=pp, quant=quant, batch=est.batch,
-                        rate_rps=rated.rate_rps, rate_nolat_rps=rated.rate_no_targets_rps, kv_precision=kv,
-                        p95_e2e_s=rated.p95_e2e_s, p95_ttft_s=rated.p95_ttft_s, p95_tpot_s=rated.p95_tpot_s,
-                        ttft_s=rated.ttft_s, tpot_s=rated.tpot_s,
-                        output_tokens_per_s=rated.rate_no_targets_rps * w.output_tokens if role == "decode" else 0.0,
-                        memory_gib=est.memory.total_gib, capacity_gib=est.memory.capacity_gib,
-                        bound="compute" if role == "prefill" else est.bound, role=role,
-                    )
-                )  # fmt: skip
-                mine[role].append(out[-1])
+            )  # fmt: skip
     return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import lru_cache
 
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.serving import decode_step_s
@@ -36,6 +37,7 @@ BISECTION_STEPS = 40  # rate resolution 2^-40 of the ceiling
 ROOT_STEPS = 200
 
 
+@lru_cache(maxsize=256)  # latency_at_load asks twice per rate (p95 and mean wait): the recursion runs once
 def erlang_c(servers: int, offered_load: float) -> float:
     """Probability an arrival waits in an M/M/c queue with ``c`` servers and offered load ``a = λ/μ``.
 

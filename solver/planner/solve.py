@@ -16,12 +16,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.errors import ClusterplanError
-from clusterplan.planner import lp_bound
 from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, TimeBudget
 from clusterplan.planner.builder import BuiltModel, Objective, build
 from clusterplan.planner.families import one_shape_restriction
@@ -29,6 +29,10 @@ from clusterplan.planner.families.goals import Bound, Goal
 from clusterplan.planner.families.structure import upper_bound
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.variables import PlanVariables
+
+if TYPE_CHECKING:
+    # GLOP (OR-Tools' linear solver, ~10 ms to import) only for models of RELAXATION_MIN_VARIABLES or more.
+    from clusterplan.planner import lp_bound
 
 Extra = Callable[[cp_model.CpModel, PlanVariables], None]
 
@@ -310,6 +314,8 @@ class Planner:
 
     def _incumbent(self, m: cp_model.CpModel) -> tuple[lp_bound.Relaxation, list[int] | None]:
         """The LP relaxation of ``m`` and a solution of ``m`` found where the LP points (RINS)."""
+        from clusterplan.planner import lp_bound
+
         t0 = time.perf_counter()
         rel = lp_bound.solve_relaxation(m.proto)
         self.budget.charge(LP_UNITS_PER_VARIABLE * len(m.proto.variables))  # by size: GLOP reports no units
@@ -335,6 +341,8 @@ class Planner:
         (:func:`~clusterplan.planner.families.one_shape_restriction`) and the better incumbent kept.
         Returns ``m`` itself when the LP or the incumbent step gives nothing; and the LP, if it solved.
         """
+        from clusterplan.planner import lp_bound
+
         if self.budget.spent():
             return m, None  # no time for the LP: CP-SAT alone, on what is left (nothing)
         rel, best = self._incumbent(m)

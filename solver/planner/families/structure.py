@@ -14,20 +14,10 @@ from collections.abc import Sequence
 
 from ortools.sat.python import cp_model
 
-from clusterplan.candidates.table import CandidateTable, Offering
+from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow
 from clusterplan.planner import scaling
 from clusterplan.planner.variables import PlanVariables
 from clusterplan.units import HOURS_PER_MONTH
-
-
-def thresholds(table: CandidateTable, gpu_id: str) -> list[int]:
-    """TP sizes that matter for packing GPUs of one type: 1 and every TP degree a row of it uses."""
-    ts = {1}
-    for wc in table.workloads:
-        for row in wc.rows:
-            if row.gpu_id == gpu_id:
-                ts.add(row.tp)
-    return sorted(ts)
 
 
 def _gpus_with_rows(table: CandidateTable) -> list[str]:
@@ -50,18 +40,23 @@ def add_capacity(
     (sequential: the same servers are reused one workload after another).
     """
     sequential = table.limits.schedule == "sequential"
+    # The rows of each GPU type, in the order the workloads list them (one pass, not one per type and size).
+    serving_of: dict[str, list[tuple[int, int, ServingRow]]] = defaultdict(list)
+    for wc, r, row in v.serving_rows():
+        serving_of[row.gpu_id].append((wc.index, r, row))
+    training_of: dict[str, list[tuple[int, int, TrainingRow]]] = defaultdict(list)
+    for wc, r, trow in v.training_rows():
+        training_of[trow.gpu_id].append((wc.index, r, trow))
     for gid in _gpus_with_rows(table):
         cloud = table.offerings_of(gid, "cloud")
         owned = table.offerings_of(gid, "owned")
-        for t in thresholds(table, gid):
+        serving = serving_of.get(gid, [])
+        training = training_of.get(gid, [])
+        for t in sorted({1} | {row.tp for _, _, row in serving} | {trow.tp for _, _, trow in training}):
             if t < min_t or (max_t is not None and t > max_t):
                 continue
             # cloud
-            need_cloud = [
-                row.gpus * v.cloud_replicas(wc.index, r)
-                for wc, r, row in v.serving_rows()
-                if row.gpu_id == gid and row.tp >= t and (wc.index, r) in v._xc
-            ]
+            need_cloud = [row.gpus * v.cloud_replicas(w, r) for w, r, row in serving if row.tp >= t and (w, r) in v._xc]
             if need_cloud:
                 cap = sum(o.tp_capacity(t) * v.instances(o) for o in cloud)
                 c = model.add(sum(need_cloud) <= cap)
@@ -69,13 +64,13 @@ def add_capacity(
                     c.only_enforce_if(enforce)
             # owned
             per_workload: dict[int, list[cp_model.LinearExprT]] = defaultdict(list)
-            for wc, r, row in v.serving_rows():
-                if row.gpu_id == gid and row.tp >= t and (wc.index, r) in v._xo:
-                    per_workload[wc.index].append(row.gpus * v.owned_replicas(wc.index, r))
-            for wc, r, trow in v.training_rows():
-                y = v.runs_owned(wc.index, r)
-                if trow.gpu_id == gid and trow.tp >= t and y is not None:
-                    per_workload[wc.index].append(trow.gpus * y)
+            for w, r, row in serving:
+                if row.tp >= t and (w, r) in v._xo:
+                    per_workload[w].append(row.gpus * v.owned_replicas(w, r))
+            for w, r, trow in training:
+                y = v.runs_owned(w, r)
+                if trow.tp >= t and y is not None:
+                    per_workload[w].append(trow.gpus * y)
             if not per_workload:
                 continue
             cap_owned = sum(o.tp_capacity(t) * v.owned_units(o) for o in owned)
@@ -92,8 +87,8 @@ def add_capacity(
 
 def upper_bound(var: cp_model.IntVar) -> int:
     """A variable's largest value (the proto wrapper does not support negative indices)."""
-    dom = list(var.proto.domain)
-    return int(dom[-1])
+    dom = var.proto.domain
+    return int(dom[len(dom) - 1])
 
 
 def _pro_rata(small: Offering, big: Offering) -> bool:
@@ -309,7 +304,8 @@ def add(
         s = v.scales[wc.index]
         rho = s.rate if wc.targets.any else s.rate_nolat
         # One capacity per side of a request (a workload with pool rows: prefill and decode, aggregated rows in both).
-        for side in wc.sides():
+        sides = wc.sides()
+        for side in sides:
             st: list[tuple[int, cp_model.IntVar]] = []
             tt: list[tuple[int, cp_model.IntVar]] = []
             for r, row in enumerate(wc.serving_rows()):
@@ -322,11 +318,11 @@ def add(
                         st.append((c_srv, x))
                         # Headroom (a tie-break): an aggregated replica counts once; a pool replica not at all, so
                         # at equal cost and GPUs the simpler aggregated design is kept.
-                        if row.role == "both" and side == wc.sides()[0]:
+                        if row.role == "both" and side == sides[0]:
                             headroom.append((c_srv, x))
                     if c_thr:
                         tt.append((c_thr, x))
-                if latency_objective and side == wc.sides()[0]:
+                if latency_objective and side == sides[0]:
                     p95_ms.append((scaling.milliseconds_up(row.p95_e2e_s, what="p95"), v.selected(wc.index, r)))
             served_terms.append(st)
             thr_terms.append(tt)
