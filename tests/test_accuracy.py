@@ -192,7 +192,12 @@ def test_factors_are_per_class_engine_or_architecture_never_per_case(rows: list[
     models = {r.model for r in rows}
     knobs = accuracy.knobs_with_data(rows)
     for knob in knobs:
-        assert knob.path[0] in ("engines", "training_mfu", "architecture_compute_fraction"), knob.label
+        assert knob.path[0] in (
+            "engines",
+            "training_mfu",
+            "architecture_compute_fraction",
+            "architecture_training_fraction",
+        ), knob.label
         assert not set(knob.path) & (ids | models), knob.label
     engine_knobs = [k for k in knobs if k.path[0] == "engines"]
     assert engine_knobs  # engines.<engine>.<factor>.<class>: per engine and GPU class, never per case

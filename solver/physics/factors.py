@@ -299,6 +299,24 @@ class Assumptions(BaseModel):
         "serving and training against the A100 ones (0.839); Blackwell (B200, B300, GB200, GB300) has its own entry, "
         "inherited from Hopper and provisional: no fair public Blackwell measurement is in bench/data",
     )
+    architecture_training_fraction: dict[str, float] = Field(
+        default_factory=lambda: {"Hopper": 0.72, "Blackwell": 0.72},
+        description="training's own share of training_mfu an architecture reaches, by catalog architecture name, "
+        "in place of architecture_compute_fraction (which serving keeps); unlisted architectures use "
+        "architecture_compute_fraction. Hopper 0.72 fitted by bench/accuracy.py on the 13 unflagged H100 training "
+        "runs (llm-foundry 8-64 GPUs, Megatron-Core 48-6,144 GPUs; least mean absolute log error): below serving's "
+        "0.84 because the memory-bound work between a training step's GEMMs (norms, activations, dropout, residual "
+        "adds), which the plateau absorbs, weighs ~2x more at H100's FLOP:byte ratio than at A100's; Blackwell "
+        "inherits it (provisional: no fair public Blackwell training measurement is in bench/data)",
+    )
+    network_link_efficiency: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="achieved fraction of the per-GPU inter-node network bandwidth in training collectives and "
+        "pipeline sends (NCCL on InfiniBand: 'for NDR @ 400Gbps you should see 46-48GB/s per NIC', "
+        "NVIDIA/nccl-tests#290; Calculon IB 0.9); NVLink and serving keep link_efficiency",
+    )
     attention_kernel_efficiency: dict[str, float] = Field(
         default_factory=lambda: {"Ampere": 0.60, "Ada Lovelace": 0.60, "Hopper": 0.35, "Blackwell": 0.55},
         description="achieved share of dense BF16 peak of the fused attention kernel (FlashAttention) in training, "
@@ -455,6 +473,14 @@ class Assumptions(BaseModel):
         by_name = {name.casefold(): value for name, value in self.architecture_compute_fraction.items()}
         fraction = by_name.get(architecture.casefold(), 1.0)
         # FP4 matmuls get FP8's achieved share of peak too: no fair public FP4 GEMM sweep was found (provisional).
+        return fraction * (self.fp8_matmul_fraction if precision in ("fp8", "fp4") else 1.0)
+
+    def training_compute_fraction(self, architecture: str, precision: str) -> float:
+        """:meth:`compute_fraction` for training: the architecture's ``architecture_training_fraction`` when listed."""
+        by_name = {name.casefold(): value for name, value in self.architecture_training_fraction.items()}
+        fraction = by_name.get(architecture.casefold())
+        if fraction is None:
+            return self.compute_fraction(architecture, precision)
         return fraction * (self.fp8_matmul_fraction if precision in ("fp8", "fp4") else 1.0)
 
     def attention_fraction(self, architecture: str) -> float:
