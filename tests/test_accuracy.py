@@ -171,6 +171,24 @@ def test_training_is_reported_per_scale_band(rows: list[accuracy.Row]) -> None:
     assert accuracy.measured_value(big)[0] == pytest.approx(20.0, rel=0.01)
 
 
+def test_megatron_core_h100_table_is_read_and_converted_with_its_own_count(rows: list[accuracy.Row]) -> None:
+    """The Megatron-LM README's H100 weak-scaling table (images/model_table.png, Megatron-Core r0.8.0), 9 rows."""
+    table = [m for m in accuracy.load_measurements() if m.id.startswith("trn-mcore-")]
+    assert len(table) == 9 and sum(m.gpu_count > 1024 for m in table) == 4
+    for m in table:
+        # Read off the image twice over: per-GPU TFLOP/s over the 989 TFLOP/s BF16 dense peak is the stated MFU.
+        assert m.value / 989.4 == pytest.approx(m.extra["mfu_percent"] / 100, abs=0.006), m.id
+        assert m.tp * m.pp * m.dp == m.gpu_count, m.id
+    big = next(m for m in table if m.gpu_count == 6144)
+    # core_r0.8.0 num_floating_point_operations per token: 12·l·h²·(2 + s/h + 4) + 6·h·V (MHA, GELU MLP 4h)
+    layers, h, s, v = 112, 18432, 4096, 131072
+    flops = 12 * layers * h * h * (2 + s / h + 4) + 6 * h * v
+    assert accuracy.megatron_core_flops_per_token(big) == pytest.approx(flops)
+    assert accuracy.measured_value(big) == (pytest.approx(459.9e12 / flops), "tokens/s")
+    predicted = {r.id for r in rows if not r.flagged}
+    assert {m.id for m in table} <= predicted  # every row predicted, none flagged
+
+
 def test_flagged_rows_say_why(rows: list[accuracy.Row]) -> None:
     for r in rows:
         for flag in r.flags:
