@@ -296,6 +296,8 @@ def measured_value(m: Measurement) -> tuple[float, str]:
         return m.value, "tokens/s"
     if unit.startswith("TFLOP/s per GPU (Megatron-LM"):
         return m.value * 1e12 / megatron_flops_per_token(m), "tokens/s"
+    if unit.startswith("TFLOP/s per GPU (Megatron-Core r0.8.0"):
+        return m.value * 1e12 / megatron_core_flops_per_token(m), "tokens/s"
     raise ValueError(f"{m.id}: unit '{m.unit}' not understood")
 
 
@@ -305,6 +307,15 @@ def megatron_flops_per_token(m: Measurement) -> float:
     eq. 3 divided by ``B·s``). Reads layers, hidden, vocab and seq_len from the measurement's ``extra``."""
     layers, h, v, s = (float(m.extra[k]) for k in ("layers", "hidden", "vocab", "seq_len"))
     return 96.0 * layers * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * layers * h))
+
+
+def megatron_core_flops_per_token(m: Measurement) -> float:
+    """FLOPs per token Megatron-Core r0.8.0 counts for its throughput and MFU, no recompute, multi-head attention,
+    GELU MLP: ``12·l·h²·(2 + s/h + f/h) + 6·h·V`` (``num_floating_point_operations``,
+    megatron/training/training.py:73 at tag core_r0.8.0, divided by ``B·s``). Reads layers, hidden, ffn, vocab and
+    seq_len from the measurement's ``extra``."""
+    layers, h, f, v, s = (float(m.extra[k]) for k in ("layers", "hidden", "ffn", "vocab", "seq_len"))
+    return 12.0 * layers * h * h * (2.0 + s / h + f / h) + 6.0 * h * v
 
 
 # ------------------------------------------------------------------------------------------------
@@ -492,6 +503,7 @@ class FactorSet(BaseModel):
     engines: dict[str, dict[str, dict[str, float]]] = Field(description="engine -> factor -> class -> value")
     training_mfu: dict[str, float]
     architecture_compute_fraction: dict[str, float]
+    architecture_training_fraction: dict[str, float]
 
     @classmethod
     def shipped(cls) -> FactorSet:
@@ -503,12 +515,14 @@ class FactorSet(BaseModel):
             },
             training_mfu=a.training_mfu.model_dump(),
             architecture_compute_fraction=dict(a.architecture_compute_fraction),
+            architecture_training_fraction=dict(a.architecture_training_fraction),
         )
 
     def assumptions(self, setting: Setting) -> Assumptions:
         data: dict[str, Any] = {
             "training_mfu": self.training_mfu,
             "architecture_compute_fraction": self.architecture_compute_fraction,
+            "architecture_training_fraction": self.architecture_training_fraction,
         }
         if setting.engine in self.engines:
             data["engine"] = setting.engine
@@ -569,6 +583,8 @@ def knobs_with_data(rows: list[Row]) -> list[Knob]:
     out.append(Knob(path=("architecture_compute_fraction", "Hopper"), lo=0.4, hi=1.0))
     if any(r.architecture == "Blackwell" for r in clean):  # its own share, so a refit keeps it off the class factors
         out.append(Knob(path=("architecture_compute_fraction", "Blackwell"), lo=0.3, hi=1.0))
+    if any(r.kind == "training throughput" and _family(r.gpu) == "Hopper" for r in clean):
+        out.append(Knob(path=("architecture_training_fraction", "Hopper"), lo=0.4, hi=1.0))
     return out
 
 

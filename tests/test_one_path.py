@@ -68,7 +68,14 @@ def _money(result: Any) -> tuple[float, float, float, float | None, Any]:
 
 
 def _hardware_key(lines: Any) -> list[tuple[str, str, int, int]]:
-    return sorted((x.kind, x.offering, x.units, x.bought) for x in lines or [])
+    """GPUs per (kind, GPU type), bought and in total: the same GPUs in servers of another size priced alike (30
+    RTX 6000 Ada as 7 x 4 + 1 x 2 or as 15 x 2 GPUs, both at half a 4-GPU server per pair) are the same hardware."""
+    gpus: dict[tuple[str, str], list[int]] = {}
+    for x in lines or []:
+        count = gpus.setdefault((x.kind, x.gpu), [0, 0])
+        count[0] += x.units * x.gpus_per_unit
+        count[1] += x.bought * x.gpus_per_unit
+    return sorted((kind, gpu, total, bought) for (kind, gpu), (total, bought) in gpus.items())
 
 
 @pytest.mark.parametrize("example", [*EXAMPLES, EP_CASE], ids=lambda p: p.stem)

@@ -26,9 +26,12 @@ def train(arch: ModelArchitecture = LLAMA2_7B, gpu: GpuSpec = H100, *, tp: int =
 
 def test_single_gpu_step_is_flops_over_rate_plus_optimizer() -> None:
     work = TrainingWorkload(kind="training", tokens=1e9, deadline=86400, sequence_length=1024, global_batch_tokens=1024)
-    a = Assumptions(training_mfu=0.45, architecture_compute_fraction={"hopper": 0.8})
+    # Training reads its own Hopper share (architecture_training_fraction), not serving's compute fraction.
+    a = Assumptions(
+        training_mfu=0.45, architecture_training_fraction={"hopper": 0.8}, architecture_compute_fraction={"hopper": 0.5}
+    )
     e = train(LLAMA2_7B, H100, dp=1, zero=0, recompute="none", work=work, a=a)
-    rate = 989.5e12 * 0.45 * 0.8  # training_mfu x the Hopper compute fraction: the large-GEMM plateau
+    rate = 989.5e12 * 0.45 * 0.8  # training_mfu x the Hopper training fraction: the large-GEMM plateau
     # GEMMs at the share of the plateau their shapes reach (1,024 rows); the attention core (12·l·s·d counted)
     # instead runs causal: l·s/2 pairs per token at FlashAttention's 4 + 10 FLOPs, at 35% of the BF16 peak on Hopper.
     fraction = kernels.model_gemm_fraction(LLAMA2_7B, 1024, 1, kernels.HOPPER_GEMM)

@@ -302,6 +302,26 @@ class Assumptions(BaseModel):
         "4096-16384, median: BF16 0.63 vs 0.80, FP8 0.48 vs 0.61); 50 dense B200/GB200 perf-overview rows agree "
         "(docs/model.md section 9)",
     )
+    architecture_training_fraction: dict[str, float] = Field(
+        default_factory=lambda: {"Hopper": 0.72, "Blackwell": 0.57},
+        description="training's own share of training_mfu an architecture reaches, by catalog architecture name, "
+        "in place of architecture_compute_fraction (which serving keeps); unlisted architectures use "
+        "architecture_compute_fraction. Hopper 0.72 fitted by bench/accuracy.py on the 13 unflagged H100 training "
+        "runs (llm-foundry 8-64 GPUs, Megatron-Core 48-6,144 GPUs; least mean absolute log error): below serving's "
+        "0.84 because the memory-bound work between a training step's GEMMs (norms, activations, dropout, residual "
+        "adds), which the plateau absorbs, weighs ~2x more at H100's FLOP:byte ratio than at A100's; Blackwell "
+        "0.57 = Hopper's 0.72 x 0.79, the share of peak B200/GB200 GEMMs reach against H100/H200's in "
+        "aiconfigurator-core 0.12.0's TensorRT-LLM GEMM tables (as architecture_compute_fraction; provisional: no "
+        "fair public Blackwell training measurement is in bench/data)",
+    )
+    network_link_efficiency: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="achieved fraction of the per-GPU inter-node network bandwidth in training collectives and "
+        "pipeline sends (NCCL on InfiniBand: 'for NDR @ 400Gbps you should see 46-48GB/s per NIC', "
+        "NVIDIA/nccl-tests#290; Calculon IB 0.9); NVLink and serving keep link_efficiency",
+    )
     attention_kernel_efficiency: dict[str, float] = Field(
         default_factory=lambda: {"Ampere": 0.60, "Ada Lovelace": 0.60, "Hopper": 0.35, "Blackwell": 0.55},
         description="achieved share of dense BF16 peak of the fused attention kernel (FlashAttention) in training, "
@@ -465,13 +485,23 @@ class Assumptions(BaseModel):
     def compute_fraction(self, architecture: str, precision: str) -> float:
         """Multiplier on a class's compute factor for one architecture (name, any case) and matmul precision."""
         by_name = {name.casefold(): value for name, value in self.architecture_compute_fraction.items()}
-        fraction = by_name.get(architecture.casefold(), 1.0)
-        # Low-precision matmuls reach a smaller share of their (2x, 4x) peaks than BF16 ones (fp8/fp4 fractions).
+        return by_name.get(architecture.casefold(), 1.0) * self.matmul_precision_share(precision)
+
+    def matmul_precision_share(self, precision: str) -> float:
+        """Low-precision matmuls reach a smaller share of their (2x, 4x) peaks than BF16 ones (fp8/fp4 fractions)."""
         if precision == "fp8":
-            return fraction * self.fp8_matmul_fraction
+            return self.fp8_matmul_fraction
         if precision == "fp4":
-            return fraction * self.fp4_matmul_fraction
-        return fraction
+            return self.fp4_matmul_fraction
+        return 1.0
+
+    def training_compute_fraction(self, architecture: str, precision: str) -> float:
+        """:meth:`compute_fraction` for training: the architecture's ``architecture_training_fraction`` when listed."""
+        by_name = {name.casefold(): value for name, value in self.architecture_training_fraction.items()}
+        fraction = by_name.get(architecture.casefold())
+        if fraction is None:
+            return self.compute_fraction(architecture, precision)
+        return fraction * self.matmul_precision_share(precision)
 
     def attention_fraction(self, architecture: str) -> float:
         """Share of dense BF16 peak the fused attention kernel reaches on one architecture (name, any case)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import kernels, memory, moe, optimizer_memory, params
@@ -572,7 +572,7 @@ def _exposed_comm(
     act_msg = micro_batch * local_seq * arch.hidden_size * ACTIVATION_BYTES
 
     # Tensor parallel.
-    tp_link = link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a)
+    tp_link = _at_network_efficiency(link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a), a)
     tp_comm = (4 * layers + 2 * recomputed) * nccl_allreduce_s(act_msg, tp, tp_link, eff)
     overlap = tp > 1 and tp_link.kind == "nvlink" and gpu.architecture.lower().startswith(TP_OVERLAP_ARCHITECTURES)
     if overlap:
@@ -581,7 +581,11 @@ def _exposed_comm(
         tp_micro = tp_comm * (1.0 - a.tp_comm_overlap)
 
     # Context parallel: KV of the local tokens, the heads of one TP rank.
-    cp_link = link_for_group(gpu, group_size=tp * cp, spans_nodes=tp * cp > node, assumptions=a) if cp > 1 else NO_LINK
+    cp_link = (
+        _at_network_efficiency(link_for_group(gpu, group_size=tp * cp, spans_nodes=tp * cp > node, assumptions=a), a)
+        if cp > 1
+        else NO_LINK
+    )
     cp_micro = 0.0
     if cp > 1:
         kv_bytes = 2.0 * micro_batch * local_seq * memory.kv_heads_per_gpu(arch.kv_heads, tp) * arch.head_dim_eff
@@ -592,7 +596,9 @@ def _exposed_comm(
         )
 
     # Pipeline parallel.
-    pp_link = link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a)
+    pp_link = _at_network_efficiency(
+        link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a), a
+    )
     hop = p2p_s(act_msg / tp, pp_link, eff) if pp > 1 else 0.0
     if vpp <= 1:
         pp_s = 2.0 * slots * hop
@@ -625,8 +631,15 @@ def _exposed_comm(
         grad_bytes = trainable * grad_bytes_per_param
         bucket = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * group)
         last = min(1.0, bucket / trainable) if trainable > 0 else 1.0
-        bwd = t_micro * (1.0 - fwd_share)
-        fwd = t_micro * fwd_share
+        # 1F1B reduces during the last micro-batch's backward and gathers during the first one's forward. The
+        # interleaved schedule syncs each chunk as soon as its last backward ends (and gathers each before its first
+        # forward): the last round of min(p, m) micro-batches through every chunk hides all but the last chunk's
+        # share (Megatron-Core core_r0.8.0 pipeline_parallel/schedules.py:723-732, 797-805, grad/param_sync_func).
+        rounds = min(pp, micro_batches) if vpp > 1 else 1
+        if vpp > 1:
+            last = max(last, 1.0 / vpp)
+        bwd = t_micro * (1.0 - fwd_share) * rounds
+        fwd = t_micro * fwd_share * rounds
         # Never hidden: the last bucket, and the (1 - dp_comm_overlap) share of any collective (NCCL kernels share
         # SMs and memory bandwidth with the compute they overlap).
         hidden = a.dp_comm_overlap
@@ -653,6 +666,14 @@ def _exposed_comm(
     )  # fmt: skip
 
 
+def _at_network_efficiency(link: Link, a: Assumptions) -> Link:
+    """A network link with its bandwidth scaled so that the shared ``link_efficiency`` the collectives apply yields
+    ``network_link_efficiency`` (InfiniBand reaches ~0.9 of line rate, NVLink ~0.7: Calculon; nccl-tests#290)."""
+    if link.kind != "network" or a.link_efficiency <= 0:
+        return link
+    return replace(link, bandwidth_gb_per_s=link.bandwidth_gb_per_s * a.network_link_efficiency / a.link_efficiency)
+
+
 def _dp_gather(
     gpu: GpuSpec, a: Assumptions, *, group: int, stride: int, node: int, eff: float
 ) -> Callable[[float], float]:
@@ -660,9 +681,11 @@ def _dp_gather(
     NVLink-then-network when the group spans servers, whichever is faster."""
     members = max(1, min(group, node // stride)) if stride <= node else 1
     spans = stride * group > node
-    ring_link = link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a, members_per_node=members)
+    ring_link = _at_network_efficiency(
+        link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a, members_per_node=members), a
+    )
     intra = link_for_group(gpu, group_size=members, spans_nodes=False, assumptions=a)
-    per_nic = link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a)
+    per_nic = _at_network_efficiency(link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a), a)
 
     def gather(total_bytes: float) -> float:
         ring = ring_allgather_s(total_bytes, group, ring_link, eff)
@@ -772,7 +795,7 @@ def estimate_training(
     cprec = _compute_precision(gpu, precision)
     peak = peak_tflops(gpu, cprec)
     clock = a.sustained_clock_fraction.of(cls)
-    rate = peak * 1e12 * a.training_mfu.of(cls) * clock * a.compute_fraction(gpu.architecture, cprec)
+    rate = peak * 1e12 * a.training_mfu.of(cls) * clock * a.training_compute_fraction(gpu.architecture, cprec)
     if rate <= 0:
         reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
         rate = 1e9
