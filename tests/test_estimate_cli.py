@@ -141,3 +141,12 @@ def test_ep_and_attention_dp_report_the_all_to_all() -> None:
     assert "of which MoE all-to-all (EP8)" in result.output
     bad = runner.invoke(app, ["estimate", mixtral, "--gpu", "h100-sxm", "--tp", "8", "--ep", "3"])
     assert bad.exit_code == 2 and "--ep must divide --tp" in bad.output
+
+
+def test_a_pinned_precision_outside_the_quality_gate_is_estimated_and_said() -> None:
+    # The 70B example keeps the default gate (fp8_class): int4 is estimated as asked, never silently.
+    data = _json([str(EX / "70b-serving.yaml"), "--gpu", "h100-sxm", "--quant", "int4"])
+    said = [n for n in data["notes"] if "quality gate" in n]
+    assert said and "solve would not choose them" in said[0] and "quality.max_loss: any" in said[0], data["notes"]
+    inside = _json([str(EX / "70b-serving.yaml"), "--gpu", "h100-sxm", "--quant", "fp8"])
+    assert not [n for n in inside["notes"] if "quality gate" in n]

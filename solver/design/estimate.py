@@ -50,6 +50,7 @@ from clusterplan.requirement.schema import (
     Requirement,
     ServingWorkload,
     TrainingWorkload,
+    quality_class_of,
 )
 
 if TYPE_CHECKING:
@@ -295,6 +296,22 @@ def _degrees(arch: ModelArchitecture, gpu: GpuSpec, cfg: PinnedConfig) -> tuple[
     return tps, pps
 
 
+def _outside_quality_gate(req: Requirement, quant: str) -> str | None:
+    """A pinned weight precision the requirement's quality gate does not allow: estimated as asked, and said, since
+    ``solve`` would never choose it (the allowed_quant family)."""
+    precision = "bf16" if quant in ("bf16", "fp16") else quant
+    allowed = req.allowed_precisions()
+    if precision in allowed:
+        return None
+    order = [q for q in QUANT_ORDER if q in allowed]
+    return (
+        f"weights {quant} are outside this requirement's quality gate (quality.max_loss {req.max_loss}"
+        f"{', narrowed by constraints.quantizations' if req.constraints.quantizations is not None else ''}: "
+        f"{', '.join(order)}): solve would not choose them; set quality.max_loss: "
+        f"{quality_class_of(precision)} to allow them"
+    )
+
+
 def _default_quant(gpu: GpuSpec, req: Requirement, choices: list[str]) -> str:
     half = rules.half_precision(gpu)
     allowed = req.constraints.quantizations
@@ -535,6 +552,9 @@ def _estimate_serving(
         serves_peak=lat.stable and all(c.met for c in checks),
     )
     notes: list[str] = []
+    outside = _outside_quality_gate(req, quant)
+    if outside:
+        notes.append(outside)
     if not lat.stable:
         notes.append(
             f"peak load is {lat.utilisation:.0%} of a replica's capacity, above the {a.utilisation_ceiling:.0%} "
