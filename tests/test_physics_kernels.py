@@ -6,7 +6,8 @@ import pytest
 
 from clusterplan.physics import kernels
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.training import estimate_training, reduced_grad_bytes
+from clusterplan.physics.training import estimate_training
+from clusterplan.physics.training_comm import reduced_grad_bytes
 from clusterplan.requirement.schema import TrainingWorkload
 from test_physics_fixtures import A100, H100, LLAMA2_7B, LLAMA2_70B
 
