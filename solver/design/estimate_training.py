@@ -1,0 +1,337 @@
+"""``clusterplan estimate`` for a training or fine-tuning workload: the fastest layout for the count, or the fewest
+whole servers meeting the deadline, searched as the planner searches (:mod:`clusterplan.design.evaluate`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from clusterplan.catalog.load import Catalog
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+from clusterplan.design import evaluate, pricing
+from clusterplan.design.estimate import (
+    ChosenConfig,
+    CloudCost,
+    EstimateResult,
+    check_count,
+    deployments_wanted,
+    horizon_costs,
+    offerings_for,
+    owned_cost,
+)
+from clusterplan.errors import ClusterplanError
+from clusterplan.physics import cost, moe, optimizer_memory, rules
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
+from clusterplan.physics.types import TrainingEstimate
+from clusterplan.render.reasons import render_reasons
+from clusterplan.requirement.schema import (
+    FinetuneWorkload,
+    PinnedConfig,
+    Requirement,
+    TrainingWorkload,
+)
+
+if TYPE_CHECKING:
+    from clusterplan.candidates.table import Offering
+
+
+def _cloud_training(
+    req: Requirement, gpu: GpuSpec, offerings: list[Offering], est: TrainingEstimate, workload: str
+) -> CloudCost | None:
+    """The run on the cheapest instance type the planner would rent for it, billed in whole hours."""
+    o, n, run_usd, _ = pricing.cheapest_training_cloud(offerings, gpu.id, est.tp, est.gpus, est.time_to_train_s)
+    if o is None:
+        return None
+    line = pricing.training_cloud_line(o, n, gpu_name=gpu.name, workload=workload, seconds=est.time_to_train_s)
+    c = horizon_costs(req, [line], one_off_usd=run_usd)
+    return CloudCost(
+        instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=req.constraints.pricing,
+        usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
+        billed_hours=cost.billed_hours(est.time_to_train_s), costs=c, hardware=[line],
+    )  # fmt: skip
+
+
+_TRAINING_EP_FIX = {
+    "ep_without_experts": "--ep applies to mixture-of-experts models only; drop --ep",
+    "ep_not_dividing_experts": "--ep must divide the model's routed experts (e.g. 8 for Mixtral, up to 64 for "
+    "DeepSeek-V3's 256)",
+}
+
+
+Layout = tuple[int, int, int, int]  # tp, cp, pp, dp
+
+
+def _shapes(
+    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig
+) -> list[tuple[int, int, int]]:
+    """(tp, cp, pp) searched, as the planner's candidates are (same degrees; knobs the user pinned stay pinned)."""
+    from clusterplan.candidates.offerings import gpu_type_of
+    from clusterplan.candidates.table import TP_DEGREES
+    from clusterplan.candidates.training import TRAINING_PP
+
+    domain = gpu_type_of(gpu).nvlink_domain
+    tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain]
+    pps = [cfg.pp] if cfg.pp else [p for p in TRAINING_PP if p <= arch.layers]
+    pinned_cp = cfg.cp if cfg.cp is not None else w.context_parallel
+    return [
+        (tp, cp, pp) for tp in tps for pp in pps for cp in evaluate.context_parallel_options(w, tp, domain, pinned_cp)
+    ]
+
+
+def _fastest(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    w: TrainingWorkload | FinetuneWorkload,
+    cfg: PinnedConfig,
+    a: Assumptions,
+    layout: Layout,
+) -> TrainingEstimate | None:
+    """The fastest settings of one tp x cp x pp x dp layout (pinned knobs stay pinned), as the planner's rows."""
+    tp, cp, pp, dp = layout
+    method = getattr(w, "method", "full")
+    zeros = (cfg.zero,) if cfg.zero is not None else evaluate.zero_stages_for(pp, method)
+    layers = cfg.recompute_layers if cfg.recompute_layers is not None else w.recompute_layers
+    recs: list[str]
+    if cfg.recompute:
+        recs = [cfg.recompute]
+    elif cfg.recompute_layers is not None:
+        recs = ["full"]
+    else:
+        recs = evaluate.recomputes_for(w, flash_attention=a.flash_attention)
+    vpp = cfg.vpp if cfg.vpp is not None else w.virtual_stages
+    est, _ = evaluate.fastest_training_layout(
+        arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stages=zeros, recomputes=recs, assumptions=a,
+        micro_batches=[cfg.batch] if cfg.batch else None, cp=cp,
+        virtual_stages=(vpp,) if vpp is not None else None, recompute_layers=layers if "full" in recs else None,
+        memory_plans=_memory_plans(w, cfg), expert_parallel=(cfg.ep,) if cfg.ep is not None else None,
+    )  # fmt: skip
+    return est
+
+
+def _search_training(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    w: TrainingWorkload | FinetuneWorkload,
+    cfg: PinnedConfig,
+    count: int,
+    a: Assumptions,
+) -> tuple[TrainingEstimate | None, list[Layout]]:
+    """The fastest layout of ``count`` GPUs, searched as the planner's candidates are; and the layouts tried."""
+    best: TrainingEstimate | None = None
+    tried: list[Layout] = []
+    for tp, cp, pp in _shapes(arch, gpu, w, cfg):
+        if count % (tp * cp * pp):
+            continue
+        dp = count // (tp * cp * pp)
+        if cfg.dp is not None and dp != cfg.dp:
+            continue
+        tried.append((tp, cp, pp, dp))
+        est = _fastest(arch, gpu, w, cfg, a, (tp, cp, pp, dp))
+        if est is not None and (best is None or est.time_to_train_s < best.time_to_train_s):
+            best = est
+    return best, tried
+
+
+def _fewest_meeting_deadline(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    w: TrainingWorkload | FinetuneWorkload,
+    cfg: PinnedConfig,
+    a: Assumptions,
+) -> tuple[TrainingEstimate | None, bool, list[Layout]]:
+    """The fewest GPUs (whole servers) meeting the deadline, searched as the planner's rows are: per shape, DP in
+    powers of two up to the first that meets it, then a bisection over the whole-server DPs between
+    (:func:`clusterplan.candidates.training.fewest_meeting`); the fewest GPUs over the shapes, the faster on a tie.
+    When no layout meets the deadline: the fastest tried. Returns (estimate, meets, layouts tried)."""
+    from clusterplan.candidates.training import MAX_TRAINING_GPUS, fewest_meeting
+
+    node = gpu.max_gpus_per_node
+    tried: list[Layout] = []
+    meeting: TrainingEstimate | None = None
+    fastest: TrainingEstimate | None = None
+    for tp, cp, pp in _shapes(arch, gpu, w, cfg):
+        replica = tp * cp * pp
+
+        def at(dp: int, tp: int = tp, cp: int = cp, pp: int = pp) -> TrainingEstimate | None:
+            tried.append((tp, cp, pp, dp))
+            return _fastest(arch, gpu, w, cfg, a, (tp, cp, pp, dp))
+
+        max_dp = max(1, min(MAX_TRAINING_GPUS // replica, evaluate.sequences_per_step(w)))
+        dps = [cfg.dp] if cfg.dp is not None else [2**k for k in range(max_dp.bit_length()) if 2**k <= max_dp]
+        missed: int | None = None
+        for dp in dps:
+            est = at(dp)
+            if est is None:
+                continue
+            if fastest is None or est.time_to_train_s < fastest.time_to_train_s:
+                fastest = est
+            if est.time_to_train_s <= w.deadline:
+                if missed is not None:
+                    est = (fewest_meeting(missed, dp, replica, node, at, w.deadline) or [est])[0]
+                if meeting is None or (est.gpus, est.time_to_train_s) < (meeting.gpus, meeting.time_to_train_s):
+                    meeting = est
+                break
+            missed = dp
+    if meeting is not None:
+        return meeting, True, tried
+    return fastest, False, tried
+
+
+def _memory_plans(w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig) -> list[MemoryPlan]:
+    """The memory plans the workload allows, with ``--optimizer`` / ``--offload`` pinned where given."""
+    forced, forbidden = optimizer_memory.pinned_options(cfg.optimizer, cfg.offload)
+    return evaluate.memory_plans_for(w, forced=forced, forbidden=forbidden)
+
+
+def _point(
+    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, *, tp: int,
+    pp: int, dp: int, zero: int, recompute: str, micro_batch: int, cp: int = 1, virtual_stages: int = 1,
+    recompute_layers: int | None = None, memory_plan: MemoryPlan = PLAIN, ep: int = 1,
+) -> TrainingEstimate:  # fmt: skip
+    return evaluate.training_point(
+        arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute, micro_batch=micro_batch,
+        assumptions=a, cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
+        memory_plan=memory_plan, ep=ep,
+    )  # fmt: skip
+
+
+def _closest(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    w: TrainingWorkload | FinetuneWorkload,
+    a: Assumptions,
+    cfg: PinnedConfig,
+    tried: list[Layout],
+) -> TrainingEstimate:
+    """Nothing runs: each layout tried at its most memory-friendly setting (the last memory plan the workload
+    allows); the one closest to running."""
+    method = getattr(w, "method", "full")
+    plan = _memory_plans(w, cfg)[-1]
+    ests = []
+    for tp, cp, pp, dp in tried:
+        zero = cfg.zero if cfg.zero is not None else max(evaluate.zero_stages_for(pp, method))
+        rec = cfg.recompute or ("full" if cfg.recompute_layers else evaluate.recomputes_for(w)[-1])
+        vpp = cfg.vpp or w.virtual_stages or 1
+        layers = cfg.recompute_layers or w.recompute_layers
+        eps = evaluate.expert_parallel_options(
+            arch,
+            tp=tp,
+            dp_cp=dp * cp,
+            nvlink_domain=evaluate.training_nvlink_domain(gpu),
+            pinned=cfg.ep or w.expert_parallel,
+        )
+        point = _point(
+            arch, gpu, w, a, tp=tp, pp=pp, dp=dp, zero=zero, recompute=rec, micro_batch=cfg.batch or 1, cp=cp,
+            virtual_stages=vpp, recompute_layers=layers, memory_plan=plan, ep=max(eps),
+        )  # fmt: skip
+        ests.append(point)
+    return min(ests, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
+
+
+def _layout_words(e: TrainingEstimate) -> str:
+    cp = f", cp={e.cp}" if e.cp > 1 else ""
+    cp += f", ep={e.ep}" if e.ep > 1 else ""
+    vpp = f", {e.virtual_stages} virtual stages" if e.virtual_stages > 1 else ""
+    rec = e.recompute
+    if rec == "full":
+        rec = f"full ({e.recompute_layers} layers per stage)"
+    return f"tp={e.tp}{cp}, pp={e.pp}{vpp}, ZeRO {e.zero_stage}, recompute {rec}, micro-batch {e.micro_batch}"
+
+
+def estimate_training(
+    req: Requirement,
+    index: int,
+    w: TrainingWorkload | FinetuneWorkload,
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    cfg: PinnedConfig,
+    catalog: Catalog,
+    a: Assumptions,
+    choices: list[str],
+) -> EstimateResult:
+    if "precision" not in w.model_fields_set and w.precision == "bf16" and not rules.supports_precision(gpu, "bf16"):
+        w = w.model_copy(update={"precision": "fp16"})
+        choices.append(f"precision fp16: {gpu.name} has no bf16")
+    if cfg.ep is not None and cfg.ep > 1:
+        problem = moe.training_ep_problem(arch, cfg.ep, cfg.ep)  # the model's side; DP is searched
+        if problem is not None:
+            raise ClusterplanError(
+                f"expert parallelism --ep {cfg.ep} does not fit {arch.name} ({arch.moe_experts} routed expert(s))",
+                fix=_TRAINING_EP_FIX[problem],
+            )
+    count = cfg.count
+    cp_pinned = cfg.cp if cfg.cp is not None else w.context_parallel
+    if count is None and cfg.tp and cfg.pp and cfg.dp:
+        count = cfg.tp * (cp_pinned or 1) * cfg.pp * cfg.dp
+    all_pinned = all(v is not None for v in (cfg.tp, cfg.pp, cfg.zero, cfg.batch)) and (
+        cfg.recompute or w.activation_recompute
+    )
+    tried: list[Layout] = []
+    best: TrainingEstimate | None = None
+    if count is not None:
+        if cfg.tp and cfg.pp:
+            check_count(count, cfg.tp * (cp_pinned or 1), cfg.pp, cfg.dp, "dp")
+        best, tried = _search_training(arch, gpu, w, cfg, count, a)
+    else:
+        best, meets, tried = _fewest_meeting_deadline(arch, gpu, w, cfg, a)
+        if best is not None:
+            if meets:
+                choices.append(
+                    f"{best.gpus} GPUs: the fewest whole servers that meet the deadline (each layout's DP searched "
+                    "as the planner does)"
+                )
+            else:
+                choices.append(f"{best.gpus} GPUs: no count meets the deadline; the fastest layout tried")
+    if best is None:
+        if not tried:
+            raise ClusterplanError(
+                f"no layout of {count} x {gpu.name} matches the given tp/cp/pp/dp",
+                fix="give a count that is a multiple of tp x cp x pp, or leave tp and pp out",
+            )
+        # Nothing feasible: show the layout that comes closest (fewest reasons, least memory per capacity).
+        best = _closest(arch, gpu, w, a, cfg, tried)
+        if not all_pinned:
+            choices.append(f"no layout tried runs; shown: the closest ({best.gpus} GPUs, {_layout_words(best)})")
+    else:
+        # The search leaves link reasons (TP over PCIe) to the planner's tp_nvlink family; shown here in full.
+        best = _point(
+            arch, gpu, w, a, tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero_stage, recompute=best.recompute,
+            micro_batch=best.micro_batch, cp=best.cp, virtual_stages=best.virtual_stages,
+            recompute_layers=best.recompute_layers if best.recompute == "full" else None,
+            memory_plan=MemoryPlan.of(best.memory_options), ep=best.ep,
+        )  # fmt: skip
+        if not all_pinned:
+            choices.append(f"{_layout_words(best)}: the fastest feasible layout tried")
+    want_cloud, want_owned = deployments_wanted(req, cfg)
+    offerings = offerings_for(catalog, req, gpu)
+    cloud = owned = None
+    notes: list[str] = []
+    if want_cloud:
+        cloud = _cloud_training(req, gpu, offerings, best, w.name)
+        if cloud is None:
+            notes.append(f"no cloud instance in the catalog offers {gpu.name} for this layout")
+    if want_owned:
+        owned, why = owned_cost(req, catalog, gpu, offerings, tp=best.tp, groups=best.cp * best.pp * best.dp)
+        if why:
+            notes.append(why)
+    kind: Literal["training", "finetune"] = "finetune" if isinstance(w, FinetuneWorkload) else "training"
+    config = ChosenConfig(
+        workload_index=index, workload=w.name, kind=kind, model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
+        count=best.gpus, tp=best.tp, pp=best.pp, dp=best.dp, ep=best.ep, batch=best.micro_batch, zero=best.zero_stage,
+        recompute=best.recompute, precision=w.precision, cp=best.cp, vpp=best.virtual_stages,
+        recompute_layers=best.recompute_layers if best.recompute == "full" else None,
+        memory_options=best.memory_options,
+    )  # fmt: skip
+    return EstimateResult(
+        requirement=req.name,
+        config=config,
+        feasible=best.feasible,
+        reasons=render_reasons(best.why_not),
+        training=best,
+        cloud=cloud,
+        owned=owned,
+        choices=choices,
+        notes=notes,
+        assumptions=a.used(gpu.gpu_class),
+        assumptions_overridden=a.overridden(),
+    )
