@@ -13,7 +13,10 @@ min-cost plan with best total B (cents):
   targets at which a design cheaper than B exists, by the infeasibility analysis's target search
   (each probe rebuilds the serving candidates and solves min-cost with total <= B - 1 cent; the
   targets first loosened 2x, bisected to within 5%), then every target that need not move given
-  back; no per-target bisection, to keep the rebuilds few (about six on the 70B example);
+  back; no per-target bisection, to keep the rebuilds few (about six on the 70B example). A probe's
+  table leaves out the serving rows whose cost floor is over the best total (candidates/serving.CostCap:
+  on the 70B example ~40 rows of ~150, each rebuild a third of the time) and rounds rates at the plan's
+  resolution; the trade's design is then solved on the whole table at the factors found;
 * **categorical** (the relaxation goal is the total itself: deployment, allowed GPUs or
   quantizations, NVLink, N+k): the move is the family's own change at the switched-off optimum.
 
