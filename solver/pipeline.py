@@ -246,9 +246,10 @@ def retargeter(
     rebuilt: one workload's candidates never depend on another's, so the rest (training layouts
     included, the slowest to prepare) are taken from ``table`` unchanged. ``cache``: the one ``table``
     was built with, whose serving physics the rebuilt workloads reuse (only their rate search is redone).
+    ``max_usd`` (a trade's probe): the rebuilt workloads without the rows no design that cheap can use.
     """
 
-    def retarget(factors: Mapping[TargetKey, float]) -> CandidateTable:
+    def retarget(factors: Mapping[TargetKey, float], *, max_usd: float | None = None) -> CandidateTable:
         req = resolved.requirement
         changed = [
             i
@@ -272,7 +273,7 @@ def retargeter(
             requirement=req.model_copy(update={"workloads": scaled}),
             models=tuple(resolved.model_for(i) for i in changed),
         )
-        rebuilt = build_candidates(sub, catalog, keep_latency=keep_latency, cache=cache)
+        rebuilt = build_candidates(sub, catalog, keep_latency=keep_latency, cache=cache, max_usd=max_usd)
         fresh = {i: replace(wc, index=i) for i, wc in zip(changed, rebuilt.workloads, strict=True)}
         return replace(table, workloads=tuple(fresh.get(wc.index, wc) for wc in table.workloads))
 

@@ -28,6 +28,7 @@ from clusterplan.candidates.prune import prune_pool_rows
 from clusterplan.candidates.serving import (
     DEMAND_FIELDS,
     TARGET_FIELDS,
+    CostCap,
     ServingPhysics,
     serving_candidates,
     with_demand,
@@ -37,12 +38,14 @@ from clusterplan.candidates.table import (
     CandidateTable,
     GpuType,
     Limits,
+    Offering,
     PrecisionGate,
     WorkloadCandidates,
     excluded,
 )
 from clusterplan.candidates.training import training_candidates
 from clusterplan.design.uncertainty import Derate, derate_for
+from clusterplan.units import HOURS_PER_MONTH
 
 # Catalog fields the physics never reads: purchase prices (offerings read them) and provenance.
 _NOT_PHYSICS = frozenset({"price", "source", "as_of", "provisional", "provisional_fields", "also_sources", "notes"})
@@ -117,16 +120,20 @@ def build_candidates(
     *,
     keep_latency: bool = False,
     cache: CandidateCache | None = None,
+    max_usd: float | None = None,
 ) -> CandidateTable:
     """The candidate table of a requirement: every row costed and estimated before any solver runs.
 
     ``cache``: rows and physics a previous build of a variant of this requirement left (and this build
-    adds to); the table is the same with or without it.
+    adds to); the table is the same with or without it. ``max_usd``: leave out the serving rows no design
+    costing at most that can use (:class:`~clusterplan.candidates.serving.CostCap`; a trade's target probe,
+    whose solves all hold the total under it): such a table is not cached and serves that probe only.
     """
     req = resolved.requirement
     limits = limits_of(req, catalog)
     gpus = {gid: gpu_type_of(spec) for gid, spec in sorted(catalog.gpus.items())}
     offerings, notes = build_offerings(catalog, req, gpus, limits)
+    cap = None if max_usd is None else CostCap(max_usd, usd_per_gpu_floor(offerings, limits.horizon_months))
     derate = derate_for(req.confidence)  # targets held at this confidence (design/uncertainty.py); default none
     workloads: list[WorkloadCandidates] = []
     for i, w in enumerate(req.workloads):
@@ -135,7 +142,11 @@ def build_candidates(
         if w.kind == "serving":
             mixed = w.allow_mixed if w.allow_mixed is not None else req.constraints.allow_mixed
             physics = None
-            if cache is not None:
+            if cache is not None and cap is not None:
+                physics = cache.physics.setdefault(
+                    _physics_key(cache, w, arch, catalog, req.assumptions), ServingPhysics()
+                )
+            elif cache is not None:
                 key = (
                     _serving_key(cache, w, arch, catalog, gpus, limits, req.assumptions, mixed, keep_latency),
                     derate,
@@ -143,7 +154,7 @@ def build_candidates(
                 physics = cache.physics.setdefault(
                     _physics_key(cache, w, arch, catalog, req.assumptions), ServingPhysics()
                 )
-            hit = cache.rows.get(key) if cache is not None else None
+            hit = cache.rows.get(key) if cache is not None and cap is None else None
             if hit is not None:
                 wc = with_demand(replace(hit, index=i), w)
             else:
@@ -159,6 +170,7 @@ def build_candidates(
                     keep_latency=keep_latency,
                     derate=derate,
                     physics=physics,
+                    cap=cap,
                 )
         else:
             if cache is not None:
@@ -179,7 +191,7 @@ def build_candidates(
                 if hit is not None
                 else training_candidates(i, w, arch, catalog, gpus, offerings, limits, req.assumptions, derate=derate)
             )
-        if cache is not None:
+        if cache is not None and key is not None:
             if hit is not None:
                 cache.hits += 1
             else:
@@ -214,6 +226,22 @@ def build_candidates(
         precision_gates=tuple(precision_gates(resolved, catalog)),
     )
     return prune_pool_rows(table)
+
+
+def usd_per_gpu_floor(offerings: Sequence[Offering], horizon_months: float) -> dict[str, float]:
+    """Per GPU type, the least any of its offerings charges one GPU over the horizon, as the model's total counts
+    it (planner/families/structure.py: cloud instance-hours; owned capital, none for a server already owned, plus
+    energy). A lower bound on what each GPU of that type adds to a design's total (forbidden offerings included)."""
+    out: dict[str, float] = {}
+    for o in offerings:
+        if o.kind == "cloud":
+            usd = o.usd_per_hour * HOURS_PER_MONTH * horizon_months  # instance-hours over the horizon
+        else:
+            capital = 0.0 if o.inventory_units else o.capital_usd  # an owned server costs its energy only
+            usd = capital + o.energy_usd_per_month * horizon_months
+        per_gpu = usd / o.gpus_per_unit
+        out[o.gpu_id] = min(out.get(o.gpu_id, per_gpu), per_gpu)
+    return out
 
 
 def precision_gates(resolved: ResolvedRequirement, catalog: Catalog) -> list[PrecisionGate]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import math
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -203,6 +204,44 @@ def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidate
     return replace(wc, demand_rps=w.requests_per_s * w.peak_to_average, average_rps=w.requests_per_s)
 
 
+@dataclass(frozen=True)
+class CostCap:
+    """The rows a design costing at most ``max_usd`` cannot use (a trade's target probes: only a design cheaper
+    than the best one counts). A row's floor is its GPUs x the fewest replicas it can serve with x the least
+    horizon cost of one GPU of its type (``usd_per_gpu``, :func:`clusterplan.candidates.build.usd_per_gpu_floor`):
+    every figure is at most what the model charges, so a row over the cap is in no design under it."""
+
+    max_usd: float
+    usd_per_gpu: Mapping[str, float]
+
+    def excludes(self, gpu_id: str, gpus: int, replicas: int) -> bool:
+        unit = self.usd_per_gpu.get(gpu_id)
+        # 1e-9: a float product a hair over an exact cap must not drop a row the model could use.
+        return unit is not None and gpus * replicas * unit * (1.0 - 1e-9) > self.max_usd
+
+
+def fewest_replicas(demand_rps: float, rate_rps: float, *, alone: bool) -> int:
+    """Replicas a row needs at ``rate_rps`` each: the demand over the rate when the row serves it alone (one shape
+    per workload), else 1. Rounded down a hair (1e-9), so that a float quotient never overstates it."""
+    if not alone or rate_rps <= 0 or demand_rps <= 0:
+        return 1
+    return max(1, math.ceil(demand_rps / rate_rps * (1.0 - 1e-9)))
+
+
+def within_cap(
+    rows: list[ServingRow], cap: CostCap, demand_rps: float, *, mixed: bool, targets: bool
+) -> list[ServingRow]:
+    """``rows`` less those ``cap`` excludes: an aggregated row of a one-shape workload serves the whole demand
+    (at its rate within targets, or at its ceiling without targets); a pool row or a mixed one may serve with one."""
+    out = []
+    for r in rows:
+        rate = r.rate_rps if targets else r.rate_nolat_rps
+        n = fewest_replicas(demand_rps, rate, alone=r.role == "both" and not mixed)
+        if not cap.excludes(r.gpu_id, r.gpus, n):
+            out.append(r)
+    return out
+
+
 def _kv_default(quant: str, w: ServingWorkload, spec: GpuSpec) -> str:
     if w.kv_cache_precision is not None:
         return w.kv_cache_precision
@@ -344,6 +383,7 @@ def serving_candidates(
     keep_latency: bool = False,
     derate: Derate = NO_DERATE,
     physics: ServingPhysics | None = None,
+    cap: CostCap | None = None,
 ) -> WorkloadCandidates:
     """Every replica shape of one serving workload on every GPU type, with its rates and reasons.
 
@@ -352,7 +392,9 @@ def serving_candidates(
     fits, with the rate meeting the p95 targets and the rate at the utilisation ceiling (both derated
     by ``derate`` at a requirement's ``confidence``). Anything physics rules out becomes an :class:`Exclusion`.
     ``physics``: a memo of the layouts' batches and estimates from a variant of this workload with other
-    targets or demand (the same rows, faster).
+    targets or demand (the same rows, faster). ``cap``: leave out the rows no design under its cost can use
+    (a trade's probe; such a table serves that probe's solve only): a layout over it even at its ceiling
+    rate is skipped before its latency-target rate search.
     """
     from clusterplan.design import evaluate
 
@@ -366,6 +408,7 @@ def serving_candidates(
     cross = (not allow_mixed) or w.redundancy == 0
     skip_dominated = cross and not keep_latency
     memo = physics if physics is not None else ServingPhysics()
+    demand = w.requests_per_s * w.peak_to_average
     key = (_layout_key(gpus, limits), keep_latency, derate)
     layouts = memo.layouts.get(key)
     if layouts is None:
@@ -378,6 +421,11 @@ def serving_candidates(
                 excl.append(entry)
                 continue
             tp, pp, rate_nolat, fams, est = entry.tp, entry.pp, entry.rate_nolat_rps, entry.families, entry.est
+            # The rate within targets is at most the ceiling rate: the fewest replicas at the ceiling bound it.
+            if cap is not None and cap.excludes(
+                gid, tp * pp, fewest_replicas(demand, rate_nolat, alone=not allow_mixed)
+            ):
+                continue
             if skip_dominated and any(
                 a.tp <= tp
                 and a.gpus <= tp * pp
@@ -438,11 +486,13 @@ def serving_candidates(
                 )  # fmt: skip
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
     if pools_allowed(w, keep_latency):
-        pool_rows = pool_candidates(w, arch, catalog, gpus, limits, assumptions, derate, memo)
+        pool_rows = pool_candidates(w, arch, catalog, gpus, limits, assumptions, derate, memo, cap=cap)
         for role in ("prefill", "decode"):
             pruned += prune_serving_rows([r for r in pool_rows if r.role == role], cross_shape=cross)
         if w.disaggregation == "required":
             pruned = [r for r in pruned if r.role != "both"]
+    if cap is not None:
+        pruned = within_cap(pruned, cap, demand, mixed=allow_mixed, targets=targets.any)
     wc = WorkloadCandidates(
         index=index,
         name=w.name,
@@ -476,6 +526,8 @@ def pool_candidates(
     assumptions: Assumptions,
     derate: Derate,
     memo: ServingPhysics,
+    *,
+    cap: CostCap | None = None,
 ) -> list[ServingRow]:
     """One prefill-pool row and one decode-pool row per replica shape that fits (the aggregated rows' shapes,
     at the same batch policy), rated by :mod:`clusterplan.design.pools`. Rows that miss their share of the
@@ -495,6 +547,8 @@ def pool_candidates(
             gid = shape.gpu_id
             mine = {"prefill": [], "decode": []}
         tp, pp, est = shape.tp, shape.pp, shape.est
+        if cap is not None and cap.excludes(shape.gpu_id, tp * pp, 1):
+            continue  # over the cap with one replica (``cap``: as in serving_candidates)
         for role in ("prefill", "decode"):
             # As for aggregated rows: a shape whose ceiling rate copies of a smaller kept shape already
             # reach is dominated; skip its latency-target search (the same table, faster).

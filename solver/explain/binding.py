@@ -17,6 +17,7 @@ All of it is data (:mod:`clusterplan.plan`); rendering lives in :mod:`clusterpla
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
@@ -93,6 +94,7 @@ def _checks(planner: Planner, best: Outcome) -> list[tuple[ConstraintCheck, Outc
     checks = margins(table, best.solution, planner.built.families)
     out: list[tuple[ConstraintCheck, Outcome | None]] = []
     goal = PRIMARY_GOAL[planner.objective]
+    read_checks: list[ConstraintCheck] = []
     for c in checks:
         f = family(c.family)
         if c.family in planner.families and f.trade_of is not None:
@@ -100,10 +102,21 @@ def _checks(planner: Planner, best: Outcome) -> list[tuple[ConstraintCheck, Outc
             read = f.trade_of(facts(table, best.solution))
             if read is not None:
                 c = c.model_copy(update={"status": "binding", "trade": read_trade(table, best.solution, read)})
-        if c.family not in planner.families or goal in f.cannot_bind:
+        read_checks.append(c)
+    solved = [
+        c.family for c in read_checks if c.family in planner.families and goal not in family(c.family).cannot_bind
+    ]
+
+    def switched_off(fid: str) -> Callable[[], Outcome]:
+        return lambda: planner.solve(goal=goal, on=[g for g in planner.families if g != fid])
+
+    # Each family switched off alone: independent solves, run side by side (the same outcomes as in turn).
+    relaxed_of = dict(zip(solved, planner.concurrently([switched_off(fid) for fid in solved]), strict=True))
+    for c in read_checks:
+        if c.family not in relaxed_of:
             out.append((c, None))
             continue
-        relaxed = planner.solve(goal=goal, on=[g for g in planner.families if g != c.family])
+        relaxed = relaxed_of[c.family]
         if (
             relaxed.status.has_solution
             and relaxed.objective is not None
@@ -155,7 +168,7 @@ def lost_gpus(planner: Planner, best: Outcome, *, limit: int = LOST_GPU_LIMIT) -
     table = planner.table
     sol = best.solution
     base_total = sol.total_cents / 100.0
-    out: list[LostGpu] = []
+    todo: list[tuple[WorkloadCandidates, str, float]] = []
     for wc in table.workloads:
         used = _gpus_used(wc, sol)
         used_costs = [c for c in (_unit_cost(table, g) for g in used) if c is not None]
@@ -170,9 +183,13 @@ def lost_gpus(planner: Planner, best: Outcome, *, limit: int = LOST_GPU_LIMIT) -
             if c is not None and c < threshold:
                 cands.append((c, gid))
         # The closest competitors first: the GPU types just cheaper than the one chosen.
-        for cost, gid in sorted(cands, key=lambda c: (-c[0], c[1]))[:limit]:
-            out.append(_why_lost(planner, wc, gid, cost, base_total))
-    return out
+        todo += [(wc, gid, cost) for cost, gid in sorted(cands, key=lambda c: (-c[0], c[1]))[:limit]]
+
+    def why(wc: WorkloadCandidates, gid: str, cost: float) -> Callable[[], LostGpu]:
+        return lambda: _why_lost(planner, wc, gid, cost, base_total)
+
+    # Each GPU type's forced solve and conflict search are independent: run side by side (the same as in turn).
+    return planner.concurrently([why(wc, gid, cost) for wc, gid, cost in todo])
 
 
 def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: float, base_total: float) -> LostGpu:

@@ -23,6 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from clusterplan.candidates.table import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
 from clusterplan.explain.designs import facts, hardware_lines, summary_text
@@ -38,8 +39,14 @@ from clusterplan.render.reasons import render_predicate, render_reasons
 
 # A latency target: (workload index, requirement field: p95_latency, p95_ttft or p95_tpot).
 TargetKey = tuple[int, str]
-# Each target times its factor (absent: 1) -> the candidate table of the requirement so changed.
-Retarget = Callable[[Mapping[TargetKey, float]], CandidateTable]
+
+
+class Retarget(Protocol):
+    """Each target times its factor (absent: 1) -> the candidate table of the requirement so changed;
+    ``max_usd``: without the serving rows no design costing at most that can use (a trade's probe)."""
+
+    def __call__(self, factors: Mapping[TargetKey, float], *, max_usd: float | None = None) -> CandidateTable: ...
+
 
 TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
 # A known-feasible bracket top (least_target_factors' ``known``) is raised by this much, so that the

@@ -13,7 +13,10 @@ min-cost plan with best total B (cents):
   targets at which a design cheaper than B exists, by the infeasibility analysis's target search
   (each probe rebuilds the serving candidates and solves min-cost with total <= B - 1 cent; the
   targets first loosened 2x, bisected to within 5%), then every target that need not move given
-  back; no per-target bisection, to keep the rebuilds few (about six on the 70B example);
+  back; no per-target bisection, to keep the rebuilds few (about six on the 70B example). A probe's
+  table leaves out the serving rows whose cost floor is over the best total (candidates/serving.CostCap:
+  on the 70B example ~40 rows of ~150, each rebuild a third of the time) and rounds rates at the plan's
+  resolution; the trade's design is then solved on the whole table at the factors found;
 * **categorical** (the relaxation goal is the total itself: deployment, allowed GPUs or
   quantizations, NVLink, N+k): the move is the family's own change at the switched-off optimum.
 
@@ -25,6 +28,7 @@ move is in the requirement's words (``Relaxing.at``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.explain.designs import hardware_lines, summary_text
@@ -168,6 +172,19 @@ def _known_factors(
     return known
 
 
+def at_resolution(table: CandidateTable, planner: Planner) -> CandidateTable:
+    """``table`` with each serving workload's rates in ``planner``'s integer units: a probe's answer (is a design
+    cheaper than the plan's there?) then does not hang on which rows the probe kept (the smallest rate of a
+    table sets its resolution, planner/scaling.rate_exponent), and a row the probe left out changes nothing."""
+    scales = planner.v.scales
+    return replace(
+        table,
+        workloads=tuple(
+            replace(wc, rate_exponent=scales[wc.index].exponent) if wc.is_serving else wc for wc in table.workloads
+        ),
+    )
+
+
 def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed: Outcome) -> Trade | None:
     """The least common factor on the p95 targets that admits a cheaper design, targets that need not
     move given back (each probe: rebuild the serving candidates, min-cost solve with total < best). The
@@ -181,15 +198,21 @@ def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed:
     def key(factors: Mapping[TargetKey, float]) -> tuple[tuple[TargetKey, float], ...]:
         return tuple(sorted(factors.items()))
 
+    # Each probe asks only whether a design cheaper than the best exists, so its table leaves out the rows
+    # no such design can use (CostCap: the same answer from a smaller rebuild, model and solve).
+    max_usd = (best.total_cents - 1) / 100.0
+
+    def probe(factors: Mapping[TargetKey, float], cap: float | None) -> tuple[Planner, Outcome]:
+        table = at_resolution(retarget(factors, max_usd=cap), planner)
+        p = Planner(table, objective=planner.objective, settings=planner.settings, budget=planner.budget)
+        return p, p.solve(goal=Goal.MIN_TOTAL, bounds=[_cheaper(best)])
+
     def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
         k = key(factors)
         if k not in probes:
             if planner.budget.spent():
                 return SolveStatus.UNKNOWN
-            p = Planner(
-                retarget(factors), objective=planner.objective, settings=planner.settings, budget=planner.budget
-            )
-            probes[k] = (p, p.solve(goal=Goal.MIN_TOTAL, bounds=[_cheaper(best)]))
+            probes[k] = probe(factors, max_usd)
         return probes[k][1].status
 
     found = least_target_factors(
@@ -202,7 +225,11 @@ def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed:
     )
     if not found.status.has_solution:
         return None
-    p, out = probes[key(found.factors)]
+    # The trade's design from the whole table at the factors found (among equally cheap designs, the one a
+    # solve of the whole table returns: what the plan showed before the probes were cut down).
+    p, out = probe(found.factors, None)
+    if out.solution is None:  # the time limit stopped this solve: the probe's own design
+        p, out = probes[key(found.factors)]
     assert out.solution is not None
     change = target_change(targets, found.factors, "→")
     return _trade(p.table, best, out.solution, change, least=out.status is SolveStatus.OPTIMAL)

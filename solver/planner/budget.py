@@ -70,3 +70,34 @@ class TimeBudget:
         self.units_used += units
         if wall_hit:
             self.wall_net_fired = True
+
+
+@dataclass
+class Share:
+    """A slice of ``budget`` for one of several solves run at once (:meth:`clusterplan.planner.solve.Planner.concurrently`).
+
+    Each of n solves run side by side gets 1/n of the units left and keeps its charges here, in order. If
+    none of them ran out of its slice (``cut``), every one ran within what it would have had in turn (the
+    solves before it in turn used at most their slices), so it returned what it returns in turn: the
+    charges are then made on ``budget`` in the solves' order, and the output is the sequential one.
+    """
+
+    budget: TimeBudget
+    units: float
+    charges: list[float] = field(default_factory=list)
+    cut: bool = False  # a solve stopped undecided, or the slice ran out: the caller redoes them in turn
+
+    def units_left(self) -> float:
+        return max(0.0, self.units - sum(self.charges))
+
+    def wall_left_s(self) -> float:
+        return self.budget.wall_left_s()
+
+    def spent(self) -> bool:
+        if self.units_left() < MIN_UNITS or self.budget.spent():
+            self.cut = True
+        return self.cut
+
+    def charge(self, units: float, *, wall_hit: bool = False) -> None:
+        self.charges.append(units)
+        self.cut = self.cut or wall_hit

@@ -13,16 +13,17 @@ bounds, no-good cuts and objective, and solves the clone; the base is never modi
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ortools.sat.python import cp_model
 
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.errors import ClusterplanError
-from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, TimeBudget
+from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, Share, TimeBudget
 from clusterplan.planner.builder import BuiltModel, Objective, build
 from clusterplan.planner.families import one_shape_restriction
 from clusterplan.planner.families.goals import Bound, Goal
@@ -73,6 +74,17 @@ SMALL_MODEL_VARIABLES = 1000  # every shipped example's model is smaller (70B se
 # Below this size CP-SAT proves the optimum in a fraction of a second on its own (every example has
 # under 1,000 variables); above it, its own LP bound arrives late or never (x16 catalog).
 RELAXATION_MIN_VARIABLES = 5000
+# Independent solves (Planner.concurrently) run on this many threads: CP-SAT releases the GIL while it
+# solves, one worker each, so two use a 2-core machine's second core.
+CONCURRENT_SOLVES = 2
+# Each of n calls run side by side gets 1/(n x this) of the units left: work thrown away when a call runs
+# out of its share (it is redone in turn) is at most a quarter of what was left, so --time-limit still holds.
+SHARE_DIVISOR = 4
+# Below this many units a share (a quarter second of --time-limit), the calls run in turn: a command cut
+# short by a tight limit keeps its sequential course.
+MIN_SHARE_UNITS = 0.05
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,8 @@ class Planner:
         # The cost LP of each min-cost solve, by (families on, no-goods): its tie-break reuses it.
         self._cost_lp: dict[object, lp_bound.Relaxation] = {}
         self.solves = 0
+        self._local = threading.local()  # a thread's Share while Planner.concurrently runs it
+        self._lock = threading.Lock()  # the counters above, from those threads
 
     @property
     def v(self) -> PlanVariables:
@@ -170,14 +184,51 @@ class Planner:
         """Relaxable families the requirement states."""
         return self.built.relaxable
 
+    def _meter(self) -> TimeBudget | Share:
+        """What this thread's solves draw on: its Share inside :meth:`concurrently`, else the budget."""
+        share: Share | None = getattr(self._local, "share", None)
+        return share if share is not None else self.budget
+
+    def concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """``[call() for call in calls]``, the calls (solves of this planner, independent of one another) run on
+        CONCURRENT_SOLVES threads, each on an equal :class:`~clusterplan.planner.budget.Share` of what is left.
+        The result is the sequential one: a call that ran out of its share, and every call after it, run again
+        in turn."""
+        if len(calls) < 2 or self.settings.num_workers != 1 or self.budget.spent():
+            return [call() for call in calls]
+        from concurrent.futures import ThreadPoolExecutor
+
+        share = self.budget.units_left() / (len(calls) * SHARE_DIVISOR)
+        if share < MIN_SHARE_UNITS:
+            return [call() for call in calls]
+        shares = [Share(self.budget, share) for _ in calls]
+
+        def run(i: int) -> T:
+            self._local.share = shares[i]
+            try:
+                return calls[i]()
+            finally:
+                self._local.share = None
+
+        with ThreadPoolExecutor(max_workers=CONCURRENT_SOLVES) as pool:
+            results = list(pool.map(run, range(len(calls))))
+        # The calls before the first one cut short ran as they would have in turn: keep them, charged in
+        # order; from the first cut one on, run them again in turn on the whole budget, as without threads.
+        kept = next((i for i, sh in enumerate(shares) if sh.cut), len(calls))
+        for sh in shares[:kept]:
+            for units in sh.charges:
+                self.budget.charge(units)
+        return results[:kept] + [call() for call in calls[kept:]]
+
     # ------------------------------------------------------------------------------------------------
     def _solver(self, m: cp_model.CpModel) -> cp_model.CpSolver:
         s = cp_model.CpSolver()
         s.parameters.num_workers = self.settings.num_workers
         s.parameters.random_seed = self.settings.random_seed
         # What is left of the command's budget: deterministic units (the limit), wall time (the net).
-        s.parameters.max_deterministic_time = self.budget.units_left()
-        s.parameters.max_time_in_seconds = self.budget.wall_left_s()
+        meter = self._meter()
+        s.parameters.max_deterministic_time = meter.units_left()
+        s.parameters.max_time_in_seconds = meter.wall_left_s()
         s.parameters.log_search_progress = False
         # The LP relaxation with every linear constraint (level 2) closes these knapsack-like models
         # in a handful of conflicts; the default level needs thousands once GPU types may mix.
@@ -209,7 +260,7 @@ class Planner:
 
     def _run(self, m: cp_model.CpModel) -> tuple[cp_model.CpSolver, SolveStatus, float]:
         solver = self._solver(m)
-        if self.budget.spent():
+        if self._meter().spent():
             return solver, SolveStatus.UNKNOWN, 0.0  # nothing left: the caller reports it ran out
         code, wall = self._charged(solver, m)
         status = SolveStatus.from_cpsat(code)
@@ -225,12 +276,16 @@ class Planner:
         t0 = time.perf_counter()
         code = solver.solve(m)
         wall = time.perf_counter() - t0
-        self.solve_s += wall
-        self.solves += 1
+        with self._lock:
+            self.solve_s += wall
+            self.solves += 1
         undecided = code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
         # Stopped short of its deterministic limit while undecided: the wall net stopped it.
         net = undecided and solver.response_proto.deterministic_time < solver.parameters.max_deterministic_time * 0.99
-        self.budget.charge(solver.response_proto.deterministic_time, wall_hit=net)
+        meter = self._meter()
+        meter.charge(solver.response_proto.deterministic_time, wall_hit=net)
+        if undecided and isinstance(meter, Share):
+            meter.cut = True  # stopped by its share's limit, perhaps: redone in turn
         return code, wall
 
     def solve(
@@ -318,10 +373,11 @@ class Planner:
 
         t0 = time.perf_counter()
         rel = lp_bound.solve_relaxation(m.proto)
-        self.budget.charge(LP_UNITS_PER_VARIABLE * len(m.proto.variables))  # by size: GLOP reports no units
+        self._meter().charge(LP_UNITS_PER_VARIABLE * len(m.proto.variables))  # by size: GLOP reports no units
         lp_s = time.perf_counter() - t0
-        self.lp_s += lp_s
-        self.solve_s += lp_s
+        with self._lock:
+            self.lp_s += lp_s
+            self.solve_s += lp_s
         if not rel.optimal:
             return rel, None
         sub = m.clone()
@@ -343,7 +399,7 @@ class Planner:
         """
         from clusterplan.planner import lp_bound
 
-        if self.budget.spent():
+        if self._meter().spent():
             return m, None  # no time for the LP: CP-SAT alone, on what is left (nothing)
         rel, best = self._incumbent(m)
         if not rel.optimal:
@@ -351,7 +407,7 @@ class Planner:
         if keep_hint:  # the caller's hint (the primary optimum, for a tie-break) may be the better one
             check = self._solver(m)
             check.parameters.fix_variables_to_their_hinted_value = True
-            if not self.budget.spent() and self._charged(check, m)[0] in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if not self._meter().spent() and self._charged(check, m)[0] in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 hinted = list(check.response_proto.solution)
                 if best is None or lp_bound.objective_value(m.proto, hinted) < lp_bound.objective_value(m.proto, best):
                     best = hinted

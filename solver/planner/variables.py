@@ -32,6 +32,7 @@ class ServingScale:
     rate: list[int]  # meeting latency targets
     rate_nolat: list[int]
     upper: list[int]  # replica upper bound per row
+    exponent: int = 0  # the decimal exponent of the integer units (resolution = 10**-exponent req/s)
 
 
 @dataclass
@@ -249,16 +250,22 @@ class PlanVariables:
 
 
 def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
-    positive = [x for r in wc.serving_rows() for x in (r.rate_rps, r.rate_nolat_rps) if x > 0]
-    exp = scaling.rate_exponent(wc.demand_rps, min(positive, default=None))
+    if wc.rate_exponent is None:
+        positive = [x for r in wc.serving_rows() for x in (r.rate_rps, r.rate_nolat_rps) if x > 0]
+        exp = scaling.rate_exponent(wc.demand_rps, min(positive, default=None))
+        rate = [
+            scaling.check_rate_units(
+                r.rate_rps, scaling.rate_units_down(r.rate_rps, exp, what=f"{wc.name}: rate"), what=wc.name
+            )
+            for r in wc.serving_rows()
+        ]
+    else:
+        # The exponent another table decided (a trade's probe at its plan's resolution): a rate below one
+        # unit there counts as none, as it would in that plan's model (rates are rounded down).
+        exp = wc.rate_exponent
+        rate = [scaling.rate_units_down(r.rate_rps, exp, what=f"{wc.name}: rate") for r in wc.serving_rows()]
     res = scaling.rate_resolution(exp)
     demand = scaling.rate_units_up(wc.demand_rps, exp, what=f"{wc.name}: demand")
-    rate = [
-        scaling.check_rate_units(
-            r.rate_rps, scaling.rate_units_down(r.rate_rps, exp, what=f"{wc.name}: rate"), what=wc.name
-        )
-        for r in wc.serving_rows()
-    ]
     nolat = [scaling.rate_units_down(r.rate_nolat_rps, exp, what=f"{wc.name}: rate") for r in wc.serving_rows()]
     k = wc.redundancy
     max_rate = max(rate, default=0)
@@ -278,7 +285,7 @@ def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
             if k > 0 and rho > 0:
                 floors.append(k + -(-demand // rho))
             upper.append(max(floors))
-        return ServingScale(resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper)
+        return ServingScale(resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper, exponent=exp)
     for r_lat, r_nolat in zip(rate, nolat, strict=True):
         # Enough replicas of this row alone to meet demand plus k of the largest replica, for each
         # rate the model may use; one more cannot be needed (removing it keeps every family satisfied).
@@ -288,7 +295,7 @@ def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
         if r_nolat > 0:
             bounds.append(math.ceil((demand + k * max_nolat) / r_nolat))
         upper.append(max(bounds) * replica_factor + (replica_factor - 1) * k)
-    return ServingScale(resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper)
+    return ServingScale(resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper, exponent=exp)
 
 
 def _gpu_need_bounds(table: CandidateTable, v: PlanVariables) -> dict[str, int]:

@@ -1,0 +1,81 @@
+"""A trade's target probes on cut-down tables (explain/trades.py) and independent solves side by side
+(Planner.concurrently): the same answers as the whole table and as solves in turn, with less work."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusterplan.candidates.build import usd_per_gpu_floor
+from clusterplan.candidates.serving import CostCap, fewest_replicas, within_cap
+from clusterplan.catalog.load import Catalog
+from clusterplan.explain.trades import at_resolution
+from clusterplan.planner.families.goals import Bound, Goal
+from clusterplan.planner.solve import Planner
+from clusterplan.units import HOURS_PER_MONTH
+from conftest import example
+from test_planner_families import cloud, owned, row, serve, tbl
+
+
+def test_a_gpus_floor_is_its_cheapest_offering_over_the_horizon() -> None:
+    """Cloud: instance-hours over the horizon per GPU; owned: capital plus energy, energy only when owned already."""
+    floor = usd_per_gpu_floor([cloud("a", 2, 3.0), owned("a", 8, 50_000.0)], 12.0)
+    assert floor["a"] == pytest.approx(min(3.0 * HOURS_PER_MONTH * 12 / 2, (50_000.0 + 40.0 * 8 * 12) / 8))
+    assert usd_per_gpu_floor([owned("a", 8, 50_000.0, inv=1)], 12.0)["a"] == pytest.approx(40.0 * 12)
+
+
+def test_a_row_over_the_cap_is_left_out_and_one_under_it_kept() -> None:
+    """One shape serves 8 req/s: 2 replicas of the 4 req/s row (2 GPUs at $100: $200), 8 of the 1 req/s row ($800)."""
+    fast, slow = row("a", rate=4.0), row("a", rate=1.0)
+    assert fewest_replicas(8.0, 4.0, alone=True) == 2 and fewest_replicas(8.0, 4.0, alone=False) == 1
+    assert fewest_replicas(8.0, 8.0 / 3.0, alone=True) == 3  # a float quotient a hair over 3 is not rounded up to 4
+    cap = CostCap(max_usd=500.0, usd_per_gpu={"a": 100.0})
+    assert within_cap([fast, slow], cap, 8.0, mixed=False, targets=False) == [fast]
+    # Mixed shapes: a row may serve with one replica, so neither is over the cap.
+    assert within_cap([fast, slow], cap, 8.0, mixed=True, targets=False) == [fast, slow]
+    assert not CostCap(max_usd=200.0, usd_per_gpu={"a": 100.0}).excludes("a", 1, 2)  # exactly at the cap: kept
+
+
+@pytest.fixture(scope="module")
+def seventy_b(catalog: Catalog) -> tuple[Planner, object]:
+    from clusterplan.candidates.build import CandidateCache, build_candidates
+    from clusterplan.pipeline import retargeter
+    from clusterplan.requirement.load import load_requirement
+
+    resolved = load_requirement(example("70b-serving"), catalog)
+    cache = CandidateCache()
+    table = build_candidates(resolved, catalog, cache=cache)
+    return Planner(table), retargeter(resolved, catalog, table, cache=cache)
+
+
+def test_a_cut_down_probe_answers_as_the_whole_table(seventy_b: tuple[Planner, object]) -> None:
+    """70B example: at loosened targets, the probe without the rows over the best total finds the same cheapest
+    total under it as the probe of every row (both at the plan's resolution), from far fewer rows."""
+    planner, retarget = seventy_b
+    best = planner.solve(goal=Goal.MIN_TOTAL)
+    assert best.solution is not None
+    cheaper = Bound(Goal.MIN_TOTAL, best.solution.total_cents - 1)
+    for factor in (1.05, 2.0):
+        factors = {(0, "p95_latency"): factor, (0, "p95_ttft"): factor}
+        outs = []
+        for cap in (None, (best.solution.total_cents - 1) / 100.0):
+            table = at_resolution(retarget(factors, max_usd=cap), planner)  # type: ignore[operator]
+            outs.append((len(table.workloads[0].rows), Planner(table).solve(bounds=[cheaper])))
+        (whole_rows, whole), (cut_rows, cut) = outs
+        assert cut_rows < whole_rows / 2
+        assert (cut.status, cut.objective) == (whole.status, whole.objective)
+
+
+def test_independent_solves_side_by_side_are_the_solves_in_turn() -> None:
+    """The same outcomes and the same budget charged, in the same order, as one after the other."""
+    t = tbl(serve([row("a", rate=4.0), row("p", rate=1.0)], demand=8.0), [cloud("a", 1, 3.0), cloud("p", 1, 1.0)])
+    caps = [300_000, 1_000_000, 10_000_000, 20_000_000]
+
+    def calls(p: Planner) -> list:
+        return [lambda c=c: p.solve(bounds=[Bound(Goal.MIN_TOTAL, c)]) for c in caps]
+
+    in_turn = Planner(t)
+    expected = [c() for c in calls(in_turn)]
+    side = Planner(t)
+    got = side.concurrently(calls(side))
+    assert [(o.status, o.objective, o.solution) for o in got] == [(o.status, o.objective, o.solution) for o in expected]
+    assert side.budget.units_used == in_turn.budget.units_used and side.solves == in_turn.solves
