@@ -33,11 +33,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog.load import Catalog
-from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.design import pricing
 from clusterplan.errors import ClusterplanError, ConfigurationImpossible
-from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.types import Judged, LatencyAtLoad, ServingEstimate, TrainingEstimate
 from clusterplan.plan import Costs, HardwareLine
+from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement.schema import (
     PinnedConfig,
     Requirement,
@@ -325,3 +327,19 @@ def owned_cost(
 def deployments_wanted(req: Requirement, cfg: PinnedConfig) -> tuple[bool, bool]:
     which = cfg.deployment or req.deployment
     return which in ("cloud", "either"), which in ("owned", "either")
+
+
+def estimate_result(
+    req: Requirement, config: ChosenConfig, judged: Judged, a: Assumptions, gpu_class: GpuClass, **parts: Any
+) -> EstimateResult:
+    """One estimate's result: the configuration, whether it runs (and why not, in words), the assumptions used
+    and ``parts`` (serving or training figures, load, cloud and owned costs, choices, notes)."""
+    return EstimateResult(
+        requirement=req.name,
+        config=config,
+        feasible=judged.feasible,
+        reasons=render_reasons(judged.why_not),
+        assumptions=a.used(gpu_class),
+        assumptions_overridden=a.overridden(),
+        **parts,
+    )

@@ -17,6 +17,7 @@ from clusterplan.design.estimate import (
     TargetCheck,
     check_count,
     deployments_wanted,
+    estimate_result,
     horizon_costs,
     offerings_for,
     owned_cost,
@@ -24,7 +25,6 @@ from clusterplan.design.estimate import (
 from clusterplan.errors import ClusterplanError
 from clusterplan.physics import moe, queueing, rules
 from clusterplan.physics.factors import Assumptions
-from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement.schema import (
     EngineSettings,
     PinnedConfig,
@@ -260,17 +260,16 @@ def estimate_serving(
         count=count, tp=tp, pp=pp, dp=replicas, ep=ep, attention_dp=attention_dp, quant=quant, kv_quant=kv,
         batch=batch, engine=a.engine, batch_cap=a.batch_cap(gpu.memory_gib, gpu.name),
     )  # fmt: skip
-    return EstimateResult(
-        requirement=req.name,
-        config=config,
-        feasible=est.feasible,
-        reasons=render_reasons(est.why_not),
+    return estimate_result(
+        req,
+        config,
+        est,
+        a,
+        gpu.gpu_class,
         serving=est,
         load=load,
         cloud=cloud,
         owned=owned,
         choices=choices,
         notes=notes,
-        assumptions=a.used(gpu.gpu_class),
-        assumptions_overridden=a.overridden(),
     )

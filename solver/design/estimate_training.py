@@ -14,6 +14,7 @@ from clusterplan.design.estimate import (
     EstimateResult,
     check_count,
     deployments_wanted,
+    estimate_result,
     horizon_costs,
     offerings_for,
     owned_cost,
@@ -23,7 +24,6 @@ from clusterplan.physics import cost, moe, optimizer_memory, rules
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.types import TrainingEstimate
-from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement.schema import (
     FinetuneWorkload,
     PinnedConfig,
@@ -322,16 +322,6 @@ def estimate_training(
         recompute_layers=best.recompute_layers if best.recompute == "full" else None,
         memory_options=best.memory_options,
     )  # fmt: skip
-    return EstimateResult(
-        requirement=req.name,
-        config=config,
-        feasible=best.feasible,
-        reasons=render_reasons(best.why_not),
-        training=best,
-        cloud=cloud,
-        owned=owned,
-        choices=choices,
-        notes=notes,
-        assumptions=a.used(gpu.gpu_class),
-        assumptions_overridden=a.overridden(),
+    return estimate_result(
+        req, config, best, a, gpu.gpu_class, training=best, cloud=cloud, owned=owned, choices=choices, notes=notes
     )
