@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.serving import decode_step_s
+from clusterplan.physics.serving import decode_step_fn
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
 
 P95_Z = 1.6448536269514722  # standard normal 95th percentile
@@ -87,22 +87,30 @@ def mean_wait_s(servers: int, arrival_per_s: float, service_rate_per_server: flo
     return c / (capacity - arrival_per_s) * (1.0 + service_scv) / 2.0
 
 
-def _step_s(est: ServingEstimate, n: float) -> float:
+def _stepper(est: ServingEstimate) -> Callable[[float], float]:
+    """The decode step of ``est`` at a running batch ``n`` (clamped to ``[1, B]``), seconds; the fixed step without a
+    step model. Built once per rate: the fixed point below asks for it ~9 times."""
     if est.step_model is None:
-        return est.decode_step_s
-    return decode_step_s(est.step_model, min(max(n, 1.0), float(est.batch)))
+        fixed_s = est.decode_step_s
+        return lambda n: fixed_s
+    step = decode_step_fn(est.step_model)
+    batch = float(est.batch)
+    return lambda n: step(min(max(n, 1.0), batch))
 
 
-def _running_batch(est: ServingEstimate, arrival: float, output_tokens: float, stretch: float) -> float:
-    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]``.
+def _running_batch(
+    est: ServingEstimate, arrival: float, output_tokens: float, stretch: float, step_s: Callable[[float], float]
+) -> float:
+    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]`` (``step_s``: :func:`_stepper`).
 
     The excess ``g(n) - n`` is positive at 0 and decreasing past its root; regula falsi with the Illinois
     modification (Dowell & Jarratt 1971) brackets the root to ``1e-10·(1 + B)`` in a handful of steps.
     """
     batch = float(est.batch)
+    prefill_s = est.prefill_s
 
     def excess(n: float) -> float:
-        return arrival * (est.prefill_s + output_tokens * _step_s(est, n + 1.0) * stretch) - n
+        return arrival * (prefill_s + output_tokens * step_s(n + 1.0) * stretch) - n
 
     f_hi = excess(batch)
     if f_hi >= 0:
@@ -160,13 +168,14 @@ def latency_at_load(
         )
     share = min(lam * est.prefill_busy_s, 0.999)
     stretch = 1.0 / (1.0 - share)
-    n = _running_batch(est, lam, output_tokens, stretch)
+    step_s = _stepper(est)
+    n = _running_batch(est, lam, output_tokens, stretch, step_s)
     batch = float(est.batch)
-    tpot_mean = _step_s(est, min(n + 1.0, batch)) * stretch
+    tpot_mean = step_s(min(n + 1.0, batch)) * stretch
     n95 = min(n + 1.0 + P95_Z * math.sqrt(n), batch)
-    tpot_p95 = _step_s(est, n95) * stretch
+    tpot_p95 = step_s(n95) * stretch
     wait = p95_wait_s(est.batch, lam, mu / est.batch, assumptions.service_time_scv)
-    interleave = min(rho, 1.0) * est.prefill_chunks * _step_s(est, n)
+    interleave = min(rho, 1.0) * est.prefill_chunks * step_s(n)
     ttft = wait + est.prefill_s + interleave
     e2e = ttft + max(output_tokens - 1.0, 0.0) * tpot_mean
     mean_ttft = mean_wait_s(est.batch, lam, mu / est.batch, assumptions.service_time_scv) + est.prefill_s + interleave
