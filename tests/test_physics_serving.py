@@ -179,8 +179,8 @@ def test_max_rate_meets_targets_and_is_tight() -> None:
 
 @pytest.mark.parametrize("pp", [1, 4])
 def test_decode_step_is_its_terms_to_the_bit(pp: int) -> None:
-    """decode_step_fn spells out matmul_parts_s, tp_comm_s and all_to_all_s for speed: the same floats, MoE and EP
-    included (the queueing model's rates compare them exactly)."""
+    """The decode step is its terms (matmul_parts_s, tp_comm_s, all_to_all_s) composed per stage and over the
+    pipeline, to the bit, MoE and EP included (the queueing model's rates compare them exactly)."""
     from clusterplan.physics import serving
     from clusterplan.physics.types import DecodeStepModel
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.serving import decode_step_fn
+from clusterplan.physics.serving import decode_step_s
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
 
 P95_Z = 1.6448536269514722  # standard normal 95th percentile
@@ -89,13 +89,13 @@ def mean_wait_s(servers: int, arrival_per_s: float, service_rate_per_server: flo
 
 def _stepper(est: ServingEstimate) -> Callable[[float], float]:
     """The decode step of ``est`` at a running batch ``n`` (clamped to ``[1, B]``), seconds; the fixed step without a
-    step model. Built once per rate: the fixed point below asks for it ~9 times."""
+    step model."""
     if est.step_model is None:
         fixed_s = est.decode_step_s
         return lambda n: fixed_s
-    step = decode_step_fn(est.step_model)
+    model = est.step_model
     batch = float(est.batch)
-    return lambda n: step(min(max(n, 1.0), batch))
+    return lambda n: decode_step_s(model, min(max(n, 1.0), batch))
 
 
 def _running_batch(

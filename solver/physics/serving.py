@@ -12,7 +12,6 @@ time on prefill, which stretches the decode steps of the running sequences.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, moe, params
@@ -195,51 +194,12 @@ def decode_stage_s(model: DecodeStepModel, n: float) -> float:
     ``max(weights, matmul FLOPs) + max(KV cache, attention FLOPs) + TP comm + MoE all-to-alls``. LLM-Viewer
     (``roofline_model.py``) bounds each operation by its own roofline and adds the operations: the matmuls stream
     the weights while they multiply, but the attention kernels that stream the KV cache run after them, not
-    alongside. Evaluated by :func:`decode_stage_fn`.
+    alongside.
     """
-    return decode_stage_fn(model)(n)
-
-
-def decode_stage_fn(model: DecodeStepModel) -> Callable[[float], float]:
-    """:func:`decode_stage_s` of ``model`` as a function of ``n``, the model's fields read once.
-
-    The queueing model's fixed point asks for the step ~9 times per arrival rate (thousands per plan), so the
-    terms of :func:`matmul_parts_s`, :func:`tp_comm_s` and :func:`all_to_all_s` are spelled out here in the same
-    order of operations (same floats); the MoE factors that do not depend on ``n`` (a dense MLP, no EP) are
-    computed once by their own functions.
-    """
-    dense_w, expert_w, g = model.dense_weights_s, model.expert_weights_s, model.moe_gemm_efficiency
-    c_seq, ec_seq = model.compute_per_seq_s, model.expert_compute_per_seq_s
-    kv_seq, att_seq = model.kv_per_seq_s, model.attention_compute_per_seq_s
-    experts, per_token, ep, skew = (
-        model.moe_experts,
-        model.experts_per_token,
-        model.expert_parallel,
-        model.expert_load_skew,
-    )
-    fixed_touched = experts <= 1  # experts_touched is 1 for a dense MLP, whatever n
-    touched_1 = experts_touched(experts, per_token, 1.0) / ep
-    fixed_imbalance = ep <= 1  # load_imbalance is 1 without EP, whatever n
-    imbalance_1 = moe.load_imbalance(1.0, per_token, ep, skew)
-    allreduces = model.tp_allreduces
-    protocols = list(zip(model.tp_allreduce_latency_s, model.tp_allreduce_per_seq_s, strict=True))
-    has_tp = allreduces != 0 and bool(model.tp_allreduce_latency_s)
-    a2as, a2a_lat, a2a_seq = model.all_to_alls, model.all_to_all_latency_s, model.all_to_all_per_seq_s
-
-    def stage(n: float) -> float:
-        touched = touched_1 if fixed_touched else experts_touched(experts, per_token, n) / ep
-        imbalance = imbalance_1 if fixed_imbalance else moe.load_imbalance(n, per_token, ep, skew)
-        weights = dense_w + expert_w * touched / g
-        matmul = n * c_seq + n * ec_seq * imbalance / g
-        matmuls = max(weights, matmul)
-        attention = max(n * kv_seq, n * att_seq)
-        tp = 0.0
-        if n > 0 and has_tp:
-            tp = allreduces * min(lat + n * per for lat, per in protocols)
-        a2a = 0.0 if n <= 0 or a2as == 0 else a2as * (a2a_lat + n * a2a_seq)
-        return matmuls + attention + tp + a2a
-
-    return stage
+    weights, matmul = matmul_parts_s(model, n)
+    matmuls = max(weights, matmul)
+    attention = max(n * model.kv_per_seq_s, n * model.attention_compute_per_seq_s)
+    return matmuls + attention + tp_comm_s(model, n) + all_to_all_s(model, n)
 
 
 def prefill_compute_s(weights_s: float, compute_s: float) -> float:
@@ -261,25 +221,14 @@ def decode_step_s(model: DecodeStepModel, n: float) -> float:
 
     One stage: :func:`decode_stage_s`. With ``pp`` stages the batch splits into ``m = min(pp, n)`` micro-batches
     in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences plus ``pp - 1`` stage-to-stage sends;
-    then the fixed per-step engine overhead. Evaluated by :func:`decode_step_fn`.
+    then the fixed per-step engine overhead.
     """
-    return decode_step_fn(model)(n)
-
-
-def decode_step_fn(model: DecodeStepModel) -> Callable[[float], float]:
-    """:func:`decode_step_s` of ``model`` as a function of ``n``, the model's fields read once (hot path: the
-    queueing model's running-batch fixed point)."""
-    stage = decode_stage_fn(model)
-    pp, pp_f = model.pp, float(model.pp)
-    hop_fixed, hop_seq, overhead = model.pp_hop_fixed_s, model.pp_hop_per_seq_s, model.overhead_s
-
-    def step(n: float) -> float:
-        n = max(n, 1.0)
-        per_micro = n / min(pp_f, n)
-        hops = (pp - 1) * (hop_fixed + per_micro * hop_seq)
-        return pp * stage(per_micro) + hops + overhead
-
-    return step
+    n = max(n, 1.0)
+    m = min(float(model.pp), n)
+    per_micro = n / m
+    stage = decode_stage_s(model, per_micro)
+    hops = (model.pp - 1) * (model.pp_hop_fixed_s + per_micro * model.pp_hop_per_seq_s)
+    return model.pp * stage + hops + model.overhead_s
 
 
 def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) -> DecodeStepModel:
