@@ -17,7 +17,7 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.errors import ClusterplanError
 from clusterplan.inputs.hf_config import derived_line, load_hf_config, parse_hf_config
-from clusterplan.physics import memory, params, serving, training
+from clusterplan.physics import kernels, memory, params, serving
 from clusterplan.physics.factors import Assumptions
 from clusterplan.requirement.load import read_hf_config
 from conftest import run_cli
@@ -126,7 +126,7 @@ def test_local_layers_cap_their_cache_and_attention_at_the_window(catalog: Catal
     assert serving.decode_attention_flops(oss, 8192) == 4.0 * (18 * 8192 + 18 * 128) * width
     assert serving.causal_pairs(1000, 128) == 128 * 128 / 2 + (1000 - 128) * 128
     assert serving.causal_pairs(20_000, 8192, "chunked") == 2 * 8192**2 / 2 + 3616**2 / 2
-    assert training.attention_span_tokens(oss, 4096) == 18 * 4096 + 18 * 128
+    assert kernels.attention_span_tokens(oss, 4096) == 18 * 4096 + 18 * 128
 
 
 def test_mla_attention_flops_are_the_absorbed_form_in_decode(catalog: Catalog) -> None:

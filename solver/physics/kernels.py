@@ -98,6 +98,14 @@ def model_gemm_fraction(arch: ModelArchitecture, tokens: float, tp: int, curve: 
     return total / time if time > 0 else 1.0
 
 
+def attention_span_tokens(arch: ModelArchitecture, seq_len: float) -> float:
+    """``l·s`` summed over layers: keys each token attends to per layer, a local layer's at most its window."""
+    if arch.attention_window is None:
+        return arch.layers * seq_len
+    local = arch.local_layer_count
+    return (arch.layers - local) * seq_len + local * min(seq_len, float(arch.attention_window))
+
+
 def causal_pairs_per_token(arch: ModelArchitecture, seq_len: float) -> float:
     """(query, key) pairs a causal kernel computes per token, summed over layers: half the sequence for a global
     layer (the masked triangle skipped), the window for a local layer whose window is shorter than the sequence."""
@@ -129,9 +137,7 @@ def attention_core_s_per_token(
         pairs = causal_pairs_per_token(arch, seq_len)
         flops = pairs * width * (FLASH_FWD_FLOPS * (1.0 + forward_repeats) + FLASH_BWD_FLOPS)
         return flops / attention_flops_per_s
-    local = arch.local_layer_count if arch.attention_window is not None else 0
-    window = float(arch.attention_window) if arch.attention_window is not None else seq_len
-    keys = (arch.layers - local) * seq_len + local * min(seq_len, window)
+    keys = attention_span_tokens(arch, seq_len)
     flops = keys * width * (4.0 * (1.0 + forward_repeats) + 8.0)
     score_bytes = keys * arch.attention_heads * (SCORE_BYTES_FWD * (1.0 + forward_repeats) + SCORE_BYTES_BWD)
     return flops / gemm_flops_per_s + score_bytes / bytes_per_s

@@ -78,14 +78,6 @@ def lm_head_params(arch: ModelArchitecture) -> int:
     return arch.vocab_size * arch.hidden_size
 
 
-def attention_span_tokens(arch: ModelArchitecture, seq_len: float) -> float:
-    """``l·s`` summed over layers: keys each token attends to per layer, a local layer's at most its window."""
-    if arch.attention_window is None:
-        return arch.layers * seq_len
-    local = arch.local_layer_count
-    return (arch.layers - local) * seq_len + local * min(seq_len, float(arch.attention_window))
-
-
 def model_flops_per_token(
     arch: ModelArchitecture, seq_len: float, *, method: str = "full", lora_rank: int = 16
 ) -> float:
@@ -96,7 +88,7 @@ def model_flops_per_token(
     (:func:`attention_width`).
     """
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
-    attention = 12.0 * attention_span_tokens(arch, seq_len) * attention_width(arch)
+    attention = 12.0 * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
     if method == "full":
         return 6.0 * n + attention
     adapters = arch.layers * lora_params_per_layer(arch, lora_rank)
@@ -122,7 +114,7 @@ def hardware_flops_per_token(
     """
     base = model_flops_per_token(arch, seq_len, method=method, lora_rank=lora_rank)
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
-    forward_attention = 4.0 * attention_span_tokens(arch, seq_len) * attention_width(arch)
+    forward_attention = 4.0 * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
     if recompute == "full":
         return base + (2.0 * n + forward_attention) * min(max(recompute_fraction, 0.0), 1.0)
     if recompute == "selective" and not flash_attention:
@@ -490,7 +482,7 @@ def _compute_split(
     """GEMMs at ``rate`` (the plateau: ``training_mfu``) times their shape's share (:mod:`kernels`), and the
     attention core at its own kernel's rate, on the FLOPs it executes; ``tokens`` = rows of each GEMM."""
     width = attention_width(arch)
-    span = attention_span_tokens(arch, seq)
+    span = kernels.attention_span_tokens(arch, seq)
     # Forward passes of the attention core repeated: full recompute of that share of layers; selective recompute
     # without FlashAttention repeats it (with FlashAttention the kernel's own backward already does).
     repeats = recompute_fraction if recompute == "full" else (1.0 if recompute == "selective" else 0.0)
