@@ -78,6 +78,22 @@ def lm_head_params(arch: ModelArchitecture) -> int:
     return arch.vocab_size * arch.hidden_size
 
 
+# Attention-core FLOPs per (token, key) pair and attention-width unit: a training step's forward and backward
+# (Narayanan et al. 2021 §5.1: 12·l·s·h), and one more forward pass of it (recomputation).
+ATTENTION_TRAIN_FLOPS = 12.0
+ATTENTION_FORWARD_FLOPS = 4.0
+
+
+def attention_repeats(recompute: str, recompute_fraction: float, flash_attention: bool) -> float:
+    """Extra forward passes of the attention core per step: full recompute repeats it in the recomputed share of
+    layers; selective recompute repeats it unless FlashAttention already does inside its backward."""
+    if recompute == "full":
+        return min(max(recompute_fraction, 0.0), 1.0)
+    if recompute == "selective" and not flash_attention:
+        return 1.0
+    return 0.0
+
+
 def model_flops_per_token(
     arch: ModelArchitecture, seq_len: float, *, method: str = "full", lora_rank: int = 16
 ) -> float:
@@ -88,7 +104,7 @@ def model_flops_per_token(
     (:func:`attention_width`).
     """
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
-    attention = 12.0 * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
+    attention = ATTENTION_TRAIN_FLOPS * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
     if method == "full":
         return 6.0 * n + attention
     adapters = arch.layers * lora_params_per_layer(arch, lora_rank)
@@ -114,12 +130,9 @@ def hardware_flops_per_token(
     """
     base = model_flops_per_token(arch, seq_len, method=method, lora_rank=lora_rank)
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
-    forward_attention = 4.0 * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
-    if recompute == "full":
-        return base + (2.0 * n + forward_attention) * min(max(recompute_fraction, 0.0), 1.0)
-    if recompute == "selective" and not flash_attention:
-        return base + forward_attention
-    return base
+    forward_attention = ATTENTION_FORWARD_FLOPS * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
+    dense = 2.0 * n if recompute == "full" else 0.0
+    return base + (dense + forward_attention) * attention_repeats(recompute, recompute_fraction, flash_attention)
 
 
 def pipeline_slots(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
@@ -483,13 +496,9 @@ def _compute_split(
     attention core at its own kernel's rate, on the FLOPs it executes; ``tokens`` = rows of each GEMM."""
     width = attention_width(arch)
     span = kernels.attention_span_tokens(arch, seq)
-    # Forward passes of the attention core repeated: full recompute of that share of layers; selective recompute
-    # without FlashAttention repeats it (with FlashAttention the kernel's own backward already does).
-    repeats = recompute_fraction if recompute == "full" else (1.0 if recompute == "selective" else 0.0)
     flash = a.flash_attention
-    if flash and recompute == "selective":
-        repeats = 0.0
-    core_flops = span * width * (12.0 + 4.0 * repeats)  # what hardware_flops_per_token counts for the core
+    repeats = attention_repeats(recompute, recompute_fraction, flash)
+    core_flops = span * width * (ATTENTION_TRAIN_FLOPS + ATTENTION_FORWARD_FLOPS * repeats)  # hardware_flops' core
     fraction = kernels.model_gemm_fraction(arch, tokens, tp, kernels.gemm_curve(gpu.architecture))
     gemm_rate = rate * fraction
     attention_rate = (
