@@ -8,6 +8,7 @@ The defaults the planner used are listed in every explanation.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import (
@@ -484,8 +485,8 @@ class Assumptions(BaseModel):
 
     def compute_fraction(self, architecture: str, precision: str) -> float:
         """Multiplier on a class's compute factor for one architecture (name, any case) and matmul precision."""
-        by_name = {name.casefold(): value for name, value in self.architecture_compute_fraction.items()}
-        return by_name.get(architecture.casefold(), 1.0) * self.matmul_precision_share(precision)
+        fraction = _by_architecture(self.architecture_compute_fraction, architecture)
+        return (1.0 if fraction is None else fraction) * self.matmul_precision_share(precision)
 
     def matmul_precision_share(self, precision: str) -> float:
         """Low-precision matmuls reach a smaller share of their (2x, 4x) peaks than BF16 ones (fp8/fp4 fractions)."""
@@ -497,17 +498,22 @@ class Assumptions(BaseModel):
 
     def training_compute_fraction(self, architecture: str, precision: str) -> float:
         """:meth:`compute_fraction` for training: the architecture's ``architecture_training_fraction`` when listed."""
-        by_name = {name.casefold(): value for name, value in self.architecture_training_fraction.items()}
-        fraction = by_name.get(architecture.casefold())
+        fraction = _by_architecture(self.architecture_training_fraction, architecture)
         if fraction is None:
             return self.compute_fraction(architecture, precision)
         return fraction * self.matmul_precision_share(precision)
 
     def attention_fraction(self, architecture: str) -> float:
         """Share of dense BF16 peak the fused attention kernel reaches on one architecture (name, any case)."""
-        by_name = {name.casefold(): value for name, value in self.attention_kernel_efficiency.items()}
-        return by_name.get(architecture.casefold(), ATTENTION_KERNEL_DEFAULT)
+        fraction = _by_architecture(self.attention_kernel_efficiency, architecture)
+        return ATTENTION_KERNEL_DEFAULT if fraction is None else fraction
 
     def overridden(self) -> list[str]:
         """Names of the factors a requirement set explicitly."""
         return sorted(self.model_fields_set)
+
+
+def _by_architecture(table: Mapping[str, float], architecture: str) -> float | None:
+    """The entry of a per-architecture table for a catalog architecture name, any case; None when unlisted."""
+    wanted = architecture.casefold()
+    return next((value for name, value in table.items() if name.casefold() == wanted), None)
