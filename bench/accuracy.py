@@ -845,6 +845,11 @@ def _family(gpu: str) -> str:
     return load_catalog([]).gpu(gpu).architecture
 
 
+def _median_errors(rows: list[Row]) -> str:
+    """A group's median signed and median absolute error, as two table cells."""
+    return f"{statistics.median(r.error for r in rows):+.1%} | {statistics.median(abs(r.error) for r in rows):.1%}"
+
+
 def dense_by_architecture(rows: list[Row]) -> list[str]:
     """Dense serving throughput per GPU architecture and weight precision (the error the class factors leave)."""
     dense = view_rows(rows, "dense serving throughput")
@@ -866,8 +871,8 @@ def dense_by_architecture(rows: list[Row]) -> list[str]:
         gpus = ", ".join(sorted({r.gpu for r in mine}))
         worst = max(mine, key=lambda r: r.ratio)
         out.append(
-            f"| {architecture} | {gpus} | {precision} | {len(mine)} | {statistics.median(r.error for r in mine):+.1%} | "
-            f"{statistics.median(abs(r.error) for r in mine):.1%} | {worst.ratio:.2f}x (`{worst.id}`) |"
+            f"| {architecture} | {gpus} | {precision} | {len(mine)} | {_median_errors(mine)} | "
+            f"{worst.ratio:.2f}x (`{worst.id}`) |"
         )
     return out
 
@@ -913,8 +918,8 @@ def moe_section(rows: list[Row]) -> list[str]:
         groups.setdefault((r.model, r.gpu), []).append(r)
     for (model, gpu), mine in sorted(groups.items()):
         out.append(
-            f"| {model} | {gpu} ({_family(gpu)}) | {len(mine)} | {statistics.median(r.error for r in mine):+.1%} | "
-            f"{statistics.median(abs(r.error) for r in mine):.1%} | {max(r.ratio for r in mine):.2f}x |"
+            f"| {model} | {gpu} ({_family(gpu)}) | {len(mine)} | {_median_errors(mine)} | "
+            f"{max(r.ratio for r in mine):.2f}x |"
         )
     out += [
         "",
