@@ -13,7 +13,6 @@ bounds, no-good cuts and objective, and solves the clone; the base is never modi
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -313,7 +312,7 @@ class Planner:
         for b in bounds:
             var = b.goal.variable(v)
             m.add(var <= b.value if b.goal.minimise else var >= b.value)
-        sig = v.signature_literals() if nogoods else []
+        sig = v.signature_literals()
         for ng in nogoods:
             m.add_bool_or([lit.Not() if lit.index in ng.signature_on else lit for lit in sig])
         if extra is not None:
@@ -456,82 +455,48 @@ class Planner:
 
     # ------------------------------------------------------------------------------------------------
     def _read(self, values: list[int]) -> Solution:
-        return self._reader.read(values)
+        v = self.v
 
-    @functools.cached_property
-    def _reader(self) -> _Reader:
-        return _Reader.of(self.table, self.v)
-
-
-@dataclass(frozen=True)
-class _Reader:
-    """Where a :class:`Solution`'s numbers sit in a solve's values (proto indices; None: no variable).
-
-    Worked out once per planner: every solve of it has the same variables, and reading ~50 solutions
-    through the variables' accessors cost about 1 ms each."""
-
-    serving: tuple[tuple[int, int, int | None, int | None], ...]  # workload, row, cloud and owned replicas
-    training: tuple[tuple[int, int, int | None, int | None], ...]  # workload, row, on cloud, owned
-    instances: tuple[tuple[str, int], ...]  # cloud offering key, its instances
-    owned: tuple[tuple[str, int, int], ...]  # owned offering key, servers bought, from inventory
-    totals: tuple[int | None, ...]  # total, capital, monthly, one-off cents; GPUs in use
-    signature: tuple[int, ...]  # PlanVariables.signature_literals, in order
-
-    @classmethod
-    def of(cls, table: CandidateTable, v: PlanVariables) -> _Reader:
-        def idx(var: cp_model.IntVar | None) -> int | None:
-            return None if var is None else var.index
-
-        return cls(
-            serving=tuple(
-                (wc.index, r, idx(v._xc.get((wc.index, r))), idx(v._xo.get((wc.index, r))))
-                for wc, r, _ in v.serving_rows()
-            ),
-            training=tuple(
-                (wc.index, r, idx(v.runs_on_cloud(wc.index, r)), idx(v.runs_owned(wc.index, r)))
-                for wc, r, _ in v.training_rows()
-            ),
-            instances=tuple((o.key, v.instances(o).index) for o in table.offerings if o.kind == "cloud"),
-            owned=tuple(
-                (o.key, v.bought(o).index, v.from_inventory(o).index) for o in table.offerings if o.kind != "cloud"
-            ),
-            totals=tuple(
-                idx(x) for x in (v.total_cents, v.capital_cents, v.monthly_cents, v.one_off_cents, v.gpus_in_use)
-            ),
-            signature=tuple(lit.index for lit in v.signature_literals()),
-        )
-
-    def read(self, values: list[int]) -> Solution:
-        def val(i: int | None) -> int:
-            return 0 if i is None else int(values[i])
+        def val(var: cp_model.IntVar | None) -> int:
+            return 0 if var is None else int(values[var.index])
 
         serving = []
-        for w, r, ic, io in self.serving:
-            xc, xo = val(ic), val(io)
+        for wc, r, _ in v.serving_rows():
+            xc = val(v._xc.get((wc.index, r)))
+            xo = val(v._xo.get((wc.index, r)))
             if xc or xo:
-                serving.append(ServingAssignment(w, r, xc, xo))
+                serving.append(ServingAssignment(wc.index, r, xc, xo))
         training = []
-        for w, r, ic, io in self.training:
-            if val(ic):
-                training.append(TrainingAssignment(w, r, "cloud"))
-            if val(io):
-                training.append(TrainingAssignment(w, r, "owned"))
-        inst = [(key, n) for key, i in self.instances if (n := val(i))]
-        bought = [(key, n) for key, i, _ in self.owned if (n := val(i))]
-        inv = [(key, n) for key, _, i in self.owned if (n := val(i))]
-        total, capital, monthly, one_off, gpus = (val(i) for i in self.totals)
+        for wc, r, _ in v.training_rows():
+            if val(v.runs_on_cloud(wc.index, r)):
+                training.append(TrainingAssignment(wc.index, r, "cloud"))
+            if val(v.runs_owned(wc.index, r)):
+                training.append(TrainingAssignment(wc.index, r, "owned"))
+        inst, bought, inv = [], [], []
+        for o in self.table.offerings:
+            if o.kind == "cloud":
+                n = val(v.instances(o))
+                if n:
+                    inst.append((o.key, n))
+            else:
+                m, u = val(v.bought(o)), val(v.from_inventory(o))
+                if m:
+                    bought.append((o.key, m))
+                if u:
+                    inv.append((o.key, u))
+        sig_on = frozenset(lit.index for lit in v.signature_literals() if values[lit.index])
         return Solution(
             serving=tuple(serving),
             training=tuple(training),
             instances=tuple(inst),
             bought=tuple(bought),
             from_inventory=tuple(inv),
-            total_cents=total,
-            capital_cents=capital,
-            monthly_cents=monthly,
-            one_off_cents=one_off,
-            gpus_in_use=gpus,
-            signature_on=frozenset(i for i in self.signature if values[i]),
+            total_cents=val(v.total_cents),
+            capital_cents=val(v.capital_cents),
+            monthly_cents=val(v.monthly_cents),
+            one_off_cents=val(v.one_off_cents),
+            gpus_in_use=val(v.gpus_in_use),
+            signature_on=sig_on,
         )
 
 
