@@ -45,7 +45,6 @@ from clusterplan.candidates.table import (
 )
 from clusterplan.candidates.training import training_candidates
 from clusterplan.design.uncertainty import Derate, derate_for
-from clusterplan.units import HOURS_PER_MONTH
 
 # Catalog fields the physics never reads: purchase prices (offerings read them) and provenance.
 _NOT_PHYSICS = frozenset({"price", "source", "as_of", "provisional", "provisional_fields", "also_sources", "notes"})
@@ -234,12 +233,7 @@ def usd_per_gpu_floor(offerings: Sequence[Offering], horizon_months: float) -> d
     energy). A lower bound on what each GPU of that type adds to a design's total (forbidden offerings included)."""
     out: dict[str, float] = {}
     for o in offerings:
-        if o.kind == "cloud":
-            usd = o.usd_per_hour * HOURS_PER_MONTH * horizon_months  # instance-hours over the horizon
-        else:
-            capital = 0.0 if o.inventory_units else o.capital_usd  # an owned server costs its energy only
-            usd = capital + o.energy_usd_per_month * horizon_months
-        per_gpu = usd / o.gpus_per_unit
+        per_gpu = o.horizon_usd(horizon_months, capital=not o.inventory_units) / o.gpus_per_unit
         out[o.gpu_id] = min(out.get(o.gpu_id, per_gpu), per_gpu)
     return out
 

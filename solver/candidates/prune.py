@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow
-from clusterplan.units import HOURS_PER_MONTH
 
 
 def _serving_key(r: ServingRow) -> tuple[object, ...]:
@@ -107,11 +106,9 @@ def prune_training_rows(rows: Sequence[TrainingRow]) -> list[TrainingRow]:
 
 def _offering_cost_usd(o: Offering, horizon_months: float) -> float | None:
     """One unit over the horizon: instance-hours (cloud), or capital plus energy (owned; None: cannot be bought)."""
-    if o.kind == "cloud":
-        return o.usd_per_hour * HOURS_PER_MONTH * horizon_months
-    if not o.purchasable:
+    if o.kind != "cloud" and not o.purchasable:
         return None
-    return o.capital_usd + o.energy_usd_per_month * horizon_months
+    return o.horizon_usd(horizon_months)
 
 
 def _standalone_usd(

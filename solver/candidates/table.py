@@ -148,6 +148,13 @@ class Offering:
             return f"{self.provider}:{self.instance_id}" if self.provider else self.key
         return f"{self.gpu_id} server, {self.gpus_per_unit} GPU{'s' if self.gpus_per_unit > 1 else ''}"
 
+    def horizon_usd(self, horizon_months: float, *, capital: bool = True) -> float:
+        """One unit over the horizon as the model's total counts it: instance-hours (cloud), or capital plus energy
+        (owned; ``capital=False``: a server already owned, its energy only)."""
+        if self.kind == "cloud":
+            return self.usd_per_hour * HOURS_PER_MONTH * horizon_months
+        return (self.capital_usd if capital else 0.0) + self.energy_usd_per_month * horizon_months
+
     def tp_capacity(self, t: int) -> int:
         """GPUs of one unit usable by tensor-parallel groups of size >= t (0 if t > tp_domain).
 
@@ -419,8 +426,7 @@ class CandidateTable:
             if o.kind == "cloud":
                 c = o.usd_per_hour / o.gpus_per_unit
             elif o.purchasable or o.inventory_units:
-                capital = 0.0 if o.inventory_units else o.capital_usd
-                c = (capital + o.energy_usd_per_month * self.limits.horizon_months) / o.gpus_per_unit / hours
+                c = o.horizon_usd(self.limits.horizon_months, capital=not o.inventory_units) / o.gpus_per_unit / hours
             else:
                 continue
             best = c if best is None else min(best, c)
