@@ -20,10 +20,11 @@ from clusterplan.design.estimate import (
     owned_cost,
 )
 from clusterplan.errors import ClusterplanError
-from clusterplan.physics import cost, moe, optimizer_memory, rules
+from clusterplan.physics import cost, optimizer_memory, rules, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.types import TrainingEstimate
+from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement.schema import (
     FinetuneWorkload,
     PinnedConfig,
@@ -253,12 +254,10 @@ def estimate_training(
         w = w.model_copy(update={"precision": "fp16"})
         choices.append(f"precision fp16: {gpu.name} has no bf16")
     if cfg.ep is not None and cfg.ep > 1:
-        problem = moe.training_ep_problem(arch, cfg.ep, cfg.ep)  # the model's side; DP is searched
-        if problem is not None:
-            raise ClusterplanError(
-                f"expert parallelism --ep {cfg.ep} does not fit {arch.name} ({arch.moe_experts} routed expert(s))",
-                fix=_TRAINING_EP_FIX[problem],
-            )
+        reason = training.expert_parallel_reason(arch, cfg.ep, cfg.ep)  # the model's side; DP is searched
+        if reason is not None:
+            (words,) = render_reasons([reason])
+            raise ClusterplanError(f"--ep {cfg.ep}, {arch.name}: {words}", fix=_TRAINING_EP_FIX[reason.problem])
     count = cfg.count
     cp_pinned = cfg.cp if cfg.cp is not None else w.context_parallel
     if count is None and cfg.tp and cfg.pp and cfg.dp:

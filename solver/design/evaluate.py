@@ -24,6 +24,7 @@ from clusterplan.design.uncertainty import NO_DERATE, Derate
 from clusterplan.physics import moe, optimizer_memory, queueing, serving, training
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
+from clusterplan.render.reasons import render_reasons
 
 if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
@@ -254,13 +255,11 @@ def pinned_layout_problems(w: TrainingWorkload | FinetuneWorkload, arch: ModelAr
                 )
             )
     for ep in _pinned_eps(w.expert_parallel):
-        problem = moe.training_ep_problem(arch, ep, ep)  # the count decides DP later; the model decides now
-        if problem == "ep_without_experts":
-            out.append(("expert_parallel", f"expert parallel {ep}: {arch.name} is a dense model (no routed experts); "
-                        "leave expert_parallel out or set it to 1"))  # fmt: skip
-        elif problem == "ep_not_dividing_experts":
-            out.append(("expert_parallel", f"expert parallel {ep} does not divide the {arch.moe_experts} routed "
-                        f"experts of {arch.name}"))  # fmt: skip
+        reason = training.expert_parallel_reason(arch, ep, ep)  # the count decides DP later; the model decides now
+        if reason is not None:
+            (words,) = render_reasons([reason])
+            fix = "; leave expert_parallel out or set it to 1" if reason.problem == "ep_without_experts" else ""
+            out.append(("expert_parallel", f"{arch.name}: {words}{fix}"))
     n = w.recompute_layers
     if n is not None:
         if w.activation_recompute in ("none", "selective"):

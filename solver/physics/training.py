@@ -150,6 +150,15 @@ def pipeline_bubble_fraction(pp: int, micro_batches: int, virtual_stages: int = 
     return (pp - 1) / max(virtual_stages, 1) / pipeline_slots(pp, micro_batches, virtual_stages)
 
 
+def expert_parallel_reason(arch: ModelArchitecture, ep: int, dp_cp: int) -> EpSplitsExperts | None:
+    """Why ``ep`` cannot be a training layout's EP degree with ``dp_cp`` data x context ranks
+    (:func:`clusterplan.physics.moe.training_ep_problem`), as a reason record; None when it can."""
+    problem = moe.training_ep_problem(arch, ep, dp_cp)
+    if problem is None:
+        return None
+    return EpSplitsExperts(ep=ep, experts=arch.moe_experts, dp_cp=dp_cp, problem=problem)  # type: ignore[arg-type]
+
+
 def layout_reasons(
     arch: ModelArchitecture,
     *,
@@ -168,9 +177,9 @@ def layout_reasons(
     :func:`clusterplan.physics.moe.training_ep_problem` (EP carved out of the ``dp x cp`` ranks).
     """
     out: list[Reason] = []
-    problem = moe.training_ep_problem(arch, ep, dp * cp)
-    if problem is not None:
-        out.append(EpSplitsExperts(ep=ep, experts=arch.moe_experts, dp_cp=dp * cp, problem=problem))  # type: ignore[arg-type]
+    ep_reason = expert_parallel_reason(arch, ep, dp * cp)
+    if ep_reason is not None:
+        out.append(ep_reason)
     if cp > 1 and sequence_length % (2 * cp):
         out.append(CpSplitsSequence(cp=cp, sequence_tokens=round(sequence_length)))
     stage_layers = memory.layers_per_stage(arch.layers, pp)
