@@ -2,13 +2,15 @@
 
 Importing OR-Tools' CP-SAT module (which imports pandas) and matplotlib costs about a second on a
 2-core machine: ``validate``, ``schema``, ``catalog`` and ``--help`` never import them, and ``solve``
-imports matplotlib only when it plots (it never does), nor does a ``sweep`` without ``--plot``. Each command runs in a fresh interpreter
+imports matplotlib only when it plots (it never does), nor does a ``sweep`` without ``--plot``. Nothing
+imports pandas: ``clusterplan.planner.cpsat`` imports CP-SAT without it. Each command runs in a fresh interpreter
 (an in-process run would see whatever earlier tests imported), then prints the modules it loaded.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -27,9 +29,9 @@ CASES: list[tuple[list[str], tuple[str, ...]]] = [
     (["catalog", "gpus"], SOLVER + PLOTTING),
     (["catalog", "sources"], SOLVER + PLOTTING),
     (["estimate", "--help"], SOLVER + PLOTTING),
-    (["solve", str(example("7b-chat-serving"))], PLOTTING),
+    (["solve", str(example("7b-chat-serving"))], ("pandas", *PLOTTING)),
     # No --plot: the plot module is imported to check a file name, matplotlib only to draw.
-    (["sweep", str(example("7b-chat-serving")), "--vary", "budget=1M", "--jobs", "1"], PLOTTING),
+    (["sweep", str(example("7b-chat-serving")), "--vary", "budget=1M", "--jobs", "1"], ("pandas", *PLOTTING)),
 ]
 
 _PROBE = """
@@ -110,3 +112,39 @@ def test_commands_are_built_when_used_and_all_listed() -> None:
     for name in expected:
         assert name in out
     assert "Plan: the cheapest feasible GPU cluster designs" in out  # a command's help line
+
+
+def test_cp_model_is_taken_from_one_place() -> None:
+    """Every module takes CP-SAT from ``clusterplan.planner.cpsat``: one direct import elsewhere, run
+    first, would import pandas again and undo the saving for every command."""
+    direct = re.compile(r"from ortools\.sat\.python import cp_model\b|import ortools\.sat\.python\.cp_model")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "solver").rglob("*.py"))
+        if path.name != "cpsat.py" and direct.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+
+
+_SERIES = """
+import sys
+from clusterplan.planner.cpsat import cp_model
+assert "pandas" not in sys.modules, "cp_model imported pandas"
+import pandas as pd
+model = cp_model.CpModel()
+xs = model.new_int_var_series("x", pd.Index([1, 2, 3]), 0, 5)
+model.add(xs.sum() == 7)
+solver = cp_model.CpSolver()
+assert solver.solve(model) == cp_model.OPTIMAL
+print(int(solver.values(xs).sum()))
+"""
+
+
+def test_cp_model_without_pandas_still_serves_pandas_callers() -> None:
+    """The pandas stand-in lasts only for the import: CP-SAT's pandas helpers still work once a caller
+    imports pandas itself (a notebook building its own model beside clusterplan's)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SERIES], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "7"

@@ -8,9 +8,9 @@ alone given the time to prove its own optimum.
 from __future__ import annotations
 
 import pytest
-from ortools.sat.python import cp_model
 
 from clusterplan.planner import lp_bound
+from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.solve import RELAXATION_MIN_VARIABLES, Planner, SolverSettings, rank_designs
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.synthetic import synthetic_table

@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from ortools.sat.python import cp_model
-
 from clusterplan.candidates.table import (
     TP_NVLINK,
     CandidateTable,
@@ -34,6 +32,7 @@ from clusterplan.explain.infeasibility import Retarget, find_conflict
 from clusterplan.explain.trades import read_trade, with_trade
 from clusterplan.physics.reasons import ReasonCategory
 from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostGpu, MixNote
+from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import family
 from clusterplan.planner.solve import PRIMARY_GOAL, Extra, Outcome, Planner, Solution
 from clusterplan.planner.variables import PlanVariables

@@ -98,9 +98,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
-from ortools.sat.python import cp_model
-
 from clusterplan.candidates.table import CandidateTable
+from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import Family, FamilyContext, active_families, structure
 from clusterplan.planner.variables import PlanVariables
 

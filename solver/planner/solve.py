@@ -19,12 +19,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from ortools.sat.python import cp_model
-
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.errors import ClusterplanError
 from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, Share, TimeBudget
 from clusterplan.planner.builder import BuiltModel, Objective, build
+from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import one_shape_restriction
 from clusterplan.planner.families.goals import Bound, Goal
 from clusterplan.planner.families.structure import upper_bound

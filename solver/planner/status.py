@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from ortools.sat.python import cp_model
+from clusterplan.planner.cpsat import cp_model
 
 
 class SolveStatus(StrEnum):

@@ -12,10 +12,9 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ortools.sat.python import cp_model
-
 from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, Side, TrainingRow, WorkloadCandidates
 from clusterplan.planner import scaling
+from clusterplan.planner.cpsat import cp_model
 
 # What the accessors below hand back: a CP-SAT expression (an IntVar or a sum of them) or the constant 0.
 # (cp_model.LinearExprT also admits numpy integers, which never occur here and make ``0 - expr`` untypable.)

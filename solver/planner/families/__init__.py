@@ -33,10 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
 from clusterplan.candidates.table import CandidateTable, WorkloadCandidates
 from clusterplan.plan import ConstraintCheck, FamilyStatus, Relaxation
+from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families.facts import MARGIN_TOLERANCE, DesignFacts, Margin, NotEnough, RelaxedAt, TradeRead
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.variables import PlanVariables, ServingScale

@@ -11,8 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from ortools.sat.python import cp_model
-
+from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.variables import PlanVariables
 
 

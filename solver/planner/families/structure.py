@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from ortools.sat.python import cp_model
-
 from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow
 from clusterplan.planner import scaling
+from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.variables import PlanVariables
 from clusterplan.units import HOURS_PER_MONTH
 
