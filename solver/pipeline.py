@@ -39,7 +39,7 @@ from clusterplan.plan import (
 from clusterplan.planner.budget import TimeBudget
 from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.families import family
-from clusterplan.planner.solve import Planner, SolverSettings, rank_designs
+from clusterplan.planner.solve import Planner, SolverSettings, rank_designs_and
 from clusterplan.planner.status import SolveStatus, relative_gap
 
 if TYPE_CHECKING:
@@ -128,7 +128,11 @@ def plan_table(
             warnings=contradictions(table.limits.deployment, table.limits.inventory),
         )
     planner = Planner(table, objective=opts.objective, settings=settings, budget=budget)
-    ranked = rank_designs(planner, top=opts.top)
+    full = bool(opts.explain) and opts.explain not in ("binding", "design")
+    # The explanation of the best design runs beside the ranking of the others (the same results as after it).
+    ranked, explanation = rank_designs_and(
+        planner, (lambda best: explain(planner, best, retarget=retarget)) if full else None, top=opts.top
+    )
     first = ranked.first
     objective = ranked.objective  # design 1's: the designs are sorted by it
     gap = None
@@ -146,7 +150,6 @@ def plan_table(
         time_limit_s=settings.time_limit_s,
     )
     designs = []
-    explanation = None
     infeasibility = None
     disaggregation: list[DisaggregationNote] = []
     if ranked.designs:
@@ -156,8 +159,8 @@ def plan_table(
             top_checks = constraint_checks(planner, best)
         elif opts.explain == "design":
             top_checks = report.margins(table, best.solution, planner.built.families)
-        elif opts.explain:
-            explanation = explain(planner, best, retarget=retarget)
+        elif full:
+            assert explanation is not None
             top_checks = explanation.constraints
         else:
             top_checks = report.margins(table, best.solution, planner.built.families)

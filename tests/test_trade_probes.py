@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from clusterplan.candidates.build import usd_per_gpu_floor
 from clusterplan.candidates.serving import CostCap, fewest_replicas, within_cap
 from clusterplan.catalog.load import Catalog
 from clusterplan.explain.trades import at_resolution
+from clusterplan.planner.budget import Share, TimeBudget
 from clusterplan.planner.families.goals import Bound, Goal
-from clusterplan.planner.solve import Planner
+from clusterplan.planner.solve import Planner, rank_designs, rank_designs_and
 from clusterplan.units import HOURS_PER_MONTH
 from conftest import example
 from test_planner_families import cloud, owned, row, serve, tbl
@@ -73,9 +76,76 @@ def test_independent_solves_side_by_side_are_the_solves_in_turn() -> None:
     def calls(p: Planner) -> list:
         return [lambda c=c: p.solve(bounds=[Bound(Goal.MIN_TOTAL, c)]) for c in caps]
 
+    in_turn, side = Planner(t, budget=TimeBudget(10.0)), Planner(t, budget=TimeBudget(10.0))
+    expected = [c() for c in calls(in_turn)]
+    got = side.concurrently(calls(side))
+    assert [(o.status, o.objective, o.solution) for o in got] == [(o.status, o.objective, o.solution) for o in expected]
+    assert _used(side) == _used(in_turn) and side.solves == in_turn.solves
+
+
+def _used(p: Planner) -> float:
+    """Units the planner's command budget has been charged."""
+    assert isinstance(p.budget, TimeBudget)
+    return p.budget.units_used
+
+
+def test_calls_side_by_side_inside_a_call_side_by_side_draw_on_its_share() -> None:
+    """Nested: the inner calls' shares are slices of the outer call's share, their charges land there, and the
+    outcomes and the budget charged are those of the solves in turn."""
+    t = tbl(serve([row("a", rate=4.0), row("p", rate=1.0)], demand=8.0), [cloud("a", 1, 3.0), cloud("p", 1, 1.0)])
+    caps = [300_000, 1_000_000, 10_000_000]
+    outer: list[object] = []
+
+    def calls(p: Planner) -> list:
+        def solve(c: int):  # type: ignore[no-untyped-def]
+            return lambda: p.solve(bounds=[Bound(Goal.MIN_TOTAL, c)])
+
+        def nested() -> list:
+            out = p.concurrently([solve(caps[0]), solve(caps[1])])
+            outer.append(p.meter())  # this call's meter, after the inner calls
+            return out
+
+        return [nested, solve(caps[2])]
+
+    def flat(results: list) -> list:
+        inner, last = results
+        return [(o.status, o.objective, o.solution) for o in [*inner, last]]
+
     in_turn = Planner(t)
     expected = [c() for c in calls(in_turn)]
     side = Planner(t)
-    got = side.concurrently(calls(side))
-    assert [(o.status, o.objective, o.solution) for o in got] == [(o.status, o.objective, o.solution) for o in expected]
-    assert side.budget.units_used == in_turn.budget.units_used and side.solves == in_turn.solves
+    outer.clear()
+    got = side.concurrently(calls(side), fractions=(0.25, 0.25))
+    assert flat(got) == flat(expected)
+    assert _used(side) == pytest.approx(_used(in_turn), rel=1e-12)
+    assert side.solves == in_turn.solves
+    share = outer[0]
+    assert isinstance(share, Share) and share.budget is side.budget
+    assert len(share.charges) == 2  # the two inner solves, charged to the outer call's share
+
+
+def test_the_explanation_beside_the_ranking_is_the_explanation_after_it(seventy_b: tuple[Planner, object]) -> None:
+    """70B example: explaining the best design while the other designs are ranked gives the designs, the
+    explanation (trades and their probes included) and the budget charged of ranking first, explaining after."""
+    from clusterplan.explain.binding import explain
+
+    base, retarget = seventy_b
+    in_turn = Planner(base.table)
+    ranked = rank_designs(in_turn, top=5)
+    expected = explain(in_turn, ranked.designs[0], retarget=retarget)  # type: ignore[arg-type]
+
+    side = Planner(base.table)
+    threads: list[str] = []
+
+    def beside(best):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return explain(side, best, retarget=retarget)
+
+    got_ranked, got = rank_designs_and(side, beside, top=5)
+    assert threads and threads[0] != threading.main_thread().name  # it did run beside, on another thread
+    assert [(d.objective, d.solution) for d in got_ranked.designs] == [
+        (d.objective, d.solution) for d in ranked.designs
+    ]
+    assert got == expected
+    assert any(c.trade is not None for c in got.constraints)  # the probes ran (a trade's target search)
+    assert _used(side) == pytest.approx(_used(in_turn), rel=1e-9)

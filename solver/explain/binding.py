@@ -356,5 +356,5 @@ def explain(
         assumptions=list(table.assumptions_used) + memory_option_lines(table, best),
         notes=notes,
         # The command's budget ran out on the way: some solves above were skipped or cut short.
-        complete=not planner.budget.spent(),
+        complete=not planner.meter().spent(),
     )

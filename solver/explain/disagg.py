@@ -14,7 +14,7 @@ from clusterplan.candidates.table import CandidateTable, WorkloadCandidates
 from clusterplan.explain import designs as report
 from clusterplan.explain.infeasibility import unplaceable_workloads
 from clusterplan.plan import Design, DisaggregationNote, ServingPlan
-from clusterplan.planner.budget import TimeBudget
+from clusterplan.planner.budget import Meter
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.solve import Planner, SolverSettings
 
@@ -49,7 +49,7 @@ def comparison(
     *,
     objective: str,
     settings: SolverSettings,
-    budget: TimeBudget | None,
+    budget: Meter | None,
     cut_short: bool = False,
 ) -> list[DisaggregationNote]:
     """One note per workload that may go either way: design 1's kind, and the cheapest design of the other.

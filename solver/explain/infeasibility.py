@@ -231,11 +231,11 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
 
     def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
         key = tuple(sorted(factors.items()))
-        if key not in statuses and planner.budget.spent():
+        if key not in statuses and planner.meter().spent():
             return SolveStatus.UNKNOWN  # the time limit: no table rebuilt, nothing solved
         if key not in statuses:
             p = Planner(
-                retarget(factors), objective=planner.objective, settings=planner.settings, budget=planner.budget
+                retarget(factors), objective=planner.objective, settings=planner.settings, budget=planner.meter()
             )
             statuses[key] = p.feasible(p.families)
         return statuses[key]
@@ -376,7 +376,7 @@ def _targets_not_enough(
     planner: Planner, fid: str, retarget: Retarget, factors: Mapping[TargetKey, float]
 ) -> Relaxation:
     """No p95 target restores feasibility: say what still conflicts with every target past an hour."""
-    loose = Planner(retarget(factors), objective=planner.objective, settings=planner.settings, budget=planner.budget)
+    loose = Planner(retarget(factors), objective=planner.objective, settings=planner.settings, budget=planner.meter())
     status, rest = find_conflict(loose)
     lead = f"relaxing the p95 targets alone is not enough (even at {LOOSEST_TARGET_S / 3600:g} h or more each)"
     return _still_conflicts(fid, lead, "them", status, rest)
@@ -423,7 +423,7 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
         text += " Any one of these changes restores feasibility: " + "; ".join(fixes)
     else:
         text += " " + " ".join(_sentence(r.change) for r in relax)
-    if planner.budget.spent():
+    if planner.meter().spent():
         text += " The time limit stopped this analysis: the conflict may not be minimal; raise --time-limit."
     if causes.sentences:
         text = " ".join(_sentence(c) for c in causes.sentences) + " " + text[:1].upper() + text[1:]

@@ -204,13 +204,13 @@ def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed:
 
     def probe(factors: Mapping[TargetKey, float], cap: float | None) -> tuple[Planner, Outcome]:
         table = at_resolution(retarget(factors, max_usd=cap), planner)
-        p = Planner(table, objective=planner.objective, settings=planner.settings, budget=planner.budget)
+        p = Planner(table, objective=planner.objective, settings=planner.settings, budget=planner.meter())
         return p, p.solve(goal=Goal.MIN_TOTAL, bounds=[_cheaper(best)])
 
     def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
         k = key(factors)
         if k not in probes:
-            if planner.budget.spent():
+            if planner.meter().spent():
                 return SolveStatus.UNKNOWN
             probes[k] = probe(factors, max_usd)
         return probes[k][1].status

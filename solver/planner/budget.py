@@ -76,13 +76,15 @@ class TimeBudget:
 class Share:
     """A slice of ``budget`` for one of several solves run at once (:meth:`clusterplan.planner.solve.Planner.concurrently`).
 
-    Each of n solves run side by side gets 1/n of the units left and keeps its charges here, in order. If
-    none of them ran out of its slice (``cut``), every one ran within what it would have had in turn (the
-    solves before it in turn used at most their slices), so it returned what it returns in turn: the
-    charges are then made on ``budget`` in the solves' order, and the output is the sequential one.
+    Each of n solves run side by side gets a slice of the units left (together at most what is left) and
+    keeps its charges here, in order. If none of them ran out of its slice (``cut``), every one ran within
+    what it would have had in turn (the solves before it in turn used at most their slices), so it returned
+    what it returns in turn: the charges are then made on ``budget`` in the solves' order, and the output is
+    the sequential one. ``budget`` is itself a Share when the calls run inside a call run side by side (an
+    explanation beside the ranking of the other designs): the slices nest, and so does the argument.
     """
 
-    budget: TimeBudget
+    budget: TimeBudget | Share
     units: float
     charges: list[float] = field(default_factory=list)
     cut: bool = False  # a solve stopped undecided, or the slice ran out: the caller redoes them in turn
@@ -101,3 +103,7 @@ class Share:
     def charge(self, units: float, *, wall_hit: bool = False) -> None:
         self.charges.append(units)
         self.cut = self.cut or wall_hit
+
+
+# What a solve draws on: the command's budget, or a slice of it while it runs beside other solves.
+Meter = TimeBudget | Share

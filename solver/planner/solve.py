@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.errors import ClusterplanError
-from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, Share, TimeBudget
+from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, Meter, Share, TimeBudget
 from clusterplan.planner.builder import BuiltModel, Objective, build
 from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import one_shape_restriction
@@ -82,6 +82,9 @@ SHARE_DIVISOR = 4
 # Below this many units a share (a quarter second of --time-limit), the calls run in turn: a command cut
 # short by a tight limit keeps its sequential course.
 MIN_SHARE_UNITS = 0.05
+# Shares given by fraction (Planner.concurrently) add up to at most this much of what is left: work thrown
+# away by a call that ran out of its share is at most half of it.
+MAX_SHARED_FRACTION = 0.5
 
 T = TypeVar("T")
 
@@ -151,13 +154,14 @@ class Planner:
         *,
         objective: Objective = "min_cost",
         settings: SolverSettings | None = None,
-        budget: TimeBudget | None = None,
+        budget: Meter | None = None,
     ) -> None:
         self.table = table
         self.objective = objective
         self.settings = settings or SolverSettings()
-        # The command's budget, shared with every other planner of the same command.
-        self.budget = budget if budget is not None else TimeBudget(self.settings.time_limit_s)
+        # The command's budget, shared with every other planner of the same command (a planner made inside a
+        # call run side by side, e.g. a trade's probe, draws on that call's Share: Planner.meter()).
+        self.budget: Meter = budget if budget is not None else TimeBudget(self.settings.time_limit_s)
         t0 = time.perf_counter()
         try:
             self.built: BuiltModel = build(table, objective=objective)
@@ -183,24 +187,29 @@ class Planner:
         """Relaxable families the requirement states."""
         return self.built.relaxable
 
-    def _meter(self) -> TimeBudget | Share:
-        """What this thread's solves draw on: its Share inside :meth:`concurrently`, else the budget."""
+    def meter(self) -> Meter:
+        """What this thread's solves draw on: its Share inside :meth:`concurrently`, else the budget. A planner
+        made for a probe inside such a call takes this as its budget, so its solves count in the call's share."""
         share: Share | None = getattr(self._local, "share", None)
         return share if share is not None else self.budget
 
-    def concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+    def concurrently(self, calls: Sequence[Callable[[], T]], *, fractions: Sequence[float] | None = None) -> list[T]:
         """``[call() for call in calls]``, the calls (solves of this planner, independent of one another) run on
-        CONCURRENT_SOLVES threads, each on an equal :class:`~clusterplan.planner.budget.Share` of what is left.
+        CONCURRENT_SOLVES threads, each on a :class:`~clusterplan.planner.budget.Share` of what is left:
+        ``fractions`` of it (together at most 1/2), or by default an equal 1/(n x SHARE_DIVISOR) each.
         The result is the sequential one: a call that ran out of its share, and every call after it, run again
         in turn."""
-        if len(calls) < 2 or self.settings.num_workers != 1 or self.budget.spent():
+        meter = self.meter()
+        if len(calls) < 2 or self.settings.num_workers != 1 or meter.spent():
             return [call() for call in calls]
         from concurrent.futures import ThreadPoolExecutor
 
-        share = self.budget.units_left() / (len(calls) * SHARE_DIVISOR)
-        if share < MIN_SHARE_UNITS:
+        left = meter.units_left()
+        parts = list(fractions) if fractions is not None else [1.0 / (len(calls) * SHARE_DIVISOR)] * len(calls)
+        assert len(parts) == len(calls) and sum(parts) <= MAX_SHARED_FRACTION + 1e-12
+        if min(parts) * left < MIN_SHARE_UNITS:
             return [call() for call in calls]
-        shares = [Share(self.budget, share) for _ in calls]
+        shares = [Share(meter, part * left) for part in parts]
 
         def run(i: int) -> T:
             self._local.share = shares[i]
@@ -216,7 +225,7 @@ class Planner:
         kept = next((i for i, sh in enumerate(shares) if sh.cut), len(calls))
         for sh in shares[:kept]:
             for units in sh.charges:
-                self.budget.charge(units)
+                meter.charge(units)
         return results[:kept] + [call() for call in calls[kept:]]
 
     # ------------------------------------------------------------------------------------------------
@@ -225,7 +234,7 @@ class Planner:
         s.parameters.num_workers = self.settings.num_workers
         s.parameters.random_seed = self.settings.random_seed
         # What is left of the command's budget: deterministic units (the limit), wall time (the net).
-        meter = self._meter()
+        meter = self.meter()
         s.parameters.max_deterministic_time = meter.units_left()
         s.parameters.max_time_in_seconds = meter.wall_left_s()
         s.parameters.log_search_progress = False
@@ -259,7 +268,7 @@ class Planner:
 
     def _run(self, m: cp_model.CpModel) -> tuple[cp_model.CpSolver, SolveStatus, float]:
         solver = self._solver(m)
-        if self._meter().spent():
+        if self.meter().spent():
             return solver, SolveStatus.UNKNOWN, 0.0  # nothing left: the caller reports it ran out
         code, wall = self._charged(solver, m)
         status = SolveStatus.from_cpsat(code)
@@ -281,7 +290,7 @@ class Planner:
         undecided = code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
         # Stopped short of its deterministic limit while undecided: the wall net stopped it.
         net = undecided and solver.response_proto.deterministic_time < solver.parameters.max_deterministic_time * 0.99
-        meter = self._meter()
+        meter = self.meter()
         meter.charge(solver.response_proto.deterministic_time, wall_hit=net)
         if undecided and isinstance(meter, Share):
             meter.cut = True  # stopped by its share's limit, perhaps: redone in turn
@@ -372,7 +381,7 @@ class Planner:
 
         t0 = time.perf_counter()
         rel = lp_bound.solve_relaxation(m.proto)
-        self._meter().charge(LP_UNITS_PER_VARIABLE * len(m.proto.variables))  # by size: GLOP reports no units
+        self.meter().charge(LP_UNITS_PER_VARIABLE * len(m.proto.variables))  # by size: GLOP reports no units
         lp_s = time.perf_counter() - t0
         with self._lock:
             self.lp_s += lp_s
@@ -398,7 +407,7 @@ class Planner:
         """
         from clusterplan.planner import lp_bound
 
-        if self._meter().spent():
+        if self.meter().spent():
             return m, None  # no time for the LP: CP-SAT alone, on what is left (nothing)
         rel, best = self._incumbent(m)
         if not rel.optimal:
@@ -406,7 +415,7 @@ class Planner:
         if keep_hint:  # the caller's hint (the primary optimum, for a tie-break) may be the better one
             check = self._solver(m)
             check.parameters.fix_variables_to_their_hinted_value = True
-            if not self._meter().spent() and self._charged(check, m)[0] in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if not self.meter().spent() and self._charged(check, m)[0] in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 hinted = list(check.response_proto.solution)
                 if best is None or lp_bound.objective_value(m.proto, hinted) < lp_bound.objective_value(m.proto, best):
                     best = hinted
@@ -550,37 +559,92 @@ def rank_designs(planner: Planner, *, top: int = 5) -> Ranked:
     returned sorted by it (a solve cut short by the time limit can find a later design better than
     an earlier one). When the command's time budget is spent, fewer designs are returned.
     """
+    return rank_designs_and(planner, None, top=top)[0]
+
+
+# Of what is left after the best design, the shares of the other designs' ranking and of the work done on
+# the best design beside it (rank_designs_and): the ranking needs little (0.07 units at most on the examples,
+# of 2 at the default limit), an explanation up to 0.41 (13B train-then-serve).
+RANK_SHARE = 1.0 / 16.0
+BESIDE_SHARE = MAX_SHARED_FRACTION - RANK_SHARE
+
+
+def rank_designs_and(
+    planner: Planner, beside: Callable[[Outcome], T] | None, *, top: int = 5
+) -> tuple[Ranked, T | None]:
+    """:func:`rank_designs`, and ``beside`` (an explanation) of the best design: the same results as the
+    ranking followed by ``beside(ranked.designs[0])``, faster.
+
+    When the first design's solves are proven optimal, it is the best whatever follows (a later design costs
+    no less, and the sort is stable), so ``beside`` runs alongside the ranking of the others
+    (:meth:`Planner.concurrently`: the sequential results, or the calls are redone in turn).
+    """
     goal = PRIMARY_GOAL[planner.objective]
-    found: list[tuple[Outcome, bool]] = []
-    first: Outcome | None = None
-    nogoods: list[Solution] = []
-    for _ in range(top):
-        if first is not None and planner.budget.spent():
-            break  # the time limit: fewer alternatives rather than an overrun
-        prim = planner.solve(goal=goal, nogoods=nogoods)
-        if first is None:
-            first = prim
-        if not prim.status.has_solution or prim.objective is None:
-            break
-        opt = round(prim.objective)
-        if planner.objective == "min_cost":
-            tb = planner.solve(bounds=[Bound(goal, opt)], nogoods=nogoods, tiebreak=True, hint=prim)
-        else:
-            tb = planner.solve(goal=Goal.MIN_TOTAL, bounds=[Bound(goal, opt)], nogoods=nogoods, hint=prim)
-        best = tb if tb.status.has_solution else prim
-        best.objective, best.bound = _goal_value(planner, best, goal), prim.bound
-        cut = prim.status is not SolveStatus.OPTIMAL or tb.status is not SolveStatus.OPTIMAL
-        best.status = SolveStatus.FEASIBLE if prim.status is SolveStatus.FEASIBLE else best.status
-        found.append((best, cut))
+    first, design = _next_design(planner, goal, [])
+    found = [] if design is None else [design]
+    extra: T | None = None
+    early = beside is not None and design is not None and not design[1] and top > 1
+    if design is not None:
+        best = design[0]
         assert best.solution is not None
-        nogoods.append(best.solution)
-    assert first is not None
+        nogoods = [best.solution]
+        if early:
+            assert beside is not None
+            more, side = planner.concurrently(
+                [lambda: _more_designs(planner, goal, nogoods, top - 1), lambda: beside(best)],
+                fractions=(RANK_SHARE, BESIDE_SHARE),
+            )
+            found += more  # type: ignore[arg-type]
+            extra = side  # type: ignore[assignment]
+        else:
+            found += _more_designs(planner, goal, nogoods, top - 1)
     sign = 1.0 if goal.minimise else -1.0
     # Stable: equal objectives keep the order they were found in (the optimum first).
     ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
-    return Ranked(
+    ranked = Ranked(
         status=first.status,
         designs=[out for out, _ in ordered],
         first=first,
         cut_short=[cut for _, cut in ordered],
     )
+    if early:
+        assert ranked.designs[0] is found[0][0]  # the design ``beside`` ran on is the best
+    elif beside is not None and ranked.designs:
+        extra = beside(ranked.designs[0])
+    return ranked, extra
+
+
+def _next_design(planner: Planner, goal: Goal, nogoods: list[Solution]) -> tuple[Outcome, tuple[Outcome, bool] | None]:
+    """The primary solve excluding ``nogoods`` and, when it finds one, the design (after the tie-break) and
+    whether its solves were cut short."""
+    prim = planner.solve(goal=goal, nogoods=nogoods)
+    if not prim.status.has_solution or prim.objective is None:
+        return prim, None
+    opt = round(prim.objective)
+    if planner.objective == "min_cost":
+        tb = planner.solve(bounds=[Bound(goal, opt)], nogoods=nogoods, tiebreak=True, hint=prim)
+    else:
+        tb = planner.solve(goal=Goal.MIN_TOTAL, bounds=[Bound(goal, opt)], nogoods=nogoods, hint=prim)
+    best = tb if tb.status.has_solution else prim
+    best.objective, best.bound = _goal_value(planner, best, goal), prim.bound
+    cut = prim.status is not SolveStatus.OPTIMAL or tb.status is not SolveStatus.OPTIMAL
+    best.status = SolveStatus.FEASIBLE if prim.status is SolveStatus.FEASIBLE else best.status
+    assert best.solution is not None
+    return prim, (best, cut)
+
+
+def _more_designs(planner: Planner, goal: Goal, nogoods: list[Solution], count: int) -> list[tuple[Outcome, bool]]:
+    """Up to ``count`` further designs, each distinct from ``nogoods`` and the ones before it; fewer when the
+    budget is spent (the time limit: fewer alternatives rather than an overrun)."""
+    found: list[tuple[Outcome, bool]] = []
+    excluded = list(nogoods)
+    for _ in range(count):
+        if planner.meter().spent():
+            break
+        _, design = _next_design(planner, goal, excluded)
+        if design is None:
+            break
+        found.append(design)
+        assert design[0].solution is not None
+        excluded.append(design[0].solution)
+    return found
