@@ -60,6 +60,9 @@ class PlanOptions:
     * ``False``: margins only; when infeasible, the same analysis as ``True``.
     * ``"design"``: margins only, and no analysis when infeasible (``infeasibility`` is None): which
       design is optimal, and nothing else. What the bisection of a sweep's switch point plans with.
+
+    Neither ``"binding"`` nor ``"design"`` works out ``disaggregation`` (the cheapest design of the other
+    serving kind, often one more solve): a sweep row and an exported design do not show it.
     """
 
     top: int = 5
@@ -128,7 +131,8 @@ def plan_table(
             warnings=contradictions(table.limits.deployment, table.limits.inventory),
         )
     planner = Planner(table, objective=opts.objective, settings=settings, budget=budget)
-    full = bool(opts.explain) and opts.explain not in ("binding", "design")
+    partial = opts.explain in ("binding", "design")  # a what-if point or an export: the design and what binds
+    full = bool(opts.explain) and not partial
     # The explanation of the best design runs beside the ranking of the others (the same results as after it).
     ranked, explanation = rank_designs_and(
         planner, (lambda best: explain(planner, best, retarget=retarget)) if full else None, top=opts.top
@@ -169,6 +173,10 @@ def plan_table(
             checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
             d = report.design(table, out.solution, rank=i + 1, checks=checks)
             designs.append(d.model_copy(update={"cut_short": ranked.cut_short[i]}) if ranked.cut_short[i] else d)
+    elif ranked.status is SolveStatus.INFEASIBLE and opts.explain != "design":
+        infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
+    if ranked.designs and not partial:
+        # The cheapest design of the other serving kind (pools or not): a plan shows it, a sweep row does not.
         disaggregation = disagg.comparison(
             table,
             designs,
@@ -177,8 +185,6 @@ def plan_table(
             budget=planner.budget,
             cut_short=any(ranked.cut_short),
         )
-    elif ranked.status is SolveStatus.INFEASIBLE and opts.explain != "design":
-        infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
     if timings is not None:
         timings.build_s += planner.build_s
         timings.solver_s += planner.solve_s
