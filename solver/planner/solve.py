@@ -85,6 +85,9 @@ MIN_SHARE_UNITS = 0.05
 # Shares given by fraction (Planner.concurrently) add up to at most this much of what is left: work thrown
 # away by a call that ran out of its share is at most half of it.
 MAX_SHARED_FRACTION = 0.5
+# Calls side by side inside a call that runs on a share split half of that share evenly (its size already
+# bounds what a cut throws away; a quarter of a share would put the explanation's solves in turn).
+NESTED_SHARE_DIVISOR = 2
 
 T = TypeVar("T")
 
@@ -196,7 +199,8 @@ class Planner:
     def concurrently(self, calls: Sequence[Callable[[], T]], *, fractions: Sequence[float] | None = None) -> list[T]:
         """``[call() for call in calls]``, the calls (solves of this planner, independent of one another) run on
         CONCURRENT_SOLVES threads, each on a :class:`~clusterplan.planner.budget.Share` of what is left:
-        ``fractions`` of it (together at most 1/2), or by default an equal 1/(n x SHARE_DIVISOR) each.
+        ``fractions`` of it (together at most 1/2), or by default an equal 1/(n x SHARE_DIVISOR) each (1/(2n)
+        inside a call that itself runs on a share, whose size already bounds the work a cut throws away).
         The result is the sequential one: a call that ran out of its share, and every call after it, run again
         in turn."""
         meter = self.meter()
@@ -205,7 +209,9 @@ class Planner:
         from concurrent.futures import ThreadPoolExecutor
 
         left = meter.units_left()
-        parts = list(fractions) if fractions is not None else [1.0 / (len(calls) * SHARE_DIVISOR)] * len(calls)
+        # Inside a call run side by side, its own share already bounds the work a cut throws away: half of it.
+        divisor = len(calls) * (NESTED_SHARE_DIVISOR if isinstance(meter, Share) else SHARE_DIVISOR)
+        parts = list(fractions) if fractions is not None else [1.0 / divisor] * len(calls)
         assert len(parts) == len(calls) and sum(parts) <= MAX_SHARED_FRACTION + 1e-12
         if min(parts) * left < MIN_SHARE_UNITS:
             return [call() for call in calls]
