@@ -69,7 +69,7 @@ def wall_s(args: tuple[str, ...]) -> tuple[float, float]:
     cpu0 = _child_cpu_s()
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", "from clusterplan.cli import main; main()", *args],
+        [sys.executable, "-c", "from clusterplan.cli import entry; entry()", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -60,7 +60,7 @@ def _solve(args: list[str]) -> tuple[int, str]:
 
 def _solve_in_new_process(args: list[str], seed: str) -> tuple[int, str]:
     out = subprocess.run(
-        [sys.executable, "-c", "from clusterplan.cli import main; main()", "solve", *args, "--json", "--top", "2"],
+        [sys.executable, "-c", "from clusterplan.cli import entry; entry()", "solve", *args, "--json", "--top", "2"],
         cwd=ROOT,
         env={**os.environ, "PYTHONHASHSEED": seed},
         capture_output=True,

@@ -337,7 +337,7 @@ def test_a_stdout_that_cannot_encode_a_name_does_not_crash(tmp_path: Path, env: 
     req.write_text(FAST.read_text().replace("name: assistant", "name: assistänt-☃"), encoding="utf-8")
     bad = tmp_path / "bad.yaml"
     bad.write_text(FAST.read_text().replace("model: llama-3.1-8b", "model: llämä-☃"), encoding="utf-8")
-    cmd = [sys.executable, "-c", "from clusterplan.cli import main; main()"]
+    cmd = [sys.executable, "-c", "from clusterplan.cli import entry; entry()"]
     full_env = {**os.environ, **env}
     ok = subprocess.run([*cmd, "validate", str(req)], capture_output=True, env=full_env, timeout=60)
     assert ok.returncode == 0, ok.stderr.decode("ascii", "replace")
