@@ -149,3 +149,28 @@ def test_the_explanation_beside_the_ranking_is_the_explanation_after_it(seventy_
     assert got == expected
     assert any(c.trade is not None for c in got.constraints)  # the probes ran (a trade's target search)
     assert _used(side) == pytest.approx(_used(in_turn), rel=1e-9)
+
+
+def test_a_family_binds_exactly_when_switching_it_off_unbounded_finds_a_better_design(
+    seventy_b: tuple[Planner, object],
+) -> None:
+    """The binding checks hold each switched-off solve to a design better than the best (a faster proof when the
+    family does not bind): the verdict and the relaxed total are those of the switched-off optimum itself."""
+    from clusterplan.explain.binding import _checks
+
+    base, _ = seventy_b
+    planner = Planner(base.table)
+    best = rank_designs(planner, top=1).designs[0]
+    assert best.objective is not None
+    verdicts = {}
+    for check, _relaxed in _checks(planner, best):
+        if check.family not in planner.families:
+            continue
+        off = planner.solve(goal=Goal.MIN_TOTAL, on=[f for f in planner.families if f != check.family])
+        assert off.objective is not None
+        binds = off.objective <= best.objective - 1
+        verdicts[check.family] = binds
+        assert (check.status == "binding") == binds, check.family
+        if binds:
+            assert check.relaxed_total_usd == pytest.approx(off.objective / 100.0)
+    assert set(verdicts.values()) == {True, False}  # both kinds checked
