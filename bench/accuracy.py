@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, moe, serving, training
+from clusterplan.physics import memory, moe, params, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.serving import decode_step_s
@@ -143,6 +143,11 @@ class Setting(BaseModel):
     batch: int = Field(1, ge=1)
     max_num_seqs: int | None = Field(
         None, ge=1, description="engine cap on concurrent sequences (saturated); unset: the engine's (engines.yaml)"
+    )
+    batch_rule: Literal["trtllm-bench"] | None = Field(
+        None,
+        description="the benchmark sized the engine's batch cap itself: trtllm-bench's max_batch_size from its own "
+        "KV estimate (trtllm_bench_max_batch; per rank under attention DP), in place of max_num_seqs",
     )
     kv_reserved: Literal["full", "mean"] = Field(
         "full",
@@ -346,6 +351,36 @@ def _scale_weights(est: ServingEstimate, quant: str, weight_bits: float | None, 
     return est.model_copy(update={"step_model": step, "decode_step_s": decode_step_s(step, est.batch)})
 
 
+# trtllm-bench's bytes per element by quantisation (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM; others 2).
+TRTLLM_BENCH_BYTES = {"fp8": 1.0, "fp4": 0.5}
+
+
+def trtllm_bench_max_batch(
+    arch: ModelArchitecture, gpu: GpuSpec, *, tp: int, pp: int, isl: float, osl: float, quant: str, kv: str,
+    kv_fraction: float = 0.9,
+) -> int:  # fmt: skip
+    """trtllm-bench's ``max_batch_size`` for a run it sized (``tensorrt_llm/bench/build/tuning.py``
+    ``calc_engine_setting`` and ``finetune_setting``, read at 04cba882): KV bytes per token
+    ``2·l·max(tp, kv_heads)·head_dim·b_kv``; requests ``(tp·pp·memory - N·b_w) · fraction / (bytes · (isl + osl))``
+    in GiB; capped at 4096, divided by ``pp``, rounded up (to 32 under 256, 128 under 1024, else 256; at least
+    64). ``head_dim``: the config's, else ``hidden / heads`` (the bench's ModelConfig; MLA models get no latent
+    reading). ``kv_fraction``: ``--kv_cache_free_gpu_mem_fraction``, 0.90 by default.
+    """
+    b_w = TRTLLM_BENCH_BYTES.get(quant, 2.0)
+    b_kv = TRTLLM_BENCH_BYTES.get(kv, 2.0)
+    head_dim = arch.head_dim or arch.hidden_size // arch.attention_heads
+    per_token_gib = 2 * arch.layers * max(tp, arch.kv_heads) * head_dim * b_kv / 1024**3
+    engine_gib = params.total_params(arch) * b_w / 1024**3
+    cache_gib = (gpu.memory_gib * tp * pp - engine_gib) * kv_fraction
+    requests = cache_gib / (per_token_gib * (isl + osl))
+    raw = min(requests, 4096.0) / pp
+    if raw < 256:
+        return max(64, 32 * math.ceil(raw / 32))
+    if raw < 1024:
+        return 128 * math.ceil(raw / 128)
+    return 256 * math.ceil(raw / 256)
+
+
 def _lengths(m: Measurement, s: Setting) -> tuple[float, float]:
     """(input, output) tokens per request: the setting's reading, else the measurement's isl/osl."""
     isl = s.input_tokens if s.input_tokens is not None else float(m.isl or 0)
@@ -411,6 +446,10 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
     if s.scenario == "saturated":
         probe = _serving(m, s, arch, gpu, a, batch=1)
         cap = s.max_num_seqs if s.max_num_seqs is not None else a.batch_cap(gpu.memory_gib, gpu.name)
+        if s.batch_rule == "trtllm-bench":
+            isl, osl = _lengths(m, s)
+            cap = trtllm_bench_max_batch(arch, gpu, tp=m.tp, pp=m.pp, isl=isl, osl=osl, quant=s.quant, kv=s.kv)
+            cap *= m.tp if s.attention_dp else 1  # every attention-DP rank schedules up to max_batch_size
         batch = max(1, min(probe.max_batch_by_memory, cap))
         est = _serving(m, s, arch, gpu, a, batch=batch)
         return est.output_tokens_per_s / per, f"batch {batch} (memory {probe.max_batch_by_memory}), {est.bound}"

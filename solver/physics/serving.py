@@ -31,7 +31,7 @@ from clusterplan.units import BYTES_PER_GB
 
 ACTIVATION_BYTES = 2.0  # 16-bit hidden states on the wire (TP all-reduce, PP send)
 
-__all__ = ["all_to_all_s", "decode_step_s", "estimate_serving", "max_batch_by_memory"]
+__all__ = ["all_to_all_s", "decode_step_s", "estimate_serving", "host_step_s", "max_batch_by_memory"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -216,19 +216,31 @@ def prefill_compute_s(weights_s: float, compute_s: float) -> float:
     return weights_s + compute_s
 
 
+def host_step_s(model: DecodeStepModel, n: float) -> float:
+    """Host (CPU) time of one step on the busiest rank for ``n`` running sequences, seconds: ``h · n · share``.
+
+    TensorRT-LLM's PyTorch executor (``_torch/pyexecutor/py_executor.py``) prepares every scheduled request's
+    inputs, samples and updates it, and emits its response in Python each step, on every rank for the sequences
+    that rank schedules: all of them under attention TP, its own ``1/tp`` under attention DP (``share``).
+    """
+    return model.host_per_seq_s * max(n, 0.0) * model.host_rank_share
+
+
 def decode_step_s(model: DecodeStepModel, n: float) -> float:
     """Time between two tokens of a sequence when ``n`` sequences decode together, seconds.
 
     One stage: :func:`decode_stage_s`. With ``pp`` stages the batch splits into ``m = min(pp, n)`` micro-batches
-    in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences plus ``pp - 1`` stage-to-stage sends;
-    then the fixed per-step engine overhead.
+    in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences plus ``pp - 1`` stage-to-stage sends.
+    The host prepares the next step while the GPU runs this one (TensorRT-LLM's overlap scheduler, on unless
+    ``disable_overlap_scheduler``; vLLM V1's async scheduling), so a step takes the longer of the GPU work and
+    :func:`host_step_s`; then the fixed per-step engine overhead.
     """
     n = max(n, 1.0)
     m = min(float(model.pp), n)
     per_micro = n / m
     stage = decode_stage_s(model, per_micro)
     hops = (model.pp - 1) * (model.pp_hop_fixed_s + per_micro * model.pp_hop_per_seq_s)
-    return model.pp * stage + hops + model.overhead_s
+    return max(model.pp * stage + hops, host_step_s(model, n)) + model.overhead_s
 
 
 def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) -> DecodeStepModel:
@@ -267,9 +279,11 @@ def scale_step_model(model: DecodeStepModel, factor: float) -> DecodeStepModel:
 
 
 def decode_bound(model: DecodeStepModel, n: float) -> Bound:
-    """Which resource dominates a decode step at ``n`` sequences."""
+    """Which resource dominates a decode step at ``n`` sequences (``host``: the CPU's share outlasts the GPU's)."""
     m = min(float(model.pp), max(n, 1.0))
     mem, comp, comm = decode_stage_parts_s(model, max(n, 1.0) / m)
+    if host_step_s(model, max(n, 1.0)) > model.pp * (max(mem, comp) + comm):
+        return "host"
     if comm > max(mem, comp):
         return "communication"
     return "compute" if comp > mem else "memory_bandwidth"
@@ -432,6 +446,8 @@ def estimate_serving(
         pp_hop_fixed_s=pp_link.latency_s if pp > 1 else 0.0,
         pp_hop_per_seq_s=(p2p_s(hidden_bytes, pp_link, eff) - pp_link.latency_s) if pp > 1 else 0.0,
         overhead_s=a.decode_step_overhead_s.of(cls),
+        host_per_seq_s=a.host_per_sequence_s(gpu.host_cpu),
+        host_rank_share=1.0 / tp if attention_dp else 1.0,
         expert_parallel=max(ep, 1),
         expert_compute_per_seq_s=expert_flops_seq / flops_rate,
         moe_gemm_efficiency=gemm_eff,
