@@ -22,9 +22,11 @@ from clusterplan.physics.reasons import KvCacheDoesNotFit, NoTensorThroughput, R
 from clusterplan.physics.rules import (
     compute_precision_for_weights,
     fp4_format,
+    half_precision,
     serving_notes,
     serving_rule_reasons,
     short_name,
+    supports_precision,
 )
 from clusterplan.physics.types import Bound, DecodeStepModel, ServingEstimate
 from clusterplan.units import BYTES_PER_GB
@@ -80,6 +82,27 @@ def causal_pairs(tokens: float, window: float | None, kind: str = "sliding") -> 
     return window * window / 2 + (tokens - window) * window
 
 
+def prefill_attention_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: float = 0.0) -> float:
+    """The causal attention part of :func:`prefill_flops`: ``4·d_attn`` per (query, key) pair of the new tokens."""
+    local = arch.local_layer_count
+    full = arch.layers - local
+    end = cached_tokens + tokens
+    pairs = full * (causal_pairs(end, None) - causal_pairs(cached_tokens, None))
+    if local:
+        window, kind = arch.attention_window, arch.attention_window_kind
+        pairs += local * (causal_pairs(end, window, kind) - causal_pairs(cached_tokens, window, kind))
+    return 4.0 * pairs * attention_width(arch)
+
+
+def attention_precision(gpu: GpuSpec, kv_precision: str) -> str:
+    """Precision the attention kernels multiply in: the KV cache's FP8 where FP8 runs natively, else 16-bit.
+
+    FP4 quantises the linear layers only (ModelOpt NVFP4 checkpoints list ``kv_cache_quant_algo: FP8`` beside
+    them); TensorRT-LLM's FMHA/XQA kernels read an FP8 cache with FP8 MMA, a 16-bit one with 16-bit MMA.
+    """
+    return "fp8" if kv_precision == "fp8" and supports_precision(gpu, "fp8") else half_precision(gpu)
+
+
 def prefill_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: float = 0.0) -> float:
     """Forward FLOPs of ``s`` prompt tokens after ``p`` cached ones: ``2·N_active·s + 4·d_attn·pairs + 2·V·h``.
 
@@ -90,14 +113,8 @@ def prefill_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: floa
     the LM head only for the last token (vLLM computes logits for sampled tokens). ``p``: a prefix-cache hit.
     """
     n = params.non_embedding_params(arch, active=True)
-    local = arch.local_layer_count
-    full = arch.layers - local
-    end = cached_tokens + tokens
-    pairs = full * (causal_pairs(end, None) - causal_pairs(cached_tokens, None))
-    if local:
-        window, kind = arch.attention_window, arch.attention_window_kind
-        pairs += local * (causal_pairs(end, window, kind) - causal_pairs(cached_tokens, window, kind))
-    return 2.0 * n * tokens + 4.0 * pairs * attention_width(arch) + 2.0 * arch.vocab_size * arch.hidden_size
+    attention = prefill_attention_flops(arch, tokens, cached_tokens=cached_tokens)
+    return 2.0 * n * tokens + attention + 2.0 * arch.vocab_size * arch.hidden_size
 
 
 def decode_attention_flops(arch: ModelArchitecture, context_tokens: float, *, pp: int = 1) -> float:
@@ -379,6 +396,15 @@ def estimate_serving(
     if flops_rate <= 0:
         reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
+    aprec = attention_precision(gpu, kv_precision)
+    attention_rate = (
+        peak_tflops(gpu, aprec)
+        * 1e12
+        * a.compute_efficiency.of(cls)
+        * clock
+        * a.compute_fraction(gpu.architecture, aprec)
+    )
+    attention_rate = min(attention_rate, flops_rate) if attention_rate > 0 else flops_rate
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
     if layout.attention_tp > arch.kv_heads:
@@ -439,7 +465,7 @@ def estimate_serving(
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=dense_flops_seq / flops_rate,
-        attention_compute_per_seq_s=attention_flops_seq / flops_rate,
+        attention_compute_per_seq_s=attention_flops_seq / attention_rate,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
         tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in allreduce_terms],
@@ -480,11 +506,12 @@ def estimate_serving(
     computed = max(input_tokens - cached, 1.0)
     chunks = max(1, math.ceil(computed / a.chunk_tokens))
     total_flops = prefill_flops(arch, computed, cached_tokens=cached)
+    attention_flops = prefill_attention_flops(arch, computed, cached_tokens=cached)  # at the attention's rate
     expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * computed if is_moe else 0.0
     skew = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew) / gemm_eff
-    prefill_compute = (total_flops - expert_flops) / (layout.attention_tp * flops_rate)
-    prefill_compute += expert_flops * skew / (tp * flops_rate)
-    prefill_split = (total_flops - expert_flops) / (tp * flops_rate) + expert_flops * skew / (tp * flops_rate)
+    dense_s = (total_flops - expert_flops - attention_flops) / flops_rate + attention_flops / attention_rate
+    prefill_compute = dense_s / layout.attention_tp + expert_flops * skew / (tp * flops_rate)
+    prefill_split = dense_s / tp + expert_flops * skew / (tp * flops_rate)
     if a.speculative is not None and a.speculative.method == "draft":
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
         prefill_split *= 1.0 + a.speculative.cost
