@@ -170,6 +170,12 @@ class Setting(BaseModel):
     gqa_shared_kv_reads: bool | None = Field(
         None, description="the measured engine version's GQA decode kernel (a software fact, not a fitted factor)"
     )
+    python_executor: bool | None = Field(
+        None,
+        description="TensorRT-LLM's PyTorch backend, whose executor prepares and updates every sequence in Python "
+        "each step (v0.19 on, the default since v1.0); False: the TensorRT-engine C++ runtime of v0.5-v0.8 and "
+        "FasterTransformer, with no per-sequence Python host time (a software fact, not a fitted factor)",
+    )
     flash_attention: bool | None = Field(
         None,
         description="whether the measured framework ran a fused attention kernel (FlashAttention, 2022 on); "
@@ -196,6 +202,8 @@ class Setting(BaseModel):
             out["gqa_shared_kv_reads"] = self.gqa_shared_kv_reads
         if self.flash_attention is not None:
             out["flash_attention"] = self.flash_attention
+        if self.python_executor is False:
+            out["host_time_per_sequence_s"] = 0.0
         if self.single_card:
             out["sustained_clock_fraction"] = 1.0
         if self.ep > 1 and not self.eplb:
