@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 GpuClass = Literal["datacenter", "workstation", "consumer"]
 HostCpu = Literal["x86", "arm"]
+MoeDispatch = Literal["all_to_all", "allgather"]
 ScaleUp = Literal["nvlink", "infinity_fabric", "pcie"]
 Provider = str  # 'aws', 'gcp', 'azure', 'lambda', 'runpod', 'coreweave', ...
 # What kind of seller a provider is (catalog/providers.yaml): hyperscalers and GPU clouds run their own
@@ -571,6 +572,16 @@ class EngineSpec(Provenance):
     decode_step_overhead_s: ClassFactors = Field(description="fixed cost of one engine step, seconds")
     moe_gemm_efficiency: ClassFactors = Field(
         description="MoE expert GEMMs' share of the dense roofline (grouped GEMM at few tokens per expert)"
+    )
+    moe_dispatch: MoeDispatch = Field(
+        "all_to_all",
+        description="how an expert-parallel MoE layer moves tokens under attention DP: all_to_all (each token to the "
+        "ranks of its experts) or allgather (every rank gathers every token, a reduce-scatter combines)",
+    )
+    moe_dispatch_rack: MoeDispatch | None = Field(
+        None,
+        description="the dispatch on a rack-scale NVLink domain (scale_up_domain above 8 GPUs: GB200/GB300 NVL72), "
+        "when it differs; None: moe_dispatch",
     )
     host_time_per_sequence_s: HostFactors = Field(
         default_factory=lambda: HostFactors(x86=0.0, arm=0.0),

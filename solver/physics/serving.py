@@ -456,7 +456,9 @@ def estimate_serving(
     hidden_bytes = arch.hidden_size * ACTIVATION_BYTES
     allreduce_terms = nccl_allreduce_terms(tp, tp_link, eff)  # (latency s, s per byte) per NCCL protocol
     a2a_latency, a2a_per_byte, a2a_link = moe.all_to_all_link_terms(gpu, ep, a)
-    dispatch_bytes = moe.dispatch_bytes_per_token(arch, ep)
+    spec = a.engine_spec
+    dispatch = moe.dispatch_method(gpu, spec.moe_dispatch, spec.moe_dispatch_rack) if attention_dp else "all_to_all"
+    dispatch_bytes = moe.dispatch_bytes_per_token(arch, ep, dispatch)
     step_model = DecodeStepModel(
         pp=pp,
         dense_weights_s=dense_bytes / bw,
