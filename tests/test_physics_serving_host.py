@@ -70,7 +70,8 @@ def test_grace_host_is_slower_than_x86(catalog: Catalog, qwen30: ModelArchitectu
     assert gb200.bound == "host" and 20_000 < gb200.output_tokens_per_s < 30_000
     off = _est(catalog, qwen30, "gb200", batch=2048, a=TRT.model_copy(update={"host_time_per_sequence_s": 0.0}))
     assert off.output_tokens_per_s > 3 * gb200.output_tokens_per_s
-    assert _est(catalog, qwen30, "b200", batch=2048, a=Assumptions(engine="vllm")).step_model.host_per_seq_s == 0.0  # type: ignore[union-attr]
+    vllm = _est(catalog, qwen30, "b200", batch=2048, a=Assumptions(engine="vllm")).step_model
+    assert vllm is not None and vllm.host_per_seq_s == 0.0
 
 
 def test_attention_runs_at_the_kv_precision_not_fp4(catalog: Catalog, qwen30: ModelArchitecture) -> None:
@@ -104,9 +105,12 @@ def test_trtllm_bench_max_batch_by_hand(catalog: Catalog) -> None:
     ~4,000 requests in its KV estimate, capped at 4,096; at 20,000/2,000 about 45, rounded up to the minimum 64."""
     llama8 = catalog.model("llama-3.1-8b")
     h100 = catalog.gpu("h100-sxm")
-    kw = {"tp": 1, "pp": 1, "quant": "fp8", "kv": "fp8"}
-    assert accuracy.trtllm_bench_max_batch(llama8, h100, isl=128, osl=128, **kw) == 4096  # type: ignore[arg-type]
+
+    def cap(isl: float, osl: float) -> int:
+        return accuracy.trtllm_bench_max_batch(llama8, h100, tp=1, pp=1, isl=isl, osl=osl, quant="fp8", kv="fp8")
+
+    assert cap(128, 128) == 4096
     # (79.6 GiB - 8.03e9 B) x 0.9 / (2 x 32 x 8 x 128 B x 22,000) = 45.4 requests -> 64
-    assert accuracy.trtllm_bench_max_batch(llama8, h100, isl=20000, osl=2000, **kw) == 64  # type: ignore[arg-type]
+    assert cap(20000, 2000) == 64
     # 1,000/1,000: 64.9 GiB / (64 KiB x 2,000) = 532 requests -> 128 x ceil(532 / 128) = 640
-    assert accuracy.trtllm_bench_max_batch(llama8, h100, isl=1000, osl=1000, **kw) == 640  # type: ignore[arg-type]
+    assert cap(1000, 1000) == 640
