@@ -249,8 +249,8 @@ def decode_step_s(model: DecodeStepModel, n: float) -> float:
     One stage: :func:`decode_stage_s`. With ``pp`` stages the batch splits into ``m = min(pp, n)`` micro-batches
     in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences plus ``pp - 1`` stage-to-stage sends.
     The host prepares the next step while the GPU runs this one (TensorRT-LLM's overlap scheduler, on unless
-    ``disable_overlap_scheduler``; vLLM V1's async scheduling), so a step takes the longer of the GPU work and
-    :func:`host_step_s`; then the fixed per-step engine overhead.
+    ``disable_overlap_scheduler``), so a step takes the longer of the GPU work and :func:`host_step_s`; then the
+    fixed per-step engine overhead.
     """
     n = max(n, 1.0)
     m = min(float(model.pp), n)
@@ -404,6 +404,7 @@ def estimate_serving(
         * clock
         * a.compute_fraction(gpu.architecture, aprec)
     )
+    # never above the linear layers' rate: a weight-only int4/int8 model keeps the 16-bit rate it had
     attention_rate = min(attention_rate, flops_rate) if attention_rate > 0 else flops_rate
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
