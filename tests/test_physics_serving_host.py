@@ -114,3 +114,17 @@ def test_trtllm_bench_max_batch_by_hand(catalog: Catalog) -> None:
     assert cap(20000, 2000) == 64
     # 1,000/1,000: 64.9 GiB / (64 KiB x 2,000) = 532 requests -> 128 x ceil(532 / 128) = 640
     assert cap(1000, 1000) == 640
+
+
+def test_trtllm_reserves_full_kv_for_window_layers(catalog: Catalog) -> None:
+    """TensorRT-LLM's KV pool keeps every layer at the full context unless kv_cache_config.max_attention_window is
+    given; vLLM keeps a sliding-window layer's window only. gpt-oss alternates 128-token windows and full layers,
+    so TensorRT-LLM holds half as many sequences at 8k tokens (and attention still reads the window)."""
+    oss = catalog.model("gpt-oss-20b")
+    assert moe.kv_reserved_arch(oss, TRT).attention_window is None
+    assert moe.kv_reserved_arch(oss, Assumptions()).attention_window == oss.attention_window
+    trt = _est(catalog, oss, "b200", batch=64, i=8000, o=192)
+    vllm = _est(catalog, oss, "b200", batch=64, i=8000, o=192, a=Assumptions(engine="vllm"))
+    assert trt.max_batch_by_memory < 0.6 * vllm.max_batch_by_memory
+    assert trt.step_model is not None and vllm.step_model is not None
+    assert trt.step_model.kv_per_seq_s == pytest.approx(vllm.step_model.kv_per_seq_s)  # the same window read

@@ -573,6 +573,12 @@ class EngineSpec(Provenance):
     moe_gemm_efficiency: ClassFactors = Field(
         description="MoE expert GEMMs' share of the dense roofline (grouped GEMM at few tokens per expert)"
     )
+    kv_window_pools: bool = Field(
+        True,
+        description="the KV cache keeps only a window's tokens for sliding-window and chunked-attention layers "
+        "(vLLM V1, SGLang); false: every layer reserves the full context unless configured (TensorRT-LLM without "
+        "kv_cache_config.max_attention_window)",
+    )
     moe_dispatch: MoeDispatch = Field(
         "all_to_all",
         description="how an expert-parallel MoE layer moves tokens under attention DP: all_to_all (each token to the "

@@ -275,6 +275,15 @@ def routing_skew(ep: int) -> float:
 # ------------------------------------------------------------------------------------------------
 
 
+def kv_reserved_arch(arch: ModelArchitecture, assumptions: Assumptions) -> ModelArchitecture:
+    """The model as its engine's KV pool sizes it: windowed layers at the full context unless the engine keeps
+    only their window (``kv_window_pools``; TensorRT-LLM's ``KVCacheManager`` sets ``max_attention_window_vec =
+    [max_seq_len]`` when ``kv_cache_config.max_attention_window`` is not given). Attention still reads the window."""
+    if arch.attention_window is None or assumptions.engine_spec.kv_window_pools:
+        return arch
+    return arch.model_copy(update={"attention_window": None})
+
+
 def serving_memory(
     arch: ModelArchitecture,
     gpu: GpuSpec,
@@ -293,7 +302,7 @@ def serving_memory(
     (:func:`serving_weight_bytes_per_gpu`) and KV for the sequences the GPU holds (:func:`sequences_per_gpu`).
     """
     return memory.serving_memory(
-        arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
+        kv_reserved_arch(arch, assumptions), gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
         batch=math.ceil(sequences_per_gpu(batch, layout)), context_tokens=context_tokens, assumptions=assumptions,
         weights_bytes=_weights(arch, gpu, layout, pp, quant, assumptions), kv_tp=layout.attention_tp,
         attention_dp=layout.attention_dp,
@@ -317,7 +326,8 @@ def max_batch_by_memory(
     sequence); under attention DP every GPU holds that many of its own, so the stage holds ``tp`` times as many.
     """
     per_gpu = memory.max_batch_by_memory(
-        arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision, context_tokens=context_tokens,
+        kv_reserved_arch(arch, assumptions), gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
+        context_tokens=context_tokens,
         assumptions=assumptions, weights_bytes=_weights(arch, gpu, layout, pp, quant, assumptions),
         kv_tp=layout.attention_tp, attention_dp=layout.attention_dp,
     )  # fmt: skip
