@@ -257,7 +257,8 @@ def decode_step_s(model: DecodeStepModel, n: float) -> float:
     per_micro = n / m
     stage = decode_stage_s(model, per_micro)
     hops = (model.pp - 1) * (model.pp_hop_fixed_s + per_micro * model.pp_hop_per_seq_s)
-    return max(model.pp * stage + hops, host_step_s(model, n)) + model.overhead_s
+    host = host_step_s(model, n) if model.host_per_seq_s else 0.0
+    return max(model.pp * stage + hops, host) + model.overhead_s
 
 
 def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) -> DecodeStepModel:
@@ -299,7 +300,7 @@ def decode_bound(model: DecodeStepModel, n: float) -> Bound:
     """Which resource dominates a decode step at ``n`` sequences (``host``: the CPU's share outlasts the GPU's)."""
     m = min(float(model.pp), max(n, 1.0))
     mem, comp, comm = decode_stage_parts_s(model, max(n, 1.0) / m)
-    if host_step_s(model, max(n, 1.0)) > model.pp * (max(mem, comp) + comm):
+    if model.host_per_seq_s and host_step_s(model, max(n, 1.0)) > model.pp * (max(mem, comp) + comm):
         return "host"
     if comm > max(mem, comp):
         return "communication"
