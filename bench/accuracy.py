@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, moe, serving, training
+from clusterplan.physics import memory, moe, params, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.serving import decode_step_s
@@ -144,6 +144,11 @@ class Setting(BaseModel):
     max_num_seqs: int | None = Field(
         None, ge=1, description="engine cap on concurrent sequences (saturated); unset: the engine's (engines.yaml)"
     )
+    batch_rule: Literal["trtllm-bench"] | None = Field(
+        None,
+        description="the benchmark sized the engine's batch cap itself: trtllm-bench's max_batch_size from its own "
+        "KV estimate (trtllm_bench_max_batch; per rank under attention DP), in place of max_num_seqs",
+    )
     kv_reserved: Literal["full", "mean"] = Field(
         "full",
         description="KV a running sequence holds when the engine picks the batch: full input + output "
@@ -164,6 +169,12 @@ class Setting(BaseModel):
     training: TrainingSetting | None = None
     gqa_shared_kv_reads: bool | None = Field(
         None, description="the measured engine version's GQA decode kernel (a software fact, not a fitted factor)"
+    )
+    python_executor: bool | None = Field(
+        None,
+        description="TensorRT-LLM's PyTorch backend, whose executor prepares and updates every sequence in Python "
+        "each step (v0.19 on, the default since v1.0); False: the TensorRT-engine C++ runtime of v0.5-v0.8 and "
+        "FasterTransformer, with no per-sequence Python host time (a software fact, not a fitted factor)",
     )
     flash_attention: bool | None = Field(
         None,
@@ -191,6 +202,8 @@ class Setting(BaseModel):
             out["gqa_shared_kv_reads"] = self.gqa_shared_kv_reads
         if self.flash_attention is not None:
             out["flash_attention"] = self.flash_attention
+        if self.python_executor is False:
+            out["host_time_per_sequence_s"] = 0.0
         if self.single_card:
             out["sustained_clock_fraction"] = 1.0
         if self.ep > 1 and not self.eplb:
@@ -346,6 +359,36 @@ def _scale_weights(est: ServingEstimate, quant: str, weight_bits: float | None, 
     return est.model_copy(update={"step_model": step, "decode_step_s": decode_step_s(step, est.batch)})
 
 
+# trtllm-bench's bytes per element by quantisation (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM; others 2).
+TRTLLM_BENCH_BYTES = {"fp8": 1.0, "fp4": 0.5}
+
+
+def trtllm_bench_max_batch(
+    arch: ModelArchitecture, gpu: GpuSpec, *, tp: int, pp: int, isl: float, osl: float, quant: str, kv: str,
+    kv_fraction: float = 0.9,
+) -> int:  # fmt: skip
+    """trtllm-bench's ``max_batch_size`` for a run it sized (``tensorrt_llm/bench/build/tuning.py``
+    ``calc_engine_setting`` and ``finetune_setting``, read at 04cba882): KV bytes per token
+    ``2·l·max(tp, kv_heads)·head_dim·b_kv``; requests ``(tp·pp·memory - N·b_w) · fraction / (bytes · (isl + osl))``
+    in GiB; capped at 4096, divided by ``pp``, rounded up (to 32 under 256, 128 under 1024, else 256; at least
+    64). ``head_dim``: the config's, else ``hidden / heads`` (the bench's ModelConfig; MLA models get no latent
+    reading). ``kv_fraction``: ``--kv_cache_free_gpu_mem_fraction``, 0.90 by default.
+    """
+    b_w = TRTLLM_BENCH_BYTES.get(quant, 2.0)
+    b_kv = TRTLLM_BENCH_BYTES.get(kv, 2.0)
+    head_dim = arch.head_dim or arch.hidden_size // arch.attention_heads
+    per_token_gib = 2 * arch.layers * max(tp, arch.kv_heads) * head_dim * b_kv / 1024**3
+    engine_gib = params.total_params(arch) * b_w / 1024**3
+    cache_gib = (gpu.memory_gib * tp * pp - engine_gib) * kv_fraction
+    requests = cache_gib / (per_token_gib * (isl + osl))
+    raw = min(requests, 4096.0) / pp
+    if raw < 256:
+        return max(64, 32 * math.ceil(raw / 32))
+    if raw < 1024:
+        return 128 * math.ceil(raw / 128)
+    return 256 * math.ceil(raw / 256)
+
+
 def _lengths(m: Measurement, s: Setting) -> tuple[float, float]:
     """(input, output) tokens per request: the setting's reading, else the measurement's isl/osl."""
     isl = s.input_tokens if s.input_tokens is not None else float(m.isl or 0)
@@ -411,6 +454,10 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
     if s.scenario == "saturated":
         probe = _serving(m, s, arch, gpu, a, batch=1)
         cap = s.max_num_seqs if s.max_num_seqs is not None else a.batch_cap(gpu.memory_gib, gpu.name)
+        if s.batch_rule == "trtllm-bench":
+            isl, osl = _lengths(m, s)
+            cap = trtllm_bench_max_batch(arch, gpu, tp=m.tp, pp=m.pp, isl=isl, osl=osl, quant=s.quant, kv=s.kv)
+            cap *= m.tp if s.attention_dp else 1  # every attention-DP rank schedules up to max_batch_size
         batch = max(1, min(probe.max_batch_by_memory, cap))
         est = _serving(m, s, arch, gpu, a, batch=batch)
         return est.output_tokens_per_s / per, f"batch {batch} (memory {probe.max_batch_by_memory}), {est.bound}"
@@ -888,11 +935,17 @@ def moe_section(rows: list[Row]) -> list[str]:
         "at `moe_all_to_all_efficiency` of the link. Under attention DP the dense MLPs and shared experts run "
         "data-parallel too (whole on every GPU), as TensorRT-LLM does; without balanced expert placement (EPLB) "
         "an EP run's routed load carries `moe.routing_skew` (aiconfigurator-core's power-law over balanced MoE "
-        "kernel latency). The later perf-overview page states each layout (DEPn: attention DP, experts over n GPUs); "
-        "the v1.0 page states none, read the same way, and neither states the KV-cache precision: "
-        "`bench/data/settings.yaml` says which readings and why. Blackwell rows were flagged until the same pages' "
-        "dense B200/GB200 rows were calibrated (the Blackwell compute share and the FP4 matmul share, from "
-        "aiconfigurator-core 0.12.0's GEMM tables); they are scored with the others now. Targets as for serving: "
+        "kernel latency). TensorRT-LLM moves an attention-DP layer's tokens by allgather and reduce-scatter (every "
+        "rank gathers every token; all-to-all only on a rack-scale NVLink domain), its PyTorch executor spends "
+        "`host_time_per_sequence_s` of CPU per running sequence per step (x86 25 us, Grace 40 us), overlapped "
+        "with the GPU's step, its KV pool reserves the full context for sliding-window and chunked layers, and "
+        "attention runs at the KV cache's precision, never FP4. Each run's batch cap is "
+        "trtllm-bench's own (`trtllm_bench_max_batch`, per rank under attention DP). The later perf-overview page "
+        "states each layout (DEPn: attention DP, experts over n GPUs); the v1.0 page states none, read the same "
+        "way, and neither states the KV-cache precision: `bench/data/settings.yaml` says which readings and why. "
+        "Blackwell rows were flagged until the same pages' dense B200/GB200 rows were calibrated (the Blackwell "
+        "compute share and the FP4 matmul share, from aiconfigurator-core 0.12.0's GEMM tables); they are scored "
+        "with the others now. Targets as for serving: "
         "median <= 15%, worst <= 1.5x. These rows are also counted in the serving throughput line of the summary; "
         "`catalog/model_error.yaml` takes serving throughput from dense models only until this section meets "
         "its targets."

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # Blackwell, MXFP4 (an E8M0 scale per 32, OCP Microscaling v1.0) on AMD CDNA 4 and, weight-only, elsewhere.
 Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 GpuClass = Literal["datacenter", "workstation", "consumer"]
+HostCpu = Literal["x86", "arm"]
+MoeDispatch = Literal["all_to_all", "allgather"]
 ScaleUp = Literal["nvlink", "infinity_fabric", "pcie"]
 Provider = str  # 'aws', 'gcp', 'azure', 'lambda', 'runpod', 'coreweave', ...
 # What kind of seller a provider is (catalog/providers.yaml): hyperscalers and GPU clouds run their own
@@ -134,6 +136,9 @@ class GpuSpec(Provenance):
         ge=1, le=MAX_PCIE_BANDWIDTH_GB_PER_S, description="PCIe x16 bidirectional, GB/s"
     )
     tdp_w: float = Field(ge=1, le=MAX_TDP_W, description="board power, W")
+    host_cpu: HostCpu = Field(
+        "x86", description="the host CPU class of the systems it ships in: x86 (HGX/DGX), arm (Grace superchips)"
+    )
     max_gpus_per_node: int = Field(8, ge=1, le=MAX_GPUS_PER_NODE, description="largest server this GPU ships in")
     owned_node_sizes: list[NodeGpus] | None = Field(
         None,
@@ -525,6 +530,17 @@ class ClassFactors(Row):
     consumer: float = Field(gt=0, le=1.5)
 
 
+class HostFactors(Row):
+    """A per-step host (CPU) time of an engine, per host CPU class (:attr:`GpuSpec.host_cpu`)."""
+
+    x86: float = Field(ge=0, le=0.01, description="on an x86 host (DGX/HGX: Xeon, EPYC), seconds")
+    arm: float = Field(ge=0, le=0.01, description="on an Arm host (Grace: GH200, GB200, GB300), seconds")
+
+    def of(self, host_cpu: HostCpu) -> float:
+        value: float = getattr(self, host_cpu)
+        return value
+
+
 class EngineSpec(Provenance):
     """A serving engine as it runs: its memory policy, batch caps, chunked prefill, KV block and kernel factors."""
 
@@ -556,6 +572,27 @@ class EngineSpec(Provenance):
     decode_step_overhead_s: ClassFactors = Field(description="fixed cost of one engine step, seconds")
     moe_gemm_efficiency: ClassFactors = Field(
         description="MoE expert GEMMs' share of the dense roofline (grouped GEMM at few tokens per expert)"
+    )
+    kv_window_pools: bool = Field(
+        True,
+        description="the KV cache keeps only a window's tokens for sliding-window and chunked-attention layers "
+        "(vLLM V1, SGLang); false: every layer reserves the full context unless configured (TensorRT-LLM without "
+        "kv_cache_config.max_attention_window)",
+    )
+    moe_dispatch: MoeDispatch = Field(
+        "all_to_all",
+        description="how an expert-parallel MoE layer moves tokens under attention DP: all_to_all (each token to the "
+        "ranks of its experts) or allgather (every rank gathers every token, a reduce-scatter combines)",
+    )
+    moe_dispatch_rack: MoeDispatch | None = Field(
+        None,
+        description="the dispatch on a rack-scale NVLink domain (scale_up_domain above 8 GPUs: GB200/GB300 NVL72), "
+        "when it differs; None: moe_dispatch",
+    )
+    host_time_per_sequence_s: HostFactors = Field(
+        default_factory=lambda: HostFactors(x86=0.0, arm=0.0),
+        description="host (CPU) time per running sequence per step on the executor of one rank, seconds; overlaps "
+        "the GPU's step (physics/serving.py host_step_s); 0: not modelled",
     )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")

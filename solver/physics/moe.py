@@ -21,12 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+from clusterplan.catalog.schema import GpuSpec, ModelArchitecture, MoeDispatch
 from clusterplan.physics import memory, params, rules
 from clusterplan.physics.comm import NO_LINK, Link, all_to_all_terms, link_for_group
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import MemoryBreakdown
 
+RACK_SCALE_DOMAIN = 8  # GPUs of one NVLink board; larger scale-up domains are rack-scale (MNNVL: NVL72)
 DISPATCH_BYTES = 2.0  # 16-bit hidden states dispatched and combined (vLLM's all2all backends; DeepEP combines bf16)
 
 
@@ -213,15 +214,26 @@ def expected_ranks_per_token(k: int, ep: int) -> float:
     return ep * (1.0 - (1.0 - 1.0 / ep) ** k)
 
 
-def dispatch_bytes_per_token(arch: ModelArchitecture, ep: int) -> float:
-    """Bytes one token sends off its GPU in one dispatch (the combine returns as many), one MoE layer.
+def dispatch_bytes_per_token(arch: ModelArchitecture, ep: int, method: MoeDispatch = "all_to_all") -> float:
+    """Bytes one token moves across GPUs in one dispatch (the combine as many), one MoE layer, per GPU's token.
 
-    ``hidden x bytes x (ranks the token reaches) x (ep - 1)/ep`` (the share of those ranks that are remote).
+    all_to_all: ``hidden x bytes x (ranks the token reaches) x (ep - 1)/ep`` (the share of those ranks that are
+    remote). allgather: every other rank receives the token whatever its experts, and the reduce-scatter returns
+    as many, ``hidden x bytes x (ep - 1)`` (TensorRT-LLM ``fused_moe/communication/allgather_reducescatter.py``,
+    the fallback when no all-to-all is available: ``enable_alltoall`` needs multi-node NVLink, MNNVL).
     """
     if ep <= 1:
         return 0.0
+    if method == "allgather":
+        return arch.hidden_size * DISPATCH_BYTES * (ep - 1)
     remote = expected_ranks_per_token(experts_per_token(arch), ep) * (ep - 1) / ep
     return arch.hidden_size * DISPATCH_BYTES * remote
+
+
+def dispatch_method(gpu: GpuSpec, dispatch: MoeDispatch, rack_dispatch: MoeDispatch | None) -> MoeDispatch:
+    """An engine's MoE dispatch on a GPU: its rack-scale choice inside an NVLink domain above 8 GPUs (NVL72)."""
+    rack = gpu.scale_up != "pcie" and gpu.scale_up_domain > RACK_SCALE_DOMAIN
+    return rack_dispatch if (rack and rack_dispatch is not None) else dispatch
 
 
 def load_imbalance(tokens: float, k: int, ep: int, skew: float = 1.0) -> float:
@@ -263,6 +275,15 @@ def routing_skew(ep: int) -> float:
 # ------------------------------------------------------------------------------------------------
 
 
+def kv_reserved_arch(arch: ModelArchitecture, assumptions: Assumptions) -> ModelArchitecture:
+    """The model as its engine's KV pool sizes it: windowed layers at the full context unless the engine keeps
+    only their window (``kv_window_pools``; TensorRT-LLM's ``KVCacheManager`` sets ``max_attention_window_vec =
+    [max_seq_len]`` when ``kv_cache_config.max_attention_window`` is not given). Attention still reads the window."""
+    if arch.attention_window is None or assumptions.engine_spec.kv_window_pools:
+        return arch
+    return arch.model_copy(update={"attention_window": None})
+
+
 def serving_memory(
     arch: ModelArchitecture,
     gpu: GpuSpec,
@@ -281,7 +302,7 @@ def serving_memory(
     (:func:`serving_weight_bytes_per_gpu`) and KV for the sequences the GPU holds (:func:`sequences_per_gpu`).
     """
     return memory.serving_memory(
-        arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
+        kv_reserved_arch(arch, assumptions), gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
         batch=math.ceil(sequences_per_gpu(batch, layout)), context_tokens=context_tokens, assumptions=assumptions,
         weights_bytes=_weights(arch, gpu, layout, pp, quant, assumptions), kv_tp=layout.attention_tp,
         attention_dp=layout.attention_dp,
@@ -305,7 +326,8 @@ def max_batch_by_memory(
     sequence); under attention DP every GPU holds that many of its own, so the stage holds ``tp`` times as many.
     """
     per_gpu = memory.max_batch_by_memory(
-        arch, gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision, context_tokens=context_tokens,
+        kv_reserved_arch(arch, assumptions), gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
+        context_tokens=context_tokens,
         assumptions=assumptions, weights_bytes=_weights(arch, gpu, layout, pp, quant, assumptions),
         kv_tp=layout.attention_tp, attention_dp=layout.attention_dp,
     )  # fmt: skip

@@ -22,16 +22,18 @@ from clusterplan.physics.reasons import KvCacheDoesNotFit, NoTensorThroughput, R
 from clusterplan.physics.rules import (
     compute_precision_for_weights,
     fp4_format,
+    half_precision,
     serving_notes,
     serving_rule_reasons,
     short_name,
+    supports_precision,
 )
 from clusterplan.physics.types import Bound, DecodeStepModel, ServingEstimate
 from clusterplan.units import BYTES_PER_GB
 
 ACTIVATION_BYTES = 2.0  # 16-bit hidden states on the wire (TP all-reduce, PP send)
 
-__all__ = ["all_to_all_s", "decode_step_s", "estimate_serving", "max_batch_by_memory"]
+__all__ = ["all_to_all_s", "decode_step_s", "estimate_serving", "host_step_s", "max_batch_by_memory"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -80,6 +82,27 @@ def causal_pairs(tokens: float, window: float | None, kind: str = "sliding") -> 
     return window * window / 2 + (tokens - window) * window
 
 
+def prefill_attention_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: float = 0.0) -> float:
+    """The causal attention part of :func:`prefill_flops`: ``4·d_attn`` per (query, key) pair of the new tokens."""
+    local = arch.local_layer_count
+    full = arch.layers - local
+    end = cached_tokens + tokens
+    pairs = full * (causal_pairs(end, None) - causal_pairs(cached_tokens, None))
+    if local:
+        window, kind = arch.attention_window, arch.attention_window_kind
+        pairs += local * (causal_pairs(end, window, kind) - causal_pairs(cached_tokens, window, kind))
+    return 4.0 * pairs * attention_width(arch)
+
+
+def attention_precision(gpu: GpuSpec, kv_precision: str) -> str:
+    """Precision the attention kernels multiply in: the KV cache's FP8 where FP8 runs natively, else 16-bit.
+
+    FP4 quantises the linear layers only (ModelOpt NVFP4 checkpoints list ``kv_cache_quant_algo: FP8`` beside
+    them); TensorRT-LLM's FMHA/XQA kernels read an FP8 cache with FP8 MMA, a 16-bit one with 16-bit MMA.
+    """
+    return "fp8" if kv_precision == "fp8" and supports_precision(gpu, "fp8") else half_precision(gpu)
+
+
 def prefill_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: float = 0.0) -> float:
     """Forward FLOPs of ``s`` prompt tokens after ``p`` cached ones: ``2·N_active·s + 4·d_attn·pairs + 2·V·h``.
 
@@ -90,14 +113,8 @@ def prefill_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: floa
     the LM head only for the last token (vLLM computes logits for sampled tokens). ``p``: a prefix-cache hit.
     """
     n = params.non_embedding_params(arch, active=True)
-    local = arch.local_layer_count
-    full = arch.layers - local
-    end = cached_tokens + tokens
-    pairs = full * (causal_pairs(end, None) - causal_pairs(cached_tokens, None))
-    if local:
-        window, kind = arch.attention_window, arch.attention_window_kind
-        pairs += local * (causal_pairs(end, window, kind) - causal_pairs(cached_tokens, window, kind))
-    return 2.0 * n * tokens + 4.0 * pairs * attention_width(arch) + 2.0 * arch.vocab_size * arch.hidden_size
+    attention = prefill_attention_flops(arch, tokens, cached_tokens=cached_tokens)
+    return 2.0 * n * tokens + attention + 2.0 * arch.vocab_size * arch.hidden_size
 
 
 def decode_attention_flops(arch: ModelArchitecture, context_tokens: float, *, pp: int = 1) -> float:
@@ -216,19 +233,32 @@ def prefill_compute_s(weights_s: float, compute_s: float) -> float:
     return weights_s + compute_s
 
 
+def host_step_s(model: DecodeStepModel, n: float) -> float:
+    """Host (CPU) time of one step on the busiest rank for ``n`` running sequences, seconds: ``h · n · share``.
+
+    TensorRT-LLM's PyTorch executor (``_torch/pyexecutor/py_executor.py``) prepares every scheduled request's
+    inputs, samples and updates it, and emits its response in Python each step, on every rank for the sequences
+    that rank schedules: all of them under attention TP, its own ``1/tp`` under attention DP (``share``).
+    """
+    return model.host_per_seq_s * max(n, 0.0) * model.host_rank_share
+
+
 def decode_step_s(model: DecodeStepModel, n: float) -> float:
     """Time between two tokens of a sequence when ``n`` sequences decode together, seconds.
 
     One stage: :func:`decode_stage_s`. With ``pp`` stages the batch splits into ``m = min(pp, n)`` micro-batches
-    in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences plus ``pp - 1`` stage-to-stage sends;
-    then the fixed per-step engine overhead.
+    in flight, and a token waits ``pp`` stage-times of ``n/m`` sequences plus ``pp - 1`` stage-to-stage sends.
+    The host prepares the next step while the GPU runs this one (TensorRT-LLM's overlap scheduler, on unless
+    ``disable_overlap_scheduler``), so a step takes the longer of the GPU work and :func:`host_step_s`; then the
+    fixed per-step engine overhead.
     """
     n = max(n, 1.0)
     m = min(float(model.pp), n)
     per_micro = n / m
     stage = decode_stage_s(model, per_micro)
     hops = (model.pp - 1) * (model.pp_hop_fixed_s + per_micro * model.pp_hop_per_seq_s)
-    return model.pp * stage + hops + model.overhead_s
+    host = host_step_s(model, n) if model.host_per_seq_s else 0.0
+    return max(model.pp * stage + hops, host) + model.overhead_s
 
 
 def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) -> DecodeStepModel:
@@ -267,9 +297,11 @@ def scale_step_model(model: DecodeStepModel, factor: float) -> DecodeStepModel:
 
 
 def decode_bound(model: DecodeStepModel, n: float) -> Bound:
-    """Which resource dominates a decode step at ``n`` sequences."""
+    """Which resource dominates a decode step at ``n`` sequences (``host``: the CPU's share outlasts the GPU's)."""
     m = min(float(model.pp), max(n, 1.0))
     mem, comp, comm = decode_stage_parts_s(model, max(n, 1.0) / m)
+    if model.host_per_seq_s and host_step_s(model, max(n, 1.0)) > model.pp * (max(mem, comp) + comm):
+        return "host"
     if comm > max(mem, comp):
         return "communication"
     return "compute" if comp > mem else "memory_bandwidth"
@@ -365,6 +397,16 @@ def estimate_serving(
     if flops_rate <= 0:
         reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
+    aprec = attention_precision(gpu, kv_precision)
+    attention_rate = (
+        peak_tflops(gpu, aprec)
+        * 1e12
+        * a.compute_efficiency.of(cls)
+        * clock
+        * a.compute_fraction(gpu.architecture, aprec)
+    )
+    # never above the linear layers' rate: a weight-only int4/int8 model keeps the 16-bit rate it had
+    attention_rate = min(attention_rate, flops_rate) if attention_rate > 0 else flops_rate
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
     if layout.attention_tp > arch.kv_heads:
@@ -416,7 +458,9 @@ def estimate_serving(
     hidden_bytes = arch.hidden_size * ACTIVATION_BYTES
     allreduce_terms = nccl_allreduce_terms(tp, tp_link, eff)  # (latency s, s per byte) per NCCL protocol
     a2a_latency, a2a_per_byte, a2a_link = moe.all_to_all_link_terms(gpu, ep, a)
-    dispatch_bytes = moe.dispatch_bytes_per_token(arch, ep)
+    spec = a.engine_spec
+    dispatch = moe.dispatch_method(gpu, spec.moe_dispatch, spec.moe_dispatch_rack) if attention_dp else "all_to_all"
+    dispatch_bytes = moe.dispatch_bytes_per_token(arch, ep, dispatch)
     step_model = DecodeStepModel(
         pp=pp,
         dense_weights_s=dense_bytes / bw,
@@ -425,13 +469,15 @@ def estimate_serving(
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=dense_flops_seq / flops_rate,
-        attention_compute_per_seq_s=attention_flops_seq / flops_rate,
+        attention_compute_per_seq_s=attention_flops_seq / attention_rate,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
         tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in allreduce_terms],
         pp_hop_fixed_s=pp_link.latency_s if pp > 1 else 0.0,
         pp_hop_per_seq_s=(p2p_s(hidden_bytes, pp_link, eff) - pp_link.latency_s) if pp > 1 else 0.0,
         overhead_s=a.decode_step_overhead_s.of(cls),
+        host_per_seq_s=a.host_per_sequence_s(gpu.host_cpu),
+        host_rank_share=1.0 / tp if attention_dp else 1.0,
         expert_parallel=max(ep, 1),
         expert_compute_per_seq_s=expert_flops_seq / flops_rate,
         moe_gemm_efficiency=gemm_eff,
@@ -464,11 +510,12 @@ def estimate_serving(
     computed = max(input_tokens - cached, 1.0)
     chunks = max(1, math.ceil(computed / a.chunk_tokens))
     total_flops = prefill_flops(arch, computed, cached_tokens=cached)
+    attention_flops = prefill_attention_flops(arch, computed, cached_tokens=cached)  # at the attention's rate
     expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * computed if is_moe else 0.0
     skew = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew) / gemm_eff
-    prefill_compute = (total_flops - expert_flops) / (layout.attention_tp * flops_rate)
-    prefill_compute += expert_flops * skew / (tp * flops_rate)
-    prefill_split = (total_flops - expert_flops) / (tp * flops_rate) + expert_flops * skew / (tp * flops_rate)
+    dense_s = (total_flops - expert_flops - attention_flops) / flops_rate + attention_flops / attention_rate
+    prefill_compute = dense_s / layout.attention_tp + expert_flops * skew / (tp * flops_rate)
+    prefill_split = dense_s / tp + expert_flops * skew / (tp * flops_rate)
     if a.speculative is not None and a.speculative.method == "draft":
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
         prefill_split *= 1.0 + a.speculative.cost

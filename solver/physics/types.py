@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf, SerializerFunctio
 from clusterplan.physics.reasons import Reason
 from clusterplan.render.reasons import render_reasons
 
-Bound = Literal["memory_capacity", "memory_bandwidth", "compute", "communication"]
+Bound = Literal["memory_capacity", "memory_bandwidth", "compute", "communication", "host"]
 
 
 class Result(BaseModel):
@@ -103,6 +103,15 @@ class DecodeStepModel(Result):
     pp_hop_fixed_s: float = Field(0.0, description="latency of one stage-to-stage send, s")
     pp_hop_per_seq_s: float = Field(0.0, description="transfer of one sequence's hidden state between stages, s")
     overhead_s: float = Field(0.0, description="engine-independent fixed cost per step, s")
+    host_per_seq_s: float = Field(
+        0.0, ge=0, description="host (CPU) time per sequence its rank's executor runs, per step, s (0: none)"
+    )
+    host_rank_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="share of the replica's sequences one rank's executor runs (1/tp under attention DP)",
+    )
     expert_parallel: int = Field(1, ge=1, description="EP ranks the stage's experts are spread over (1: none)")
     expert_compute_per_seq_s: float = Field(
         0.0, description="one sequence's routed-expert matmul FLOPs on the stage's average GPU, s (MoE only)"

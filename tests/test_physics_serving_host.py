@@ -1,0 +1,130 @@
+"""Serving terms of issue #13's MoE accuracy work: the engine's host time per sequence, attention at the KV cache's
+precision, TensorRT-LLM's allgather MoE dispatch, and trtllm-bench's own batch sizing (bench/accuracy.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.schema import ModelArchitecture
+from clusterplan.physics import moe, serving
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.types import DecodeStepModel, ServingEstimate
+from conftest import ROOT
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import accuracy
+
+TRT = Assumptions(engine="tensorrt-llm")
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog([])
+
+
+@pytest.fixture(scope="module")
+def qwen30(catalog: Catalog) -> ModelArchitecture:
+    return catalog.model("qwen3-30b-a3b")
+
+
+def _est(
+    catalog: Catalog, arch: ModelArchitecture, gpu: str, *, batch: int, quant: str = "fp4", kv: str = "fp8",
+    tp: int = 1, ep: int = 1, dp: bool = False, i: float = 128.0, o: float = 128.0, a: Assumptions = TRT,
+) -> ServingEstimate:  # fmt: skip
+    return serving.estimate_serving(
+        arch, catalog.gpu(gpu), tp=tp, pp=1, quant=quant, kv_precision=kv, batch=batch, input_tokens=i,
+        output_tokens=o, context_tokens=i + o, assumptions=a, ep=ep, attention_dp=dp,
+    )  # fmt: skip
+
+
+def test_host_time_bounds_a_step_and_overlaps_the_gpu() -> None:
+    """A step takes the longer of the GPU's work and the host's ``h·n·share`` (overlap scheduler), then the overhead."""
+    gpu_only = DecodeStepModel(
+        pp=1, dense_weights_s=0.002, expert_weights_s=0.0, kv_per_seq_s=1e-6, compute_per_seq_s=1e-6,
+        overhead_s=0.003,
+    )  # fmt: skip
+    host = gpu_only.model_copy(update={"host_per_seq_s": 25e-6})
+    assert serving.host_step_s(host, 2048) == pytest.approx(2048 * 25e-6)
+    assert serving.decode_step_s(host, 2048) == pytest.approx(2048 * 25e-6 + 0.003)  # host-bound: 51 ms + 3 ms
+    assert serving.decode_step_s(gpu_only, 2048) < 0.02
+    assert serving.decode_step_s(host, 4) == serving.decode_step_s(gpu_only, 4)  # hidden behind the GPU's 2 ms
+    shared = host.model_copy(update={"host_rank_share": 1 / 8})  # attention DP: each rank its own eighth
+    assert serving.host_step_s(shared, 2048) == pytest.approx(256 * 25e-6)
+    assert serving.decode_bound(host, 2048) == "host"
+
+
+def test_grace_host_is_slower_than_x86(catalog: Catalog, qwen30: ModelArchitecture) -> None:
+    """TensorRT-LLM's host time per sequence: 25 us on x86 (B200), 40 us on Grace (GB200) — the v1.0 perf overview's
+    Qwen3-30B-A3B 128/128 ceilings, 39,827 and 24,107 tok/s; removing the term puts both at > 100k tok/s."""
+    b200 = _est(catalog, qwen30, "b200", batch=2048)
+    gb200 = _est(catalog, qwen30, "gb200", batch=2048)
+    assert b200.step_model is not None and gb200.step_model is not None
+    assert b200.step_model.host_per_seq_s == pytest.approx(25e-6)
+    assert gb200.step_model.host_per_seq_s == pytest.approx(40e-6)
+    assert b200.decode_step_s >= 2048 * 25e-6 and gb200.decode_step_s >= 2048 * 40e-6
+    assert gb200.bound == "host" and 20_000 < gb200.output_tokens_per_s < 30_000
+    off = _est(catalog, qwen30, "gb200", batch=2048, a=TRT.model_copy(update={"host_time_per_sequence_s": 0.0}))
+    assert off.output_tokens_per_s > 3 * gb200.output_tokens_per_s
+    vllm = _est(catalog, qwen30, "b200", batch=2048, a=Assumptions(engine="vllm")).step_model
+    assert vllm is not None and vllm.host_per_seq_s == 0.0
+
+
+def test_attention_runs_at_the_kv_precision_not_fp4(catalog: Catalog, qwen30: ModelArchitecture) -> None:
+    """NVFP4 covers the linear layers: decode attention over an FP8 cache costs the same with FP4 or FP8 weights."""
+    fp4 = _est(catalog, qwen30, "b200", batch=64, quant="fp4", i=8000, o=500)
+    fp8 = _est(catalog, qwen30, "b200", batch=64, quant="fp8", i=8000, o=500)
+    assert fp4.step_model is not None and fp8.step_model is not None
+    assert fp4.step_model.attention_compute_per_seq_s == pytest.approx(fp8.step_model.attention_compute_per_seq_s)
+    assert fp4.step_model.compute_per_seq_s < fp8.step_model.compute_per_seq_s  # the matmuls do gain FP4's rate
+    assert serving.attention_precision(catalog.gpu("b200"), "fp8") == "fp8"
+    assert serving.attention_precision(catalog.gpu("b200"), "bf16") == "bf16"
+    assert serving.attention_precision(catalog.gpu("a100-80gb"), "fp8") in ("bf16", "fp16")
+
+
+def test_trtllm_moe_dispatch_is_allgather_off_the_rack(catalog: Catalog, qwen30: ModelArchitecture) -> None:
+    """Under attention DP TensorRT-LLM gathers every token on every EP rank (allgather + reducescatter) unless the
+    NVLink domain is rack-scale (MNNVL all-to-all): ``hidden x 2 B x (ep - 1)`` per token per direction."""
+    h = qwen30.hidden_size
+    assert moe.dispatch_bytes_per_token(qwen30, 8, "allgather") == pytest.approx(h * 2.0 * 7)
+    assert moe.dispatch_bytes_per_token(qwen30, 8) < moe.dispatch_bytes_per_token(qwen30, 8, "allgather")
+    assert moe.dispatch_method(catalog.gpu("b200"), "allgather", "all_to_all") == "allgather"
+    assert moe.dispatch_method(catalog.gpu("gb200"), "allgather", "all_to_all") == "all_to_all"
+    trt = _est(catalog, qwen30, "h200", batch=1024, quant="fp8", tp=8, ep=8, dp=True)
+    sgl = _est(catalog, qwen30, "h200", batch=1024, quant="fp8", tp=8, ep=8, dp=True, a=Assumptions(engine="sglang"))
+    assert trt.step_model is not None and sgl.step_model is not None
+    assert trt.step_model.all_to_all_per_seq_s > 1.5 * sgl.step_model.all_to_all_per_seq_s
+
+
+def test_trtllm_bench_max_batch_by_hand(catalog: Catalog) -> None:
+    """trtllm-bench's own max_batch_size (bench/build/tuning.py): Llama-3.1-8B FP8 on one H100 at 128/128 holds
+    ~4,000 requests in its KV estimate, capped at 4,096; at 20,000/2,000 about 45, rounded up to the minimum 64."""
+    llama8 = catalog.model("llama-3.1-8b")
+    h100 = catalog.gpu("h100-sxm")
+
+    def cap(isl: float, osl: float) -> int:
+        return accuracy.trtllm_bench_max_batch(llama8, h100, tp=1, pp=1, isl=isl, osl=osl, quant="fp8", kv="fp8")
+
+    assert cap(128, 128) == 4096
+    # (79.6 GiB - 8.03e9 B) x 0.9 / (2 x 32 x 8 x 128 B x 22,000) = 45.4 requests -> 64
+    assert cap(20000, 2000) == 64
+    # 1,000/1,000: 64.9 GiB / (64 KiB x 2,000) = 532 requests -> 128 x ceil(532 / 128) = 640
+    assert cap(1000, 1000) == 640
+
+
+def test_trtllm_reserves_full_kv_for_window_layers(catalog: Catalog) -> None:
+    """TensorRT-LLM's KV pool keeps every layer at the full context unless kv_cache_config.max_attention_window is
+    given; vLLM keeps a sliding-window layer's window only. gpt-oss alternates 128-token windows and full layers,
+    so TensorRT-LLM holds half as many sequences at 8k tokens (and attention still reads the window)."""
+    oss = catalog.model("gpt-oss-20b")
+    assert moe.kv_reserved_arch(oss, TRT).attention_window is None
+    assert moe.kv_reserved_arch(oss, Assumptions()).attention_window == oss.attention_window
+    trt = _est(catalog, oss, "b200", batch=64, i=8000, o=192)
+    vllm = _est(catalog, oss, "b200", batch=64, i=8000, o=192, a=Assumptions(engine="vllm"))
+    assert trt.max_batch_by_memory < 0.6 * vllm.max_batch_by_memory
+    assert trt.step_model is not None and vllm.step_model is not None
+    assert trt.step_model.kv_per_seq_s == pytest.approx(vllm.step_model.kv_per_seq_s)  # the same window read
