@@ -76,7 +76,7 @@ def bench_examples(repeats: int) -> list[dict[str, object]]:
                 [
                     sys.executable,
                     "-c",
-                    "import sys; from clusterplan.cli import main; sys.argv[0] = 'clusterplan'; main()",
+                    "import sys; from clusterplan.cli import entry; sys.argv[0] = 'clusterplan'; entry()",
                     "solve",
                     str(path),
                 ],
