@@ -414,7 +414,9 @@ def estimate_serving(
 
     # Per-GPU quantities of the most loaded stage (per sequence: the stage's average GPU).
     is_moe = moe.is_moe(arch)
-    gemm_eff = a.moe_gemm_efficiency.of(cls) if is_moe else 1.0
+    # grouped-GEMM share of the dense roofline: the engine's (Hopper-fitted) times the architecture's at the weights'
+    # precision (aiconfigurator-core 0.12.0 moe_perf tables; factors.py)
+    gemm_eff = a.moe_gemm_efficiency.of(cls) * a.moe_gemm_fraction(gpu.architecture, quant) if is_moe else 1.0
     stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)  # dense layers, shared experts, MLA (params.py)
     layers, moe_layers = stage.layers, (stage.moe_layers if is_moe else 0)
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size, fp4_format=fp4_format(gpu))
