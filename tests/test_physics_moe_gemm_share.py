@@ -49,3 +49,28 @@ def test_hopper_fp8_and_dense_models_are_untouched(catalog: Catalog) -> None:
     assert hopper.tpot_s == pytest.approx(_est(catalog, "llama-4-scout", "h200", "fp8", NO_SHARE).tpot_s)
     dense = _est(catalog, "llama-3.1-8b", "b200", "fp4", A)
     assert dense.tpot_s == pytest.approx(_est(catalog, "llama-3.1-8b", "b200", "fp4", NO_SHARE).tpot_s)
+
+
+def test_mla_attention_runs_at_its_kernels_precision() -> None:
+    # aiconfigurator-core 0.12.0 mla tables (TensorRT-LLM 1.3.0rc20): Hopper's MLA kernels multiply in BF16 with an
+    # FP8 cache, Blackwell's decode kernel in FP8 (its prefill in BF16); unlisted: the cache's precision.
+    assert A.mla_precision("Hopper", "decode", "fp8") == "bf16"
+    assert A.mla_precision("hopper", "prefill", "fp8") == "bf16"
+    assert A.mla_precision("Blackwell", "decode", "fp8") == "fp8"
+    assert A.mla_precision("Blackwell", "prefill", "fp8") == "bf16"
+    assert A.mla_precision("Ampere", "decode", "fp16") == "fp16"
+
+
+def test_deepseek_decode_attention_on_hopper_is_16_bit(catalog: Catalog) -> None:
+    plain = Assumptions(mla_attention_precision={})
+    est = _est(catalog, "deepseek-r1", "h200", "fp8", A)
+    fp8 = _est(catalog, "deepseek-r1", "h200", "fp8", plain)
+    assert est.step_model is not None and fp8.step_model is not None
+    # H200: FP8 at 2x the BF16 peak and fp8_matmul_fraction 0.88 of its share, so BF16 takes 2 x 0.88 as long
+    ratio = est.step_model.attention_compute_per_seq_s / fp8.step_model.attention_compute_per_seq_s
+    assert ratio == pytest.approx(2 * 0.88)
+    assert est.prefill_s > fp8.prefill_s
+    # a GQA model is untouched
+    assert _est(catalog, "llama-4-scout", "h200", "fp8", A).tpot_s == pytest.approx(
+        _est(catalog, "llama-4-scout", "h200", "fp8", plain).tpot_s
+    )

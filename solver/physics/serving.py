@@ -398,15 +398,22 @@ def estimate_serving(
         reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
     aprec = attention_precision(gpu, kv_precision)
-    attention_rate = (
-        peak_tflops(gpu, aprec)
-        * 1e12
-        * a.compute_efficiency.of(cls)
-        * clock
-        * a.compute_fraction(gpu.architecture, aprec)
-    )
-    # never above the linear layers' rate: a weight-only int4/int8 model keeps the 16-bit rate it had
-    attention_rate = min(attention_rate, flops_rate) if attention_rate > 0 else flops_rate
+
+    def attention_rate_at(precision: str) -> float:
+        rate = (
+            peak_tflops(gpu, precision)
+            * 1e12
+            * a.compute_efficiency.of(cls)
+            * clock
+            * a.compute_fraction(gpu.architecture, precision)
+        )
+        # never above the linear layers' rate: a weight-only int4/int8 model keeps the 16-bit rate it had
+        return min(rate, flops_rate) if rate > 0 else flops_rate
+
+    # MLA's kernels multiply at their own precision on some architectures, whatever the cache's (factors.py)
+    is_mla = arch.kv_lora_rank is not None
+    attention_rate = attention_rate_at(a.mla_precision(gpu.architecture, "prefill", aprec) if is_mla else aprec)
+    decode_attention_rate = attention_rate_at(a.mla_precision(gpu.architecture, "decode", aprec) if is_mla else aprec)
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
     if layout.attention_tp > arch.kv_heads:
@@ -471,7 +478,7 @@ def estimate_serving(
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=dense_flops_seq / flops_rate,
-        attention_compute_per_seq_s=attention_flops_seq / attention_rate,
+        attention_compute_per_seq_s=attention_flops_seq / decode_attention_rate,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
         tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in allreduce_terms],
