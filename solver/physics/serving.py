@@ -410,10 +410,11 @@ def estimate_serving(
         # never above the linear layers' rate: a weight-only int4/int8 model keeps the 16-bit rate it had
         return min(rate, flops_rate) if rate > 0 else flops_rate
 
-    # MLA's kernels multiply at their own precision on some architectures, whatever the cache's (factors.py)
-    is_mla = arch.kv_lora_rank is not None
-    attention_rate = attention_rate_at(a.mla_precision(gpu.architecture, "prefill", aprec) if is_mla else aprec)
-    decode_attention_rate = attention_rate_at(a.mla_precision(gpu.architecture, "decode", aprec) if is_mla else aprec)
+    attention_rate = decode_attention_rate = attention_rate_at(aprec)
+    if arch.kv_lora_rank is not None:  # MLA's kernels multiply at their own precision on some architectures
+        prefill_p, decode_p = (a.mla_precision(gpu.architecture, phase, aprec) for phase in ("prefill", "decode"))
+        attention_rate = attention_rate if prefill_p == aprec else attention_rate_at(prefill_p)
+        decode_attention_rate = decode_attention_rate if decode_p == aprec else attention_rate_at(decode_p)
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
     if layout.attention_tp > arch.kv_heads:
