@@ -930,7 +930,9 @@ def moe_section(rows: list[Row]) -> list[str]:
     out = ["", "## Mixture-of-experts serving", ""]
     out.append(
         "MoE layers run at the dense factors times `moe_gemm_efficiency` (grouped GEMM; per engine, from "
-        "aiconfigurator-core 0.12.0's measured H200 MoE kernel tables, `catalog/engines.yaml`), with the "
+        "aiconfigurator-core 0.12.0's measured H200 MoE kernel tables, `catalog/engines.yaml`) times the "
+        "architecture's share at the weights' precision (`moe_gemm_architecture_fraction`: Blackwell NVFP4 0.76, "
+        "Hopper MXFP4 0.60, from the same package's B200/GB200/H200 MoE tables), with the "
         "expert-load imbalance of `physics/moe.py` under expert parallelism and the dispatch/combine all-to-alls "
         "at `moe_all_to_all_efficiency` of the link. Under attention DP the dense MLPs and shared experts run "
         "data-parallel too (whole on every GPU), as TensorRT-LLM does; without balanced expert placement (EPLB) "
@@ -939,7 +941,8 @@ def moe_section(rows: list[Row]) -> list[str]:
         "rank gathers every token; all-to-all only on a rack-scale NVLink domain), its PyTorch executor spends "
         "`host_time_per_sequence_s` of CPU per running sequence per step (x86 25 us, Grace 40 us), overlapped "
         "with the GPU's step, its KV pool reserves the full context for sliding-window and chunked layers, and "
-        "attention runs at the KV cache's precision, never FP4. Each run's batch cap is "
+        "attention runs at the KV cache's precision, never FP4 (MLA's kernels at their own: BF16 on Hopper, "
+        "`mla_attention_precision`). Each run's batch cap is "
         "trtllm-bench's own (`trtllm_bench_max_batch`, per rank under attention DP). The later perf-overview page "
         "states each layout (DEPn: attention DP, experts over n GPUs); the v1.0 page states none, read the same "
         "way, and neither states the KV-cache precision: `bench/data/settings.yaml` says which readings and why. "

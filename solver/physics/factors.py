@@ -331,6 +331,25 @@ class Assumptions(BaseModel):
         "aiconfigurator-core 0.12.0's TensorRT-LLM GEMM tables (as architecture_compute_fraction; provisional: no "
         "fair public Blackwell training measurement is in bench/data)",
     )
+    moe_gemm_architecture_fraction: dict[str, dict[str, float]] = Field(
+        default_factory=lambda: {"Blackwell": {"fp4": 0.76}, "Hopper": {"fp4": 0.60}},
+        description="share of the engine's moe_gemm_efficiency (fitted on Hopper's FP8 and BF16 grouped GEMMs) an "
+        "architecture's MoE kernel reaches at a weight precision, by catalog architecture name then precision; "
+        "unlisted 1.0. aiconfigurator-core 0.12.0, systems/data/{h200_sxm,b200_sxm,gb200}/moe/trtllm/1.3.0rc20/"
+        "moe_perf.parquet, balanced routing, 8-4096 tokens, layers of >= 100 us on the roofline (model-sized): "
+        "median of this module's roofline over the measured latency, H200 FP8 0.72 and BF16 0.77 (cutlass); "
+        "B200/GB200 NVFP4 0.51/0.58 (cutlass: 0.76 of H200 FP8), FP8 0.73/0.73 and BF16 0.77/0.77 (1.0, "
+        "unlisted); H200 MXFP4 weight-only (w4a16_mxfp4, gpt-oss's kernel on Hopper) 0.46 (0.60 of BF16)",
+    )
+    mla_attention_precision: dict[str, dict[str, str]] = Field(
+        default_factory=lambda: {"Hopper": {"prefill": "bf16", "decode": "bf16"}, "Blackwell": {"prefill": "bf16"}},
+        description="precision MLA's attention kernels multiply in, by catalog architecture name then phase (prefill: "
+        "the multi-head form; decode: the absorbed form), whatever the KV cache's; unlisted: the cache's "
+        "(attention_precision). aiconfigurator-core 0.12.0, systems/data/{h200_sxm,b200_sxm}/mla/trtllm/1.3.0rc20/ "
+        "{generation,context}_mla_perf.parquet, 128 heads, context >= 1k (decode: batch >= 64), median TFLOPS "
+        "with an FP8 cache vs a 16-bit one: H200 decode 675 vs 608 (0.68 of BF16 peak, 0.34 of FP8's), prefill 512 "
+        "vs 513; B200 decode 2,228 vs 1,281 (an FP8 kernel), prefill 994 vs 993",
+    )
     network_link_efficiency: float = Field(
         0.90,
         gt=0,
@@ -517,6 +536,18 @@ class Assumptions(BaseModel):
         if precision == "fp4":
             return self.fp4_matmul_fraction
         return 1.0
+
+    def moe_gemm_fraction(self, architecture: str, weight_precision: str) -> float:
+        """Share of ``moe_gemm_efficiency`` an architecture's MoE kernel reaches at a weight precision (1 unlisted)."""
+        wanted = architecture.casefold()
+        table = next((v for name, v in self.moe_gemm_architecture_fraction.items() if name.casefold() == wanted), {})
+        return table.get(weight_precision, 1.0)
+
+    def mla_precision(self, architecture: str, phase: str, cache_precision: str) -> str:
+        """Precision MLA's ``phase`` (prefill, decode) attention multiplies in on one architecture (else the cache's)."""
+        wanted = architecture.casefold()
+        table = next((v for name, v in self.mla_attention_precision.items() if name.casefold() == wanted), {})
+        return table.get(phase, cache_precision)
 
     def training_compute_fraction(self, architecture: str, precision: str) -> float:
         """:meth:`compute_fraction` for training: the architecture's ``architecture_training_fraction`` when listed."""

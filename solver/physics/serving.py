@@ -398,15 +398,23 @@ def estimate_serving(
         reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
     aprec = attention_precision(gpu, kv_precision)
-    attention_rate = (
-        peak_tflops(gpu, aprec)
-        * 1e12
-        * a.compute_efficiency.of(cls)
-        * clock
-        * a.compute_fraction(gpu.architecture, aprec)
-    )
-    # never above the linear layers' rate: a weight-only int4/int8 model keeps the 16-bit rate it had
-    attention_rate = min(attention_rate, flops_rate) if attention_rate > 0 else flops_rate
+
+    def attention_rate_at(precision: str) -> float:
+        rate = (
+            peak_tflops(gpu, precision)
+            * 1e12
+            * a.compute_efficiency.of(cls)
+            * clock
+            * a.compute_fraction(gpu.architecture, precision)
+        )
+        # never above the linear layers' rate: a weight-only int4/int8 model keeps the 16-bit rate it had
+        return min(rate, flops_rate) if rate > 0 else flops_rate
+
+    attention_rate = decode_attention_rate = attention_rate_at(aprec)
+    if arch.kv_lora_rank is not None:  # MLA's kernels multiply at their own precision on some architectures
+        prefill_p, decode_p = (a.mla_precision(gpu.architecture, phase, aprec) for phase in ("prefill", "decode"))
+        attention_rate = attention_rate if prefill_p == aprec else attention_rate_at(prefill_p)
+        decode_attention_rate = decode_attention_rate if decode_p == aprec else attention_rate_at(decode_p)
     if clock < 1.0:
         notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
     if layout.attention_tp > arch.kv_heads:
@@ -414,7 +422,9 @@ def estimate_serving(
 
     # Per-GPU quantities of the most loaded stage (per sequence: the stage's average GPU).
     is_moe = moe.is_moe(arch)
-    gemm_eff = a.moe_gemm_efficiency.of(cls) if is_moe else 1.0
+    # grouped-GEMM share of the dense roofline: the engine's (Hopper-fitted) times the architecture's at the weights'
+    # precision (aiconfigurator-core 0.12.0 moe_perf tables; factors.py)
+    gemm_eff = a.moe_gemm_efficiency.of(cls) * a.moe_gemm_fraction(gpu.architecture, quant) if is_moe else 1.0
     stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)  # dense layers, shared experts, MLA (params.py)
     layers, moe_layers = stage.layers, (stage.moe_layers if is_moe else 0)
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size, fp4_format=fp4_format(gpu))
@@ -469,7 +479,7 @@ def estimate_serving(
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=dense_flops_seq / flops_rate,
-        attention_compute_per_seq_s=attention_flops_seq / attention_rate,
+        attention_compute_per_seq_s=attention_flops_seq / decode_attention_rate,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
         tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in allreduce_terms],
