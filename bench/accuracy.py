@@ -361,6 +361,23 @@ def _scale_weights(est: ServingEstimate, quant: str, weight_bits: float | None, 
 
 # trtllm-bench's bytes per element by quantisation (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM; others 2).
 TRTLLM_BENCH_BYTES = {"fp8": 1.0, "fp4": 0.5}
+# Safetensors elements per NVFP4 weight: two 4-bit values packed in one U8 element plus one FP8 block scale per 16
+# (ModelOpt NVFP4 checkpoints: ``weight`` U8 [out, in/2], ``weight_scale`` F8_E4M3 [out, in/16]).
+NVFP4_ELEMENTS_PER_WEIGHT = 1.0 / 2.0 + 1.0 / 16.0
+
+
+def trtllm_bench_param_count(arch: ModelArchitecture, quant: str) -> float:
+    """The ``param_count`` trtllm-bench sizes the engine with: the checkpoint's safetensors element count
+    (``ModelConfig.get_param_count``: ``sum(metadata.parameter_count.values())``). An NVFP4 checkpoint packs its
+    linear weights two to a U8 element, so the count is about half the parameters and the bench's engine size
+    (``param_count * 0.5`` bytes) half the checkpoint's — the bug TensorRT-LLM PR #13498 fixed on 2026-04-27
+    ("NVFP4 engine size underestimated by ~2x": DeepSeek-V3.2-NVFP4 183.70 GB counted against 386.54 on disk).
+    Embeddings and output head stay 16-bit (one element each); every other weight counts as packed.
+    """
+    if quant != "fp4":
+        return float(params.total_params(arch))
+    embeddings = params.embedding_params(arch)
+    return (params.total_params(arch) - embeddings) * NVFP4_ELEMENTS_PER_WEIGHT + embeddings
 
 
 def trtllm_bench_max_batch(
@@ -372,13 +389,15 @@ def trtllm_bench_max_batch(
     ``2·l·max(tp, kv_heads)·head_dim·b_kv``; requests ``(tp·pp·memory - N·b_w) · fraction / (bytes · (isl + osl))``
     in GiB; capped at 4096, divided by ``pp``, rounded up (to 32 under 256, 128 under 1024, else 256; at least
     64). ``head_dim``: the config's, else ``hidden / heads`` (the bench's ModelConfig; MLA models get no latent
-    reading). ``kv_fraction``: ``--kv_cache_free_gpu_mem_fraction``, 0.90 by default.
+    reading). ``kv_fraction``: ``--kv_cache_free_gpu_mem_fraction``, 0.90 by default. ``N``: the checkpoint's
+    element count (:func:`trtllm_bench_param_count`; an NVFP4 checkpoint's packed count, as every release before
+    PR #13498 read it).
     """
     b_w = TRTLLM_BENCH_BYTES.get(quant, 2.0)
     b_kv = TRTLLM_BENCH_BYTES.get(kv, 2.0)
     head_dim = arch.head_dim or arch.hidden_size // arch.attention_heads
     per_token_gib = 2 * arch.layers * max(tp, arch.kv_heads) * head_dim * b_kv / 1024**3
-    engine_gib = params.total_params(arch) * b_w / 1024**3
+    engine_gib = trtllm_bench_param_count(arch, quant) * b_w / 1024**3
     cache_gib = (gpu.memory_gib * tp * pp - engine_gib) * kv_fraction
     requests = cache_gib / (per_token_gib * (isl + osl))
     raw = min(requests, 4096.0) / pp

@@ -9,7 +9,7 @@ import pytest
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import ModelArchitecture
-from clusterplan.physics import moe, serving
+from clusterplan.physics import moe, params, serving
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import DecodeStepModel, ServingEstimate
 from conftest import ROOT
@@ -114,6 +114,22 @@ def test_trtllm_bench_max_batch_by_hand(catalog: Catalog) -> None:
     assert cap(20000, 2000) == 64
     # 1,000/1,000: 64.9 GiB / (64 KiB x 2,000) = 532 requests -> 128 x ceil(532 / 128) = 640
     assert cap(1000, 1000) == 640
+
+
+def test_trtllm_bench_counts_packed_nvfp4_elements(catalog: Catalog) -> None:
+    """trtllm-bench sized the engine from the checkpoint's safetensors element count until TensorRT-LLM PR #13498
+    (2026-04-27): an NVFP4 checkpoint packs two weights per U8 element plus an FP8 scale per 16, so DeepSeek-R1's
+    671e9 parameters count as ~378e9 and the engine as 176 GiB, not 312. On 4 B200 at 1,024/8,192 the KV estimate
+    (MLA read as 128 heads of 56: 7.51 GiB a request) is (716.2 - 176.1) x 0.9 / 7.51 = 64.8 requests -> 96 per rank;
+    with the full count it was 48 -> 64 (the round-two cap that left the DeepSeek-R1 Blackwell rows -29 %)."""
+    ds = catalog.model("deepseek-r1")
+    b200 = catalog.gpu("b200")
+    total = params.total_params(ds)
+    emb = params.embedding_params(ds)
+    assert accuracy.trtllm_bench_param_count(ds, "fp4") == pytest.approx((total - emb) * (1 / 2 + 1 / 16) + emb)
+    assert accuracy.trtllm_bench_param_count(ds, "fp8") == total
+    cap = accuracy.trtllm_bench_max_batch(ds, b200, tp=4, pp=1, isl=1024, osl=8192, quant="fp4", kv="fp8")
+    assert cap == 96
 
 
 def test_trtllm_reserves_full_kv_for_window_layers(catalog: Catalog) -> None:
