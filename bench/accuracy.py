@@ -170,6 +170,11 @@ class Setting(BaseModel):
     gqa_shared_kv_reads: bool | None = Field(
         None, description="the measured engine version's GQA decode kernel (a software fact, not a fitted factor)"
     )
+    fp4_activations: Literal["fp4", "fp8"] | None = Field(
+        None,
+        description="activations an FP4 checkpoint's matmuls take on FP4-native GPUs: fp8 for MXFP4 weights with "
+        "MXFP8 activations (gpt-oss on Blackwell; Assumptions.fp4_activations), a fact of the checkpoint",
+    )
     python_executor: bool | None = Field(
         None,
         description="TensorRT-LLM's PyTorch backend, whose executor prepares and updates every sequence in Python "
@@ -202,6 +207,8 @@ class Setting(BaseModel):
             out["gqa_shared_kv_reads"] = self.gqa_shared_kv_reads
         if self.flash_attention is not None:
             out["flash_attention"] = self.flash_attention
+        if self.fp4_activations is not None:
+            out["fp4_activations"] = self.fp4_activations
         if self.python_executor is False:
             out["host_time_per_sequence_s"] = 0.0
         if self.single_card:

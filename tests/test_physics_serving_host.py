@@ -144,3 +144,20 @@ def test_trtllm_reserves_full_kv_for_window_layers(catalog: Catalog) -> None:
     assert trt.max_batch_by_memory < 0.6 * vllm.max_batch_by_memory
     assert trt.step_model is not None and vllm.step_model is not None
     assert trt.step_model.kv_per_seq_s == pytest.approx(vllm.step_model.kv_per_seq_s)  # the same window read
+
+
+def test_mxfp4_weights_with_fp8_activations_multiply_at_the_fp8_rate(catalog: Catalog) -> None:
+    """gpt-oss on Blackwell: MXFP4 weights meet MXFP8 activations (TensorRT-LLM's gpt-oss MoE support matrix), so the
+    matmuls run at B200's FP8 rate, half its FP4 one; a prompt's compute-bound prefill takes longer. Hopper keeps
+    dequantising FP4 to 16-bit either way, and NVFP4 (W4A4) checkpoints keep the FP4 rate."""
+    from clusterplan.physics.rules import compute_precision_for_weights
+
+    b200, h200 = catalog.gpu("b200"), catalog.gpu("h200")
+    assert compute_precision_for_weights(b200, "fp4", "fp8") == "fp8"
+    assert compute_precision_for_weights(b200, "fp4") == "fp4"
+    assert compute_precision_for_weights(h200, "fp4", "fp8") == compute_precision_for_weights(h200, "fp4")
+    oss = catalog.model("gpt-oss-120b")
+    w4a4 = _est(catalog, oss, "b200", batch=64, i=8192, o=128)
+    w4a8 = _est(catalog, oss, "b200", batch=64, i=8192, o=128, a=TRT.model_copy(update={"fp4_activations": "fp8"}))
+    assert w4a8.prefill_busy_s > 1.5 * w4a4.prefill_busy_s
+    assert w4a8.max_batch_by_memory == w4a4.max_batch_by_memory  # the weights' bytes are the checkpoint's either way

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -382,6 +382,12 @@ class Assumptions(BaseModel):
         "fp8_matmul_fraction x 0.785, NVFP4's share of peak against FP8's on B200/GB200 in aiconfigurator-core "
         "0.12.0's TensorRT-LLM 1.3.0rc20 GEMM tables (median 0.38 vs 0.48 at M >= 4096; B300/GB300's tables reach "
         "0.58 of FP8's share against their 1.5x FP4 peak: provisional there)",
+    )
+    fp4_activations: Literal["fp4", "fp8"] = Field(
+        "fp4",
+        description="activations an FP4-weight model's matmuls take on GPUs with FP4 tensor cores: fp4 (NVFP4 "
+        "W4A4, ModelOpt checkpoints) or fp8 (MXFP4 weights with MXFP8 activations at the FP8 rate: gpt-oss on "
+        "Blackwell, TensorRT-LLM examples/models/core/gpt_oss/README.md); a fact of the checkpoint, not fitted",
     )
     gqa_shared_kv_reads: bool = Field(
         True,

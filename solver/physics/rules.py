@@ -61,9 +61,16 @@ def half_precision(gpu: GpuSpec) -> str:
     return "bf16" if supports_precision(gpu, "bf16") else "fp16"
 
 
-def compute_precision_for_weights(gpu: GpuSpec, quant: str) -> str:
+def compute_precision_for_weights(gpu: GpuSpec, quant: str, fp4_activations: str = "fp4") -> str:
     """Precision the matmuls run at: fp8 and fp4 only when native; int8/int4 (and fp4 without FP4 tensor
-    cores) are weight-only and dequantise to 16-bit (vLLM's Marlin FP4 / MXFP4 kernels on Hopper and Ampere)."""
+    cores) are weight-only and dequantise to 16-bit (vLLM's Marlin FP4 / MXFP4 kernels on Hopper and Ampere).
+
+    ``fp4_activations`` ``fp8``: FP4 weights meet FP8 activations, so a GPU with FP4 tensor cores multiplies at
+    its FP8 rate — MXFP4 checkpoints on Blackwell (gpt-oss: "The activation can be in either bf16 (Hopper) or
+    mxfp8 (Blackwell)", TensorRT-LLM ``examples/models/core/gpt_oss/README.md`` MoE support matrix, PR #6908).
+    """
+    if quant == "fp4" and fp4_activations == "fp8" and supports_precision(gpu, "fp4"):
+        return "fp8"
     if quant in ("fp8", "fp4") and supports_precision(gpu, quant):
         return quant
     if quant in ("bf16", "fp16"):

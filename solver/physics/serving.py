@@ -385,7 +385,7 @@ def estimate_serving(
 
     # Rates of this GPU class.
     bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
-    cprec = compute_precision_for_weights(gpu, quant)
+    cprec = compute_precision_for_weights(gpu, quant, a.fp4_activations)
     clock = a.sustained_clock_fraction.of(cls)
     flops_rate = (
         peak_tflops(gpu, cprec)
