@@ -166,11 +166,16 @@ def peak_tflops(gpu: GpuSpec, precision: str) -> float:
 
 def tp_comm_s(model: DecodeStepModel, n: float) -> float:
     """The stage's TP all-reduces of ``n`` sequences' hidden states, each at its fastest NCCL protocol, seconds."""
-    if n <= 0 or model.tp_allreduces == 0 or not model.tp_allreduce_latency_s:
+    lats, pers = model.tp_allreduce_latency_s, model.tp_allreduce_per_seq_s
+    if n <= 0 or model.tp_allreduces == 0 or not lats:
         return 0.0
-    one = min(
-        lat + n * per for lat, per in zip(model.tp_allreduce_latency_s, model.tp_allreduce_per_seq_s, strict=True)
-    )
+    # min over the protocols of latency + n x seconds per sequence; a loop, not min() over a generator: this
+    # runs at every step of every rate search (a third of the decode step's time went to the generator).
+    one = lats[0] + n * pers[0]
+    for i in range(1, len(lats)):
+        t = lats[i] + n * pers[i]
+        if t < one:
+            one = t
     return model.tp_allreduces * one
 
 
