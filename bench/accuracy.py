@@ -415,6 +415,28 @@ def trtllm_bench_max_batch(
     return 256 * math.ceil(raw / 256)
 
 
+# trtllm-bench throughput runs a fixed dataset: every request is queued at once and the run ends with the last one,
+# so no more sequences run together than the dataset holds. ``$num_requests`` per ISL/OSL, TensorRT-LLM perf overview
+# v1.0 (docs/source/performance/perf-overview.md @00f37686, "Preparing a Dataset") and the later page
+# (docs/source/developer-guide/perf-overview.md @03e27c7d, same section; it lists no 1000/1000 count, and its
+# 1000/1000 rows take the v1.0 page's 3,000, the count both pages give their 1K/1K rows). Read 2026-11-24.
+TRTLLM_BENCH_REQUESTS: dict[tuple[int, int], int] = {
+    (128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (1000, 2000): 1500, (2048, 128): 3000,
+    (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000, (500, 2000): 3000, (20000, 2000): 1000,
+    (1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500, (32768, 1024): 1000, (1024, 32768): 1000,
+}  # fmt: skip
+
+
+def trtllm_bench_requests(isl: float, osl: float) -> int | None:
+    """The number of requests in the perf overview's trtllm-bench dataset for ``isl``/``osl`` (None: not listed).
+
+    The run queues them all at once (infinite request rate) and ends when the last finishes, so the batch it
+    decodes is at most this count however much KV memory is free: 1,500 requests of 1000/2000 on 8 B200 run
+    1,500 sequences, not the ~3,800 their KV pool would hold.
+    """
+    return TRTLLM_BENCH_REQUESTS.get((int(isl), int(osl)))
+
+
 def _lengths(m: Measurement, s: Setting) -> tuple[float, float]:
     """(input, output) tokens per request: the setting's reading, else the measurement's isl/osl."""
     isl = s.input_tokens if s.input_tokens is not None else float(m.isl or 0)
@@ -484,6 +506,8 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
             isl, osl = _lengths(m, s)
             cap = trtllm_bench_max_batch(arch, gpu, tp=m.tp, pp=m.pp, isl=isl, osl=osl, quant=s.quant, kv=s.kv)
             cap *= m.tp if s.attention_dp else 1  # every attention-DP rank schedules up to max_batch_size
+            requests = trtllm_bench_requests(isl, osl)
+            cap = min(cap, requests) if requests is not None else cap  # the dataset's size bounds the batch
         batch = max(1, min(probe.max_batch_by_memory, cap))
         est = _serving(m, s, arch, gpu, a, batch=batch)
         return est.output_tokens_per_s / per, f"batch {batch} (memory {probe.max_batch_by_memory}), {est.bound}"
