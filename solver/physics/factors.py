@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -545,14 +545,12 @@ class Assumptions(BaseModel):
 
     def moe_gemm_fraction(self, architecture: str, weight_precision: str) -> float:
         """Share of ``moe_gemm_efficiency`` an architecture's MoE kernel reaches at a weight precision (1 unlisted)."""
-        wanted = architecture.casefold()
-        table = next((v for name, v in self.moe_gemm_architecture_fraction.items() if name.casefold() == wanted), {})
+        table = _by_architecture(self.moe_gemm_architecture_fraction, architecture) or {}
         return table.get(weight_precision, 1.0)
 
     def mla_precision(self, architecture: str, phase: str, cache_precision: str) -> str:
         """Precision MLA's ``phase`` (prefill, decode) attention multiplies in on one architecture (else the cache's)."""
-        wanted = architecture.casefold()
-        table = next((v for name, v in self.mla_attention_precision.items() if name.casefold() == wanted), {})
+        table = _by_architecture(self.mla_attention_precision, architecture) or {}
         return table.get(phase, cache_precision)
 
     def training_compute_fraction(self, architecture: str, precision: str) -> float:
@@ -572,7 +570,10 @@ class Assumptions(BaseModel):
         return sorted(self.model_fields_set)
 
 
-def _by_architecture(table: Mapping[str, float], architecture: str) -> float | None:
+_Entry = TypeVar("_Entry")
+
+
+def _by_architecture(table: Mapping[str, _Entry], architecture: str) -> _Entry | None:
     """The entry of a per-architecture table for a catalog architecture name, any case; None when unlisted."""
     wanted = architecture.casefold()
     return next((value for name, value in table.items() if name.casefold() == wanted), None)

@@ -392,31 +392,30 @@ def estimate_serving(
     bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
     cprec = compute_precision_for_weights(gpu, quant, a.fp4_activations)
     clock = a.sustained_clock_fraction.of(cls)
-    flops_rate = (
-        peak_tflops(gpu, cprec)
-        * 1e12
-        * a.compute_efficiency.of(cls)
-        * clock
-        * a.compute_fraction(gpu.architecture, cprec)
-    )
-    if flops_rate <= 0:
-        reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
-        flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
-    aprec = attention_precision(gpu, kv_precision)
 
-    def attention_rate_at(precision: str) -> float:
-        rate = (
+    def rate_at(precision: str) -> float:
+        """Achieved FLOP/s at ``precision``: dense peak x the class's compute efficiency x clocks x the architecture's share."""
+        return (
             peak_tflops(gpu, precision)
             * 1e12
             * a.compute_efficiency.of(cls)
             * clock
             * a.compute_fraction(gpu.architecture, precision)
         )
+
+    flops_rate = rate_at(cprec)
+    if flops_rate <= 0:
+        reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
+        flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
+    aprec = attention_precision(gpu, kv_precision)
+
+    def attention_rate_at(precision: str) -> float:
+        rate = rate_at(precision)
         # never above the linear layers' rate: a weight-only int4/int8 model keeps the 16-bit rate it had
         return min(rate, flops_rate) if rate > 0 else flops_rate
 
     attention_rate = decode_attention_rate = attention_rate_at(aprec)
-    if arch.kv_lora_rank is not None:  # MLA's kernels multiply at their own precision on some architectures
+    if arch.is_mla:  # MLA's kernels multiply at their own precision on some architectures
         prefill_p, decode_p = (a.mla_precision(gpu.architecture, phase, aprec) for phase in ("prefill", "decode"))
         attention_rate = attention_rate if prefill_p == aprec else attention_rate_at(prefill_p)
         decode_attention_rate = decode_attention_rate if decode_p == aprec else attention_rate_at(decode_p)
