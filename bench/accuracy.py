@@ -210,7 +210,7 @@ class Setting(BaseModel):
         if self.fp4_activations is not None:
             out["fp4_activations"] = self.fp4_activations
         if self.python_executor is False:
-            out["host_time_per_sequence_s"] = 0.0
+            out["host_time_per_sequence_layer_s"] = 0.0
         if self.single_card:
             out["sustained_clock_fraction"] = 1.0
         if self.ep > 1 and not self.eplb:
@@ -989,7 +989,8 @@ def moe_section(rows: list[Row]) -> list[str]:
         "an EP run's routed load carries `moe.routing_skew` (aiconfigurator-core's power-law over balanced MoE "
         "kernel latency). TensorRT-LLM moves an attention-DP layer's tokens by allgather and reduce-scatter (every "
         "rank gathers every token; all-to-all only on a rack-scale NVLink domain), its PyTorch executor spends "
-        "`host_time_per_sequence_s` of CPU per running sequence per step (x86 25 us, Grace 40 us), overlapped "
+        "`host_time_per_sequence_layer_s` of CPU per running sequence and decoder layer per step (x86 0.50 us, Grace "
+        "0.70 us), overlapped "
         "with the GPU's step, its KV pool reserves the full context for sliding-window and chunked layers, and "
         "attention runs at the KV cache's precision, never FP4 (MLA's kernels at their own: BF16 on Hopper, "
         "`mla_attention_precision`); gpt-oss's MXFP4 weights meet MXFP8 activations on Blackwell and multiply at the "

@@ -589,10 +589,10 @@ class EngineSpec(Provenance):
         description="the dispatch on a rack-scale NVLink domain (scale_up_domain above 8 GPUs: GB200/GB300 NVL72), "
         "when it differs; None: moe_dispatch",
     )
-    host_time_per_sequence_s: HostFactors = Field(
+    host_time_per_sequence_layer_s: HostFactors = Field(
         default_factory=lambda: HostFactors(x86=0.0, arm=0.0),
-        description="host (CPU) time per running sequence per step on the executor of one rank, seconds; overlaps "
-        "the GPU's step (physics/serving.py host_step_s); 0: not modelled",
+        description="host (CPU) time per running sequence and decoder layer per step on the executor of one rank, "
+        "seconds; overlaps the GPU's step (physics/serving.py host_step_s); 0: not modelled",
     )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")

@@ -215,14 +215,15 @@ class Assumptions(BaseModel):
         description="share of the dense roofline an MoE layer's expert GEMMs reach (grouped GEMM, few tokens per "
         "expert); per engine, from aiconfigurator-core 0.12.0's measured H200 MoE kernel tables (factors.py)",
     )
-    host_time_per_sequence_s: float | None = Field(
+    host_time_per_sequence_layer_s: float | None = Field(
         None,
         ge=0,
         le=0.01,
-        description="host (CPU) time per running sequence per engine step on one rank's executor, seconds "
-        "(request bookkeeping, input preparation, sampling and response handling in Python); the step takes the "
+        description="host (CPU) time per running sequence and decoder layer per engine step on one rank's executor, "
+        "seconds (request bookkeeping, input preparation, sampling and response handling in Python, growing with the "
+        "stage's depth); the step takes the "
         "longer of it and the GPU's work (overlap scheduler); unset: the engine's per host CPU "
-        "(catalog/engines.yaml host_time_per_sequence_s, GPU host_cpu)",
+        "(catalog/engines.yaml host_time_per_sequence_layer_s, GPU host_cpu)",
     )
     moe_all_to_all_efficiency: float = Field(
         0.80,
@@ -484,11 +485,11 @@ class Assumptions(BaseModel):
         reserve = self.engine_runtime_reserve_gib
         return spec.memory_policy, fraction, spec.runtime_reserve_gib if reserve is None else reserve
 
-    def host_per_sequence_s(self, host_cpu: HostCpu) -> float:
-        """Host time per running sequence per step on one rank (the override, else the engine's on this CPU)."""
-        if self.host_time_per_sequence_s is not None:
-            return self.host_time_per_sequence_s
-        return self.engine_spec.host_time_per_sequence_s.of(host_cpu)
+    def host_per_sequence_layer_s(self, host_cpu: HostCpu) -> float:
+        """Host time per running sequence and decoder layer per step on one rank (the override, else the engine's)."""
+        if self.host_time_per_sequence_layer_s is not None:
+            return self.host_time_per_sequence_layer_s
+        return self.engine_spec.host_time_per_sequence_layer_s.of(host_cpu)
 
     def batch_cap(self, memory_gib: float, gpu_name: str) -> int:
         """The engine's cap on concurrent sequences on one GPU type (the override, else its default there)."""

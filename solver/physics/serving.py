@@ -239,11 +239,13 @@ def prefill_compute_s(weights_s: float, compute_s: float) -> float:
 
 
 def host_step_s(model: DecodeStepModel, n: float) -> float:
-    """Host (CPU) time of one step on the busiest rank for ``n`` running sequences, seconds: ``h · n · share``.
+    """Host (CPU) time of one step on the busiest rank for ``n`` running sequences, seconds: ``h · l · n · share``.
 
     TensorRT-LLM's PyTorch executor (``_torch/pyexecutor/py_executor.py``) prepares every scheduled request's
     inputs, samples and updates it, and emits its response in Python each step, on every rank for the sequences
-    that rank schedules: all of them under attention TP, its own ``1/tp`` under attention DP (``share``).
+    that rank schedules: all of them under attention TP, its own ``1/tp`` under attention DP (``share``). The
+    measured ceilings grow with the depth ``l`` of the rank's stage (docs/model.md section 9: 24-, 36- and 48-layer
+    MoE models on one page and host), so ``host_per_seq_s`` holds ``h · l``.
     """
     return model.host_per_seq_s * max(n, 0.0) * model.host_rank_share
 
@@ -490,7 +492,7 @@ def estimate_serving(
         pp_hop_fixed_s=pp_link.latency_s if pp > 1 else 0.0,
         pp_hop_per_seq_s=(p2p_s(hidden_bytes, pp_link, eff) - pp_link.latency_s) if pp > 1 else 0.0,
         overhead_s=a.decode_step_overhead_s.of(cls),
-        host_per_seq_s=a.host_per_sequence_s(gpu.host_cpu),
+        host_per_seq_s=a.host_per_sequence_layer_s(gpu.host_cpu) * layers,  # per decoder layer the rank runs
         host_rank_share=1.0 / tp if attention_dp else 1.0,
         expert_parallel=max(ep, 1),
         expert_compute_per_seq_s=expert_flops_seq / flops_rate,
