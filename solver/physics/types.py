@@ -104,8 +104,10 @@ class DecodeStepModel(Result):
     pp_hop_per_seq_s: float = Field(0.0, description="transfer of one sequence's hidden state between stages, s")
     overhead_s: float = Field(0.0, description="engine-independent fixed cost per step, s")
     host_per_seq_s: float = Field(
-        0.0, ge=0, description="host (CPU) time per sequence its rank's executor runs, per step, s: per layer x the stage's "
-        "layers (0: none)"
+        0.0,
+        ge=0,
+        description="host (CPU) time per sequence its rank's executor runs, per step, s: per layer x the stage's "
+        "layers (0: none)",
     )
     host_rank_share: float = Field(
         1.0,
