@@ -129,6 +129,30 @@ def test_local_layers_cap_their_cache_and_attention_at_the_window(catalog: Catal
     assert kernels.attention_span_tokens(oss, 4096) == 18 * 4096 + 18 * 128
 
 
+def test_decode_reads_a_chunked_layer_from_its_own_chunk_only(catalog: Catalog) -> None:
+    """Decoding positions 8,192-9,216 with 8,192-token chunks attends the new chunk's 0-1,023 keys (mean 512) on a
+    chunked layer, not 8,192; a sliding window past its width attends the window throughout."""
+    scout, oss = catalog.model("llama-4-scout"), catalog.model("gpt-oss-120b")
+    assert serving.decode_local_tokens(scout, 8192, 1024) == pytest.approx(512)
+    assert serving.decode_local_tokens(scout, 1024, 1024) == pytest.approx(1024 + 512)  # within the first chunk
+    assert serving.decode_local_tokens(oss, 1024, 1024) == pytest.approx(128)
+    assert serving.decode_local_tokens(catalog.model("llama-3.1-8b"), 1024, 1024) is None
+    per_layer_token = 2 * 8 * 128 * 2
+    read = memory.kv_bytes_per_sequence_per_gpu(scout, 8704, tp=1, pp=1, kv_precision="bf16", local_tokens=512)
+    assert read == per_layer_token * (12 * 8704 + 36 * 512)
+    est = serving.estimate_serving(
+        scout, catalog.gpu("h200"), tp=1, pp=1, quant="fp8", kv_precision="bf16", batch=8, input_tokens=8192,
+        output_tokens=1024, context_tokens=9216, assumptions=Assumptions(engine="tensorrt-llm"),
+    )  # fmt: skip
+    assert est.step_model is not None
+    bw = (
+        catalog.gpu("h200").bandwidth_gb_per_s
+        * 1e9
+        * Assumptions(engine="tensorrt-llm").memory_bandwidth_efficiency.of("datacenter")
+    )
+    assert est.step_model.kv_per_seq_s == pytest.approx(read / bw)
+
+
 def test_mla_attention_flops_are_the_absorbed_form_in_decode(catalog: Catalog) -> None:
     ds = catalog.model("deepseek-v3")
     # Decode (FlashMLA, SGLang forward_absorb): 2·heads·(576 + 512) per cached token per layer.

@@ -224,18 +224,20 @@ def kv_bytes_per_sequence_per_gpu(
     pp: int,
     kv_precision: str,
     attention_dp: bool = False,
+    local_tokens: float | None = None,
 ) -> float:
     """KV bytes one sequence of ``context_tokens`` holds on the most loaded GPU; local layers cap at their window.
 
     Sliding windows keep the last ``w`` tokens (vLLM ``SlidingWindowSpec``); chunked attention keeps the current
     chunk, at most ``w`` (vLLM ``ChunkedLocalAttentionSpec``): the reserve for the worst position is ``min(c, w)``.
-    The stage holding the most cached tokens sets the figure.
+    ``local_tokens``: what a local layer holds instead (a decode span's mean, :func:`clusterplan.physics.serving.
+    decode_local_tokens`). The stage holding the most cached tokens sets the figure.
     """
     per_token = kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision, attention_dp=attention_dp)
     if arch.attention_window is None:
         return context_tokens * per_token
     per_layer = per_token / layers_per_stage(arch.layers, pp)
-    kept = min(context_tokens, float(arch.attention_window))
+    kept = min(context_tokens, float(arch.attention_window)) if local_tokens is None else local_tokens
     return per_layer * max(
         full * context_tokens + local * kept for full, local in params.stage_attention_layers(arch, pp)
     )

@@ -173,17 +173,25 @@ def serving_weight_bytes_per_gpu(
 
 
 def kv_bytes_per_sequence_held(
-    arch: ModelArchitecture, layout: MoeLayout, context_tokens: float, *, pp: int, kv_precision: str
+    arch: ModelArchitecture,
+    layout: MoeLayout,
+    context_tokens: float,
+    *,
+    pp: int,
+    kv_precision: str,
+    local_tokens: float | None = None,
 ) -> float:
     """KV bytes one sequence of ``context_tokens`` a GPU holds takes on that GPU (local layers capped at their window).
 
     Attention TP: its share of the KV heads, MLA's latent replicated
     (:func:`clusterplan.physics.memory.kv_bytes_per_sequence_per_gpu`). Attention DP: the whole sequence (every
-    head) — but a GPU holds only its own ``1/tp`` of the sequences (:func:`sequences_per_gpu`).
+    head) — but a GPU holds only its own ``1/tp`` of the sequences (:func:`sequences_per_gpu`). ``local_tokens``:
+    a local layer's tokens (default ``min(context, window)``).
     """
     return memory.kv_bytes_per_sequence_per_gpu(
-        arch, context_tokens, tp=layout.attention_tp, pp=pp, kv_precision=kv_precision, attention_dp=layout.attention_dp
-    )
+        arch, context_tokens, tp=layout.attention_tp, pp=pp, kv_precision=kv_precision,
+        attention_dp=layout.attention_dp, local_tokens=local_tokens,
+    )  # fmt: skip
 
 
 def sequences_per_gpu(batch: float, layout: MoeLayout) -> float:

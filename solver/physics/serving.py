@@ -117,15 +117,30 @@ def prefill_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: floa
     return 2.0 * n * tokens + attention + 2.0 * arch.vocab_size * arch.hidden_size
 
 
-def decode_attention_flops(arch: ModelArchitecture, context_tokens: float, *, pp: int = 1) -> float:
+def decode_local_tokens(arch: ModelArchitecture, input_tokens: float, output_tokens: float) -> float | None:
+    """Mean keys a local layer attends over while a request decodes positions ``[input, input + output)``: the
+    span's (query, key) pairs over its queries, ``(pairs(input + output) - pairs(input)) / output``
+    (:func:`causal_pairs`). A sliding window attends ``min(p, w)``; a chunked layer only its own chunk so far,
+    ``p mod w`` (Llama 4 ``attention_chunk_size``): decoding positions 8,192-9,216 with 8,192-token chunks attends
+    512 keys on average, not 8,192. None for a model without local layers."""
+    if arch.attention_window is None:
+        return None
+    w, kind, out = float(arch.attention_window), arch.attention_window_kind, max(output_tokens, 1.0)
+    return (causal_pairs(input_tokens + out, w, kind) - causal_pairs(input_tokens, w, kind)) / out
+
+
+def decode_attention_flops(
+    arch: ModelArchitecture, context_tokens: float, *, pp: int = 1, local_tokens: float | None = None
+) -> float:
     """Attention FLOPs of one decoded token over ``c`` cached tokens on the heaviest stage: ``4·l·c·d_attn``.
 
-    Local layers attend over at most their window; MLA at :func:`decode_attention_width`.
+    Local layers attend over at most their window (``local_tokens``: a decode span's mean,
+    :func:`decode_local_tokens`); MLA at :func:`decode_attention_width`.
     """
     width = decode_attention_width(arch)
     if arch.attention_window is None:
         return 4.0 * memory.layers_per_stage(arch.layers, pp) * context_tokens * width
-    kept = min(context_tokens, float(arch.attention_window))
+    kept = min(context_tokens, float(arch.attention_window)) if local_tokens is None else local_tokens
     keys = max(full * context_tokens + local * kept for full, local in params.stage_attention_layers(arch, pp))
     return 4.0 * keys * width
 
@@ -458,13 +473,16 @@ def estimate_serving(
         expert_flops_seq = 0.0
     dense_bytes += head_params * memory.EMBEDDING_BYTES_PER_PARAM
     dense_flops_seq += 2.0 * head_params
-    kv_seq_bytes = moe.kv_bytes_per_sequence_held(arch, layout, mean_context, pp=pp, kv_precision=kv_precision)
+    local_read = decode_local_tokens(arch, input_tokens, output_tokens)  # a local layer's mean keys while decoding
+    kv_seq_bytes = moe.kv_bytes_per_sequence_held(
+        arch, layout, mean_context, pp=pp, kv_precision=kv_precision, local_tokens=local_read
+    )
     kv_seq_bytes /= tp if attention_dp else 1  # the average GPU holds 1/tp of the sequences under attention DP
     if not a.gqa_shared_kv_reads and not arch.is_mla:  # every query head streams its KV head (TensorRT-LLM <= 0.6)
         kv_seq_bytes *= (arch.attention_heads / layout.attention_tp) / memory.kv_heads_per_gpu(
             arch.kv_heads, layout.attention_tp
         )
-    attention_flops_seq = decode_attention_flops(arch, mean_context, pp=pp) / tp
+    attention_flops_seq = decode_attention_flops(arch, mean_context, pp=pp, local_tokens=local_read) / tp
 
     replica_gpus = tp * pp
     spans_nodes = replica_gpus > gpu.max_gpus_per_node
