@@ -93,13 +93,14 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
     """8k in / 256 out at 30 req/s, p95 TTFT 2 s, p95 TPOT 15 ms, H100 SXM fp8 (rates from the candidate rows).
 
     Aggregated, every replica's decode steps are stretched by the 8k-token prefills they interleave; within
-    15 ms TPOT the best aggregated shape is TP8 at 1.350 req/s (an 8-GPU replica): ceil(30 / 1.350) = 23
-    replicas (22 give 29.7), 184 GPUs. Disaggregated, the decode pool does not prefill: one TP4 decode replica
+    15 ms TPOT the best aggregated shape is TP8 at 1.383 req/s (an 8-GPU replica; a prompt's all-reduces ride
+    the running step's, adding bytes, not latency): ceil(30 / 1.383) = 22 replicas (21 give 29.0), 176 GPUs
+    (11 TP8 PP2 replicas tie). Disaggregated, the decode pool does not prefill: one TP4 decode replica
     takes 5.544 req/s within 15 ms, so ceil(30 / 5.544) = 6 replicas (5 give 27.7), 24 GPUs (3 TP8 replicas at
     13.007 tie at 24 GPUs and cost); the prefill pool's TP8 PP4 replica takes 11.388
     prompts/s within the 2 s TTFT (KV transfer over RDMA included), so ceil(30 / 11.388) = 3 replicas (2 give
-    22.8), 96 GPUs. 120 GPUs against 184, all on 8-GPU instances at the same price per GPU: disaggregated
-    costs 120/184 of aggregated.
+    22.8), 96 GPUs. 120 GPUs against 176, all on 8-GPU instances at the same price per GPU: disaggregated
+    costs 120/176 of aggregated.
     """
     path = _requirement(
         tmp_path, "long", requests_per_min=1800, input_tokens=8000, output_tokens=256, p95_ttft="2s", p95_tpot="15ms"
@@ -115,9 +116,9 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
     assert plan.designs[0].gpus_total == 120
     (note,) = plan.disaggregation
     assert note.chosen == "disaggregated"
-    assert note.aggregated_design == "23x NVIDIA H100 SXM5 80GB TP8 PP1 fp8"
+    assert note.aggregated_design == "22x NVIDIA H100 SXM5 80GB TP8 PP1 fp8"
     assert note.disaggregated_total_usd is not None and note.aggregated_total_usd is not None
-    assert note.disaggregated_total_usd == pytest.approx(note.aggregated_total_usd * 120 / 184, rel=1e-9)
+    assert note.disaggregated_total_usd == pytest.approx(note.aggregated_total_usd * 120 / 176, rel=1e-9)
     assert note.saving_usd == pytest.approx(note.aggregated_total_usd - note.disaggregated_total_usd)
     # The solver-free checker re-evaluates both pools through the same functions and finds nothing wrong.
     from clusterplan.design.check import check_plan

@@ -178,3 +178,29 @@ def test_mxfp4_weights_with_fp8_activations_multiply_at_the_fp8_rate(catalog: Ca
     w4a8 = _est(catalog, oss, "b200", batch=64, i=8192, o=128, a=TRT.model_copy(update={"fp4_activations": "fp8"}))
     assert w4a8.prefill_busy_s > 1.5 * w4a4.prefill_busy_s
     assert w4a8.max_batch_by_memory == w4a4.max_batch_by_memory  # the weights' bytes are the checkpoint's either way
+
+
+def test_a_prompt_adds_bytes_to_the_steps_collectives_not_their_latency(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At saturation a prompt rides the running step's forward (TensorRT-LLM ``_prepare_tp_inputs`` flattens context
+    and generation tokens into one input): its TP all-reduces and MoE dispatches add bytes to the step's
+    collectives, whose latency the decode step already pays. A collective latency of 1 s moves the decode step, not
+    a prompt's share of replica time."""
+    qwen235 = catalog.model("qwen3-235b-a22b")
+
+    def est() -> ServingEstimate:
+        return _est(catalog, qwen235, "b200", batch=256, tp=8, ep=8, dp=True, i=1000, o=1000)
+
+    before = est()
+    slow_allreduce = serving.nccl_allreduce_terms
+    slow_a2a = moe.all_to_all_link_terms
+    monkeypatch.setattr(
+        serving, "nccl_allreduce_terms", lambda *a, **k: [(lat + 1.0, pb) for lat, pb in slow_allreduce(*a, **k)]
+    )
+    monkeypatch.setattr(
+        moe, "all_to_all_link_terms", lambda *a, **k: (lambda t: (t[0] + 1.0, t[1], t[2]))(slow_a2a(*a, **k))
+    )
+    after = est()
+    assert after.decode_step_s > before.decode_step_s + 1.0
+    assert after.prefill_busy_s == pytest.approx(before.prefill_busy_s)

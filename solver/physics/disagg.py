@@ -112,14 +112,15 @@ def prefill_passes(input_tokens: float, chunk_tokens: int) -> float:
 
 
 def prefill_service_s(est: ServingEstimate, *, input_tokens: float, assumptions: Assumptions) -> float:
-    """Busy time one prompt costs a prefill-only replica, seconds: its FLOPs and TP all-reduces
-    (``prefill_busy_s``, per pipeline stage) plus its share of the weight stream and step overhead per pass."""
+    """Busy time one prompt costs a prefill-only replica, seconds: its FLOPs and TP all-reduces in forwards of
+    its own (``prefill_alone_busy_s``, per pipeline stage; no decode step to ride) plus its share of the weight
+    stream and step overhead per pass."""
     m = est.step_model
     if m is None:
         return est.prefill_s
     touched = experts_touched(m.moe_experts, m.experts_per_token, min(input_tokens, assumptions.chunk_tokens))
     per_pass = m.dense_weights_s + m.expert_weights_s * touched + m.overhead_s
-    return est.prefill_busy_s + prefill_passes(input_tokens, assumptions.chunk_tokens) * per_pass
+    return est.prefill_alone_busy_s + prefill_passes(input_tokens, assumptions.chunk_tokens) * per_pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,7 @@ def decode_only(est: ServingEstimate, *, output_tokens: float) -> ServingEstimat
         update={
             "prefill_s": 0.0,
             "prefill_busy_s": 0.0,
+            "prefill_alone_busy_s": 0.0,
             "ttft_s": step,
             "tpot_s": step,
             "e2e_s": output_tokens * step,

@@ -562,7 +562,14 @@ def estimate_serving(
     a2a_count = 2 * moe.moe_layers(arch) if ep > 1 else 0
     sent = dispatch_bytes * chunk_tokens / layout.attention_tp  # one request's chunk leaves its attention GPUs
     prefill_a2a = chunks * a2a_count * (a2a_latency + sent * a2a_per_byte) if a2a_count else 0.0
-    prefill_a2a_busy = chunks * a2a_count * (a2a_latency + sent / tp * layout.attention_tp * a2a_per_byte)
+    # At saturation a prompt's tokens ride the running step's collectives: one forward takes every scheduled
+    # token, context and generation (TensorRT-LLM ``_torch/pyexecutor/model_engine.py`` ``_prepare_tp_inputs``
+    # flattens both into one ``input_ids``; vLLM's mixed batches likewise), so a request adds its bytes to the
+    # step's all-reduces and dispatches, not their latency, which the decode step already pays.
+    prefill_a2a_bytes_busy = chunks * a2a_count * sent / tp * layout.attention_tp * a2a_per_byte
+    step_msg = batch * layout.attention_tp / tp * hidden_bytes  # the running step's all-reduce: its group's sequences
+    ride = nccl_allreduce_s(step_msg + chunk_msg, tp, tp_link, eff) - nccl_allreduce_s(step_msg, tp, tp_link, eff)
+    prefill_tp_ride = chunks * moe.allreduces(arch, layout, arch.layers) * ride
     prefill_pp_comm = (pp - 1) * p2p_s(computed * hidden_bytes, pp_link, eff)
     prefill = (
         prefill_compute_s(prefill_weights, prefill_compute)
@@ -571,8 +578,10 @@ def estimate_serving(
         + prefill_pp_comm
         + step_model.overhead_s
     )
-    prefill_comm_busy = prefill_tp_comm + (prefill_a2a_busy if a2a_count else 0.0)
-    prefill_busy = (prefill_split + prefill_comm_busy * (1.0 - a.tp_comm_overlap)) / pp
+    prefill_a2a_busy = chunks * a2a_count * a2a_latency + prefill_a2a_bytes_busy if a2a_count else 0.0
+    overlap = 1.0 - a.tp_comm_overlap
+    prefill_busy = (prefill_split + (prefill_tp_ride + prefill_a2a_bytes_busy) * overlap) / pp
+    prefill_alone_busy = (prefill_split + (prefill_tp_comm + prefill_a2a_busy) * overlap) / pp
 
     rps, tokens_per_s, tpot = saturated_rates(step, batch, prefill_busy, output_tokens)
     share = rps * prefill_busy
@@ -604,6 +613,7 @@ def estimate_serving(
         compute_precision=cprec,
         decode_context_tokens=mean_context,
         prefill_busy_s=prefill_busy,
+        prefill_alone_busy_s=prefill_alone_busy,
         step_model=step_model,
         ep=max(ep, 1),
         attention_dp=attention_dp,

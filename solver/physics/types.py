@@ -153,7 +153,14 @@ class ServingEstimate(Judged):
     compute_precision: str = Field("", description="precision the matmuls run at (int4/int8 weight-only: 16-bit)")
     decode_context_tokens: float = Field(0.0, description="mean context a decode step attends over, tokens")
     prefill_busy_s: float = Field(
-        0.0, description="GPU time one request's prefill takes when interleaved with decode (chunked prefill), s"
+        0.0,
+        description="GPU time one request's prefill takes when interleaved with decode (chunked prefill), s: its "
+        "tokens ride the running step's collectives, adding bytes, not latency",
+    )
+    prefill_alone_busy_s: float = Field(
+        0.0,
+        description="GPU time one request's prefill takes in forwards of its own (a prefill-only replica), s: its "
+        "collectives' latency included",
     )
     step_model: DecodeStepModel | None = Field(None, description="decode step time at any running batch")
     ep: int = Field(1, description="expert-parallel degree of each stage (1: experts tensor-parallel)")
