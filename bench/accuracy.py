@@ -175,6 +175,11 @@ class Setting(BaseModel):
         description="activations an FP4 checkpoint's matmuls take on FP4-native GPUs: fp8 for MXFP4 weights with "
         "MXFP8 activations (gpt-oss on Blackwell; Assumptions.fp4_activations), a fact of the checkpoint",
     )
+    fp8_weight_scaling: Literal["tensor", "block"] | None = Field(
+        None,
+        description="how the FP8 checkpoint scales its weights: block for 128x128 block scales (DeepSeek-R1's native "
+        "FP8; Assumptions.fp8_weight_scaling), a fact of the checkpoint",
+    )
     python_executor: bool | None = Field(
         None,
         description="TensorRT-LLM's PyTorch backend, whose executor prepares and updates every sequence in Python "
@@ -209,6 +214,8 @@ class Setting(BaseModel):
             out["flash_attention"] = self.flash_attention
         if self.fp4_activations is not None:
             out["fp4_activations"] = self.fp4_activations
+        if self.fp8_weight_scaling is not None:
+            out["fp8_weight_scaling"] = self.fp8_weight_scaling
         if self.python_executor is False:
             out["host_time_per_sequence_s"] = 0.0
         if self.single_card:

@@ -429,6 +429,8 @@ def estimate_serving(
     # grouped-GEMM share of the dense roofline: the engine's (Hopper-fitted) times the architecture's at the weights'
     # precision (aiconfigurator-core 0.12.0 moe_perf tables; factors.py)
     gemm_eff = a.moe_gemm_efficiency.of(cls) * a.moe_gemm_fraction(gpu.architecture, quant) if is_moe else 1.0
+    # FP8 block scales cost the expert GEMMs compute, not weight bytes, on Hopper (moe_block_scale_compute_fraction)
+    expert_rate = flops_rate * a.moe_compute_fraction(gpu.architecture, quant)
     stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)  # dense layers, shared experts, MLA (params.py)
     layers, moe_layers = stage.layers, (stage.moe_layers if is_moe else 0)
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size, fp4_format=fp4_format(gpu))
@@ -493,7 +495,7 @@ def estimate_serving(
         host_per_seq_s=a.host_per_sequence_s(gpu.host_cpu),
         host_rank_share=1.0 / tp if attention_dp else 1.0,
         expert_parallel=max(ep, 1),
-        expert_compute_per_seq_s=expert_flops_seq / flops_rate,
+        expert_compute_per_seq_s=expert_flops_seq / expert_rate,
         moe_gemm_efficiency=gemm_eff,
         expert_load_skew=a.moe_expert_load_skew,
         all_to_alls=2 * moe_layers if ep > 1 else 0,  # dispatch and combine per MoE layer
@@ -528,8 +530,8 @@ def estimate_serving(
     expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * computed if is_moe else 0.0
     skew = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew) / gemm_eff
     dense_s = (total_flops - expert_flops - attention_flops) / flops_rate + attention_flops / attention_rate
-    prefill_compute = dense_s / layout.attention_tp + expert_flops * skew / (tp * flops_rate)
-    prefill_split = dense_s / tp + expert_flops * skew / (tp * flops_rate)
+    prefill_compute = dense_s / layout.attention_tp + expert_flops * skew / (tp * expert_rate)
+    prefill_split = dense_s / tp + expert_flops * skew / (tp * expert_rate)
     if a.speculative is not None and a.speculative.method == "draft":
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
         prefill_split *= 1.0 + a.speculative.cost
