@@ -352,6 +352,16 @@ class Assumptions(BaseModel):
         "compute-bound 0.98 (242). Hopper's WGMMA has no block scaling: the kernel promotes partial sums to CUDA "
         "cores every 128-deep slice to apply the scales (DeepSeek-V3, arXiv:2412.19437 §3.3.2)",
     )
+    mla_block_scale_bmm_fraction: dict[str, float] = Field(
+        default_factory=lambda: {"Hopper": 0.075},
+        description="share of the FP8 matmul rate MLA's absorbed projections (W_UK, W_UV: one small batched GEMM per "
+        "head in the decode step) reach with FP8 block scales (fp8_weight_scaling 'block'), by catalog "
+        "architecture name; unlisted 1.0. aiconfigurator-core 0.12.0, systems/data/{h200_sxm,b200_sxm}/mla_bmm/"
+        "trtllm/1.3.0rc20/mla_bmm_perf.parquet, 128 heads, 64-2,048 tokens: H200's FP8 block-scaling kernel "
+        "(trtllm_fp8_block_scaling_bmm_out) 49-109 TFLOPS, median 79 against this module's H200 FP8 rate of "
+        "1,053 (its BF16 kernel 143-353); B200 dequantises to BF16 (trtllm_bmm_out_dequant_bf16) at the BF16 "
+        "kernel's speed",
+    )
     mla_attention_precision: dict[str, dict[str, str]] = Field(
         default_factory=lambda: {"Hopper": {"prefill": "bf16", "decode": "bf16"}, "Blackwell": {"prefill": "bf16"}},
         description="precision MLA's attention kernels multiply in, by catalog architecture name then phase (prefill: "
@@ -571,6 +581,13 @@ class Assumptions(BaseModel):
         if weight_precision != "fp8" or self.fp8_weight_scaling != "block":
             return 1.0
         fraction = _by_architecture(self.moe_block_scale_compute_fraction, architecture)
+        return 1.0 if fraction is None else fraction
+
+    def mla_bmm_fraction(self, architecture: str, weight_precision: str) -> float:
+        """Share of the FP8 rate MLA's absorbed per-head projections reach with the checkpoint's FP8 block scales."""
+        if weight_precision != "fp8" or self.fp8_weight_scaling != "block":
+            return 1.0
+        fraction = _by_architecture(self.mla_block_scale_bmm_fraction, architecture)
         return 1.0 if fraction is None else fraction
 
     def mla_precision(self, architecture: str, phase: str, cache_precision: str) -> str:
