@@ -74,3 +74,55 @@ def test_deepseek_decode_attention_on_hopper_is_16_bit(catalog: Catalog) -> None
     assert _est(catalog, "llama-4-scout", "h200", "fp8", A).tpot_s == pytest.approx(
         _est(catalog, "llama-4-scout", "h200", "fp8", plain).tpot_s
     )
+
+
+def test_fp8_block_scales_slow_hoppers_expert_compute_not_its_weight_stream(catalog: Catalog) -> None:
+    # aiconfigurator-core 0.12.0 moe_perf (TensorRT-LLM 1.3.0rc20, CUTLASS): FP8 block-scaled grouped GEMMs reach 0.60
+    # of per-tensor FP8's share when compute-bound on H200, the same share when weight-bound, ~1.0 on B200.
+    block = Assumptions(engine="tensorrt-llm", fp8_weight_scaling="block")
+    tensor = Assumptions(engine="tensorrt-llm")
+    assert block.moe_compute_fraction("Hopper", "fp8") == pytest.approx(0.60)
+    assert block.moe_compute_fraction("Hopper", "fp4") == 1.0  # block scales of an FP8 checkpoint only
+    assert block.moe_compute_fraction("Blackwell", "fp8") == 1.0
+    assert tensor.moe_compute_fraction("Hopper", "fp8") == 1.0
+
+    def step(a: Assumptions, gpu: str, batch: int) -> tuple[float, float, float]:
+        est = serving.estimate_serving(
+            catalog.model("deepseek-r1"), catalog.gpu(gpu), tp=8, pp=1, quant="fp8", kv_precision="fp8",
+            batch=batch, input_tokens=1024, output_tokens=1024, context_tokens=2048, assumptions=a, ep=8,
+            attention_dp=True,
+        )  # fmt: skip
+        assert est.step_model is not None
+        return est.step_model.expert_compute_per_seq_s, est.step_model.expert_weights_s, est.prefill_busy_s
+
+    (c_block, w_block, p_block), (c_tensor, w_tensor, p_tensor) = step(block, "h200", 3000), step(tensor, "h200", 3000)
+    assert c_block == pytest.approx(c_tensor / 0.60)
+    assert w_block == w_tensor  # the bytes streamed are the same
+    assert p_block > p_tensor  # the prompt's expert GEMMs too
+    assert step(block, "b200", 3000) == step(tensor, "b200", 3000)
+
+
+def test_mla_absorbed_projections_with_fp8_block_scales_run_at_their_kernels_rate(catalog: Catalog) -> None:
+    # aiconfigurator-core 0.12.0 mla_bmm (TensorRT-LLM 1.3.0rc20): H200's FP8 block-scaling BMM 49-109 TFLOPS (median 79)
+    # against an FP8 rate of ~1,053; B200 dequantises to BF16 and keeps the dense rate.
+    ds = catalog.model("deepseek-r1")
+    assert serving.mla_absorbed_flops_per_token(ds, 61) == pytest.approx(2 * 61 * 128 * 512 * (128 + 128))
+    assert serving.mla_absorbed_flops_per_token(catalog.model("llama-4-scout"), 48) == 0.0
+    block = Assumptions(engine="tensorrt-llm", fp8_weight_scaling="block")
+    assert block.mla_bmm_fraction("Hopper", "fp8") == pytest.approx(0.075)
+    assert block.mla_bmm_fraction("Blackwell", "fp8") == 1.0
+    assert Assumptions().mla_bmm_fraction("Hopper", "fp8") == 1.0
+
+    def parts(a: Assumptions, gpu: str) -> tuple[float, float]:
+        est = serving.estimate_serving(
+            ds, catalog.gpu(gpu), tp=8, pp=1, quant="fp8", kv_precision="fp8", batch=512, input_tokens=1024,
+            output_tokens=1024, context_tokens=2048, assumptions=a, ep=8, attention_dp=True,
+        )  # fmt: skip
+        assert est.step_model is not None
+        return est.step_model.compute_per_seq_s, est.step_model.attention_compute_per_seq_s
+
+    tensor = Assumptions(engine="tensorrt-llm", fp8_weight_scaling="tensor")
+    (dense_b, attn_b), (dense_t, attn_t) = parts(block, "h200"), parts(tensor, "h200")
+    # the absorbed FLOPs leave the dense matmuls and run 1/0.075 times as long beside the latent attention
+    assert dense_b < dense_t and attn_b - attn_t == pytest.approx((dense_t - dense_b) / 0.075)
+    assert parts(block, "b200") == parts(tensor, "b200")

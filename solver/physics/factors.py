@@ -342,6 +342,27 @@ class Assumptions(BaseModel):
         "B200/GB200 NVFP4 0.51/0.58 (cutlass: 0.76 of H200 FP8), FP8 0.73/0.73 and BF16 0.77/0.77 (1.0, "
         "unlisted); H200 MXFP4 weight-only (w4a16_mxfp4, gpt-oss's kernel on Hopper) 0.46 (0.60 of BF16)",
     )
+    moe_block_scale_compute_fraction: dict[str, float] = Field(
+        default_factory=lambda: {"Hopper": 0.60},
+        description="share of the per-tensor FP8 grouped GEMM's compute rate an MoE kernel on FP8 weights with "
+        "128x128 block scales reaches (fp8_weight_scaling 'block'), by catalog architecture name; the weight stream "
+        "is unchanged; unlisted 1.0. aiconfigurator-core 0.12.0, systems/data/{h200_sxm,b200_sxm}/moe/trtllm/"
+        "1.3.0rc20/moe_perf.parquet (CUTLASS kernels), balanced routing, layers of >= 100 us on the roofline, the "
+        "same shape and token count measured both ways, median of fp8_block's share of this module's roofline over "
+        "fp8's: H200 compute-bound 0.60 (313 pairs; fp8_block 0.49, fp8 0.74), weight-bound 0.98 (708); B200 "
+        "compute-bound 0.98 (242). Hopper's WGMMA has no block scaling: the kernel promotes partial sums to CUDA "
+        "cores every 128-deep slice to apply the scales (DeepSeek-V3, arXiv:2412.19437 §3.3.2)",
+    )
+    mla_block_scale_bmm_fraction: dict[str, float] = Field(
+        default_factory=lambda: {"Hopper": 0.075},
+        description="share of the FP8 matmul rate MLA's absorbed projections (W_UK, W_UV: one small batched GEMM per "
+        "head in the decode step) reach with FP8 block scales (fp8_weight_scaling 'block'), by catalog "
+        "architecture name; unlisted 1.0. aiconfigurator-core 0.12.0, systems/data/{h200_sxm,b200_sxm}/mla_bmm/"
+        "trtllm/1.3.0rc20/mla_bmm_perf.parquet, 128 heads, 64-2,048 tokens: H200's FP8 block-scaling kernel "
+        "(trtllm_fp8_block_scaling_bmm_out) 49-109 TFLOPS, median 79 against this module's H200 FP8 rate of "
+        "1,053 (its BF16 kernel 143-353); B200 dequantises to BF16 (trtllm_bmm_out_dequant_bf16) at the BF16 "
+        "kernel's speed",
+    )
     mla_attention_precision: dict[str, dict[str, str]] = Field(
         default_factory=lambda: {"Hopper": {"prefill": "bf16", "decode": "bf16"}, "Blackwell": {"prefill": "bf16"}},
         description="precision MLA's attention kernels multiply in, by catalog architecture name then phase (prefill: "
@@ -389,6 +410,13 @@ class Assumptions(BaseModel):
         description="activations an FP4-weight model's matmuls take on GPUs with FP4 tensor cores: fp4 (NVFP4 "
         "W4A4, ModelOpt checkpoints) or fp8 (MXFP4 weights with MXFP8 activations at the FP8 rate: gpt-oss on "
         "Blackwell, TensorRT-LLM examples/models/core/gpt_oss/README.md); a fact of the checkpoint, not fitted",
+    )
+    fp8_weight_scaling: Literal["tensor", "block"] = Field(
+        "tensor",
+        description="how an FP8 checkpoint scales its weights: one scale per tensor (ModelOpt FP8) or one per "
+        "128x128 block (DeepSeek-V3/R1's native FP8: config.json quantization_config weight_block_size [128, 128]); "
+        "a fact of the checkpoint, not fitted. Block scales slow the MoE GEMMs' compute on Hopper "
+        "(moe_block_scale_compute_fraction)",
     )
     gqa_shared_kv_reads: bool = Field(
         True,
@@ -548,6 +576,20 @@ class Assumptions(BaseModel):
         """Share of ``moe_gemm_efficiency`` an architecture's MoE kernel reaches at a weight precision (1 unlisted)."""
         table = _by_architecture(self.moe_gemm_architecture_fraction, architecture) or {}
         return table.get(weight_precision, 1.0)
+
+    def moe_compute_fraction(self, architecture: str, weight_precision: str) -> float:
+        """Share of the MoE GEMMs' compute rate left on one architecture by the checkpoint's FP8 block scales (1 else)."""
+        if weight_precision != "fp8" or self.fp8_weight_scaling != "block":
+            return 1.0
+        fraction = _by_architecture(self.moe_block_scale_compute_fraction, architecture)
+        return 1.0 if fraction is None else fraction
+
+    def mla_bmm_fraction(self, architecture: str, weight_precision: str) -> float:
+        """Share of the FP8 rate MLA's absorbed per-head projections reach with the checkpoint's FP8 block scales."""
+        if weight_precision != "fp8" or self.fp8_weight_scaling != "block":
+            return 1.0
+        fraction = _by_architecture(self.mla_block_scale_bmm_fraction, architecture)
+        return 1.0 if fraction is None else fraction
 
     def mla_precision(self, architecture: str, phase: str, cache_precision: str) -> str:
         """Precision MLA's ``phase`` (prefill, decode) attention multiplies in on one architecture (else the cache's)."""

@@ -145,6 +145,19 @@ def decode_attention_flops(
     return 4.0 * keys * width
 
 
+def mla_absorbed_flops_per_token(arch: ModelArchitecture, layers: int) -> float:
+    """FLOPs of MLA's absorbed up-projections for one decoded token over ``layers``: ``2·a·r·(d_nope + d_v)`` each.
+
+    The decode step multiplies every head's query by its W_UK slice (``d_nope x r``) and its latent output by
+    W_UV (``r x d_v``), one small GEMM per head (TensorRT-LLM's ``mla_gen_pre`` / ``mla_gen_post`` batched GEMMs;
+    DeepSeek-V2 §2.1.2). They are ``kv_b_proj``'s weights, already inside ``2·N``; 0 without MLA.
+    """
+    if arch.kv_lora_rank is None:
+        return 0.0
+    width = (arch.qk_nope_head_dim or 0) + (arch.v_head_dim or 0)
+    return 2.0 * layers * arch.attention_heads * arch.kv_lora_rank * width
+
+
 def decode_flops_per_token(arch: ModelArchitecture, context_tokens: float) -> float:
     """FLOPs of one decoded token attending over ``c`` tokens: ``2·N_active + 4·l·c·d_attn + 2·V·h``."""
     n = params.non_embedding_params(arch, active=True)
@@ -446,6 +459,10 @@ def estimate_serving(
     # grouped-GEMM share of the dense roofline: the engine's (Hopper-fitted) times the architecture's at the weights'
     # precision (aiconfigurator-core 0.12.0 moe_perf tables; factors.py)
     gemm_eff = a.moe_gemm_efficiency.of(cls) * a.moe_gemm_fraction(gpu.architecture, quant) if is_moe else 1.0
+    # FP8 block scales cost the expert GEMMs compute, not weight bytes, on Hopper (moe_block_scale_compute_fraction)
+    expert_rate = flops_rate * a.moe_compute_fraction(gpu.architecture, quant)
+    # ... and MLA's absorbed per-head projections (mla_block_scale_bmm_fraction): their FLOPs leave the FP8 rate
+    bmm_fraction = a.mla_bmm_fraction(gpu.architecture, quant)
     stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)  # dense layers, shared experts, MLA (params.py)
     layers, moe_layers = stage.layers, (stage.moe_layers if is_moe else 0)
     bpp = memory.weight_bytes_per_param(quant, int4_group_size=a.int4_group_size, fp4_format=fp4_format(gpu))
@@ -473,6 +490,13 @@ def estimate_serving(
         expert_flops_seq = 0.0
     dense_bytes += head_params * memory.EMBEDDING_BYTES_PER_PARAM
     dense_flops_seq += 2.0 * head_params
+    # MLA's absorbed projections at their own batched kernel's rate, beside the latent attention they wrap (per GPU:
+    # heads or sequences / tp), when that kernel is slower than the dense GEMMs'
+    slow_bmm_s = 0.0
+    if bmm_fraction < 1.0:
+        absorbed_flops_seq = mla_absorbed_flops_per_token(arch, layers) / tp
+        dense_flops_seq -= absorbed_flops_seq
+        slow_bmm_s = absorbed_flops_seq / (flops_rate * bmm_fraction)
     local_read = decode_local_tokens(arch, input_tokens, output_tokens)  # a local layer's mean keys while decoding
     kv_seq_bytes = moe.kv_bytes_per_sequence_held(
         arch, layout, mean_context, pp=pp, kv_precision=kv_precision, local_tokens=local_read
@@ -503,7 +527,7 @@ def estimate_serving(
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=dense_flops_seq / flops_rate,
-        attention_compute_per_seq_s=attention_flops_seq / decode_attention_rate,
+        attention_compute_per_seq_s=attention_flops_seq / decode_attention_rate + slow_bmm_s,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
         tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in allreduce_terms],
@@ -513,7 +537,7 @@ def estimate_serving(
         host_per_seq_s=a.host_per_sequence_layer_s(gpu.host_cpu) * layers,  # per decoder layer the rank runs
         host_rank_share=1.0 / tp if attention_dp else 1.0,
         expert_parallel=max(ep, 1),
-        expert_compute_per_seq_s=expert_flops_seq / flops_rate,
+        expert_compute_per_seq_s=expert_flops_seq / expert_rate,
         moe_gemm_efficiency=gemm_eff,
         expert_load_skew=a.moe_expert_load_skew,
         all_to_alls=2 * moe_layers if ep > 1 else 0,  # dispatch and combine per MoE layer
@@ -548,8 +572,8 @@ def estimate_serving(
     expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * computed if is_moe else 0.0
     skew = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew) / gemm_eff
     dense_s = (total_flops - expert_flops - attention_flops) / flops_rate + attention_flops / attention_rate
-    prefill_compute = dense_s / layout.attention_tp + expert_flops * skew / (tp * flops_rate)
-    prefill_split = dense_s / tp + expert_flops * skew / (tp * flops_rate)
+    prefill_compute = dense_s / layout.attention_tp + expert_flops * skew / (tp * expert_rate)
+    prefill_split = dense_s / tp + expert_flops * skew / (tp * expert_rate)
     if a.speculative is not None and a.speculative.method == "draft":
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
         prefill_split *= 1.0 + a.speculative.cost
