@@ -453,9 +453,13 @@ def trtllm_bench_waves_s(requests: int, batch: int, wave_rps: float, tail_rps: f
     the remainder at its own ``tail_rps``. A small last wave pays nearly a full wave's weight stream per step:
     1,000 requests of 1024/32768 on 8 H200 at 312 a wave run 3 waves of 312 and one of 64.
     """
-    full = math.ceil(requests / batch) - 1
-    tail = requests - full * batch
-    return full * batch / wave_rps + tail / tail_rps
+    tail = trtllm_bench_last_wave(requests, batch)
+    return (requests - tail) / wave_rps + tail / tail_rps
+
+
+def trtllm_bench_last_wave(requests: int, batch: int) -> int:
+    """Requests in the last of ``ceil(requests / batch)`` waves: the remainder, or a full ``batch``."""
+    return requests - (math.ceil(requests / batch) - 1) * batch
 
 
 def _lengths(m: Measurement, s: Setting) -> tuple[float, float]:
@@ -523,23 +527,22 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
     if s.scenario == "saturated":
         probe = _serving(m, s, arch, gpu, a, batch=1)
         cap = s.max_num_seqs if s.max_num_seqs is not None else a.batch_cap(gpu.memory_gib, gpu.name)
+        isl, osl = _lengths(m, s)
+        requests = trtllm_bench_requests(isl, osl) if s.batch_rule == "trtllm-bench" else None
         if s.batch_rule == "trtllm-bench":
-            isl, osl = _lengths(m, s)
             cap = trtllm_bench_max_batch(arch, gpu, tp=m.tp, pp=m.pp, isl=isl, osl=osl, quant=s.quant, kv=s.kv)
             cap *= m.tp if s.attention_dp else 1  # every attention-DP rank schedules up to max_batch_size
-            requests = trtllm_bench_requests(isl, osl)
             cap = min(cap, requests) if requests is not None else cap  # the dataset's size bounds the batch
         batch = max(1, min(probe.max_batch_by_memory, cap))
         est = _serving(m, s, arch, gpu, a, batch=batch)
         detail = f"batch {batch} (memory {probe.max_batch_by_memory}), {est.bound}"
-        requests = trtllm_bench_requests(*_lengths(m, s)) if s.batch_rule == "trtllm-bench" else None
         if requests is not None and requests > batch and est.requests_per_s > 0:
             # A fixed dataset of uniform requests runs in waves of `batch`; the last holds the remainder
             # (trtllm_bench_waves_s).
-            tail = requests - (math.ceil(requests / batch) - 1) * batch
+            tail = trtllm_bench_last_wave(requests, batch)
             tail_est = _serving(m, s, arch, gpu, a, batch=tail)
             total_s = trtllm_bench_waves_s(requests, batch, est.requests_per_s, tail_est.requests_per_s)
-            return requests * _lengths(m, s)[1] / total_s / per, f"{detail}, last wave {tail}"
+            return requests * osl / total_s / per, f"{detail}, last wave {tail}"
         return est.output_tokens_per_s / per, detail
 
     if s.scenario == "concurrency":

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, moe, serving
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import ServingEstimate
 
 A = Assumptions()
-
-
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return load_catalog([])
 
 
 @pytest.fixture(scope="module")

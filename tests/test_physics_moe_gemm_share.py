@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.load import Catalog
 from clusterplan.physics import serving
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import ServingEstimate
 
 A = Assumptions()
 NO_SHARE = Assumptions(moe_gemm_architecture_fraction={})
-
-
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return load_catalog([])
 
 
 def _est(catalog: Catalog, model: str, gpu: str, quant: str, a: Assumptions) -> ServingEstimate:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.physics import moe, params, serving
 from clusterplan.physics.factors import Assumptions
@@ -20,11 +20,6 @@ if str(ROOT) not in sys.path:
 from bench import accuracy
 
 TRT = Assumptions(engine="tensorrt-llm")
-
-
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return load_catalog([])
 
 
 @pytest.fixture(scope="module")

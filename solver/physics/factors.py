@@ -579,16 +579,17 @@ class Assumptions(BaseModel):
 
     def moe_compute_fraction(self, architecture: str, weight_precision: str) -> float:
         """Share of the MoE GEMMs' compute rate left on one architecture by the checkpoint's FP8 block scales (1 else)."""
-        if weight_precision != "fp8" or self.fp8_weight_scaling != "block":
-            return 1.0
-        fraction = _by_architecture(self.moe_block_scale_compute_fraction, architecture)
-        return 1.0 if fraction is None else fraction
+        return self._block_scale_share(self.moe_block_scale_compute_fraction, architecture, weight_precision)
 
     def mla_bmm_fraction(self, architecture: str, weight_precision: str) -> float:
         """Share of the FP8 rate MLA's absorbed per-head projections reach with the checkpoint's FP8 block scales."""
+        return self._block_scale_share(self.mla_block_scale_bmm_fraction, architecture, weight_precision)
+
+    def _block_scale_share(self, table: Mapping[str, float], architecture: str, weight_precision: str) -> float:
+        """``table``'s share on one architecture when FP8 weights carry block scales (``fp8_weight_scaling``), else 1."""
         if weight_precision != "fp8" or self.fp8_weight_scaling != "block":
             return 1.0
-        fraction = _by_architecture(self.mla_block_scale_bmm_fraction, architecture)
+        fraction = _by_architecture(table, architecture)
         return 1.0 if fraction is None else fraction
 
     def mla_precision(self, architecture: str, phase: str, cache_precision: str) -> str:

@@ -581,7 +581,8 @@ def estimate_serving(
     prefill_weights = pp * chunks * (dense_bytes + expert_bytes * touched_prefill / gemm_eff) / bw
     chunk_msg = computed / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
     prefill_allreduce = nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
-    prefill_tp_comm = chunks * moe.allreduces(arch, layout, arch.layers) * prefill_allreduce
+    prefill_allreduces = chunks * moe.allreduces(arch, layout, arch.layers)  # every layer's, once per chunk
+    prefill_tp_comm = prefill_allreduces * prefill_allreduce
     chunk_tokens = computed / chunks
     a2a_count = 2 * moe.moe_layers(arch) if ep > 1 else 0
     sent = dispatch_bytes * chunk_tokens / layout.attention_tp  # one request's chunk leaves its attention GPUs
@@ -593,7 +594,7 @@ def estimate_serving(
     prefill_a2a_bytes_busy = chunks * a2a_count * sent / tp * layout.attention_tp * a2a_per_byte
     step_msg = batch * layout.attention_tp / tp * hidden_bytes  # the running step's all-reduce: its group's sequences
     ride = nccl_allreduce_s(step_msg + chunk_msg, tp, tp_link, eff) - nccl_allreduce_s(step_msg, tp, tp_link, eff)
-    prefill_tp_ride = chunks * moe.allreduces(arch, layout, arch.layers) * ride
+    prefill_tp_ride = prefill_allreduces * ride
     prefill_pp_comm = (pp - 1) * p2p_s(computed * hidden_bytes, pp_link, eff)
     prefill = (
         prefill_compute_s(prefill_weights, prefill_compute)
