@@ -21,12 +21,13 @@ def _est(catalog: Catalog, model: str, gpu: str, quant: str, a: Assumptions) -> 
 
 
 def test_the_share_is_per_architecture_and_weight_precision() -> None:
-    # aiconfigurator-core 0.12.0 moe_perf (TensorRT-LLM 1.3.0rc20): B200/GB200 NVFP4 grouped GEMMs at 0.76 of H200
-    # FP8's share of the roofline; H200's MXFP4 weight-only kernel at 0.60 of its BF16 one; FP8 and BF16 alike.
-    assert A.moe_gemm_fraction("Blackwell", "fp4") == pytest.approx(0.76)
-    assert A.moe_gemm_fraction("blackwell", "fp4") == pytest.approx(0.76)
-    assert A.moe_gemm_fraction("Hopper", "fp4") == pytest.approx(0.60)
-    assert A.moe_gemm_fraction("Blackwell", "fp8") == 1.0
+    # aiconfigurator-core 0.12.0 moe_perf (TensorRT-LLM 1.3.0rc20), fitted with the kernel's time per routed token:
+    # B200/GB200 NVFP4 grouped GEMMs at 0.75 of Hopper FP8/BF16's share of the roofline, FP8 at 0.94; H100/H200's
+    # MXFP4 weight-only kernel at 0.61; Hopper FP8 and BF16 are the engine's own.
+    assert A.moe_gemm_fraction("Blackwell", "fp4") == pytest.approx(0.75)
+    assert A.moe_gemm_fraction("blackwell", "fp4") == pytest.approx(0.75)
+    assert A.moe_gemm_fraction("Hopper", "fp4") == pytest.approx(0.61)
+    assert A.moe_gemm_fraction("Blackwell", "fp8") == pytest.approx(0.94)
     assert A.moe_gemm_fraction("Hopper", "fp8") == 1.0
     assert A.moe_gemm_fraction("Ampere", "fp4") == 1.0
 
@@ -35,7 +36,7 @@ def test_blackwell_fp4_experts_run_at_the_share(catalog: Catalog) -> None:
     with_share = _est(catalog, "llama-4-scout", "b200", "fp4", A)
     without = _est(catalog, "llama-4-scout", "b200", "fp4", NO_SHARE)
     assert with_share.step_model is not None and without.step_model is not None
-    assert with_share.step_model.moe_gemm_efficiency == pytest.approx(without.step_model.moe_gemm_efficiency * 0.76)
+    assert with_share.step_model.moe_gemm_efficiency == pytest.approx(without.step_model.moe_gemm_efficiency * 0.75)
     assert with_share.tpot_s > without.tpot_s * 1.05  # the expert weights are most of a Scout step
 
 
@@ -121,3 +122,42 @@ def test_mla_absorbed_projections_with_fp8_block_scales_run_at_their_kernels_rat
     # the absorbed FLOPs leave the dense matmuls and run 1/0.075 times as long beside the latent attention
     assert dense_b < dense_t and attn_b - attn_t == pytest.approx((dense_t - dense_b) / 0.075)
     assert parts(block, "b200") == parts(tensor, "b200")
+
+
+def test_the_moe_kernel_spends_time_per_routed_token(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    # aiconfigurator-core 0.12.0 moe_perf (TensorRT-LLM 1.3.0rc20, CUTLASS): beside its GEMMs the kernel costs a time
+    # per token routed to the rank and per routed token it receives; Qwen3-30B-A3B's 768-wide experts at FP4 spend
+    # more of a prompt there than in their FLOPs. Block-scaled FP8 has its own entry on Hopper only.
+    trt = Assumptions(engine="tensorrt-llm")
+    assert trt.moe_token_costs("Blackwell", "fp4") == (8.1e-9, 9.3e-10)
+    assert trt.moe_token_costs("hopper", "fp8") == (5.6e-9, 9.2e-10)
+    block = trt.model_copy(update={"fp8_weight_scaling": "block"})
+    assert block.moe_token_costs("Hopper", "fp8") == (1.78e-8, 5.1e-10)
+    assert block.moe_token_costs("Blackwell", "fp8") == trt.moe_token_costs("Blackwell", "fp8")
+    assert trt.moe_token_costs("Ampere", "bf16") == (0.0, 0.0)
+    assert Assumptions(engine="vllm").moe_token_costs("Blackwell", "fp4") == (0.0, 0.0)  # not read for vLLM
+
+    qwen = catalog.model("qwen3-30b-a3b")
+
+    def est(a: Assumptions) -> ServingEstimate:
+        return serving.estimate_serving(
+            qwen, catalog.gpu("b200"), tp=1, pp=1, quant="fp4", kv_precision="fp8", batch=512,
+            input_tokens=2048, output_tokens=128, context_tokens=2176, assumptions=a,
+        )  # fmt: skip
+
+    with_cost = est(trt)
+    assert with_cost.step_model is not None
+    layers, k = 48, 8  # Qwen3-30B-A3B: 48 MoE layers, 8 of 128 experts a token
+    assert with_cost.step_model.expert_routed_per_seq_s == pytest.approx(layers * k * 8.1e-9)
+    assert with_cost.step_model.expert_gathered_per_seq_s == pytest.approx(layers * k * 9.3e-10)
+    m = with_cost.step_model  # the decode step's FLOPs side carries them too (one GPU: no EP imbalance)
+    m0 = m.model_copy(update={"expert_routed_per_seq_s": 0.0, "expert_gathered_per_seq_s": 0.0})
+    per_seq = m.expert_routed_per_seq_s + m.expert_gathered_per_seq_s
+    assert serving.matmul_parts_s(m, 1000)[1] == pytest.approx(serving.matmul_parts_s(m0, 1000)[1] + 1000 * per_seq)
+    spec = trt.engine_spec.model_copy(update={"moe_routed_token_s": {}})
+    monkeypatch.setattr(Assumptions, "engine_spec", property(lambda self: spec))
+    without = est(trt)
+    added = with_cost.prefill_busy_s - without.prefill_busy_s
+    assert added == pytest.approx(2048 * layers * k * (8.1e-9 + 9.3e-10))  # ~7.1 ms of a 2,048-token prompt
+    assert added > 0.5 * without.prefill_busy_s
+    assert with_cost.output_tokens_per_s < 0.85 * without.output_tokens_per_s

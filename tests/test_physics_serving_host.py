@@ -171,7 +171,9 @@ def test_mxfp4_weights_with_fp8_activations_multiply_at_the_fp8_rate(catalog: Ca
     oss = catalog.model("gpt-oss-120b")
     w4a4 = _est(catalog, oss, "b200", batch=64, i=8192, o=128)
     w4a8 = _est(catalog, oss, "b200", batch=64, i=8192, o=128, a=TRT.model_copy(update={"fp4_activations": "fp8"}))
-    assert w4a8.prefill_busy_s > 1.5 * w4a4.prefill_busy_s
+    assert w4a8.prefill_busy_s > 1.3 * w4a4.prefill_busy_s  # the MoE kernel's per-token time does not double
+    assert w4a4.step_model is not None and w4a8.step_model is not None
+    assert w4a8.step_model.expert_compute_per_seq_s > 1.5 * w4a4.step_model.expert_compute_per_seq_s
     assert w4a8.max_batch_by_memory == w4a4.max_batch_by_memory  # the weights' bytes are the checkpoint's either way
 
 

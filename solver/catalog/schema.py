@@ -541,6 +541,17 @@ class HostFactors(Row):
         return value
 
 
+class MoeTokenCost(Row):
+    """An MoE kernel's time per routed token per MoE layer, beside its GEMMs' FLOPs (one architecture, precision)."""
+
+    rank_s: float = Field(
+        ge=0, le=1e-6, description="per token routed to the rank's experts (permute, quantise, activation, finalize), s"
+    )
+    batch_s: float = Field(
+        ge=0, le=1e-6, description="per routed token of every token the rank's MoE receives (routing, sort), s"
+    )
+
+
 class EngineSpec(Provenance):
     """A serving engine as it runs: its memory policy, batch caps, chunked prefill, KV block and kernel factors."""
 
@@ -593,6 +604,11 @@ class EngineSpec(Provenance):
         default_factory=lambda: HostFactors(x86=0.0, arm=0.0),
         description="host (CPU) time per running sequence and decoder layer per step on the executor of one rank, "
         "seconds; overlaps the GPU's step (physics/serving.py host_step_s); 0: not modelled",
+    )
+    moe_routed_token_s: dict[str, dict[str, MoeTokenCost]] = Field(
+        default_factory=dict,
+        description="the MoE kernel's time per routed token and MoE layer beside its GEMM FLOPs, by catalog "
+        "architecture name then weight precision (physics/serving.py matmul_parts_s); unlisted: 0, not modelled",
     )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")

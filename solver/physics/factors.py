@@ -333,7 +333,7 @@ class Assumptions(BaseModel):
         "fair public Blackwell training measurement is in bench/data)",
     )
     moe_gemm_architecture_fraction: dict[str, dict[str, float]] = Field(
-        default_factory=lambda: {"Blackwell": {"fp4": 0.76}, "Hopper": {"fp4": 0.60}},
+        default_factory=lambda: {"Blackwell": {"fp4": 0.75, "fp8": 0.94}, "Hopper": {"fp4": 0.61}},
         description="share of the engine's moe_gemm_efficiency (fitted on Hopper's FP8 and BF16 grouped GEMMs) an "
         "architecture's MoE kernel reaches at a weight precision, by catalog architecture name then precision; "
         "unlisted 1.0. aiconfigurator-core 0.12.0, systems/data/{h200_sxm,b200_sxm,gb200}/moe/trtllm/1.3.0rc20/"
@@ -576,6 +576,14 @@ class Assumptions(BaseModel):
         """Share of ``moe_gemm_efficiency`` an architecture's MoE kernel reaches at a weight precision (1 unlisted)."""
         table = _by_architecture(self.moe_gemm_architecture_fraction, architecture) or {}
         return table.get(weight_precision, 1.0)
+
+    def moe_token_costs(self, architecture: str, weight_precision: str) -> tuple[float, float]:
+        """(per token routed to a rank, per routed token the rank's MoE receives) seconds per MoE layer: the
+        engine's kernel work beside the expert GEMMs' FLOPs (catalog/engines.yaml moe_routed_token_s; 0 unlisted)."""
+        table = _by_architecture(self.engine_spec.moe_routed_token_s, architecture) or {}
+        block = weight_precision == "fp8" and self.fp8_weight_scaling == "block"
+        cost = (table.get("fp8_block") if block else None) or table.get(weight_precision)
+        return (0.0, 0.0) if cost is None else (cost.rank_s, cost.batch_s)
 
     def moe_compute_fraction(self, architecture: str, weight_precision: str) -> float:
         """Share of the MoE GEMMs' compute rate left on one architecture by the checkpoint's FP8 block scales (1 else)."""

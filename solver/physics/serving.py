@@ -220,13 +220,16 @@ def matmul_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
     Weights: the dense part plus the experts the batch touches on one GPU (:func:`experts_touched` over the EP
     ranks), each read once per step. FLOPs: dense plus routed-expert work, the latter on the busiest EP rank
     (:func:`clusterplan.physics.moe.load_imbalance`). Expert GEMMs run at ``moe_gemm_efficiency`` of the dense
-    roofline (grouped GEMM at few tokens per expert; 1 for a dense model).
+    roofline (grouped GEMM at few tokens per expert; 1 for a dense model), and the MoE kernel spends a time per
+    routed token beside them, on the tokens routed to the rank and on every token it receives (routing), which the
+    FLOPs side carries (aiconfigurator-core 0.12.0 MoE tables: ``max(weights, FLOPs + tokens)`` per layer).
     """
     touched = experts_touched(model.moe_experts, model.experts_per_token, n) / model.expert_parallel
     g = model.moe_gemm_efficiency
     imbalance = moe.load_imbalance(n, model.experts_per_token, model.expert_parallel, model.expert_load_skew)
     weights = model.dense_weights_s + model.expert_weights_s * touched / g
-    compute = n * model.compute_per_seq_s + n * model.expert_compute_per_seq_s * imbalance / g
+    routed = model.expert_compute_per_seq_s / g + model.expert_routed_per_seq_s
+    compute = n * (model.compute_per_seq_s + routed * imbalance + model.expert_gathered_per_seq_s)
     return weights, compute
 
 
@@ -312,6 +315,8 @@ def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) ->
             "dense_weights_s": model.dense_weights_s * (1.0 + k * c),
             "kv_per_seq_s": model.kv_per_seq_s * (1.0 + k * c),
             "compute_per_seq_s": model.compute_per_seq_s * (k + 1.0 + k * c),
+            "expert_routed_per_seq_s": model.expert_routed_per_seq_s * (k + 1.0 + k * c),
+            "expert_gathered_per_seq_s": model.expert_gathered_per_seq_s * (k + 1.0 + k * c),
             "attention_compute_per_seq_s": model.attention_compute_per_seq_s * (k + 1.0),
             "tp_allreduce_per_seq_s": [x * (k + 1.0) for x in model.tp_allreduce_per_seq_s],
             "pp_hop_per_seq_s": model.pp_hop_per_seq_s * (k + 1.0),
@@ -518,6 +523,13 @@ def estimate_serving(
     a2a_latency, a2a_per_byte, a2a_link = moe.all_to_all_link_terms(gpu, ep, a)
     spec = a.engine_spec
     dispatch = moe.dispatch_method(gpu, spec.moe_dispatch, spec.moe_dispatch_rack) if attention_dp else "all_to_all"
+    # the MoE kernel's time per routed token beside its FLOPs (engines.yaml moe_routed_token_s): on the tokens routed
+    # to the rank, and routing every token its MoE receives: all of the step's under attention TP or an allgather
+    # dispatch, its own 1/tp under an all-to-all
+    rank_token_s, batch_token_s = a.moe_token_costs(gpu.architecture, quant) if is_moe else (0.0, 0.0)
+    received_share = 1.0 / tp if attention_dp and dispatch == "all_to_all" else 1.0
+    routed_token_s = k * rank_token_s / max(ep, 1)  # per MoE layer and token of the batch, on the average rank
+    gathered_token_s = k * batch_token_s * received_share
     dispatch_bytes = moe.dispatch_bytes_per_token(arch, ep, dispatch)
     step_model = DecodeStepModel(
         pp=pp,
@@ -539,6 +551,8 @@ def estimate_serving(
         expert_parallel=max(ep, 1),
         expert_compute_per_seq_s=expert_flops_seq / expert_rate,
         moe_gemm_efficiency=gemm_eff,
+        expert_routed_per_seq_s=moe_layers * routed_token_s,
+        expert_gathered_per_seq_s=moe_layers * gathered_token_s,
         expert_load_skew=a.moe_expert_load_skew,
         all_to_alls=2 * moe_layers if ep > 1 else 0,  # dispatch and combine per MoE layer
         all_to_all_latency_s=a2a_latency,
@@ -572,8 +586,12 @@ def estimate_serving(
     expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * computed if is_moe else 0.0
     skew = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew) / gemm_eff
     dense_s = (total_flops - expert_flops - attention_flops) / flops_rate + attention_flops / attention_rate
-    prefill_compute = dense_s / layout.attention_tp + expert_flops * skew / (tp * expert_rate)
-    prefill_split = dense_s / tp + expert_flops * skew / (tp * expert_rate)
+    # the prompt's routed tokens in every MoE layer: the busiest rank's and the routing of all it receives
+    imbalance = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew)
+    prompt_tokens_s = computed * moe.moe_layers(arch) * (routed_token_s * imbalance + gathered_token_s)
+    experts_s = expert_flops * skew / (tp * expert_rate) + prompt_tokens_s
+    prefill_compute = dense_s / layout.attention_tp + experts_s
+    prefill_split = dense_s / tp + experts_s
     if a.speculative is not None and a.speculative.method == "draft":
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
         prefill_split *= 1.0 + a.speculative.cost

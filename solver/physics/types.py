@@ -120,6 +120,15 @@ class DecodeStepModel(Result):
         0.0, description="one sequence's routed-expert matmul FLOPs on the stage's average GPU, s (MoE only)"
     )
     moe_gemm_efficiency: float = Field(1.0, gt=0, le=1.5, description="expert GEMMs' share of the dense roofline")
+    expert_routed_per_seq_s: float = Field(
+        0.0,
+        ge=0,
+        description="the MoE kernel's work beside its FLOPs for one sequence's tokens routed to the average rank "
+        "(permute, quantise, activation, finalize), s",
+    )
+    expert_gathered_per_seq_s: float = Field(
+        0.0, ge=0, description="the MoE kernel's routing work for one sequence the rank's MoE receives, s"
+    )
     expert_load_skew: float = Field(1.0, ge=1, description="static max/mean load of EP ranks")
     all_to_alls: int = Field(0, ge=0, description="MoE dispatch and combine all-to-alls of the stage per step")
     all_to_all_latency_s: float = Field(0.0, description="start-up latency of one all-to-all, s")

@@ -1,0 +1,159 @@
+"""Fit TensorRT-LLM's MoE kernel factors on NVIDIA aiconfigurator-core's measured MoE tables.
+
+What it fits, per architecture and weight precision (catalog/engines.yaml ``moe_routed_token_s`` and
+physics/factors.py ``moe_gemm_architecture_fraction``): one MoE layer of ``T`` tokens on an EP rank takes
+
+    max(weights / g, FLOPs / g + T·k/ep · rank_s + T·k · batch_s)
+
+with ``weights`` and ``FLOPs`` at this model's own rates (the engine's bandwidth and compute efficiency, the
+architecture's compute share, the precision's matmul share, Hopper's block-scale share), ``g`` the grouped GEMM's
+share of that roofline, ``rank_s`` the kernel's time per token routed to the rank's experts and ``batch_s`` per
+routed token of every token the rank receives. The least soft-L1 log error over the tables' balanced-routing, TP 1,
+EP 1-32 rows whose layer is model-sized (>= 100 us on the roofline at g = 0.5).
+
+It needs what the planner does not: ``pip install aiconfigurator-core==0.12.0 pandas pyarrow scipy`` (the tables
+ship inside that wheel: ``aiconfigurator_core/systems/data/<gpu>/moe/trtllm/1.3.0rc20/moe_perf.parquet``).
+
+    python bench/moe_kernel_fit.py --data <site-packages>/aiconfigurator_core/systems/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from clusterplan.catalog.load import load_catalog
+from clusterplan.physics import memory
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.rules import compute_precision_for_weights
+from clusterplan.physics.serving import experts_touched, peak_tflops
+
+VERSION = "1.3.0rc20"
+KERNEL = "moe_torch_flow_cutlass"  # TensorRT-LLM's default MoE backend; gpt-oss's MXFP4 on Hopper has its own
+# (architecture, the table's moe_dtype) -> (catalog GPUs with tables, our weight precision, kernel, block-scaled)
+GROUPS: dict[tuple[str, str], tuple[tuple[str, ...], str, str, bool]] = {
+    ("Blackwell", "nvfp4"): (("b200", "gb200"), "fp4", KERNEL, False),
+    ("Blackwell", "fp8"): (("b200", "gb200"), "fp8", KERNEL, False),
+    ("Blackwell", "bfloat16"): (("b200", "gb200"), "bf16", KERNEL, False),
+    ("Hopper", "fp8"): (("h100-sxm", "h200"), "fp8", KERNEL, False),
+    ("Hopper", "fp8_block"): (("h100-sxm", "h200"), "fp8", KERNEL, True),
+    ("Hopper", "bfloat16"): (("h100-sxm", "h200"), "bf16", KERNEL, False),
+    ("Hopper", "w4a16_mxfp4"): (("h100-sxm", "h200"), "fp4", "moe_torch_flow", False),
+}
+TABLE_DIR = {"b200": "b200_sxm", "gb200": "gb200", "h100-sxm": "h100_sxm", "h200": "h200_sxm"}
+MIN_ROOFLINE_S = 100e-6  # model-sized layers: launch-bound toy shapes would dominate a table-wide fit
+MAX_EP = 32
+
+
+def rates(gpu_id: str, precision: str, block: bool) -> tuple[float, float, float]:
+    """(bytes/s, FLOP/s, bytes per weight) this model gives an MoE layer on ``gpu_id`` before the grouped-GEMM share."""
+    catalog = load_catalog()
+    gpu = catalog.gpu(gpu_id)
+    a = Assumptions(engine="tensorrt-llm", fp8_weight_scaling="block" if block else "tensor")
+    cls = gpu.gpu_class
+    cprec = compute_precision_for_weights(gpu, precision)  # MXFP4 on Hopper dequantises to 16-bit
+    flops = (
+        peak_tflops(gpu, cprec)
+        * 1e12
+        * a.compute_efficiency.of(cls)
+        * a.sustained_clock_fraction.of(cls)
+        * a.compute_fraction(gpu.architecture, cprec)
+        * a.moe_compute_fraction(gpu.architecture, precision)
+    )
+    fmt = "mxfp4" if gpu.architecture == "Hopper" else "nvfp4"
+    bpp = memory.weight_bytes_per_param(precision, fp4_format=fmt)
+    return gpu.bandwidth_gb_per_s * 1e9 * a.memory_bandwidth_efficiency.of(cls), flops, bpp
+
+
+def catalog_shapes() -> dict[tuple[int, int, int, int], str]:
+    """(hidden, expert width, experts per token, experts) -> the catalog's MoE models of that shape."""
+    names: dict[tuple[int, int, int, int], str] = {}
+    for model_id, arch in load_catalog().models.items():
+        if arch.moe_experts > 1:
+            key = (arch.hidden_size, arch.expert_ffn_size, arch.experts_per_token, arch.moe_experts)
+            names[key] = "/".join(filter(None, [names.get(key), model_id]))
+    return names
+
+
+def rows(data: Path, key: tuple[str, str]) -> Any:
+    """The table rows of one group, with this model's weight and FLOP times per row (``tw``, ``tf``, seconds)."""
+    import pandas as pd
+
+    gpus, precision, kernel, block = GROUPS[key]
+    parts = []
+    for gpu_id in gpus:
+        df = pd.read_parquet(data / TABLE_DIR[gpu_id] / "moe" / "trtllm" / VERSION / "moe_perf.parquet")
+        df = df[
+            (df.distribution == "balanced")
+            & (df.moe_dtype == key[1])
+            & (df.kernel_source == kernel)
+            & (df.moe_tp_size == 1)
+            & (df.moe_ep_size <= MAX_EP)
+        ].copy()
+        bw, flops, bpp = rates(gpu_id, precision, block)
+        ep, tokens, k = df.moe_ep_size, df.num_tokens, df.topk
+        layer_params = 3.0 * df.hidden_size * df.inter_size  # gated: up, gate and down projections
+        triples = zip(df.num_experts, k, tokens, strict=True)
+        touched = [experts_touched(int(e), int(kk), float(t)) for e, kk, t in triples]
+        df["tw"] = pd.Series(touched, index=df.index) / ep * layer_params * bpp / bw
+        df["tf"] = 2.0 * tokens * k * layer_params / ep / flops
+        df["gpu"] = gpu_id
+        parts.append(df[((df[["tw", "tf"]].max(axis=1) / 0.5) >= MIN_ROOFLINE_S) & (tokens >= 8)])
+    return pd.concat(parts)
+
+
+def fit(df: Any, *, token_terms: bool = True) -> tuple[tuple[float, float, float], Any]:
+    """(g, rank_s, batch_s) and the log residuals (model over measured) of one group (``g`` alone without the
+    token terms: the model before 2026-11-24)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    measured = np.log(df.latency.to_numpy() * 1e-3)
+    tokens, k, ep = df.num_tokens.to_numpy(), df.topk.to_numpy(), df.moe_ep_size.to_numpy()
+    tw, tf = df.tw.to_numpy(), df.tf.to_numpy()
+
+    def model(p: Any) -> Any:
+        g, rank_ns, batch_ns = p
+        return np.maximum(tw / g, tf / g + tokens * k / ep * rank_ns * 1e-9 + tokens * k * batch_ns * 1e-9)
+
+    result = least_squares(
+        lambda p: np.log(model(p)) - measured,
+        [0.6, 1.0, 0.1] if token_terms else [0.6, 0.0, 0.0],
+        bounds=([0.05, 0.0, 0.0], [2.0, 100.0, 100.0] if token_terms else [2.0, 1e-9, 1e-9]),
+        loss="soft_l1",
+        f_scale=0.05,
+    )
+    g, rank_ns, batch_ns = (float(x) for x in result.x)
+    return (g, rank_ns * 1e-9, batch_ns * 1e-9), np.log(model(result.x)) - measured
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="aiconfigurator_core/systems/data")
+    parser.add_argument("--without-token-terms", action="store_true", help="fit g alone, as before 2026-11-24")
+    args = parser.parse_args()
+    shapes = catalog_shapes()
+    engine_g = Assumptions(engine="tensorrt-llm").moe_gemm_efficiency.datacenter
+    print(f"engine moe_gemm_efficiency (datacenter): {engine_g:.3f}")
+    for key in GROUPS:
+        df = rows(args.data, key)
+        (g, rank_s, batch_s), residual = fit(df, token_terms=not args.without_token_terms)
+        df = df.assign(res=residual)
+        median = float(abs(df.res).median())
+        print(
+            f"{key[0]:9s} {key[1]:12s} rows {len(df):5d}  g {g:.3f} (fraction {g / engine_g:.2f})  "
+            f"rank_s {rank_s:.2e}  batch_s {batch_s:.2e}  median |log residual| {median:.3f}"
+        )
+        by_shape = df.groupby(["hidden_size", "inter_size", "topk", "num_experts"]).res.median()
+        named = [f"{shapes[s]} {v:+.2f}" for s, v in by_shape.items() if s in shapes]
+        by_ep = ", ".join(f"EP{e} {v:+.2f}" for e, v in df.groupby("moe_ep_size").res.median().items())
+        print(f"    catalog shapes: {'; '.join(named) or '-'}")
+        print(f"    by EP: {by_ep}")
+        if not math.isfinite(median):
+            raise SystemExit(f"{key}: no rows")
+
+
+if __name__ == "__main__":
+    main()
