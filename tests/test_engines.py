@@ -103,6 +103,21 @@ def test_speculative_step_is_per_kept_token() -> None:
         SpeculativeDecoding(method="mtp", draft_tokens=1, acceptance_length=2.5)
 
 
+def test_a_verification_step_runs_every_drafted_token_through_the_experts() -> None:
+    """An MoE target verifies k + 1 tokens per sequence: its routed experts' FLOPs and the kernel's per-token work
+    grow with them as the dense FLOPs do (a compute-bound step: one sequence's expert FLOPs dominate)."""
+    moe_model = serving.DecodeStepModel(
+        pp=1, dense_weights_s=0.001, expert_weights_s=0.0, kv_per_seq_s=0.0, compute_per_seq_s=1e-6,
+        expert_compute_per_seq_s=4e-5, expert_routed_per_seq_s=2e-6, expert_gathered_per_seq_s=1e-6,
+        moe_experts=8, experts_per_token=2, all_to_alls=2, all_to_all_per_seq_s=1e-7,
+    )  # fmt: skip
+    spec = SpeculativeDecoding(method="mtp", draft_tokens=1, acceptance_length=1.8, cost_fraction=0.03)
+    verify = serving.speculative_step_model(moe_model, spec)
+    flops_per_seq = 1e-6 + 4e-5 + 2e-6 + 1e-6
+    assert serving.matmul_parts_s(verify, 100)[1] == pytest.approx(100 * flops_per_seq * (2 + 0.03) / 1.8)
+    assert serving.all_to_all_s(verify, 100) == pytest.approx(2 * 100 * 1e-7 * 2 / 1.8)  # dispatch bytes too
+
+
 def test_means_sit_below_the_p95s(cat: Catalog) -> None:
     arch, gpu = cat.model("llama-3.1-8b"), cat.gpu("h100-sxm")
     est = serving.estimate_serving(

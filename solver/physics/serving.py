@@ -303,8 +303,8 @@ def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) ->
     """A decode step per *kept token* under speculative decoding (draft ``k``, mean acceptance ``tau``, proposer
     cost ``c`` of a target forward).
 
-    One verification step runs the target on ``k + 1`` tokens per sequence: matmul and attention FLOPs and the
-    TP all-reduce payload grow ``k + 1``-fold, the weights and KV cache are streamed once (Leviathan et al. 2023,
+    One verification step runs the target on ``k + 1`` tokens per sequence: matmul (dense and routed-expert) and
+    attention FLOPs, the TP all-reduce and MoE dispatch payloads grow ``k + 1``-fold, the weights and KV cache are streamed once (Leviathan et al. 2023,
     arXiv:2211.17192 §3; vLLM ``spec_decode`` scores all proposals in one forward). The proposer adds ``k``
     forwards at ``c`` of the target's weights, KV and FLOPs. The step keeps ``tau`` tokens, so every time is
     divided by ``tau``: :func:`decode_step_s` of the result is the time per output token.
@@ -315,11 +315,13 @@ def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) ->
             "dense_weights_s": model.dense_weights_s * (1.0 + k * c),
             "kv_per_seq_s": model.kv_per_seq_s * (1.0 + k * c),
             "compute_per_seq_s": model.compute_per_seq_s * (k + 1.0 + k * c),
+            "expert_compute_per_seq_s": model.expert_compute_per_seq_s * (k + 1.0 + k * c),
             "expert_routed_per_seq_s": model.expert_routed_per_seq_s * (k + 1.0 + k * c),
             "expert_gathered_per_seq_s": model.expert_gathered_per_seq_s * (k + 1.0 + k * c),
             "attention_compute_per_seq_s": model.attention_compute_per_seq_s * (k + 1.0),
             "tp_allreduce_per_seq_s": [x * (k + 1.0) for x in model.tp_allreduce_per_seq_s],
             "pp_hop_per_seq_s": model.pp_hop_per_seq_s * (k + 1.0),
+            "all_to_all_per_seq_s": model.all_to_all_per_seq_s * (k + 1.0),
         }
     )
     return scale_step_model(verify, 1.0 / tau)
