@@ -213,6 +213,9 @@ def parse_yaml_text(text: str, file: str) -> LocatedDocument:
             mark = exc.problem_mark or exc.context_mark
             loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file)
             problem = exc.problem or exc.context or "invalid YAML"
+            # libyaml 0.2.6 (in PyYAML 6.0.4's wheels) stops at 1,000 levels itself, before our composer counts
+            if problem == "exceeded maximum nesting depth":
+                raise InputError([FieldProblem(loc, "", f"nested more than {MAX_DEPTH} levels deep")]) from None
             if problem.startswith("but found another document"):
                 problem = "a file holds one YAML document; a second one ('---') starts here"
             elif mark is not None and _char_at(text, mark.index) == "\t":
