@@ -367,6 +367,7 @@ def _scale_weights(est: ServingEstimate, quant: str, weight_bits: float | None, 
     step = est.step_model.model_copy(
         update={
             "dense_weights_s": est.step_model.dense_weights_s * factor,
+            "head_weights_s": est.step_model.head_weights_s * factor,
             "expert_weights_s": est.step_model.expert_weights_s * factor,
         }
     )

@@ -93,8 +93,9 @@ def test_decode_step_is_a_roofline_per_kernel_kind() -> None:
     )  # fmt: skip
     m = e.step_model
     assert m is not None
-    weights, kv = m.dense_weights_s + m.expert_weights_s, 512 * m.kv_per_seq_s
-    matmuls, attention = 512 * m.compute_per_seq_s, 512 * m.attention_compute_per_seq_s
+    weights, kv = m.dense_weights_s + m.head_weights_s + m.expert_weights_s, 512 * m.kv_per_seq_s
+    matmuls = 512 * (m.compute_per_seq_s + m.head_compute_per_seq_s)
+    attention = 512 * m.attention_compute_per_seq_s
     assert matmuls > weights and kv > attention  # compute-bound matmuls, memory-bound attention
     assert e.decode_step_s == pytest.approx(matmuls + kv + 1e-6)
     # the single roofline over the sums would have hidden the KV stream behind the matmuls

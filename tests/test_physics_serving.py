@@ -179,28 +179,32 @@ def test_max_rate_meets_targets_and_is_tight() -> None:
 
 @pytest.mark.parametrize("pp", [1, 4])
 def test_decode_step_is_its_terms_to_the_bit(pp: int) -> None:
-    """The decode step is its terms (matmul_parts_s, tp_comm_s, all_to_all_s) composed per stage and over the
+    """The decode step is its terms (a roofline per GEMM kind, tp_comm_s, all_to_all_s) composed per stage and over the
     pipeline, to the bit, MoE and EP included (the queueing model's rates compare them exactly)."""
     from clusterplan.physics import serving
     from clusterplan.physics.types import DecodeStepModel
 
     m = DecodeStepModel(
         pp=pp, dense_weights_s=0.0123, expert_weights_s=0.00071, moe_experts=64, experts_per_token=6,
-        kv_per_seq_s=3.3e-6, compute_per_seq_s=1.7e-5, attention_compute_per_seq_s=2.9e-6, tp_allreduces=96,
+        kv_per_seq_s=3.3e-6, compute_per_seq_s=3.7e-5, attention_compute_per_seq_s=2.9e-6, tp_allreduces=96,
+        head_weights_s=0.0011, head_compute_per_seq_s=1.3e-6,
         tp_allreduce_latency_s=[9e-6, 1.4e-5], tp_allreduce_per_seq_s=[7e-8, 2e-8], pp_hop_fixed_s=1.1e-5,
         pp_hop_per_seq_s=3e-8, overhead_s=0.00321, expert_parallel=8, expert_compute_per_seq_s=4.1e-6,
         moe_gemm_efficiency=0.62, expert_load_skew=1.36, all_to_alls=48, all_to_all_latency_s=1.3e-5,
         all_to_all_per_seq_s=5e-8,
     )  # fmt: skip
     for n in (0.0, 1.0, 2.5, 37.3, 512.0):
-        weights, matmul = serving.matmul_parts_s(m, n)
-        stage = max(weights, matmul) + max(n * m.kv_per_seq_s, n * m.attention_compute_per_seq_s)
+        expert_w, expert_c = serving.expert_parts_s(m, n)
+        matmuls = max(m.dense_weights_s, n * m.compute_per_seq_s) + max(m.head_weights_s, n * m.head_compute_per_seq_s)
+        stage = matmuls + max(expert_w, expert_c) + max(n * m.kv_per_seq_s, n * m.attention_compute_per_seq_s)
         stage = stage + serving.tp_comm_s(m, n) + serving.all_to_all_s(m, n)
         assert serving.decode_stage_s(m, n) == stage
         k = max(n, 1.0)
         per_micro = k / min(float(pp), k)
-        weights, matmul = serving.matmul_parts_s(m, per_micro)
-        stage = max(weights, matmul) + max(per_micro * m.kv_per_seq_s, per_micro * m.attention_compute_per_seq_s)
+        expert_w, expert_c = serving.expert_parts_s(m, per_micro)
+        matmuls = max(m.dense_weights_s, per_micro * m.compute_per_seq_s)
+        matmuls += max(m.head_weights_s, per_micro * m.head_compute_per_seq_s) + max(expert_w, expert_c)
+        stage = matmuls + max(per_micro * m.kv_per_seq_s, per_micro * m.attention_compute_per_seq_s)
         stage = stage + serving.tp_comm_s(m, per_micro) + serving.all_to_all_s(m, per_micro)
         hops = (pp - 1) * (m.pp_hop_fixed_s + per_micro * m.pp_hop_per_seq_s)
         assert decode_step_s(m, n) == pp * stage + hops + m.overhead_s

@@ -119,7 +119,7 @@ def prefill_service_s(est: ServingEstimate, *, input_tokens: float, assumptions:
     if m is None:
         return est.prefill_s
     touched = experts_touched(m.moe_experts, m.experts_per_token, min(input_tokens, assumptions.chunk_tokens))
-    per_pass = m.dense_weights_s + m.expert_weights_s * touched + m.overhead_s
+    per_pass = m.dense_weights_s + m.head_weights_s + m.expert_weights_s * touched + m.overhead_s
     return est.prefill_alone_busy_s + prefill_passes(input_tokens, assumptions.chunk_tokens) * per_pass
 
 

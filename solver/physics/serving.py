@@ -214,23 +214,47 @@ def all_to_all_s(model: DecodeStepModel, n: float) -> float:
     return model.all_to_alls * (model.all_to_all_latency_s + n * model.all_to_all_per_seq_s)
 
 
-def matmul_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
-    """(weight stream, matmul FLOPs) seconds of one stage's matmuls for ``n`` sequences.
+def expert_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
+    """(weight stream, FLOPs and per-token work) seconds of one stage's routed experts (the MLP if dense).
 
-    Weights: the dense part plus the experts the batch touches on one GPU (:func:`experts_touched` over the EP
-    ranks), each read once per step. FLOPs: dense plus routed-expert work, the latter on the busiest EP rank
-    (:func:`clusterplan.physics.moe.load_imbalance`). Expert GEMMs run at ``moe_gemm_efficiency`` of the dense
-    roofline (grouped GEMM at few tokens per expert; 1 for a dense model), and the MoE kernel spends a time per
-    routed token beside them, on the tokens routed to the rank and on every token it receives (routing), which the
-    FLOPs side carries (aiconfigurator-core 0.12.0 MoE tables: ``max(weights, FLOPs + tokens)`` per layer).
+    Weights: the experts the batch touches on one GPU (:func:`experts_touched` over the EP ranks), each read once
+    per step. FLOPs: the routed-expert work on the busiest EP rank (:func:`clusterplan.physics.moe.load_imbalance`).
+    Expert GEMMs run at ``moe_gemm_efficiency`` of the dense roofline (grouped GEMM at few tokens per expert; 1 for
+    a dense model), and the MoE kernel spends a time per routed token beside them, on the tokens routed to the rank
+    and on every token it receives (routing), which the FLOPs side carries (aiconfigurator-core 0.12.0 MoE tables:
+    ``max(weights, FLOPs + tokens)`` per layer).
     """
     touched = experts_touched(model.moe_experts, model.experts_per_token, n) / model.expert_parallel
     g = model.moe_gemm_efficiency
     imbalance = moe.load_imbalance(n, model.experts_per_token, model.expert_parallel, model.expert_load_skew)
-    weights = model.dense_weights_s + model.expert_weights_s * touched / g
     routed = model.expert_compute_per_seq_s / g + model.expert_routed_per_seq_s
-    compute = n * (model.compute_per_seq_s + routed * imbalance + model.expert_gathered_per_seq_s)
-    return weights, compute
+    return model.expert_weights_s * touched / g, n * (routed * imbalance + model.expert_gathered_per_seq_s)
+
+
+def matmul_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
+    """(weight stream, matmul FLOPs) seconds of one stage's matmuls for ``n`` sequences, all kinds summed: the
+    linear layers at the weights' precision, the LM head and the routed experts (:func:`expert_parts_s`)."""
+    expert_w, expert_c = expert_parts_s(model, n)
+    weights = model.dense_weights_s + model.head_weights_s + expert_w
+    return weights, n * (model.compute_per_seq_s + model.head_compute_per_seq_s) + expert_c
+
+
+def matmuls_s(model: DecodeStepModel, n: float) -> float:
+    """One stage's matmuls for ``n`` sequences, seconds: a roofline per kind of GEMM, the kinds in sequence.
+
+    ``max(weights, FLOPs)`` of the linear layers at the weights' precision (attention projections, dense MLPs,
+    shared experts, routers), of the 16-bit LM head and of the routed experts (:func:`expert_parts_s`), added:
+    each kind is its own kernels, run one after another (LLM-Viewer ``roofline_model.py`` bounds each operation by
+    its own roofline and sums them). Layers of one kind share an arithmetic intensity, so splitting them further
+    changes nothing; across kinds it does: at 531 sequences Llama 4 Scout's attention and shared-expert GEMMs on
+    one B200 are compute-bound (3.6 ms against a 0.8 ms weight stream) while its routed experts are weight-bound
+    (13.1 ms), and one ``max`` over the sums hid the former under the latter (aiconfigurator-core 0.12.0's B200
+    NVFP4 GEMM table: those four GEMMs take 94 us a layer at M = 512, 4.5 ms over 48 layers).
+    """
+    expert_w, expert_c = expert_parts_s(model, n)
+    linear = max(model.dense_weights_s, n * model.compute_per_seq_s)
+    head = max(model.head_weights_s, n * model.head_compute_per_seq_s)
+    return linear + head + max(expert_w, expert_c)
 
 
 def decode_stage_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float, float]:
@@ -244,15 +268,14 @@ def decode_stage_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float
 def decode_stage_s(model: DecodeStepModel, n: float) -> float:
     """One stage's decode step for ``n`` sequences, seconds: a roofline per kind of kernel, the kinds in sequence.
 
-    ``max(weights, matmul FLOPs) + max(KV cache, attention FLOPs) + TP comm + MoE all-to-alls``. LLM-Viewer
+    ``matmuls (a roofline per kind of GEMM, :func:`matmuls_s`) + max(KV cache, attention FLOPs) + TP comm + MoE
+    all-to-alls``. LLM-Viewer
     (``roofline_model.py``) bounds each operation by its own roofline and adds the operations: the matmuls stream
     the weights while they multiply, but the attention kernels that stream the KV cache run after them, not
     alongside.
     """
-    weights, matmul = matmul_parts_s(model, n)
-    matmuls = max(weights, matmul)
     attention = max(n * model.kv_per_seq_s, n * model.attention_compute_per_seq_s)
-    return matmuls + attention + tp_comm_s(model, n) + all_to_all_s(model, n)
+    return matmuls_s(model, n) + attention + tp_comm_s(model, n) + all_to_all_s(model, n)
 
 
 def prefill_compute_s(weights_s: float, compute_s: float) -> float:
@@ -313,6 +336,8 @@ def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) ->
     verify = model.model_copy(
         update={
             "dense_weights_s": model.dense_weights_s * (1.0 + k * c),
+            "head_weights_s": model.head_weights_s * (1.0 + k * c),
+            "head_compute_per_seq_s": model.head_compute_per_seq_s * (k + 1.0 + k * c),
             "kv_per_seq_s": model.kv_per_seq_s * (1.0 + k * c),
             "compute_per_seq_s": model.compute_per_seq_s * (k + 1.0 + k * c),
             "expert_compute_per_seq_s": model.expert_compute_per_seq_s * (k + 1.0 + k * c),
@@ -490,13 +515,13 @@ def estimate_serving(
         expert_bytes = moe_layers * expert_params * bpp
         dense_flops_seq = 2.0 * (layers * attention_params_seq + mlp_params / tp)
         expert_flops_seq = 2.0 * moe_layers * k * moe.expert_params(arch) / tp
-    else:
-        dense_bytes = stage.always * bpp
-        expert_bytes = stage.per_expert * bpp
+    else:  # a dense MLP shares the attention projections' intensity: one kind of GEMM with them (matmuls_s)
+        dense_bytes = (stage.always + stage.per_expert) * bpp
+        expert_bytes = 0.0
         dense_flops_seq = 2.0 * stage.active
         expert_flops_seq = 0.0
-    dense_bytes += head_params * memory.EMBEDDING_BYTES_PER_PARAM
-    dense_flops_seq += 2.0 * head_params
+    head_bytes = head_params * memory.EMBEDDING_BYTES_PER_PARAM
+    head_flops_seq = 2.0 * head_params
     # MLA's absorbed projections at their own batched kernel's rate, beside the latent attention they wrap (per GPU:
     # heads or sequences / tp), when that kernel is slower than the dense GEMMs'
     slow_bmm_s = 0.0
@@ -541,6 +566,8 @@ def estimate_serving(
         experts_per_token=arch.experts_per_token,
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=dense_flops_seq / flops_rate,
+        head_weights_s=head_bytes / bw,
+        head_compute_per_seq_s=head_flops_seq / flops_rate,
         attention_compute_per_seq_s=attention_flops_seq / decode_attention_rate + slow_bmm_s,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
@@ -598,7 +625,7 @@ def estimate_serving(
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
         prefill_split *= 1.0 + a.speculative.cost
     touched_prefill = experts_touched(arch.moe_experts, arch.experts_per_token, computed) / max(ep, 1)
-    prefill_weights = pp * chunks * (dense_bytes + expert_bytes * touched_prefill / gemm_eff) / bw
+    prefill_weights = pp * chunks * (dense_bytes + head_bytes + expert_bytes * touched_prefill / gemm_eff) / bw
     chunk_msg = computed / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
     prefill_allreduce = nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
     prefill_allreduces = chunks * moe.allreduces(arch, layout, arch.layers)  # every layer's, once per chunk

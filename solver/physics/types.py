@@ -83,12 +83,14 @@ class DecodeStepModel(Result):
     """
 
     pp: int = Field(ge=1)
-    dense_weights_s: float = Field(description="stream the stage's non-expert weights once, s")
+    dense_weights_s: float = Field(description="stream the stage's non-expert weights once, s (no LM head)")
     expert_weights_s: float = Field(description="stream one expert of every layer of the stage, s (the MLP if dense)")
     moe_experts: int = Field(1, ge=1)
     experts_per_token: int = Field(1, ge=1)
     kv_per_seq_s: float = Field(description="stream one sequence's KV cache at the mean context, s")
-    compute_per_seq_s: float = Field(description="one sequence's matmul FLOPs (weights, LM head) on the stage, s")
+    compute_per_seq_s: float = Field(description="one sequence's non-expert matmul FLOPs on the stage, s (no LM head)")
+    head_weights_s: float = Field(0.0, ge=0, description="stream the stage's LM head once, s (16-bit)")
+    head_compute_per_seq_s: float = Field(0.0, ge=0, description="one sequence's LM-head FLOPs on the stage, s")
     attention_compute_per_seq_s: float = Field(
         0.0, description="one sequence's attention FLOPs over its KV cache on the stage, s"
     )

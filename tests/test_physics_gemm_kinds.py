@@ -1,0 +1,53 @@
+"""A decode step's matmuls as a roofline per kind of GEMM (serving.matmuls_s): the linear layers at the weights'
+precision, the 16-bit LM head and the routed experts each keep their own ``max(weights, FLOPs)``."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusterplan.catalog.load import Catalog
+from clusterplan.physics import serving
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.types import DecodeStepModel, ServingEstimate
+
+TRT = Assumptions(engine="tensorrt-llm")
+
+# Llama 4 Scout's shape on one B200 at 531 sequences: attention and shared-expert GEMMs compute-bound, the 16 routed
+# experts (top-1, all touched) weight-bound (numbers of the order estimate_serving builds; docs/model.md section 3)
+SCOUT_LIKE = DecodeStepModel(
+    pp=1, dense_weights_s=0.00072, expert_weights_s=0.00048, moe_experts=16, experts_per_token=1,
+    kv_per_seq_s=1.6e-5, compute_per_seq_s=6.8e-6, head_weights_s=0.00029, head_compute_per_seq_s=1.7e-6,
+    expert_compute_per_seq_s=2.4e-6, moe_gemm_efficiency=0.585, overhead_s=0.00321,
+)  # fmt: skip
+
+
+def test_each_gemm_kind_keeps_its_own_roofline() -> None:
+    """Compute-bound attention GEMMs no longer hide under the experts' weight stream: the step adds them."""
+    n = 531.0
+    expert_w, expert_c = serving.expert_parts_s(SCOUT_LIKE, n)
+    assert expert_w > expert_c  # the routed experts stream their weights
+    assert n * SCOUT_LIKE.compute_per_seq_s > SCOUT_LIKE.dense_weights_s  # the linear layers multiply
+    want = n * SCOUT_LIKE.compute_per_seq_s + n * SCOUT_LIKE.head_compute_per_seq_s + expert_w
+    assert serving.matmuls_s(SCOUT_LIKE, n) == pytest.approx(want, rel=1e-12)
+    weights, flops = serving.matmul_parts_s(SCOUT_LIKE, n)  # the kinds summed: the single roofline of before
+    assert serving.matmuls_s(SCOUT_LIKE, n) > max(weights, flops) + 3e-3
+    # at one sequence every kind streams its weights, as the single roofline said
+    assert serving.matmuls_s(SCOUT_LIKE, 1.0) == pytest.approx(serving.matmul_parts_s(SCOUT_LIKE, 1.0)[0])
+
+
+def _est(catalog: Catalog, model: str, gpu: str, quant: str, *, batch: int = 512) -> ServingEstimate:
+    return serving.estimate_serving(
+        catalog.model(model), catalog.gpu(gpu), tp=1, pp=1, quant=quant, kv_precision="fp8", batch=batch,
+        input_tokens=1000, output_tokens=1000, context_tokens=2000, assumptions=TRT,
+    )  # fmt: skip
+
+
+def test_a_dense_mlp_is_one_kind_with_the_attention_projections(catalog: Catalog) -> None:
+    """A dense model's MLP shares its attention projections' intensity: one kind, so splitting them would change
+    nothing, and the step is still the single roofline over the linear layers plus the head's."""
+    est = _est(catalog, "llama-3.3-70b", "b200", "fp4", batch=300)
+    m = est.step_model
+    assert m is not None and m.expert_weights_s == 0.0 and m.expert_compute_per_seq_s == 0.0
+    n = 300.0
+    linear = max(m.dense_weights_s, n * m.compute_per_seq_s)
+    assert serving.matmuls_s(m, n) == pytest.approx(linear + max(m.head_weights_s, n * m.head_compute_per_seq_s))
