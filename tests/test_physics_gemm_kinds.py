@@ -42,6 +42,18 @@ def _est(catalog: Catalog, model: str, gpu: str, quant: str, *, batch: int = 512
     )  # fmt: skip
 
 
+def test_lm_head_streams_and_multiplies_at_16_bit(catalog: Catalog) -> None:
+    """The LM head stays 16-bit under FP8 and NVFP4 (ModelOpt leaves ``*lm_head*`` unquantised): its bytes and its
+    FLOPs' rate are the same whatever the linear layers' precision, which do gain FP4's rate."""
+    fp4, fp8 = _est(catalog, "llama-4-scout", "b200", "fp4"), _est(catalog, "llama-4-scout", "b200", "fp8")
+    assert fp4.step_model is not None and fp8.step_model is not None
+    arch = catalog.model("llama-4-scout")
+    bw = catalog.gpu("b200").bandwidth_gb_per_s * 1e9 * TRT.memory_bandwidth_efficiency.of("datacenter")
+    assert fp4.step_model.head_weights_s == pytest.approx(arch.vocab_size * arch.hidden_size * 2.0 / bw)
+    assert fp4.step_model.head_compute_per_seq_s == pytest.approx(fp8.step_model.head_compute_per_seq_s)
+    assert fp4.step_model.compute_per_seq_s < 0.8 * fp8.step_model.compute_per_seq_s
+
+
 def test_a_dense_mlp_is_one_kind_with_the_attention_projections(catalog: Catalog) -> None:
     """A dense model's MLP shares its attention projections' intensity: one kind, so splitting them would change
     nothing, and the step is still the single roofline over the linear layers plus the head's."""

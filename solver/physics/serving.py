@@ -522,6 +522,10 @@ def estimate_serving(
         expert_flops_seq = 0.0
     head_bytes = head_params * memory.EMBEDDING_BYTES_PER_PARAM
     head_flops_seq = 2.0 * head_params
+    # the LM head stays 16-bit (EMBEDDING_BYTES_PER_PARAM) and multiplies at the 16-bit rate, never above the linear
+    # layers': ModelOpt's FP8 and NVFP4 configs leave it unquantised (modelopt/torch/quantization/config.py
+    # ``_default_disabled_quantizer_cfg``: ``"*lm_head*": {"enable": False}``)
+    head_rate = attention_rate_at("bf16")
     # MLA's absorbed projections at their own batched kernel's rate, beside the latent attention they wrap (per GPU:
     # heads or sequences / tp), when that kernel is slower than the dense GEMMs'
     slow_bmm_s = 0.0
@@ -567,7 +571,7 @@ def estimate_serving(
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=dense_flops_seq / flops_rate,
         head_weights_s=head_bytes / bw,
-        head_compute_per_seq_s=head_flops_seq / flops_rate,
+        head_compute_per_seq_s=head_flops_seq / head_rate,
         attention_compute_per_seq_s=attention_flops_seq / decode_attention_rate + slow_bmm_s,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
         tp_allreduce_latency_s=[lat for lat, _ in allreduce_terms],
