@@ -3,13 +3,15 @@
 What it fits, per architecture and weight precision (catalog/engines.yaml ``moe_routed_token_s`` and
 physics/factors.py ``moe_gemm_architecture_fraction``): one MoE layer of ``T`` tokens on an EP rank takes
 
-    max(weights / g, FLOPs / g + T·k/ep · rank_s + T·k · batch_s)
+    max(weights / g_weights, FLOPs / g + T·k/ep · rank_s + T·k · batch_s)
 
 with ``weights`` and ``FLOPs`` at this model's own rates (the engine's bandwidth and compute efficiency, the
 architecture's compute share, the precision's matmul share, Hopper's block-scale share), ``g`` the grouped GEMM's
-share of that roofline, ``rank_s`` the kernel's time per token routed to the rank's experts and ``batch_s`` per
-routed token of every token the rank receives. The least soft-L1 log error over the tables' balanced-routing, TP 1,
-EP 1-32 rows whose layer is model-sized (>= 100 us on the roofline at g = 0.5).
+share of that roofline (``g_weights`` = ``g`` but for the groups in ``TWO_SHARES``), ``rank_s`` the kernel's time per token routed to the rank's experts and ``batch_s`` per
+routed token of every token the rank receives; a kernel that pads each expert's rows to a row tile (the engine's
+``row_tile_max``: Triton's MXFP4 MoE on Hopper) multiplies the padded rows (``moe.row_tile_padding``). The least
+soft-L1 log error over the tables' balanced-routing, TP 1, EP 1-32 rows whose layer is model-sized (>= 100 us on
+the roofline at g = 0.5).
 
 It needs what the planner does not: ``pip install aiconfigurator-core==0.12.0 pandas pyarrow scipy`` (the tables
 ship inside that wheel: ``aiconfigurator_core/systems/data/<gpu>/moe/trtllm/1.3.0rc20/moe_perf.parquet``).
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterplan.catalog.load import load_catalog
-from clusterplan.physics import memory
+from clusterplan.physics import memory, moe
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.rules import compute_precision_for_weights
 from clusterplan.physics.serving import experts_touched, peak_tflops
@@ -42,6 +44,9 @@ GROUPS: dict[tuple[str, str], tuple[tuple[str, ...], str, str, bool]] = {
     ("Hopper", "bfloat16"): (("h100-sxm", "h200"), "bf16", KERNEL, False),
     ("Hopper", "w4a16_mxfp4"): (("h100-sxm", "h200"), "fp4", "moe_torch_flow", False),
 }
+# Groups whose weight stream gets a share of its own (factors.py moe_weight_stream_fraction): the Triton MXFP4 kernel
+# dequantises its weights to BF16 inside the GEMM; one share for both leaves median |log residual| 0.119, two 0.069
+TWO_SHARES = {("Hopper", "w4a16_mxfp4")}
 TABLE_DIR = {"b200": "b200_sxm", "gb200": "gb200", "h100-sxm": "h100_sxm", "h200": "h200_sxm"}
 MIN_ROOFLINE_S = 100e-6  # model-sized layers: launch-bound toy shapes would dominate a table-wide fit
 MAX_EP = 32
@@ -65,6 +70,11 @@ def rates(gpu_id: str, precision: str, block: bool) -> tuple[float, float, float
     fmt = "mxfp4" if gpu.architecture == "Hopper" else "nvfp4"
     bpp = memory.weight_bytes_per_param(precision, fp4_format=fmt)
     return gpu.bandwidth_gb_per_s * 1e9 * a.memory_bandwidth_efficiency.of(cls), flops, bpp
+
+
+def catalog_architecture(gpu_id: str) -> str:
+    """The catalog's architecture name of ``gpu_id``."""
+    return load_catalog().gpu(gpu_id).architecture
 
 
 def catalog_shapes() -> dict[tuple[int, int, int, int], str]:
@@ -98,15 +108,23 @@ def rows(data: Path, key: tuple[str, str]) -> Any:
         triples = zip(df.num_experts, k, tokens, strict=True)
         touched = [experts_touched(int(e), int(kk), float(t)) for e, kk, t in triples]
         df["tw"] = pd.Series(touched, index=df.index) / ep * layer_params * bpp / bw
+        # a kernel that pads each expert's rows to its row tile multiplies the padded rows (Triton matmul_ogs)
+        tile_max = Assumptions(engine="tensorrt-llm").moe_row_tile_max(catalog_architecture(gpu_id), precision)
+        quads = zip(tokens, k, df.num_experts, ep, strict=True)
+        padding = [moe.row_tile_padding(float(t), int(kk), int(e), int(p), tile_max) for t, kk, e, p in quads]
         df["tf"] = 2.0 * tokens * k * layer_params / ep / flops
         df["gpu"] = gpu_id
-        parts.append(df[((df[["tw", "tf"]].max(axis=1) / 0.5) >= MIN_ROOFLINE_S) & (tokens >= 8)])
+        df = df[((df[["tw", "tf"]].max(axis=1) / 0.5) >= MIN_ROOFLINE_S) & (tokens >= 8)]  # on the real rows
+        parts.append(df.assign(tf=df.tf * pd.Series(padding, index=tokens.index)[df.index]))
     return pd.concat(parts)
 
 
-def fit(df: Any, *, token_terms: bool = True) -> tuple[tuple[float, float, float], Any]:
-    """(g, rank_s, batch_s) and the log residuals (model over measured) of one group (``g`` alone without the
-    token terms: the model before 2026-11-24)."""
+def fit(
+    df: Any, *, token_terms: bool = True, two_shares: bool = False
+) -> tuple[tuple[float, float, float, float], Any]:
+    """(g, rank_s, batch_s, g_weights) and the log residuals (model over measured) of one group (``g`` alone without
+    the token terms: the model before 2026-11-24). ``two_shares``: the weight stream gets a share of its own
+    (``g_weights``; else ``g``)."""
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -115,18 +133,19 @@ def fit(df: Any, *, token_terms: bool = True) -> tuple[tuple[float, float, float
     tw, tf = df.tw.to_numpy(), df.tf.to_numpy()
 
     def model(p: Any) -> Any:
-        g, rank_ns, batch_ns = p
-        return np.maximum(tw / g, tf / g + tokens * k / ep * rank_ns * 1e-9 + tokens * k * batch_ns * 1e-9)
+        g, rank_ns, batch_ns, g_weights = p
+        g_w = g_weights if two_shares else g
+        return np.maximum(tw / g_w, tf / g + tokens * k / ep * rank_ns * 1e-9 + tokens * k * batch_ns * 1e-9)
 
     result = least_squares(
         lambda p: np.log(model(p)) - measured,
-        [0.6, 1.0, 0.1] if token_terms else [0.6, 0.0, 0.0],
-        bounds=([0.05, 0.0, 0.0], [2.0, 100.0, 100.0] if token_terms else [2.0, 1e-9, 1e-9]),
+        [0.6, 1.0, 0.1, 0.6] if token_terms else [0.6, 0.0, 0.0, 0.6],
+        bounds=([0.05, 0.0, 0.0, 0.05], [2.0, 100.0, 100.0, 2.0] if token_terms else [2.0, 1e-9, 1e-9, 2.0]),
         loss="soft_l1",
         f_scale=0.05,
     )
-    g, rank_ns, batch_ns = (float(x) for x in result.x)
-    return (g, rank_ns * 1e-9, batch_ns * 1e-9), np.log(model(result.x)) - measured
+    g, rank_ns, batch_ns, g_weights = (float(x) for x in result.x)
+    return (g, rank_ns * 1e-9, batch_ns * 1e-9, g_weights if two_shares else g), np.log(model(result.x)) - measured
 
 
 def main() -> None:
@@ -139,11 +158,13 @@ def main() -> None:
     print(f"engine moe_gemm_efficiency (datacenter): {engine_g:.3f}")
     for key in GROUPS:
         df = rows(args.data, key)
-        (g, rank_s, batch_s), residual = fit(df, token_terms=not args.without_token_terms)
+        two = key in TWO_SHARES
+        (g, rank_s, batch_s, g_w), residual = fit(df, token_terms=not args.without_token_terms, two_shares=two)
         df = df.assign(res=residual)
         median = float(abs(df.res).median())
+        weights = f"  g_weights {g_w:.3f} (fraction {g_w / engine_g:.2f})" if two else ""
         print(
-            f"{key[0]:9s} {key[1]:12s} rows {len(df):5d}  g {g:.3f} (fraction {g / engine_g:.2f})  "
+            f"{key[0]:9s} {key[1]:12s} rows {len(df):5d}  g {g:.3f} (fraction {g / engine_g:.2f}){weights}  "
             f"rank_s {rank_s:.2e}  batch_s {batch_s:.2e}  median |log residual| {median:.3f}"
         )
         by_shape = df.groupby(["hidden_size", "inter_size", "topk", "num_experts"]).res.median()

@@ -550,6 +550,13 @@ class MoeTokenCost(Row):
     batch_s: float = Field(
         ge=0, le=1e-6, description="per routed token of every token the rank's MoE receives (routing, sort), s"
     )
+    row_tile_max: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="largest row tile of a kernel that pads each expert's rows to a tile sized from the gathered "
+        "rows per local expert (Triton matmul_ogs: 128; physics/moe.py row_tile_padding); 0: no padding modelled",
+    )
 
 
 class EngineSpec(Provenance):

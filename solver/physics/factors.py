@@ -333,14 +333,27 @@ class Assumptions(BaseModel):
         "fair public Blackwell training measurement is in bench/data)",
     )
     moe_gemm_architecture_fraction: dict[str, dict[str, float]] = Field(
-        default_factory=lambda: {"Blackwell": {"fp4": 0.75, "fp8": 0.94}, "Hopper": {"fp4": 0.61}},
+        default_factory=lambda: {"Blackwell": {"fp4": 0.75, "fp8": 0.94}, "Hopper": {"fp4": 0.86}},
         description="share of the engine's moe_gemm_efficiency (fitted on Hopper's FP8 and BF16 grouped GEMMs) an "
         "architecture's MoE kernel reaches at a weight precision, by catalog architecture name then precision; "
-        "unlisted 1.0. aiconfigurator-core 0.12.0, systems/data/{h200_sxm,b200_sxm,gb200}/moe/trtllm/1.3.0rc20/"
-        "moe_perf.parquet, balanced routing, 8-4096 tokens, layers of >= 100 us on the roofline (model-sized): "
-        "median of this module's roofline over the measured latency, H200 FP8 0.72 and BF16 0.77 (cutlass); "
-        "B200/GB200 NVFP4 0.51/0.58 (cutlass: 0.76 of H200 FP8), FP8 0.73/0.73 and BF16 0.77/0.77 (1.0, "
-        "unlisted); H200 MXFP4 weight-only (w4a16_mxfp4, gpt-oss's kernel on Hopper) 0.46 (0.60 of BF16)",
+        "unlisted 1.0. Fitted with the kernel's per-routed-token costs (catalog/engines.yaml moe_routed_token_s) by "
+        "bench/moe_kernel_fit.py on aiconfigurator-core 0.12.0, systems/data/{h100_sxm,h200_sxm,b200_sxm,gb200}/moe/"
+        "trtllm/1.3.0rc20/moe_perf.parquet, CUTLASS, balanced routing, TP 1, EP 1-32, layers of >= 100 us on the "
+        "roofline: share of this module's roofline Hopper FP8 0.745 and BF16 0.821 (the engine's 0.78), Blackwell "
+        "NVFP4 0.583 (0.75), FP8 0.730 (0.94), BF16 0.781 (1.0); Hopper MXFP4 weight-only (w4a16_mxfp4, moe_torch_flow: "
+        "gpt-oss's Triton kernel on Hopper) 0.667 (0.86) on the rows it pads (engines.yaml row_tile_max, "
+        "moe.row_tile_padding), its weight stream apart (moe_weight_stream_fraction); one share of 0.477 (0.61) on "
+        "the real rows left EP 4 at 768-2,048 tokens 1.8-3x slower than the fit",
+    )
+    moe_weight_stream_fraction: dict[str, dict[str, float]] = Field(
+        default_factory=lambda: {"Hopper": {"fp4": 0.57}},
+        description="share of the engine's moe_gemm_efficiency an architecture's MoE kernel streams its weights at, "
+        "where it differs from its GEMMs' (moe_gemm_architecture_fraction), by catalog architecture name then "
+        "precision; unlisted: the GEMMs' share. Hopper FP4: TensorRT-LLM's Triton MXFP4 kernel (w4a16, dequantised "
+        "to BF16 in the GEMM) reaches 0.443 of this model's weight stream and 0.667 of its BF16 FLOPs on the padded "
+        "rows (0.57 and 0.86 of 0.78), fitted together by bench/moe_kernel_fit.py on aiconfigurator-core 0.12.0 "
+        "systems/data/{h100_sxm,h200_sxm}/moe/trtllm/1.3.0rc20/moe_perf.parquet (w4a16_mxfp4, moe_torch_flow, "
+        "balanced; median |log residual| 0.119 with one share, 0.069 with two)",
     )
     moe_block_scale_compute_fraction: dict[str, float] = Field(
         default_factory=lambda: {"Hopper": 0.60},
@@ -577,6 +590,12 @@ class Assumptions(BaseModel):
         table = _by_architecture(self.moe_gemm_architecture_fraction, architecture) or {}
         return table.get(weight_precision, 1.0)
 
+    def moe_weight_fraction(self, architecture: str, weight_precision: str) -> float:
+        """Share of ``moe_gemm_efficiency`` an architecture's MoE kernel streams its weights at (its GEMMs' unlisted)."""
+        table = _by_architecture(self.moe_weight_stream_fraction, architecture) or {}
+        share = table.get(weight_precision)
+        return self.moe_gemm_fraction(architecture, weight_precision) if share is None else share
+
     def moe_token_costs(self, architecture: str, weight_precision: str) -> tuple[float, float]:
         """(per token routed to a rank, per routed token the rank's MoE receives) seconds per MoE layer: the
         engine's kernel work beside the expert GEMMs' FLOPs (catalog/engines.yaml moe_routed_token_s; 0 unlisted)."""
@@ -584,6 +603,13 @@ class Assumptions(BaseModel):
         block = weight_precision == "fp8" and self.fp8_weight_scaling == "block"
         cost = (table.get("fp8_block") if block else None) or table.get(weight_precision)
         return (0.0, 0.0) if cost is None else (cost.rank_s, cost.batch_s)
+
+    def moe_row_tile_max(self, architecture: str, weight_precision: str) -> int:
+        """The engine's MoE kernel's largest padded row tile on one architecture and precision (0: no padding)."""
+        table = _by_architecture(self.engine_spec.moe_routed_token_s, architecture) or {}
+        block = weight_precision == "fp8" and self.fp8_weight_scaling == "block"
+        cost = (table.get("fp8_block") if block else None) or table.get(weight_precision)
+        return 0 if cost is None else cost.row_tile_max
 
     def moe_compute_fraction(self, architecture: str, weight_precision: str) -> float:
         """Share of the MoE GEMMs' compute rate left on one architecture by the checkpoint's FP8 block scales (1 else)."""

@@ -259,6 +259,29 @@ def load_imbalance(tokens: float, k: int, ep: int, skew: float = 1.0) -> float:
     return min(float(ep), skew * (1.0 + math.sqrt(2.0 * math.log(ep) / mean)))
 
 
+def row_tile_padding(tokens: float, k: int, experts: int, ep: int, tile_max: int) -> float:
+    """Padded over real rows of an MoE kernel that pads every expert's rows to a tile chosen from the gathered
+    rows (>= 1; 1 when ``tile_max`` is 0: not modelled).
+
+    Triton's ``matmul_ogs`` (``triton_kernels`` ``opt_flags.make_default_opt_flags_nvidia``: ``block_m = max(16,
+    min(next_power_of_2(tokens_per_expt), 128))``, ``tokens_per_expt = max(1, M // n_expts_tot)``; TensorRT-LLM
+    runs gpt-oss's MXFP4 experts through it on Hopper, ``_torch/modules/fused_moe/fused_moe_triton.py``) sizes its
+    row tile from ``M`` = every gathered token's ``k`` routed slots over the rank's ``experts/ep`` local experts
+    (``TritonEPRouter`` prunes the other ranks' slots but keeps them in ``M``; ``routing_from_bitmatrix`` sets no
+    ``expected_tokens_per_expt``), while each expert the batch touches really gets ``tokens·k/touched`` rows
+    (balanced), padded up to a multiple of the tile. Under EP the tile is ``ep`` times too tall: 1,632 tokens at EP 4 over 128
+    experts give 51 rows an expert in a 128-row tile (2.5x the FLOPs).
+    """
+    if tile_max <= 0 or experts <= 0:
+        return 1.0
+    slots = max(tokens, 1.0) * k
+    touched = experts * (1.0 - (1.0 - k / experts) ** max(tokens, 1.0))  # experts with a row (serving.experts_touched)
+    rows = slots / max(touched, 1.0)
+    per_local = max(1, int(slots) // max(experts // max(ep, 1), 1))
+    tile = max(16, min(1 << (per_local - 1).bit_length(), tile_max))  # next power of two, clamped
+    return math.ceil(rows / tile) * tile / rows
+
+
 # Expert-load skew of unbalanced routing per EP degree: latency under power-law (alpha 1.01) expert popularity over
 # latency under balanced routing, median over 1,024-4,096 tokens, every shape with moe_tp 1 (aiconfigurator-core
 # 0.12.0, systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, CUTLASS kernels): EP 2 1.19, 4 1.28,

@@ -227,8 +227,14 @@ def expert_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
     touched = experts_touched(model.moe_experts, model.experts_per_token, n) / model.expert_parallel
     g = model.moe_gemm_efficiency
     imbalance = moe.load_imbalance(n, model.experts_per_token, model.expert_parallel, model.expert_load_skew)
-    routed = model.expert_compute_per_seq_s / g + model.expert_routed_per_seq_s
-    return model.expert_weights_s * touched / g, n * (routed * imbalance + model.expert_gathered_per_seq_s)
+    padding = 1.0  # the kernel's row tiles (moe.row_tile_padding: Triton's MXFP4 MoE on Hopper pads each expert's rows)
+    if model.expert_row_tile_max:
+        padding = moe.row_tile_padding(
+            n, model.experts_per_token, model.moe_experts, model.expert_parallel, model.expert_row_tile_max
+        )
+    routed = model.expert_compute_per_seq_s * padding / g + model.expert_routed_per_seq_s
+    weights = model.expert_weights_s * touched / (model.moe_weight_efficiency or g)
+    return weights, n * (routed * imbalance + model.expert_gathered_per_seq_s)
 
 
 def matmul_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
@@ -491,6 +497,8 @@ def estimate_serving(
     # grouped-GEMM share of the dense roofline: the engine's (Hopper-fitted) times the architecture's at the weights'
     # precision (aiconfigurator-core 0.12.0 moe_perf tables; factors.py)
     gemm_eff = a.moe_gemm_efficiency.of(cls) * a.moe_gemm_fraction(gpu.architecture, quant) if is_moe else 1.0
+    # ... and of the weight stream, where the kernel's differs (a dequantising MXFP4 kernel on Hopper)
+    weight_eff = a.moe_gemm_efficiency.of(cls) * a.moe_weight_fraction(gpu.architecture, quant) if is_moe else 1.0
     # FP8 block scales cost the expert GEMMs compute, not weight bytes, on Hopper (moe_block_scale_compute_fraction)
     expert_rate = flops_rate * a.moe_compute_fraction(gpu.architecture, quant)
     # ... and MLA's absorbed per-head projections (mla_block_scale_bmm_fraction): their FLOPs leave the FP8 rate
@@ -584,8 +592,10 @@ def estimate_serving(
         expert_parallel=max(ep, 1),
         expert_compute_per_seq_s=expert_flops_seq / expert_rate,
         moe_gemm_efficiency=gemm_eff,
+        moe_weight_efficiency=weight_eff if weight_eff != gemm_eff else None,
         expert_routed_per_seq_s=moe_layers * routed_token_s,
         expert_gathered_per_seq_s=moe_layers * gathered_token_s,
+        expert_row_tile_max=a.moe_row_tile_max(gpu.architecture, quant) if is_moe else 0,
         expert_load_skew=a.moe_expert_load_skew,
         all_to_alls=2 * moe_layers if ep > 1 else 0,  # dispatch and combine per MoE layer
         all_to_all_latency_s=a2a_latency,
@@ -629,7 +639,7 @@ def estimate_serving(
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
         prefill_split *= 1.0 + a.speculative.cost
     touched_prefill = experts_touched(arch.moe_experts, arch.experts_per_token, computed) / max(ep, 1)
-    prefill_weights = pp * chunks * (dense_bytes + head_bytes + expert_bytes * touched_prefill / gemm_eff) / bw
+    prefill_weights = pp * chunks * (dense_bytes + head_bytes + expert_bytes * touched_prefill / weight_eff) / bw
     chunk_msg = computed / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
     prefill_allreduce = nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
     prefill_allreduces = chunks * moe.allreduces(arch, layout, arch.layers)  # every layer's, once per chunk

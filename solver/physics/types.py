@@ -122,6 +122,9 @@ class DecodeStepModel(Result):
         0.0, description="one sequence's routed-expert matmul FLOPs on the stage's average GPU, s (MoE only)"
     )
     moe_gemm_efficiency: float = Field(1.0, gt=0, le=1.5, description="expert GEMMs' share of the dense roofline")
+    moe_weight_efficiency: float | None = Field(
+        None, gt=0, le=1.5, description="the MoE kernel's share of the weight stream (None: moe_gemm_efficiency)"
+    )
     expert_routed_per_seq_s: float = Field(
         0.0,
         ge=0,
@@ -130,6 +133,9 @@ class DecodeStepModel(Result):
     )
     expert_gathered_per_seq_s: float = Field(
         0.0, ge=0, description="the MoE kernel's routing work for one sequence the rank's MoE receives, s"
+    )
+    expert_row_tile_max: int = Field(
+        0, ge=0, description="the MoE kernel's largest row tile when it pads experts' rows to tiles (0: no padding)"
     )
     expert_load_skew: float = Field(1.0, ge=1, description="static max/mean load of EP ranks")
     all_to_alls: int = Field(0, ge=0, description="MoE dispatch and combine all-to-alls of the stage per step")
