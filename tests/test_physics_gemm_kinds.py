@@ -61,5 +61,25 @@ def test_a_dense_mlp_is_one_kind_with_the_attention_projections(catalog: Catalog
     m = est.step_model
     assert m is not None and m.expert_weights_s == 0.0 and m.expert_compute_per_seq_s == 0.0
     n = 300.0
-    linear = max(m.dense_weights_s, n * m.compute_per_seq_s)
+    linear = max(m.dense_weights_s, n * m.compute_per_seq_s * serving.linear_ramp(m, n))
     assert serving.matmuls_s(m, n) == pytest.approx(linear + max(m.head_weights_s, n * m.head_compute_per_seq_s))
+
+
+def test_blackwell_decode_gemms_ramp_up_later_than_hoppers(catalog: Catalog) -> None:
+    """At a few hundred sequences Blackwell's FP4 GEMMs sit further below their large-M rate than Hopper FP8's, on
+    which the compute factors were read (factors decode_gemm_knee_tokens): the linear layers' FLOP time takes
+    (n + 445) / (n + 199); Hopper, the reference, keeps its own."""
+    n = 256.0
+    flat = Assumptions(engine="tensorrt-llm", decode_gemm_knee_tokens={})
+    for gpu, want in (("b200", (n + 445.0) / (n + 199.0)), ("h200", 1.0)):
+        ramped = _est(catalog, "llama-3.3-70b", gpu, "fp4" if gpu == "b200" else "fp8", batch=256).step_model
+        plain = serving.estimate_serving(
+            catalog.model("llama-3.3-70b"), catalog.gpu(gpu), tp=1, pp=1, quant="fp4" if gpu == "b200" else "fp8",
+            kv_precision="fp8", batch=256, input_tokens=1000, output_tokens=1000, context_tokens=2000, assumptions=flat,
+        ).step_model  # fmt: skip
+        assert ramped is not None and plain is not None
+        assert serving.linear_ramp(ramped, n) == pytest.approx(want)
+        assert serving.linear_ramp(plain, n) == 1.0
+        linear_ramped = max(ramped.dense_weights_s, n * ramped.compute_per_seq_s * want)
+        head = max(ramped.head_weights_s, n * ramped.head_compute_per_seq_s)
+        assert serving.matmuls_s(ramped, n) == pytest.approx(linear_ramped + head)

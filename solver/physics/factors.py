@@ -376,6 +376,24 @@ class Assumptions(BaseModel):
         "1,053 (its BF16 kernel 143-353); B200 dequantises to BF16 (trtllm_bmm_out_dequant_bf16) at the BF16 "
         "kernel's speed",
     )
+    decode_gemm_knee_tokens: dict[str, dict[str, float]] = Field(
+        default_factory=lambda: {"Blackwell": {"fp4": 445.0, "fp8": 388.0}},
+        description="tokens M0 at which an architecture's dense GEMMs reach half their large-M share of peak at a "
+        "matmul precision (share(M) / share(M >= 4096) ~ M / (M + M0)), by catalog architecture name then precision; "
+        "unlisted: the reference architecture's. bench/gemm_knee_fit.py on aiconfigurator-core 0.12.0, systems/data/"
+        "{h100_sxm,h200_sxm,b200_sxm,gb200}/gemm/trtllm/1.3.0rc20/gemm_perf.parquet, N and K 4096-16384, M "
+        "128-2048, least squares in log: H100/H200 FP8 218/180, B200/GB200 NVFP4 441/450, FP8 379/396, BF16 "
+        "156/168 (H100/H200 153/98: not listed). A decode step's linear layers run at M = the sequences a GPU "
+        "multiplies, far below where architecture_compute_fraction was read (M >= 4096)",
+    )
+    decode_gemm_knee_reference_tokens: float = Field(
+        199.0,
+        ge=0,
+        description="M0 of decode_gemm_knee_tokens for the architecture the compute factors were fitted on (Hopper "
+        "FP8, H100/H200 218/180): its decode rows absorb their own ramp, so a listed architecture's linear-layer "
+        "FLOP time is multiplied by (M + M0) / (M + 199) only: 1.54 at 256 sequences and 1.34 at 531 on Blackwell "
+        "NVFP4",
+    )
     mla_attention_precision: dict[str, dict[str, str]] = Field(
         default_factory=lambda: {"Hopper": {"prefill": "bf16", "decode": "bf16"}, "Blackwell": {"prefill": "bf16"}},
         description="precision MLA's attention kernels multiply in, by catalog architecture name then phase (prefill: "
@@ -614,6 +632,11 @@ class Assumptions(BaseModel):
     def moe_compute_fraction(self, architecture: str, weight_precision: str) -> float:
         """Share of the MoE GEMMs' compute rate left on one architecture by the checkpoint's FP8 block scales (1 else)."""
         return self._block_scale_share(self.moe_block_scale_compute_fraction, architecture, weight_precision)
+
+    def decode_gemm_knees(self, architecture: str, precision: str) -> tuple[float, float]:
+        """(reference, this architecture's) M0 of the dense GEMMs' share at a matmul precision; (0, 0): no ramp."""
+        knee = (_by_architecture(self.decode_gemm_knee_tokens, architecture) or {}).get(precision)
+        return (0.0, 0.0) if knee is None else (self.decode_gemm_knee_reference_tokens, knee)
 
     def mla_bmm_fraction(self, architecture: str, weight_precision: str) -> float:
         """Share of the FP8 rate MLA's absorbed per-head projections reach with the checkpoint's FP8 block scales."""

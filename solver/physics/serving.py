@@ -239,10 +239,12 @@ def expert_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
 
 def matmul_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
     """(weight stream, matmul FLOPs) seconds of one stage's matmuls for ``n`` sequences, all kinds summed: the
-    linear layers at the weights' precision, the LM head and the routed experts (:func:`expert_parts_s`)."""
+    linear layers at the weights' precision (:func:`linear_ramp` at few sequences), the LM head and the routed
+    experts (:func:`expert_parts_s`)."""
     expert_w, expert_c = expert_parts_s(model, n)
     weights = model.dense_weights_s + model.head_weights_s + expert_w
-    return weights, n * (model.compute_per_seq_s + model.head_compute_per_seq_s) + expert_c
+    linear = model.compute_per_seq_s * linear_ramp(model, n)
+    return weights, n * (linear + model.head_compute_per_seq_s) + expert_c
 
 
 def matmuls_s(model: DecodeStepModel, n: float) -> float:
@@ -258,9 +260,20 @@ def matmuls_s(model: DecodeStepModel, n: float) -> float:
     NVFP4 GEMM table: those four GEMMs take 94 us a layer at M = 512, 4.5 ms over 48 layers).
     """
     expert_w, expert_c = expert_parts_s(model, n)
-    linear = max(model.dense_weights_s, n * model.compute_per_seq_s)
+    linear = max(model.dense_weights_s, n * model.compute_per_seq_s * linear_ramp(model, n))
     head = max(model.head_weights_s, n * model.head_compute_per_seq_s)
     return linear + head + max(expert_w, expert_c)
+
+
+def linear_ramp(model: DecodeStepModel, n: float) -> float:
+    """Multiplier on the linear layers' FLOP time at ``n`` sequences: ``(n + ref) / (n + knee)`` inverted, 1 without.
+
+    A GEMM's share of peak falls at small M as ``M / (M + M0)`` (aiconfigurator-core 0.12.0 GEMM tables; factors
+    ``decode_gemm_knee_tokens``); the compute factors hold the reference architecture's ramp, so another
+    architecture's decode GEMMs take ``(n + knee) / (n + ref)`` of the time. Blackwell NVFP4 at 531 sequences: 1.24.
+    """
+    ref, knee = model.linear_knee_seqs
+    return (n + knee) / (n + ref) if knee > 0.0 else 1.0
 
 
 def decode_stage_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float, float]:
@@ -344,6 +357,8 @@ def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) ->
             "dense_weights_s": model.dense_weights_s * (1.0 + k * c),
             "head_weights_s": model.head_weights_s * (1.0 + k * c),
             "head_compute_per_seq_s": model.head_compute_per_seq_s * (k + 1.0 + k * c),
+            # k + 1 tokens a sequence in each verification GEMM: its knee is k + 1 times fewer sequences
+            "linear_knee_seqs": tuple(x / (k + 1.0) for x in model.linear_knee_seqs),
             "kv_per_seq_s": model.kv_per_seq_s * (1.0 + k * c),
             "compute_per_seq_s": model.compute_per_seq_s * (k + 1.0 + k * c),
             "expert_compute_per_seq_s": model.expert_compute_per_seq_s * (k + 1.0 + k * c),
@@ -579,6 +594,8 @@ def estimate_serving(
         kv_per_seq_s=kv_seq_bytes / bw,
         compute_per_seq_s=dense_flops_seq / flops_rate,
         head_weights_s=head_bytes / bw,
+        # a decode GEMM multiplies the sequences of one GPU: all under attention TP, its 1/tp under attention DP
+        linear_knee_seqs=tuple(k * (tp if attention_dp else 1) for k in a.decode_gemm_knees(gpu.architecture, cprec)),
         head_compute_per_seq_s=head_flops_seq / head_rate,
         attention_compute_per_seq_s=attention_flops_seq / decode_attention_rate + slow_bmm_s,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,

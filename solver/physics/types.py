@@ -89,6 +89,11 @@ class DecodeStepModel(Result):
     experts_per_token: int = Field(1, ge=1)
     kv_per_seq_s: float = Field(description="stream one sequence's KV cache at the mean context, s")
     compute_per_seq_s: float = Field(description="one sequence's non-expert matmul FLOPs on the stage, s (no LM head)")
+    linear_knee_seqs: tuple[float, float] = Field(
+        (0.0, 0.0),
+        description="(reference, this GPU's) sequences at which the linear layers' GEMMs reach half their large-M "
+        "share (factors decode_gemm_knee_tokens over the tokens a sequence puts in one GEMM); (0, 0): no ramp",
+    )
     head_weights_s: float = Field(0.0, ge=0, description="stream the stage's LM head once, s (16-bit)")
     head_compute_per_seq_s: float = Field(0.0, ge=0, description="one sequence's LM-head FLOPs on the stage, s")
     attention_compute_per_seq_s: float = Field(
