@@ -231,7 +231,9 @@ def test_large_refusal_is_quick_and_short(case: str, tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output[:2000]
     assert re.search(r"hostile\.yaml:\d+:\d+: ", result.output), result.output[:2000]
     assert len(result.output) < 20_000
-    assert elapsed < 2.5, f"{case}: {elapsed:.2f} s"
+    # linear work: 0.1-1.3 s on a quiet 2-core machine, 2.6-6 s when other jobs share it (suite logs); anything
+    # quadratic in 45k-1M items takes minutes, so 8 s separates the two without timing the machine
+    assert elapsed < 8.0, f"{case}: {elapsed:.2f} s"
 
 
 @pytest.mark.parametrize("command", ["validate", "solve"])
