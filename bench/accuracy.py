@@ -1013,10 +1013,12 @@ def moe_section(rows: list[Row]) -> list[str]:
     moe_rows = view_rows(rows, "MoE serving")
     out = ["", "## Mixture-of-experts serving", ""]
     out.append(
-        "MoE layers run at the dense factors times `moe_gemm_efficiency` (grouped GEMM; per engine, from "
-        "aiconfigurator-core 0.12.0's measured H200 MoE kernel tables, `catalog/engines.yaml`) times the "
-        "architecture's share at the weights' precision (`moe_gemm_architecture_fraction`: Blackwell NVFP4 0.76, "
-        "Hopper MXFP4 0.60, from the same package's B200/GB200/H200 MoE tables), with the "
+        "MoE layers run at the dense factors times `moe_gemm_efficiency` (grouped GEMM; per engine, "
+        "`catalog/engines.yaml`) times the architecture's share at the weights' precision "
+        "(`moe_gemm_architecture_fraction`: Blackwell NVFP4 0.75, FP8 0.94, Hopper MXFP4 0.86 of the rows Triton's "
+        "kernel pads, its weights at 0.57), plus TensorRT-LLM's "
+        "time per routed token and layer (`moe_routed_token_s`), all fitted together by `bench/moe_kernel_fit.py` on "
+        "aiconfigurator-core 0.12.0's measured H100/H200/B200/GB200 MoE kernel tables, with the "
         "expert-load imbalance of `physics/moe.py` under expert parallelism and the dispatch/combine all-to-alls "
         "at `moe_all_to_all_efficiency` of the link. Under attention DP the dense MLPs and shared experts run "
         "data-parallel too (whole on every GPU), as TensorRT-LLM does; without balanced expert placement (EPLB) "
