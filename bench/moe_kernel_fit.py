@@ -30,7 +30,7 @@ from clusterplan.catalog.load import load_catalog
 from clusterplan.physics import memory, moe
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.rules import compute_precision_for_weights
-from clusterplan.physics.serving import experts_touched, peak_tflops
+from clusterplan.physics.serving import peak_tflops
 
 VERSION = "1.3.0rc20"
 KERNEL = "moe_torch_flow_cutlass"  # TensorRT-LLM's default MoE backend; gpt-oss's MXFP4 on Hopper has its own
@@ -106,7 +106,7 @@ def rows(data: Path, key: tuple[str, str]) -> Any:
         ep, tokens, k = df.moe_ep_size, df.num_tokens, df.topk
         layer_params = 3.0 * df.hidden_size * df.inter_size  # gated: up, gate and down projections
         triples = zip(df.num_experts, k, tokens, strict=True)
-        touched = [experts_touched(int(e), int(kk), float(t)) for e, kk, t in triples]
+        touched = [moe.experts_touched(int(e), int(kk), float(t)) for e, kk, t in triples]
         df["tw"] = pd.Series(touched, index=df.index) / ep * layer_params * bpp / bw
         # a kernel that pads each expert's rows to its row tile multiplies the padded rows (Triton matmul_ogs)
         tile_max = Assumptions(engine="tensorrt-llm").moe_row_tile_max(catalog_architecture(gpu_id), precision)

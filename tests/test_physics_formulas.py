@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from clusterplan.catalog.schema import ModelArchitecture
-from clusterplan.physics import comm, memory, rules, serving, training
+from clusterplan.physics import comm, memory, moe, rules, serving, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.render.reasons import render_reasons
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_70B, RTX4090, T4
@@ -135,9 +135,9 @@ def test_lora_params_all_linear_layers() -> None:
 
 
 def test_experts_touched() -> None:
-    assert serving.experts_touched(1, 1, 100) == 1
-    assert serving.experts_touched(8, 2, 1) == pytest.approx(2)
-    assert serving.experts_touched(8, 2, 1000) == pytest.approx(8)
+    assert moe.experts_touched(1, 1, 100) == 1
+    assert moe.experts_touched(8, 2, 1) == pytest.approx(2)
+    assert moe.experts_touched(8, 2, 1000) == pytest.approx(8)
 
 
 def test_pipeline_bubble() -> None:

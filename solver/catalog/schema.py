@@ -615,7 +615,7 @@ class EngineSpec(Provenance):
     moe_routed_token_s: dict[str, dict[str, MoeTokenCost]] = Field(
         default_factory=dict,
         description="the MoE kernel's time per routed token and MoE layer beside its GEMM FLOPs, by catalog "
-        "architecture name then weight precision (physics/serving.py matmul_parts_s); unlisted: 0, not modelled",
+        "architecture name then weight precision (physics/serving.py expert_parts_s); unlisted: 0, not modelled",
     )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")

@@ -32,8 +32,8 @@ from typing import Literal
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.moe import experts_touched
 from clusterplan.physics.queueing import p95_wait_s
-from clusterplan.physics.serving import experts_touched
 from clusterplan.physics.types import ServingEstimate
 from clusterplan.units import BYTES_PER_GB
 

@@ -27,6 +27,7 @@ from clusterplan.catalog.schema import (
     GpuClass,
     HostCpu,
     MemoryPolicy,
+    MoeTokenCost,
     SpeculativeMethod,
 )
 
@@ -617,17 +618,20 @@ class Assumptions(BaseModel):
     def moe_token_costs(self, architecture: str, weight_precision: str) -> tuple[float, float]:
         """(per token routed to a rank, per routed token the rank's MoE receives) seconds per MoE layer: the
         engine's kernel work beside the expert GEMMs' FLOPs (catalog/engines.yaml moe_routed_token_s; 0 unlisted)."""
-        table = _by_architecture(self.engine_spec.moe_routed_token_s, architecture) or {}
-        block = weight_precision == "fp8" and self.fp8_weight_scaling == "block"
-        cost = (table.get("fp8_block") if block else None) or table.get(weight_precision)
-        return (0.0, 0.0) if cost is None else (cost.rank_s, cost.batch_s)
+        kernel = self._moe_kernel(architecture, weight_precision)
+        return (0.0, 0.0) if kernel is None else (kernel.rank_s, kernel.batch_s)
 
     def moe_row_tile_max(self, architecture: str, weight_precision: str) -> int:
         """The engine's MoE kernel's largest padded row tile on one architecture and precision (0: no padding)."""
+        kernel = self._moe_kernel(architecture, weight_precision)
+        return 0 if kernel is None else kernel.row_tile_max
+
+    def _moe_kernel(self, architecture: str, weight_precision: str) -> MoeTokenCost | None:
+        """The engine's MoE kernel row for one architecture and weight precision (``fp8_block`` for block-scaled
+        FP8 checkpoints where listed, else the precision's); None unlisted."""
         table = _by_architecture(self.engine_spec.moe_routed_token_s, architecture) or {}
         block = weight_precision == "fp8" and self.fp8_weight_scaling == "block"
-        cost = (table.get("fp8_block") if block else None) or table.get(weight_precision)
-        return 0 if cost is None else cost.row_tile_max
+        return (table.get("fp8_block") if block else None) or table.get(weight_precision)
 
     def moe_compute_fraction(self, architecture: str, weight_precision: str) -> float:
         """Share of the MoE GEMMs' compute rate left on one architecture by the checkpoint's FP8 block scales (1 else)."""

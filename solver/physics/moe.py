@@ -244,6 +244,17 @@ def dispatch_method(gpu: GpuSpec, dispatch: MoeDispatch, rack_dispatch: MoeDispa
     return rack_dispatch if (rack and rack_dispatch is not None) else dispatch
 
 
+def experts_touched(moe_experts: int, experts_per_token: int, tokens: float) -> float:
+    """Expected distinct experts a layer reads for ``tokens`` tokens routed uniformly: ``E·(1 - (1 - k/E)^n)``.
+
+    A dense MLP is one expert that is always read.
+    """
+    if moe_experts <= 1:
+        return 1.0
+    n = max(tokens, 1.0)
+    return moe_experts * (1.0 - (1.0 - experts_per_token / moe_experts) ** n)
+
+
 def load_imbalance(tokens: float, k: int, ep: int, skew: float = 1.0) -> float:
     """Max over mean routed tokens per EP rank at one step: ``skew x (1 + sqrt(2 ln(ep) / m))``, ``m = tokens·k/ep``.
 
@@ -269,14 +280,13 @@ def row_tile_padding(tokens: float, k: int, experts: int, ep: int, tile_max: int
     row tile from ``M`` = every gathered token's ``k`` routed slots over the rank's ``experts/ep`` local experts
     (``TritonEPRouter`` prunes the other ranks' slots but keeps them in ``M``; ``routing_from_bitmatrix`` sets no
     ``expected_tokens_per_expt``), while each expert the batch touches really gets ``tokens·k/touched`` rows
-    (balanced), padded up to a multiple of the tile. Under EP the tile is ``ep`` times too tall: 1,632 tokens at EP 4 over 128
-    experts give 51 rows an expert in a 128-row tile (2.5x the FLOPs).
+    (balanced), padded up to a multiple of the tile. Under EP the tile is ``ep`` times too tall: 1,632 tokens at EP
+    4 over 128 experts give 51 rows an expert in a 128-row tile (2.5x the FLOPs).
     """
     if tile_max <= 0 or experts <= 0:
         return 1.0
     slots = max(tokens, 1.0) * k
-    touched = experts * (1.0 - (1.0 - k / experts) ** max(tokens, 1.0))  # experts with a row (serving.experts_touched)
-    rows = slots / max(touched, 1.0)
+    rows = slots / max(experts_touched(experts, k, tokens), 1.0)
     per_local = max(1, int(slots) // max(experts // max(ep, 1), 1))
     tile = max(16, min(1 << (per_local - 1).bit_length(), tile_max))  # next power of two, clamped
     return math.ceil(rows / tile) * tile / rows

@@ -164,17 +164,6 @@ def decode_flops_per_token(arch: ModelArchitecture, context_tokens: float) -> fl
     return 2.0 * n + decode_attention_flops(arch, context_tokens) + 2.0 * arch.vocab_size * arch.hidden_size
 
 
-def experts_touched(moe_experts: int, experts_per_token: int, tokens: float) -> float:
-    """Expected distinct experts a layer reads for ``tokens`` tokens routed uniformly: ``E·(1 - (1 - k/E)^n)``.
-
-    A dense MLP is one expert that is always read.
-    """
-    if moe_experts <= 1:
-        return 1.0
-    n = max(tokens, 1.0)
-    return moe_experts * (1.0 - (1.0 - experts_per_token / moe_experts) ** n)
-
-
 def peak_tflops(gpu: GpuSpec, precision: str) -> float:
     """Dense tensor throughput at ``precision`` (TFLOPS); falls back to the other 16-bit format, then fp32.
 
@@ -217,14 +206,15 @@ def all_to_all_s(model: DecodeStepModel, n: float) -> float:
 def expert_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
     """(weight stream, FLOPs and per-token work) seconds of one stage's routed experts (the MLP if dense).
 
-    Weights: the experts the batch touches on one GPU (:func:`experts_touched` over the EP ranks), each read once
-    per step. FLOPs: the routed-expert work on the busiest EP rank (:func:`clusterplan.physics.moe.load_imbalance`).
+    Weights: the experts the batch touches on one GPU (:func:`clusterplan.physics.moe.experts_touched` over the EP
+    ranks), each read once per step. FLOPs: the routed-expert work on the busiest EP rank
+    (:func:`clusterplan.physics.moe.load_imbalance`).
     Expert GEMMs run at ``moe_gemm_efficiency`` of the dense roofline (grouped GEMM at few tokens per expert; 1 for
     a dense model), and the MoE kernel spends a time per routed token beside them, on the tokens routed to the rank
     and on every token it receives (routing), which the FLOPs side carries (aiconfigurator-core 0.12.0 MoE tables:
     ``max(weights, FLOPs + tokens)`` per layer).
     """
-    touched = experts_touched(model.moe_experts, model.experts_per_token, n) / model.expert_parallel
+    touched = moe.experts_touched(model.moe_experts, model.experts_per_token, n) / model.expert_parallel
     g = model.moe_gemm_efficiency
     imbalance = moe.load_imbalance(n, model.experts_per_token, model.expert_parallel, model.expert_load_skew)
     padding = 1.0  # the kernel's row tiles (moe.row_tile_padding: Triton's MXFP4 MoE on Hopper pads each expert's rows)
@@ -266,11 +256,11 @@ def matmuls_s(model: DecodeStepModel, n: float) -> float:
 
 
 def linear_ramp(model: DecodeStepModel, n: float) -> float:
-    """Multiplier on the linear layers' FLOP time at ``n`` sequences: ``(n + ref) / (n + knee)`` inverted, 1 without.
+    """Multiplier on the linear layers' FLOP time at ``n`` sequences: ``(n + knee) / (n + ref)``, 1 without a knee.
 
     A GEMM's share of peak falls at small M as ``M / (M + M0)`` (aiconfigurator-core 0.12.0 GEMM tables; factors
     ``decode_gemm_knee_tokens``); the compute factors hold the reference architecture's ramp, so another
-    architecture's decode GEMMs take ``(n + knee) / (n + ref)`` of the time. Blackwell NVFP4 at 531 sequences: 1.24.
+    architecture's decode GEMMs take ``(n + knee) / (n + ref)`` of the time. Blackwell NVFP4 at 531 sequences: 1.34.
     """
     ref, knee = model.linear_knee_seqs
     return (n + knee) / (n + ref) if knee > 0.0 else 1.0
@@ -595,7 +585,7 @@ def estimate_serving(
         compute_per_seq_s=dense_flops_seq / flops_rate,
         head_weights_s=head_bytes / bw,
         # a decode GEMM multiplies the sequences of one GPU: all under attention TP, its 1/tp under attention DP
-        linear_knee_seqs=tuple(k * (tp if attention_dp else 1) for k in a.decode_gemm_knees(gpu.architecture, cprec)),
+        linear_knee_seqs=tuple(m0 * (tp if attention_dp else 1) for m0 in a.decode_gemm_knees(gpu.architecture, cprec)),
         head_compute_per_seq_s=head_flops_seq / head_rate,
         attention_compute_per_seq_s=attention_flops_seq / decode_attention_rate + slow_bmm_s,
         tp_allreduces=moe.allreduces(arch, layout, layers) if tp > 1 else 0,
@@ -644,18 +634,17 @@ def estimate_serving(
     total_flops = prefill_flops(arch, computed, cached_tokens=cached)
     attention_flops = prefill_attention_flops(arch, computed, cached_tokens=cached)  # at the attention's rate
     expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * computed if is_moe else 0.0
-    skew = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew) / gemm_eff
+    imbalance = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew)  # the busiest EP rank's share
     dense_s = (total_flops - expert_flops - attention_flops) / flops_rate + attention_flops / attention_rate
     # the prompt's routed tokens in every MoE layer: the busiest rank's and the routing of all it receives
-    imbalance = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew)
     prompt_tokens_s = computed * moe.moe_layers(arch) * (routed_token_s * imbalance + gathered_token_s)
-    experts_s = expert_flops * skew / (tp * expert_rate) + prompt_tokens_s
+    experts_s = expert_flops * imbalance / (gemm_eff * tp * expert_rate) + prompt_tokens_s
     prefill_compute = dense_s / layout.attention_tp + experts_s
     prefill_split = dense_s / tp + experts_s
     if a.speculative is not None and a.speculative.method == "draft":
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too
         prefill_split *= 1.0 + a.speculative.cost
-    touched_prefill = experts_touched(arch.moe_experts, arch.experts_per_token, computed) / max(ep, 1)
+    touched_prefill = moe.experts_touched(arch.moe_experts, arch.experts_per_token, computed) / max(ep, 1)
     prefill_weights = pp * chunks * (dense_bytes + head_bytes + expert_bytes * touched_prefill / weight_eff) / bw
     chunk_msg = computed / chunks * hidden_bytes  # each chunk all-reduces its own hidden states
     prefill_allreduce = nccl_allreduce_s(chunk_msg, tp, tp_link, eff)
