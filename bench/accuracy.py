@@ -38,7 +38,7 @@ from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, moe, params, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
 from clusterplan.physics.optimizer_memory import MemoryPlan
-from clusterplan.physics.serving import decode_step_s
+from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import ServingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, MemoryOption, TrainingWorkload
 
@@ -450,7 +450,7 @@ def trtllm_bench_waves_s(requests: int, batch: int, wave_rps: float, tail_rps: f
 
     Every request is queued at once and all have the same input and output lengths, so they run in
     ``ceil(requests / batch)`` waves that start and end together: full waves of ``batch`` at the saturated rate
-    ``wave_rps`` (one wave: ``batch / rps = batch·P_b + O·t(batch)``, serving.saturated_rates) and a last wave of
+    ``wave_rps`` (one wave: ``batch / rps = batch·P_b + O·t(batch)``, step.saturated_rates) and a last wave of
     the remainder at its own ``tail_rps``. A small last wave pays nearly a full wave's weight stream per step:
     1,000 requests of 1024/32768 on 8 H200 at 312 a wave run 3 waves of 312 and one of 64.
     """

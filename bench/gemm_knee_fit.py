@@ -4,7 +4,7 @@ A dense GEMM of ``M`` rows reaches a share of peak that falls at small ``M``; pe
 ``share(M) / share(M >= 4096) = M / (M + M0)`` by least squares in log over the tables' GEMMs with ``N`` and ``K`` in
 4,096-16,384 and ``M`` in 128-2,048 (the sequences a decode step multiplies), and prints ``M0``. The planner's compute
 factors were read at large ``M`` on the reference architecture (Hopper FP8), whose decode rows absorb its own ramp,
-so only the ratio of ramps enters a step (physics/serving.py ``linear_ramp``).
+so only the ratio of ramps enters a step (physics/step.py ``linear_ramp``).
 
 It needs what the planner does not: ``pip install aiconfigurator-core==0.12.0 pandas pyarrow scipy`` (the tables
 ship inside that wheel: ``aiconfigurator_core/systems/data/<gpu>/gemm/trtllm/1.3.0rc20/gemm_perf.parquet``).

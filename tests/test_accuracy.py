@@ -332,7 +332,7 @@ def test_factors_are_per_class_engine_or_architecture_never_per_case(rows: list[
 
 def test_a_trtllm_bench_dataset_runs_in_waves(rows: list[accuracy.Row]) -> None:
     # 1,000 uniform requests (the later page's 1024/32768 dataset) at 312 a wave: three full waves and one of 64, each
-    # wave batch / rps long (serving.saturated_rates); a dataset that fits is one (last) wave.
+    # wave batch / rps long (step.saturated_rates); a dataset that fits is one (last) wave.
     assert accuracy.trtllm_bench_waves_s(1000, 312, wave_rps=2.0, tail_rps=0.5) == pytest.approx(3 * 156 + 128)
     assert accuracy.trtllm_bench_waves_s(312, 312, wave_rps=2.0, tail_rps=2.0) == pytest.approx(156)
     row = {r.id: r for r in rows}["inf-trt12-dsr1-h200-dep8-1024-32768"]

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.cli import app
 from clusterplan.design import evaluate
-from clusterplan.physics import memory, queueing, serving
+from clusterplan.physics import memory, queueing, serving, step
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.requirement.schema import ServingWorkload
 
@@ -95,10 +95,10 @@ def test_speculative_step_is_per_kept_token() -> None:
         overhead_s=0.002,
     )  # fmt: skip
     spec = SpeculativeDecoding(method="eagle", draft_tokens=3, acceptance_length=2.5, cost_fraction=0.05)
-    spec_model = serving.speculative_step_model(est_model, spec)
+    spec_model = step.speculative_step_model(est_model, spec)
     # batch 1: weights 0.010 x 1.15 + KV 0.0001 x 1.15 ... memory-bound: (0.0115 + 0.000115 + 0.002) / 2.5
-    assert serving.decode_step_s(spec_model, 1) == pytest.approx((0.0115 + 0.000115 + 0.002) / 2.5)
-    assert serving.decode_step_s(spec_model, 1) < serving.decode_step_s(est_model, 1)
+    assert step.decode_step_s(spec_model, 1) == pytest.approx((0.0115 + 0.000115 + 0.002) / 2.5)
+    assert step.decode_step_s(spec_model, 1) < step.decode_step_s(est_model, 1)
     with pytest.raises(ValueError, match="cannot exceed"):
         SpeculativeDecoding(method="mtp", draft_tokens=1, acceptance_length=2.5)
 
@@ -112,10 +112,10 @@ def test_a_verification_step_runs_every_drafted_token_through_the_experts() -> N
         moe_experts=8, experts_per_token=2, all_to_alls=2, all_to_all_per_seq_s=1e-7,
     )  # fmt: skip
     spec = SpeculativeDecoding(method="mtp", draft_tokens=1, acceptance_length=1.8, cost_fraction=0.03)
-    verify = serving.speculative_step_model(moe_model, spec)
+    verify = step.speculative_step_model(moe_model, spec)
     flops_per_seq = 1e-6 + 4e-5 + 2e-6 + 1e-6
-    assert serving.matmul_parts_s(verify, 100)[1] == pytest.approx(100 * flops_per_seq * (2 + 0.03) / 1.8)
-    assert serving.all_to_all_s(verify, 100) == pytest.approx(2 * 100 * 1e-7 * 2 / 1.8)  # dispatch bytes too
+    assert step.matmul_parts_s(verify, 100)[1] == pytest.approx(100 * flops_per_seq * (2 + 0.03) / 1.8)
+    assert step.all_to_all_s(verify, 100) == pytest.approx(2 * 100 * 1e-7 * 2 / 1.8)  # dispatch bytes too
 
 
 def test_means_sit_below_the_p95s(cat: Catalog) -> None:

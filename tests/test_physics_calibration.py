@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from clusterplan.physics import comm, memory, params, serving
+from clusterplan.physics import comm, memory, params, serving, step
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.training import TRAINING_LOGIT_BYTES, estimate_training
 from clusterplan.requirement.schema import FinetuneWorkload
@@ -103,7 +103,7 @@ def test_decode_step_is_a_roofline_per_kernel_kind() -> None:
 
 
 def test_prefill_adds_weights_and_flops() -> None:
-    assert serving.prefill_compute_s(3e-3, 2e-3) == pytest.approx(5e-3)
+    assert step.prefill_compute_s(3e-3, 2e-3) == pytest.approx(5e-3)
 
 
 def test_pcie_tp_uses_pcie_latencies() -> None:

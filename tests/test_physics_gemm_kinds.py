@@ -1,4 +1,4 @@
-"""A decode step's matmuls as a roofline per kind of GEMM (serving.matmuls_s): the linear layers at the weights'
+"""A decode step's matmuls as a roofline per kind of GEMM (step.matmuls_s): the linear layers at the weights'
 precision, the 16-bit LM head and the routed experts each keep their own ``max(weights, FLOPs)``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from clusterplan.catalog.load import Catalog
-from clusterplan.physics import serving
+from clusterplan.physics import serving, step
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import DecodeStepModel, ServingEstimate
 
@@ -24,15 +24,15 @@ SCOUT_LIKE = DecodeStepModel(
 def test_each_gemm_kind_keeps_its_own_roofline() -> None:
     """Compute-bound attention GEMMs no longer hide under the experts' weight stream: the step adds them."""
     n = 531.0
-    expert_w, expert_c = serving.expert_parts_s(SCOUT_LIKE, n)
+    expert_w, expert_c = step.expert_parts_s(SCOUT_LIKE, n)
     assert expert_w > expert_c  # the routed experts stream their weights
     assert n * SCOUT_LIKE.compute_per_seq_s > SCOUT_LIKE.dense_weights_s  # the linear layers multiply
     want = n * SCOUT_LIKE.compute_per_seq_s + n * SCOUT_LIKE.head_compute_per_seq_s + expert_w
-    assert serving.matmuls_s(SCOUT_LIKE, n) == pytest.approx(want, rel=1e-12)
-    weights, flops = serving.matmul_parts_s(SCOUT_LIKE, n)  # the kinds summed: the single roofline of before
-    assert serving.matmuls_s(SCOUT_LIKE, n) > max(weights, flops) + 3e-3
+    assert step.matmuls_s(SCOUT_LIKE, n) == pytest.approx(want, rel=1e-12)
+    weights, flops = step.matmul_parts_s(SCOUT_LIKE, n)  # the kinds summed: the single roofline of before
+    assert step.matmuls_s(SCOUT_LIKE, n) > max(weights, flops) + 3e-3
     # at one sequence every kind streams its weights, as the single roofline said
-    assert serving.matmuls_s(SCOUT_LIKE, 1.0) == pytest.approx(serving.matmul_parts_s(SCOUT_LIKE, 1.0)[0])
+    assert step.matmuls_s(SCOUT_LIKE, 1.0) == pytest.approx(step.matmul_parts_s(SCOUT_LIKE, 1.0)[0])
 
 
 def _est(catalog: Catalog, model: str, gpu: str, quant: str, *, batch: int = 512) -> ServingEstimate:
@@ -61,8 +61,8 @@ def test_a_dense_mlp_is_one_kind_with_the_attention_projections(catalog: Catalog
     m = est.step_model
     assert m is not None and m.expert_weights_s == 0.0 and m.expert_compute_per_seq_s == 0.0
     n = 300.0
-    linear = max(m.dense_weights_s, n * m.compute_per_seq_s * serving.linear_ramp(m, n))
-    assert serving.matmuls_s(m, n) == pytest.approx(linear + max(m.head_weights_s, n * m.head_compute_per_seq_s))
+    linear = max(m.dense_weights_s, n * m.compute_per_seq_s * step.linear_ramp(m, n))
+    assert step.matmuls_s(m, n) == pytest.approx(linear + max(m.head_weights_s, n * m.head_compute_per_seq_s))
 
 
 def test_blackwell_decode_gemms_ramp_up_later_than_hoppers(catalog: Catalog) -> None:
@@ -78,8 +78,8 @@ def test_blackwell_decode_gemms_ramp_up_later_than_hoppers(catalog: Catalog) -> 
             kv_precision="fp8", batch=256, input_tokens=1000, output_tokens=1000, context_tokens=2000, assumptions=flat,
         ).step_model  # fmt: skip
         assert ramped is not None and plain is not None
-        assert serving.linear_ramp(ramped, n) == pytest.approx(want)
-        assert serving.linear_ramp(plain, n) == 1.0
+        assert step.linear_ramp(ramped, n) == pytest.approx(want)
+        assert step.linear_ramp(plain, n) == 1.0
         linear_ramped = max(ramped.dense_weights_s, n * ramped.compute_per_seq_s * want)
         head = max(ramped.head_weights_s, n * ramped.head_compute_per_seq_s)
-        assert serving.matmuls_s(ramped, n) == pytest.approx(linear_ramped + head)
+        assert step.matmuls_s(ramped, n) == pytest.approx(linear_ramped + head)

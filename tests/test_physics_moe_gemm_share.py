@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusterplan.catalog.load import Catalog
-from clusterplan.physics import serving
+from clusterplan.physics import serving, step
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import ServingEstimate
 
@@ -156,7 +156,7 @@ def test_the_moe_kernel_spends_time_per_routed_token(catalog: Catalog, monkeypat
     m = with_cost.step_model  # the decode step's FLOPs side carries them too (one GPU: no EP imbalance)
     m0 = m.model_copy(update={"expert_routed_per_seq_s": 0.0, "expert_gathered_per_seq_s": 0.0})
     per_seq = m.expert_routed_per_seq_s + m.expert_gathered_per_seq_s
-    assert serving.matmul_parts_s(m, 1000)[1] == pytest.approx(serving.matmul_parts_s(m0, 1000)[1] + 1000 * per_seq)
+    assert step.matmul_parts_s(m, 1000)[1] == pytest.approx(step.matmul_parts_s(m0, 1000)[1] + 1000 * per_seq)
     spec = trt.engine_spec.model_copy(update={"moe_routed_token_s": {}})
     monkeypatch.setattr(Assumptions, "engine_spec", property(lambda self: spec))
     without = est(trt)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from clusterplan.catalog.load import Catalog
-from clusterplan.physics import moe, serving
+from clusterplan.physics import moe, serving, step
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import ServingEstimate
 
@@ -36,10 +36,10 @@ def test_a_dep4_step_on_hopper_multiplies_the_padded_rows(catalog: Catalog) -> N
     assert m is not None and m.expert_row_tile_max == 128
     unpadded = m.model_copy(update={"expert_row_tile_max": 0})
     n = 1600.0  # the replica's sequences, every one gathered by each rank's experts
-    _, padded_c = serving.expert_parts_s(m, n)
-    _, plain_c = serving.expert_parts_s(unpadded, n)
+    _, padded_c = step.expert_parts_s(m, n)
+    _, plain_c = step.expert_parts_s(unpadded, n)
     assert padded_c > 1.5 * plain_c
-    assert serving.decode_step_s(m, n) > 1.1 * serving.decode_step_s(unpadded, n)
+    assert step.decode_step_s(m, n) > 1.1 * step.decode_step_s(unpadded, n)
 
 
 def test_blackwell_kernels_do_not_pad(catalog: Catalog) -> None:

@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import memory
+from clusterplan.physics import memory, step
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.queueing import erlang_c, latency_at_load, max_rate_for_targets, p95_wait_s
-from clusterplan.physics.serving import decode_step_s, estimate_serving, max_batch_by_memory
+from clusterplan.physics.serving import estimate_serving, max_batch_by_memory
+from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import ServingEstimate
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA31_8B, MIXTRAL, RTX4090
 
@@ -181,7 +182,6 @@ def test_max_rate_meets_targets_and_is_tight() -> None:
 def test_decode_step_is_its_terms_to_the_bit(pp: int) -> None:
     """The decode step is its terms (a roofline per GEMM kind, tp_comm_s, all_to_all_s) composed per stage and over the
     pipeline, to the bit, MoE and EP included (the queueing model's rates compare them exactly)."""
-    from clusterplan.physics import serving
     from clusterplan.physics.types import DecodeStepModel
 
     m = DecodeStepModel(
@@ -194,17 +194,17 @@ def test_decode_step_is_its_terms_to_the_bit(pp: int) -> None:
         all_to_all_per_seq_s=5e-8,
     )  # fmt: skip
     for n in (0.0, 1.0, 2.5, 37.3, 512.0):
-        expert_w, expert_c = serving.expert_parts_s(m, n)
+        expert_w, expert_c = step.expert_parts_s(m, n)
         matmuls = max(m.dense_weights_s, n * m.compute_per_seq_s) + max(m.head_weights_s, n * m.head_compute_per_seq_s)
         stage = matmuls + max(expert_w, expert_c) + max(n * m.kv_per_seq_s, n * m.attention_compute_per_seq_s)
-        stage = stage + serving.tp_comm_s(m, n) + serving.all_to_all_s(m, n)
-        assert serving.decode_stage_s(m, n) == stage
+        stage = stage + step.tp_comm_s(m, n) + step.all_to_all_s(m, n)
+        assert step.decode_stage_s(m, n) == stage
         k = max(n, 1.0)
         per_micro = k / min(float(pp), k)
-        expert_w, expert_c = serving.expert_parts_s(m, per_micro)
+        expert_w, expert_c = step.expert_parts_s(m, per_micro)
         matmuls = max(m.dense_weights_s, per_micro * m.compute_per_seq_s)
         matmuls += max(m.head_weights_s, per_micro * m.head_compute_per_seq_s) + max(expert_w, expert_c)
         stage = matmuls + max(per_micro * m.kv_per_seq_s, per_micro * m.attention_compute_per_seq_s)
-        stage = stage + serving.tp_comm_s(m, per_micro) + serving.all_to_all_s(m, per_micro)
+        stage = stage + step.tp_comm_s(m, per_micro) + step.all_to_all_s(m, per_micro)
         hops = (pp - 1) * (m.pp_hop_fixed_s + per_micro * m.pp_hop_per_seq_s)
         assert decode_step_s(m, n) == pp * stage + hops + m.overhead_s

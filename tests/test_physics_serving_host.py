@@ -9,7 +9,7 @@ import pytest
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import ModelArchitecture
-from clusterplan.physics import moe, params, serving
+from clusterplan.physics import moe, params, serving, step
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import DecodeStepModel, ServingEstimate
 from conftest import ROOT
@@ -44,13 +44,13 @@ def test_host_time_bounds_a_step_and_overlaps_the_gpu() -> None:
         overhead_s=0.003,
     )  # fmt: skip
     host = gpu_only.model_copy(update={"host_per_seq_s": 25e-6})
-    assert serving.host_step_s(host, 2048) == pytest.approx(2048 * 25e-6)
-    assert serving.decode_step_s(host, 2048) == pytest.approx(2048 * 25e-6 + 0.003)  # host-bound: 51 ms + 3 ms
-    assert serving.decode_step_s(gpu_only, 2048) < 0.02
-    assert serving.decode_step_s(host, 4) == serving.decode_step_s(gpu_only, 4)  # hidden behind the GPU's 2 ms
+    assert step.host_step_s(host, 2048) == pytest.approx(2048 * 25e-6)
+    assert step.decode_step_s(host, 2048) == pytest.approx(2048 * 25e-6 + 0.003)  # host-bound: 51 ms + 3 ms
+    assert step.decode_step_s(gpu_only, 2048) < 0.02
+    assert step.decode_step_s(host, 4) == step.decode_step_s(gpu_only, 4)  # hidden behind the GPU's 2 ms
     shared = host.model_copy(update={"host_rank_share": 1 / 8})  # attention DP: each rank its own eighth
-    assert serving.host_step_s(shared, 2048) == pytest.approx(256 * 25e-6)
-    assert serving.decode_bound(host, 2048) == "host"
+    assert step.host_step_s(shared, 2048) == pytest.approx(256 * 25e-6)
+    assert step.decode_bound(host, 2048) == "host"
 
 
 def test_grace_host_is_slower_than_x86(catalog: Catalog, qwen30: ModelArchitecture) -> None:

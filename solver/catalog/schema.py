@@ -610,12 +610,12 @@ class EngineSpec(Provenance):
     host_time_per_sequence_layer_s: HostFactors = Field(
         default_factory=lambda: HostFactors(x86=0.0, arm=0.0),
         description="host (CPU) time per running sequence and decoder layer per step on the executor of one rank, "
-        "seconds; overlaps the GPU's step (physics/serving.py host_step_s); 0: not modelled",
+        "seconds; overlaps the GPU's step (physics/step.py host_step_s); 0: not modelled",
     )
     moe_routed_token_s: dict[str, dict[str, MoeTokenCost]] = Field(
         default_factory=dict,
         description="the MoE kernel's time per routed token and MoE layer beside its GEMM FLOPs, by catalog "
-        "architecture name then weight precision (physics/serving.py expert_parts_s); unlisted: 0, not modelled",
+        "architecture name then weight precision (physics/step.py expert_parts_s); unlisted: 0, not modelled",
     )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.serving import decode_step_s
+from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
 
 P95_Z = 1.6448536269514722  # standard normal 95th percentile

@@ -78,7 +78,7 @@ class DecodeStepModel(Result):
     """A replica's decode step as a function of the running batch ``n`` (seconds, per pipeline stage).
 
     Built by :func:`clusterplan.physics.serving.estimate_serving`; evaluated by
-    :func:`clusterplan.physics.serving.decode_step_s` so the queueing model can ask for the step time at
+    :func:`clusterplan.physics.step.decode_step_s` so the queueing model can ask for the step time at
     any running batch. Memory terms stream at achieved bandwidth, compute at achieved throughput.
     """
 
