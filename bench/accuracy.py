@@ -1012,12 +1012,17 @@ def moe_section(rows: list[Row]) -> list[str]:
     """Mixture-of-experts serving on its own: its summary, its error per model and GPU, and its rows."""
     moe_rows = view_rows(rows, "MoE serving")
     out = ["", "## Mixture-of-experts serving", ""]
+    a = Assumptions(engine="tensorrt-llm")
+    shares = (
+        f"Blackwell NVFP4 {a.moe_gemm_fraction('Blackwell', 'fp4'):.2f}, FP8 {a.moe_gemm_fraction('Blackwell', 'fp8'):.2f}, "
+        f"Hopper MXFP4 {a.moe_gemm_fraction('Hopper', 'fp4'):.2f} of the rows Triton's kernel pads, its weights at "
+        f"{a.moe_weight_fraction('Hopper', 'fp4'):.2f}"
+    )
     out.append(
         "MoE layers run at the dense factors times `moe_gemm_efficiency` (grouped GEMM; per engine, "
         "`catalog/engines.yaml`) times the architecture's share at the weights' precision "
-        "(`moe_gemm_architecture_fraction`: Blackwell NVFP4 0.75, FP8 0.94, Hopper MXFP4 0.86 of the rows Triton's "
-        "kernel pads, its weights at 0.57), plus TensorRT-LLM's "
-        "time per routed token and layer (`moe_routed_token_s`), all fitted together by `bench/moe_kernel_fit.py` on "
+        f"(`moe_gemm_architecture_fraction`: {shares}), plus TensorRT-LLM's time per routed token and layer and "
+        "fixed time per layer (`moe_routed_token_s`), all fitted together by `bench/moe_kernel_fit.py` on "
         "aiconfigurator-core 0.12.0's measured H100/H200/B200/GB200 MoE kernel tables, with the "
         "expert-load imbalance of `physics/moe.py` under expert parallelism and the dispatch/combine all-to-alls "
         "at `moe_all_to_all_efficiency` of the link. Under attention DP the dense MLPs and shared experts run "

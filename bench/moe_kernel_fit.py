@@ -3,12 +3,13 @@
 What it fits, per architecture and weight precision (catalog/engines.yaml ``moe_routed_token_s`` and
 physics/factors.py ``moe_gemm_architecture_fraction``): one MoE layer of ``T`` tokens on an EP rank takes
 
-    max(weights / g_weights, FLOPs / g + T·k/ep · rank_s + T·k · batch_s)
+    max(weights / g_weights, FLOPs / g + T·k/ep · rank_s + T·k · batch_s) + layer_s
 
 with ``weights`` and ``FLOPs`` at this model's own rates (the engine's bandwidth and compute efficiency, the
 architecture's compute share, the precision's matmul share, Hopper's block-scale share), ``g`` the grouped GEMM's
 share of that roofline (``g_weights`` = ``g`` but for the groups in ``TWO_SHARES``), ``rank_s`` the kernel's time per token routed to the rank's experts and ``batch_s`` per
-routed token of every token the rank receives; a kernel that pads each expert's rows to a row tile (the engine's
+routed token of every token the rank receives, ``layer_s`` the kernels' fixed time per layer whatever its tokens
+and weights, bounded by the group's fastest one-token layer (:func:`smallest_layer_s`); a kernel that pads each expert's rows to a row tile (the engine's
 ``row_tile_max``: Triton's MXFP4 MoE on Hopper) multiplies the padded rows (``moe.row_tile_padding``). The least
 soft-L1 log error over the tables' balanced-routing, TP 1, EP 1-32 rows whose layer is model-sized (>= 100 us on
 the roofline at g = 0.5).
@@ -119,12 +120,26 @@ def rows(data: Path, key: tuple[str, str]) -> Any:
     return pd.concat(parts)
 
 
+def smallest_layer_s(data: Path, key: tuple[str, str]) -> float:
+    """The group's fastest one-token layer, seconds: its fixed time per layer can be no longer."""
+    import pandas as pd
+
+    gpus, _, kernel, _ = GROUPS[key]
+    fastest = math.inf
+    for gpu_id in gpus:
+        df = pd.read_parquet(data / TABLE_DIR[gpu_id] / "moe" / "trtllm" / VERSION / "moe_perf.parquet")
+        one = df[(df.moe_dtype == key[1]) & (df.kernel_source == kernel) & (df.num_tokens == 1)]
+        fastest = min(fastest, float(one.latency.min()) * 1e-3)
+    return fastest
+
+
 def fit(
-    df: Any, *, token_terms: bool = True, two_shares: bool = False
-) -> tuple[tuple[float, float, float, float], Any]:
-    """(g, rank_s, batch_s, g_weights) and the log residuals (model over measured) of one group (``g`` alone without
-    the token terms: the model before 2026-11-24). ``two_shares``: the weight stream gets a share of its own
-    (``g_weights``; else ``g``)."""
+    df: Any, *, token_terms: bool = True, two_shares: bool = False, layer_max_s: float = 0.0
+) -> tuple[tuple[float, float, float, float, float], Any]:
+    """(g, rank_s, batch_s, g_weights, layer_s) and the log residuals (model over measured) of one group (``g`` alone
+    without the token terms: the model before 2026-11-24). ``two_shares``: the weight stream gets a share of its own
+    (``g_weights``; else ``g``). ``layer_max_s``: the bound on the kernels' fixed time per layer (``layer_s``; 0: none
+    fitted), the group's fastest one-token layer (:func:`smallest_layer_s`)."""
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -133,25 +148,34 @@ def fit(
     tw, tf = df.tw.to_numpy(), df.tf.to_numpy()
 
     def model(p: Any) -> Any:
-        g, rank_ns, batch_ns, g_weights = p
+        g, rank_ns, batch_ns, g_weights, layer_us = p
         g_w = g_weights if two_shares else g
-        return np.maximum(tw / g_w, tf / g + tokens * k / ep * rank_ns * 1e-9 + tokens * k * batch_ns * 1e-9)
+        tokens_s = tokens * k / ep * rank_ns * 1e-9 + tokens * k * batch_ns * 1e-9
+        return np.maximum(tw / g_w, tf / g + tokens_s) + layer_us * 1e-6
 
+    tiny = 1e-9  # an upper bound that pins a term left out at 0
     result = least_squares(
         lambda p: np.log(model(p)) - measured,
-        [0.6, 1.0, 0.1, 0.6] if token_terms else [0.6, 0.0, 0.0, 0.6],
-        bounds=([0.05, 0.0, 0.0, 0.05], [2.0, 100.0, 100.0, 2.0] if token_terms else [2.0, 1e-9, 1e-9, 2.0]),
+        [0.6, 1.0 if token_terms else 0.0, 0.1 if token_terms else 0.0, 0.6, layer_max_s * 0.5e6],
+        bounds=(
+            [0.05, 0.0, 0.0, 0.05, 0.0],
+            [2.0, 100.0 if token_terms else tiny, 100.0 if token_terms else tiny, 2.0, max(layer_max_s * 1e6, tiny)],
+        ),
         loss="soft_l1",
         f_scale=0.05,
     )
-    g, rank_ns, batch_ns, g_weights = (float(x) for x in result.x)
-    return (g, rank_ns * 1e-9, batch_ns * 1e-9, g_weights if two_shares else g), np.log(model(result.x)) - measured
+    g, rank_ns, batch_ns, g_weights, layer_us = (float(x) for x in result.x)
+    params = (g, rank_ns * 1e-9, batch_ns * 1e-9, g_weights if two_shares else g, layer_us * 1e-6)
+    return params, np.log(model(result.x)) - measured
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="aiconfigurator_core/systems/data")
     parser.add_argument("--without-token-terms", action="store_true", help="fit g alone, as before 2026-11-24")
+    parser.add_argument(
+        "--without-layer-term", action="store_true", help="no fixed time per layer, as before 2026-11-25"
+    )
     args = parser.parse_args()
     shapes = catalog_shapes()
     engine_g = Assumptions(engine="tensorrt-llm").moe_gemm_efficiency.datacenter
@@ -159,13 +183,17 @@ def main() -> None:
     for key in GROUPS:
         df = rows(args.data, key)
         two = key in TWO_SHARES
-        (g, rank_s, batch_s, g_w), residual = fit(df, token_terms=not args.without_token_terms, two_shares=two)
+        layer_max_s = 0.0 if args.without_layer_term else smallest_layer_s(args.data, key)
+        (g, rank_s, batch_s, g_w, layer_s), residual = fit(
+            df, token_terms=not args.without_token_terms, two_shares=two, layer_max_s=layer_max_s
+        )
         df = df.assign(res=residual)
         median = float(abs(df.res).median())
         weights = f"  g_weights {g_w:.3f} (fraction {g_w / engine_g:.2f})" if two else ""
         print(
             f"{key[0]:9s} {key[1]:12s} rows {len(df):5d}  g {g:.3f} (fraction {g / engine_g:.2f}){weights}  "
-            f"rank_s {rank_s:.2e}  batch_s {batch_s:.2e}  median |log residual| {median:.3f}"
+            f"rank_s {rank_s:.2e}  batch_s {batch_s:.2e}  layer_s {layer_s:.2e} (<= {layer_max_s:.2e})  "
+            f"median |log residual| {median:.3f}"
         )
         by_shape = df.groupby(["hidden_size", "inter_size", "topk", "num_experts"]).res.median()
         named = [f"{shapes[s]} {v:+.2f}" for s, v in by_shape.items() if s in shapes]

@@ -550,6 +550,14 @@ class MoeTokenCost(Row):
     batch_s: float = Field(
         ge=0, le=1e-6, description="per routed token of every token the rank's MoE receives (routing, sort), s"
     )
+    layer_s: float = Field(
+        0.0,
+        ge=0,
+        le=1e-3,
+        description="fixed time of one MoE layer's kernels whatever its tokens and weights (routing, permute, "
+        "quantise, finalize, the GEMMs' prologue and tail: the layer time the kernel tables' smallest batches "
+        "approach under CUDA graphs), s",
+    )
     row_tile_max: int = Field(
         0,
         ge=0,

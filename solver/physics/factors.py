@@ -334,27 +334,29 @@ class Assumptions(BaseModel):
         "fair public Blackwell training measurement is in bench/data)",
     )
     moe_gemm_architecture_fraction: dict[str, dict[str, float]] = Field(
-        default_factory=lambda: {"Blackwell": {"fp4": 0.75, "fp8": 0.94}, "Hopper": {"fp4": 0.86}},
+        default_factory=lambda: {"Blackwell": {"fp4": 0.79, "fp8": 0.97}, "Hopper": {"fp4": 0.86}},
         description="share of the engine's moe_gemm_efficiency (fitted on Hopper's FP8 and BF16 grouped GEMMs) an "
         "architecture's MoE kernel reaches at a weight precision, by catalog architecture name then precision; "
-        "unlisted 1.0. Fitted with the kernel's per-routed-token costs (catalog/engines.yaml moe_routed_token_s) by "
-        "bench/moe_kernel_fit.py on aiconfigurator-core 0.12.0, systems/data/{h100_sxm,h200_sxm,b200_sxm,gb200}/moe/"
-        "trtllm/1.3.0rc20/moe_perf.parquet, CUTLASS, balanced routing, TP 1, EP 1-32, layers of >= 100 us on the "
-        "roofline: share of this module's roofline Hopper FP8 0.745 and BF16 0.821 (the engine's 0.78), Blackwell "
-        "NVFP4 0.583 (0.75), FP8 0.730 (0.94), BF16 0.781 (1.0); Hopper MXFP4 weight-only (w4a16_mxfp4, moe_torch_flow: "
-        "gpt-oss's Triton kernel on Hopper) 0.667 (0.86) on the rows it pads (engines.yaml row_tile_max, "
+        "unlisted 1.0. Fitted with the kernel's per-routed-token and per-layer costs (catalog/engines.yaml "
+        "moe_routed_token_s) by bench/moe_kernel_fit.py on aiconfigurator-core 0.12.0, systems/data/{h100_sxm,"
+        "h200_sxm,b200_sxm,gb200}/moe/trtllm/1.3.0rc20/moe_perf.parquet, CUTLASS, balanced routing, TP 1, EP 1-32, "
+        "layers of >= 100 us on the roofline: share of this module's roofline Hopper FP8 0.829 and BF16 0.876 (the "
+        "engine's 0.85), Blackwell NVFP4 0.671 (0.79), FP8 0.826 (0.97), BF16 0.852 (1.0); Hopper MXFP4 weight-only "
+        "(w4a16_mxfp4, moe_torch_flow: gpt-oss's Triton kernel on Hopper) 0.731 (0.86) on the rows it pads (engines.yaml "
+        "row_tile_max, "
         "moe.row_tile_padding), its weight stream apart (moe_weight_stream_fraction); one share of 0.477 (0.61) on "
         "the real rows left EP 4 at 768-2,048 tokens 1.8-3x slower than the fit",
     )
     moe_weight_stream_fraction: dict[str, dict[str, float]] = Field(
-        default_factory=lambda: {"Hopper": {"fp4": 0.57}},
+        default_factory=lambda: {"Hopper": {"fp4": 0.71}},
         description="share of the engine's moe_gemm_efficiency an architecture's MoE kernel streams its weights at, "
         "where it differs from its GEMMs' (moe_gemm_architecture_fraction), by catalog architecture name then "
         "precision; unlisted: the GEMMs' share. Hopper FP4: TensorRT-LLM's Triton MXFP4 kernel (w4a16, dequantised "
-        "to BF16 in the GEMM) reaches 0.443 of this model's weight stream and 0.667 of its BF16 FLOPs on the padded "
-        "rows (0.57 and 0.86 of 0.78), fitted together by bench/moe_kernel_fit.py on aiconfigurator-core 0.12.0 "
-        "systems/data/{h100_sxm,h200_sxm}/moe/trtllm/1.3.0rc20/moe_perf.parquet (w4a16_mxfp4, moe_torch_flow, "
-        "balanced; median |log residual| 0.119 with one share, 0.069 with two)",
+        "to BF16 in the GEMM) reaches 0.604 of this model's weight stream and 0.731 of its BF16 FLOPs on the padded "
+        "rows (0.71 and 0.86 of 0.85), fitted together with its per-layer time by bench/moe_kernel_fit.py on "
+        "aiconfigurator-core 0.12.0 systems/data/{h100_sxm,h200_sxm}/moe/trtllm/1.3.0rc20/moe_perf.parquet "
+        "(w4a16_mxfp4, moe_torch_flow, balanced; median |log residual| 0.119 with one share, 0.069 with two, 0.018 "
+        "with the per-layer time)",
     )
     moe_block_scale_compute_fraction: dict[str, float] = Field(
         default_factory=lambda: {"Hopper": 0.60},
@@ -620,6 +622,11 @@ class Assumptions(BaseModel):
         engine's kernel work beside the expert GEMMs' FLOPs (catalog/engines.yaml moe_routed_token_s; 0 unlisted)."""
         kernel = self._moe_kernel(architecture, weight_precision)
         return (0.0, 0.0) if kernel is None else (kernel.rank_s, kernel.batch_s)
+
+    def moe_layer_s(self, architecture: str, weight_precision: str) -> float:
+        """The engine's MoE kernels' fixed time per MoE layer on one architecture and precision, s (0 unlisted)."""
+        kernel = self._moe_kernel(architecture, weight_precision)
+        return 0.0 if kernel is None else kernel.layer_s
 
     def moe_row_tile_max(self, architecture: str, weight_precision: str) -> int:
         """The engine's MoE kernel's largest padded row tile on one architecture and precision (0: no padding)."""

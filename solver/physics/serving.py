@@ -357,6 +357,7 @@ def estimate_serving(
     # to the rank, and routing every token its MoE receives: all of the step's under attention TP or an allgather
     # dispatch, its own 1/tp under an all-to-all
     rank_token_s, batch_token_s = a.moe_token_costs(gpu.architecture, quant) if is_moe else (0.0, 0.0)
+    layer_s = a.moe_layer_s(gpu.architecture, quant) if is_moe else 0.0  # each MoE layer's kernels, once a forward
     received_share = 1.0 / tp if attention_dp and dispatch == "all_to_all" else 1.0
     routed_token_s = k * rank_token_s / max(ep, 1)  # per MoE layer and token of the batch, on the average rank
     gathered_token_s = k * batch_token_s * received_share
@@ -388,6 +389,7 @@ def estimate_serving(
         moe_weight_efficiency=weight_eff if weight_eff != gemm_eff else None,
         expert_routed_per_seq_s=moe_layers * routed_token_s,
         expert_gathered_per_seq_s=moe_layers * gathered_token_s,
+        expert_layers_s=moe_layers * layer_s,
         expert_row_tile_max=a.moe_row_tile_max(gpu.architecture, quant) if is_moe else 0,
         expert_load_skew=a.moe_expert_load_skew,
         all_to_alls=2 * moe_layers if ep > 1 else 0,  # dispatch and combine per MoE layer
@@ -425,7 +427,9 @@ def estimate_serving(
     # the prompt's routed tokens in every MoE layer: the busiest rank's and the routing of all it receives
     prompt_tokens_s = computed * moe.moe_layers(arch) * (routed_token_s * imbalance + gathered_token_s)
     experts_s = expert_flops * imbalance / (gemm_eff * tp * expert_rate) + prompt_tokens_s
-    prefill_compute = dense_s / layout.attention_tp + experts_s
+    # a prompt alone pays the MoE kernels' fixed time per layer in each chunk's forward; riding a running step, not
+    prompt_layers_s = chunks * moe.moe_layers(arch) * layer_s
+    prefill_compute = dense_s / layout.attention_tp + experts_s + prompt_layers_s
     prefill_split = dense_s / tp + experts_s
     if a.speculative is not None and a.speculative.method == "draft":
         prefill_compute *= 1.0 + a.speculative.cost  # the draft model prefills the prompt too

@@ -70,7 +70,7 @@ def matmul_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
     expert_w, expert_c = expert_parts_s(model, n)
     weights = model.dense_weights_s + model.head_weights_s + expert_w
     linear = model.compute_per_seq_s * linear_ramp(model, n)
-    return weights, n * (linear + model.head_compute_per_seq_s) + expert_c
+    return weights, n * (linear + model.head_compute_per_seq_s) + expert_c + model.expert_layers_s
 
 
 def matmuls_s(model: DecodeStepModel, n: float) -> float:
@@ -88,7 +88,8 @@ def matmuls_s(model: DecodeStepModel, n: float) -> float:
     expert_w, expert_c = expert_parts_s(model, n)
     linear = max(model.dense_weights_s, n * model.compute_per_seq_s * linear_ramp(model, n))
     head = max(model.head_weights_s, n * model.head_compute_per_seq_s)
-    return linear + head + max(expert_w, expert_c)
+    # the MoE kernels' fixed time per layer beside their roofline (aiconfigurator-core 0.12.0 MoE tables)
+    return linear + head + max(expert_w, expert_c) + model.expert_layers_s
 
 
 def linear_ramp(model: DecodeStepModel, n: float) -> float:

@@ -139,6 +139,11 @@ class DecodeStepModel(Result):
     expert_gathered_per_seq_s: float = Field(
         0.0, ge=0, description="the MoE kernel's routing work for one sequence the rank's MoE receives, s"
     )
+    expert_layers_s: float = Field(
+        0.0,
+        ge=0,
+        description="the MoE kernels' fixed time over the stage's MoE layers per forward, whatever its tokens, s",
+    )
     expert_row_tile_max: int = Field(
         0, ge=0, description="the MoE kernel's largest row tile when it pads experts' rows to tiles (0: no padding)"
     )
