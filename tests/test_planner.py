@@ -294,6 +294,23 @@ def test_tiebreak_then_prefers_more_headroom(p_first: bool) -> None:
     assert first.total_cents == second.total_cents and first.gpus_in_use == second.gpus_in_use == 1
 
 
+@pytest.mark.parametrize("reverse", [False, True], ids=["listed", "reversed"])
+def test_pro_rata_cloud_instances_give_the_fewer_machines(reverse: bool) -> None:
+    # Four TP1 replicas of 1 req/s at $1/h a GPU: four 1-GPU instances or one 4-GPU instance, the same $4/h, the same
+    # four GPUs and the same headroom, so the tie-break cannot tell them apart. One machine is the design an operator
+    # would pick, whichever is listed first (families/structure.py: fewer than k of an instance k of which cost one).
+    rows = [srow("a", 1, rate=1.0)]
+    offers = [cloud("a", 1, 1.0), cloud("a", 4, 4.0)]
+    if reverse:
+        offers.reverse()
+    got = best(table([serving(rows, demand=4.0)], offers, horizon_months=1))[1].designs[0].solution
+    assert dict(got.instances) == {"cloud:a:4": 1}
+    # The other design really ties: alone on the table, four 1-GPU instances cost the same for the same GPUs.
+    alone = best(table([serving(rows, demand=4.0)], [cloud("a", 1, 1.0)], horizon_months=1))[1].designs[0].solution
+    assert dict(alone.instances) == {"cloud:a:1": 4}
+    assert alone.total_cents == got.total_cents and alone.gpus_in_use == got.gpus_in_use == 4
+
+
 def test_every_family_module_has_a_sentence_and_unique_id() -> None:
     ids = [f.id for f in registry()]
     assert len(ids) == len(set(ids))

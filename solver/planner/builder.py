@@ -62,7 +62,9 @@ Constraints
 13. ``inventory`` (l): ``u[o] <= I_o`` (without an inventory, ``u[o] = 0`` unconditionally).
     Symmetry cut (structural): where owned server sizes s and 2s of a GPU cost, draw and bill pro
     rata to GPU slots (the catalog's rule), ``m[s] <= 1``: two bought s-servers are worth one
-    2s-server, which hosts everything they host.
+    2s-server, which hosts everything they host. Likewise for cloud instances of one provider and
+    region whose k·s-GPU size costs k times the s-GPU one (no smaller NVLink domain or fabric):
+    ``n[s] <= k - 1``, so of equal-cost designs the plan holds the fewer machines.
 14. ``budget_capital`` (l): ``capital <= B``; ``budget_monthly`` (l): ``monthly <= B``;
     ``budget_total`` (l): ``total <= B`` (cents, budgets rounded down, costs rounded up).
 

@@ -104,6 +104,21 @@ def _pro_rata(small: Offering, big: Offering) -> bool:
     )
 
 
+def _cloud_pro_rata(small: Offering, big: Offering) -> bool:
+    """``big`` is ``k >= 2`` of ``small`` in one instance at ``k`` times its price, and runs anything they run."""
+    if big.kind != "cloud" or big.gpus_per_unit <= small.gpus_per_unit or big.gpus_per_unit % small.gpus_per_unit:
+        return False
+    k = big.gpus_per_unit // small.gpus_per_unit
+    return (
+        (big.gpu_id, big.provider, big.region, big.forbidden_by)
+        == (small.gpu_id, small.provider, small.region, small.forbidden_by)
+        and abs(small.usd_per_hour * k - big.usd_per_hour) <= 1e-9 * max(1.0, big.usd_per_hour)
+        and big.tp_domain >= small.tp_domain
+        and big.domain_gpus >= small.domain_gpus
+        and (big.fabric or not small.fabric)
+    )
+
+
 def _ub(pairs: Sequence[tuple[int, cp_model.IntVar]]) -> int:
     """Upper bound of sum(coef * var) for non-negative coefficients and variables."""
     total = 0
@@ -223,6 +238,17 @@ def add(
             big = sizes.get(2 * size)
             if big is not None and _pro_rata(o, big) and o.forbidden_by == big.forbidden_by:
                 model.add(v.bought(o) <= 1)
+    # (4c) the same for cloud instances: k instances of s GPUs cost exactly one of k*s GPUs from the same
+    # provider and region at the same price per GPU, which hosts everything they host (its NVLink domain,
+    # rack domain and fabric no smaller). So WLOG fewer than k of the small one: of two designs at one cost
+    # the plan takes the one with fewer machines, as an operator would, not whichever the search met first
+    # (four 1x-l40s or one 4x-l40s at $3.44/h flipped with the physics' last digits).
+    for o in table.offerings:
+        if o.kind != "cloud":
+            continue
+        multiples = [big.gpus_per_unit // o.gpus_per_unit for big in table.offerings if _cloud_pro_rata(o, big)]
+        if multiples:
+            model.add(v.instances(o) <= min(multiples) - 1)
     # (5) without inventory no server is free.
     if not inventory_family:
         for o in table.offerings:
