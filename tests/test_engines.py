@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.cli import app
 from clusterplan.design import evaluate
-from clusterplan.physics import memory, queueing, serving, step
+from clusterplan.physics import memory, moe, queueing, serving, step
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.requirement.schema import ServingWorkload
 
@@ -116,6 +116,23 @@ def test_a_verification_step_runs_every_drafted_token_through_the_experts() -> N
     flops_per_seq = 1e-6 + 4e-5 + 2e-6 + 1e-6
     assert step.matmul_parts_s(verify, 100)[1] == pytest.approx(100 * flops_per_seq * (2 + 0.03) / 1.8)
     assert step.all_to_all_s(verify, 100) == pytest.approx(2 * 100 * 1e-7 * 2 / 1.8)  # dispatch bytes too
+
+
+def test_a_verification_step_streams_the_experts_its_drafted_tokens_reach() -> None:
+    """At a few sequences an MoE step's weight stream is the experts its tokens touch; verifying k + 1 tokens a
+    sequence touches those of k + 1 tokens (DeepSeek-V3-like: 8 of 256 a token; 4 sequences touch ~31 experts, their
+    8 verified tokens ~57), and the proposer's forwards pay the MoE kernels' fixed time per layer."""
+    m = serving.DecodeStepModel(
+        pp=1, dense_weights_s=0.0, expert_weights_s=1e-4, kv_per_seq_s=0.0, compute_per_seq_s=0.0,
+        moe_experts=256, experts_per_token=8, expert_layers_s=0.002,
+    )  # fmt: skip
+    spec = SpeculativeDecoding(method="mtp", draft_tokens=1, acceptance_length=1.8, cost_fraction=0.03)
+    verify = step.speculative_step_model(m, spec)
+    assert verify.tokens_per_seq == 2.0
+    weights, _ = step.expert_parts_s(verify, 4)
+    assert weights == pytest.approx(1e-4 * moe.experts_touched(256, 8, 8) / 1.8)
+    assert weights > 1.8 * 1e-4 * moe.experts_touched(256, 8, 4) / 1.8  # not one token a sequence's ~31 experts
+    assert verify.expert_layers_s == pytest.approx(0.002 * 1.03 / 1.8)
 
 
 def test_means_sit_below_the_p95s(cat: Catalog) -> None:

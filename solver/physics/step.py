@@ -50,13 +50,14 @@ def expert_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
     and on every token it receives (routing), which the FLOPs side carries (aiconfigurator-core 0.12.0 MoE tables:
     ``max(weights, FLOPs + tokens)`` per layer).
     """
-    touched = moe.experts_touched(model.moe_experts, model.experts_per_token, n) / model.expert_parallel
+    tokens = n * model.tokens_per_seq  # a verification step routes each sequence's k + 1 tokens
+    touched = moe.experts_touched(model.moe_experts, model.experts_per_token, tokens) / model.expert_parallel
     g = model.moe_gemm_efficiency
-    imbalance = moe.load_imbalance(n, model.experts_per_token, model.expert_parallel, model.expert_load_skew)
+    imbalance = moe.load_imbalance(tokens, model.experts_per_token, model.expert_parallel, model.expert_load_skew)
     padding = 1.0  # the kernel's row tiles (moe.row_tile_padding: Triton's MXFP4 MoE on Hopper pads each expert's rows)
     if model.expert_row_tile_max:
         padding = moe.row_tile_padding(
-            n, model.experts_per_token, model.moe_experts, model.expert_parallel, model.expert_row_tile_max
+            tokens, model.experts_per_token, model.moe_experts, model.expert_parallel, model.expert_row_tile_max
         )
     routed = model.expert_compute_per_seq_s * padding / g + model.expert_routed_per_seq_s
     weights = model.expert_weights_s * touched / (model.moe_weight_efficiency or g)
@@ -173,7 +174,8 @@ def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) ->
     cost ``c`` of a target forward).
 
     One verification step runs the target on ``k + 1`` tokens per sequence: matmul (dense and routed-expert) and
-    attention FLOPs, the TP all-reduce and MoE dispatch payloads grow ``k + 1``-fold, the weights and KV cache are streamed once (Leviathan et al. 2023,
+    attention FLOPs, the TP all-reduce and MoE dispatch payloads grow ``k + 1``-fold, the experts touched are those
+    of ``k + 1`` tokens a sequence, the weights and KV cache are streamed once (Leviathan et al. 2023,
     arXiv:2211.17192 §3; vLLM ``spec_decode`` scores all proposals in one forward). The proposer adds ``k``
     forwards at ``c`` of the target's weights, KV and FLOPs. The step keeps ``tau`` tokens, so every time is
     divided by ``tau``: :func:`decode_step_s` of the result is the time per output token.
@@ -195,6 +197,9 @@ def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) ->
             "tp_allreduce_per_seq_s": [x * (k + 1.0) for x in model.tp_allreduce_per_seq_s],
             "pp_hop_per_seq_s": model.pp_hop_per_seq_s * (k + 1.0),
             "all_to_all_per_seq_s": model.all_to_all_per_seq_s * (k + 1.0),
+            # the k + 1 tokens of a sequence reach more experts than one does: more expert weights stream
+            "tokens_per_seq": model.tokens_per_seq * (k + 1.0),
+            "expert_layers_s": model.expert_layers_s * (1.0 + k * c),  # the proposer's forwards pay it too
         }
     )
     return scale_step_model(verify, 1.0 / tau)

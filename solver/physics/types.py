@@ -139,6 +139,11 @@ class DecodeStepModel(Result):
     expert_gathered_per_seq_s: float = Field(
         0.0, ge=0, description="the MoE kernel's routing work for one sequence the rank's MoE receives, s"
     )
+    tokens_per_seq: float = Field(
+        1.0,
+        ge=1,
+        description="tokens each sequence runs through the step's experts (k + 1 under speculative verification)",
+    )
     expert_layers_s: float = Field(
         0.0,
         ge=0,
