@@ -23,6 +23,7 @@ ship inside that wheel: ``aiconfigurator_core/systems/data/<gpu>/moe/trtllm/1.3.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,14 @@ def catalog_shapes() -> dict[tuple[int, int, int, int], str]:
     return names
 
 
+@functools.cache
+def table(data: Path, gpu_id: str) -> Any:
+    """One GPU's MoE kernel table, read once for every group that uses it."""
+    import pandas as pd
+
+    return pd.read_parquet(data / TABLE_DIR[gpu_id] / "moe" / "trtllm" / VERSION / "moe_perf.parquet")
+
+
 def rows(data: Path, key: tuple[str, str]) -> Any:
     """The table rows of one group, with this model's weight and FLOP times per row (``tw``, ``tf``, seconds)."""
     import pandas as pd
@@ -95,7 +104,7 @@ def rows(data: Path, key: tuple[str, str]) -> Any:
     gpus, precision, kernel, block = GROUPS[key]
     parts = []
     for gpu_id in gpus:
-        df = pd.read_parquet(data / TABLE_DIR[gpu_id] / "moe" / "trtllm" / VERSION / "moe_perf.parquet")
+        df = table(data, gpu_id)
         df = df[
             (df.distribution == "balanced")
             & (df.moe_dtype == key[1])
@@ -122,12 +131,10 @@ def rows(data: Path, key: tuple[str, str]) -> Any:
 
 def smallest_layer_s(data: Path, key: tuple[str, str]) -> float:
     """The group's fastest one-token layer, seconds: its fixed time per layer can be no longer."""
-    import pandas as pd
-
     gpus, _, kernel, _ = GROUPS[key]
     fastest = math.inf
     for gpu_id in gpus:
-        df = pd.read_parquet(data / TABLE_DIR[gpu_id] / "moe" / "trtllm" / VERSION / "moe_perf.parquet")
+        df = table(data, gpu_id)
         one = df[(df.moe_dtype == key[1]) & (df.kernel_source == kernel) & (df.num_tokens == 1)]
         fastest = min(fastest, float(one.latency.min()) * 1e-3)
     return fastest

@@ -421,14 +421,15 @@ def estimate_serving(
     chunks = max(1, math.ceil(computed / a.chunk_tokens))
     total_flops = prefill_flops(arch, computed, cached_tokens=cached)
     attention_flops = prefill_attention_flops(arch, computed, cached_tokens=cached)  # at the attention's rate
-    expert_flops = 2.0 * moe.moe_layers(arch) * k * moe.expert_params(arch) * computed if is_moe else 0.0
+    all_moe_layers = moe.moe_layers(arch)  # a prompt passes every stage's
+    expert_flops = 2.0 * all_moe_layers * k * moe.expert_params(arch) * computed if is_moe else 0.0
     imbalance = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew)  # the busiest EP rank's share
     dense_s = (total_flops - expert_flops - attention_flops) / flops_rate + attention_flops / attention_rate
     # the prompt's routed tokens in every MoE layer: the busiest rank's and the routing of all it receives
-    prompt_tokens_s = computed * moe.moe_layers(arch) * (routed_token_s * imbalance + gathered_token_s)
+    prompt_tokens_s = computed * all_moe_layers * (routed_token_s * imbalance + gathered_token_s)
     experts_s = expert_flops * imbalance / (gemm_eff * tp * expert_rate) + prompt_tokens_s
     # a prompt alone pays the MoE kernels' fixed time per layer in each chunk's forward; riding a running step, not
-    prompt_layers_s = chunks * moe.moe_layers(arch) * layer_s
+    prompt_layers_s = chunks * all_moe_layers * layer_s
     prefill_compute = dense_s / layout.attention_tp + experts_s + prompt_layers_s
     prefill_split = dense_s / tp + experts_s
     if a.speculative is not None and a.speculative.method == "draft":
@@ -441,7 +442,7 @@ def estimate_serving(
     prefill_allreduces = chunks * moe.allreduces(arch, layout, arch.layers)  # every layer's, once per chunk
     prefill_tp_comm = prefill_allreduces * prefill_allreduce
     chunk_tokens = computed / chunks
-    a2a_count = 2 * moe.moe_layers(arch) if ep > 1 else 0
+    a2a_count = 2 * all_moe_layers if ep > 1 else 0
     sent = dispatch_bytes * chunk_tokens / layout.attention_tp  # one request's chunk leaves its attention GPUs
     prefill_a2a = chunks * a2a_count * (a2a_latency + sent * a2a_per_byte) if a2a_count else 0.0
     # At saturation a prompt's tokens ride the running step's collectives: one forward takes every scheduled

@@ -48,7 +48,7 @@ def expert_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
     Expert GEMMs run at ``moe_gemm_efficiency`` of the dense roofline (grouped GEMM at few tokens per expert; 1 for
     a dense model), and the MoE kernel spends a time per routed token beside them, on the tokens routed to the rank
     and on every token it receives (routing), which the FLOPs side carries (aiconfigurator-core 0.12.0 MoE tables:
-    ``max(weights, FLOPs + tokens)`` per layer).
+    ``max(weights, FLOPs + tokens) + fixed`` per layer; the fixed part, ``expert_layers_s``, :func:`matmuls_s` adds).
     """
     tokens = n * model.tokens_per_seq  # a verification step routes each sequence's k + 1 tokens
     touched = moe.experts_touched(model.moe_experts, model.experts_per_token, tokens) / model.expert_parallel

@@ -91,13 +91,16 @@ def upper_bound(var: cp_model.IntVar) -> int:
 
 
 def _pro_rata(small: Offering, big: Offering) -> bool:
+    """Every cost of ``big`` (hourly price, capital, power, energy) is its GPU slots over ``small``'s times
+    ``small``'s, and its NVLink domain is no smaller. The costs a kind does not have are 0 on both sides."""
     ratio = big.gpus_per_unit / small.gpus_per_unit
 
     def same(a: float, b: float) -> bool:
         return abs(a * ratio - b) <= 1e-9 * max(1.0, abs(b))
 
     return (
-        same(small.capital_usd, big.capital_usd)
+        same(small.usd_per_hour, big.usd_per_hour)
+        and same(small.capital_usd, big.capital_usd)
         and same(small.power_w, big.power_w)
         and same(small.energy_usd_per_month, big.energy_usd_per_month)
         and big.tp_domain >= small.tp_domain
@@ -105,15 +108,13 @@ def _pro_rata(small: Offering, big: Offering) -> bool:
 
 
 def _cloud_pro_rata(small: Offering, big: Offering) -> bool:
-    """``big`` is ``k >= 2`` of ``small`` in one instance at ``k`` times its price, and runs anything they run."""
-    if big.kind != "cloud" or big.gpus_per_unit <= small.gpus_per_unit or big.gpus_per_unit % small.gpus_per_unit:
+    """``big`` is ``k >= 2`` of ``small`` in one instance of the same provider and region at ``k`` times its
+    price (:func:`_pro_rata`), and runs anything they run (rack domain and fabric no smaller)."""
+    if big.gpus_per_unit <= small.gpus_per_unit or big.gpus_per_unit % small.gpus_per_unit:
         return False
-    k = big.gpus_per_unit // small.gpus_per_unit
     return (
-        (big.gpu_id, big.provider, big.region, big.forbidden_by)
-        == (small.gpu_id, small.provider, small.region, small.forbidden_by)
-        and abs(small.usd_per_hour * k - big.usd_per_hour) <= 1e-9 * max(1.0, big.usd_per_hour)
-        and big.tp_domain >= small.tp_domain
+        (big.provider, big.region, big.forbidden_by) == (small.provider, small.region, small.forbidden_by)
+        and _pro_rata(small, big)
         and big.domain_gpus >= small.domain_gpus
         and (big.fabric or not small.fabric)
     )
@@ -243,12 +244,12 @@ def add(
     # rack domain and fabric no smaller). So WLOG fewer than k of the small one: of two designs at one cost
     # the plan takes the one with fewer machines, as an operator would, not whichever the search met first
     # (four 1x-l40s or one 4x-l40s at $3.44/h flipped with the physics' last digits).
-    for o in table.offerings:
-        if o.kind != "cloud":
-            continue
-        multiples = [big.gpus_per_unit // o.gpus_per_unit for big in table.offerings if _cloud_pro_rata(o, big)]
-        if multiples:
-            model.add(v.instances(o) <= min(multiples) - 1)
+    for gid in sorted({o.gpu_id for o in table.offerings if o.kind == "cloud"}):
+        instances = table.offerings_of(gid, "cloud")
+        for o in instances:
+            multiples = [big.gpus_per_unit // o.gpus_per_unit for big in instances if _cloud_pro_rata(o, big)]
+            if multiples:
+                model.add(v.instances(o) <= min(multiples) - 1)
     # (5) without inventory no server is free.
     if not inventory_family:
         for o in table.offerings:
