@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusterplan.catalog.load import Catalog
-from clusterplan.physics import serving, step
+from clusterplan.physics import disagg, serving, step
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import ServingEstimate
 
@@ -199,5 +199,10 @@ def test_the_moe_kernels_fixed_time_is_paid_once_a_layer_per_forward(
     assert without.step_model is not None and without.step_model.expert_layers_s == 0.0
     assert qwen.prefill_s - without.prefill_s == pytest.approx(48 * 2.6e-5)  # 2,048 tokens: one 8,192-token chunk
     assert qwen.prefill_busy_s == pytest.approx(without.prefill_busy_s)
+    # a prefill-only replica's pass pays it too: a 2,048-token prompt is a quarter of one 8,192-token pass
+    service = disagg.prefill_service_s(qwen, input_tokens=2048, assumptions=trt)
+    assert service - disagg.prefill_service_s(without, input_tokens=2048, assumptions=trt) == pytest.approx(
+        0.25 * 48 * 2.6e-5
+    )
     dense = est("llama-3.1-8b", trt).step_model
     assert dense is not None and dense.expert_layers_s == 0.0

@@ -114,12 +114,12 @@ def prefill_passes(input_tokens: float, chunk_tokens: int) -> float:
 def prefill_service_s(est: ServingEstimate, *, input_tokens: float, assumptions: Assumptions) -> float:
     """Busy time one prompt costs a prefill-only replica, seconds: its FLOPs and TP all-reduces in forwards of
     its own (``prefill_alone_busy_s``, per pipeline stage; no decode step to ride) plus its share of the weight
-    stream and step overhead per pass."""
+    stream, the MoE kernels' fixed time per layer and the step overhead per pass."""
     m = est.step_model
     if m is None:
         return est.prefill_s
     touched = experts_touched(m.moe_experts, m.experts_per_token, min(input_tokens, assumptions.chunk_tokens))
-    per_pass = m.dense_weights_s + m.head_weights_s + m.expert_weights_s * touched + m.overhead_s
+    per_pass = m.dense_weights_s + m.head_weights_s + m.expert_weights_s * touched + m.expert_layers_s + m.overhead_s
     return est.prefill_alone_busy_s + prefill_passes(input_tokens, assumptions.chunk_tokens) * per_pass
 
 
