@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, moe, params, serving, training
+from clusterplan.physics import memory, params, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.step import decode_step_s
@@ -161,8 +161,9 @@ class Setting(BaseModel):
     attention_dp: bool = Field(False, description="attention data-parallel over each stage's GPUs (MoE)")
     eplb: bool = Field(
         False,
-        description="the run balanced its expert placement (EPLB); without it an EP run's routed load carries "
-        "the power-law skew of clusterplan.physics.moe.routing_skew (a fact of the setup, not a fitted factor)",
+        description="the run balanced its expert placement (EPLB): Assumptions moe_routing balanced; without it "
+        "the routed load carries power-law routing's slowdown, the planner's default (physics/moe.py routing_ratio, "
+        "routing_skew: a fact of the setup, not a fitted factor)",
     )
     per: Literal["gpu", "total"] = "total"
     flags: list[str] = Field(default_factory=list)
@@ -220,8 +221,8 @@ class Setting(BaseModel):
             out["host_time_per_sequence_layer_s"] = 0.0
         if self.single_card:
             out["sustained_clock_fraction"] = 1.0
-        if self.ep > 1 and not self.eplb:
-            out["moe_expert_load_skew"] = moe.routing_skew(self.ep)
+        if self.eplb:
+            out["moe_routing"] = "balanced"
         return out
 
 
@@ -1027,8 +1028,10 @@ def moe_section(rows: list[Row]) -> list[str]:
         "expert-load imbalance of `physics/moe.py` under expert parallelism and the dispatch/combine all-to-alls "
         "at `moe_all_to_all_efficiency` of the link. Under attention DP the dense MLPs and shared experts run "
         "data-parallel too (whole on every GPU), as TensorRT-LLM does; without balanced expert placement (EPLB) "
-        "an EP run's routed load carries `moe.routing_skew` (aiconfigurator-core's power-law over balanced MoE "
-        "kernel latency). TensorRT-LLM moves an attention-DP layer's tokens by allgather and reduce-scatter (every "
+        "the routed load is unbalanced: TensorRT-LLM's expert GEMMs take the kernel tables' power-law over balanced "
+        "latency at the tokens the layer receives and its EP degree (`unbalanced` in `moe_routed_token_s`, "
+        "`moe.routing_ratio`; Hopper FP8 at EP 8 and 1,024 tokens 1.23, gpt-oss's MXFP4 kernel at EP 1 1.52), other "
+        "engines `moe.routing_skew` across EP ranks. TensorRT-LLM moves an attention-DP layer's tokens by allgather and reduce-scatter (every "
         "rank gathers every token; all-to-all only on a rack-scale NVLink domain), its PyTorch executor spends "
         "`host_time_per_sequence_layer_s` of CPU per running sequence and decoder layer per step (x86 0.70 us, Grace "
         "0.80 us), overlapped "

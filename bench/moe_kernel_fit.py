@@ -52,6 +52,10 @@ TWO_SHARES = {("Hopper", "w4a16_mxfp4")}
 TABLE_DIR = {"b200": "b200_sxm", "gb200": "gb200", "h100-sxm": "h100_sxm", "h200": "h200_sxm"}
 MIN_ROOFLINE_S = 100e-6  # model-sized layers: launch-bound toy shapes would dominate a table-wide fit
 MAX_EP = 32
+# The routed tokens at which the unbalanced-routing ratios are tabulated (engines.yaml ``unbalanced``): the tables'
+# own points from where the compute side can bind; below 128 tokens the weights bind and the ratio is 1
+ROUTING_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+ROUTING_ALPHAS = ("power_law_1.01", "power_law_1.2")  # aiconfigurator's defaults: DeepSeek-family, other MoE models
 
 
 def rates(gpu_id: str, precision: str, block: bool) -> tuple[float, float, float]:
@@ -140,6 +144,40 @@ def smallest_layer_s(data: Path, key: tuple[str, str]) -> float:
     return fastest
 
 
+def routing_ratios(data: Path, key: tuple[str, str]) -> dict[int, list[float]]:
+    """EP degree -> the group's layer time under power-law routing over balanced, at each of ``ROUTING_TOKENS``.
+
+    The median over the group's GPUs, shapes and both power-law exponents the tables hold (aiconfigurator's
+    defaults: 1.01 for DeepSeek-family models, 1.2 for the others; one curve per kernel, not per model), TP 1, EP
+    1-32, floored at 1: below it the power-law rows touch fewer experts than balanced ones, which the weight side
+    (uniform routing, ``moe.experts_touched``) already carries.
+    """
+    import pandas as pd
+
+    gpus, _, kernel, _ = GROUPS[key]
+    parts = []
+    for gpu_id in gpus:
+        df = table(data, gpu_id)
+        parts.append(
+            df[
+                (df.moe_dtype == key[1])
+                & (df.kernel_source == kernel)
+                & (df.moe_tp_size == 1)
+                & (df.moe_ep_size <= MAX_EP)
+                & df.num_tokens.isin(ROUTING_TOKENS)
+            ]
+        )
+    df = pd.concat(parts)
+    shape = ["device", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size", "num_tokens"]
+    wide = df.pivot_table(index=shape, columns="distribution", values="latency")
+    ratios = pd.concat([wide[a] / wide["balanced"] for a in ROUTING_ALPHAS if a in wide]).dropna()
+    median = ratios.groupby(level=["moe_ep_size", "num_tokens"]).median()
+    return {
+        int(ep): [round(max(1.0, float(median.get((ep, t), 1.0))), 2) for t in ROUTING_TOKENS]
+        for ep in sorted(median.index.get_level_values(0).unique())
+    }
+
+
 def fit(
     df: Any, *, token_terms: bool = True, two_shares: bool = False, layer_max_s: float = 0.0
 ) -> tuple[tuple[float, float, float, float, float], Any]:
@@ -181,7 +219,16 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True, help="aiconfigurator_core/systems/data")
     parser.add_argument("--without-token-terms", action="store_true", help="fit g alone, as before 2026-11-24")
     parser.add_argument("--without-layer-term", action="store_true", help="no fixed time per layer, as in round six")
+    parser.add_argument("--routing", action="store_true", help="print the unbalanced-routing ratios (engines.yaml)")
     args = parser.parse_args()
+    if args.routing:
+        print(f"# routed tokens: {list(ROUTING_TOKENS)}")
+        for key in GROUPS:
+            precision = "fp8_block" if GROUPS[key][3] else GROUPS[key][1]
+            print(f"{key[0]} {precision}:")
+            for ep, row in routing_ratios(args.data, key).items():
+                print(f"  {ep}: [{', '.join(f'{r:.2f}' for r in row)}]")
+        return
     shapes = catalog_shapes()
     engine_g = Assumptions(engine="tensorrt-llm").moe_gemm_efficiency.datacenter
     print(f"engine moe_gemm_efficiency (datacenter): {engine_g:.3f}")

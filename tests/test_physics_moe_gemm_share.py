@@ -130,8 +130,9 @@ def test_mla_absorbed_projections_with_fp8_block_scales_run_at_their_kernels_rat
 def test_the_moe_kernel_spends_time_per_routed_token(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     # aiconfigurator-core 0.12.0 moe_perf (TensorRT-LLM 1.3.0rc20, CUTLASS): beside its GEMMs the kernel costs a time
     # per token routed to the rank and per routed token it receives; Qwen3-30B-A3B's 768-wide experts at FP4 spend
-    # more of a prompt there than in their FLOPs. Block-scaled FP8 has its own entry on Hopper only.
-    trt = Assumptions(engine="tensorrt-llm")
+    # more of a prompt there than in their FLOPs. Block-scaled FP8 has its own entry on Hopper only. Balanced routing:
+    # the kernel's own terms, no unbalanced-routing ratio on top (tests/test_physics_moe_routing.py).
+    trt = Assumptions(engine="tensorrt-llm", moe_routing="balanced")
     assert trt.moe_token_costs("Blackwell", "fp4") == (9.0e-9, 7.9e-10)
     assert trt.moe_token_costs("hopper", "fp8") == (6.6e-9, 7.3e-10)
     block = trt.model_copy(update={"fp8_weight_scaling": "block"})

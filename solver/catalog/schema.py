@@ -565,6 +565,12 @@ class MoeTokenCost(Row):
         description="largest row tile of a kernel that pads each expert's rows to a tile sized from the gathered "
         "rows per local expert (Triton matmul_ogs: 128; physics/moe.py row_tile_padding); 0: no padding modelled",
     )
+    unbalanced: dict[Annotated[int, Field(ge=1, le=1024)], list[Annotated[float, Field(ge=1, le=8)]]] = Field(
+        default_factory=dict,
+        description="the layer's time under unbalanced (power-law) routing over its time under balanced routing, by "
+        "EP degree, at each of the engine's moe_routing_tokens routed tokens (physics/moe.py routing_ratio); "
+        "empty: not tabulated",
+    )
 
 
 class EngineSpec(Provenance):
@@ -625,8 +631,28 @@ class EngineSpec(Provenance):
         description="the MoE kernel's time per routed token and MoE layer beside its GEMM FLOPs, by catalog "
         "architecture name then weight precision (physics/step.py expert_parts_s); unlisted: 0, not modelled",
     )
+    moe_routing_tokens: list[Annotated[int, Field(ge=1, le=1_048_576)]] = Field(
+        default_factory=list,
+        description="the tokens a layer receives at which moe_routed_token_s rows tabulate their unbalanced-routing "
+        "ratios, ascending",
+    )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")
+
+    @model_validator(mode="after")
+    def _routing_table_matches_its_tokens(self) -> EngineSpec:
+        tokens = self.moe_routing_tokens
+        if tokens != sorted(set(tokens)):
+            raise ValueError("moe_routing_tokens must ascend without repeats")
+        for arch, by_precision in self.moe_routed_token_s.items():
+            for precision, row in by_precision.items():
+                for ep, ratios in row.unbalanced.items():
+                    if len(ratios) != len(tokens):
+                        raise ValueError(
+                            f"moe_routed_token_s.{arch}.{precision}.unbalanced[{ep}]: {len(ratios)} ratios for "
+                            f"{len(tokens)} moe_routing_tokens"
+                        )
+        return self
 
     def fraction_at(self, tp: int) -> float:
         """The default memory fraction at tensor-parallel size ``tp``."""

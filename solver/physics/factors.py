@@ -238,8 +238,16 @@ class Assumptions(BaseModel):
         1.0,
         ge=1,
         le=8,
-        description="static max/mean load of EP ranks beyond routing noise (1: experts placed to balance load, "
-        "as DeepSeek's EPLB does; physics/moe.py load_imbalance adds the balls-into-bins term)",
+        description="static max/mean load of EP ranks beyond routing noise and moe_routing (1: none beyond them; "
+        "physics/moe.py load_imbalance adds the balls-into-bins term)",
+    )
+    moe_routing: Literal["power_law", "balanced"] = Field(
+        "power_law",
+        description="how a serving replica's tokens spread over its experts: power_law (a few hot experts, as a "
+        "router does without expert rebalancing; aiconfigurator-core 0.12.0 predicts with it) slows the MoE's "
+        "compute side by the engine's tabulated kernel ratio (catalog/engines.yaml moe_routed_token_s unbalanced: "
+        "TensorRT-LLM), else by physics/moe.py routing_skew across EP ranks; balanced: an EPLB-balanced placement, "
+        "no slowdown",
     )
     scale_up_latency_s: float = Field(
         8e-6,
@@ -632,6 +640,19 @@ class Assumptions(BaseModel):
         """The engine's MoE kernel's largest padded row tile on one architecture and precision (0: no padding)."""
         kernel = self._moe_kernel(architecture, weight_precision)
         return 0 if kernel is None else kernel.row_tile_max
+
+    def moe_routing_curve(self, architecture: str, weight_precision: str, ep: int) -> tuple[tuple[float, float], ...]:
+        """((tokens, ratio), ...): the engine's MoE layer time under power-law over balanced routing at ``ep`` (the
+        largest tabulated EP degree not above it), by the tokens the layer receives; empty under balanced routing or
+        where the engine tabulates none (physics/moe.py routing_ratio)."""
+        kernel = self._moe_kernel(architecture, weight_precision)
+        if self.moe_routing == "balanced" or kernel is None or not kernel.unbalanced:
+            return ()
+        degrees = [d for d in sorted(kernel.unbalanced) if d <= max(ep, 1)]
+        if not degrees:
+            return ()
+        tokens = self.engine_spec.moe_routing_tokens
+        return tuple(zip((float(t) for t in tokens), kernel.unbalanced[degrees[-1]], strict=True))
 
     def _moe_kernel(self, architecture: str, weight_precision: str) -> MoeTokenCost | None:
         """The engine's MoE kernel row for one architecture and weight precision (``fp8_block`` for block-scaled

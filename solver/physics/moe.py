@@ -18,7 +18,9 @@ MoE fields, so a richer schema (shared experts, dense-first layers, separate exp
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture, MoeDispatch
@@ -309,6 +311,41 @@ def routing_skew(ep: int) -> float:
     if ep <= 1:
         return 1.0
     return 1.0 + ROUTING_SKEW_PER_DOUBLING * math.log2(ep)
+
+
+def routing_ratio(curve: Sequence[tuple[float, float]], tokens: float) -> float:
+    """The MoE layer's time under power-law routing over its time under balanced routing at ``tokens`` tokens the
+    layer receives: ``curve``'s ``(tokens, ratio)`` points joined linearly in log tokens, its end values beyond
+    them; 1 without a curve.
+
+    TensorRT-LLM's curves (catalog/engines.yaml ``unbalanced``; ``bench/moe_kernel_fit.py --routing``) are the
+    aiconfigurator-core 0.12.0 MoE tables' power-law over balanced latencies: at EP 1 the kernel alone slows as hot
+    experts pile rows on a few GEMMs (Hopper FP8 1.09 at 1,024 tokens, Triton's MXFP4 kernel 1.52), and under EP the
+    busiest rank adds its excess (EP 8: 1.23, 1.41).
+    """
+    if not curve:
+        return 1.0
+    if tokens <= curve[0][0]:
+        return curve[0][1]
+    for (t0, r0), (t1, r1) in itertools.pairwise(curve):
+        if tokens <= t1:
+            f = math.log(tokens / t0) / math.log(t1 / t0)
+            return r0 + f * (r1 - r0)
+    return curve[-1][1]
+
+
+def serving_routing(
+    a: Assumptions, architecture: str, weight_precision: str, ep: int
+) -> tuple[float, tuple[tuple[float, float], ...]]:
+    """(static skew, routing curve) of a serving replica's MoE (:func:`load_imbalance`, :func:`routing_ratio`).
+
+    Power-law routing (Assumptions ``moe_routing``): the engine's tabulated curve where it has one, else
+    :func:`routing_skew` across the EP ranks; balanced routing: neither. ``moe_expert_load_skew`` on top.
+    """
+    curve = a.moe_routing_curve(architecture, weight_precision, ep)
+    if a.moe_routing == "balanced" or curve:
+        return a.moe_expert_load_skew, curve
+    return a.moe_expert_load_skew * routing_skew(ep), ()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -290,6 +290,8 @@ def estimate_serving(
     gemm_eff = a.moe_gemm_efficiency.of(cls) * a.moe_gemm_fraction(gpu.architecture, quant) if is_moe else 1.0
     # ... and of the weight stream, where the kernel's differs (a dequantising MXFP4 kernel on Hopper)
     weight_eff = a.moe_gemm_efficiency.of(cls) * a.moe_weight_fraction(gpu.architecture, quant) if is_moe else 1.0
+    # unbalanced routing: the engine's kernel ratio by tokens, else a static skew across EP ranks (physics/moe.py)
+    expert_skew, routing_curve = moe.serving_routing(a, gpu.architecture, quant, ep) if is_moe else (1.0, ())
     # FP8 block scales cost the expert GEMMs compute, not weight bytes, on Hopper (moe_block_scale_compute_fraction)
     expert_rate = flops_rate * a.moe_compute_fraction(gpu.architecture, quant)
     # ... and MLA's absorbed per-head projections (mla_block_scale_bmm_fraction): their FLOPs leave the FP8 rate
@@ -391,7 +393,8 @@ def estimate_serving(
         expert_gathered_per_seq_s=moe_layers * gathered_token_s,
         expert_layers_s=moe_layers * layer_s,
         expert_row_tile_max=a.moe_row_tile_max(gpu.architecture, quant) if is_moe else 0,
-        expert_load_skew=a.moe_expert_load_skew,
+        expert_load_skew=expert_skew,
+        expert_routing_curve=routing_curve,
         all_to_alls=2 * moe_layers if ep > 1 else 0,  # dispatch and combine per MoE layer
         all_to_all_latency_s=a2a_latency,
         all_to_all_per_seq_s=dispatch_bytes / tp * a2a_per_byte,  # each GPU sends its 1/tp of the tokens
@@ -423,7 +426,8 @@ def estimate_serving(
     attention_flops = prefill_attention_flops(arch, computed, cached_tokens=cached)  # at the attention's rate
     all_moe_layers = moe.moe_layers(arch)  # a prompt passes every stage's
     expert_flops = 2.0 * all_moe_layers * k * moe.expert_params(arch) * computed if is_moe else 0.0
-    imbalance = moe.load_imbalance(computed, k, ep, a.moe_expert_load_skew)  # the busiest EP rank's share
+    # the busiest EP rank's share, at the tokens one forward of the prompt routes (a chunk)
+    imbalance = moe.load_imbalance(computed, k, ep, expert_skew) * moe.routing_ratio(routing_curve, computed / chunks)
     dense_s = (total_flops - expert_flops - attention_flops) / flops_rate + attention_flops / attention_rate
     # the prompt's routed tokens in every MoE layer: the busiest rank's and the routing of all it receives
     prompt_tokens_s = computed * all_moe_layers * (routed_token_s * imbalance + gathered_token_s)

@@ -54,6 +54,7 @@ def expert_parts_s(model: DecodeStepModel, n: float) -> tuple[float, float]:
     touched = moe.experts_touched(model.moe_experts, model.experts_per_token, tokens) / model.expert_parallel
     g = model.moe_gemm_efficiency
     imbalance = moe.load_imbalance(tokens, model.experts_per_token, model.expert_parallel, model.expert_load_skew)
+    imbalance *= moe.routing_ratio(model.expert_routing_curve, tokens)  # unbalanced routing's kernel ratio
     padding = 1.0  # the kernel's row tiles (moe.row_tile_padding: Triton's MXFP4 MoE on Hopper pads each expert's rows)
     if model.expert_row_tile_max:
         padding = moe.row_tile_padding(

@@ -153,6 +153,10 @@ class DecodeStepModel(Result):
         0, ge=0, description="the MoE kernel's largest row tile when it pads experts' rows to tiles (0: no padding)"
     )
     expert_load_skew: float = Field(1.0, ge=1, description="static max/mean load of EP ranks")
+    expert_routing_curve: tuple[tuple[float, float], ...] = Field(
+        (),
+        description="(tokens, ratio): the MoE layer's time under unbalanced over balanced routing (moe.routing_ratio)",
+    )
     all_to_alls: int = Field(0, ge=0, description="MoE dispatch and combine all-to-alls of the stage per step")
     all_to_all_latency_s: float = Field(0.0, description="start-up latency of one all-to-all, s")
     all_to_all_per_seq_s: float = Field(

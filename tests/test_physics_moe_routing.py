@@ -1,0 +1,91 @@
+"""Unbalanced routing: the MoE kernel's time under power-law over balanced routing, by tokens and EP degree
+(catalog/engines.yaml ``unbalanced``, physics/moe.py ``routing_ratio``, Assumptions ``moe_routing``)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from clusterplan.catalog.load import Catalog
+from clusterplan.catalog.schema import EngineSpec
+from clusterplan.physics import moe, serving, step
+from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.types import ServingEstimate
+
+TRT = Assumptions(engine="tensorrt-llm")
+BALANCED = TRT.model_copy(update={"moe_routing": "balanced"})
+
+
+def test_the_ratio_joins_the_tabulated_points_in_log_tokens() -> None:
+    curve = ((128.0, 1.0), (512.0, 1.2), (2048.0, 1.6))
+    assert moe.routing_ratio(curve, 128.0) == 1.0
+    assert moe.routing_ratio(curve, 256.0) == pytest.approx(1.1)  # halfway in log between 128 and 512
+    assert moe.routing_ratio(curve, 1024.0) == pytest.approx(1.4)
+    assert moe.routing_ratio(curve, 8.0) == 1.0  # below the table: its first point
+    assert moe.routing_ratio(curve, 1e6) == 1.6  # above: its last
+    assert moe.routing_ratio((), 1024.0) == 1.0
+
+
+def test_the_engine_tabulates_one_curve_per_kernel_and_ep_degree() -> None:
+    # aiconfigurator-core 0.12.0 moe_perf (TensorRT-LLM 1.3.0rc20): Triton's MXFP4 kernel on Hopper at EP 1 is 1.52x
+    # slower at 1,024 tokens under power-law routing; CUTLASS FP8 1.09 at EP 1, 1.23 at EP 8
+    mxfp4 = dict(TRT.moe_routing_curve("Hopper", "fp4", 1))
+    assert mxfp4[1024.0] == pytest.approx(1.52)
+    assert dict(TRT.moe_routing_curve("Hopper", "fp8", 1))[1024.0] == pytest.approx(1.09)
+    assert dict(TRT.moe_routing_curve("Hopper", "fp8", 8))[1024.0] == pytest.approx(1.23)
+    # an EP degree the tables skip takes the largest below it; beyond them, the largest
+    assert TRT.moe_routing_curve("Hopper", "fp8", 12) == TRT.moe_routing_curve("Hopper", "fp8", 8)
+    assert TRT.moe_routing_curve("Hopper", "fp8", 72) == TRT.moe_routing_curve("Hopper", "fp8", 32)
+    # block-scaled FP8 has its own kernel and curve
+    block = Assumptions(engine="tensorrt-llm", fp8_weight_scaling="block")
+    assert dict(block.moe_routing_curve("Hopper", "fp8", 1))[512.0] == pytest.approx(1.09)
+    assert BALANCED.moe_routing_curve("Hopper", "fp4", 1) == ()
+    assert Assumptions(engine="vllm").moe_routing_curve("Hopper", "fp8", 8) == ()
+
+
+def _est(catalog: Catalog, a: Assumptions, *, model: str, gpu: str, quant: str, ep: int = 1) -> ServingEstimate:
+    return serving.estimate_serving(
+        catalog.model(model), catalog.gpu(gpu), tp=ep, pp=1, quant=quant, kv_precision="fp8", batch=630,
+        input_tokens=1024, output_tokens=1024, context_tokens=2048, assumptions=a, ep=ep, attention_dp=ep > 1,
+    )  # fmt: skip
+
+
+def test_power_law_routing_slows_the_expert_gemms_at_the_tokens_they_receive(catalog: Catalog) -> None:
+    # gpt-oss-20b on one H100 at 630 sequences: the MXFP4 kernel's 1.50x at 630 tokens on the experts' compute side
+    skewed = _est(catalog, TRT, model="gpt-oss-20b", gpu="h100-sxm", quant="fp4")
+    even = _est(catalog, BALANCED, model="gpt-oss-20b", gpu="h100-sxm", quant="fp4")
+    m = skewed.step_model
+    assert m is not None and even.step_model is not None
+    ratio = moe.routing_ratio(m.expert_routing_curve, 630.0)
+    assert ratio == pytest.approx(1.48 + (1.52 - 1.48) * 0.2995, rel=1e-3)  # log2(630/512) = 0.2995
+    weights, compute = step.expert_parts_s(m, 630.0)
+    even_weights, even_compute = step.expert_parts_s(even.step_model, 630.0)
+    assert weights == pytest.approx(even_weights)  # the weights stream once either way
+    gathered = 630.0 * m.expert_gathered_per_seq_s  # routing over every token the rank receives: not the GEMMs'
+    assert compute - gathered == pytest.approx((even_compute - gathered) * ratio)
+    assert skewed.decode_step_s > even.decode_step_s
+    # a 1,024-token prompt's experts: the ratio at its 1,024 tokens
+    assert skewed.prefill_busy_s > even.prefill_busy_s
+
+
+def test_engines_without_a_curve_skew_only_across_ep_ranks(catalog: Catalog) -> None:
+    vllm = Assumptions(engine="vllm")
+    ep8 = _est(catalog, vllm, model="qwen3-235b-a22b", gpu="h200", quant="fp8", ep=8)
+    assert ep8.step_model is not None
+    assert ep8.step_model.expert_load_skew == pytest.approx(moe.routing_skew(8))
+    assert ep8.step_model.expert_routing_curve == ()
+    even = _est(catalog, vllm.model_copy(update={"moe_routing": "balanced"}), model="qwen3-235b-a22b", gpu="h200",
+                quant="fp8", ep=8)  # fmt: skip
+    assert even.step_model is not None and even.step_model.expert_load_skew == 1.0
+    one = _est(catalog, vllm, model="qwen3-30b-a3b", gpu="h200", quant="fp8")
+    assert one.step_model is not None and one.step_model.expert_load_skew == 1.0  # one rank: nothing to skew
+
+
+def test_a_curve_must_match_the_engines_tokens() -> None:
+    trt = TRT.engine_spec.model_dump()
+    trt["moe_routing_tokens"] = [128, 256]
+    with pytest.raises(ValidationError, match="8 ratios for 2 moe_routing_tokens"):
+        EngineSpec.model_validate(trt)
+    trt["moe_routing_tokens"] = [256, 128, 512, 1024, 2048, 4096, 8192, 16384]
+    with pytest.raises(ValidationError, match="ascend"):
+        EngineSpec.model_validate(trt)
