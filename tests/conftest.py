@@ -1,7 +1,8 @@
 """Shared test paths, fixtures and builders (what tests/README.md calls the shared layer).
 
 - Paths: ``ROOT``, ``EXAMPLES`` (the shipped example requirements), ``EXAMPLES_DIR``, ``DATA``, ``example``.
-- Running: ``plan_file`` (one example through the planner), ``run_cli`` (the ``clusterplan`` CLI in-process),
+- Running: ``plan_file`` (one example through the planner), ``shared_plan`` (the same, planned once per test
+  run for the tests that read the same plan), ``run_cli`` (the ``clusterplan`` CLI in-process),
   ``solve_doc`` / ``infeasibility_of`` (write a requirement dict, solve it through the CLI),
   ``assert_not_dangling`` (an explanation never ends on a colon).
 - Builders of hand-made candidate tables for the CP-SAT model (no physics, no catalog): two GPU types
@@ -11,6 +12,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -66,6 +70,55 @@ def plan_file(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | Lit
     from clusterplan.requirement.load import load_requirement
 
     return plan_requirement(load_requirement(path, catalog), catalog, PlanOptions(top=top, explain=explain))
+
+
+# shared_plan's plans in this process: per (file, its text, top, explain), the catalog planned against and the plan.
+_SHARED_PLANS: dict[tuple[str, str, int, object], tuple[Catalog, Plan]] = {}
+# Under pytest-xdist, the folder every worker of this run shares (set by the session fixture below).
+_SHARED_FOLDER: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_plans_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With several workers (pytest-xdist), ``shared_plan`` also shares its plans between them, through a folder of
+    this run's base temp (each worker's base temp is a subfolder of it: pytest-xdist's way to run a session fixture
+    once per run)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.getbasetemp().parent / "shared-plans"
+        folder.mkdir(exist_ok=True)
+        _SHARED_FOLDER[:] = [folder]
+
+
+def shared_plan(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | Literal["binding"] = True) -> Plan:
+    """``plan_file``'s plan, planned once per test run (session scope, across pytest-xdist's workers too) for each
+    file, catalog and options, and shared by the tests that read different properties of the same plan (the shipped
+    examples', mostly). Planning is pure (tests/test_hardening_determinism.py: byte-identical across processes,
+    whatever ran before). Each call returns its own deep copy: a test that edits its plan edits no other test's."""
+    key = (str(path.resolve()), path.read_text(encoding="utf-8"), top, explain)
+    held = _SHARED_PLANS.get(key)
+    if held is None or held[0] is not catalog:
+        held = (catalog, _plan_once_per_run(key, path, catalog, top=top, explain=explain))
+        _SHARED_PLANS[key] = held
+    return held[1].model_copy(deep=True)
+
+
+def _plan_once_per_run(
+    key: tuple[str, str, int, object], path: Path, catalog: Catalog, *, top: int, explain: bool | Literal["binding"]
+) -> Plan:
+    """The plan another worker of this run already made of the same file, catalog (by content) and options, or a
+    new one, left for the others (written whole, then renamed: a reader never sees half a file)."""
+    if not _SHARED_FOLDER:
+        return plan_file(path, catalog, top=top, explain=explain)
+    digest = hashlib.sha256(repr((*key, catalog.fingerprint())).encode("utf-8")).hexdigest()
+    held = _SHARED_FOLDER[0] / f"{digest}.pickle"
+    if held.exists():
+        plan: Plan = pickle.loads(held.read_bytes())
+        return plan
+    plan = plan_file(path, catalog, top=top, explain=explain)
+    partial = held.with_name(f"{held.name}.{os.getpid()}.partial")
+    partial.write_bytes(pickle.dumps(plan))
+    os.replace(partial, held)
+    return plan
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:

@@ -6,13 +6,13 @@ import pytest
 
 from clusterplan.design.check import Unit, check_design_on_table, check_plan, pack
 from clusterplan.explain import designs
-from clusterplan.pipeline import PlanOptions, plan_requirement, plan_table
+from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement.load import ResolvedRequirement, load_requirement
 from clusterplan.requirement.schema import EngineSettings
-from conftest import EXAMPLES, cloud, serving, srow, table
+from conftest import EXAMPLES, cloud, serving, shared_plan, srow, table
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def solved(catalog) -> dict[str, tuple[ResolvedRequirement, Plan]]:  # type: ign
     out = {}
     for path in EXAMPLES:
         resolved = load_requirement(path, catalog)
-        out[path.stem] = (resolved, plan_requirement(resolved, catalog, PlanOptions(top=3, explain=False)))
+        out[path.stem] = (resolved, shared_plan(path, catalog, top=3, explain=False))
     return out
 
 

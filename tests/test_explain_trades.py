@@ -11,13 +11,13 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.plan import Plan
 from clusterplan.render import plan_markdown
-from conftest import EXAMPLES, example, plan_file
+from conftest import EXAMPLES, example, plan_file, shared_plan
 from test_planner_families import cloud, owned, row, serve, tbl
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_binding_constraint_of_every_example_carries_a_trade(path: Path, catalog: Catalog) -> None:
-    plan = plan_file(path, catalog)
+    plan = shared_plan(path, catalog)
     assert plan.explanation is not None
     for c in plan.explanation.constraints:
         if c.status != "binding":

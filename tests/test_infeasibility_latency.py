@@ -8,19 +8,56 @@ target by the same factor, so an unreachable TTFT dragged the end-to-end target 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
 
 from conftest import SMALL_SERVING, assert_not_dangling, example, infeasibility_of, solve_doc
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+    from clusterplan.plan import Plan
 
 
 def _with_workload(doc: dict[str, Any], **update: Any) -> dict[str, Any]:
     return {**doc, "workloads": [{**doc["workloads"][0], **update}]}
 
 
-def test_a_1ms_p95_latency_gets_the_least_target_that_works_not_a_dangling_colon(tmp_path: Path) -> None:
-    inf = infeasibility_of(tmp_path, SMALL_SERVING)
+@pytest.fixture(scope="module")
+def small_plan(tmp_path_factory: pytest.TempPathFactory, catalog: Catalog) -> Plan:
+    """``clusterplan solve`` of SMALL_SERVING (top 5, explanation on: the command's defaults), planned once for the
+    tests that read it in its three formats."""
+    from clusterplan.pipeline import PlanOptions, plan_requirement
+    from clusterplan.requirement.load import load_requirement
+
+    f = tmp_path_factory.mktemp("small") / "req.yaml"
+    f.write_text(yaml.safe_dump(SMALL_SERVING, sort_keys=False), encoding="utf-8")
+    return plan_requirement(load_requirement(f, catalog), catalog, PlanOptions())
+
+
+def _infeasible(tmp_path: Path, doc: dict[str, Any], catalog: Catalog) -> bool:
+    """Whether ``solve`` of ``doc`` exits 1 (status infeasible), planned for that answer alone (``explain="design"``:
+    no conflict analysis, which these checks do not read; the status is the same)."""
+    from clusterplan.pipeline import PlanOptions, plan_requirement
+    from clusterplan.requirement.load import load_requirement
+
+    f = tmp_path / "tighter.yaml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    plan = plan_requirement(load_requirement(f, catalog), catalog, PlanOptions(top=1, explain="design"))
+    return plan.status == "infeasible"
+
+
+def test_a_1ms_p95_latency_gets_the_least_target_that_works_not_a_dangling_colon(
+    tmp_path: Path, small_plan: Plan, catalog: Catalog
+) -> None:
+    from clusterplan.render import jsonout
+
+    assert small_plan.status == "infeasible"  # solve exits 1
+    inf = json.loads(jsonout.render(small_plan))["infeasibility"]  # what solve --json prints
     assert_not_dangling(inf["text"])
     (lat,) = [r for r in inf["relaxations"] if r["family"] == "latency"]
     assert lat["restores_feasibility"], lat
@@ -32,17 +69,24 @@ def test_a_1ms_p95_latency_gets_the_least_target_that_works_not_a_dangling_colon
     code, out = solve_doc(tmp_path, _with_workload(SMALL_SERVING, p95_latency=f"{target}s"), "--json")
     assert code == 0, out
     # ... and it is the least one, within the bisection's few percent.
-    code, _ = solve_doc(tmp_path, _with_workload(SMALL_SERVING, p95_latency=f"{target / 1.1:.4f}s"), "--json")
-    assert code == 1
+    assert _infeasible(tmp_path, _with_workload(SMALL_SERVING, p95_latency=f"{target / 1.1:.4f}s"), catalog)
 
 
-def test_the_table_and_markdown_show_the_latency_relaxation(tmp_path: Path) -> None:
-    code, out = solve_doc(tmp_path, SMALL_SERVING)
-    assert code == 1
+def test_the_table_and_markdown_show_the_latency_relaxation(small_plan: Plan) -> None:
+    """The plan as ``solve`` prints it by default (its table renderer, on its console) and with ``--markdown``; that
+    those flags pick these renderers is tests/test_solve_cli.py's (test_solve_prints_designs_and_why,
+    test_solve_markdown)."""
+    from clusterplan.cli import out_console
+    from clusterplan.render import plan_markdown
+    from clusterplan.render import table as table_view
+
+    assert small_plan.status == "infeasible"  # solve exits 1
+    with out_console.capture() as captured:
+        table_view.render(small_plan, out_console)
+    out = captured.get()
     assert "assistant: p95_latency >= " in out
     assert "64x" not in out
-    code, out = solve_doc(tmp_path, SMALL_SERVING, "--markdown")
-    assert code == 1
+    out = plan_markdown.render(small_plan)
     assert "assistant: p95_latency >= " in out
 
 
@@ -108,7 +152,7 @@ def test_the_retargeted_table_is_the_table_of_the_retargeted_requirement() -> No
     assert got.workloads[1] != table.workloads[1]  # the change reached the table
 
 
-def test_two_unreachable_targets_each_move_only_as_far_as_they_must(tmp_path: Path) -> None:
+def test_two_unreachable_targets_each_move_only_as_far_as_they_must(tmp_path: Path, catalog: Catalog) -> None:
     """5 ms end to end and 1 ms per token: both must move, but the TPOT target no longer moves by the
     end-to-end target's factor (to 0.2 s a token, looser than the new end-to-end target implies)."""
     doc = _with_workload(SMALL_SERVING, p95_latency="5ms", p95_tpot="1ms")
@@ -125,5 +169,4 @@ def test_two_unreachable_targets_each_move_only_as_far_as_they_must(tmp_path: Pa
     # Neither can be tightened by 10% with the other as stated: the change is minimal.
     for tighter in ({"p95_latency": f"{e2e / 1.1:.4f}s", "p95_tpot": f"{tpot}s"},
                     {"p95_latency": f"{e2e}s", "p95_tpot": f"{tpot / 1.1:.5f}s"}):  # fmt: skip
-        code, _ = solve_doc(tmp_path, _with_workload(doc, **tighter), "--json")
-        assert code == 1, tighter
+        assert _infeasible(tmp_path, _with_workload(doc, **tighter), catalog), tighter

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, shared_plan
 
 # Design 1 of this requirement is an MoE expert-parallel layout (EP with attention data-parallel).
 EP_CASE = ROOT / "tests" / "data" / "requirements" / "mixtral-h100-ep.yaml"
@@ -43,11 +43,10 @@ class Mismatches:
 
 
 def _plan(path: Path, catalog: Any) -> tuple[Any, Any]:
-    from clusterplan.pipeline import PlanOptions, plan_requirement
     from clusterplan.requirement.load import load_requirement
 
     resolved = load_requirement(path, catalog)
-    plan = plan_requirement(resolved, catalog, PlanOptions(top=1, explain=False))
+    plan = shared_plan(path, catalog, top=1, explain=False)  # plan_requirement, the entry point solve uses
     assert plan.designs, f"{path.name}: no design"
     return resolved, plan.designs[0]
 

@@ -34,7 +34,7 @@ import yaml
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.render.fmt import moe_layout
-from conftest import EXAMPLES, ROOT, plan_file
+from conftest import EXAMPLES, ROOT, shared_plan
 
 GOLDEN_FILE = Path(__file__).resolve().parent / "test_planner_examples.golden.json"
 UPDATE_ENV = "CLUSTERPLAN_UPDATE_GOLDEN"
@@ -129,7 +129,7 @@ def write_golden(plans: dict[str, Plan]) -> None:
 
 @pytest.fixture(scope="module")
 def plans(catalog: Any) -> dict[str, Plan]:
-    return {p.stem: plan_file(p, catalog, top=1) for p in EXAMPLES}
+    return {p.stem: shared_plan(p, catalog, top=1) for p in EXAMPLES}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from clusterplan.physics.reasons import NoFabric, TierNotAllowed
 from clusterplan.plan import Plan, ServingPlan
 from clusterplan.render import plan_markdown
 from clusterplan.requirement.load import ResolvedRequirement, load_requirement, load_requirement_text
-from conftest import EXAMPLES, EXAMPLES_DIR, plan_file, run_cli
+from conftest import EXAMPLES, EXAMPLES_DIR, plan_file, run_cli, shared_plan
 
 SERVING_8B = """
 name: tiers
@@ -148,7 +148,7 @@ def test_multi_instance_training_uses_only_offers_with_a_fabric(catalog: Catalog
 
 
 def test_the_designs_table_names_the_provider(catalog: Catalog) -> None:
-    plan = plan_file(EXAMPLES_DIR / "mixtral-serving.yaml", catalog, top=1, explain=False)
+    plan = shared_plan(EXAMPLES_DIR / "mixtral-serving.yaml", catalog, top=1, explain=False)
     d = plan.designs[0]
     # Every provider the design rents from is named (since MoE layers run at the grouped-GEMM efficiency the
     # example's design is three B200 on one provider; before, one B200 on lambda and two H100 NVL on runpod).
@@ -168,7 +168,7 @@ def _served(plan: Plan) -> set[str]:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_no_example_serves_a_precision_its_gate_refuses(path: Path, catalog: Catalog) -> None:
-    plan = plan_file(path, catalog, top=3, explain=False)
+    plan = shared_plan(path, catalog, top=3, explain=False)
     allowed = {q for g in plan.precision for q in g.allowed}
     served = {"bf16" if q == "fp16" else q for q in _served(plan)}
     assert served <= allowed, (served, allowed)

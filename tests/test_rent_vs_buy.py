@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EXAMPLES, example, plan_file, run_cli
+from conftest import EXAMPLES, example, plan_file, run_cli, shared_plan
 
 CENT = 0.005
 
@@ -26,7 +26,7 @@ def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> 
     """The side design 1 itself uses (all cloud: rent; all owned: buy) costs, at the requirement's horizon, what
     solve reports for design 1: capital, monthly, one-off, total and $ per million tokens, to the cent; the curve's
     point at the horizon is the same total."""
-    design = plan_file(path, catalog, explain=False).designs[0]
+    design = shared_plan(path, catalog, explain=False).designs[0]
     doc = _rent_vs_buy(str(path))
     kinds = {x.kind for x in design.hardware}
     assert len(kinds) == 1, "every example's design 1 is all cloud or all owned"

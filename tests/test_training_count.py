@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import DATA, EXAMPLES, plan_file
+from conftest import DATA, EXAMPLES, shared_plan
 
 PRETRAIN_70B = DATA / "requirements" / "70b-pretrain-30d.yaml"
 TRAINING_CASES = [p for p in EXAMPLES if "train" in p.read_text() or "finetune" in p.read_text()] + [PRETRAIN_70B]
@@ -39,7 +39,7 @@ def _one_server_fewer(path: Path, catalog: Any) -> list[tuple[Any, Any]]:
     from clusterplan.requirement.schema import PinnedConfig
 
     resolved = load_requirement(path, catalog)
-    plan = plan_file(path, catalog, explain=False)
+    plan = shared_plan(path, catalog, explain=False)
     out: list[tuple[Any, Any]] = []
     for index, wp in enumerate(plan.designs[0].workloads):
         if not isinstance(wp, TrainingPlan) or wp.deployment != "owned" or wp.deadline_s is None:
@@ -73,7 +73,7 @@ def test_one_server_fewer_misses_the_deadline(path: Path, catalog: Any) -> None:
 def test_70b_30_day_run_buys_whole_servers_not_a_power_of_two(catalog: Any) -> None:
     from clusterplan.plan import TrainingPlan
 
-    plan = plan_file(PRETRAIN_70B, catalog, explain=False)
+    plan = shared_plan(PRETRAIN_70B, catalog, explain=False)
     (wp,) = plan.designs[0].workloads
     assert isinstance(wp, TrainingPlan), "the 70B pretraining requirement has one training workload"
     assert wp.gpus % catalog.gpus[wp.gpu].max_gpus_per_node == 0

@@ -212,15 +212,26 @@ def test_confidence_out_of_range_is_a_located_error(tmp_path: Path, bad: Any) ->
     assert "confidence" in result.output and "Traceback" not in result.output
 
 
-def test_designs_within_the_model_error_are_flagged_in_every_format() -> None:
-    table = run_cli("solve", str(THIRTEEN_B), "--top", "2")
-    assert table.exit_code == 0
-    assert "within model error" in table.stdout and "pretrain: deadline" in table.stdout
-    md = run_cli("solve", str(THIRTEEN_B), "--top", "2", "--markdown")
-    assert "| within model error |" in md.stdout
-    assert re.search(r"\| pretrain: deadline \d+%", md.stdout)
-    assert "chance to meet; within the model's error" in md.stdout
-    js = json.loads(run_cli("solve", str(THIRTEEN_B), "--top", "2", "--json").stdout)
+def test_designs_within_the_model_error_are_flagged_in_every_format(catalog: Catalog) -> None:
+    """One plan of ``solve --top 2`` (explanation on, as the command's default), printed by the renderers ``solve``
+    uses for its three formats: the table on its console, ``--markdown`` and ``--json``. That the flags pick those
+    renderers is tests/test_solve_cli.py's (test_solve_prints_designs_and_why, test_solve_markdown,
+    test_solve_json_is_the_documented_schema_and_byte_identical)."""
+    from clusterplan.cli import out_console
+    from clusterplan.render import jsonout, plan_markdown
+    from clusterplan.render import table as table_view
+
+    plan = plan_file(THIRTEEN_B, catalog, top=2)
+    assert plan.status in ("optimal", "feasible")  # solve exits 0
+    with out_console.capture() as captured:
+        table_view.render(plan, out_console)
+    table = captured.get()
+    assert "within model error" in table and "pretrain: deadline" in table
+    md = plan_markdown.render(plan)
+    assert "| within model error |" in md
+    assert re.search(r"\| pretrain: deadline \d+%", md)
+    assert "chance to meet; within the model's error" in md
+    js = json.loads(jsonout.render(plan))
     assert any(o["within_error"] for o in js["designs"][0]["odds"])
 
 
