@@ -3,8 +3,8 @@
 - Paths: ``ROOT``, ``EXAMPLES`` (the shipped example requirements), ``EXAMPLES_DIR``, ``DATA``, ``example``.
 - Running: ``plan_file`` (one example through the planner), ``shared_plan`` (the same, planned once per test
   run for the tests that read the same plan), ``run_cli`` (the ``clusterplan`` CLI in-process),
-  ``solve_doc`` / ``infeasibility_of`` (write a requirement dict, solve it through the CLI),
-  ``assert_not_dangling`` (an explanation never ends on a colon).
+  ``write_doc`` (a requirement dict as a file), ``solve_doc`` / ``infeasibility_of`` (write it, solve it through
+  the CLI), ``assert_not_dangling`` (an explanation never ends on a colon).
 - Builders of hand-made candidate tables for the CP-SAT model (no physics, no catalog): two GPU types
   ``GPU_A`` (NVLink 8) and ``GPU_P`` (PCIe), ``cloud``/``owned`` offerings, ``srow`` serving rows,
   ``serving`` workloads, ``table``; and ``serving_workload`` for the explanation tests' one-workload tables.
@@ -64,7 +64,9 @@ def catalog() -> Catalog:
 # ------------------------------------------------------------------------------------------------
 
 
-def plan_file(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | Literal["binding"] = True) -> Plan:
+def plan_file(
+    path: Path, catalog: Catalog, *, top: int = 1, explain: bool | Literal["binding", "design"] = True
+) -> Plan:
     """Load a requirement file against ``catalog`` and plan it, as ``clusterplan solve`` does."""
     from clusterplan.pipeline import PlanOptions, plan_requirement
     from clusterplan.requirement.load import load_requirement
@@ -131,11 +133,16 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:
     return result
 
 
+def write_doc(folder: Path, doc: dict[str, Any], name: str = "req.yaml") -> Path:
+    """``doc`` written as the requirement file ``folder/name``."""
+    f = folder / name
+    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return f
+
+
 def solve_doc(tmp_path: Path, doc: dict[str, Any], *extra: str, name: str = "req.yaml") -> tuple[int, str]:
     """Write ``doc`` as a requirement file, run ``clusterplan solve FILE EXTRA``: (exit code, stdout)."""
-    f = tmp_path / name
-    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    result = run_cli("solve", str(f), *extra)
+    result = run_cli("solve", str(write_doc(tmp_path, doc, name)), *extra)
     return result.exit_code, result.stdout
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 
-from conftest import SMALL_SERVING, assert_not_dangling, example, infeasibility_of, solve_doc
+from conftest import SMALL_SERVING, assert_not_dangling, example, infeasibility_of, plan_file, solve_doc, write_doc
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
@@ -31,23 +30,13 @@ def _with_workload(doc: dict[str, Any], **update: Any) -> dict[str, Any]:
 def small_plan(tmp_path_factory: pytest.TempPathFactory, catalog: Catalog) -> Plan:
     """``clusterplan solve`` of SMALL_SERVING (top 5, explanation on: the command's defaults), planned once for the
     tests that read it in its three formats."""
-    from clusterplan.pipeline import PlanOptions, plan_requirement
-    from clusterplan.requirement.load import load_requirement
-
-    f = tmp_path_factory.mktemp("small") / "req.yaml"
-    f.write_text(yaml.safe_dump(SMALL_SERVING, sort_keys=False), encoding="utf-8")
-    return plan_requirement(load_requirement(f, catalog), catalog, PlanOptions())
+    return plan_file(write_doc(tmp_path_factory.mktemp("small"), SMALL_SERVING), catalog, top=5)
 
 
 def _infeasible(tmp_path: Path, doc: dict[str, Any], catalog: Catalog) -> bool:
     """Whether ``solve`` of ``doc`` exits 1 (status infeasible), planned for that answer alone (``explain="design"``:
     no conflict analysis, which these checks do not read; the status is the same)."""
-    from clusterplan.pipeline import PlanOptions, plan_requirement
-    from clusterplan.requirement.load import load_requirement
-
-    f = tmp_path / "tighter.yaml"
-    f.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    plan = plan_requirement(load_requirement(f, catalog), catalog, PlanOptions(top=1, explain="design"))
+    plan = plan_file(write_doc(tmp_path, doc, "tighter.yaml"), catalog, top=1, explain="design")
     return plan.status == "infeasible"
 
 
