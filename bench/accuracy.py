@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 MEASUREMENT_FILES = (DATA / "measurements.yaml", DATA / "measurements-added.yaml")
 SETTINGS_FILE = DATA / "settings.yaml"
-ERRORS_FILE = ROOT / "catalog" / "model_error.yaml"  # read by clusterplan.design.uncertainty
+ERRORS_FILE = ROOT / "catalog" / "model_error.yaml"  # read by clusterplan.evaluation.uncertainty
 SHARED_COPY = ROOT.parent / "shared" / "calibration" / "measurements.yaml"
 VENDORED_SHA256 = "a0456decdceada92f2bab92b042227f76cc7b47916bb459ab1352cd8348d5ff2"
 
@@ -891,7 +891,7 @@ def error_table(rows: list[Row], as_of: str) -> dict[str, Any]:
     """Per kind, the distribution of ln(predicted / measured) over the unflagged rows (the planner's model error).
 
     ``bias`` is the mean and ``spread`` the sample standard deviation (the normal fit
-    :mod:`clusterplan.design.uncertainty` uses); ``quantiles`` are empirical (linear interpolation between rows).
+    :mod:`clusterplan.evaluation.uncertainty` uses); ``quantiles`` are empirical (linear interpolation between rows).
     """
     kinds: dict[str, Any] = {}
     for kind in KINDS:
@@ -922,7 +922,7 @@ def error_table(rows: list[Row], as_of: str) -> dict[str, Any]:
 ERRORS_HEADER = (
     "# The performance model's own measured error, per kind of figure: the distribution of ln(predicted / measured)\n"
     "# over the unflagged rows of docs/accuracy.md. Written by `python bench/accuracy.py --write-errors`; do not\n"
-    "# edit by hand. Read by clusterplan.design.uncertainty (docs/model.md, 'Uncertainty').\n"
+    "# edit by hand. Read by clusterplan.evaluation.uncertainty (docs/model.md, 'Uncertainty').\n"
 )
 
 

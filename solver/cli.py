@@ -13,22 +13,18 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import typer
 import typer.main
-from rich.console import Console
 from typer.core import TyperGroup
 from typer.models import CommandInfo, TyperInfo
 
 from clusterplan import __version__
-from clusterplan.errors import ClusterplanError
+from clusterplan.console import err_console, out_console, safe_streams, state
 
 if TYPE_CHECKING:
     from typer import _click  # the click typer vendors: the types TyperGroup's methods take
-
-T = TypeVar("T")
 
 # Every command by name, as its module registered it (commands first, then command groups, as typer lists them).
 _COMMANDS: dict[str, CommandInfo | TyperInfo] = {}
@@ -77,41 +73,6 @@ app = typer.Typer(
     cls=_Commands,
 )
 
-# Piped output (a file, a CI log, a design doc) gets room for the plan's tables; a terminal keeps its width.
-_PIPE_WIDTH = 160
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
-
-_state = {"debug": False}
-
-
-# Error handlers that never raise on a character the encoding lacks; any other (strict, and
-# surrogateescape on a non-UTF-8 stream) is replaced.
-_NEVER_FAILING = {"backslashreplace", "replace", "namereplace", "xmlcharrefreplace", "ignore"}
-
-
-def safe_streams() -> None:
-    """Write what stdout and stderr cannot encode as backslash escapes (``\\u00e9``) instead of failing."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and getattr(stream, "errors", None) not in _NEVER_FAILING:
-            with contextlib.suppress(ValueError, OSError):  # closed or detached: nothing will be written
-                reconfigure(errors="backslashreplace")
-
-
-def guarded(fn: Callable[[], T]) -> T:
-    """Run a command body; turn clusterplan errors into a message and an exit code."""
-    try:
-        return fn()
-    except ClusterplanError as exc:
-        if _state["debug"]:
-            raise
-        err_console.print(f"error: {exc.render()}", markup=False)
-        raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        raise typer.Exit(130) from None
-
 
 def _version(value: bool) -> None:
     if value:
@@ -126,7 +87,7 @@ def _root(
 ) -> None:
     """Plan GPU clusters from a declarative requirement."""
     safe_streams()  # again here: in-process callers (tests) replace the streams after start-up
-    _state["debug"] = debug
+    state["debug"] = debug
 
 
 def _register_commands() -> None:
@@ -168,7 +129,7 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception:  # a bug, not a user error: say so plainly
-        if _state["debug"]:
+        if state["debug"]:
             raise
         import traceback
 

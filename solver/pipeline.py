@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from clusterplan.candidates.build import CandidateCache, build_candidates
 from clusterplan.candidates.table import CandidateTable
-from clusterplan.design.uncertainty import with_odds
+from clusterplan.evaluation.uncertainty import with_odds
 from clusterplan.explain import designs as report
 from clusterplan.explain import disagg
 from clusterplan.explain.binding import constraint_checks, explain
@@ -326,7 +326,7 @@ def plan_requirement(
         timings=tm,
         budget=budget,
     )
-    # Each design's chance of meeting its targets under the model's measured error (design/uncertainty.py).
+    # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
     plan = plan.model_copy(
         update={"designs": with_odds(plan.designs, resolved, catalog), "confidence": resolved.requirement.confidence}
     )

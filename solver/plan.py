@@ -165,7 +165,7 @@ class ConstraintCheck(Out):
 
 
 class TargetOdds(Out):
-    """The chance one design meets one target, under the model's measured error (design/uncertainty.py)."""
+    """The chance one design meets one target, under the model's measured error (evaluation/uncertainty.py)."""
 
     workload: str
     figure: Literal["throughput", "p95_latency", "p95_ttft", "p95_tpot", "time_to_train"]

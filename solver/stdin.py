@@ -52,10 +52,14 @@ def read_stdin(*, max_bytes: int = MAX_FILE_BYTES) -> str:
 def load_requirement_arg(path: Path, catalog: Catalog, *, text: str | None = None) -> ResolvedRequirement:
     """Load the requirement a command was given: a file, or standard input for ``-`` (``text`` when a
     caller has read it already)."""
+    from clusterplan.evaluation.evaluate import check_pinned_layouts
     from clusterplan.requirement.load import load_requirement, load_requirement_text
 
     if text is None and is_stdin(path):
         text = read_stdin()
     if text is not None:
-        return load_requirement_text(text, STDIN_NAME, catalog, base_dir=Path.cwd())
-    return load_requirement(path, catalog)
+        resolved = load_requirement_text(text, STDIN_NAME, catalog, base_dir=Path.cwd())
+    else:
+        resolved = load_requirement(path, catalog)
+    check_pinned_layouts(resolved)  # what no layout of the model can honour, refused before any planning
+    return resolved

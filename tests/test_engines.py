@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.cli import app
-from clusterplan.design import evaluate
+from clusterplan.evaluation import evaluate
 from clusterplan.physics import memory, moe, queueing, serving, step
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.requirement.schema import ServingWorkload

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clusterplan.cli import app
-from clusterplan.design import evaluate
+from clusterplan.evaluation import evaluate
 from clusterplan.physics import optimizer_memory as om
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan

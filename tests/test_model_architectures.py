@@ -16,9 +16,9 @@ import pytest
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.errors import ClusterplanError
-from clusterplan.inputs.hf_config import derived_line, load_hf_config, parse_hf_config
 from clusterplan.physics import kernels, memory, params, serving
 from clusterplan.physics.factors import Assumptions
+from clusterplan.requirement.hf_config import derived_line, load_hf_config, parse_hf_config
 from clusterplan.requirement.load import read_hf_config
 from conftest import run_cli
 

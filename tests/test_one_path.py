@@ -106,8 +106,8 @@ def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> 
                 assert est.feasible, est.reasons
                 assert (est.config.batch, est.config.count) == (g.batch, g.gpus), tag
                 if g.role != "aggregated":
-                    # A pool replica: the estimate's replica through design/pools.py, as the candidate rows are.
-                    from clusterplan.design import pools
+                    # A pool replica: the estimate's replica through evaluation/pools.py, as the candidate rows are.
+                    from clusterplan.evaluation import pools
 
                     w = resolved.requirement.workloads[index]
                     a = resolved.requirement.assumptions

@@ -10,7 +10,7 @@ import pytest
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.physics import comm, memory, moe, rules, serving, training
 from clusterplan.physics.factors import Assumptions
-from clusterplan.render.reasons import render_reasons
+from clusterplan.wording.reasons import render_reasons
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_70B, RTX4090, T4
 
 TINY = ModelArchitecture(

@@ -16,6 +16,7 @@ from clusterplan.physics.queueing import erlang_c, latency_at_load, max_rate_for
 from clusterplan.physics.serving import estimate_serving, max_batch_by_memory
 from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import ServingEstimate
+from clusterplan.wording.reasons import render_reasons
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA31_8B, MIXTRAL, RTX4090
 
 A = Assumptions()
@@ -51,7 +52,7 @@ def test_large_batch_turns_compute_bound() -> None:
 
 def test_estimate_is_feasible_and_consistent() -> None:
     e = est()
-    assert e.feasible and e.reasons == []
+    assert e.feasible and render_reasons(e.why_not) == []
     assert e.requests_per_s == pytest.approx(e.output_tokens_per_s / 250)
     assert e.tpot_s >= e.decode_step_s
     assert e.e2e_s == pytest.approx(e.ttft_s + 249 * e.tpot_s)
@@ -63,13 +64,13 @@ def test_estimate_is_feasible_and_consistent() -> None:
 def test_infeasible_still_filled() -> None:
     e = est(LLAMA2_70B, L40S, tp=4, quant="fp8", kv="fp8")
     assert not e.feasible
-    assert e.reasons == ["L40S: tensor parallel 4 needs NVLink; L40S has PCIe only"]
+    assert render_reasons(e.why_not) == ["L40S: tensor parallel 4 needs NVLink; L40S has PCIe only"]
     assert e.decode_step_s > 0 and e.output_tokens_per_s > 0
     weights = est(LLAMA2_70B, A100, quant="fp16", kv="fp16", batch=1)
     assert not weights.feasible and weights.max_batch_by_memory == 0 and weights.bound == "memory_capacity"
-    assert "no room for even one" in weights.reasons[0]
+    assert "no room for even one" in render_reasons(weights.why_not)[0]
     kv = est(LLAMA2_70B, A100, quant="int4", kv="fp16", batch=10_000)
-    assert not kv.feasible and "room for at most" in kv.reasons[0]
+    assert not kv.feasible and "room for at most" in render_reasons(kv.why_not)[0]
 
 
 def test_more_batch_more_throughput_slower_tokens() -> None:

@@ -10,6 +10,7 @@ from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.training import estimate_training, model_flops_per_token
 from clusterplan.physics.types import TrainingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
+from clusterplan.wording.reasons import render_reasons
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA31_8B, RTX4090
 
 A = Assumptions()
@@ -78,13 +79,13 @@ def test_pipeline_bubble_and_notes() -> None:
 
 def test_tp_over_pcie_is_ruled_out() -> None:
     e = train(LLAMA2_7B, L40S, tp=2, dp=4)
-    assert any("needs NVLink" in r for r in e.reasons)
+    assert any("needs NVLink" in r for r in render_reasons(e.why_not))
 
 
 def test_global_batch_smaller_than_one_round() -> None:
     work = TrainingWorkload(kind="training", tokens=1e9, deadline=86400, sequence_length=4096, global_batch_tokens=4096)
     e = train(dp=8, work=work)
-    assert any("global batch" in r for r in e.reasons)
+    assert any("global batch" in r for r in render_reasons(e.why_not))
 
 
 def test_lora_and_qlora_memory_on_a_4090() -> None:
@@ -108,5 +109,5 @@ def test_lora_and_qlora_memory_on_a_4090() -> None:
 
 def test_fp8_training_needs_native_fp8() -> None:
     work = PRETRAIN.model_copy(update={"precision": "fp8"})
-    assert any("fp8" in r for r in train(LLAMA2_7B, A100, work=work).reasons)
+    assert any("fp8" in r for r in render_reasons(train(LLAMA2_7B, A100, work=work).why_not))
     assert train(LLAMA2_7B, H100, work=work, zero=3).feasible

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
-from clusterplan.render.fmt import moe_layout
+from clusterplan.wording.fmt import moe_layout
 from conftest import EXAMPLES, ROOT, shared_plan
 
 GOLDEN_FILE = Path(__file__).resolve().parent / "test_planner_examples.golden.json"

@@ -1,7 +1,7 @@
 """Reasons are data: physics and the candidate table return reason records; only rendering writes words.
 
 Layers decide on a record's code and category (:mod:`clusterplan.physics.reasons`); the sentence comes
-from :func:`clusterplan.render.reasons.render_reason` at the boundary, unchanged from when physics
+from :func:`clusterplan.wording.reasons.render_reason` at the boundary, unchanged from when physics
 wrote it directly (the examples' ``solve --json`` and ``estimate`` outputs are byte-identical).
 """
 
@@ -16,7 +16,7 @@ from clusterplan.candidates.build import build_candidates
 from clusterplan.candidates.table import AVAILABILITY, HARDWARE, LATENCY, MEMORY, exclusion_family
 from clusterplan.physics import reasons as R
 from clusterplan.physics.reasons import CATEGORY, Reason, ReasonCategory, ReasonCode
-from clusterplan.render.reasons import render_predicate, render_reason
+from clusterplan.wording.reasons import render_predicate, render_reason
 
 # One record per code, with the sentence it renders to (the wording physics wrote before records).
 EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from clusterplan.catalog.load import load_catalog
 from clusterplan.cli import app
 from clusterplan.pipeline import PlanOptions, plan_requirement
-from clusterplan.render.fmt import usd
 from clusterplan.requirement.load import load_requirement
+from clusterplan.wording.fmt import usd
 from conftest import example
 
 SERVING_70B = example("70b-serving")

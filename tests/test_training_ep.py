@@ -10,8 +10,8 @@ import pytest
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.design import evaluate
 from clusterplan.design.check import check_plan
+from clusterplan.evaluation import evaluate
 from clusterplan.physics import moe, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.reasons import EpSplitsExperts

@@ -7,11 +7,12 @@ Physics pieces are tested on the functions; one CLI run holds ``estimate --cp --
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clusterplan.design import evaluate
+from clusterplan.evaluation import evaluate
 from clusterplan.physics import memory, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.reasons import CpSplitsSequence, VirtualStagesSplitLayers
@@ -108,9 +109,10 @@ def test_impossible_cp_and_virtual_stages_are_reasons() -> None:
     assert not training.layout_reasons(LLAMA2_70B, pp=4, cp=2, virtual_stages=5, sequence_length=8192)
 
 
-def test_requirement_pins_layout_fields_with_located_errors(catalog: Any) -> None:
+def test_requirement_pins_layout_fields_with_located_errors(catalog: Any, tmp_path: Path) -> None:
     from clusterplan.errors import InputError
     from clusterplan.requirement.load import load_requirement_text
+    from clusterplan.stdin import load_requirement_arg
 
     base = PRETRAIN_70B.read_text()
     ok = load_requirement_text(base.replace("    precision: bf16\n", "    precision: bf16\n    context_parallel: 2\n"
@@ -120,11 +122,14 @@ def test_requirement_pins_layout_fields_with_located_errors(catalog: Any) -> Non
     assert evaluate.recomputes_for(w) == ["full"]  # type: ignore[arg-type]
     bad = base.replace("    precision: bf16\n", "    precision: bf16\n    context_parallel: 3\n    virtual_stages: 7\n"
                        "    activation_recompute: none\n    recompute_layers: 2\n")  # fmt: skip
-    with pytest.raises(InputError) as exc:
-        load_requirement_text(bad, "bad.yaml", catalog)
+    (tmp_path / "bad.yaml").write_text(bad)
+    with pytest.raises(InputError) as exc:  # the reading step every command takes refuses it
+        load_requirement_arg(tmp_path / "bad.yaml", catalog)
     text = exc.value.render() if hasattr(exc.value, "render") else str(exc.value)
     for field in ("context_parallel", "virtual_stages", "recompute_layers"):
         assert re.search(rf"bad\.yaml:\d+:\d+.*{field}", text), text
+    res = run_cli("validate", str(tmp_path / "bad.yaml"))  # and so does validate, located, exit code 2
+    assert res.exit_code == 2 and re.search(r"bad\.yaml:\d+:\d+.*virtual_stages", res.output), res.output
 
 
 def test_estimate_cli_reports_bubble_comm_per_kind_and_mfu() -> None:

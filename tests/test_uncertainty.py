@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from clusterplan.design import evaluate
-from clusterplan.design.uncertainty import (
+from clusterplan.evaluation import evaluate
+from clusterplan.evaluation.uncertainty import (
     NO_DERATE,
     KindError,
     chance_at_least,

@@ -44,7 +44,7 @@ from clusterplan.candidates.table import (
     excluded,
 )
 from clusterplan.candidates.training import training_candidates
-from clusterplan.design.uncertainty import Derate, derate_for
+from clusterplan.evaluation.uncertainty import Derate, derate_for
 
 # Catalog fields the physics never reads: purchase prices (offerings read them) and provenance.
 _NOT_PHYSICS = frozenset({"price", "source", "as_of", "provisional", "provisional_fields", "also_sources", "notes"})
@@ -133,7 +133,7 @@ def build_candidates(
     gpus = {gid: gpu_type_of(spec) for gid, spec in sorted(catalog.gpus.items())}
     offerings, notes = build_offerings(catalog, req, gpus, limits)
     cap = None if max_usd is None else CostCap(max_usd, usd_per_gpu_floor(offerings, limits.horizon_months))
-    derate = derate_for(req.confidence)  # targets held at this confidence (design/uncertainty.py); default none
+    derate = derate_for(req.confidence)  # targets held at this confidence (evaluation/uncertainty.py); default none
     workloads: list[WorkloadCandidates] = []
     for i, w in enumerate(req.workloads):
         arch = resolved.model_for(i)
@@ -275,8 +275,8 @@ def assumption_lines(assumptions: Assumptions) -> list[str]:
 
 
 def engine_lines(workloads: Sequence[Any], assumptions: Assumptions) -> list[str]:
-    """Each serving workload's engine as it is planned (design/evaluate.serving_assumptions), one line each."""
-    from clusterplan.design.evaluate import serving_assumptions
+    """Each serving workload's engine as it is planned (evaluation/evaluate.serving_assumptions), one line each."""
+    from clusterplan.evaluation.evaluate import serving_assumptions
 
     out: list[str] = []
     for w in workloads:

@@ -176,7 +176,7 @@ def build_offerings(
             cheapest[k] = off
     offerings = [cheapest[k] for k in sorted(cheapest)]
 
-    from clusterplan.design.pricing import owned_server
+    from clusterplan.evaluation.pricing import owned_server
 
     owned = catalog.owned
     for gid in sorted(gpus):

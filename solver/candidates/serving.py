@@ -36,7 +36,7 @@ from clusterplan.candidates.table import (
     excluded,
     hard_reasons,
 )
-from clusterplan.design.uncertainty import NO_DERATE, Derate
+from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 
 # Workload fields no row reads (the demand: rows describe one replica) and those only the rate search
 # reads (the p95 targets): what :class:`clusterplan.candidates.build.CandidateCache` keys leave out.
@@ -115,8 +115,8 @@ class ServingPhysics:
         ep: int = 1,
         attention_dp: bool = False,
     ) -> int:
-        """:func:`clusterplan.design.evaluate.max_batch`, once per layout."""
-        from clusterplan.design import evaluate
+        """:func:`clusterplan.evaluation.evaluate.max_batch`, once per layout."""
+        from clusterplan.evaluation import evaluate
 
         layout = (spec.id, tp, pp, quant, kv_precision, ep, attention_dp)
         if layout not in self.batches:
@@ -141,8 +141,8 @@ class ServingPhysics:
         ep: int = 1,
         attention_dp: bool = False,
     ) -> ServingEstimate:
-        """:func:`clusterplan.design.evaluate.serving_estimate`, once per layout and batch."""
-        from clusterplan.design import evaluate
+        """:func:`clusterplan.evaluation.evaluate.serving_estimate`, once per layout and batch."""
+        from clusterplan.evaluation import evaluate
 
         key = ((spec.id, tp, pp, quant, kv_precision, ep, attention_dp), batch)
         if key not in self.estimates:
@@ -182,8 +182,8 @@ class ServingPhysics:
     def decode_at_load(
         self, est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions
     ) -> Callable[[float], LatencyAtLoad]:
-        """:func:`clusterplan.design.pools.decode_at_load` of ``est`` as a decode-only replica, once per rate."""
-        from clusterplan.design import pools
+        """:func:`clusterplan.evaluation.pools.decode_at_load` of ``est`` as a decode-only replica, once per rate."""
+        from clusterplan.evaluation import pools
         from clusterplan.physics import disagg
 
         if id(est) not in self.decode_loads:
@@ -313,7 +313,7 @@ def _layouts(
 
     Nothing here reads the workload's targets or demand, so a retargeted build (the infeasibility analysis,
     a trade's target search, a latency sweep) reuses it and redoes only the rate searches."""
-    from clusterplan.design import evaluate
+    from clusterplan.evaluation import evaluate
     from clusterplan.physics import rules
 
     considered = 0
@@ -396,7 +396,7 @@ def serving_candidates(
     (a trade's probe; such a table serves that probe's solve only): a layout over it even at its ceiling
     rate is skipped before its latency-target rate search.
     """
-    from clusterplan.design import evaluate
+    from clusterplan.evaluation import evaluate
 
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
     rows: list[ServingRow] = []
@@ -530,9 +530,9 @@ def pool_candidates(
     cap: CostCap | None = None,
 ) -> list[ServingRow]:
     """One prefill-pool row and one decode-pool row per replica shape that fits (the aggregated rows' shapes,
-    at the same batch policy), rated by :mod:`clusterplan.design.pools`. Rows that miss their share of the
+    at the same batch policy), rated by :mod:`clusterplan.evaluation.pools`. Rows that miss their share of the
     targets even idle are left out (no count of them could serve); the caller prunes dominated shapes."""
-    from clusterplan.design import pools
+    from clusterplan.evaluation import pools
 
     out: list[ServingRow] = []
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
@@ -593,7 +593,7 @@ def _pool_shapes(
     """The aggregated rows' shapes a pool replica may take, in the order pool rows visit them: no family forbids
     the layout (the relaxations price aggregated rows), physics allows it and one sequence fits. Nothing here
     reads the targets or the demand (a retargeted build reuses it)."""
-    from clusterplan.design import evaluate, pools
+    from clusterplan.evaluation import evaluate, pools
     from clusterplan.physics import rules
 
     out: list[PoolShape] = []

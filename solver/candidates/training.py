@@ -32,7 +32,8 @@ from clusterplan.candidates.table import (
     excluded,
     hard_reasons,
 )
-from clusterplan.design.uncertainty import NO_DERATE, Derate
+from clusterplan.evaluation.evaluate import TRAINING_PP
+from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 
 MAX_TRAINING_GPUS = 32_768  # the largest published pretraining runs use 16-24k GPUs
 
@@ -91,9 +92,6 @@ def fewest_meeting(
 # GPUs (owned: more capital; cloud: the same GPU-hours or more). Two more doublings are kept, for
 # instance-size rounding and for what-if sweeps that tighten the deadline; larger ones are not tried.
 EXTRA_DP_AFTER_DEADLINE = 2
-
-
-TRAINING_PP = (1, 2, 4, 8, 16)
 
 
 @dataclass
@@ -202,7 +200,7 @@ class _Layouts:
 
     def row(self, dp: int) -> TrainingRow | None:
         """The fastest settings of tp x cp x pp x dp as a row (None: nothing fits; the reason is kept)."""
-        from clusterplan.design import evaluate, pricing
+        from clusterplan.evaluation import evaluate, pricing
 
         self.evaluated += 1
         est, last_reason = evaluate.fastest_training_layout(
@@ -304,11 +302,11 @@ def training_candidates(
     optimizer step and 4,096 GPUs, and two doublings past the first DP that meets the deadline), plus,
     between the last DP that misses the deadline and the first that meets it, the fewest whole servers
     that meet it (:func:`fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
-    that fit (:func:`clusterplan.design.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
+    that fit (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
     Times are the derated ones at a requirement's ``confidence`` (``derate``).
     """
-    from clusterplan.design import evaluate
+    from clusterplan.evaluation import evaluate
     from clusterplan.physics import rules
 
     rows: list[TrainingRow] = []

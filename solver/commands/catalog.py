@@ -251,7 +251,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(catalog_app, name="catalog")
 
     def show(catalog_files: list[Path] | None, render: Callable[[Catalog], None]) -> None:
-        from clusterplan.cli import guarded
+        from clusterplan.console import guarded
 
         guarded(lambda: render(load_catalog(catalog_files or [])))
 
@@ -361,7 +361,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _emit(thing: Table | str) -> None:
-    from clusterplan.cli import out_console
+    from clusterplan.console import out_console
 
     if isinstance(thing, str):
         typer.echo(thing)

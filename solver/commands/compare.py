@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare GPUs for one workload: memory fit, tokens/s, $ per million tokens, $ per TB/s, $ per TFLOPS, power."""
         from clusterplan.catalog.load import load_catalog
-        from clusterplan.cli import guarded, out_console
+        from clusterplan.console import guarded, out_console
         from clusterplan.design.compare import COMMAND_LINE, compare_requirement, model_requirement_text
         from clusterplan.design.estimate import workload_ref
         from clusterplan.errors import FieldProblem, InputError

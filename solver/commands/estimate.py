@@ -14,8 +14,8 @@ from rich.table import Table
 
 from clusterplan.commands.options import CatalogOption
 from clusterplan.errors import FieldProblem, InputError, Location
-from clusterplan.render import fmt
 from clusterplan.stdin import FILE_HELP
+from clusterplan.wording import fmt
 
 _FLAGS = {
     "workload": "--workload",
@@ -299,7 +299,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Estimate memory, speed, latency and cost of one configuration; exit 1 if it cannot run."""
         from clusterplan.catalog.load import load_catalog
-        from clusterplan.cli import guarded, out_console
+        from clusterplan.console import guarded, out_console
         from clusterplan.design.estimate import check_feasible, estimate_file
 
         def run() -> None:

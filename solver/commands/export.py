@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """Engine launch commands, a benchmark command and the expected figures for one design."""
-        from clusterplan.cli import guarded, out_console
+        from clusterplan.console import guarded, out_console
 
         def run() -> None:
             from clusterplan.catalog.load import load_catalog

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rent or buy: the cumulative cost of a design's hardware both ways, month by month, and the break-even."""
         from clusterplan.catalog.load import load_catalog
-        from clusterplan.cli import guarded, out_console
+        from clusterplan.console import guarded, out_console
         from clusterplan.design import breakeven
         from clusterplan.errors import FieldProblem, InputError, Location
         from clusterplan.outputs import check_outputs, write_bytes

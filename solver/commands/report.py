@@ -48,8 +48,9 @@ def register(app: typer.Typer) -> None:
         catalog: list[Path] | None = CatalogOption,
     ) -> None:
         """Write a design-review attachment: summary, designs, memory, what binds, what if, rent vs buy, sources."""
-        from clusterplan.cli import guarded, out_console
-        from clusterplan.review import check_report_paths, write_report
+        from clusterplan.console import guarded, out_console
+        from clusterplan.render.review_files import write_report
+        from clusterplan.review import check_report_paths
         from clusterplan.stdin import is_stdin, read_stdin
 
         def run() -> None:

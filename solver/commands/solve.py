@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Plan: the cheapest feasible GPU cluster designs for a requirement, and why."""
         from clusterplan.catalog.load import load_catalog
-        from clusterplan.cli import guarded, out_console
+        from clusterplan.console import guarded, out_console
         from clusterplan.pipeline import PlanOptions, Timings, plan_requirement
         from clusterplan.planner.solve import SolverSettings
         from clusterplan.render import jsonout, plan_markdown, table

@@ -47,7 +47,7 @@ class Against(StrEnum):
 @contextmanager
 def progress(total: int, what: str) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on stderr when it is a terminal (no refresh thread: worker processes fork cleanly)."""
-    from clusterplan.cli import err_console
+    from clusterplan.console import err_console
 
     if not err_console.is_terminal or total < 2:
         yield None
@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
         """What if: re-plan across values of one or two fields; show where the optimal design switches."""
         import time
 
-        from clusterplan.cli import guarded, out_console
+        from clusterplan.console import guarded, out_console
         from clusterplan.outputs import check_outputs, write_bytes, write_text
         from clusterplan.planner.solve import SolverSettings
         from clusterplan.render import plots, sweep_view
@@ -196,7 +196,7 @@ def register(app: typer.Typer) -> None:
         ray_address: str | None = RayAddressOption,
     ) -> None:
         """The Pareto frontier of total cost against p95 latency (or throughput); dominated designs removed."""
-        from clusterplan.cli import guarded, out_console
+        from clusterplan.console import guarded, out_console
         from clusterplan.outputs import check_outputs, write_bytes, write_text
         from clusterplan.planner.solve import SolverSettings
         from clusterplan.render import plots, sweep_view

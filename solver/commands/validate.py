@@ -33,11 +33,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check a requirement file and say what it asks for; exit 2 with located errors if it is invalid."""
         from clusterplan.catalog.load import load_catalog
-        from clusterplan.cli import guarded, out_console
+        from clusterplan.console import guarded, out_console
         from clusterplan.errors import printable
         from clusterplan.explain.contradictions import contradictions
-        from clusterplan.render.reasons import render_warning
         from clusterplan.stdin import display_path, load_requirement_arg
+        from clusterplan.wording.reasons import render_warning
 
         def run() -> None:
             cat = load_catalog(catalog or [])
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Print the JSON Schema of requirement files (checked in at specs/requirement.schema.json)."""
-        from clusterplan.cli import guarded
+        from clusterplan.console import guarded
         from clusterplan.outputs import check_output_path, write_text
 
         def run() -> None:

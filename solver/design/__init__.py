@@ -1,5 +1,3 @@
-"""One design, one path: its physics (:mod:`.evaluate`) and its price (:mod:`.pricing`).
-
-The planner's candidate rows, ``clusterplan estimate``, the checker's repricing and the review report
-all evaluate and price a design through these functions, so the figures they print agree.
+"""The command services above the planner: ``estimate``, ``compare``, ``rent-vs-buy`` (:mod:`.breakeven`), the
+solver-free checker (:mod:`.check`) and ``export``. Each evaluates and prices through :mod:`clusterplan.evaluation`.
 """

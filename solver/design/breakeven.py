@@ -1,17 +1,17 @@
 """``clusterplan rent-vs-buy``: one design's hardware rented and bought, month by month, and the break-even month.
 
 The hardware is a plan's design (the command plans the requirement and passes design 1) or a GPU type and count
-given on the command line. Each side is priced by :mod:`clusterplan.design.pricing` on the planner's offerings
+given on the command line. Each side is priced by :mod:`clusterplan.evaluation.pricing` on the planner's offerings
 (:func:`clusterplan.candidates.offerings.build_offerings`), as ``solve`` prices a design:
 
 * the side the design itself uses is the design's own hardware lines (so its total at the requirement's horizon
   is ``solve``'s total, to the cent);
 * the other side hosts the same replica groups (serving: ``replicas x pp`` TP groups of each group's ``tp``;
   training: ``pp x dp`` groups of ``tp``) on the cheapest offering of that kind
-  (:func:`clusterplan.design.pricing.cheapest_hosting`; a cloud training run:
-  :func:`clusterplan.design.pricing.cheapest_training_cloud`, billed once in whole hours).
+  (:func:`clusterplan.evaluation.pricing.cheapest_hosting`; a cloud training run:
+  :func:`clusterplan.evaluation.pricing.cheapest_training_cloud`, billed once in whole hours).
 
-Cumulative cost after ``m`` months is :func:`clusterplan.design.pricing.costs` with ``horizon_months=m``
+Cumulative cost after ``m`` months is :func:`clusterplan.evaluation.pricing.costs` with ``horizon_months=m``
 (capital + one-off + m x monthly); the break-even month is
 :func:`clusterplan.physics.cost.rent_vs_buy_breakeven` on the difference of the fixed costs.
 """
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from clusterplan.design import pricing
 from clusterplan.design.estimate import Result
 from clusterplan.errors import ClusterplanError
+from clusterplan.evaluation import pricing
 from clusterplan.physics import cost
 from clusterplan.plan import Costs, Design, HardwareLine, ServingPlan
 
@@ -177,7 +177,7 @@ def buy_lines(
 
 
 def cumulative_usd(lines: Sequence[HardwareLine], one_off_usd: float, months: float) -> float:
-    """Spent after ``months``: :func:`clusterplan.design.pricing.costs` over that many months."""
+    """Spent after ``months``: :func:`clusterplan.evaluation.pricing.costs` over that many months."""
     return pricing.costs(lines, horizon_months=months, one_off_usd=one_off_usd, output_tokens_per_s=0.0).total_usd
 
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.reasons import ReasonCategory, without
 from clusterplan.plan import Design, HardwareLine, ServingPlan, TrainingPlan
-from clusterplan.render.reasons import render_reason
 from clusterplan.units import HOURS_PER_MONTH
+from clusterplan.wording.reasons import render_reason
 
 if TYPE_CHECKING:
     from clusterplan.candidates.table import CandidateTable
@@ -165,8 +165,8 @@ def _totals(
     design: Design, priced: list[Priced], one_off: float, horizon: float, tokens_per_s: float, problems: list[str]
 ) -> None:
     """The design's costs against its hardware as this checker priced it, totalled by
-    :func:`clusterplan.design.pricing.costs` (the planner's and estimate's arithmetic)."""
-    from clusterplan.design import pricing
+    :func:`clusterplan.evaluation.pricing.costs` (the planner's and estimate's arithmetic)."""
+    from clusterplan.evaluation import pricing
 
     for p in priced:  # every line re-derived from catalog rows: none below zero, each as stated
         x = p.line
@@ -305,8 +305,8 @@ def _serving_capacity(
 
 def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[list[Priced], list[str]]:
     """Each hardware line re-priced from the catalog (owned servers by
-    :func:`clusterplan.design.pricing.owned_server`, as the planner's offerings are)."""
-    from clusterplan.design.pricing import owned_server
+    :func:`clusterplan.evaluation.pricing.owned_server`, as the planner's offerings are)."""
+    from clusterplan.evaluation.pricing import owned_server
 
     problems: list[str] = []
     priced: list[Priced] = []
@@ -353,8 +353,8 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
 
 def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) -> list[str]:
     """Every violation of the requirement by ``design``, re-evaluated with the physics and the catalog."""
-    from clusterplan.design import evaluate
-    from clusterplan.design.uncertainty import derate_for
+    from clusterplan.evaluation import evaluate
+    from clusterplan.evaluation.uncertainty import derate_for
     from clusterplan.physics import cost as physics_cost
     from clusterplan.physics import queueing
     from clusterplan.requirement.schema import ServingWorkload
@@ -422,8 +422,8 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     continue
                 est = est.model_copy(update={"feasible": True, "why_not": []})
                 ests.append((g, est))
-                if g.role != "aggregated":  # a pool replica: its share of the targets (design/pools.py)
-                    from clusterplan.design import pools
+                if g.role != "aggregated":  # a pool replica: its share of the targets (evaluation/pools.py)
+                    from clusterplan.evaluation import pools
 
                     pr = (
                         pools.prefill_rates(est, arch, spec, w, a)
@@ -459,7 +459,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             for g, est in ests:
                 rr = next(r if has_targets else r0 for (n, r, r0), gg in zip(rates, wp.groups, strict=True) if gg is g)
                 if g.role != "aggregated":
-                    from clusterplan.design import pools
+                    from clusterplan.evaluation import pools
 
                     side = sum(
                         n * (r if has_targets else r0)

@@ -5,7 +5,7 @@ with the GPU pinned). Serving: one estimate per replica shape the planner tries
 (:func:`clusterplan.candidates.serving.serving_shapes`, TP within the NVLink domain), each at the planner's batch
 policy with the replicas the demand needs; the row keeps the one that runs, meets the p95 targets and costs least
 (:func:`_layout_key`). Training: estimate's own search (the fastest layout of the smallest count that meets the
-deadline). Each deployment is priced on the cheapest offering of that kind by :mod:`clusterplan.design.pricing`
+deadline). Each deployment is priced on the cheapest offering of that kind by :mod:`clusterplan.evaluation.pricing`
 over the requirement's horizon, as ``solve`` prices it. The figures this module adds are ratios of those figures
 and catalog rows (the functions below); no cost or speed is computed twice. Weight precision: the best of those
 the requirement's quality gate allows (``quality.max_loss``, narrowed by ``constraints.quantizations``), as the
@@ -15,11 +15,11 @@ Derived metrics, per GPU and deployment:
 
 * ``usd_per_tb_per_s``: the price of one GPU over its memory bandwidth in TB/s. Cloud: $/GPU-hour of the
   chosen instance type; owned: capital per GPU slot of the chosen server (GPU + its share of chassis and
-  network, :func:`clusterplan.design.pricing.owned_server`).
+  network, :func:`clusterplan.evaluation.pricing.owned_server`).
 * ``usd_per_dense_tflops``: the same price over dense tensor TFLOPS at the compute precision
   (:func:`clusterplan.physics.serving.peak_tflops`, the figure the physics uses).
 * ``usd_per_million_tokens``: serving: solve's figure (total over the horizon / the workload's average output
-  tokens, :func:`clusterplan.design.pricing.costs`); training: the cost of the hardware / million trained tokens.
+  tokens, :func:`clusterplan.evaluation.pricing.costs`); training: the cost of the hardware / million trained tokens.
 * power: W per GPU (cloud: the board's TDP; owned: the server at full power with its overhead, per GPU slot)
   and per replica (x GPUs per replica).
 """

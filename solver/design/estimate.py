@@ -11,16 +11,16 @@ Choices for omitted knobs:
   allows that the GPU runs; KV cache follows the workload's ``kv_cache_precision`` or the weights.
 * serving ``tp``/``pp``: the smallest tensor-parallel degree (within the NVLink domain) at which the weights
   fit, then pipeline stages; ``batch``: the planner's batch policy (the largest the memory holds,
-  :func:`clusterplan.design.evaluate.serving_batch`); replicas (``dp``): enough for the peak demand at the
+  :func:`clusterplan.evaluation.evaluate.serving_batch`); replicas (``dp``): enough for the peak demand at the
   largest per-replica rate meeting the p95 targets, plus redundancy.
 * training: the fastest feasible (tp, cp, pp, virtual stages, ZeRO stage, recompute and recomputed layers,
   micro-batch) for the GPU count, searched as the planner's candidates search
-  (:func:`clusterplan.design.evaluate.fastest_training_layout`); the count itself, if omitted, is the fewest whole
+  (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`); the count itself, if omitted, is the fewest whole
   servers that meet the deadline, found per layout by the planner's own DP ladder and whole-server bisection.
 * ``count`` is ``tp x pp x dp``; a given count fixes ``dp = count / (tp x pp)``.
 * cost: ``deployment`` from the flag, the file's config, or the requirement (``either`` shows both). The
   hardware is the cheapest one offering type of the planner's offerings that hosts the layout alone, priced
-  by :mod:`clusterplan.design.pricing` over the requirement's horizon: the figures ``solve`` reports. Owned
+  by :mod:`clusterplan.evaluation.pricing` over the requirement's horizon: the figures ``solve`` reports. Owned
   hardware also gets an amortised month (capital over the catalog's amortisation months plus power),
   labelled as such.
 """
@@ -30,21 +30,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
-from clusterplan.design import pricing
 from clusterplan.errors import ClusterplanError, ConfigurationImpossible
+from clusterplan.evaluation import pricing
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import Judged, LatencyAtLoad, ServingEstimate, TrainingEstimate
 from clusterplan.plan import Costs, HardwareLine
-from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement.schema import (
     PinnedConfig,
     Requirement,
     ServingWorkload,
 )
+from clusterplan.wording.reasons import render_reasons
 
 if TYPE_CHECKING:
     from clusterplan.candidates.table import Offering
@@ -157,11 +157,31 @@ class EstimateResult(Result):
     assumptions: dict[str, float | int | bool] = Field(default_factory=dict, description="factors used")
     assumptions_overridden: list[str] = Field(default_factory=list)
 
+    @model_serializer(mode="wrap")
+    def _reasons_as_text(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Each physics estimate's reason records as their sentences, under ``reasons`` right after its ``feasible``
+        (the physics keeps codes; the words are written here, at the edge of the estimate's output)."""
+        data: dict[str, Any] = handler(self)
+        for key, judged in (("serving", self.serving), ("training", self.training)):
+            if judged is not None and isinstance(data.get(key), dict):
+                data[key] = _with_reasons(data[key], judged)
+        return data
+
     @property
     def bound(self) -> str:
         if self.serving is not None:
             return self.serving.bound
         return self.training.bound if self.training is not None else "compute"
+
+
+def _with_reasons(dumped: dict[str, Any], judged: Judged) -> dict[str, Any]:
+    """``dumped`` with ``reasons`` (the sentences of ``judged.why_not``) inserted right after ``feasible``."""
+    out: dict[str, Any] = {}
+    for key, value in dumped.items():
+        out[key] = value
+        if key == "feasible":
+            out["reasons"] = render_reasons(judged.why_not)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.design import evaluate, pricing
 from clusterplan.design.estimate import (
     ChosenConfig,
     CloudCost,
@@ -23,6 +22,7 @@ from clusterplan.design.estimate import (
     owned_cost,
 )
 from clusterplan.errors import ClusterplanError
+from clusterplan.evaluation import evaluate, pricing
 from clusterplan.physics import moe, queueing, rules
 from clusterplan.physics.factors import Assumptions
 from clusterplan.requirement.schema import (

@@ -1,5 +1,5 @@
 """``clusterplan estimate`` for a training or fine-tuning workload: the fastest layout for the count, or the fewest
-whole servers meeting the deadline, searched as the planner searches (:mod:`clusterplan.design.evaluate`)."""
+whole servers meeting the deadline, searched as the planner searches (:mod:`clusterplan.evaluation.evaluate`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Literal
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.design import evaluate, pricing
 from clusterplan.design.estimate import (
     ChosenConfig,
     CloudCost,
@@ -20,17 +19,18 @@ from clusterplan.design.estimate import (
     owned_cost,
 )
 from clusterplan.errors import ClusterplanError
+from clusterplan.evaluation import evaluate, pricing
 from clusterplan.physics import cost, optimizer_memory, rules, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.types import TrainingEstimate
-from clusterplan.render.reasons import render_reasons
 from clusterplan.requirement.schema import (
     FinetuneWorkload,
     PinnedConfig,
     Requirement,
     TrainingWorkload,
 )
+from clusterplan.wording.reasons import render_reasons
 
 if TYPE_CHECKING:
     from clusterplan.candidates.table import Offering
@@ -68,7 +68,7 @@ def _shapes(
     """(tp, cp, pp) searched, as the planner's candidates are (same degrees; knobs the user pinned stay pinned)."""
     from clusterplan.candidates.offerings import gpu_type_of
     from clusterplan.candidates.table import TP_DEGREES
-    from clusterplan.candidates.training import TRAINING_PP
+    from clusterplan.evaluation.evaluate import TRAINING_PP
 
     domain = gpu_type_of(gpu).nvlink_domain
     tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain]

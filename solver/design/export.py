@@ -3,7 +3,7 @@
 For each replica group of each serving workload of the chosen design: the engine settings a launch needs
 (TP/PP sizes, weight and KV precision, memory fraction, batch cap, chunked prefill, context, speculative
 decoding, prefix caching) and the figures a benchmark replaying the requirement's workload should report.
-Every figure comes from :mod:`clusterplan.design.evaluate` (one path per design): the engine is resolved by
+Every figure comes from :mod:`clusterplan.evaluation.evaluate` (one path per design): the engine is resolved by
 ``evaluate.serving_assumptions``, the batch by ``evaluate.max_batch``, the latencies by the queueing model at the
 replica's share of the requirement's average request rate. Rendering (command lines, files) is
 :mod:`clusterplan.render.export_view`.
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from clusterplan.design import evaluate, pools
 from clusterplan.errors import ClusterplanError
+from clusterplan.evaluation import evaluate, pools
 from clusterplan.physics import disagg, queueing
 from clusterplan.physics.factors import SpeculativeDecoding
 from clusterplan.plan import ServingPlan
@@ -174,7 +174,7 @@ def _expected(
     share: float,
 ) -> Expected:
     """What one replica of ``role`` should show at ``share`` requests/s: the queueing model of an aggregated
-    replica, or of a prefill replica (TTFT incl. the KV transfer) or a decode-only one (design/pools.py)."""
+    replica, or of a prefill replica (TTFT incl. the KV transfer) or a decode-only one (evaluation/pools.py)."""
     if role == "prefill":
         p = pools.prefill_at(est, arch, spec, w, base, share)
         return Expected(

@@ -37,7 +37,7 @@ from clusterplan.planner.families import family
 from clusterplan.planner.families.goals import Bound
 from clusterplan.planner.solve import PRIMARY_GOAL, Extra, Outcome, Planner, Solution
 from clusterplan.planner.variables import PlanVariables
-from clusterplan.render.reasons import render_reason
+from clusterplan.wording.reasons import render_reason
 
 LOST_GPU_LIMIT = 6
 

@@ -1,7 +1,7 @@
 """Parts of a requirement that contradict each other: warnings as records (codes), never sentences.
 
 The requirement is valid and is planned as written; these say what part of it has no effect, so a
-reviewer is not left to assume it was used. Words: :func:`clusterplan.render.reasons.render_warning`.
+reviewer is not left to assume it was used. Words: :func:`clusterplan.wording.reasons.render_warning`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from clusterplan.candidates.table import CandidateTable, TrainingRow, WorkloadCandidates
-from clusterplan.design import pricing
+from clusterplan.evaluation import pricing
 from clusterplan.plan import (
     ConstraintCheck,
     Costs,
@@ -130,7 +130,7 @@ def training_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) 
 
 
 def hardware_lines(table: CandidateTable, sol: Solution) -> list[HardwareLine]:
-    """The instances and servers a solution uses, each priced by :mod:`clusterplan.design.pricing`."""
+    """The instances and servers a solution uses, each priced by :mod:`clusterplan.evaluation.pricing`."""
     lines: list[HardwareLine] = []
     for key, n in sol.instances:
         o = table.offering(key)
@@ -166,7 +166,7 @@ def hardware_lines(table: CandidateTable, sol: Solution) -> list[HardwareLine]:
 
 
 def costs_of(table: CandidateTable, sol: Solution, hardware: list[HardwareLine]) -> Costs:
-    """The solution's costs over the horizon (:func:`clusterplan.design.pricing.costs`)."""
+    """The solution's costs over the horizon (:func:`clusterplan.evaluation.pricing.costs`)."""
     one_off = 0.0
     for wc in table.workloads:
         a = sol.training_of(wc.index) if not wc.is_serving else None

@@ -34,8 +34,8 @@ from clusterplan.planner.families.facts import NotEnough, RelaxedAt
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.solve import Extra, Planner, Solution
 from clusterplan.planner.status import SolveStatus
-from clusterplan.render import fmt
-from clusterplan.render.reasons import render_predicate, render_reasons
+from clusterplan.wording import fmt
+from clusterplan.wording.reasons import render_predicate, render_reasons
 
 # A latency target: (workload index, requirement field: p95_latency, p95_ttft or p95_tpot).
 TargetKey = tuple[int, str]

@@ -26,8 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
-from clusterplan.requirement.schema import MemoryOption
+# The memory-saving options a training or fine-tuning workload may allow (``memory_options`` in the requirement).
+MemoryOption = Literal[
+    "bf16_weights", "optimizer_in_backward", "adamw8bit", "activation_offload", "paged_optimizer", "optimizer_offload"
+]
 
 MEMORY_OPTIONS: tuple[MemoryOption, ...] = (
     "bf16_weights",

@@ -4,7 +4,7 @@ Physics (:mod:`clusterplan.physics.rules`, :mod:`~clusterplan.physics.serving`,
 :mod:`~clusterplan.physics.training`) and the candidate table return these records; nothing
 decides on a sentence. Each record is a frozen dataclass whose ``code`` is a :class:`ReasonCode`;
 its :attr:`Reason.category` follows from the code (:data:`CATEGORY`), never from text. The words
-are written in one place, :func:`clusterplan.render.reasons.render_reason`.
+are written in one place, :func:`clusterplan.wording.reasons.render_reason`.
 
 GPU and model names are parameters as the producer shows them (physics: the GPU's short name,
 candidates: the catalog name); quantities carry their units in their names.

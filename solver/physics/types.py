@@ -6,12 +6,11 @@ These are the contract between the physics (``clusterplan.physics``), the candid
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, InstanceOf, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
 from clusterplan.physics.reasons import Reason
-from clusterplan.render.reasons import render_reasons
 
 Bound = Literal["memory_capacity", "memory_bandwidth", "compute", "communication", "host"]
 
@@ -23,29 +22,14 @@ class Result(BaseModel):
 class Judged(Result):
     """An estimate that may be infeasible: ``why_not`` holds the reason records, empty when feasible.
 
-    Layers decide on the records. Serialised (``estimate --json``), the records become their
-    sentences under ``reasons``, right after ``feasible``, as the output has always read.
+    Layers decide on the records; the words come last: ``estimate --json`` writes their sentences under
+    ``reasons``, right after ``feasible`` (:class:`clusterplan.design.estimate.EstimateResult`).
     """
 
     feasible: bool
     why_not: list[InstanceOf[Reason]] = Field(
         default_factory=list, exclude=True, description="why not feasible (clusterplan.physics.reasons records)"
     )
-
-    @property
-    def reasons(self) -> list[str]:
-        """The reasons as sentences, for display."""
-        return render_reasons(self.why_not)
-
-    @model_serializer(mode="wrap")
-    def _reasons_as_text(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out[key] = value
-            if key == "feasible":
-                out["reasons"] = self.reasons
-        return out
 
 
 class MemoryBreakdown(Result):

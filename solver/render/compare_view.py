@@ -7,7 +7,7 @@ from rich.table import Table
 
 from clusterplan.design.compare import Comparison, DeploymentFigures, GpuComparison
 from clusterplan.errors import printable
-from clusterplan.render.fmt import seconds, usd, usd_3sf
+from clusterplan.wording.fmt import seconds, usd, usd_3sf
 
 FIT_COLUMNS = ("GPU", "fits", "layout", "memory / GPU", "speed", "W / GPU", "W / replica")
 COST_COLUMNS = ("GPU", "deployment", "offering", "per GPU", "total", "$/M tok", "$ per TB/s", "$ per dense TFLOPS")

@@ -13,7 +13,7 @@ import json
 import shlex
 
 from clusterplan.design.export import Launch
-from clusterplan.render.fmt import seconds
+from clusterplan.wording.fmt import seconds
 
 PORT = 8000
 _VLLM_QUANT = {"fp8": "fp8", "int8": "compressed-tensors", "int4": "awq"}  # bf16/fp16: none (the checkpoint's dtype)

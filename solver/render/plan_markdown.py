@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
-from clusterplan.render import odds
-from clusterplan.render.fmt import (
+from clusterplan.wording import odds
+from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
     disaggregation_lines,
     group_layout,
@@ -14,7 +14,7 @@ from clusterplan.render.fmt import (
     seconds,
     usd,
 )
-from clusterplan.render.reasons import render_relaxed, render_warning
+from clusterplan.wording.reasons import render_relaxed, render_warning
 
 
 def _cell(text: str) -> str:

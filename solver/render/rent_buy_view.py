@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from clusterplan.errors import printable
-from clusterplan.render.fmt import usd, usd_exact
+from clusterplan.wording.fmt import usd, usd_exact
 
 if TYPE_CHECKING:
     from clusterplan.design.breakeven import RentVsBuy, Side

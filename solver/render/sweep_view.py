@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clusterplan.render.fmt import seconds, usd
 from clusterplan.whatif.frontier import FrontierResult
 from clusterplan.whatif.sweep import SweepResult
 from clusterplan.whatif.vary import format_value
+from clusterplan.wording.fmt import seconds, usd
 
 
 def _num(x: float | None, unit: str = "") -> str:

@@ -7,8 +7,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
-from clusterplan.render import odds
-from clusterplan.render.fmt import (
+from clusterplan.wording import odds
+from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
     disaggregation_lines,
     group_layout,
@@ -18,7 +18,7 @@ from clusterplan.render.fmt import (
     seconds,
     usd,
 )
-from clusterplan.render.reasons import render_relaxed, render_warning
+from clusterplan.wording.reasons import render_relaxed, render_warning
 
 
 def render(plan: Plan, console: Console) -> None:

@@ -20,7 +20,6 @@ from clusterplan.errors import (
     did_you_mean,
     quoted,
 )
-from clusterplan.inputs.hf_config import derived_line, load_hf_config, read_hf_config
 from clusterplan.inputs.located import validate_document
 from clusterplan.inputs.yamlio import (
     LocatedDocument,
@@ -29,6 +28,7 @@ from clusterplan.inputs.yamlio import (
     load_yaml_file,
     parse_yaml_text,
 )
+from clusterplan.requirement.hf_config import derived_line, load_hf_config, read_hf_config
 from clusterplan.requirement.schema import (
     DEFAULT_PROVIDER_TIERS,
     QUALITY_CLASSES,
@@ -176,12 +176,6 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
                 ("workloads", i),
                 f"needs {ctx:,.0f} tokens of context; {arch.name} supports {arch.max_context:,}",
             )
-    from clusterplan.design.evaluate import pinned_layout_problems
-
-    for i, (w, arch) in enumerate(zip(req.workloads, models, strict=False)):
-        if w.kind != "serving":
-            for field, message in pinned_layout_problems(w, arch):
-                problem(("workloads", i, field), message, "layout")
     _check_ranges(req, problem)
     if problems:
         raise InputError(problems)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitecture, Precision, ProviderTier
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
+from clusterplan.physics.optimizer_memory import MemoryOption
 from clusterplan.units import Count, Money, Months, Rate, StatedDuration, StatedPower, Tokens
 
 Quantization = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
@@ -176,7 +177,7 @@ class ServingWorkload(Strict):
     kv_cache_precision: KvPrecision | None = Field(
         None, description="KV-cache precision; default follows the weights (fp8 weights -> fp8 KV, else bf16)"
     )
-    # -- the serving engine and what it runs (design/evaluate.serving_assumptions) --
+    # -- the serving engine and what it runs (evaluation/evaluate.serving_assumptions) --
     engine: EngineSettings | None = Field(
         None, description="the serving engine and any setting to override: `vllm` or {name: trtllm, max_batch: 512}"
     )
@@ -234,9 +235,6 @@ class ServingWorkload(Strict):
         return self.max_context if self.max_context is not None else self.input_tokens + self.output_tokens
 
 
-MemoryOption = Literal[
-    "bf16_weights", "optimizer_in_backward", "adamw8bit", "activation_offload", "paged_optimizer", "optimizer_offload"
-]
 MEMORY_OPTIONS_HELP = (
     "memory options the planner may use when a layout does not fit otherwise: bf16_weights (no fp32 master copy), "
     "optimizer_in_backward, adamw8bit, activation_offload, paged_optimizer, optimizer_offload; [] forbids all; "

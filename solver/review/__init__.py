@@ -2,7 +2,7 @@
 
 :mod:`.data` assembles the review as data, :mod:`.document` lays it out as plain blocks, and
 :mod:`.markdown` / :mod:`.htmlpage` serialise those blocks (escaping every string); the charts come
-from :mod:`clusterplan.render.plots`.
+from :mod:`clusterplan.render.plots`, and :mod:`clusterplan.render.review_files` writes them all.
 """
 
 from __future__ import annotations
@@ -61,36 +61,3 @@ def check_report_paths(path: Path, force: bool) -> None:
         )
     for name in REPORT_IMAGES:
         check_output_path(folder / f"{name}.png", force, flag="-o")
-
-
-def write_report(report: object, path: Path, *, force: bool = False) -> list[Path]:
-    """Render the charts and write the review to ``path`` (Markdown with images in ``<stem>_files/``
-    beside it, or one HTML file), each file atomically; the paths written."""
-    from clusterplan.outputs import make_folder, write_bytes, write_text
-    from clusterplan.render import plots, review_html, review_markdown
-    from clusterplan.review import document
-    from clusterplan.review.records import ReviewReport
-
-    assert isinstance(report, ReviewReport)
-    images: dict[str, bytes] = {}
-    if report.memory:
-        images["memory"] = plots.memory_figure(report.memory, "png")
-    if report.whatif is not None:
-        images["whatif"] = plots.sweep_figure(report.whatif, "png")
-    assert set(images) <= set(REPORT_IMAGES)
-    doc = document.build(report, set(images))
-    if output_format(path) == "html":
-        write_text(path, review_html.render(doc, images), force=force, flag="-o")
-        return [path]
-    written: list[Path] = []
-    rel: dict[str, str] = {}
-    if images:
-        folder = image_folder(path)
-        make_folder(folder, flag="-o")
-        for name, data in sorted(images.items()):
-            target = folder / f"{name}.png"
-            write_bytes(target, data, force=force, flag="-o")
-            written.append(target)
-            rel[name] = f"{folder.name}/{target.name}"
-    write_text(path, review_markdown.render(doc, rel), force=force, flag="-o")  # last: its images exist
-    return [path, *written]

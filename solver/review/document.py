@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clusterplan.plan import Design, ServingPlan, TrainingPlan
-from clusterplan.render import odds as odds_words
-from clusterplan.render.fmt import group_layout, layout, margin, seconds, usd
 from clusterplan.review.records import ReviewReport, Risk
 from clusterplan.whatif.sweep import format_value
+from clusterplan.wording import odds as odds_words
+from clusterplan.wording.fmt import group_layout, layout, margin, seconds, usd
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@
   move before design 2 costs less (linear in the price: the totals are); the purchase price closest to
   switching is re-solved at that figure with the what-if machinery (two solves) to confirm;
 * the targets design 1 meets only inside the model's error, and its chance of meeting each
-  (:mod:`clusterplan.design.uncertainty`);
+  (:mod:`clusterplan.evaluation.uncertainty`);
 * the model's measured accuracy for the kinds of figure the plan's workloads depend on.
 """
 
@@ -16,8 +16,8 @@ import contextlib
 import math
 from typing import TYPE_CHECKING
 
-from clusterplan.design.uncertainty import INTERVAL, ErrorKind, error_quantile, model_error
 from clusterplan.errors import ClusterplanError
+from clusterplan.evaluation.uncertainty import INTERVAL, ErrorKind, error_quantile, model_error
 from clusterplan.plan import Design, Plan, ServingPlan
 from clusterplan.review.records import AccuracyRow, PriceRisk, Risk, SinglePoint
 from clusterplan.units import HOURS_PER_MONTH

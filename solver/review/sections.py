@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.plan import Design, ServingPlan, TrainingPlan
-from clusterplan.render.fmt import moe_layout, usd
 from clusterplan.requirement.load import ResolvedRequirement
 from clusterplan.review.records import BindingRow, FactorRow, MemoryBar, RentBuyRow, SourceRow
+from clusterplan.wording.fmt import moe_layout, usd
 
 
 def _layout(w: ServingPlan | TrainingPlan, i: int = 0) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from clusterplan.plan import Design, Plan, ServingPlan
-from clusterplan.render.fmt import usd
 from clusterplan.review.records import BindingRow
 from clusterplan.whatif.sweep import (
     format_value,
 )
+from clusterplan.wording.fmt import usd
 
 
 def _actions(design: Design) -> list[str]:

@@ -243,12 +243,14 @@ def run_task(task: PointTask, cache: PointCache | None = None) -> PointOutcome:
 
     ``cache``: what the points planned in this process share (catalogs always; candidates where the
     task's ``reuse`` allows)."""
+    from clusterplan.evaluation.evaluate import check_pinned_layouts
     from clusterplan.requirement.load import load_requirement_text
 
     here = cache if cache is not None else PointCache()
     try:
         catalog = here.catalog(task.catalog_paths, task.catalog_override)
         resolved = load_requirement_text(task.text, task.name, catalog, base_dir=Path(task.base_dir))
+        check_pinned_layouts(resolved)
     except InputError as exc:
         first = exc.problems[0] if exc.problems else None
         detail = f"{first.path}: {first.message}" if first is not None and first.path else exc.message

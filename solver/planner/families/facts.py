@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from clusterplan.candidates.table import CandidateTable, ServingRow, TrainingRow, WorkloadCandidates
 from clusterplan.plan import Relaxation
-from clusterplan.render import fmt
+from clusterplan.wording import fmt
 
 if TYPE_CHECKING:
     from clusterplan.planner.solve import ServingAssignment, TrainingAssignment

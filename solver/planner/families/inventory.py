@@ -62,7 +62,7 @@ def trade_of(d: DesignFacts) -> TradeRead | None:
         o = t.offering(key)
         if n and o.capital_usd:
             gpus[o.gpu_id] = gpus.get(o.gpu_id, 0) + n * o.gpus_per_unit
-            capital += n * o.capital_usd  # the purchase price the plan pays (design.pricing's capital)
+            capital += n * o.capital_usd  # the purchase price the plan pays (evaluation.pricing's capital)
     if not gpus:
         return None
     what = ", ".join(f"{n}x {g}" for g, n in sorted(gpus.items()))

@@ -83,7 +83,7 @@ def _capacity(wc: WorkloadCandidates, rows: list[tuple[ServingAssignment, Servin
 
 def design_p95_e2e_s(rows: list[tuple[ServingAssignment, ServingRow]]) -> float:
     """The worst p95 end-to-end latency of a design's replicas at rated load; with pools, the prefill pool's p95
-    TTFT plus the decode pool's p95 (clusterplan.design.pools.design_p95_e2e_s)."""
+    TTFT plus the decode pool's p95 (clusterplan.evaluation.pools.design_p95_e2e_s)."""
     both = max((r.p95_e2e_s for _, r in rows if r.role == "both"), default=0.0)
     prefill = max((r.p95_ttft_s for _, r in rows if r.role == "prefill"), default=0.0)
     decode = max((r.p95_e2e_s for _, r in rows if r.role == "decode"), default=0.0)

@@ -27,7 +27,7 @@ from clusterplan.planner.families.facts import (
 )
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.variables import ServingScale
-from clusterplan.render.fmt import rps
+from clusterplan.wording.fmt import rps
 
 if TYPE_CHECKING:
     from clusterplan.planner.solve import ServingAssignment

@@ -39,7 +39,7 @@ from clusterplan.physics.reasons import (
     ZeroStageUnknown,
 )
 from clusterplan.plan import INVENTORY_IGNORED, ConstraintCheck, RequirementWarning
-from clusterplan.render.fmt import usd
+from clusterplan.wording.fmt import usd
 
 _LINK_NAME = {"nvlink": "NVLink", "infinity_fabric": "Infinity Fabric"}
 _FP8_NEED = {

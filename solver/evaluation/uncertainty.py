@@ -13,7 +13,7 @@ log error; docs/model.md, 'Uncertainty'). From it:
 * :func:`interval`: the central 80% range of the true figure;
 * :class:`Derate` (``confidence: c`` in a requirement): the factors by which the planner scales its predicted
   rates and times *before* the constraint families see them, so that each target holds with probability ``c``.
-  :func:`clusterplan.design.evaluate.serving_rates` and the training estimates apply them; nothing else does.
+  :func:`clusterplan.evaluation.evaluate.serving_rates` and the training estimates apply them; nothing else does.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def _peak_p95s(w: ServingPlan, resolved: ResolvedRequirement, catalog: Catalog) 
     Demand splits over replicas in proportion to their rates (as the checker splits it); each group's
     replica is estimated as planned (same layout, precision and batch cap) without any derating.
     """
-    from clusterplan.design import evaluate
+    from clusterplan.evaluation import evaluate
     from clusterplan.physics import queueing
 
     names = [x.name for x in resolved.requirement.workloads]
@@ -244,7 +244,7 @@ def _peak_p95s(w: ServingPlan, resolved: ResolvedRequirement, catalog: Catalog) 
         rate = g.rate_rps if has_targets else g.rate_no_targets_rps
         load = w.demand_rps * rate / total if total > 0 else math.inf
         if g.role != "aggregated":
-            from clusterplan.design import pools
+            from clusterplan.evaluation import pools
 
             side = sum(
                 (x.rate_rps if has_targets else x.rate_no_targets_rps) * x.replicas

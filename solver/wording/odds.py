@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterplan.plan import Design, TargetOdds
-from clusterplan.render.fmt import rps, seconds
+from clusterplan.wording.fmt import rps, seconds
 
 FIGURE_LABEL = {
     "throughput": "throughput",

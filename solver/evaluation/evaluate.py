@@ -9,7 +9,7 @@ report evaluate a layout through these functions, so a design reads the same whe
   ``RATE_SEARCH_STEPS`` halvings (:func:`serving_rates`), and the p95 latencies at that rate.
 * Training: :func:`training_point` for one fully pinned layout; :func:`fastest_training_layout` for
   the fastest (ZeRO, recompute, micro-batch) of one tp x pp x dp layout.
-* Confidence: a :class:`clusterplan.design.uncertainty.Derate` (``confidence:`` in the requirement) scales
+* Confidence: a :class:`clusterplan.evaluation.uncertainty.Derate` (``confidence:`` in the requirement) scales
   the rates, p95s and times here, before any candidate row or constraint sees them; by default none.
 """
 
@@ -20,16 +20,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from clusterplan.design.uncertainty import NO_DERATE, Derate
+from clusterplan.errors import FieldProblem, InputError, Location
+from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
+from clusterplan.inputs.yamlio import PathKey, format_path
 from clusterplan.physics import moe, optimizer_memory, queueing, serving, training
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
-from clusterplan.render.reasons import render_reasons
+from clusterplan.wording.reasons import render_reasons
 
 if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
+    from clusterplan.requirement.load import ResolvedRequirement
     from clusterplan.requirement.schema import FinetuneWorkload, ServingWorkload, TrainingWorkload
 
 RATE_SEARCH_STEPS = 8  # bisection steps of the latency-target rate: within 1/256 of saturation, rounded down
@@ -164,7 +167,7 @@ def serving_rates(
     halvings keeping the feasible end: 1/256 of saturation, well inside the model's accuracy) and the p95s there.
 
     ``derate`` (a requirement's ``confidence``): the search meets each target divided by the latency factor,
-    the rates are scaled by the rate factor and the p95s by the latency factor (design/uncertainty.py).
+    the rates are scaled by the rate factor and the p95s by the latency factor (evaluation/uncertainty.py).
     ``at_load``: the p95s of ``est`` at a rate, memoised by the caller (the candidates of a sweep's points)."""
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
     rate = queueing.max_rate_for_targets(
@@ -228,9 +231,27 @@ def memory_plans_for(
     )
 
 
+def check_pinned_layouts(resolved: ResolvedRequirement) -> None:
+    """Refuse, located in the requirement file, each layout field a training or fine-tuning workload pins that no
+    layout of its model can honour (:func:`pinned_layout_problems`); exit code 2 like every input error."""
+    problems: list[FieldProblem] = []
+    doc = resolved.document
+    for i, w in enumerate(resolved.requirement.workloads):
+        if w.kind != "serving":
+            for field, message in pinned_layout_problems(w, resolved.model_for(i)):
+                path: PathKey = ("workloads", i, field)
+                where = doc.locate(path) if doc is not None else Location(resolved.path)
+                problems.append(FieldProblem(where, format_path(path), message, "layout"))
+    if problems:
+        raise InputError(problems)
+
+
+# Pipeline-parallel degrees a training layout search tries (powers of two up to 16 stages).
+TRAINING_PP = (1, 2, 4, 8, 16)
+
+
 def pinned_layout_problems(w: TrainingWorkload | FinetuneWorkload, arch: ModelArchitecture) -> list[tuple[str, str]]:
     """(field, message) for each layout field a training workload pins that no layout of this model can honour."""
-    from clusterplan.candidates.training import TRAINING_PP
     from clusterplan.physics.memory import layers_per_stage
 
     out: list[tuple[str, str]] = []

@@ -1,9 +1,9 @@
 """The rated point of one prefill replica and one decode replica of a disaggregated design.
 
 The one path for disaggregated pools (the candidate rows, the checker): the physics is
-:mod:`clusterplan.physics.disagg`; the replica's estimate is :func:`clusterplan.design.evaluate.serving_estimate`
+:mod:`clusterplan.physics.disagg`; the replica's estimate is :func:`clusterplan.evaluation.evaluate.serving_estimate`
 at the batch policy's batch, as for an aggregated replica. Rates and p95s are derated like
-:func:`clusterplan.design.evaluate.serving_rates`.
+:func:`clusterplan.evaluation.evaluate.serving_rates`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from clusterplan.design.evaluate import RATE_SEARCH_STEPS, serving_assumptions
-from clusterplan.design.uncertainty import NO_DERATE, Derate
+from clusterplan.evaluation.evaluate import RATE_SEARCH_STEPS, serving_assumptions
+from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 from clusterplan.physics import disagg, queueing
 
 if TYPE_CHECKING:

@@ -1,0 +1,52 @@
+"""The terminal every command writes to, and the guard that turns clusterplan errors into a message and an exit
+code. Beneath :mod:`clusterplan.cli` and :mod:`clusterplan.commands`: only these print and exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import typer
+from rich.console import Console
+
+from clusterplan.errors import ClusterplanError
+
+T = TypeVar("T")
+
+# Piped output (a file, a CI log, a design doc) gets room for the plan's tables; a terminal keeps its width.
+_PIPE_WIDTH = 160
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+
+state = {"debug": False}
+
+
+# Error handlers that never raise on a character the encoding lacks; any other (strict, and
+# surrogateescape on a non-UTF-8 stream) is replaced.
+_NEVER_FAILING = {"backslashreplace", "replace", "namereplace", "xmlcharrefreplace", "ignore"}
+
+
+def safe_streams() -> None:
+    """Write what stdout and stderr cannot encode as backslash escapes (``\\u00e9``) instead of failing."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) not in _NEVER_FAILING:
+            with contextlib.suppress(ValueError, OSError):  # closed or detached: nothing will be written
+                reconfigure(errors="backslashreplace")
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run a command body; turn clusterplan errors into a message and an exit code."""
+    try:
+        return fn()
+    except ClusterplanError as exc:
+        if state["debug"]:
+            raise
+        err_console.print(f"error: {exc.render()}", markup=False)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        raise typer.Exit(130) from None
