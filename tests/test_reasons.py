@@ -7,6 +7,7 @@ wrote it directly (the examples' ``solve --json`` and ``estimate`` outputs are b
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from clusterplan.candidates.table import AVAILABILITY, HARDWARE, LATENCY, MEMORY
 from clusterplan.physics import reasons as R
 from clusterplan.physics.reasons import CATEGORY, Reason, ReasonCategory, ReasonCode
 from clusterplan.wording.reasons import render_predicate, render_reason
+from conftest import EXAMPLES_DIR, run_cli
 
 # One record per code, with the sentence it renders to (the wording physics wrote before records).
 EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
@@ -221,6 +223,13 @@ def test_estimates_keep_records_and_serialise_sentences(catalog) -> None:  # typ
     assert [r.code for r in est.why_not] == [ReasonCode.TP_NEEDS_NVLINK]
     assert est.why_not[0].category is ReasonCategory.LINK
     data = est.model_dump(mode="json")
-    assert "why_not" not in data
-    assert list(data)[:3] == ["feasible", "reasons", "gpu_id"]  # where 'reasons' has always been
-    assert data["reasons"] == ["L40S 48GB: tensor parallel 4 needs NVLink; L40S 48GB has PCIe only"]
+    assert "why_not" not in data and "reasons" not in data  # the physics keeps codes; words come at the edge
+    # ... which is estimate's output: the sentences under 'reasons', right after 'feasible', where they have always been
+    res = run_cli(
+        "estimate", str(EXAMPLES_DIR / "70b-serving.yaml"), "--gpu", "l40s", "--count", "4", "--tp", "4",
+        "--quant", "fp8", "--json",
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    serving_json = json.loads(res.stdout)["serving"]
+    assert list(serving_json)[:3] == ["feasible", "reasons", "gpu_id"]
+    assert serving_json["reasons"] == ["L40S 48GB: tensor parallel 4 needs NVLink; L40S 48GB has PCIe only"]
