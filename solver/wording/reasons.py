@@ -39,7 +39,7 @@ from clusterplan.physics.reasons import (
     WeightsDoNotFit,
     ZeroStageUnknown,
 )
-from clusterplan.plan import INVENTORY_IGNORED, ConstraintCheck, RequirementWarning
+from clusterplan.plan import INVENTORY_IGNORED, ConstraintCheck, LostCause, RequirementWarning
 from clusterplan.wording.fmt import usd
 
 _LINK_NAME = {"nvlink": "NVLink", "infinity_fabric": "Infinity Fabric"}
@@ -168,6 +168,18 @@ def render_predicate(r: Reason) -> str:
 
 def render_reasons(reasons: Iterable[Reason]) -> list[str]:
     return [render_reason(r) for r in reasons]
+
+
+def render_lost(c: LostCause) -> str:
+    """Why a cheaper GPU type lost (``LostGpu.reason``), from its cause record."""
+    if c.kind == "no_candidate":
+        return (
+            render_reason(c.excluded) if c.excluded is not None else f"{c.gpu_name}: no candidate could run {c.model}"
+        )
+    if c.kind == "dearer":
+        return f"{c.gpu_name}: feasible but ${c.extra_usd:,.0f} dearer over the horizon ({c.design})"
+    text = "; ".join(c.conflicts or (f"{c.gpu_name}: cannot be placed",))
+    return text + (f" (other layouts: {render_reason(c.excluded)})" if c.excluded is not None else "")
 
 
 def render_warning(w: RequirementWarning) -> str:
