@@ -8,9 +8,12 @@ Nothing time-dependent is in it (no wall times): the same input gives byte-ident
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from clusterplan.physics.reasons import Reason
 
 SCHEMA_VERSION = "1"
 
@@ -196,6 +199,29 @@ class Design(Out):
     odds: list[TargetOdds] = Field(default_factory=list, description="chance of meeting each target (model error)")
 
 
+LostKind = Literal["no_candidate", "dearer", "ruled_out"]
+
+
+@dataclass(frozen=True, slots=True)
+class LostCause:
+    """Why a cheaper GPU type lost, as a code and its parameters (:func:`clusterplan.wording.reasons.render_lost`
+    writes :attr:`LostGpu.reason` from it).
+
+    ``no_candidate``: no row of it runs the workload (``excluded``: the most common exclusion, else none
+    recorded); ``dearer``: it plans, ``extra_usd`` dearer (``design``: that design in brief); ``ruled_out``:
+    the ``conflicts`` (each family's sentence, in conflict order; none: it cannot be placed) rule it out, and
+    ``excluded`` says why its other layouts cannot run (None where the family's sentence says it already).
+    """
+
+    kind: LostKind
+    gpu_name: str
+    model: str = ""
+    excluded: Reason | None = None
+    extra_usd: float = 0.0
+    design: str = ""
+    conflicts: tuple[str, ...] = ()
+
+
 class LostGpu(Out):
     workload: str
     gpu: str
@@ -204,6 +230,9 @@ class LostGpu(Out):
     reason: str
     families: list[str] = Field(description="constraint families that rule it out (empty: it is just dearer)")
     extra_cost_usd: float | None = Field(description="how much more the best design with it costs")
+    # The code beside the sentence, for layers that decide; not in the JSON (the schema is stable), so None in
+    # a plan read back from a file.
+    cause: LostCause | None = Field(None, exclude=True)
 
 
 class MixNote(Out):

@@ -52,36 +52,43 @@ def gib_to_gb(gib: float) -> float:
     return gib * BYTES_PER_GIB / BYTES_PER_GB
 
 
+class NotRepresentable(ValueError):
+    """A figure the solver's integers cannot hold exactly (NaN, infinity, overflow, a rate that rounds to 0).
+
+    Its own type, so that the planner turns it into a plain refusal by what it is, never by its wording.
+    """
+
+
 def scale_to_int(value: float, resolution: float, *, what: str) -> int:
     """``value`` in units of ``resolution`` as an int for CP-SAT, rounded to nearest.
 
-    Raises ValueError (a programming or catalog problem, not a user's) on NaN, infinity or overflow.
+    Raises :class:`NotRepresentable` (a programming or catalog problem, not a user's) on NaN, infinity or overflow.
     """
     if not math.isfinite(value):
-        raise ValueError(f"{what}: cannot scale non-finite value {value!r} for the solver")
+        raise NotRepresentable(f"{what}: cannot scale non-finite value {value!r} for the solver")
     scaled = round(value / resolution)
     if abs(scaled) > CPSAT_MAX_COEFF:
-        raise ValueError(f"{what}: {value!r} is too large for the solver at resolution {resolution}")
+        raise NotRepresentable(f"{what}: {value!r} is too large for the solver at resolution {resolution}")
     return int(scaled)
 
 
 def scale_up(value: float, resolution: float, *, what: str) -> int:
     """Like :func:`scale_to_int` but rounds up (for requirements that must be met in full)."""
     if not math.isfinite(value):
-        raise ValueError(f"{what}: cannot scale non-finite value {value!r} for the solver")
+        raise NotRepresentable(f"{what}: cannot scale non-finite value {value!r} for the solver")
     scaled = math.ceil(value / resolution - 1e-9)
     if abs(scaled) > CPSAT_MAX_COEFF:
-        raise ValueError(f"{what}: {value!r} is too large for the solver at resolution {resolution}")
+        raise NotRepresentable(f"{what}: {value!r} is too large for the solver at resolution {resolution}")
     return int(scaled)
 
 
 def scale_down(value: float, resolution: float, *, what: str) -> int:
     """Like :func:`scale_to_int` but rounds down (for capacities that must not be overstated)."""
     if not math.isfinite(value):
-        raise ValueError(f"{what}: cannot scale non-finite value {value!r} for the solver")
+        raise NotRepresentable(f"{what}: cannot scale non-finite value {value!r} for the solver")
     scaled = math.floor(value / resolution + 1e-9)
     if abs(scaled) > CPSAT_MAX_COEFF:
-        raise ValueError(f"{what}: {value!r} is too large for the solver at resolution {resolution}")
+        raise NotRepresentable(f"{what}: {value!r} is too large for the solver at resolution {resolution}")
     return int(scaled)
 
 

@@ -27,9 +27,11 @@ from clusterplan.design.check import check_design_on_table, check_plan
 from clusterplan.errors import ClusterplanError
 from clusterplan.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.plan import Plan
-from clusterplan.planner.solve import OutOfRange
+from clusterplan.planner import solve as solve_module
+from clusterplan.planner.solve import OutOfRange, Planner
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement.load import load_requirement_text
+from clusterplan.units import NotRepresentable
 from conftest import example
 
 runner = CliRunner()
@@ -99,6 +101,27 @@ def test_figures_the_solver_cannot_represent_are_a_plain_refusal() -> None:
     assert info.value.exit_code == 2
     assert "cannot plan this requirement exactly" in info.value.render()
     assert "docs/guarantees.md" in info.value.render()
+
+
+def test_the_refusal_is_recognised_by_its_type_not_its_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A figure clusterplan.units cannot hold is refused plainly whatever its message says; any other
+    error from building the model stays the bug it is, even when its message reads like a range problem."""
+    table = synthetic_table(gpu_types=2, serving=1, seed=1)
+
+    def refuse(message: str, kind: type[ValueError]) -> Any:
+        def build(*_: Any, **__: Any) -> Any:
+            raise kind(message)
+
+        return build
+
+    monkeypatch.setattr(solve_module, "build", refuse("demand: 1e300 will not fit in an int64", NotRepresentable))
+    with pytest.raises(OutOfRange) as info:
+        Planner(table)
+    assert "demand: 1e300 will not fit in an int64" in info.value.render()
+    monkeypatch.setattr(solve_module, "build", refuse("x: too large for the solver at resolution 1", ValueError))
+    with pytest.raises(ValueError) as bug:
+        Planner(table)
+    assert not isinstance(bug.value, OutOfRange)
 
 
 def test_in_range_figures_either_plan_or_are_refused_plainly(catalog: Any) -> None:

@@ -47,3 +47,13 @@ def test_an_infeasible_sweep_plot_says_why_instead_of_an_empty_scale(tmp_path: P
     assert result.exit_code in (0, 1), result.output
     text = svg.read_text()
     assert "no design at any budget tried" in text
+
+
+def test_the_fix_sentence_agrees_with_how_many_changes_it_names_not_with_its_words() -> None:
+    """ "X restores feasibility", "X and Y restore": the count decides, so a change whose own words say
+    "and" is still one change (reading " and " in the sentence made it plural)."""
+    from clusterplan.explain.infeasibility import _restores
+
+    one = "allowing a GPU type and a layout it fits"
+    assert _restores([one]) == f"{one} restores feasibility"
+    assert _restores([one, "a budget that covers it"]) == f"{one} and a budget that covers it restore feasibility"

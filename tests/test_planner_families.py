@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,11 +30,13 @@ from clusterplan.design.check import check_design_on_table
 from clusterplan.explain.designs import facts
 from clusterplan.explain.infeasibility import analyse
 from clusterplan.pipeline import PlanOptions, plan_table
+from clusterplan.plan import Plan
 from clusterplan.planner import families as constraints
 from clusterplan.planner.families import Family, memory, registry
 from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.status import SolveStatus
+from clusterplan.wording.reasons import render_lost
 
 GPUS = {
     "a": GpuType(id="a", name="A", tdp_w=500, nvlink_domain=8, price_usd=10000),
@@ -261,6 +264,14 @@ def test_cheaper_gpu_ruled_out_by_a_family_says_which() -> None:
     assert lost["p"].families == ["tp_nvlink"]
     assert "needs NVLink" in lost["p"].reason
     assert check_design_on_table(plan.designs[0], t) == []
+    # The sentence's code and parameters travel beside it, for layers that decide; the JSON keeps its schema.
+    cause = lost["p"].cause
+    assert cause is not None and cause.kind == "ruled_out"
+    assert cause.conflicts == ("P: tensor parallel 2 needs NVLink; P has PCIe only",)
+    assert render_lost(cause) == lost["p"].reason
+    (written,) = json.loads(plan.model_dump_json())["explanation"]["lost_gpus"]
+    assert "cause" not in written
+    assert Plan.model_validate_json(plan.model_dump_json()).model_dump_json() == plan.model_dump_json()
 
 
 # ------------------------------------------------------------------------------------------------

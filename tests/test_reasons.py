@@ -13,8 +13,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clusterplan.candidates import offerings
 from clusterplan.candidates.build import build_candidates
-from clusterplan.candidates.table import AVAILABILITY, HARDWARE, LATENCY, MEMORY, exclusion_family
+from clusterplan.candidates.offerings import forbidden_for
+from clusterplan.candidates.table import (
+    AVAILABILITY,
+    HARDWARE,
+    LATENCY,
+    MEMORY,
+    TP_NVLINK,
+    GpuType,
+    Limits,
+    exclusion_family,
+)
 from clusterplan.physics import reasons as R
 from clusterplan.physics.reasons import CATEGORY, Reason, ReasonCategory, ReasonCode
 from clusterplan.wording.reasons import render_predicate, render_reason
@@ -29,6 +40,10 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
     ReasonCode.TP_EXCEEDS_SCALE_UP_DOMAIN: (
         R.TpExceedsScaleUpDomain(gpu="MI300X", tp=16, link="infinity_fabric", domain_gpus=8),
         "MI300X: tensor parallel 16 needs a Infinity Fabric domain of 16 GPUs; MI300X links at most 8",
+    ),
+    ReasonCode.TP_EXCEEDS_NVLINK_DOMAIN: (
+        R.TpExceedsNvlinkDomain(gpu="NVIDIA A100 PCIe 80GB", tp=8, domain_gpus=2),
+        "NVIDIA A100 PCIe 80GB: tensor parallel 8 needs an NVLink domain of 8 GPUs; NVIDIA A100 PCIe 80GB links at most 2",
     ),
     ReasonCode.TP_CROSSES_NODES: (
         R.TpCrossesNodes(gpu="H100", tp=16, gpus_per_node=8),
@@ -182,6 +197,23 @@ def test_categories_come_from_codes_never_from_words() -> None:
     for code, (record, _) in EXAMPLES.items():
         if code is not ReasonCode.STATED:
             assert (exclusion_family(record) == MEMORY) == (CATEGORY[code] is ReasonCategory.MEMORY), code
+
+
+def test_the_candidate_tables_tp_rule_is_worded_where_every_reason_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tp_nvlink family's row sentences are reason records worded by clusterplan.wording: a change of
+    wording there reaches them, and the words are the ones the plan has always shown."""
+    limits = Limits()
+    pcie = GpuType(id="a10", name="NVIDIA A10 24GB", nvlink_domain=1)
+    bridged = GpuType(id="a100-pcie", name="NVIDIA A100 PCIe 80GB", nvlink_domain=2)
+    assert forbidden_for(pcie, limits, tp=2, quant=None) == [
+        (TP_NVLINK, "NVIDIA A10 24GB: tensor parallel 2 needs NVLink; NVIDIA A10 24GB has PCIe only")
+    ]
+    assert forbidden_for(bridged, limits, tp=8, quant=None) == [
+        (TP_NVLINK, EXAMPLES[ReasonCode.TP_EXCEEDS_NVLINK_DOMAIN][1])
+    ]
+    monkeypatch.setattr(offerings, "render_reason", lambda r: f"{r.code.value} {r.tp}")
+    assert forbidden_for(pcie, limits, tp=2, quant=None) == [(TP_NVLINK, "tp_needs_nvlink 2")]
+    assert forbidden_for(bridged, limits, tp=8, quant=None) == [(TP_NVLINK, "tp_exceeds_nvlink_domain 8")]
 
 
 def test_a_candidate_ruled_out_for_memory_is_classified_memory_by_code(tmp_path: Path, catalog) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from clusterplan.physics.reasons import NoFabric, TierNotAllowed
+from clusterplan.physics.reasons import NoFabric, Reason, TierNotAllowed, TpExceedsNvlinkDomain, TpNeedsNvlink
+from clusterplan.wording.reasons import render_reason
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
@@ -234,14 +235,10 @@ def forbidden_for(gpu: GpuType, limits: Limits, *, tp: int, quant: str | None) -
     if quant is not None and limits.quantizations is not None and half_equivalent(quant) not in limits.quantizations:
         out.append((ALLOWED_QUANT, f"{quant}: beyond the quality gate or constraints.quantizations"))
     if tp > gpu.nvlink_domain:
-        if gpu.nvlink_domain == 1:
-            out.append((TP_NVLINK, f"{gpu.name}: tensor parallel {tp} needs NVLink; {gpu.name} has PCIe only"))
-        else:
-            out.append(
-                (
-                    TP_NVLINK,
-                    f"{gpu.name}: tensor parallel {tp} needs an NVLink domain of {tp} GPUs; "
-                    f"{gpu.name} links at most {gpu.nvlink_domain}",
-                )
-            )
+        link: Reason = (
+            TpNeedsNvlink(gpu=gpu.name, tp=tp)
+            if gpu.nvlink_domain == 1
+            else TpExceedsNvlinkDomain(gpu=gpu.name, tp=tp, domain_gpus=gpu.nvlink_domain)
+        )
+        out.append((TP_NVLINK, render_reason(link)))
     return out

@@ -31,13 +31,13 @@ from clusterplan.explain.designs import facts, hardware_lines, margins, summary_
 from clusterplan.explain.infeasibility import Retarget, find_conflict
 from clusterplan.explain.trades import read_trade, with_trade
 from clusterplan.physics.reasons import ReasonCategory
-from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostGpu, MixNote
+from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostCause, LostGpu, MixNote
 from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import family
 from clusterplan.planner.families.goals import Bound
 from clusterplan.planner.solve import PRIMARY_GOAL, Extra, Outcome, Planner, Solution
 from clusterplan.planner.variables import PlanVariables
-from clusterplan.wording.reasons import render_reason
+from clusterplan.wording.reasons import render_lost
 
 LOST_GPU_LIMIT = 6
 
@@ -203,33 +203,34 @@ def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: flo
     rows = [r for r in wc.rows if r.gpu_id == gid]
     excluded = most_common_reason(wc.exclusions, gid)
     if not rows:
-        reason = (
-            render_reason(excluded.reason)
-            if excluded is not None
-            else f"{name}: no candidate could run {wc.model_name}"
+        cause = LostCause(
+            "no_candidate", name, model=wc.model_name, excluded=excluded.reason if excluded is not None else None
         )
         return LostGpu(
             workload=wc.name,
             gpu=gid,
             gpu_name=name,
             usd_per_gpu_hour=unit_cost,
-            reason=reason,
+            reason=render_lost(cause),
             families=[excluded.family] if excluded is not None else [],
             extra_cost_usd=None,
+            cause=cause,
         )
     force = force_gpu(wc.index, gid)
     forced = planner.solve(goal=PRIMARY_GOAL[planner.objective], extra=force)
     if forced.status.has_solution and forced.solution is not None:
         extra = forced.solution.total_cents / 100.0 - base_total
         what = summary_text(table, hardware_lines(table, forced.solution))
+        cause = LostCause("dearer", name, extra_usd=extra, design=what)
         return LostGpu(
             workload=wc.name,
             gpu=gid,
             gpu_name=name,
             usd_per_gpu_hour=unit_cost,
-            reason=f"{name}: feasible but ${extra:,.0f} dearer over the horizon ({what})",
+            reason=render_lost(cause),
             families=[],
             extra_cost_usd=extra,
+            cause=cause,
         )
     _, conflict = find_conflict(planner, extra=force)
     texts = []
@@ -239,20 +240,19 @@ def _why_lost(planner: Planner, wc: WorkloadCandidates, gid: str, unit_cost: flo
         texts.append(
             own or _row_reason(wc, gid, fid) or _offering_reason(table, gid, fid) or f"{f.title}: {f.sentence}"
         )
-    if not texts:
-        texts.append(f"{name}: cannot be placed")
-    reason = "; ".join(texts)
     # A link reason is what the tp_nvlink family's own text already says: not repeated.
-    if excluded is not None and not (excluded.reason.category is ReasonCategory.LINK and TP_NVLINK in conflict):
-        reason += f" (other layouts: {render_reason(excluded.reason)})"
+    said = excluded is not None and excluded.reason.category is ReasonCategory.LINK and TP_NVLINK in conflict
+    other = excluded.reason if excluded is not None and not said else None
+    cause = LostCause("ruled_out", name, excluded=other, conflicts=tuple(texts))
     return LostGpu(
         workload=wc.name,
         gpu=gid,
         gpu_name=name,
         usd_per_gpu_hour=unit_cost,
-        reason=reason,
+        reason=render_lost(cause),
         families=conflict,
         extra_cost_usd=None,
+        cause=cause,
     )
 
 

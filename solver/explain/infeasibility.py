@@ -545,21 +545,25 @@ def _budget_limits(table: CandidateTable) -> str:
     return ", ".join(parts)
 
 
+def _restores(changes: list[str]) -> str:
+    """The changes and "restore(s) feasibility", the verb agreeing with how many changes there are (not with
+    the words: one change may say "and")."""
+    return f"{_and(changes)} restore{'s' if len(changes) == 1 else ''} feasibility"
+
+
 def _fix(planner: Planner, off: set[str]) -> str:
     """What restores feasibility once the families of ``off`` (the causes) are changed: the cheapest
     design meeting every other stated constraint, or what still conflicts."""
     table = planner.table
-    what = _and(
-        (["allowing a GPU type, precision or layout it fits"] if any(family(f).layout_rule for f in off) else [])
-        + (["a budget that covers it"] if any(family(f).spending_cap for f in off) else [])
-    )
+    changes = (
+        ["allowing a GPU type, precision or layout it fits"] if any(family(f).layout_rule for f in off) else []
+    ) + (["a budget that covers it"] if any(family(f).spending_cap for f in off) else [])
+    what = _and(changes)
     out = planner.solve(goal=Goal.MIN_TOTAL, on=[f for f in planner.families if f not in off])
     if out.solution is not None:
         sol = out.solution
-        return (
-            f"{what} restore{'s' if ' and ' not in what else ''} feasibility: the cheapest design meeting every other "
-            f"constraint is {_design(table, sol)} at {_costs(sol)}"
-        )
+        design = f"{_design(table, sol)} at {_costs(sol)}"
+        return f"{_restores(changes)}: the cheapest design meeting every other constraint is {design}"
     status, rest = still_conflicting(planner, off)
     if rest:
         return f"with {what}, {_rest_clause(rest)}"

@@ -23,6 +23,7 @@ class ReasonCode(StrEnum):
 
     TP_NEEDS_NVLINK = "tp_needs_nvlink"
     TP_EXCEEDS_SCALE_UP_DOMAIN = "tp_exceeds_scale_up_domain"
+    TP_EXCEEDS_NVLINK_DOMAIN = "tp_exceeds_nvlink_domain"
     TP_CROSSES_NODES = "tp_crosses_nodes"
     TP_SPLITS_ATTENTION_HEADS = "tp_splits_attention_heads"
     TP_SPLITS_KV_HEADS = "tp_splits_kv_heads"
@@ -69,6 +70,7 @@ class ReasonCategory(StrEnum):
 CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.TP_NEEDS_NVLINK: ReasonCategory.LINK,
     ReasonCode.TP_EXCEEDS_SCALE_UP_DOMAIN: ReasonCategory.LINK,
+    ReasonCode.TP_EXCEEDS_NVLINK_DOMAIN: ReasonCategory.LINK,
     ReasonCode.TP_CROSSES_NODES: ReasonCategory.LAYOUT,
     ReasonCode.TP_SPLITS_ATTENTION_HEADS: ReasonCategory.LAYOUT,
     ReasonCode.TP_SPLITS_KV_HEADS: ReasonCategory.LAYOUT,
@@ -128,6 +130,18 @@ class TpExceedsScaleUpDomain(Reason):
     gpu: str
     tp: int
     link: Literal["nvlink", "infinity_fabric"]
+    domain_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class TpExceedsNvlinkDomain(Reason):
+    """The candidate table's rule (:func:`clusterplan.candidates.offerings.forbidden_for`): tensor parallelism
+    wider than the GPU type's TP domain (``GpuType.nvlink_domain``, whatever its vendor calls the link), which
+    the ``tp_nvlink`` family forbids. ``gpu`` is the catalog name."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.TP_EXCEEDS_NVLINK_DOMAIN
+    gpu: str
+    tp: int
     domain_gpus: int
 
 

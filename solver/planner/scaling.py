@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from clusterplan.units import scale_down, scale_to_int, scale_up
+from clusterplan.units import NotRepresentable, scale_down, scale_to_int, scale_up
 
 USD_RESOLUTION = 0.01  # one cent
 PPM = 1_000_000
@@ -57,9 +57,9 @@ def rate_exponent(demand_rps: float, smallest_rate_rps: float | None = None) -> 
 
 
 def check_rate_units(rps: float, units: int, *, what: str) -> int:
-    """``units`` of a positive rate ``rps``, refused (ValueError) when it rounded down to 0 units."""
+    """``units`` of a positive rate ``rps``, refused (:class:`NotRepresentable`) when it rounded down to 0 units."""
     if rps > 0 and units == 0:
-        raise ValueError(
+        raise NotRepresentable(
             f"{what}: a replica's {rps:.3g} req/s is too small against the demand to be represented"
             " exactly for the solver (the demand is over a billion times one replica's rate)"
         )

@@ -29,6 +29,7 @@ from clusterplan.planner.families.goals import Bound, Goal
 from clusterplan.planner.families.structure import upper_bound
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.variables import PlanVariables
+from clusterplan.units import NotRepresentable
 
 if TYPE_CHECKING:
     # GLOP (OR-Tools' linear solver, ~10 ms to import) only for models of RELAXATION_MIN_VARIABLES or more.
@@ -168,10 +169,8 @@ class Planner:
         t0 = time.perf_counter()
         try:
             self.built: BuiltModel = build(table, objective=objective)
-        except ValueError as exc:
-            if "for the solver" not in str(exc):
-                raise  # a bug, not a range problem
-            raise OutOfRange(str(exc)) from None  # clusterplan.units refused to scale a figure
+        except NotRepresentable as exc:  # clusterplan.units refused to scale a figure (any other error is a bug)
+            raise OutOfRange(str(exc)) from None
         self.build_s = time.perf_counter() - t0
         self.solve_s = 0.0  # total wall time inside the solvers (CP-SAT, and GLOP for large models)
         self.lp_s = 0.0  # of which: LP relaxations (GLOP) before large solves

@@ -24,7 +24,9 @@ from clusterplan.candidates.table import (
     TrainingRow,
     WorkloadCandidates,
 )
+from clusterplan.physics.reasons import TpNeedsNvlink
 from clusterplan.units import HOURS_PER_MONTH
+from clusterplan.wording.reasons import render_reason
 
 
 def synthetic_gpus(n: int, seed: int = 0) -> dict[str, GpuType]:
@@ -119,7 +121,7 @@ def synthetic_serving(
                     lat = round(nolat * (1.0 - 0.5 * batch / 64), 4) if targets else nolat
                     fb: list[tuple[str, str]] = []
                     if tp > g.nvlink_domain:
-                        fb.append((TP_NVLINK, f"{g.name}: tensor parallel {tp} needs NVLink; {g.name} has PCIe only"))
+                        fb.append((TP_NVLINK, render_reason(TpNeedsNvlink(gpu=g.name, tp=tp))))
                     if allowed is not None and gid not in allowed:
                         fb.append((ALLOWED_GPUS, f"{g.name}: not in constraints.allowed_gpus"))
                     rows.append(

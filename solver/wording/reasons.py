@@ -29,6 +29,7 @@ from clusterplan.physics.reasons import (
     Stated,
     TierNotAllowed,
     TpCrossesNodes,
+    TpExceedsNvlinkDomain,
     TpExceedsScaleUpDomain,
     TpNeedsNvlink,
     TpSplitsAttentionHeads,
@@ -38,7 +39,7 @@ from clusterplan.physics.reasons import (
     WeightsDoNotFit,
     ZeroStageUnknown,
 )
-from clusterplan.plan import INVENTORY_IGNORED, ConstraintCheck, RequirementWarning
+from clusterplan.plan import INVENTORY_IGNORED, ConstraintCheck, LostCause, RequirementWarning
 from clusterplan.wording.fmt import usd
 
 _LINK_NAME = {"nvlink": "NVLink", "infinity_fabric": "Infinity Fabric"}
@@ -54,17 +55,20 @@ _BF16_NEED = {
 }
 
 
+def _beyond_domain(tp: int, link: str, gpu: str, domain_gpus: int) -> str:
+    # The article stays as each producer wrote it ("a Infinity Fabric", "an NVLink"): outputs are byte-identical.
+    return f"tensor parallel {tp} needs {link} domain of {tp} GPUs; {gpu} links at most {domain_gpus}"
+
+
 def reason_parts(r: Reason) -> tuple[str | None, str]:
     """(subject, predicate) of a reason: the GPU or model it is about (None if neither), and what is wrong."""
     match r:
         case TpNeedsNvlink():
             return r.gpu, f"tensor parallel {r.tp} needs NVLink; {r.gpu} has PCIe only"
         case TpExceedsScaleUpDomain():
-            link = _LINK_NAME[r.link]
-            return (
-                r.gpu,
-                f"tensor parallel {r.tp} needs a {link} domain of {r.tp} GPUs; {r.gpu} links at most {r.domain_gpus}",
-            )
+            return r.gpu, _beyond_domain(r.tp, f"a {_LINK_NAME[r.link]}", r.gpu, r.domain_gpus)
+        case TpExceedsNvlinkDomain():
+            return r.gpu, _beyond_domain(r.tp, "an NVLink", r.gpu, r.domain_gpus)
         case TpCrossesNodes():
             return r.gpu, f"tensor parallel {r.tp} would cross nodes (at most {r.gpus_per_node} GPUs per node)"
         case TpSplitsAttentionHeads():
@@ -164,6 +168,18 @@ def render_predicate(r: Reason) -> str:
 
 def render_reasons(reasons: Iterable[Reason]) -> list[str]:
     return [render_reason(r) for r in reasons]
+
+
+def render_lost(c: LostCause) -> str:
+    """Why a cheaper GPU type lost (``LostGpu.reason``), from its cause record."""
+    if c.kind == "no_candidate":
+        return (
+            render_reason(c.excluded) if c.excluded is not None else f"{c.gpu_name}: no candidate could run {c.model}"
+        )
+    if c.kind == "dearer":
+        return f"{c.gpu_name}: feasible but ${c.extra_usd:,.0f} dearer over the horizon ({c.design})"
+    text = "; ".join(c.conflicts or (f"{c.gpu_name}: cannot be placed",))
+    return text + (f" (other layouts: {render_reason(c.excluded)})" if c.excluded is not None else "")
 
 
 def render_warning(w: RequirementWarning) -> str:
