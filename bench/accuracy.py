@@ -37,6 +37,7 @@ from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, params, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import ServingEstimate
@@ -476,11 +477,9 @@ def _serving(
 ) -> ServingEstimate:
     isl, osl = _lengths(m, s)
     context = isl + osl if s.kv_reserved == "full" else isl + osl / 2.0
-    est = serving.estimate_serving(
-        arch, gpu, tp=m.tp, pp=m.pp, quant=s.quant, kv_precision=s.kv, batch=batch,
-        input_tokens=isl, output_tokens=osl, context_tokens=max(context, 1.0), assumptions=a, ep=s.ep,
-        attention_dp=s.attention_dp,
-    )  # fmt: skip
+    layout = Layout(tp=m.tp, pp=m.pp, quant=s.quant, kv_precision=s.kv, ep=s.ep, attention_dp=s.attention_dp)
+    shape = serving.RequestShape(input_tokens=isl, output_tokens=osl, context_tokens=max(context, 1.0))
+    est = serving.estimate_serving(arch, gpu, layout, shape, batch=batch, assumptions=a)
     return _scale_weights(est, s.quant, s.weight_bits, a)
 
 

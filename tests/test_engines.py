@@ -17,6 +17,7 @@ from clusterplan.cli import app
 from clusterplan.evaluation import evaluate
 from clusterplan.physics import memory, moe, queueing, serving, step
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
+from clusterplan.physics.layout import Layout
 from clusterplan.requirement.schema import ServingWorkload
 
 GIB = 2**30
@@ -51,9 +52,9 @@ def test_kv_pool_by_policy_hand_computed() -> None:
 def test_trtllm_70b_fp8_on_one_h100_takes_the_memory_left_after_weights(cat: Catalog) -> None:
     """The held-out case of issue 14: TensorRT-LLM gives 90% of what the weights leave to the KV cache."""
     arch, gpu = cat.model("llama-3.1-70b"), cat.gpu("h100-sxm")
-    kw = dict(tp=1, pp=1, quant="fp8", kv_precision="fp8", context_tokens=256.0)
-    vllm = memory.max_batch_by_memory(arch, gpu, assumptions=Assumptions(), **kw)  # type: ignore[arg-type]
-    trt = memory.max_batch_by_memory(arch, gpu, assumptions=Assumptions(engine="trtllm"), **kw)  # type: ignore[arg-type]
+    fp8 = Layout(quant="fp8", kv_precision="fp8")
+    vllm = memory.max_batch_by_memory(arch, gpu, fp8, context_tokens=256.0, assumptions=Assumptions())
+    trt = memory.max_batch_by_memory(arch, gpu, fp8, context_tokens=256.0, assumptions=Assumptions(engine="trtllm"))
     assert vllm == 18  # 0.9 x 74.5 GiB - 67.7 weights - 1.25 activations - 2 reserve, at 160 KiB/token
     assert trt > 10 * vllm
 
@@ -67,16 +68,16 @@ def test_one_function_resolves_a_workloads_engine(cat: Catalog) -> None:
     a = evaluate.serving_assumptions(Assumptions(), w)
     assert a.engine == "tensorrt-llm" and a.memory_policy(1)[1] == 0.5 and a.batch_cap(74.5, "x") == 100
     assert "compute_efficiency" not in a.overridden()  # the engine's factors are defaults, not overrides
-    point = dict(tp=1, pp=1, quant="fp8", kv_precision="fp8", assumptions=Assumptions())
-    assert evaluate.max_batch(arch, gpu, w, **point) == 100  # type: ignore[arg-type]
+    assert evaluate.max_batch(arch, gpu, w, Layout(quant="fp8", kv_precision="fp8"), Assumptions()) == 100
 
 
 def test_prefix_cache_cuts_prefill_not_decode(cat: Catalog) -> None:
     arch, gpu = cat.model("llama-3.1-8b"), cat.gpu("h100-sxm")
-    kw = dict(tp=1, pp=1, quant="bf16", kv_precision="bf16", batch=8, input_tokens=4000.0, output_tokens=200.0,
-              context_tokens=4200.0)  # fmt: skip
-    cold = serving.estimate_serving(arch, gpu, assumptions=Assumptions(), **kw)  # type: ignore[arg-type]
-    warm = serving.estimate_serving(arch, gpu, assumptions=Assumptions(prefix_cache_hit_rate=0.75), **kw)  # type: ignore[arg-type]
+    shape = serving.RequestShape(input_tokens=4000.0, output_tokens=200.0, context_tokens=4200.0)
+    cold = serving.estimate_serving(arch, gpu, Layout(), shape, batch=8, assumptions=Assumptions())
+    warm = serving.estimate_serving(
+        arch, gpu, Layout(), shape, batch=8, assumptions=Assumptions(prefix_cache_hit_rate=0.75)
+    )
     assert warm.prefill_s < 0.4 * cold.prefill_s
     assert warm.decode_step_s == cold.decode_step_s
     # attention with a cached prefix: 2·l·d·(s² + 2·s·p) for s new after p cached
@@ -138,9 +139,8 @@ def test_a_verification_step_streams_the_experts_its_drafted_tokens_reach() -> N
 def test_means_sit_below_the_p95s(cat: Catalog) -> None:
     arch, gpu = cat.model("llama-3.1-8b"), cat.gpu("h100-sxm")
     est = serving.estimate_serving(
-        arch, gpu, tp=1, pp=1, quant="bf16", kv_precision="bf16", batch=64, input_tokens=512.0,
-        output_tokens=256.0, context_tokens=768.0, assumptions=Assumptions(),
-    )  # fmt: skip
+        arch, gpu, Layout(), serving.RequestShape(512.0, 256.0, 768.0), batch=64, assumptions=Assumptions()
+    )
     a = Assumptions()
     lat = queueing.latency_at_load(
         est, 0.7 * est.requests_per_s, input_tokens=512.0, output_tokens=256.0, assumptions=a

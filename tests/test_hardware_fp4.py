@@ -20,8 +20,10 @@ from clusterplan.design.check import Unit, pack
 from clusterplan.errors import InputError
 from clusterplan.physics import memory, rules
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.reasons import TpExceedsScaleUpDomain
-from clusterplan.physics.serving import estimate_serving, peak_tflops
+from clusterplan.physics.serving import RequestShape, estimate_serving, peak_tflops
+from clusterplan.physics.types import ServingEstimate
 from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.requirement.load import load_requirement_text
 from clusterplan.requirement.schema import QUALITY_CLASSES, quality_class_of
@@ -77,10 +79,13 @@ def test_only_a_gpu_with_fp4_tensor_cores_is_credited_fp4_compute(catalog: Catal
 
 def test_estimate_fp4_native_on_b200_and_weight_only_on_h100(catalog: Catalog) -> None:
     arch, a = catalog.model("llama-3.1-70b"), Assumptions()
-    kw = dict(tp=2, pp=1, batch=8, input_tokens=1000, output_tokens=200, context_tokens=1200, assumptions=a)
-    b200 = estimate_serving(arch, catalog.gpu("b200"), quant="fp4", kv_precision="fp8", **kw)  # type: ignore[arg-type]
-    b200_fp8 = estimate_serving(arch, catalog.gpu("b200"), quant="fp8", kv_precision="fp8", **kw)  # type: ignore[arg-type]
-    h100 = estimate_serving(arch, catalog.gpu("h100-sxm"), quant="fp4", kv_precision="bf16", **kw)  # type: ignore[arg-type]
+    shape = RequestShape(input_tokens=1000, output_tokens=200, context_tokens=1200)
+
+    def est(gpu: str, quant: str, kv: str) -> ServingEstimate:
+        layout = Layout(tp=2, quant=quant, kv_precision=kv)
+        return estimate_serving(arch, catalog.gpu(gpu), layout, shape, batch=8, assumptions=a)
+
+    b200, b200_fp8, h100 = est("b200", "fp4", "fp8"), est("b200", "fp8", "fp8"), est("h100-sxm", "fp4", "bf16")
     assert (b200.compute_precision, h100.compute_precision) == ("fp4", "bf16")
     # Weights: 4.5 vs 4.25 bits on the quantized layers (embeddings stay 16-bit), about 0.56x of fp8.
     assert h100.memory.weights_gib < b200.memory.weights_gib < 0.6 * b200_fp8.memory.weights_gib

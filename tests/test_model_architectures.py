@@ -18,6 +18,7 @@ from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.errors import ClusterplanError
 from clusterplan.physics import kernels, memory, params, serving
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.requirement.hf_config import derived_line, load_hf_config, parse_hf_config
 from clusterplan.requirement.load import read_hf_config
 from conftest import run_cli
@@ -55,9 +56,10 @@ def test_deepseek_v3_from_config_gives_the_catalog_rows_memory_and_speed(catalog
     from_config = read_hf_config(CONFIGS / "deepseek-v3.json")
     row = catalog.model("deepseek-v3")
     gpu = catalog.gpu("h200")
-    kwargs = dict(tp=8, pp=1, quant="fp8", kv_precision="fp8", batch=64, input_tokens=4000.0)
-    kwargs |= dict(output_tokens=1000.0, context_tokens=8192.0, assumptions=Assumptions())
-    a, b = (serving.estimate_serving(m, gpu, **kwargs) for m in (row, from_config))  # type: ignore[arg-type]
+    layout, shape = Layout(tp=8, quant="fp8", kv_precision="fp8"), serving.RequestShape(4000.0, 1000.0, 8192.0)
+    a, b = (
+        serving.estimate_serving(m, gpu, layout, shape, batch=64, assumptions=Assumptions()) for m in (row, from_config)
+    )
     assert a.memory == b.memory
     assert (a.max_batch_by_memory, a.decode_step_s, a.prefill_s, a.requests_per_s) == (
         b.max_batch_by_memory,
@@ -82,7 +84,7 @@ def test_deepseek_v3_caches_the_mla_latent_not_128_heads(catalog: Catalog) -> No
 
 def test_deepseek_v3_on_8_h200_at_fp8_holds_hundreds_of_8k_sequences(catalog: Catalog) -> None:
     batch = memory.max_batch_by_memory(
-        catalog.model("deepseek-v3"), catalog.gpu("h200"), tp=8, pp=1, quant="fp8", kv_precision="fp8",
+        catalog.model("deepseek-v3"), catalog.gpu("h200"), Layout(tp=8, quant="fp8", kv_precision="fp8"),
         context_tokens=8192, assumptions=Assumptions(),
     )  # fmt: skip
     assert 100 <= batch < 1000
@@ -141,8 +143,8 @@ def test_decode_reads_a_chunked_layer_from_its_own_chunk_only(catalog: Catalog) 
     read = memory.kv_bytes_per_sequence_per_gpu(scout, 8704, tp=1, pp=1, kv_precision="bf16", local_tokens=512)
     assert read == per_layer_token * (12 * 8704 + 36 * 512)
     est = serving.estimate_serving(
-        scout, catalog.gpu("h200"), tp=1, pp=1, quant="fp8", kv_precision="bf16", batch=8, input_tokens=8192,
-        output_tokens=1024, context_tokens=9216, assumptions=Assumptions(engine="tensorrt-llm"),
+        scout, catalog.gpu("h200"), Layout(quant="fp8", kv_precision="bf16"), serving.RequestShape(8192, 1024, 9216),
+        batch=8, assumptions=Assumptions(engine="tensorrt-llm"),
     )  # fmt: skip
     assert est.step_model is not None
     bw = (

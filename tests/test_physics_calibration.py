@@ -16,6 +16,7 @@ import pytest
 
 from clusterplan.physics import comm, memory, params, serving, step
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.training import TRAINING_LOGIT_BYTES, estimate_training
 from clusterplan.requirement.schema import FinetuneWorkload
 from test_physics_fixtures import H100, L40S, LLAMA2_70B, LLAMA31_8B, RTX4090
@@ -72,8 +73,8 @@ def test_llama2_70b_tp4_prefill_of_128_tokens_by_hand() -> None:
         architecture_compute_fraction={},
     )  # fmt: skip
     e = serving.estimate_serving(
-        LLAMA2_70B, H100, tp=4, pp=1, quant="fp8", kv_precision="fp8", batch=1, input_tokens=128,
-        output_tokens=1, context_tokens=129, assumptions=a,
+        LLAMA2_70B, H100, Layout(tp=4, quant="fp8", kv_precision="fp8"), serving.RequestShape(128, 1, 129), batch=1,
+        assumptions=a,
     )  # fmt: skip
     attn = memory.attention_params_per_gpu(LLAMA2_70B, 4)
     mlp = params.mlp_params_per_expert(LLAMA2_70B) / 4
@@ -88,8 +89,8 @@ def test_llama2_70b_tp4_prefill_of_128_tokens_by_hand() -> None:
 def test_decode_step_is_a_roofline_per_kernel_kind() -> None:
     """max(weights, matmul FLOPs) + max(KV cache, attention FLOPs): the attention kernels follow the matmuls."""
     e = serving.estimate_serving(
-        LLAMA31_8B, H100, tp=1, pp=1, quant="bf16", kv_precision="bf16", batch=512, input_tokens=512,
-        output_tokens=256, context_tokens=768, assumptions=Assumptions(decode_step_overhead_s=1e-6),
+        LLAMA31_8B, H100, Layout(), serving.RequestShape(512, 256, 768), batch=512,
+        assumptions=Assumptions(decode_step_overhead_s=1e-6),
     )  # fmt: skip
     m = e.step_model
     assert m is not None
@@ -108,8 +109,8 @@ def test_prefill_adds_weights_and_flops() -> None:
 
 def test_pcie_tp_uses_pcie_latencies() -> None:
     e = serving.estimate_serving(
-        LLAMA31_8B, L40S, tp=2, pp=1, quant="fp8", kv_precision="fp8", batch=1, input_tokens=128,
-        output_tokens=2, context_tokens=130, assumptions=Assumptions(),
+        LLAMA31_8B, L40S, Layout(tp=2, quant="fp8", kv_precision="fp8"), serving.RequestShape(128, 2, 130), batch=1,
+        assumptions=Assumptions(),
     )  # fmt: skip
     assert e.step_model is not None
     assert e.step_model.tp_allreduce_latency_s == pytest.approx([6.6e-6 + 2 * 1.0e-6, 8.4e-6 + 2 * 5.7e-6])

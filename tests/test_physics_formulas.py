@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.physics import comm, memory, moe, rules, serving, training
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.wording.reasons import render_reasons
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_70B, RTX4090, T4
 
@@ -100,13 +102,14 @@ def test_model_state_and_zero_sharding() -> None:
 
 def test_max_batch_by_memory_fills_free_memory() -> None:
     a = Assumptions()
-    kw: dict[str, Any] = dict(tp=1, pp=1, quant="int4", kv_precision="fp16", context_tokens=4096, assumptions=a)
-    b = memory.max_batch_by_memory(LLAMA2_70B, A100, **kw)
+    kw: dict[str, Any] = dict(context_tokens=4096, assumptions=a)
+    int4 = Layout(quant="int4", kv_precision="fp16")
+    b = memory.max_batch_by_memory(LLAMA2_70B, A100, int4, **kw)
     assert b > 0
-    fits = memory.serving_memory(LLAMA2_70B, A100, batch=b, **kw)
-    over = memory.serving_memory(LLAMA2_70B, A100, batch=b + 1, **kw)
+    fits = memory.serving_memory(LLAMA2_70B, A100, int4, batch=b, **kw)
+    over = memory.serving_memory(LLAMA2_70B, A100, int4, batch=b + 1, **kw)
     assert fits.fits and not over.fits
-    assert memory.max_batch_by_memory(LLAMA2_70B, A100, **{**kw, "quant": "fp16"}) == 0
+    assert memory.max_batch_by_memory(LLAMA2_70B, A100, replace(int4, quant="fp16"), **kw) == 0
 
 
 # ---------------------------------------------------------------- FLOPs

@@ -8,6 +8,7 @@ import pytest
 from clusterplan.catalog.load import Catalog
 from clusterplan.physics import serving, step
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.types import DecodeStepModel, ServingEstimate
 
 TRT = Assumptions(engine="tensorrt-llm")
@@ -35,11 +36,12 @@ def test_each_gemm_kind_keeps_its_own_roofline() -> None:
     assert step.matmuls_s(SCOUT_LIKE, 1.0) == pytest.approx(step.matmul_parts_s(SCOUT_LIKE, 1.0)[0])
 
 
+SHAPE = serving.RequestShape(input_tokens=1000, output_tokens=1000, context_tokens=2000)
+
+
 def _est(catalog: Catalog, model: str, gpu: str, quant: str, *, batch: int = 512) -> ServingEstimate:
-    return serving.estimate_serving(
-        catalog.model(model), catalog.gpu(gpu), tp=1, pp=1, quant=quant, kv_precision="fp8", batch=batch,
-        input_tokens=1000, output_tokens=1000, context_tokens=2000, assumptions=TRT,
-    )  # fmt: skip
+    layout = Layout(quant=quant, kv_precision="fp8")
+    return serving.estimate_serving(catalog.model(model), catalog.gpu(gpu), layout, SHAPE, batch=batch, assumptions=TRT)
 
 
 def test_lm_head_streams_and_multiplies_at_16_bit(catalog: Catalog) -> None:
@@ -73,10 +75,10 @@ def test_blackwell_decode_gemms_ramp_up_later_than_hoppers(catalog: Catalog) -> 
     flat = Assumptions(engine="tensorrt-llm", decode_gemm_knee_tokens={})
     for gpu, want in (("b200", (n + 445.0) / (n + 199.0)), ("h200", 1.0)):
         ramped = _est(catalog, "llama-3.3-70b", gpu, "fp4" if gpu == "b200" else "fp8", batch=256).step_model
+        layout = Layout(quant="fp4" if gpu == "b200" else "fp8", kv_precision="fp8")
         plain = serving.estimate_serving(
-            catalog.model("llama-3.3-70b"), catalog.gpu(gpu), tp=1, pp=1, quant="fp4" if gpu == "b200" else "fp8",
-            kv_precision="fp8", batch=256, input_tokens=1000, output_tokens=1000, context_tokens=2000, assumptions=flat,
-        ).step_model  # fmt: skip
+            catalog.model("llama-3.3-70b"), catalog.gpu(gpu), layout, SHAPE, batch=256, assumptions=flat
+        ).step_model
         assert ramped is not None and plain is not None
         assert step.linear_ramp(ramped, n) == pytest.approx(want)
         assert step.linear_ramp(plain, n) == 1.0

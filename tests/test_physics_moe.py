@@ -8,6 +8,7 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, moe, serving
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.types import ServingEstimate
 
 A = Assumptions()
@@ -26,10 +27,10 @@ def h100(catalog: Catalog) -> GpuSpec:
 def _est(
     arch: ModelArchitecture, gpu: GpuSpec, *, tp: int, ep: int = 1, dp: bool = False, batch: int = 64
 ) -> ServingEstimate:
+    layout = Layout(tp=tp, ep=ep, attention_dp=dp)
     return serving.estimate_serving(
-        arch, gpu, tp=tp, pp=1, quant="bf16", kv_precision="bf16", batch=batch, input_tokens=1000,
-        output_tokens=200, context_tokens=1200, assumptions=A, ep=ep, attention_dp=dp,
-    )  # fmt: skip
+        arch, gpu, layout, serving.RequestShape(1000, 200, 1200), batch=batch, assumptions=A
+    )
 
 
 def test_ep_divides_expert_weights_per_gpu(mixtral: ModelArchitecture) -> None:
@@ -54,16 +55,13 @@ def test_attention_dp_replicates_attention_and_splits_kv(mixtral: ModelArchitect
     extra = mixtral.layers * (memory.attention_params_per_gpu(mixtral, 1) - memory.attention_params_per_gpu(mixtral, 8))
     assert w_dp - w_tp == pytest.approx(extra * 2.0)  # attention weights whole on every GPU
     # KV: a GPU holds 1/8 of the sequences, each with every KV head.
-    kv_dp = moe.serving_memory(
-        mixtral, h100, dp_layout, pp=1, quant="bf16", kv_precision="bf16", batch=64, context_tokens=1200, assumptions=A
-    ).kv_cache_gib
+    dp = Layout(tp=8, ep=8, attention_dp=True)
+    kv_dp = moe.serving_memory(mixtral, h100, dp, batch=64, context_tokens=1200, assumptions=A).kv_cache_gib
     per_token_all_heads = memory.kv_bytes_per_token_per_gpu(mixtral, tp=1, pp=1, kv_precision="bf16")
     assert kv_dp == pytest.approx(8 * 1200 * per_token_all_heads / 2**30)
     assert moe.sequences_per_gpu(64, dp_layout) == 8
     # The stage holds tp times the per-GPU batch.
-    per_gpu = moe.max_batch_by_memory(
-        mixtral, h100, dp_layout, pp=1, quant="bf16", kv_precision="bf16", context_tokens=1200, assumptions=A
-    )
+    per_gpu = moe.max_batch_by_memory(mixtral, h100, dp, context_tokens=1200, assumptions=A)
     assert per_gpu % 8 == 0 and per_gpu > 0
 
 
@@ -101,10 +99,8 @@ def test_grouped_gemm_efficiency_slows_moe_only(mixtral: ModelArchitecture, h100
     fast = Assumptions(moe_gemm_efficiency=1.0)
 
     def step(arch: ModelArchitecture, a: Assumptions) -> float:
-        est: ServingEstimate = serving.estimate_serving(
-            arch, h100, tp=4, pp=1, quant="bf16", kv_precision="bf16", batch=32, input_tokens=500,
-            output_tokens=100, context_tokens=600, assumptions=a,
-        )  # fmt: skip
+        shape = serving.RequestShape(500, 100, 600)
+        est: ServingEstimate = serving.estimate_serving(arch, h100, Layout(tp=4), shape, batch=32, assumptions=a)
         return est.decode_step_s
 
     assert step(mixtral, slow) > step(mixtral, fast)

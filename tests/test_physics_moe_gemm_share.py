@@ -7,17 +7,17 @@ import pytest
 from clusterplan.catalog.load import Catalog
 from clusterplan.physics import disagg, serving, step
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.types import ServingEstimate
 
 A = Assumptions()
 NO_SHARE = Assumptions(moe_gemm_architecture_fraction={})
+DEP8 = Layout(tp=8, quant="fp8", kv_precision="fp8", ep=8, attention_dp=True)  # experts and attention DP over 8
 
 
 def _est(catalog: Catalog, model: str, gpu: str, quant: str, a: Assumptions) -> ServingEstimate:
-    return serving.estimate_serving(
-        catalog.model(model), catalog.gpu(gpu), tp=1, pp=1, quant=quant, kv_precision="fp8", batch=256,
-        input_tokens=1000, output_tokens=1000, context_tokens=2000, assumptions=a,
-    )  # fmt: skip
+    layout, shape = Layout(quant=quant, kv_precision="fp8"), serving.RequestShape(1000, 1000, 2000)
+    return serving.estimate_serving(catalog.model(model), catalog.gpu(gpu), layout, shape, batch=256, assumptions=a)
 
 
 def test_the_share_is_per_architecture_and_weight_precision() -> None:
@@ -87,9 +87,8 @@ def test_fp8_block_scales_slow_hoppers_expert_compute_not_its_weight_stream(cata
 
     def step(a: Assumptions, gpu: str, batch: int) -> tuple[float, float, float]:
         est = serving.estimate_serving(
-            catalog.model("deepseek-r1"), catalog.gpu(gpu), tp=8, pp=1, quant="fp8", kv_precision="fp8",
-            batch=batch, input_tokens=1024, output_tokens=1024, context_tokens=2048, assumptions=a, ep=8,
-            attention_dp=True,
+            catalog.model("deepseek-r1"), catalog.gpu(gpu), DEP8, serving.RequestShape(1024, 1024, 2048),
+            batch=batch, assumptions=a,
         )  # fmt: skip
         assert est.step_model is not None
         return est.step_model.expert_compute_per_seq_s, est.step_model.expert_weights_s, est.prefill_busy_s
@@ -114,9 +113,8 @@ def test_mla_absorbed_projections_with_fp8_block_scales_run_at_their_kernels_rat
 
     def parts(a: Assumptions, gpu: str) -> tuple[float, float]:
         est = serving.estimate_serving(
-            ds, catalog.gpu(gpu), tp=8, pp=1, quant="fp8", kv_precision="fp8", batch=512, input_tokens=1024,
-            output_tokens=1024, context_tokens=2048, assumptions=a, ep=8, attention_dp=True,
-        )  # fmt: skip
+            ds, catalog.gpu(gpu), DEP8, serving.RequestShape(1024, 1024, 2048), batch=512, assumptions=a
+        )
         assert est.step_model is not None
         return est.step_model.compute_per_seq_s, est.step_model.attention_compute_per_seq_s
 
@@ -145,8 +143,8 @@ def test_the_moe_kernel_spends_time_per_routed_token(catalog: Catalog, monkeypat
 
     def est(a: Assumptions) -> ServingEstimate:
         return serving.estimate_serving(
-            qwen, catalog.gpu("b200"), tp=1, pp=1, quant="fp4", kv_precision="fp8", batch=512,
-            input_tokens=2048, output_tokens=128, context_tokens=2176, assumptions=a,
+            qwen, catalog.gpu("b200"), Layout(quant="fp4", kv_precision="fp8"), serving.RequestShape(2048, 128, 2176),
+            batch=512, assumptions=a,
         )  # fmt: skip
 
     with_cost = est(trt)
@@ -180,8 +178,8 @@ def test_the_moe_kernels_fixed_time_is_paid_once_a_layer_per_forward(
 
     def est(model: str, a: Assumptions) -> ServingEstimate:
         return serving.estimate_serving(
-            catalog.model(model), catalog.gpu("b200"), tp=1, pp=1, quant="fp4", kv_precision="fp8", batch=64,
-            input_tokens=2048, output_tokens=128, context_tokens=2176, assumptions=a,
+            catalog.model(model), catalog.gpu("b200"), Layout(quant="fp4", kv_precision="fp8"),
+            serving.RequestShape(2048, 128, 2176), batch=64, assumptions=a,
         )  # fmt: skip
 
     qwen = est("qwen3-30b-a3b", trt)

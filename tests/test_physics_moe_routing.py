@@ -10,6 +10,7 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import EngineSpec
 from clusterplan.physics import moe, serving, step
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.types import ServingEstimate
 
 TRT = Assumptions(engine="tensorrt-llm")
@@ -44,10 +45,9 @@ def test_the_engine_tabulates_one_curve_per_kernel_and_ep_degree() -> None:
 
 
 def _est(catalog: Catalog, a: Assumptions, *, model: str, gpu: str, quant: str, ep: int = 1) -> ServingEstimate:
-    return serving.estimate_serving(
-        catalog.model(model), catalog.gpu(gpu), tp=ep, pp=1, quant=quant, kv_precision="fp8", batch=630,
-        input_tokens=1024, output_tokens=1024, context_tokens=2048, assumptions=a, ep=ep, attention_dp=ep > 1,
-    )  # fmt: skip
+    layout = Layout(tp=ep, quant=quant, kv_precision="fp8", ep=ep, attention_dp=ep > 1)
+    shape = serving.RequestShape(input_tokens=1024, output_tokens=1024, context_tokens=2048)
+    return serving.estimate_serving(catalog.model(model), catalog.gpu(gpu), layout, shape, batch=630, assumptions=a)
 
 
 def test_power_law_routing_slows_the_expert_gemms_at_the_tokens_they_receive(catalog: Catalog) -> None:

@@ -9,6 +9,7 @@ import pytest
 from clusterplan.catalog.load import Catalog
 from clusterplan.physics import moe, serving, step
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.types import ServingEstimate
 
 TRT = Assumptions(engine="tensorrt-llm")
@@ -24,10 +25,11 @@ def test_the_tile_is_sized_from_every_gathered_token_not_the_ranks_share() -> No
 
 
 def _est(catalog: Catalog, gpu: str, quant: str, *, ep: int, a: Assumptions = TRT) -> ServingEstimate:
+    layout = Layout(tp=ep, quant=quant, kv_precision="fp8", ep=ep, attention_dp=ep > 1)
+    shape = serving.RequestShape(input_tokens=1000, output_tokens=1000, context_tokens=2000)
     return serving.estimate_serving(
-        catalog.model("gpt-oss-120b"), catalog.gpu(gpu), tp=ep, pp=1, quant=quant, kv_precision="fp8", batch=1600,
-        input_tokens=1000, output_tokens=1000, context_tokens=2000, assumptions=a, ep=ep, attention_dp=ep > 1,
-    )  # fmt: skip
+        catalog.model("gpt-oss-120b"), catalog.gpu(gpu), layout, shape, batch=1600, assumptions=a
+    )
 
 
 def test_a_dep4_step_on_hopper_multiplies_the_padded_rows(catalog: Catalog) -> None:

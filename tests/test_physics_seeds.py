@@ -12,7 +12,8 @@ import pytest
 
 from clusterplan.physics import cost, memory
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.serving import estimate_serving, single_stream_tokens_per_s
+from clusterplan.physics.layout import Layout
+from clusterplan.physics.serving import RequestShape, estimate_serving, single_stream_tokens_per_s
 from clusterplan.physics.training import estimate_training
 from clusterplan.requirement.schema import TrainingWorkload
 from clusterplan.units import BYTES_PER_GB, bytes_to_gib
@@ -76,18 +77,17 @@ def test_70b_fp16_weights_about_140_gb() -> None:
 
 
 def test_70b_kv_at_batch_32_and_8k_is_85_9_gb() -> None:
-    mem = memory.serving_memory(LLAMA2_70B, H100, tp=1, pp=1, quant="fp16", kv_precision="fp16", batch=32,
-                                context_tokens=8192, assumptions=A)  # fmt: skip
+    fp16 = Layout(quant="fp16", kv_precision="fp16")
+    mem = memory.serving_memory(LLAMA2_70B, H100, fp16, batch=32, context_tokens=8192, assumptions=A)
     assert mem.kv_cache_gib * 2**30 / BYTES_PER_GB == pytest.approx(85.9, abs=0.05)
-    half = memory.serving_memory(LLAMA2_70B, H100, tp=1, pp=1, quant="fp16", kv_precision="fp16", batch=32,
-                                 context_tokens=4096, assumptions=A)  # fmt: skip
+    half = memory.serving_memory(LLAMA2_70B, H100, fp16, batch=32, context_tokens=4096, assumptions=A)
     assert half.kv_cache_gib * 2**30 / BYTES_PER_GB == pytest.approx(42.9, abs=0.05)  # seed: "~42 GB"
 
 
 def test_70b_int4_fits_one_a100_fp16_does_not() -> None:
-    kw: dict[str, Any] = dict(tp=1, pp=1, kv_precision="fp16", context_tokens=4096, assumptions=A)
-    assert memory.max_batch_by_memory(LLAMA2_70B, A100, quant="int4", **kw) > 8
-    assert memory.max_batch_by_memory(LLAMA2_70B, A100, quant="fp16", **kw) == 0
+    kw: dict[str, Any] = dict(context_tokens=4096, assumptions=A)
+    assert memory.max_batch_by_memory(LLAMA2_70B, A100, Layout(quant="int4", kv_precision="fp16"), **kw) > 8
+    assert memory.max_batch_by_memory(LLAMA2_70B, A100, Layout(quant="fp16", kv_precision="fp16"), **kw) == 0
 
 
 # ---------------------------------------------------------------- decode speed (seed 002)
@@ -107,8 +107,8 @@ def test_rtx4090_at_70_percent_is_50_tokens_per_s() -> None:
 
 def test_7b_fp16_on_h100_estimate_near_240() -> None:
     full = Assumptions.model_validate({"memory_bandwidth_efficiency": 1.0, "decode_step_overhead_s": 1e-12})
-    e = estimate_serving(LLAMA2_7B, H100, tp=1, pp=1, quant="fp16", kv_precision="fp16", batch=1, input_tokens=1,
-                         output_tokens=2, context_tokens=3, assumptions=full)  # fmt: skip
+    fp16 = Layout(quant="fp16", kv_precision="fp16")
+    e = estimate_serving(LLAMA2_7B, H100, fp16, RequestShape(1, 2, 3), batch=1, assumptions=full)
     # Llama-2-7B streams 13.2 GB per token (6.74B parameters less the input embedding), not 14 GB
     assert 1 / e.decode_step_s == pytest.approx(253, abs=2)
 
@@ -151,7 +151,8 @@ def test_p4de_month() -> None:
 def test_70b_int4_does_not_fit_an_a100_40gb() -> None:
     # seed 002 Q4 plans "20 single-GPU A100 instances = 20 A100 40GB" for 70B at INT4
     a100_40 = A100.model_copy(update={"id": "a100-40gb", "memory_gb": 40, "memory_gib": 39.4})
-    kw: dict[str, Any] = dict(tp=1, pp=1, quant="int4", kv_precision="fp16", context_tokens=1200, assumptions=A)
+    int4 = Layout(quant="int4", kv_precision="fp16")
+    kw: dict[str, Any] = dict(context_tokens=1200, assumptions=A)
     assert memory.serving_weight_bytes_per_gpu(LLAMA2_70B, tp=1, pp=1, quant="int4") / BYTES_PER_GB > 36
-    assert memory.max_batch_by_memory(LLAMA2_70B, a100_40, **kw) == 0
-    assert memory.max_batch_by_memory(LLAMA2_70B, A100, **kw) > 32
+    assert memory.max_batch_by_memory(LLAMA2_70B, a100_40, int4, **kw) == 0
+    assert memory.max_batch_by_memory(LLAMA2_70B, A100, int4, **kw) > 32

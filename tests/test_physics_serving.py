@@ -12,8 +12,16 @@ from hypothesis import strategies as st
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import memory, step
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.queueing import erlang_c, latency_at_load, max_rate_for_targets, p95_wait_s
-from clusterplan.physics.serving import estimate_serving, max_batch_by_memory
+from clusterplan.physics.layout import Layout
+from clusterplan.physics.queueing import (
+    NO_TARGETS,
+    LatencyTargets,
+    erlang_c,
+    latency_at_load,
+    max_rate_for_targets,
+    p95_wait_s,
+)
+from clusterplan.physics.serving import RequestShape, estimate_serving, max_batch_by_memory
 from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import ServingEstimate
 from clusterplan.wording.reasons import render_reasons
@@ -25,10 +33,9 @@ A = Assumptions()
 def est(arch: ModelArchitecture = LLAMA31_8B, gpu: GpuSpec = H100, *, tp: int = 1, pp: int = 1, quant: str = "bf16",
         kv: str = "bf16", batch: int = 32, i: float = 800.0, o: float = 250.0, ctx: float | None = None,
         a: Assumptions = A) -> ServingEstimate:  # fmt: skip
-    return estimate_serving(
-        arch, gpu, tp=tp, pp=pp, quant=quant, kv_precision=kv, batch=batch, input_tokens=i, output_tokens=o,
-        context_tokens=ctx if ctx is not None else i + o, assumptions=a,
-    )  # fmt: skip
+    layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision=kv)
+    shape = RequestShape(input_tokens=i, output_tokens=o, context_tokens=ctx if ctx is not None else i + o)
+    return estimate_serving(arch, gpu, layout, shape, batch=batch, assumptions=a)
 
 
 def test_batch1_decode_is_weights_over_bandwidth() -> None:
@@ -105,8 +112,11 @@ def test_consumer_derate_noted() -> None:
 
 
 def test_max_batch_wrapper() -> None:
-    kw: dict[str, Any] = dict(tp=1, pp=1, quant="bf16", kv_precision="bf16", context_tokens=1050, assumptions=A)
-    assert max_batch_by_memory(LLAMA31_8B, H100, **kw) == memory.max_batch_by_memory(LLAMA31_8B, H100, **kw)
+    kw: dict[str, Any] = dict(context_tokens=1050, assumptions=A)
+    layout = Layout()
+    assert max_batch_by_memory(LLAMA31_8B, H100, layout, **kw) == memory.max_batch_by_memory(
+        LLAMA31_8B, H100, layout, **kw
+    )
 
 
 # ---------------------------------------------------------------- queueing
@@ -158,9 +168,9 @@ def test_latency_monotone_in_load(f1: float, f2: float) -> None:
 def test_max_rate_monotone_in_target(t1: float, t2: float) -> None:
     e = est(batch=32)
     lo, hi = sorted((t1, t2))
-    kw: dict[str, Any] = dict(input_tokens=800, output_tokens=250, p95_ttft_s=None, p95_tpot_s=None, assumptions=A)
-    r_lo = max_rate_for_targets(e, p95_latency_s=lo, **kw)
-    r_hi = max_rate_for_targets(e, p95_latency_s=hi, **kw)
+    kw: dict[str, Any] = dict(input_tokens=800, output_tokens=250, assumptions=A)
+    r_lo = max_rate_for_targets(e, LatencyTargets(p95_latency_s=lo), **kw)
+    r_hi = max_rate_for_targets(e, LatencyTargets(p95_latency_s=hi), **kw)
     assert r_lo <= r_hi + 1e-12
     assert r_hi <= A.utilisation_ceiling * e.requests_per_s + 1e-12
 
@@ -168,15 +178,15 @@ def test_max_rate_monotone_in_target(t1: float, t2: float) -> None:
 def test_max_rate_meets_targets_and_is_tight() -> None:
     e = est(batch=64)
     kw: dict[str, Any] = dict(input_tokens=800, output_tokens=250, assumptions=A)
-    rate = max_rate_for_targets(e, p95_latency_s=None, p95_ttft_s=None, p95_tpot_s=0.01, **kw)
+    rate = max_rate_for_targets(e, LatencyTargets(p95_tpot_s=0.01), **kw)
     assert 0 < rate < A.utilisation_ceiling * e.requests_per_s
     assert latency_at_load(e, rate, **kw).p95_tpot_s <= 0.01
     assert latency_at_load(e, rate * 1.01, **kw).p95_tpot_s > 0.01
-    unconstrained = max_rate_for_targets(e, p95_latency_s=None, p95_ttft_s=None, p95_tpot_s=None, **kw)
+    unconstrained = max_rate_for_targets(e, NO_TARGETS, **kw)
     assert unconstrained == pytest.approx(A.utilisation_ceiling * e.requests_per_s)
-    assert max_rate_for_targets(e, p95_latency_s=0.1, p95_ttft_s=None, p95_tpot_s=None, **kw) == 0.0
+    assert max_rate_for_targets(e, LatencyTargets(p95_latency_s=0.1), **kw) == 0.0
     bad = est(LLAMA2_70B, L40S, tp=4, quant="fp8", kv="fp8")
-    assert max_rate_for_targets(bad, p95_latency_s=None, p95_ttft_s=None, p95_tpot_s=None, **kw) == 0.0
+    assert max_rate_for_targets(bad, NO_TARGETS, **kw) == 0.0
 
 
 @pytest.mark.parametrize("pp", [1, 4])

@@ -11,6 +11,7 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.physics import moe, params, serving, step
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.types import DecodeStepModel, ServingEstimate
 from conftest import ROOT
 
@@ -31,10 +32,9 @@ def _est(
     catalog: Catalog, arch: ModelArchitecture, gpu: str, *, batch: int, quant: str = "fp4", kv: str = "fp8",
     tp: int = 1, ep: int = 1, dp: bool = False, i: float = 128.0, o: float = 128.0, a: Assumptions = TRT,
 ) -> ServingEstimate:  # fmt: skip
-    return serving.estimate_serving(
-        arch, catalog.gpu(gpu), tp=tp, pp=1, quant=quant, kv_precision=kv, batch=batch, input_tokens=i,
-        output_tokens=o, context_tokens=i + o, assumptions=a, ep=ep, attention_dp=dp,
-    )  # fmt: skip
+    layout = Layout(tp=tp, quant=quant, kv_precision=kv, ep=ep, attention_dp=dp)
+    shape = serving.RequestShape(input_tokens=i, output_tokens=o, context_tokens=i + o)
+    return serving.estimate_serving(arch, catalog.gpu(gpu), layout, shape, batch=batch, assumptions=a)
 
 
 def test_host_time_bounds_a_step_and_overlaps_the_gpu() -> None:
@@ -80,8 +80,8 @@ def test_host_time_grows_with_the_stage_depth(catalog: Catalog, qwen30: ModelArc
     assert shallow is not None and deep is not None
     assert deep.host_per_seq_s == pytest.approx(2 * shallow.host_per_seq_s)  # 48 layers against 24
     staged = serving.estimate_serving(
-        qwen30, catalog.gpu("gb200"), tp=1, pp=2, quant="fp4", kv_precision="fp8", batch=2048, input_tokens=128,
-        output_tokens=128, context_tokens=256, assumptions=TRT,
+        qwen30, catalog.gpu("gb200"), Layout(pp=2, quant="fp4", kv_precision="fp8"),
+        serving.RequestShape(input_tokens=128, output_tokens=128, context_tokens=256), batch=2048, assumptions=TRT,
     ).step_model  # fmt: skip
     assert staged is not None and staged.host_per_seq_s == pytest.approx(deep.host_per_seq_s / 2)
 

@@ -245,13 +245,16 @@ def test_a_candidate_ruled_out_for_memory_is_classified_memory_by_code(tmp_path:
 def test_estimates_keep_records_and_serialise_sentences(catalog) -> None:  # type: ignore[no-untyped-def]
     from clusterplan.physics import serving
     from clusterplan.physics.factors import Assumptions
+    from clusterplan.physics.layout import Layout
 
     est = serving.estimate_serving(
         catalog.model("llama-3.1-70b"),
         catalog.gpu("l40s"),
-        tp=4, pp=1, quant="fp8", kv_precision="fp8", batch=8, input_tokens=500, output_tokens=100,
-        context_tokens=1000, assumptions=Assumptions(),
-    )  # fmt: skip
+        Layout(tp=4, quant="fp8", kv_precision="fp8"),
+        serving.RequestShape(input_tokens=500, output_tokens=100, context_tokens=1000),
+        batch=8,
+        assumptions=Assumptions(),
+    )
     assert [r.code for r in est.why_not] == [ReasonCode.TP_NEEDS_NVLINK]
     assert est.why_not[0].category is ReasonCategory.LINK
     data = est.model_dump(mode="json")

@@ -123,11 +123,12 @@ def test_serving_rates_are_derated_in_one_place(catalog: Catalog) -> None:
     w = ServingWorkload(kind="serving", requests_per_min=600, p95_latency=8.0)
     arch, spec = catalog.model("llama-2-13b"), catalog.gpu("h100-sxm")
     from clusterplan.physics.factors import Assumptions
+    from clusterplan.physics.layout import Layout
 
     a = Assumptions()
-    point = {"tp": 1, "pp": 1, "quant": "fp8", "kv_precision": "fp8", "assumptions": a}
-    batch = evaluate.serving_batch(evaluate.max_batch(arch, spec, w, **point))  # type: ignore[arg-type]
-    est = evaluate.serving_estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
+    layout = Layout(quant="fp8", kv_precision="fp8")
+    batch = evaluate.serving_batch(evaluate.max_batch(arch, spec, w, layout, a))
+    est = evaluate.serving_estimate(arch, spec, w, layout, batch=batch, assumptions=a)
     plain = evaluate.serving_rates(est, w, a)
     d = derate_for(0.9)
     held = evaluate.serving_rates(est, w, a, d)

@@ -29,6 +29,7 @@ from clusterplan.candidates.serving import (
     DEMAND_FIELDS,
     TARGET_FIELDS,
     CostCap,
+    ServingInputs,
     ServingPhysics,
     serving_candidates,
     with_demand,
@@ -36,8 +37,6 @@ from clusterplan.candidates.serving import (
 from clusterplan.candidates.table import (
     SERVING_QUANTS,
     CandidateTable,
-    GpuType,
-    Limits,
     Offering,
     PrecisionGate,
     WorkloadCandidates,
@@ -89,25 +88,15 @@ def _physics_key(
     )
 
 
-def _serving_key(
-    cache: CandidateCache,
-    w: ServingWorkload,
-    arch: ModelArchitecture,
-    catalog: Catalog,
-    gpus: dict[str, GpuType],
-    limits: Limits,
-    assumptions: Assumptions,
-    mixed: bool,
-    keep_latency: bool,
-) -> Hashable:
+def _serving_key(cache: CandidateCache, inputs: ServingInputs, mixed: bool, keep_latency: bool) -> Hashable:
     """Every input of a serving workload's rows, demand excepted (rows describe one replica)."""
     return (
         "serving",
-        w.model_dump_json(exclude=set(DEMAND_FIELDS)),
-        _physics_key(cache, w, arch, catalog, assumptions),
-        tuple(sorted((gid, replace(g, price_usd=None)) for gid, g in gpus.items())),
-        limits.allowed_gpus,
-        limits.quantizations,
+        inputs.w.model_dump_json(exclude=set(DEMAND_FIELDS)),
+        _physics_key(cache, inputs.w, inputs.arch, inputs.catalog, inputs.assumptions),
+        tuple(sorted((gid, replace(g, price_usd=None)) for gid, g in inputs.gpus.items())),
+        inputs.limits.allowed_gpus,
+        inputs.limits.quantizations,
         mixed,
         keep_latency,
     )
@@ -140,16 +129,14 @@ def build_candidates(
         key: Hashable = None
         if w.kind == "serving":
             mixed = w.allow_mixed if w.allow_mixed is not None else req.constraints.allow_mixed
+            inputs = ServingInputs(w, arch, catalog, gpus, limits, req.assumptions)
             physics = None
             if cache is not None and cap is not None:
                 physics = cache.physics.setdefault(
                     _physics_key(cache, w, arch, catalog, req.assumptions), ServingPhysics()
                 )
             elif cache is not None:
-                key = (
-                    _serving_key(cache, w, arch, catalog, gpus, limits, req.assumptions, mixed, keep_latency),
-                    derate,
-                )
+                key = (_serving_key(cache, inputs, mixed, keep_latency), derate)
                 physics = cache.physics.setdefault(
                     _physics_key(cache, w, arch, catalog, req.assumptions), ServingPhysics()
                 )
@@ -158,18 +145,7 @@ def build_candidates(
                 wc = with_demand(replace(hit, index=i), w)
             else:
                 wc = serving_candidates(
-                    i,
-                    w,
-                    arch,
-                    catalog,
-                    gpus,
-                    limits,
-                    req.assumptions,
-                    mixed,
-                    keep_latency=keep_latency,
-                    derate=derate,
-                    physics=physics,
-                    cap=cap,
+                    i, inputs, mixed, keep_latency=keep_latency, derate=derate, physics=physics, cap=cap
                 )
         else:
             if cache is not None:

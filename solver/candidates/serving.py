@@ -17,6 +17,7 @@ from clusterplan.physics.reasons import (
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+    from clusterplan.evaluation.evaluate import ServingRates
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
     from clusterplan.requirement.schema import ServingWorkload
@@ -37,6 +38,7 @@ from clusterplan.candidates.table import (
     hard_reasons,
 )
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
+from clusterplan.physics.layout import Layout
 
 # Workload fields no row reads (the demand: rows describe one replica) and those only the rate search
 # reads (the p95 targets): what :class:`clusterplan.candidates.build.CandidateCache` keys leave out.
@@ -44,19 +46,27 @@ DEMAND_FIELDS = ("requests_per_min", "tokens_per_sec", "peak_to_average")
 TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
 
 
-Layout = tuple[str, int, int, str, str, int, bool]  # GPU id, TP, PP, weight and KV precision, EP, attention DP
+LayoutKey = tuple[str, Layout]  # GPU id and one replica's layout (TP, PP, weight and KV precision, EP, attention DP)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingInputs:
+    """What a serving workload's rows read beside the derating and the physics memo: the workload, its model, the
+    catalog, the GPU types, the limits and the requirement's assumptions."""
+
+    w: ServingWorkload
+    arch: ModelArchitecture
+    catalog: Catalog
+    gpus: dict[str, GpuType]
+    limits: Limits
+    assumptions: Assumptions
 
 
 @dataclass(frozen=True, slots=True)
 class OperatingPoint:
     """One layout at one batch that physics allows: everything its row holds but the rate search's figures."""
 
-    tp: int
-    pp: int
-    quant: str
-    kv_precision: str
-    ep: int
-    attention_dp: bool
+    layout: Layout
     est: ServingEstimate  # as the row reads it (a link reason waived: the tp_nvlink family decides)
     memo_est: ServingEstimate  # the memoised estimate (its p95s per rate are memoised by identity)
     rate_nolat_rps: float
@@ -73,10 +83,7 @@ class PoolShape:
     """One pool layout that fits and that no family forbids, with its ceiling rate per role (no targets)."""
 
     gpu_id: str
-    tp: int
-    pp: int
-    quant: str
-    kv_precision: str
+    layout: Layout
     est: ServingEstimate
     prefill_ceiling_rps: float
     decode_ceiling_rps: float
@@ -87,8 +94,8 @@ class ServingPhysics:
     """Memo of one serving workload's per-layout physics (largest batch, estimate at a batch), which its
     targets and demand do not change; the caller keys it by everything else (candidates/build.py)."""
 
-    batches: dict[Layout, int] = field(default_factory=dict)
-    estimates: dict[tuple[Layout, int], ServingEstimate] = field(default_factory=dict)
+    batches: dict[LayoutKey, int] = field(default_factory=dict)
+    estimates: dict[tuple[LayoutKey, int], ServingEstimate] = field(default_factory=dict)
     # Per estimate (by identity, held): p95s at each rate met so far.
     loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad]]] = field(default_factory=dict)
     # Per estimate (by identity, held): its decode-only replica and that replica's p95s at each rate.
@@ -102,63 +109,32 @@ class ServingPhysics:
     pool_shapes: dict[Hashable, list[PoolShape]] = field(default_factory=dict)
 
     def max_batch(
-        self,
-        arch: ModelArchitecture,
-        spec: GpuSpec,
-        w: ServingWorkload,
-        *,
-        tp: int,
-        pp: int,
-        quant: str,
-        kv_precision: str,
-        assumptions: Assumptions,
-        ep: int = 1,
-        attention_dp: bool = False,
+        self, arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, layout: Layout, assumptions: Assumptions
     ) -> int:
         """:func:`clusterplan.evaluation.evaluate.max_batch`, once per layout."""
         from clusterplan.evaluation import evaluate
 
-        layout = (spec.id, tp, pp, quant, kv_precision, ep, attention_dp)
-        if layout not in self.batches:
-            self.batches[layout] = evaluate.max_batch(
-                arch, spec, w, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, assumptions=assumptions,
-                ep=ep, attention_dp=attention_dp,
-            )  # fmt: skip
-        return self.batches[layout]
+        key = (spec.id, layout)
+        if key not in self.batches:
+            self.batches[key] = evaluate.max_batch(arch, spec, w, layout, assumptions)
+        return self.batches[key]
 
     def estimate(
         self,
         arch: ModelArchitecture,
         spec: GpuSpec,
         w: ServingWorkload,
+        layout: Layout,
         *,
-        tp: int,
-        pp: int,
-        quant: str,
-        kv_precision: str,
         batch: int,
         assumptions: Assumptions,
-        ep: int = 1,
-        attention_dp: bool = False,
     ) -> ServingEstimate:
         """:func:`clusterplan.evaluation.evaluate.serving_estimate`, once per layout and batch."""
         from clusterplan.evaluation import evaluate
 
-        key = ((spec.id, tp, pp, quant, kv_precision, ep, attention_dp), batch)
+        key = ((spec.id, layout), batch)
         if key not in self.estimates:
-            self.estimates[key] = evaluate.serving_estimate(
-                arch,
-                spec,
-                w,
-                tp=tp,
-                pp=pp,
-                quant=quant,
-                kv_precision=kv_precision,
-                batch=batch,
-                assumptions=assumptions,
-                ep=ep,
-                attention_dp=attention_dp,
-            )
+            self.estimates[key] = evaluate.serving_estimate(arch, spec, w, layout, batch=batch, assumptions=assumptions)
         return self.estimates[key]
 
     def at_load(
@@ -298,17 +274,7 @@ def _layout_key(gpus: dict[str, GpuType], limits: Limits) -> Hashable:
     )
 
 
-def _layouts(
-    w: ServingWorkload,
-    arch: ModelArchitecture,
-    catalog: Catalog,
-    gpus: dict[str, GpuType],
-    limits: Limits,
-    assumptions: Assumptions,
-    keep_latency: bool,
-    derate: Derate,
-    memo: ServingPhysics,
-) -> Layouts:
+def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: ServingPhysics) -> Layouts:
     """Every layout of every GPU type, in the order the rows visit them: an exclusion, or an operating point.
 
     Nothing here reads the workload's targets or demand, so a retargeted build (the infeasibility analysis,
@@ -316,6 +282,9 @@ def _layouts(
     from clusterplan.evaluation import evaluate
     from clusterplan.physics import rules
 
+    w, arch, catalog, gpus, limits, assumptions = (
+        inputs.w, inputs.arch, inputs.catalog, inputs.gpus, inputs.limits, inputs.assumptions
+    )  # fmt: skip
     considered = 0
     per_gpu: list[tuple[str, tuple[OperatingPoint | Exclusion, ...]]] = []
     for gid in sorted(gpus):
@@ -336,12 +305,10 @@ def _layouts(
             if hard:
                 entries.append(excluded(gid, hard[0]))
                 continue
-            point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
-            if ep > 1 or attention_dp:
-                point |= {"ep": ep, "attention_dp": attention_dp}
-            max_batch = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
+            layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=ep, attention_dp=attention_dp)
+            max_batch = memo.max_batch(arch, spec, w, layout, assumptions)
             if max_batch < 1:
-                est = memo.estimate(arch, spec, w, batch=1, **point)  # type: ignore[arg-type]
+                est = memo.estimate(arch, spec, w, layout, batch=1, assumptions=assumptions)
                 reasons = hard_reasons(est.why_not)
                 fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
                 entries.append(excluded(gid, reasons[0] if reasons else fallback))
@@ -353,7 +320,7 @@ def _layouts(
             # min-latency objective also gets batch 1.
             top = evaluate.serving_batch(max_batch)
             for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
-                est = memo_est = memo.estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
+                est = memo_est = memo.estimate(arch, spec, w, layout, batch=batch, assumptions=assumptions)
                 if of_category(est.why_not, ReasonCategory.LINK):
                     # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
                     est = est.model_copy(update={"feasible": True, "why_not": []})
@@ -362,8 +329,7 @@ def _layouts(
                     continue
                 entries.append(
                     OperatingPoint(
-                        tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=ep, attention_dp=attention_dp, est=est,
-                        memo_est=memo_est, rate_nolat_rps=evaluate.rate_at_ceiling(est, assumptions, derate),
+                        layout=layout, est=est, memo_est=memo_est, rate_nolat_rps=evaluate.rate_at_ceiling(est, assumptions, derate),
                         forbidden_by=forbidden, families=frozenset(f for f, _ in forbidden),
                     )
                 )  # fmt: skip
@@ -373,12 +339,7 @@ def _layouts(
 
 def serving_candidates(
     index: int,
-    w: ServingWorkload,
-    arch: ModelArchitecture,
-    catalog: Catalog,
-    gpus: dict[str, GpuType],
-    limits: Limits,
-    assumptions: Assumptions,
+    inputs: ServingInputs,
     allow_mixed: bool,
     keep_latency: bool = False,
     derate: Derate = NO_DERATE,
@@ -398,6 +359,7 @@ def serving_candidates(
     """
     from clusterplan.evaluation import evaluate
 
+    w, arch, gpus, assumptions = inputs.w, inputs.arch, inputs.gpus, inputs.assumptions
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
     rows: list[ServingRow] = []
     excl: list[Exclusion] = []
@@ -409,10 +371,10 @@ def serving_candidates(
     skip_dominated = cross and not keep_latency
     memo = physics if physics is not None else ServingPhysics()
     demand = w.requests_per_s * w.peak_to_average
-    key = (_layout_key(gpus, limits), keep_latency, derate)
+    key = (_layout_key(gpus, inputs.limits), keep_latency, derate)
     layouts = memo.layouts.get(key)
     if layouts is None:
-        layouts = memo.layouts[key] = _layouts(w, arch, catalog, gpus, limits, assumptions, keep_latency, derate, memo)
+        layouts = memo.layouts[key] = _layouts(inputs, keep_latency, derate, memo)
     considered, per_gpu = layouts
     for gid, entries in per_gpu:
         mine: list[ServingRow] = []
@@ -420,7 +382,9 @@ def serving_candidates(
             if isinstance(entry, Exclusion):
                 excl.append(entry)
                 continue
-            tp, pp, rate_nolat, fams, est = entry.tp, entry.pp, entry.rate_nolat_rps, entry.families, entry.est
+            tp, pp, rate_nolat, fams, est = (
+                entry.layout.tp, entry.layout.pp, entry.rate_nolat_rps, entry.families, entry.est
+            )  # fmt: skip
             # The rate within targets is at most the ceiling rate: the fewest replicas at the ceiling bound it.
             if cap is not None and cap.excludes(
                 gid, tp * pp, fewest_replicas(demand, rate_nolat, alone=not allow_mixed)
@@ -437,56 +401,13 @@ def serving_candidates(
             rated = evaluate.serving_rates(
                 est, w, assumptions, derate, at_load=memo.at_load(entry.memo_est, w, assumptions)
             )
-            rate, lat, top_lat = rated.rate_rps, rated.rated, rated.at_ceiling
-            rows.append(
-                ServingRow(
-                    gpu_id=gid,
-                    tp=tp,
-                    pp=pp,
-                    quant=entry.quant,
-                    batch=est.batch,
-                    rate_rps=rate,
-                    rate_nolat_rps=rate_nolat,
-                    kv_precision=entry.kv_precision,
-                    p95_e2e_s=lat.p95_e2e_s,
-                    p95_ttft_s=lat.p95_ttft_s,
-                    p95_tpot_s=lat.p95_tpot_s,
-                    ceiling_p95_e2e_s=top_lat.p95_e2e_s,
-                    ceiling_p95_ttft_s=top_lat.p95_ttft_s,
-                    ceiling_p95_tpot_s=top_lat.p95_tpot_s,
-                    mean_e2e_s=lat.mean_e2e_s,
-                    mean_ttft_s=lat.mean_ttft_s,
-                    mean_tpot_s=lat.mean_tpot_s,
-                    ttft_s=est.ttft_s,
-                    tpot_s=est.tpot_s,
-                    output_tokens_per_s=est.output_tokens_per_s,
-                    memory_gib=est.memory.total_gib,
-                    capacity_gib=est.memory.capacity_gib,
-                    bound=est.bound,
-                    forbidden_by=entry.forbidden_by,
-                    ep=entry.ep,
-                    attention_dp=entry.attention_dp,
-                )
-            )
+            rows.append(_aggregated_row(gid, entry, rated))
             mine.append(rows[-1])
     if targets.any:
-        for gid in sorted(gpus):
-            mine = [r for r in rows if r.gpu_id == gid]
-            if mine and all(r.rate_rps <= 0 for r in mine):
-                best = min(mine, key=lambda r: r.p95_ttft_s)
-                excl.append(
-                    excluded(
-                        gid,
-                        MissesLatencyTargets(
-                            gpu=gpus[gid].name, best_ttft_s=best.ttft_s, best_tpot_s=best.tpot_s, best_tp=best.tp,
-                            best_quant=best.quant, p95_ttft_target_s=targets.p95_ttft_s,
-                            p95_tpot_target_s=targets.p95_tpot_s,
-                        ),
-                    )
-                )  # fmt: skip
+        excl += _missing_targets(rows, gpus, targets)
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
     if pools_allowed(w, keep_latency):
-        pool_rows = pool_candidates(w, arch, catalog, gpus, limits, assumptions, derate, memo, cap=cap)
+        pool_rows = pool_candidates(inputs, derate, memo, cap=cap)
         for role in ("prefill", "decode"):
             pruned += prune_serving_rows([r for r in pool_rows if r.role == role], cross_shape=cross)
         if w.disaggregation == "required":
@@ -511,6 +432,61 @@ def serving_candidates(
     return with_demand(wc, w)
 
 
+def _aggregated_row(gid: str, entry: OperatingPoint, rated: ServingRates) -> ServingRow:
+    """The row of one operating point at its rated load: the rate within targets and at the ceiling, the p95s and
+    means there, the estimate's unloaded figures and memory."""
+    est, layout = entry.est, entry.layout
+    lat, top_lat = rated.rated, rated.at_ceiling
+    return ServingRow(
+        gpu_id=gid,
+        tp=layout.tp,
+        pp=layout.pp,
+        quant=layout.quant,
+        batch=est.batch,
+        rate_rps=rated.rate_rps,
+        rate_nolat_rps=entry.rate_nolat_rps,
+        kv_precision=layout.kv_precision,
+        p95_e2e_s=lat.p95_e2e_s,
+        p95_ttft_s=lat.p95_ttft_s,
+        p95_tpot_s=lat.p95_tpot_s,
+        ceiling_p95_e2e_s=top_lat.p95_e2e_s,
+        ceiling_p95_ttft_s=top_lat.p95_ttft_s,
+        ceiling_p95_tpot_s=top_lat.p95_tpot_s,
+        mean_e2e_s=lat.mean_e2e_s,
+        mean_ttft_s=lat.mean_ttft_s,
+        mean_tpot_s=lat.mean_tpot_s,
+        ttft_s=est.ttft_s,
+        tpot_s=est.tpot_s,
+        output_tokens_per_s=est.output_tokens_per_s,
+        memory_gib=est.memory.total_gib,
+        capacity_gib=est.memory.capacity_gib,
+        bound=est.bound,
+        forbidden_by=entry.forbidden_by,
+        ep=layout.ep,
+        attention_dp=layout.attention_dp,
+    )
+
+
+def _missing_targets(rows: list[ServingRow], gpus: dict[str, GpuType], targets: ServingTargets) -> list[Exclusion]:
+    """An exclusion per GPU type whose every row misses the latency targets, quoting its row of least p95 TTFT."""
+    out = []
+    for gid in sorted(gpus):
+        mine = [r for r in rows if r.gpu_id == gid]
+        if mine and all(r.rate_rps <= 0 for r in mine):
+            best = min(mine, key=lambda r: r.p95_ttft_s)
+            out.append(
+                excluded(
+                    gid,
+                    MissesLatencyTargets(
+                        gpu=gpus[gid].name, best_ttft_s=best.ttft_s, best_tpot_s=best.tpot_s, best_tp=best.tp,
+                        best_quant=best.quant, p95_ttft_target_s=targets.p95_ttft_s,
+                        p95_tpot_target_s=targets.p95_tpot_s,
+                    ),
+                )
+            )  # fmt: skip
+    return out
+
+
 def pools_allowed(w: ServingWorkload, keep_latency: bool) -> bool:
     """Whether prefill and decode pool rows are offered: the switch is not off, no N+k (spares of a pool are
     not modelled) and not the min-latency objective (its p95 is per row; a pool's is half a request's)."""
@@ -518,35 +494,27 @@ def pools_allowed(w: ServingWorkload, keep_latency: bool) -> bool:
 
 
 def pool_candidates(
-    w: ServingWorkload,
-    arch: ModelArchitecture,
-    catalog: Catalog,
-    gpus: dict[str, GpuType],
-    limits: Limits,
-    assumptions: Assumptions,
-    derate: Derate,
-    memo: ServingPhysics,
-    *,
-    cap: CostCap | None = None,
+    inputs: ServingInputs, derate: Derate, memo: ServingPhysics, *, cap: CostCap | None = None
 ) -> list[ServingRow]:
     """One prefill-pool row and one decode-pool row per replica shape that fits (the aggregated rows' shapes,
     at the same batch policy), rated by :mod:`clusterplan.evaluation.pools`. Rows that miss their share of the
     targets even idle are left out (no count of them could serve); the caller prunes dominated shapes."""
     from clusterplan.evaluation import pools
 
+    w, arch, catalog, assumptions = inputs.w, inputs.arch, inputs.catalog, inputs.assumptions
     out: list[ServingRow] = []
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
-    key = (_layout_key(gpus, limits), derate)
+    key = (_layout_key(inputs.gpus, inputs.limits), derate)
     shapes = memo.pool_shapes.get(key)
     if shapes is None:
-        shapes = memo.pool_shapes[key] = _pool_shapes(w, arch, catalog, gpus, limits, assumptions, derate, memo)
+        shapes = memo.pool_shapes[key] = _pool_shapes(inputs, derate, memo)
     mine: dict[str, list[ServingRow]] = {"prefill": [], "decode": []}
     gid = None
     for shape in shapes:
         if shape.gpu_id != gid:
             gid = shape.gpu_id
             mine = {"prefill": [], "decode": []}
-        tp, pp, est = shape.tp, shape.pp, shape.est
+        tp, pp, est = shape.layout.tp, shape.layout.pp, shape.est
         if cap is not None and cap.excludes(shape.gpu_id, tp * pp, 1):
             continue  # over the cap with one replica (``cap``: as in serving_candidates)
         for role in ("prefill", "decode"):
@@ -567,8 +535,9 @@ def pool_candidates(
                 continue
             out.append(
                 ServingRow(
-                    gpu_id=gid, tp=tp, pp=pp, quant=shape.quant, batch=est.batch,
-                    rate_rps=rated.rate_rps, rate_nolat_rps=rated.rate_no_targets_rps, kv_precision=shape.kv_precision,
+                    gpu_id=gid, tp=tp, pp=pp, quant=shape.layout.quant, batch=est.batch,
+                    rate_rps=rated.rate_rps, rate_nolat_rps=rated.rate_no_targets_rps,
+                    kv_precision=shape.layout.kv_precision,
                     p95_e2e_s=rated.p95_e2e_s, p95_ttft_s=rated.p95_ttft_s, p95_tpot_s=rated.p95_tpot_s,
                     ttft_s=rated.ttft_s, tpot_s=rated.tpot_s,
                     output_tokens_per_s=rated.rate_no_targets_rps * w.output_tokens if role == "decode" else 0.0,
@@ -580,22 +549,16 @@ def pool_candidates(
     return out
 
 
-def _pool_shapes(
-    w: ServingWorkload,
-    arch: ModelArchitecture,
-    catalog: Catalog,
-    gpus: dict[str, GpuType],
-    limits: Limits,
-    assumptions: Assumptions,
-    derate: Derate,
-    memo: ServingPhysics,
-) -> list[PoolShape]:
+def _pool_shapes(inputs: ServingInputs, derate: Derate, memo: ServingPhysics) -> list[PoolShape]:
     """The aggregated rows' shapes a pool replica may take, in the order pool rows visit them: no family forbids
     the layout (the relaxations price aggregated rows), physics allows it and one sequence fits. Nothing here
     reads the targets or the demand (a retargeted build reuses it)."""
     from clusterplan.evaluation import evaluate, pools
     from clusterplan.physics import rules
 
+    w, arch, catalog, gpus, limits, assumptions = (
+        inputs.w, inputs.arch, inputs.catalog, inputs.gpus, inputs.limits, inputs.assumptions
+    )  # fmt: skip
     out: list[PoolShape] = []
     for gid in sorted(gpus):
         spec = catalog.gpus[gid]
@@ -608,16 +571,16 @@ def _pool_shapes(
                 continue  # pools only where no family forbids the layout: the relaxations price aggregated rows
             if hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv)):
                 continue
-            point = {"tp": tp, "pp": pp, "quant": quant, "kv_precision": kv, "assumptions": assumptions}
-            top = memo.max_batch(arch, spec, w, **point)  # type: ignore[arg-type]
+            layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision=kv)
+            top = memo.max_batch(arch, spec, w, layout, assumptions)
             if top < 1:
                 continue
-            est = memo.estimate(arch, spec, w, batch=evaluate.serving_batch(top), **point)  # type: ignore[arg-type]
+            est = memo.estimate(arch, spec, w, layout, batch=evaluate.serving_batch(top), assumptions=assumptions)
             if hard_reasons(est.why_not):
                 continue
             out.append(
                 PoolShape(
-                    gpu_id=gid, tp=tp, pp=pp, quant=quant, kv_precision=kv, est=est,
+                    gpu_id=gid, layout=layout, est=est,
                     prefill_ceiling_rps=pools.prefill_ceiling_rps(est, w, assumptions, derate),
                     decode_ceiling_rps=pools.decode_ceiling_rps(est, w, assumptions, derate),
                 )

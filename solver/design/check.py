@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from clusterplan.physics.optimizer_memory import MemoryPlan
@@ -391,22 +391,10 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                 domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
                 if g.tp > domain:
                     problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
-                est = evaluate.serving_estimate(
-                    arch,
-                    spec,
-                    w,
-                    tp=g.tp,
-                    pp=g.pp,
-                    quant=g.quant,
-                    kv_precision=g.kv_cache,
-                    batch=g.batch,
-                    assumptions=a,
-                    ep=g.ep,
-                    attention_dp=g.attention_dp,
-                )
-                runs = evaluate.max_batch(
-                    arch, spec, w, tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache, assumptions=a
-                )
+                layout = evaluate.replica_layout(g)
+                est = evaluate.serving_estimate(arch, spec, w, layout, batch=g.batch, assumptions=a)
+                # the batch the engine runs is read at the dense layout of the group's TP and PP (no EP, attention TP)
+                runs = evaluate.max_batch(arch, spec, w, replace(layout, ep=1, attention_dp=False), a)
                 if g.batch > max(runs, 1):
                     engine = evaluate.serving_assumptions(a, w).engine
                     problems.append(
@@ -432,23 +420,11 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
                     )
                     rates.append((g.replicas, pr.rate_rps, pr.rate_no_targets_rps))
                     continue
-                r = queueing.max_rate_for_targets(
-                    est,
-                    input_tokens=w.input_tokens,
-                    output_tokens=w.output_tokens,
-                    p95_latency_s=derate.target(w.p95_latency),
-                    p95_ttft_s=derate.target(w.p95_ttft),
-                    p95_tpot_s=derate.target(w.p95_tpot),
-                    assumptions=a,
-                )
-                r0 = queueing.max_rate_for_targets(
-                    est,
-                    input_tokens=w.input_tokens,
-                    output_tokens=w.output_tokens,
-                    p95_latency_s=None,
-                    p95_ttft_s=None,
-                    p95_tpot_s=None,
-                    assumptions=a,
+                r, r0 = (
+                    queueing.max_rate_for_targets(
+                        est, t, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a
+                    )
+                    for t in (evaluate.derated_targets(w, derate), queueing.NO_TARGETS)
                 )
                 rates.append((g.replicas, r * derate.rate_factor, r0 * derate.rate_factor))
             has_targets = any(t is not None for t in (w.p95_latency, w.p95_ttft, w.p95_tpot))

@@ -226,7 +226,7 @@ def estimate_requirement(
     from clusterplan.design.estimate_training import estimate_training
 
     if isinstance(workload, ServingWorkload):
-        result = estimate_serving(req, index, workload, arch, gpu, cfg, catalog, a, choices)
+        result = estimate_serving(req, index, workload, arch, gpu, cfg, catalog, choices)
     else:
         result = estimate_training(req, index, workload, arch, gpu, cfg, catalog, a, choices)
     return result

@@ -25,6 +25,7 @@ from clusterplan.errors import ClusterplanError
 from clusterplan.evaluation import evaluate, pricing
 from clusterplan.physics import moe, queueing, rules
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.requirement.schema import (
     EngineSettings,
     PinnedConfig,
@@ -132,9 +133,10 @@ def _serving_layout(
         for tp in tps:
             if cfg.count is not None and cfg.count % (tp * pp):
                 continue
-            layout = moe.MoeLayout(tp=tp, ep=cfg.ep or 1, attention_dp=bool(cfg.attention_dp))
-            kw = dict(pp=pp, quant=quant, kv_precision=kv, context_tokens=context, assumptions=a)
-            if moe.max_batch_by_memory(arch, gpu, layout, **kw) > 0:  # type: ignore[arg-type]
+            layout = Layout(
+                tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=cfg.ep or 1, attention_dp=bool(cfg.attention_dp)
+            )
+            if moe.max_batch_by_memory(arch, gpu, layout, context_tokens=context, assumptions=a) > 0:
                 if cfg.tp is None or cfg.pp is None:
                     choices.append(f"tp={tp}, pp={pp}: the smallest layout whose weights and one sequence fit")
                 return tp, pp
@@ -170,22 +172,20 @@ def estimate_serving(
     gpu: GpuSpec,
     cfg: PinnedConfig,
     catalog: Catalog,
-    a: Assumptions,
     choices: list[str],
 ) -> EstimateResult:
+    """One pinned serving configuration under the requirement's assumptions and the workload's engine."""
     if cfg.engine is not None:  # --engine: the workload's engine block under another engine name
         settings = w.engine.model_copy(update={"name": cfg.engine}) if w.engine is not None else None
         w = w.model_copy(update={"engine": settings or EngineSettings(name=cfg.engine)})
-    a = evaluate.serving_assumptions(a, w)
+    a = evaluate.serving_assumptions(req.assumptions, w)
     quant = cfg.quant or _default_quant(gpu, req, choices)
     kv = cfg.kv_quant or _default_kv(quant, gpu, w, choices)
     context = w.context_tokens
     tp, pp = _serving_layout(arch, gpu, cfg, quant, kv, context, a, choices)
     ep, attention_dp = _moe_layout(arch, cfg, tp)
-    point: dict[str, Any] = dict(tp=tp, pp=pp, quant=quant, kv_precision=kv, assumptions=a)
-    if ep > 1 or attention_dp:
-        point |= {"ep": ep, "attention_dp": attention_dp}
-    most = evaluate.max_batch(arch, gpu, w, **point)
+    layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=ep, attention_dp=attention_dp)
+    most = evaluate.max_batch(arch, gpu, w, layout, a)
     if cfg.batch is not None:
         batch = cfg.batch
     else:
@@ -193,7 +193,7 @@ def estimate_serving(
         cap = a.batch_cap(gpu.memory_gib, gpu.name)
         limit = "the engine's KV pool holds" if batch < cap else f"the engine's batch cap ({a.engine})"
         choices.append(f"batch {batch}: the largest {limit} (the planner's operating point)")
-    est = evaluate.serving_estimate(arch, gpu, w, batch=batch, **point)
+    est = evaluate.serving_estimate(arch, gpu, w, layout, batch=batch, assumptions=a)
     tk: dict[str, Any] = dict(input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a)
     rates = evaluate.serving_rates(est, w, a)
     rate = rates.rate_rps

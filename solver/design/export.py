@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -142,9 +143,10 @@ def _launches(
     launches: list[Launch] = []
     for g in wp.groups:
         spec = catalog.gpus[g.gpu]
-        point = dict(tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache, assumptions=req.assumptions)
-        batch = evaluate.serving_batch(evaluate.max_batch(arch, spec, w, **point))  # type: ignore[arg-type]
-        est = evaluate.serving_estimate(arch, spec, w, batch=batch, **point)  # type: ignore[arg-type]
+        # the launch carries TP, PP and the precisions (no EP or attention-DP flag): its replica's dense layout
+        layout = replace(evaluate.replica_layout(g), ep=1, attention_dp=False)
+        batch = evaluate.serving_batch(evaluate.max_batch(arch, spec, w, layout, req.assumptions))
+        est = evaluate.serving_estimate(arch, spec, w, layout, batch=batch, assumptions=req.assumptions)
         share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / (weights[g.role] or 1.0)
         expected = _expected(est, arch, spec, w, req.assumptions, a, g.role, share)
         policy, fraction, _ = a.memory_policy(g.tp)

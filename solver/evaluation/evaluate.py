@@ -24,6 +24,7 @@ from clusterplan.errors import FieldProblem, InputError, Location
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 from clusterplan.inputs.yamlio import PathKey, format_path
 from clusterplan.physics import moe, optimizer_memory, queueing, serving, training
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 from clusterplan.wording.reasons import render_reasons
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
+    from clusterplan.plan import ReplicaGroup
     from clusterplan.requirement.load import ResolvedRequirement
     from clusterplan.requirement.schema import FinetuneWorkload, ServingWorkload, TrainingWorkload
 
@@ -73,30 +75,22 @@ def serving_batch(max_batch: int) -> int:
     return max(1, max_batch)
 
 
+def request_shape(w: ServingWorkload) -> serving.RequestShape:
+    """What one request of ``w`` asks of a replica: its prompt and output tokens, and the context its KV reserves."""
+    return serving.RequestShape(w.input_tokens, w.output_tokens, w.context_tokens)
+
+
 def max_batch(
-    arch: ModelArchitecture,
-    spec: GpuSpec,
-    w: ServingWorkload,
-    *,
-    tp: int,
-    pp: int,
-    quant: str,
-    kv_precision: str,
-    assumptions: Assumptions,
-    ep: int = 1,
-    attention_dp: bool = False,
+    arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, layout: Layout, assumptions: Assumptions
 ) -> int:
     """Largest concurrency the engine runs: ``min(KV pool / KV per sequence, the engine's batch cap)``.
 
     The KV pool is the engine's memory policy (:func:`clusterplan.physics.memory.kv_pool_bytes`); the cap is
     its ``max_num_seqs`` / ``max_running_requests`` / ``max_batch_size`` (or the workload's). 0: not one sequence.
-    ``ep`` / ``attention_dp``: an MoE model's layout (:func:`clusterplan.physics.moe.max_batch_by_memory`).
+    ``layout.ep`` / ``layout.attention_dp``: an MoE model's layout (:func:`clusterplan.physics.moe.max_batch_by_memory`).
     """
     a = serving_assumptions(assumptions, w)
-    by_memory = moe.max_batch_by_memory(
-        arch, spec, moe.MoeLayout(tp=tp, ep=ep, attention_dp=attention_dp), pp=pp, quant=quant,
-        kv_precision=kv_precision, context_tokens=w.context_tokens, assumptions=a,
-    )  # fmt: skip
+    by_memory = moe.max_batch_by_memory(arch, spec, layout, context_tokens=w.context_tokens, assumptions=a)
     return min(by_memory, a.batch_cap(spec.memory_gib, spec.name))
 
 
@@ -104,25 +98,24 @@ def serving_estimate(
     arch: ModelArchitecture,
     spec: GpuSpec,
     w: ServingWorkload,
+    layout: Layout,
     *,
-    tp: int,
-    pp: int,
-    quant: str,
-    kv_precision: str,
     batch: int,
     assumptions: Assumptions,
-    ep: int = 1,
-    attention_dp: bool = False,
 ) -> ServingEstimate:
-    """One replica (tp x pp GPUs) at one batch under the workload's engine: memory, prefill, decode, rates, bound.
+    """One replica of ``layout`` at one batch under the workload's engine: memory, prefill, decode, rates, bound.
 
-    ``ep`` / ``attention_dp``: an MoE model's expert-parallel degree and data-parallel attention per stage.
+    ``layout.ep`` / ``layout.attention_dp``: an MoE model's expert-parallel degree and data-parallel attention per
+    stage.
     """
     return serving.estimate_serving(
-        arch, spec, tp=tp, pp=pp, quant=quant, kv_precision=kv_precision, batch=batch,
-        input_tokens=w.input_tokens, output_tokens=w.output_tokens, context_tokens=w.context_tokens,
-        assumptions=serving_assumptions(assumptions, w), ep=ep, attention_dp=attention_dp,
-    )  # fmt: skip
+        arch, spec, layout, request_shape(w), batch=batch, assumptions=serving_assumptions(assumptions, w)
+    )
+
+
+def replica_layout(g: ReplicaGroup) -> Layout:
+    """The layout of one planned replica group: its TP and PP, weight and KV precision, EP and attention DP."""
+    return Layout(tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache, ep=g.ep, attention_dp=g.attention_dp)
 
 
 def moe_layouts(arch: ModelArchitecture, tp: int) -> list[tuple[int, bool]]:
@@ -155,6 +148,11 @@ class ServingRates:
     at_ceiling: LatencyAtLoad  # p95s at rate_no_targets_rps: the targets under which it takes its ceiling rate
 
 
+def derated_targets(w: ServingWorkload, derate: Derate = NO_DERATE) -> queueing.LatencyTargets:
+    """The workload's p95 targets as the undisturbed model must meet them at ``derate``'s confidence."""
+    return queueing.LatencyTargets(derate.target(w.p95_latency), derate.target(w.p95_ttft), derate.target(w.p95_tpot))
+
+
 def serving_rates(
     est: ServingEstimate,
     w: ServingWorkload,
@@ -171,9 +169,7 @@ def serving_rates(
     ``at_load``: the p95s of ``est`` at a rate, memoised by the caller (the candidates of a sweep's points)."""
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
     rate = queueing.max_rate_for_targets(
-        est, p95_latency_s=derate.target(w.p95_latency), p95_ttft_s=derate.target(w.p95_ttft),
-        p95_tpot_s=derate.target(w.p95_tpot), steps=RATE_SEARCH_STEPS, at_load=at_load,
-        **tk,  # type: ignore[arg-type]
+        est, derated_targets(w, derate), steps=RATE_SEARCH_STEPS, at_load=at_load, **tk,  # type: ignore[arg-type]
     )  # fmt: skip
     ceiling = rate_at_ceiling(est, assumptions)
     at = rate if rate > 0 else ceiling

@@ -117,7 +117,7 @@ def decode_rates(
     at = at_load if at_load is not None else decode_at_load(dec, w, assumptions)
     tk = {"input_tokens": 0.0, "output_tokens": w.output_tokens, "assumptions": assumptions}
     rate = queueing.max_rate_for_targets(
-        dec, p95_latency_s=b.decode_e2e_s, p95_ttft_s=None, p95_tpot_s=b.tpot_s, steps=RATE_SEARCH_STEPS,
+        dec, queueing.LatencyTargets(p95_latency_s=b.decode_e2e_s, p95_tpot_s=b.tpot_s), steps=RATE_SEARCH_STEPS,
         at_load=at, **tk,  # type: ignore[arg-type]
     )  # fmt: skip
     ceiling = assumptions.utilisation_ceiling * dec.requests_per_s

@@ -238,9 +238,8 @@ def _peak_p95s(w: ServingPlan, resolved: ResolvedRequirement, catalog: Catalog) 
     pool_worst = {"prefill": 0.0, "decode": 0.0}  # a disaggregated design: prefill p95 TTFT, decode p95 e2e
     for g in w.groups:
         est = evaluate.serving_estimate(
-            arch, catalog.gpus[g.gpu], sw, tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache,
-            batch=g.batch, assumptions=a, ep=g.ep, attention_dp=g.attention_dp,
-        )  # fmt: skip
+            arch, catalog.gpus[g.gpu], sw, evaluate.replica_layout(g), batch=g.batch, assumptions=a
+        )
         rate = g.rate_rps if has_targets else g.rate_no_targets_rps
         load = w.demand_rps * rate / total if total > 0 else math.inf
         if g.role != "aggregated":

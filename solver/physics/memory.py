@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from clusterplan.catalog.schema import GpuSpec, MemoryPolicy, ModelArchitecture
 from clusterplan.physics import optimizer_memory, params
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.rules import fp4_format
 from clusterplan.physics.types import MemoryBreakdown
 from clusterplan.units import bytes_to_gib
@@ -297,10 +298,7 @@ def kv_pool_bytes(
 def _serving_fixed(
     arch: ModelArchitecture,
     gpu: GpuSpec,
-    *,
-    tp: int,
-    pp: int,
-    quant: str,
+    layout: Layout,
     assumptions: Assumptions,
     weights_bytes: float | None = None,
 ) -> tuple[float, float, float, float]:
@@ -309,11 +307,13 @@ def _serving_fixed(
     Weights (``weights_bytes`` where an MoE layout gives them, else the TP-split model's) include a speculative
     proposer's (``cost_fraction`` of the model's, stored at the same precision).
     """
+    tp = layout.tp
     weights = weights_bytes
     if weights is None:
         weights = serving_weight_bytes_per_gpu(
-            arch, tp=tp, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size, fp4_format=fp4_format(gpu)
-        )
+            arch, tp=tp, pp=layout.pp, quant=layout.quant, int4_group_size=assumptions.int4_group_size,
+            fp4_format=fp4_format(gpu),
+        )  # fmt: skip
     if assumptions.speculative is not None:
         weights *= 1.0 + assumptions.speculative.cost
     act = serving_activation_bytes(arch.hidden_size, tp, assumptions.chunk_tokens)
@@ -347,35 +347,34 @@ def kv_bytes_per_sequence(
     return kv + logits_bytes(1, arch.vocab_size)
 
 
+def _kv_bytes_per_sequence_of(arch: ModelArchitecture, layout: Layout, context_tokens: float, a: Assumptions) -> float:
+    """:func:`kv_bytes_per_sequence` under ``layout``: the KV heads split over the attention's TP group (one GPU,
+    every head, under attention DP)."""
+    return kv_bytes_per_sequence(
+        arch, tp=1 if layout.attention_dp else layout.tp, pp=layout.pp, kv_precision=layout.kv_precision,
+        context_tokens=context_tokens, assumptions=a, attention_dp=layout.attention_dp,
+    )  # fmt: skip
+
+
 def serving_memory(
     arch: ModelArchitecture,
     gpu: GpuSpec,
+    layout: Layout,
     *,
-    tp: int,
-    pp: int,
-    quant: str,
-    kv_precision: str,
     batch: int,
     context_tokens: float,
     assumptions: Assumptions,
     weights_bytes: float | None = None,
-    kv_tp: int | None = None,
-    attention_dp: bool = False,
 ) -> MemoryBreakdown:
     """Memory of the most loaded GPU of a serving replica holding ``batch`` sequences of ``context_tokens``.
 
     ``headroom_gib`` is what the engine's policy and the user's headroom leave unused: capacity minus weights,
     activations, runtime reserve and the KV pool (:func:`kv_pool_bytes`). So the batch fits exactly when
-    ``total_gib <= capacity_gib``. ``weights_bytes`` / ``kv_tp`` / ``attention_dp``: an MoE layout's weights and
-    KV split (:mod:`clusterplan.physics.moe`); ``batch`` is then the sequences this GPU holds.
+    ``total_gib <= capacity_gib``. ``weights_bytes``: an MoE layout's weights (:mod:`clusterplan.physics.moe`);
+    under ``layout.attention_dp`` every GPU holds whole sequences and ``batch`` is the sequences this GPU holds.
     """
-    weights, act, reserve, pool = _serving_fixed(
-        arch, gpu, tp=tp, pp=pp, quant=quant, assumptions=assumptions, weights_bytes=weights_bytes
-    )
-    per_sequence = kv_bytes_per_sequence(
-        arch, tp=kv_tp or tp, pp=pp, kv_precision=kv_precision, context_tokens=context_tokens,
-        assumptions=assumptions, attention_dp=attention_dp,
-    )  # fmt: skip
+    weights, act, reserve, pool = _serving_fixed(arch, gpu, layout, assumptions, weights_bytes)
+    per_sequence = _kv_bytes_per_sequence_of(arch, layout, context_tokens, assumptions)
     logits = logits_bytes(batch, arch.vocab_size)
     kv = batch * per_sequence - logits
     capacity = gpu.memory_gib * 2**30
@@ -393,28 +392,18 @@ def serving_memory(
 def max_batch_by_memory(
     arch: ModelArchitecture,
     gpu: GpuSpec,
+    layout: Layout,
     *,
-    tp: int,
-    pp: int,
-    quant: str,
-    kv_precision: str,
     context_tokens: float,
     assumptions: Assumptions,
     weights_bytes: float | None = None,
-    kv_tp: int | None = None,
-    attention_dp: bool = False,
 ) -> int:
     """Largest number of concurrent sequences whose KV cache (at ``context_tokens`` each) the engine's pool holds.
 
     ``floor(KV pool / (KV per sequence + logits per sequence))``, 0 if none (:func:`kv_pool_bytes`).
     """
-    *_, pool = _serving_fixed(
-        arch, gpu, tp=tp, pp=pp, quant=quant, assumptions=assumptions, weights_bytes=weights_bytes
-    )
-    per_sequence = kv_bytes_per_sequence(
-        arch, tp=kv_tp or tp, pp=pp, kv_precision=kv_precision, context_tokens=context_tokens,
-        assumptions=assumptions, attention_dp=attention_dp,
-    )  # fmt: skip
+    *_, pool = _serving_fixed(arch, gpu, layout, assumptions, weights_bytes)
+    per_sequence = _kv_bytes_per_sequence_of(arch, layout, context_tokens, assumptions)
     if pool <= 0 or per_sequence <= 0:
         return 0
     return max(0, math.floor(pool / per_sequence))

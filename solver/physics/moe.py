@@ -27,6 +27,7 @@ from clusterplan.catalog.schema import GpuSpec, ModelArchitecture, MoeDispatch
 from clusterplan.physics import memory, params, rules
 from clusterplan.physics.comm import NO_LINK, Link, all_to_all_terms, link_for_group
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.types import MemoryBreakdown
 
 RACK_SCALE_DOMAIN = 8  # GPUs of one NVLink board; larger scale-up domains are rack-scale (MNNVL: NVL72)
@@ -362,14 +363,16 @@ def kv_reserved_arch(arch: ModelArchitecture, assumptions: Assumptions) -> Model
     return arch.model_copy(update={"attention_window": None})
 
 
+def stage_layout(layout: Layout) -> MoeLayout:
+    """How ``layout``'s stage of ``tp`` GPUs splits its experts and attention."""
+    return MoeLayout(tp=layout.tp, ep=layout.ep, attention_dp=layout.attention_dp)
+
+
 def serving_memory(
     arch: ModelArchitecture,
     gpu: GpuSpec,
-    layout: MoeLayout,
+    layout: Layout,
     *,
-    pp: int,
-    quant: str,
-    kv_precision: str,
     batch: int,
     context_tokens: float,
     assumptions: Assumptions,
@@ -379,22 +382,19 @@ def serving_memory(
     :func:`clusterplan.physics.memory.serving_memory` (the engine's memory policy) with the layout's weights
     (:func:`serving_weight_bytes_per_gpu`) and KV for the sequences the GPU holds (:func:`sequences_per_gpu`).
     """
+    stage = stage_layout(layout)
     return memory.serving_memory(
-        kv_reserved_arch(arch, assumptions), gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
-        batch=math.ceil(sequences_per_gpu(batch, layout)), context_tokens=context_tokens, assumptions=assumptions,
-        weights_bytes=_weights(arch, gpu, layout, pp, quant, assumptions), kv_tp=layout.attention_tp,
-        attention_dp=layout.attention_dp,
+        kv_reserved_arch(arch, assumptions), gpu, layout, batch=math.ceil(sequences_per_gpu(batch, stage)),
+        context_tokens=context_tokens, assumptions=assumptions,
+        weights_bytes=_weights(arch, gpu, stage, layout.pp, layout.quant, assumptions),
     )  # fmt: skip
 
 
 def max_batch_by_memory(
     arch: ModelArchitecture,
     gpu: GpuSpec,
-    layout: MoeLayout,
+    layout: Layout,
     *,
-    pp: int,
-    quant: str,
-    kv_precision: str,
     context_tokens: float,
     assumptions: Assumptions,
 ) -> int:
@@ -403,13 +403,12 @@ def max_batch_by_memory(
     Per GPU as :func:`clusterplan.physics.memory.max_batch_by_memory` (the engine's KV pool over KV per
     sequence); under attention DP every GPU holds that many of its own, so the stage holds ``tp`` times as many.
     """
+    stage = stage_layout(layout)
     per_gpu = memory.max_batch_by_memory(
-        kv_reserved_arch(arch, assumptions), gpu, tp=layout.tp, pp=pp, quant=quant, kv_precision=kv_precision,
-        context_tokens=context_tokens,
-        assumptions=assumptions, weights_bytes=_weights(arch, gpu, layout, pp, quant, assumptions),
-        kv_tp=layout.attention_tp, attention_dp=layout.attention_dp,
+        kv_reserved_arch(arch, assumptions), gpu, layout, context_tokens=context_tokens, assumptions=assumptions,
+        weights_bytes=_weights(arch, gpu, stage, layout.pp, layout.quant, assumptions),
     )  # fmt: skip
-    return replica_batch(per_gpu, layout)
+    return replica_batch(per_gpu, stage)
 
 
 def _weights(

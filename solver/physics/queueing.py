@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from clusterplan.physics.factors import Assumptions
@@ -194,22 +195,37 @@ def latency_at_load(
     )
 
 
-def _meets(lat: LatencyAtLoad, p95_latency_s: float | None, p95_ttft_s: float | None, p95_tpot_s: float | None) -> bool:
-    return (
-        (p95_latency_s is None or lat.p95_e2e_s <= p95_latency_s)
-        and (p95_ttft_s is None or lat.p95_ttft_s <= p95_ttft_s)
-        and (p95_tpot_s is None or lat.p95_tpot_s <= p95_tpot_s)
-    )
+@dataclass(frozen=True, slots=True)
+class LatencyTargets:
+    """A replica's p95 targets, seconds: end-to-end, time to first token, time per output token (None: none)."""
+
+    p95_latency_s: float | None = None
+    p95_ttft_s: float | None = None
+    p95_tpot_s: float | None = None
+
+    @property
+    def any(self) -> bool:
+        """Whether any target is set."""
+        return self.p95_latency_s is not None or self.p95_ttft_s is not None or self.p95_tpot_s is not None
+
+    def met_by(self, lat: LatencyAtLoad) -> bool:
+        """Whether ``lat`` meets every target set."""
+        return (
+            (self.p95_latency_s is None or lat.p95_e2e_s <= self.p95_latency_s)
+            and (self.p95_ttft_s is None or lat.p95_ttft_s <= self.p95_ttft_s)
+            and (self.p95_tpot_s is None or lat.p95_tpot_s <= self.p95_tpot_s)
+        )
+
+
+NO_TARGETS = LatencyTargets()
 
 
 def max_rate_for_targets(
     est: ServingEstimate,
+    targets: LatencyTargets,
     *,
     input_tokens: float,
     output_tokens: float,
-    p95_latency_s: float | None,
-    p95_ttft_s: float | None,
-    p95_tpot_s: float | None,
     assumptions: Assumptions,
     steps: int = BISECTION_STEPS,
     at_load: Callable[[float], LatencyAtLoad] | None = None,
@@ -224,16 +240,16 @@ def max_rate_for_targets(
     """
     if not est.feasible or est.requests_per_s <= 0:
         return 0.0
-    if p95_latency_s is None and p95_ttft_s is None and p95_tpot_s is None:
+    if not targets.any:
         return assumptions.utilisation_ceiling * est.requests_per_s
 
     def ok(rate: float) -> bool:
         if at_load is not None:
-            return _meets(at_load(rate), p95_latency_s, p95_ttft_s, p95_tpot_s)
+            return targets.met_by(at_load(rate))
         lat = latency_at_load(
             est, rate, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions
         )
-        return _meets(lat, p95_latency_s, p95_ttft_s, p95_tpot_s)
+        return targets.met_by(lat)
 
     return largest_rate(ok, assumptions.utilisation_ceiling * est.requests_per_s, steps)
 
