@@ -24,10 +24,9 @@ from typer.testing import CliRunner
 from clusterplan.cli import app
 from clusterplan.commands.solve import time_limit_note
 from clusterplan.design.check import check_design_on_table, check_plan
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import ClusterplanError, OutOfRange
 from clusterplan.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.plan import Plan
-from clusterplan.planner.solve import OutOfRange
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement.load import load_requirement_text
 from conftest import example

@@ -255,7 +255,8 @@ def test_dev_full_is_exit_2_with_the_os_error() -> None:
 
 
 def test_a_file_that_appears_during_planning_is_not_clobbered(tmp_path: Path) -> None:
-    from clusterplan.outputs import OutputError, check_output_path, write_text
+    from clusterplan.errors import OutputError
+    from clusterplan.outputs import check_output_path, write_text
 
     path = tmp_path / "late.csv"
     check_output_path(path, False)

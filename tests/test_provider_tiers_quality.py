@@ -15,8 +15,8 @@ import pytest
 
 from clusterplan.candidates.build import build_candidates
 from clusterplan.candidates.table import FABRIC, PROVIDER_TIER, CandidateTable
-from clusterplan.catalog.load import Catalog, CatalogInputError, load_catalog_text
-from clusterplan.errors import InputError
+from clusterplan.catalog.load import Catalog, load_catalog_text
+from clusterplan.errors import CatalogInputError, InputError
 from clusterplan.physics.reasons import NoFabric, TierNotAllowed
 from clusterplan.plan import Plan, ServingPlan
 from clusterplan.render import plan_markdown
