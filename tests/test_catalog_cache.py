@@ -104,6 +104,7 @@ def test_only_the_newest_caches_are_kept(cache: Path) -> None:
     assert disk.read_cached_catalog(cache, keys[-1]) == cat
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "damage",
     ["", "{not json", "[]", '{"format": 1}', "\udcff", "tampered-figure", "invalid-row"],

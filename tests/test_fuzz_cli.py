@@ -122,6 +122,7 @@ def _run(tmp_path: Path, req_text: str, *extra: str) -> None:
         _check_plan(result.stdout)
 
 
+@pytest.mark.slow
 @settings(settings.get_profile(PROFILE))
 @given(base=st.integers(0, len(BASES) - 1), seed=st.integers(0, 2**32 - 1), hostile=st.sampled_from(HOSTILE))
 def test_fuzzed_requirements_never_reach_an_internal_error(

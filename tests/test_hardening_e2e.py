@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -332,6 +333,7 @@ def run_case(req: dict[str, Any], cat: dict[str, Any] | None, where: Path) -> st
     return "unknown"
 
 
+@pytest.mark.slow
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -360,6 +362,7 @@ def test_random_requirements_and_catalogs_end_in_a_checked_plan_a_conflict_or_a_
     run_case(*case, tmp_path)
 
 
+@pytest.mark.slow
 def test_the_generators_reach_every_outcome(tmp_path: Path) -> None:
     """The property above is only worth something if its inputs reach plans, conflicts and refusals."""
     outcomes = set()
@@ -392,6 +395,7 @@ def _first_fit(groups: list[int], units: list[Unit]) -> bool:
     return True
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(
     groups=st.lists(st.sampled_from([1, 1, 2, 4, 8]), max_size=16),

@@ -220,6 +220,7 @@ def _slow_cases() -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(_slow_cases()))
 def test_large_refusal_is_quick_and_short(case: str, tmp_path: Path) -> None:
     path = tmp_path / "hostile.yaml"

@@ -203,6 +203,7 @@ def test_a_new_file_gets_the_usual_permissions(tmp_path: Path) -> None:
     _no_temp(tmp_path)
 
 
+@pytest.mark.slow
 def test_sweep_and_report_write_every_file(tmp_path: Path) -> None:
     csv, js, svg = tmp_path / "s.csv", tmp_path / "s.json", tmp_path / "s.svg"
     args = ["sweep", str(FAST), "--vary", "budget=10k..30k", "--steps", "2"]
@@ -299,6 +300,7 @@ def test_a_bad_requirement_on_stdin_is_located_at_stdin() -> None:
     _refused(_stdin("validate", "-", text=b"name: x\n\xff\n"), "<stdin>:2", "not valid UTF-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -316,6 +318,7 @@ def test_every_command_reads_stdin(args: list[str]) -> None:
         assert from_stdin.output == from_file.output.replace(f'"{FAST}"', '"<stdin>"')
 
 
+@pytest.mark.slow
 def test_report_reads_stdin(tmp_path: Path) -> None:
     out = tmp_path / "review.md"
     result = _stdin("report", "-", "-o", str(out), "--what-if", "none", text=FAST.read_text())
@@ -331,6 +334,7 @@ def test_report_reads_stdin(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"PYTHONIOENCODING": "latin-1"}])
 def test_a_stdout_that_cannot_encode_a_name_does_not_crash(tmp_path: Path, env: dict[str, str]) -> None:
     req = tmp_path / "unicode.yaml"

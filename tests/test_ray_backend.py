@@ -25,6 +25,9 @@ from clusterplan.whatif.sweep import run_sweep
 from clusterplan.whatif.vary import make_axis
 from conftest import example, run_cli
 
+# Each test starts or connects to a local Ray (seconds before the first task runs).
+pytestmark = pytest.mark.slow
+
 SETTINGS = SolverSettings(time_limit_s=10.0)
 
 

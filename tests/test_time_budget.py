@@ -104,6 +104,7 @@ def test_budget_counts_deterministic_units() -> None:
     assert b.spent() and not b.wall_net_fired
 
 
+@pytest.mark.slow
 def test_cut_short_designs_are_sorted_and_the_objective_is_design_one(twelve: tuple[Path, CandidateCache]) -> None:
     path, cache = twelve
     plan = json.loads(_plan_json(path, 1.0, cache=cache))
@@ -117,6 +118,7 @@ def test_cut_short_designs_are_sorted_and_the_objective_is_design_one(twelve: tu
     assert plan["explanation"]["complete"] is False
 
 
+@pytest.mark.slow
 def test_a_short_limit_returns_fewer_designs_still_sorted() -> None:
     table = synthetic_table(gpu_types=40, serving=12, mixed=True, seed=1)
     plan = plan_table(table, PlanOptions(explain=False, settings=SolverSettings(time_limit_s=2.0)))
@@ -127,6 +129,7 @@ def test_a_short_limit_returns_fewer_designs_still_sorted() -> None:
     assert plan.designs[-1].cut_short and not plan.designs[0].cut_short
 
 
+@pytest.mark.slow
 def test_the_limit_bounds_the_whole_command(tmp_path: Path) -> None:
     """Past the candidate table (which always runs to the end, docs/guarantees.md section 6), the limit's deterministic
     units alone stop the command within 3 x the limit + 2 s of CPU time (the wall-clock net's bound). CPU time, not
@@ -157,6 +160,7 @@ def test_the_wall_clock_net_stops_a_budget_past_it() -> None:
     assert b.spent() and b.wall_net_fired and b.units_left() == b.units_total
 
 
+@pytest.mark.slow
 def test_cut_short_json_is_byte_identical_run_to_run_and_under_load(twelve: tuple[Path, CandidateCache]) -> None:
     """Three plans of the same file, the last with a CPU burner beside it. They share one candidate table (which
     always runs to the end, docs/guarantees.md section 6): what may not vary is what the cut-short solves return."""
@@ -180,12 +184,14 @@ def test_cut_short_json_is_byte_identical_run_to_run_and_under_load(twelve: tupl
     assert any(d["cut_short"] for d in json.loads(runs.pop())["designs"])
 
 
+@pytest.mark.slow
 def test_infeasible_analysis_that_runs_out_is_the_same_every_time(tmp_path: Path) -> None:
     path = _write(tmp_path, INFEASIBLE)
     outs = {_plan_json(path, 0.05) for _ in range(3)}
     assert len(outs) == 1
 
 
+@pytest.mark.slow
 def test_a_demand_far_above_one_replica_plans(tmp_path: Path) -> None:
     doc = {
         "name": "405B at scale",
