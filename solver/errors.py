@@ -177,3 +177,73 @@ def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str | None:
     if not close:
         return None
     return "did you mean " + " or ".join(f"'{lowered[c]}'" for c in close) + "?"
+
+
+# ------------------------------------------------------------------------------------------------
+# The errors each layer raises. They live here, beside the root, so that a caller catches one of them without
+# importing the layer that raises it, and so there is one list of what a user can meet.
+# ------------------------------------------------------------------------------------------------
+
+
+class CatalogInputError(InputError, CatalogError):
+    """A shipped or user catalog is invalid or contradicts itself (exit code 2), with located problems."""
+
+
+class UnknownNameError(ClusterplanError):
+    """A GPU, model or instance name that the catalog does not hold; ``suggestions`` are the closest ids."""
+
+    def __init__(self, kind: str, name: str, suggestions: list[str], listing: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.suggestions = suggestions
+        hint = "did you mean " + " or ".join(f"'{s}'" for s in suggestions) + "?" if suggestions else None
+        super().__init__(
+            f"unknown {kind} {quoted(name)}",
+            fix=f"run `clusterplan catalog {listing}` to list them, or add one with --catalog FILE",
+            hint=hint,
+        )
+
+
+class HfConfigError(ClusterplanError):
+    """A config.json this reader cannot turn into an architecture without guessing."""
+
+
+class OutOfRange(ClusterplanError):
+    """Figures too large or too small for the solver's integers to represent exactly (exit code 2).
+
+    The requirement and catalog loaders refuse, located, every value outside the documented ranges
+    (docs/guarantees.md); this is the backstop for combinations of in-range values that still overflow.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"cannot plan this requirement exactly: {detail}",
+            fix="check the units of the demand, budgets, deadlines and any user-catalog prices",
+            hint="docs/guarantees.md lists the ranges clusterplan plans within",
+        )
+
+
+class SweepError(ClusterplanError):
+    """A --vary field or value that cannot be swept (exit code 2)."""
+
+
+class BackendError(ClusterplanError):
+    """An unknown backend, ``--backend ray`` without Ray installed, or a cluster not reached (exit code 2)."""
+
+
+class OutputError(ClusterplanError):
+    """An output path that is refused, or a write that failed (exit code 2)."""
+
+
+class ReportError(ClusterplanError):
+    """A report that cannot be written as asked (exit code 2)."""
+
+
+class NeedsBudget(ClusterplanError):
+    """--objective max_throughput or min_latency without any budget: the answer is unbounded (exit 2)."""
+
+
+class NoDesign(ClusterplanError):
+    """The requirement has no feasible design to price (exit 1: a well-formed question with no answer)."""
+
+    exit_code = 1

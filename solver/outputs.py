@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import OutputError
 
 # What --help says next to every --force (one wording for every command).
 FORCE_HELP = "Replace existing output files (a symbolic link is replaced, not followed). Without it they are refused."
@@ -38,10 +38,6 @@ _TEMP_SUFFIX = ".tmp"
 _NAME_MAX_DEFAULT = 255  # POSIX NAME_MAX on every common file system, when pathconf cannot say
 
 Kind = Literal["new", "replace", "stream"]
-
-
-class OutputError(ClusterplanError):
-    """An output path that is refused, or a write that failed (exit code 2)."""
 
 
 @dataclass(frozen=True)

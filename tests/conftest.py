@@ -5,6 +5,7 @@
   run for the tests that read the same plan), ``run_cli`` (the ``clusterplan`` CLI in-process),
   ``write_doc`` (a requirement dict as a file), ``solve_doc`` / ``infeasibility_of`` (write it, solve it through
   the CLI), ``assert_not_dangling`` (an explanation never ends on a colon).
+- Timing: ``cpu_s`` (this process's CPU seconds), the only clock a test bounds work with.
 - Builders of hand-made candidate tables for the CP-SAT model (no physics, no catalog): two GPU types
   ``GPU_A`` (NVLink 8) and ``GPU_P`` (PCIe), ``cloud``/``owned`` offerings, ``srow`` serving rows,
   ``serving`` workloads, ``table``; and ``serving_workload`` for the explanation tests' one-workload tables.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -131,6 +133,13 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result
+
+
+def cpu_s() -> float:
+    """CPU seconds this process has run, its threads together (``time.process_time``): what a test bounds the work
+    of a command with. A loaded machine stretches wall time, not the CPU time the same work takes (a wall-clock
+    bound failed that way); sleeping is not counted, nor a child process's work (bound work run in-process)."""
+    return time.process_time()
 
 
 def write_doc(folder: Path, doc: dict[str, Any], name: str = "req.yaml") -> Path:

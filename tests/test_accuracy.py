@@ -133,6 +133,7 @@ def views(rows: list[accuracy.Row]) -> dict[str, accuracy.KindSummary]:
     return {k.kind: k for k in accuracy.summarise_views(rows)}
 
 
+@pytest.mark.slow
 def test_every_measurement_has_settings_and_a_prediction(rows: list[accuracy.Row]) -> None:
     measurements = accuracy.load_measurements()
     settings = accuracy.load_settings()

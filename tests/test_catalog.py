@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from clusterplan.catalog.load import Catalog, UnknownNameError, load_catalog
+from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import OwnedFigure
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import ClusterplanError, UnknownNameError
 from clusterplan.physics.params import active_params, total_params
 
 SHIPPED = load_catalog()

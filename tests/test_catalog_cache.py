@@ -13,7 +13,8 @@ import pytest
 from clusterplan.catalog import cache as disk
 from clusterplan.catalog import load
 from clusterplan.catalog.cache import CACHE_ENV, CACHE_KEEP, cache_file
-from clusterplan.catalog.load import CatalogInputError, load_catalog
+from clusterplan.catalog.load import load_catalog
+from clusterplan.errors import CatalogInputError
 from conftest import ROOT
 
 _SHIPPED_TABLES = load._shipped_tables  # the real one (a test replaces it)
@@ -103,6 +104,7 @@ def test_only_the_newest_caches_are_kept(cache: Path) -> None:
     assert disk.read_cached_catalog(cache, keys[-1]) == cat
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "damage",
     ["", "{not json", "[]", '{"format": 1}', "\udcff", "tampered-figure", "invalid-row"],

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from clusterplan.catalog.load import CatalogInputError, load_catalog, load_catalog_text
+from clusterplan.catalog.load import load_catalog, load_catalog_text
 from clusterplan.cli import app
-from clusterplan.errors import CatalogError, InputError
+from clusterplan.errors import CatalogError, CatalogInputError, InputError
 from conftest import DATA
 
 CATALOGS = DATA / "catalogs"

@@ -24,6 +24,7 @@ def solved(catalog) -> dict[str, tuple[ResolvedRequirement, Plan]]:  # type: ign
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [p.stem for p in EXAMPLES])
 def test_every_returned_design_of_every_example_passes(name: str, solved, catalog) -> None:  # type: ignore[no-untyped-def]
     resolved, plan = solved[name]
@@ -38,6 +39,7 @@ def _first_serving(plan: Plan) -> tuple[int, ServingPlan]:
     raise AssertionError("no serving workload")
 
 
+@pytest.mark.slow
 def test_too_few_replicas_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
     resolved, plan = solved["70b-serving"]
     d = plan.designs[0]
@@ -55,6 +57,7 @@ def test_too_few_replicas_is_caught(solved, catalog) -> None:  # type: ignore[no
     assert any("demanded" in p or "p95" in p for p in problems), problems
 
 
+@pytest.mark.slow
 def test_batch_beyond_the_engines_cap_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
     """The checker reads the workload's engine (catalog/engines.yaml): a batch over its cap is not a design."""
     resolved, plan = solved["70b-serving"]
@@ -65,6 +68,7 @@ def test_batch_beyond_the_engines_cap_is_caught(solved, catalog) -> None:  # typ
     assert any("the vllm engine runs" in p for p in problems), problems
 
 
+@pytest.mark.slow
 def test_understated_cost_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
     resolved, plan = solved["70b-serving"]
     d = plan.designs[0]
@@ -72,6 +76,7 @@ def test_understated_cost_is_caught(solved, catalog) -> None:  # type: ignore[no
     assert any("total cost" in p for p in check_plan(cheap, resolved, catalog))
 
 
+@pytest.mark.slow
 def test_tensor_parallel_over_pcie_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
     resolved, plan = solved["70b-serving"]
     d = plan.designs[0]
@@ -81,6 +86,7 @@ def test_tensor_parallel_over_pcie_is_caught(solved, catalog) -> None:  # type: 
     assert any("NVLink" in p for p in check_plan(broken, resolved, catalog))
 
 
+@pytest.mark.slow
 def test_missed_deadline_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
     resolved, plan = solved["13b-train-then-serve"]
     d = plan.designs[0]
@@ -91,6 +97,7 @@ def test_missed_deadline_is_caught(solved, catalog) -> None:  # type: ignore[no-
     assert any("deadline" in p or "time to train" in p for p in problems), problems
 
 
+@pytest.mark.slow
 def test_budget_overrun_is_caught(solved, catalog) -> None:  # type: ignore[no-untyped-def]
     resolved, plan = solved["70b-serving"]
     req = resolved.requirement

@@ -22,6 +22,7 @@ def _row(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
     return next(r for r in doc["rows"] if r["gpu_id"] == gpu)
 
 
+@pytest.mark.slow
 def test_without_precision_the_row_is_solves_choice_within_the_quality_gate() -> None:
     """The 70B example's best aggregated design (design 1 is disaggregated: its plan compares the two) is 4x
     h200 TP2 fp8 on one owned server: compare's h200 row, with no --precision, is that layout at that total

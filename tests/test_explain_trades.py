@@ -15,6 +15,7 @@ from conftest import EXAMPLES, example, plan_file, shared_plan
 from test_planner_families import cloud, owned, row, serve, tbl
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_binding_constraint_of_every_example_carries_a_trade(path: Path, catalog: Catalog) -> None:
     plan = shared_plan(path, catalog)
@@ -38,6 +39,7 @@ def _p95_plan(catalog: Catalog, tmp_path: Path, p95: str, *, explain: bool = Fal
     return plan_file(path, catalog, explain=explain)
 
 
+@pytest.mark.slow
 def test_the_latency_trade_is_the_least_target_that_admits_a_cheaper_design(catalog: Catalog, tmp_path: Path) -> None:
     """70B (aggregated only): the p95 target moved to the trade's value gives the trade's design and saving;
     5% short of it, the plan is still the original one."""

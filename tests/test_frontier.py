@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from clusterplan.cli import app
@@ -21,6 +22,7 @@ def test_pareto_drops_dominated_and_repeated_points() -> None:
     assert pareto([(1.0, 10.0), (2.0, 8.0), (3.0, 20.0)], maximise=True) == [True, False, True]
 
 
+@pytest.mark.slow
 def test_frontier_has_no_dominated_point(tmp_path: Path) -> None:
     out = tmp_path / "f.json"
     plot = tmp_path / "f.svg"

@@ -22,6 +22,9 @@ from typer.testing import CliRunner
 from clusterplan.cli import app
 from conftest import DATA, EXAMPLES, ROOT
 
+# Each test plans in fresh processes or under several job counts: 3-7 s a test.
+pytestmark = pytest.mark.slow
+
 runner = CliRunner()
 NEGOTIATED = DATA / "catalogs" / "negotiated.yaml"
 SMALL = {

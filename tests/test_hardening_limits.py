@@ -24,11 +24,11 @@ from typer.testing import CliRunner
 from clusterplan.cli import app
 from clusterplan.commands.solve import time_limit_note
 from clusterplan.design.check import check_design_on_table, check_plan
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import ClusterplanError, OutOfRange
 from clusterplan.pipeline import PlanOptions, plan_requirement, plan_table
 from clusterplan.plan import Plan
 from clusterplan.planner import solve as solve_module
-from clusterplan.planner.solve import OutOfRange, Planner
+from clusterplan.planner.solve import Planner
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement.load import load_requirement_text
 from clusterplan.units import NotRepresentable
@@ -79,6 +79,7 @@ def test_tiny_demand_with_mixing_and_redundancy_plans(demand_rps: float) -> None
     assert all(check_design_on_table(d, t) == [] for d in plan.designs)
 
 
+@pytest.mark.slow
 def test_a_request_a_minute_with_mixing_and_redundancy_plans(tmp_path: Path, catalog: Any) -> None:
     """The same regression as a user met it: allow_mixed, redundancy 1, one request a minute."""
     doc = {
@@ -187,6 +188,7 @@ def slow_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _write(tmp_path_factory.mktemp("slow"), SLOW_TO_PROVE)
 
 
+@pytest.mark.slow
 def test_time_limit_bounds_every_cpsat_call_and_the_status_says_what_it_found(slow_file: Path) -> None:
     limit = 0.05
     result = runner.invoke(app, ["solve", str(slow_file), "--time-limit", str(limit), "--top", "1", "--no-explain"])
@@ -206,6 +208,7 @@ def test_time_limit_bounds_every_cpsat_call_and_the_status_says_what_it_found(sl
             assert "status: OPTIMAL" in out and "Stopped at the time limit" not in out
 
 
+@pytest.mark.slow
 def test_a_time_limited_design_reports_bound_and_gap_in_json(slow_file: Path, catalog: Any) -> None:
     result = runner.invoke(app, ["solve", str(slow_file), "--time-limit", "0.05", "--json", "--top", "1"])
     assert result.exit_code in (0, 4), result.output

@@ -15,9 +15,9 @@ from clusterplan.candidates.build import build_candidates
 from clusterplan.candidates.offerings import forbidden_for, gpu_type_of
 from clusterplan.candidates.serving import serving_shapes
 from clusterplan.candidates.table import TP_NVLINK, CandidateTable
-from clusterplan.catalog.load import Catalog, CatalogInputError, load_catalog_text
+from clusterplan.catalog.load import Catalog, load_catalog_text
 from clusterplan.design.check import Unit, pack
-from clusterplan.errors import InputError
+from clusterplan.errors import CatalogInputError, InputError
 from clusterplan.physics import memory, rules
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout

@@ -65,6 +65,7 @@ def loaded_modules(args: list[str]) -> tuple[int, set[str]]:
     return int(found["code"] or 0), set(found["top"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "banned"), CASES, ids=[" ".join(a[:2]).replace(str(ROOT), "") for a, _ in CASES])
 def test_command_keeps_heavy_imports_off(args: list[str], banned: tuple[str, ...]) -> None:
     code, modules = loaded_modules(args)
@@ -72,6 +73,7 @@ def test_command_keeps_heavy_imports_off(args: list[str], banned: tuple[str, ...
     assert not modules & set(banned), f"clusterplan {args[0]} imported {sorted(modules & set(banned))}"
 
 
+@pytest.mark.slow
 def test_probe_sees_the_solver_import() -> None:
     """The probe itself works: a solve does import CP-SAT (else every case above would pass vacuously)."""
     code, modules = loaded_modules(["solve", str(example("7b-chat-serving"))])

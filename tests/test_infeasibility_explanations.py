@@ -86,6 +86,7 @@ TWO_CONFLICTS: dict[str, Any] = {
 }
 
 
+@pytest.mark.slow
 def test_a_conflict_no_single_relaxation_fixes_says_what_else_to_change_cli(tmp_path: Path) -> None:
     """$1,000 in total and one GPU for 20,000 requests a minute: raising the budget alone does not help."""
     inf = infeasibility_of(tmp_path, TWO_CONFLICTS)
@@ -150,6 +151,7 @@ def _dangling_headers(text: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_no_rendering_ends_a_heading_with_nothing_under_it(tmp_path: Path) -> None:
     code, out = solve_doc(tmp_path, SMALL_SERVING, "--json")
     assert code == 1

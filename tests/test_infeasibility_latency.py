@@ -40,6 +40,7 @@ def _infeasible(tmp_path: Path, doc: dict[str, Any], catalog: Catalog) -> bool:
     return plan.status == "infeasible"
 
 
+@pytest.mark.slow
 def test_a_1ms_p95_latency_gets_the_least_target_that_works_not_a_dangling_colon(
     tmp_path: Path, small_plan: Plan, catalog: Catalog
 ) -> None:
@@ -79,6 +80,7 @@ def test_the_table_and_markdown_show_the_latency_relaxation(small_plan: Plan) ->
     assert "assistant: p95_latency >= " in out
 
 
+@pytest.mark.slow
 def test_an_unreachable_ttft_relaxes_the_ttft_only(tmp_path: Path) -> None:
     """The end-to-end target was never the problem: relaxing it too (to 140 s) overstated the change."""
     doc = {
@@ -108,6 +110,7 @@ def test_an_unreachable_ttft_relaxes_the_ttft_only(tmp_path: Path) -> None:
     assert code == 0, out
 
 
+@pytest.mark.slow
 def test_the_retargeted_table_is_the_table_of_the_retargeted_requirement() -> None:
     """The analysis rebuilds only the serving workloads whose targets change; the result must be
     exactly what preparing the whole changed requirement gives (training layouts included)."""
@@ -141,6 +144,7 @@ def test_the_retargeted_table_is_the_table_of_the_retargeted_requirement() -> No
     assert got.workloads[1] != table.workloads[1]  # the change reached the table
 
 
+@pytest.mark.slow
 def test_two_unreachable_targets_each_move_only_as_far_as_they_must(tmp_path: Path, catalog: Catalog) -> None:
     """5 ms end to end and 1 ms per token: both must move, but the TPOT target no longer moves by the
     end-to-end target's factor (to 0.2 s a token, looser than the new end-to-end target implies)."""

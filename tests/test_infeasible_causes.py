@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import example, run_cli
 
 
@@ -39,6 +41,7 @@ def test_405b_on_consumer_cards_says_it_fits_no_allowed_layout_and_the_budget_bu
     assert "minimal" not in table and "not enough" not in table
 
 
+@pytest.mark.slow
 def test_an_infeasible_sweep_plot_says_why_instead_of_an_empty_scale(tmp_path: Path) -> None:
     svg = tmp_path / "p.svg"
     result = run_cli(

@@ -77,6 +77,7 @@ def _hardware_key(lines: Any) -> list[tuple[str, str, int, int]]:
     return sorted((kind, gpu, total, bought) for (kind, gpu), (total, bought) in gpus.items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", [*EXAMPLES, EP_CASE], ids=lambda p: p.stem)
 def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> None:
     from clusterplan.plan import ServingPlan

@@ -348,6 +348,7 @@ def test_relaxable_families_are_the_stated_ones_less_memory() -> None:
     assert build(loud).relaxable == ["throughput", "latency", "tp_nvlink"]
 
 
+@pytest.mark.slow
 def test_time_limit_never_reports_infeasible() -> None:
     from clusterplan.design.check import check_design_on_table
     from clusterplan.planner.solve import SolverSettings

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -450,12 +451,14 @@ def _agrees(table: CandidateTable, relaxation: str) -> None:
         assert problems == []
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(tables())
 def test_cp_sat_agrees_with_brute_force(table: CandidateTable) -> None:
     _agrees(table, "auto")  # these models are small: CP-SAT alone
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(tables())
 def test_lp_reduced_cost_fixing_keeps_the_optimum(table: CandidateTable) -> None:

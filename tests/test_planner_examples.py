@@ -147,6 +147,7 @@ def golden(plans: dict[str, Plan]) -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", [p.stem for p in EXAMPLES])
 def test_example_matches_golden(stem: str, plans: dict[str, Plan], golden: dict[str, dict[str, Any]]) -> None:
     want = golden.get(stem)
@@ -165,6 +166,7 @@ def test_example_matches_golden(stem: str, plans: dict[str, Plan], golden: dict[
             assert got["costs"][key] == pytest.approx(value, abs=USD_ABS), f"{key}: {hint}"
 
 
+@pytest.mark.slow
 def test_every_golden_number_is_explained(golden: dict[str, dict[str, Any]]) -> None:
     assert sorted(golden) == sorted(p.stem for p in EXAMPLES)
     for stem, entry in golden.items():

@@ -16,6 +16,7 @@ from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.synthetic import synthetic_table
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mixed", [False, True])
 def test_large_model_takes_the_lp_path_and_reaches_cp_sat_alone_optimum(mixed: bool) -> None:
     table = synthetic_table(gpu_types=96, serving=16, seed=7, mixed=mixed)
@@ -76,6 +77,7 @@ def test_an_unenforced_row_is_dropped_and_an_infeasible_lp_is_reported() -> None
     assert not lp_bound.solve_relaxation(m.proto).optimal
 
 
+@pytest.mark.slow
 def test_ranking_with_the_lp_path_matches_cp_sat_alone() -> None:
     """Top designs: the tie-break reuses the min-cost LP's fixings; same optima as CP-SAT alone."""
     table = synthetic_table(gpu_types=96, serving=16, seed=7)

@@ -15,8 +15,8 @@ import pytest
 
 from clusterplan.candidates.build import build_candidates
 from clusterplan.candidates.table import FABRIC, PROVIDER_TIER, CandidateTable
-from clusterplan.catalog.load import Catalog, CatalogInputError, load_catalog_text
-from clusterplan.errors import InputError
+from clusterplan.catalog.load import Catalog, load_catalog_text
+from clusterplan.errors import CatalogInputError, InputError
 from clusterplan.physics.reasons import NoFabric, TierNotAllowed
 from clusterplan.plan import Plan, ServingPlan
 from clusterplan.render import plan_markdown
@@ -114,6 +114,7 @@ def test_a_requirement_opts_in_to_marketplace_offers(catalog: Catalog) -> None:
     assert not table.offer_exclusions
 
 
+@pytest.mark.slow
 def test_naming_a_marketplace_cloud_without_opting_in_is_refused_located(catalog: Catalog) -> None:
     text = SERVING_8B + "constraints:\n  clouds: [aws, vast]\n"
     with pytest.raises(InputError) as info:
@@ -135,6 +136,7 @@ def test_the_70b_examples_cloud_designs_use_no_marketplace_offer(catalog: Catalo
     assert all(catalog.tier_of(catalog.instance(x.offering.removeprefix("cloud:"))) != "marketplace" for x in cloud)
 
 
+@pytest.mark.slow
 def test_multi_instance_training_uses_only_offers_with_a_fabric(catalog: Catalog) -> None:
     resolved = load_requirement(EXAMPLES_DIR / "13b-train-then-serve.yaml", catalog)
     table = build_candidates(resolved, catalog)
@@ -166,6 +168,7 @@ def _served(plan: Plan) -> set[str]:
     return {g.quant for d in plan.designs for w in d.workloads if isinstance(w, ServingPlan) for g in w.groups}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_no_example_serves_a_precision_its_gate_refuses(path: Path, catalog: Catalog) -> None:
     plan = shared_plan(path, catalog, top=3, explain=False)
@@ -196,6 +199,7 @@ def test_a_listed_precision_beyond_the_gate_is_refused_located(catalog: Catalog)
     assert "max_loss: any" in message
 
 
+@pytest.mark.slow
 def test_allowing_int4_lets_a_cheaper_int4_design_win(catalog: Catalog) -> None:
     from clusterplan.pipeline import PlanOptions, plan_requirement
 

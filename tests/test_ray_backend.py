@@ -15,14 +15,18 @@ from typing import Any
 
 import pytest
 
+from clusterplan.errors import BackendError
 from clusterplan.planner.solve import SolverSettings
 from clusterplan.whatif import points
 from clusterplan.whatif.frontier import run_frontier
 from clusterplan.whatif.points import load_base
-from clusterplan.whatif.ray_backend import BackendError, points_backend
+from clusterplan.whatif.ray_backend import points_backend
 from clusterplan.whatif.sweep import run_sweep
 from clusterplan.whatif.vary import make_axis
 from conftest import example, run_cli
+
+# Each test starts or connects to a local Ray (seconds before the first task runs).
+pytestmark = pytest.mark.slow
 
 SETTINGS = SolverSettings(time_limit_s=10.0)
 

@@ -21,6 +21,7 @@ def _rent_vs_buy(*args: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> None:
     """The side design 1 itself uses (all cloud: rent; all owned: buy) costs, at the requirement's horizon, what
@@ -46,6 +47,7 @@ def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> 
     assert doc["gpus"] == design.gpus_by_type
 
 
+@pytest.mark.slow
 def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_path: Path) -> None:
     """70B example, aggregated (its disaggregated design 1 has a prefill pool on RTX PRO 6000, which no cloud in
     the catalog rents: its rent side says "not possible", below): design 1 is owned; the rent side hosts the same
@@ -76,6 +78,7 @@ def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_pat
     assert sorted(h["offering"] for h in doc["rent"]["hardware"]) == sorted(c.hardware[0].offering for c in clouds)
 
 
+@pytest.mark.slow
 def test_a_design_no_cloud_rents_says_so() -> None:
     """The 70B example's design 1 puts its prefill pool on RTX PRO 6000 servers, which no catalog cloud rents."""
     result = run_cli("rent-vs-buy", str(example("70b-serving")))
@@ -157,6 +160,7 @@ def test_bad_input_is_a_clean_exit_2(args: list[str], needle: str) -> None:
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_no_design_is_exit_1(tmp_path: Path) -> None:
     path = tmp_path / "poor.yaml"
     path.write_text(

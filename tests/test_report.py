@@ -72,6 +72,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"dir": d, "md": md.read_text(), "html": html_out.read_text(), "plan": plan}
 
 
+@pytest.mark.slow
 def test_report_has_the_recommended_designs_key_figures(reports: dict[str, Any]) -> None:
     d = reports["plan"].designs[0]
     for text in (reports["md"], reports["html"]):
@@ -84,6 +85,7 @@ def test_report_has_the_recommended_designs_key_figures(reports: dict[str, Any])
         assert "memory_bandwidth_efficiency" in text.replace("\\_", "_")  # Markdown escapes the underscores
 
 
+@pytest.mark.slow
 def test_markdown_images_sit_beside_it(reports: dict[str, Any]) -> None:
     md = reports["md"]
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
@@ -92,6 +94,7 @@ def test_markdown_images_sit_beside_it(reports: dict[str, Any]) -> None:
         assert (reports["dir"] / link).read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_html_is_well_formed_and_self_contained(reports: dict[str, Any]) -> None:
     page = parse_html(reports["html"])
     imgs = [dict(a) for t, a in page.tags if t == "img"]
@@ -129,6 +132,7 @@ gpus:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".md", ".html"])
 def test_hostile_names_are_rendered_harmless(tmp_path: Path, suffix: str) -> None:
     req = tmp_path / "hostile.yaml"
@@ -174,6 +178,7 @@ deployment: cloud
 """
 
 
+@pytest.mark.slow
 def test_infeasible_requirement_gets_a_report_with_the_conflict(tmp_path: Path) -> None:
     req = tmp_path / "tight.yaml"
     req.write_text(INFEASIBLE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from clusterplan.cli import app
@@ -38,6 +39,7 @@ def test_inventory_under_a_cloud_deployment_is_a_warning_record() -> None:
     assert contradictions("cloud", []) == []
 
 
+@pytest.mark.slow
 def test_validate_and_solve_warn_that_cloud_ignores_the_inventory(tmp_path: Path) -> None:
     path = _file(tmp_path, "cloud")
     runner = CliRunner()

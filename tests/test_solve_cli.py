@@ -31,6 +31,7 @@ deployment: cloud
 """
 
 
+@pytest.mark.slow
 def test_solve_prints_designs_and_why() -> None:
     result = runner.invoke(app, ["solve", str(EXAMPLE), "--top", "2"])
     assert result.exit_code == 0, result.output
@@ -38,6 +39,7 @@ def test_solve_prints_designs_and_why() -> None:
     assert "Why this one" in result.output
 
 
+@pytest.mark.slow
 def test_solve_json_is_the_documented_schema_and_byte_identical() -> None:
     first = runner.invoke(app, ["solve", str(EXAMPLE), "--json", "--top", "2"])
     second = runner.invoke(app, ["solve", str(EXAMPLE), "--json", "--top", "2"])
@@ -54,6 +56,7 @@ def test_solve_markdown() -> None:
     assert result.output.startswith("# 70B chat serving")
 
 
+@pytest.mark.slow
 def test_infeasible_exits_1_with_the_conflict(tmp_path: Path) -> None:
     f = tmp_path / "tight.yaml"
     f.write_text(INFEASIBLE)

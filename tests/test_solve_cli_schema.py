@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from clusterplan.plan import Plan, plan_schema_text
 from conftest import ROOT
 
@@ -47,6 +49,7 @@ def _solve_json(seed: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_json_is_byte_identical_across_processes_and_hash_seeds() -> None:
     a = _solve_json("1")
     b = _solve_json("12345")

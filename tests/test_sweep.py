@@ -50,6 +50,7 @@ def _plan_at(tmp_path: Path, p95_s: float) -> Any:
     return plan_file(f, load_catalog())
 
 
+@pytest.mark.slow
 def test_sweep_rows_agree_with_individual_plans(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:
     rows = sweep_one_job["rows"]
     assert [(r["values"][0], r["status"]) for r in rows] == [(0.2, "infeasible"), (3.0, "optimal"), (8.0, "optimal")]
@@ -99,6 +100,7 @@ def test_explain_binding_gives_the_same_design_and_conflict_without_the_rest() -
     assert binding.infeasibility.text == "conflict: " + ", ".join(f.title for f in full.infeasibility.conflict)
 
 
+@pytest.mark.slow
 def test_sweep_results_do_not_depend_on_jobs(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "two.json"
     result = runner.invoke(app, ["sweep", str(SERVING_70B), "--vary", LATENCY_SPEC, "-j", "2", "--json", str(out)])
@@ -106,6 +108,7 @@ def test_sweep_results_do_not_depend_on_jobs(sweep_one_job: dict[str, Any], tmp_
     assert out.read_text() == sweep_one_job["_text"]
 
 
+@pytest.mark.slow
 def test_sweep_table_marks_switches_and_feasibility(sweep_one_job: dict[str, Any]) -> None:
     rows = sweep_one_job["rows"]
     assert rows[0]["status"] == "infeasible" and rows[1]["change"] == "feasible from here"
@@ -127,6 +130,7 @@ def test_sweep_table_marks_switches_and_feasibility(sweep_one_job: dict[str, Any
     )
 
 
+@pytest.mark.slow
 def test_sweep_without_bisection_names_the_sample_points(tmp_path: Path) -> None:
     out = tmp_path / "plain.json"
     args = ["sweep", str(SERVING_70B), "--vary", "p95_latency=0.2s,3s", "-j", "1", "--switch-tolerance", "0"]
@@ -136,6 +140,7 @@ def test_sweep_without_bisection_names_the_sample_points(tmp_path: Path) -> None
     assert data["switches"] == [] and any("feasible from p95_latency = 3 s" in n for n in data["notes"])
 
 
+@pytest.mark.slow
 def test_invalid_point_is_a_row_not_a_failure(tmp_path: Path) -> None:
     csv_out = tmp_path / "rows.csv"
     result = runner.invoke(
@@ -204,6 +209,7 @@ def test_requirement_edits_do_not_touch_the_base(catalog: Any) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:
     from clusterplan.render.plots import sweep_figure
     from clusterplan.whatif.sweep import SweepResult
@@ -215,6 +221,7 @@ def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:
     assert svg == sweep_figure(result, "svg") and b"<dc:date>" not in svg
 
 
+@pytest.mark.slow
 def test_markdown_lists_rows_and_switch_points(tmp_path: Path) -> None:
     md = tmp_path / "sweep.md"
     args = ["sweep", str(SERVING_70B), "--vary", "budget=300k,500k", "-j", "1", "--markdown", str(md)]

@@ -31,6 +31,9 @@ from clusterplan.whatif.sweep import build_tasks, row_of, run_sweep
 from clusterplan.whatif.vary import make_axis, resolve_field, reuse_of
 from conftest import example
 
+# Every test here plans sweeps twice over (shared and fresh): 70 s of the suite on two workers.
+pytestmark = pytest.mark.slow
+
 SERVING_70B = example("70b-serving")
 TRAIN_THEN_SERVE = example("13b-train-then-serve")
 

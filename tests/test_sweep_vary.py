@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from clusterplan.catalog.load import load_catalog_text
+from clusterplan.errors import SweepError
 from clusterplan.whatif.points import load_base
-from clusterplan.whatif.vary import SweepError, catalog_override, parse_spec, resolve_field
+from clusterplan.whatif.vary import catalog_override, parse_spec, resolve_field
 from conftest import example
 
 

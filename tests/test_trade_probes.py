@@ -50,6 +50,7 @@ def seventy_b(catalog: Catalog) -> tuple[Planner, object]:
     return Planner(table), retargeter(resolved, catalog, table, cache=cache)
 
 
+@pytest.mark.slow
 def test_a_cut_down_probe_answers_as_the_whole_table(seventy_b: tuple[Planner, object]) -> None:
     """70B example: at loosened targets, the probe without the rows over the best total finds the same cheapest
     total under it as the probe of every row (both at the plan's resolution), from far fewer rows."""
@@ -124,6 +125,7 @@ def test_calls_side_by_side_inside_a_call_side_by_side_draw_on_its_share() -> No
     assert len(share.charges) == 2  # the two inner solves, charged to the outer call's share
 
 
+@pytest.mark.slow
 def test_the_explanation_beside_the_ranking_is_the_explanation_after_it(seventy_b: tuple[Planner, object]) -> None:
     """70B example: explaining the best design while the other designs are ranked gives the designs, the
     explanation (trades and their probes included) and the budget charged of ranking first, explaining after."""
@@ -151,6 +153,7 @@ def test_the_explanation_beside_the_ranking_is_the_explanation_after_it(seventy_
     assert _used(side) == pytest.approx(_used(in_turn), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_a_family_binds_exactly_when_switching_it_off_unbounded_finds_a_better_design(
     seventy_b: tuple[Planner, object],
 ) -> None:

@@ -56,6 +56,7 @@ def _one_server_fewer(path: Path, catalog: Any) -> list[tuple[Any, Any]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", TRAINING_CASES, ids=[p.stem for p in TRAINING_CASES])
 def test_one_server_fewer_misses_the_deadline(path: Path, catalog: Any) -> None:
     for wp, fewer in _one_server_fewer(path, catalog):
@@ -70,6 +71,7 @@ def test_one_server_fewer_misses_the_deadline(path: Path, catalog: Any) -> None:
         )
 
 
+@pytest.mark.slow
 def test_70b_30_day_run_buys_whole_servers_not_a_power_of_two(catalog: Any) -> None:
     from clusterplan.plan import TrainingPlan
 

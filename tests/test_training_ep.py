@@ -118,6 +118,7 @@ deployment: owned
 """
 
 
+@pytest.mark.slow
 def test_solve_chooses_ep_for_a_small_moe_finetune(tmp_path: Path, catalog: Catalog) -> None:
     f = tmp_path / "moe.yaml"
     # gpt-oss-20b (32 experts, top-4, 24 layers: a small search) without the fine-tuning memory options, as a

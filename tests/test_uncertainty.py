@@ -62,6 +62,7 @@ def _with_confidence(tmp_path: Path, source: Path, confidence: float) -> Path:
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shipped_error_table_is_what_the_bench_computes() -> None:
     shipped = yaml.safe_load((ROOT / "catalog" / "model_error.yaml").read_text(encoding="utf-8"))["model_error"]
     assert shipped == accuracy.error_table(accuracy.evaluate(), shipped["as_of"]), (
@@ -74,6 +75,7 @@ def test_shipped_error_table_is_what_the_bench_computes() -> None:
         assert k.quantiles["p10"] <= k.quantiles["p50"] <= k.quantiles["p90"]
 
 
+@pytest.mark.slow
 def test_write_errors_writes_a_dated_file(tmp_path: Path) -> None:
     out = tmp_path / "errors.yaml"
     assert accuracy.main(["--write-errors", str(out), "--as-of", "2026-01-02"]) == 0
@@ -156,6 +158,7 @@ def _deadline_odds(plan: Plan) -> Any:
     return next(o for o in plan.designs[0].odds if o.figure == "time_to_train")
 
 
+@pytest.mark.slow
 def test_default_plan_states_its_odds_and_flags_the_deadline(plans: dict[str, Any]) -> None:
     plan = plans["default"]
     assert plan.confidence is None
@@ -173,6 +176,7 @@ def test_default_plan_states_its_odds_and_flags_the_deadline(plans: dict[str, An
     assert figures == {("pretrain", "time_to_train"), ("product", "throughput"), ("product", "p95_latency")}
 
 
+@pytest.mark.slow
 def test_confidence_changes_the_13b_plan_and_holds_the_deadline(plans: dict[str, Any], catalog: Catalog) -> None:
     from clusterplan.design.check import check_plan
     from clusterplan.requirement.load import load_requirement
@@ -192,6 +196,7 @@ def test_confidence_changes_the_13b_plan_and_holds_the_deadline(plans: dict[str,
         assert check_plan(design, resolved, catalog) == []
 
 
+@pytest.mark.slow
 def test_the_plan_lists_the_derating_it_applied(tmp_path: Path) -> None:
     result = run_cli("solve", str(_with_confidence(tmp_path, THIRTEEN_B, 0.9)), "--json", "--top", "1")
     assert result.exit_code == 0, result.stdout
@@ -213,6 +218,7 @@ def test_confidence_out_of_range_is_a_located_error(tmp_path: Path, bad: Any) ->
     assert "confidence" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_designs_within_the_model_error_are_flagged_in_every_format(catalog: Catalog) -> None:
     """One plan of ``solve --top 2`` (explanation on, as the command's default), printed by the renderers ``solve``
     uses for its three formats: the table on its console, ``--markdown`` and ``--json``. That the flags pick those
@@ -255,6 +261,7 @@ def review(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return assemble(path, whatif="none", top=2)
 
 
+@pytest.mark.slow
 def test_risk_section_data(review: Any) -> None:
     risk = review.risk
     assert risk is not None
@@ -270,6 +277,7 @@ def test_risk_section_data(review: Any) -> None:
     assert {a.kind for a in risk.accuracy} >= {"training throughput", "serving throughput", "latency"}
 
 
+@pytest.mark.slow
 def test_price_switch_is_where_the_totals_cross(review: Any) -> None:
     """The switch figure makes design 1's total equal design 2's (the totals are linear in each price)."""
     d1, d2 = review.plan.designs[:2]
@@ -282,6 +290,7 @@ def test_price_switch_is_where_the_totals_cross(review: Any) -> None:
         assert d1.costs.total_usd + n1 * change == pytest.approx(d2.costs.total_usd + n2 * change)
 
 
+@pytest.mark.slow
 def test_risk_section_is_in_the_document(review: Any) -> None:
     from clusterplan.review import document
 
@@ -300,6 +309,7 @@ def test_risk_section_is_in_the_document(review: Any) -> None:
     assert isinstance(flags, str) and "pretrain: deadline" in flags
 
 
+@pytest.mark.slow
 def test_one_replica_is_a_single_point_and_a_spare_is_not(review: Any) -> None:
     from clusterplan.plan import ServingPlan
     from clusterplan.review.risk import single_points

@@ -55,11 +55,11 @@ from clusterplan.catalog.schema import (
 from clusterplan.errors import (
     MAX_QUOTED_CHARS,
     CatalogError,
-    ClusterplanError,
+    CatalogInputError,
     FieldProblem,
     InputError,
     Location,
-    quoted,
+    UnknownNameError,
 )
 from clusterplan.inputs.located import validate_document
 from clusterplan.inputs.yamlio import LocatedDocument, PathKey, format_path, load_yaml_file, parse_yaml_text
@@ -67,8 +67,6 @@ from clusterplan.inputs.yamlio import LocatedDocument, PathKey, format_path, loa
 __all__ = [
     "SECTIONS",
     "Catalog",
-    "CatalogInputError",
-    "UnknownNameError",
     "load_catalog",
     "normalize_name",
 ]
@@ -97,25 +95,6 @@ MAX_OWNED_VALUE = {
 }
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class CatalogInputError(InputError, CatalogError):
-    """A shipped or user catalog is invalid or contradicts itself (exit code 2), with located problems."""
-
-
-class UnknownNameError(ClusterplanError):
-    """A GPU, model or instance name that the catalog does not hold; ``suggestions`` are the closest ids."""
-
-    def __init__(self, kind: str, name: str, suggestions: list[str], listing: str) -> None:
-        self.kind = kind
-        self.name = name
-        self.suggestions = suggestions
-        hint = "did you mean " + " or ".join(f"'{s}'" for s in suggestions) + "?" if suggestions else None
-        super().__init__(
-            f"unknown {kind} {quoted(name)}",
-            fix=f"run `clusterplan catalog {listing}` to list them, or add one with --catalog FILE",
-            hint=hint,
-        )
 
 
 def normalize_name(name: str) -> str:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from clusterplan.commands.options import CatalogOption
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import NoDesign
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
 
@@ -18,12 +18,6 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.plan import Design
     from clusterplan.requirement.load import ResolvedRequirement
-
-
-class NoDesign(ClusterplanError):
-    """The requirement has no feasible design to price (exit 1: a well-formed question with no answer)."""
-
-    exit_code = 1
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from clusterplan.commands.options import CatalogOption
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import NeedsBudget
 from clusterplan.stdin import FILE_HELP
 
 if TYPE_CHECKING:
@@ -29,10 +29,6 @@ class ObjectiveChoice(StrEnum):
     min_cost = "min_cost"
     max_throughput = "max_throughput"
     min_latency = "min_latency"
-
-
-class NeedsBudget(ClusterplanError):
-    """--objective max_throughput or min_latency without any budget: the answer is unbounded (exit 2)."""
 
 
 def time_limit_note(plan: Plan) -> str | None:

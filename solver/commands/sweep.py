@@ -15,6 +15,7 @@ import typer
 
 from clusterplan.commands.options import CatalogOption
 from clusterplan.commands.solve import ObjectiveChoice
+from clusterplan.errors import SweepError
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
 
@@ -74,7 +75,6 @@ def progress(total: int, what: str) -> Iterator[Callable[[int], None] | None]:
 
 def _plot_format(path: Path | None) -> str | None:
     from clusterplan.render.plots import format_of
-    from clusterplan.whatif.vary import SweepError
 
     if path is None:
         return None
@@ -132,7 +132,7 @@ def register(app: typer.Typer) -> None:
         from clusterplan.whatif.points import default_jobs, load_base
         from clusterplan.whatif.ray_backend import points_backend
         from clusterplan.whatif.sweep import run_sweep
-        from clusterplan.whatif.vary import SweepError, make_axis
+        from clusterplan.whatif.vary import make_axis
 
         def run() -> int:
             if len(vary) > 2:

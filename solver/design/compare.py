@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import Field
 
-from clusterplan.catalog.load import UnknownNameError
 from clusterplan.design.estimate import EstimateResult, Result, estimate_requirement
-from clusterplan.errors import FieldProblem, InputError, Location, quoted
+from clusterplan.errors import FieldProblem, InputError, Location, UnknownNameError, quoted
 from clusterplan.physics.serving import peak_tflops
 from clusterplan.plan import Costs, HardwareLine
 from clusterplan.requirement.schema import PinnedConfig, Requirement, ServingWorkload

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from clusterplan.candidates.table import CandidateTable
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import OutOfRange
 from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, Meter, Share, TimeBudget
 from clusterplan.planner.builder import BuiltModel, Objective, build
 from clusterplan.planner.cpsat import cp_model
@@ -40,21 +40,6 @@ Extra = Callable[[cp_model.CpModel, PlanVariables], None]
 # Largest value the combined tie-break objective may reach. CP-SAT refuses an objective that might
 # overflow int64 by its own, more cautious, reckoning; 2**53 leaves a wide margin.
 TIEBREAK_MAX_OBJECTIVE = 2**53
-
-
-class OutOfRange(ClusterplanError):
-    """Figures too large or too small for the solver's integers to represent exactly (exit code 2).
-
-    The requirement and catalog loaders refuse, located, every value outside the documented ranges
-    (docs/guarantees.md); this is the backstop for combinations of in-range values that still overflow.
-    """
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(
-            f"cannot plan this requirement exactly: {detail}",
-            fix="check the units of the demand, budgets, deadlines and any user-catalog prices",
-            hint="docs/guarantees.md lists the ranges clusterplan plans within",
-        )
 
 
 @dataclass(frozen=True)

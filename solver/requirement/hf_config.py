@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from clusterplan.catalog.schema import ModelArchitecture
-from clusterplan.errors import ClusterplanError, quoted, shorten
+from clusterplan.errors import ClusterplanError, HfConfigError, quoted, shorten
 from clusterplan.inputs.yamlio import MAX_NUMBER_CHARS
 
 MAX_HF_CONFIG_BYTES = 1 * 2**20
@@ -96,10 +96,6 @@ ARITHMETIC_WORDS = (
 _LOCAL_LAYER_TYPES = {"sliding_attention": "sliding", "chunked_attention": "chunked"}
 _GLOBAL_LAYER_TYPES = {"full_attention"}
 _LLAMA4_NOPE_INTERVAL = 4  # transformers Llama4TextConfig: no_rope_layers default, every 4th layer global (NoPE)
-
-
-class HfConfigError(ClusterplanError):
-    """A config.json this reader cannot turn into an architecture without guessing."""
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterplan.catalog.load import UnknownNameError
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.errors import (
     MAX_SUGGESTIONS,
     ClusterplanError,
     FieldProblem,
     InputError,
+    UnknownNameError,
     did_you_mean,
     quoted,
 )

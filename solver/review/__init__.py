@@ -11,13 +11,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import ReportError
 
 OutputFormat = Literal["markdown", "html"]
-
-
-class ReportError(ClusterplanError):
-    """A report that cannot be written as asked (exit code 2)."""
 
 
 def output_format(path: Path) -> OutputFormat:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from clusterplan import units
+from clusterplan.errors import SweepError
 from clusterplan.plan import Out
 from clusterplan.planner.solve import SolverSettings
 from clusterplan.whatif.points import (
@@ -28,7 +29,7 @@ from clusterplan.whatif.points import (
     shape_of,
     throughput_of,
 )
-from clusterplan.whatif.vary import SweepError, Target, first_workload, format_value, tidy
+from clusterplan.whatif.vary import Target, first_workload, format_value, tidy
 
 Against = Literal["latency", "throughput"]
 

@@ -36,14 +36,13 @@ import yaml
 from pydantic import Field
 
 from clusterplan.candidates.build import CandidateCache
-from clusterplan.errors import ClusterplanError, InputError
+from clusterplan.errors import ClusterplanError, InputError, SweepError
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Design, FamilyRef, Out, ServingPlan, TrainingPlan
 from clusterplan.planner.builder import ModelReuse
 from clusterplan.planner.solve import SolverSettings
 from clusterplan.whatif.vary import (
     Reuse,
-    SweepError,
     Target,
     catalog_override,
     format_value,

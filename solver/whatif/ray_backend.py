@@ -16,15 +16,11 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import BackendError
 from clusterplan.whatif.points import PointOutcome, PointTask, run_task, use_runner
 
 BACKENDS = ("local", "ray")
 INSTALL_HINT = "pip install 'clusterplan[ray]'"
-
-
-class BackendError(ClusterplanError):
-    """An unknown backend, ``--backend ray`` without Ray installed, or a cluster not reached (exit code 2)."""
 
 
 def _ray() -> Any:
@@ -86,4 +82,4 @@ def points_backend(backend: str, address: str | None = None) -> Iterator[None]:
             ray.shutdown()
 
 
-__all__ = ["BACKENDS", "BackendError", "points_backend", "ray_runner"]
+__all__ = ["BACKENDS", "points_backend", "ray_runner"]

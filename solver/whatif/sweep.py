@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import Field
 
+from clusterplan.errors import SweepError
 from clusterplan.plan import Out, ServingPlan, TrainingPlan
 from clusterplan.planner.solve import SolverSettings
 
@@ -47,7 +48,7 @@ from clusterplan.whatif.points import (
     shape_of,
     throughput_of,
 )
-from clusterplan.whatif.vary import Axis, SweepError, first_workload, format_value, parse_value, resolve_field
+from clusterplan.whatif.vary import Axis, first_workload, format_value, parse_value, resolve_field
 
 MAX_POINTS = 2500  # a grid larger than this is a typo, not a question
 DEFAULT_SWITCH_TOLERANCE = 0.01  # a switch point is bracketed to 1% of its value (the command's default)
@@ -425,7 +426,6 @@ __all__ = [
     "Axis",
     "Base",
     "FrontierResult",
-    "SweepError",
     "SweepResult",
     "SweepRow",
     "SwitchPoint",

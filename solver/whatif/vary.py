@@ -28,7 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from clusterplan import units
 from clusterplan.candidates.serving import DEMAND_FIELDS, TARGET_FIELDS
-from clusterplan.errors import ClusterplanError, did_you_mean
+from clusterplan.errors import SweepError, did_you_mean
 from clusterplan.inputs.yamlio import format_path
 from clusterplan.plan import Out
 from clusterplan.requirement.schema import (
@@ -46,10 +46,6 @@ Quantity = Literal["money", "duration", "rate", "tokens", "count", "months", "po
 
 DEFAULT_STEPS = 10
 SWEEP_SOURCE = "clusterplan-what-if"  # the source key catalog overrides of a sweep cite
-
-
-class SweepError(ClusterplanError):
-    """A --vary field or value that cannot be swept (exit code 2)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -561,7 +557,6 @@ __all__ = [
     "Axis",
     "Quantity",
     "Reuse",
-    "SweepError",
     "Target",
     "catalog_override",
     "first_workload",
