@@ -291,7 +291,7 @@ def estimate_serving(
     # ... and of the weight stream, where the kernel's differs (a dequantising MXFP4 kernel on Hopper)
     weight_eff = a.moe_gemm_efficiency.of(cls) * a.moe_weight_fraction(gpu.architecture, quant) if is_moe else 1.0
     # unbalanced routing: the engine's kernel ratio by tokens, else a static skew across EP ranks (physics/moe.py)
-    expert_skew, routing_curve = moe.serving_routing(a, gpu.architecture, quant, ep) if is_moe else (1.0, ())
+    expert_skew, routing_curve = moe.serving_routing(a, gpu, quant, ep) if is_moe else (1.0, ())
     # FP8 block scales cost the expert GEMMs compute, not weight bytes, on Hopper (moe_block_scale_compute_fraction)
     expert_rate = flops_rate * a.moe_compute_fraction(gpu.architecture, quant)
     # ... and MLA's absorbed per-head projections (mla_block_scale_bmm_fraction): their FLOPs leave the FP8 rate
