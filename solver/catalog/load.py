@@ -153,7 +153,8 @@ class Catalog:
 
     def __post_init__(self) -> None:
         # Each GPU row carries its architecture's kernel fits from this catalog (copies: rows are shared by catalogs).
-        self.gpus.update({k: gpu.with_kernels(self.kernels_for(gpu.architecture)) for k, gpu in self.gpus.items()})
+        gpus = {k: gpu.with_kernels(self.kernels_for(gpu.architecture)) for k, gpu in self.gpus.items()}
+        object.__setattr__(self, "gpus", gpus)
         object.__setattr__(self, "_gpu_names", _name_index(self.gpus.values()))
         object.__setattr__(self, "_model_names", _name_index(self.models.values()))
 

@@ -342,9 +342,11 @@ def serving_routing(
     """
     if a.moe_routing == "balanced":
         return a.moe_expert_load_skew, ()
-    measured = a.moe_unbalanced_routing(gpu.architecture, weight_precision)
-    skew, curve = routing_effect(measured or rules.architecture_kernels(gpu).unbalanced_routing, ep)
-    return (a.moe_expert_load_skew if measured else a.moe_expert_load_skew * skew), curve
+    table = a.moe_unbalanced_routing(gpu.architecture, weight_precision)
+    if table is None:
+        table = rules.architecture_kernels(gpu).unbalanced_routing
+    skew, curve = routing_effect(table, ep)
+    return a.moe_expert_load_skew * skew, curve  # measured: skew 1.0, exact
 
 
 # ------------------------------------------------------------------------------------------------
