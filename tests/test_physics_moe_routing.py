@@ -107,7 +107,7 @@ def test_a_routing_table_is_one_form_or_the_other() -> None:
         UnbalancedRouting(tokens=[256, 128, 512], by_ep={1: [1.0, 1.1, 1.2]})
     with pytest.raises(ValidationError, match="EP degree 1"):
         UnbalancedRouting(tokens=tokens, by_ep={2: [1.0, 1.1, 1.2]})
-    with pytest.raises(ValidationError, match="not both"):
+    with pytest.raises(ValidationError, match="exactly one form"):
         UnbalancedRouting(tokens=tokens, by_ep={1: [1.0, 1.1, 1.2]}, skew_per_doubling=0.1)
-    with pytest.raises(ValidationError, match="not both"):
+    with pytest.raises(ValidationError, match="exactly one form"):
         UnbalancedRouting()

@@ -586,7 +586,7 @@ class UnbalancedRouting(Row):
     def _one_form(self) -> UnbalancedRouting:
         measured = bool(self.tokens or self.by_ep)
         if measured == (self.skew_per_doubling is not None):
-            raise ValueError("give either tokens and by_ep (measured ratios) or skew_per_doubling (the law), not both")
+            raise ValueError("give exactly one form: tokens and by_ep (measured ratios) or skew_per_doubling (the law)")
         if measured:
             if not self.tokens or not self.by_ep:
                 raise ValueError("measured routing needs both tokens and by_ep")
