@@ -52,8 +52,8 @@ TWO_SHARES = {("Hopper", "w4a16_mxfp4")}
 TABLE_DIR = {"b200": "b200_sxm", "gb200": "gb200", "h100-sxm": "h100_sxm", "h200": "h200_sxm"}
 MIN_ROOFLINE_S = 100e-6  # model-sized layers: launch-bound toy shapes would dominate a table-wide fit
 MAX_EP = 32
-# The routed tokens at which the unbalanced-routing ratios are tabulated (engines.yaml ``unbalanced``): the tables'
-# own points from where the compute side can bind; below 128 tokens the weights bind and the ratio is 1
+# The routed tokens at which the unbalanced-routing ratios are tabulated (engines.yaml ``unbalanced.tokens``): the
+# tables' own points from where the compute side can bind; below 128 tokens the weights bind and the ratio is 1
 ROUTING_TOKENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 ROUTING_ALPHAS = ("power_law_1.01", "power_law_1.2")  # aiconfigurator's defaults: DeepSeek-family, other MoE models
 
@@ -219,15 +219,14 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True, help="aiconfigurator_core/systems/data")
     parser.add_argument("--without-token-terms", action="store_true", help="fit g alone, as before 2026-11-24")
     parser.add_argument("--without-layer-term", action="store_true", help="no fixed time per layer, as in round six")
-    parser.add_argument("--routing", action="store_true", help="print the unbalanced-routing ratios (engines.yaml)")
+    parser.add_argument("--routing", action="store_true", help="print the unbalanced-routing tables (engines.yaml)")
     args = parser.parse_args()
     if args.routing:
-        print(f"# routed tokens: {list(ROUTING_TOKENS)}")
-        for key in GROUPS:
+        for key in GROUPS:  # engines.yaml's shape: moe_routed_token_s.<architecture>.<precision>.unbalanced
             precision = "fp8_block" if GROUPS[key][3] else GROUPS[key][1]
-            print(f"{key[0]} {precision}:")
+            print(f"{key[0]} {precision}:\n  unbalanced:\n    tokens: {list(ROUTING_TOKENS)}\n    by_ep:")
             for ep, row in routing_ratios(args.data, key).items():
-                print(f"  {ep}: [{', '.join(f'{r:.2f}' for r in row)}]")
+                print(f"      {ep}: [{', '.join(f'{r:.2f}' for r in row)}]")
         return
     shapes = catalog_shapes()
     engine_g = Assumptions(engine="tensorrt-llm").moe_gemm_efficiency.datacenter

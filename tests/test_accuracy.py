@@ -241,12 +241,14 @@ def test_trtllm_bench_batch_never_exceeds_the_dataset(rows: list[accuracy.Row]) 
 
 
 def test_routing_skew_follows_the_kernel_tables() -> None:
+    from clusterplan.catalog.load import shipped_kernels
     from clusterplan.physics import moe
 
-    assert moe.routing_skew(1) == 1.0
+    law = shipped_kernels()["hopper"].unbalanced_routing
+    assert moe.routing_effect(law, 1) == (1.0, ())
     # aiconfigurator-core 0.12.0 H200 medians: EP 2 1.19, 8 1.36, 64 1.69 (power-law over balanced routing)
     for ep, table in ((2, 1.19), (8, 1.36), (64, 1.69)):
-        assert moe.routing_skew(ep) == pytest.approx(table, rel=0.07)
+        assert moe.routing_effect(law, ep)[0] == pytest.approx(table, rel=0.07)
     # a run without EPLB keeps the planner's default, power-law routing; one with it, balanced
     setting = accuracy.Setting(scenario="saturated", engine="tensorrt-llm", ep=8)
     assert "moe_routing" not in setting.switches()

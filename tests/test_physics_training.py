@@ -35,7 +35,7 @@ def test_single_gpu_step_is_flops_over_rate_plus_optimizer() -> None:
     rate = 989.5e12 * 0.45 * 0.8  # training_mfu x the Hopper training fraction: the large-GEMM plateau
     # GEMMs at the share of the plateau their shapes reach (1,024 rows); the attention core (12·l·s·d counted)
     # instead runs causal: l·s/2 pairs per token at FlashAttention's 4 + 10 FLOPs, at 35% of the BF16 peak on Hopper.
-    fraction = kernels.model_gemm_fraction(LLAMA2_7B, 1024, 1, kernels.HOPPER_GEMM)
+    fraction = kernels.model_gemm_fraction(LLAMA2_7B, 1024, 1, kernels.gemm_curve(H100))
     core = 12.0 * 32 * 1024 * 4096
     attention = 32 * 512 * 4096 * (4.0 + 10.0) / (989.5e12 * 0.35)
     compute = ((model_flops_per_token(LLAMA2_7B, 1024) - core) / (rate * fraction) + attention) * 1024

@@ -4,7 +4,7 @@ The shipped data lives in ``catalog/*.yaml`` (installed as package data of ``clu
 and is read through :mod:`importlib.resources`, so it works from a wheel as well as from a checkout.
 User catalogs (``--catalog my-prices.yaml``) are applied on top, in the order given. A user catalog is
 one YAML mapping with any of the top-level keys ``sources``, ``gpus``, ``instances``, ``models``,
-``owned``, ``providers`` and ``quality``, each shaped like the shipped file of that name:
+``owned``, ``providers``, ``quality``, ``engines`` and ``kernels``, each shaped like the shipped file of that name:
 
 * a row whose id is new is **added** (instances are identified by ``provider`` and ``id``);
 * a row whose id already exists must say ``override: true``; the fields it gives **replace** those
@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from clusterplan.catalog.schema import (
+    ArchitectureKernels,
     CatalogModel,
     CloudInstance,
     EngineSpec,
@@ -51,6 +52,7 @@ from clusterplan.catalog.schema import (
     ProviderSpec,
     QualityDelta,
     SourceRef,
+    kernels_for,
 )
 from clusterplan.errors import (
     MAX_QUOTED_CHARS,
@@ -71,7 +73,7 @@ __all__ = [
     "normalize_name",
 ]
 
-SECTIONS = ("sources", "gpus", "instances", "models", "owned", "providers", "quality", "engines")
+SECTIONS = ("sources", "gpus", "instances", "models", "owned", "providers", "quality", "engines", "kernels")
 SHIPPED_PACKAGE = "clusterplan.catalog_data"
 SHIPPED_FILES = {name: f"{name}.yaml" for name in SECTIONS}
 AS_OF_PATTERN = re.compile(r"\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?")
@@ -124,10 +126,14 @@ class Catalog:
     providers: dict[str, ProviderSpec] = field(default_factory=dict)  # keyed by provider id
     quality: dict[str, QualityDelta] = field(default_factory=dict)  # published precision deltas, by row id
     engines: dict[str, EngineSpec] = field(default_factory=dict)  # serving engines (engines.yaml), by id
+    kernels: dict[str, ArchitectureKernels] = field(default_factory=dict)  # kernel fits (kernels.yaml), by id
     _gpu_names: dict[str, str] = field(init=False, repr=False, compare=False)
     _model_names: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # Each GPU row carries its architecture's kernel fits from this catalog (copies: rows are shared by catalogs).
+        gpus = {k: gpu.with_kernels(self.kernels_for(gpu.architecture)) for k, gpu in self.gpus.items()}
+        object.__setattr__(self, "gpus", gpus)
         object.__setattr__(self, "_gpu_names", _name_index(self.gpus.values()))
         object.__setattr__(self, "_model_names", _name_index(self.models.values()))
 
@@ -212,6 +218,10 @@ class Catalog:
             raise UnknownNameError("engine", name, _suggest(name, names), ", ".join(sorted(self.engines)))
         return spec
 
+    def kernels_for(self, architecture: str) -> ArchitectureKernels | None:
+        """The kernel fits of a GPU architecture: the row listing it, else the default row (None: no kernels table)."""
+        return kernels_for(self.kernels.values(), architecture)
+
     def source(self, ref: str) -> SourceRef | None:
         """The source a row cites: a key of ``sources``, or a bare URL (returned as a SourceRef)."""
         if ref in self.sources:
@@ -282,6 +292,7 @@ class _Tables:
     providers: dict[str, ProviderSpec] = field(default_factory=dict)
     quality: dict[str, QualityDelta] = field(default_factory=dict)
     engines: dict[str, EngineSpec] = field(default_factory=dict)
+    kernels: dict[str, ArchitectureKernels] = field(default_factory=dict)
 
     def copy(self) -> _Tables:
         return _Tables(
@@ -294,6 +305,7 @@ class _Tables:
             dict(self.providers),
             dict(self.quality),
             dict(self.engines),
+            dict(self.kernels),
         )
 
 
@@ -367,6 +379,7 @@ def _freeze(tables: _Tables, user_files: tuple[str, ...]) -> Catalog:
         providers=dict(tables.providers),
         quality=dict(tables.quality),
         engines=dict(tables.engines),
+        kernels=dict(tables.kernels),
     )
 
 
@@ -379,6 +392,7 @@ ROW_TABLES: tuple[tuple[str, type[BaseModel]], ...] = (
     ("providers", ProviderSpec),
     ("quality", QualityDelta),
     ("engines", EngineSpec),
+    ("kernels", ArchitectureKernels),
 )
 
 
@@ -406,6 +420,11 @@ def _shipped_catalog() -> Catalog:
 def shipped_engines() -> dict[str, EngineSpec]:
     """The shipped serving engines by id (catalog/engines.yaml), validated; the physics' engine profiles."""
     return _shipped_catalog().engines
+
+
+def shipped_kernels() -> dict[str, ArchitectureKernels]:
+    """The shipped kernel fits by id (catalog/kernels.yaml), validated: for a GPU row no catalog resolved."""
+    return _shipped_catalog().kernels
 
 
 def _copy(cat: Catalog) -> Catalog:
@@ -466,6 +485,8 @@ def _apply_document(doc: LocatedDocument, tables: _Tables, problems: _Problems, 
         _apply_rows(doc, "quality", QualityDelta, tables.quality, _id_key, tables, problems, user=user)
     if "engines" in data:
         _apply_rows(doc, "engines", EngineSpec, tables.engines, _id_key, tables, problems, user=user)
+    if "kernels" in data:
+        _apply_rows(doc, "kernels", ArchitectureKernels, tables.kernels, _id_key, tables, problems, user=user)
 
 
 def _id_key(row: dict[str, Any]) -> str | None:
@@ -504,6 +525,7 @@ _SINGULAR = {
     "providers": "provider",
     "quality": "quality",
     "engines": "engine",
+    "kernels": "kernels",
 }
 
 
@@ -731,6 +753,20 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
 
     for engine_id, engine in tables.engines.items():
         check_refs("engines", engine_id, engine)
+
+    listed: dict[str, str] = {}
+    for kernels_id, row in tables.kernels.items():
+        check_refs("kernels", kernels_id, row)
+        for name in row.architectures:
+            other = listed.setdefault(name.casefold(), kernels_id)
+            if other != kernels_id:
+                report(
+                    "kernels", kernels_id, f"architecture '{name}' is listed by kernels '{other}' too", "architectures"
+                )
+    defaults = [k for k, row in tables.kernels.items() if row.default]
+    if tables.kernels and len(defaults) != 1:
+        key = defaults[1] if defaults else next(iter(tables.kernels))
+        report("kernels", key, f"exactly one kernels row is the default; found {len(defaults)}", "default")
 
     for key, inst in tables.instances.items():
         check_refs("instances", key, inst)

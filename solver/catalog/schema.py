@@ -8,9 +8,10 @@ map, or a URL) and ``as_of`` (the date the figure was read, ISO ``YYYY-MM-DD`` o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 # fp4: 4-bit floating point (E2M1) with block scales: NVFP4 (an FP8 E4M3 scale per 16 values) on NVIDIA
 # Blackwell, MXFP4 (an E8M0 scale per 32, OCP Microscaling v1.0) on AMD CDNA 4 and, weight-only, elsewhere.
@@ -146,6 +147,20 @@ class GpuSpec(Provenance):
         "default: the owned node_sizes up to max_gpus_per_node",
     )
     price: PurchasePrice | None = None
+    # The kernels.yaml row of this GPU's architecture, set by the catalog that holds the row (Catalog.__post_init__);
+    # not a field: a GPU row does not name it, and it is not part of the row's data or its fingerprint.
+    _kernels: ArchitectureKernels | None = PrivateAttr(default=None)
+
+    @property
+    def kernels(self) -> ArchitectureKernels | None:
+        """The kernel fits of this GPU's architecture in the catalog it came from (None: not from a catalog)."""
+        return self._kernels
+
+    def with_kernels(self, kernels: ArchitectureKernels | None) -> GpuSpec:
+        """A copy of the row that carries ``kernels`` (the row itself is shared by catalogs and left alone)."""
+        copy = self.model_copy()
+        copy._kernels = kernels
+        return copy
 
     @model_validator(mode="after")
     def _consistent(self) -> GpuSpec:
@@ -541,6 +556,112 @@ class HostFactors(Row):
         return value
 
 
+class UnbalancedRouting(Row):
+    """MoE routing under power-law expert popularity against balanced routing, by EP degree, in one of two forms.
+
+    Measured (``tokens`` and ``by_ep``): the MoE layer's time under power-law over balanced routing at each of
+    ``tokens`` routed tokens, per EP degree (a kernel table's ratios; the largest degree not above a layout's EP
+    applies, its points joined in log tokens). Law (``skew_per_doubling``): the busiest EP rank's routed load over the
+    mean, ``1 + skew_per_doubling·log2(ep)`` at any token count, a static skew inside the load-imbalance cap. Read by
+    physics/moe.py ``routing_effect``, the one reader of either form.
+    """
+
+    tokens: list[Annotated[int, Field(ge=1, le=1_048_576)]] = Field(
+        default_factory=list,
+        description="routed tokens a layer receives at which by_ep's ratios were measured, ascending",
+    )
+    by_ep: dict[Annotated[int, Field(ge=1, le=1024)], list[Annotated[float, Field(ge=1, le=8)]]] = Field(
+        default_factory=dict,
+        description="measured: the layer's time under power-law over balanced routing at each of tokens, by EP degree",
+    )
+    skew_per_doubling: float | None = Field(
+        None,
+        ge=0,
+        le=4,
+        description="law: the busiest EP rank's routed load over the mean grows by this much per doubling of EP "
+        "degree (1 + skew_per_doubling·log2(ep)), dimensionless",
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> UnbalancedRouting:
+        measured = bool(self.tokens or self.by_ep)
+        if measured == (self.skew_per_doubling is not None):
+            raise ValueError("give exactly one form: tokens and by_ep (measured ratios) or skew_per_doubling (the law)")
+        if measured:
+            if not self.tokens or not self.by_ep:
+                raise ValueError("measured routing needs both tokens and by_ep")
+            if 1 not in self.by_ep:
+                raise ValueError("by_ep must include EP degree 1 (the kernel's own ratios, below every larger degree)")
+            if self.tokens != sorted(set(self.tokens)):
+                raise ValueError("tokens must ascend without repeats")
+            for ep, ratios in self.by_ep.items():
+                if len(ratios) != len(self.tokens):
+                    raise ValueError(f"by_ep[{ep}]: {len(ratios)} ratios for {len(self.tokens)} tokens")
+        return self
+
+
+class GemmShapeCurve(Row):
+    """A GEMM ``(M x K) @ (K x N)`` reaches ``1 / (1 + a/M + a/N + b/K)`` of the plateau a large GEMM reaches."""
+
+    per_output_dim_elements: float = Field(
+        ge=0, le=1e6, description="a: the fixed cost per output row and column (tiles and waves), elements"
+    )
+    per_reduction_dim_elements: float = Field(
+        ge=0, le=1e6, description="b: the fixed cost per reduction step (each tile's prologue and epilogue), elements"
+    )
+
+
+class GroupedGemmFit(Row):
+    """MoE expert (grouped) GEMMs against routed tokens per expert ``t``: ``peak_share·t/(t + half_tokens)`` of dense
+    peak, relative to the ``dense_peak_share`` the dense training GEMMs reach (``training_mfu``'s plateau)."""
+
+    peak_share: float = Field(
+        gt=0, le=1.5, description="the grouped GEMM's share of dense peak at many tokens an expert"
+    )
+    half_tokens: float = Field(
+        ge=0,
+        le=1e7,
+        description="routed tokens per expert at which the grouped GEMM reaches half of peak_share, tokens",
+    )
+    dense_peak_share: float = Field(
+        gt=0, le=1.5, description="the share of dense peak the dense training-shape GEMMs reach in the same tables"
+    )
+
+
+class ArchitectureKernels(Provenance):
+    """Kernel fits of a family of GPU architectures (catalog/kernels.yaml): GEMMs by shape, MoE grouped GEMMs,
+    unbalanced routing where the engine has no measured table, and whether Megatron's TP overlap runs."""
+
+    id: Label = Field(description="row key: 'hopper', 'ampere'")
+    architectures: list[Label] = Field(
+        description="the GPU rows' architecture names (any case) the row applies to, matched whole"
+    )
+    default: bool = Field(
+        False, description="the row for a GPU whose architecture no row lists (exactly one row is the default)"
+    )
+    gemm_shape: GemmShapeCurve
+    grouped_gemm: GroupedGemmFit
+    unbalanced_routing: UnbalancedRouting = Field(
+        description="routing under power-law expert popularity where the engine tabulates none (physics/moe.py)"
+    )
+    tp_comm_overlap: bool = Field(
+        description="Megatron-LM / TransformerEngine's userbuffers TP overlap (--tp-comm-overlap) runs on it"
+    )
+    fitted_to: str = Field(max_length=2000, description="the measurements the fits come from")
+
+    def applies_to(self, architecture: str) -> bool:
+        """Whether the row lists ``architecture`` (a GPU row's architecture name, any case)."""
+        wanted = architecture.casefold()
+        return any(name.casefold() == wanted for name in self.architectures)
+
+
+def kernels_for(rows: Iterable[ArchitectureKernels], architecture: str) -> ArchitectureKernels | None:
+    """The row listing ``architecture``, else the default row; None when there is neither."""
+    table = list(rows)
+    listed = next((row for row in table if row.applies_to(architecture)), None)
+    return listed if listed is not None else next((row for row in table if row.default), None)
+
+
 class MoeTokenCost(Row):
     """An MoE kernel's time per routed token per MoE layer, beside its GEMMs' FLOPs (one architecture, precision)."""
 
@@ -565,11 +686,10 @@ class MoeTokenCost(Row):
         description="largest row tile of a kernel that pads each expert's rows to a tile sized from the gathered "
         "rows per local expert (Triton matmul_ogs: 128; physics/moe.py row_tile_padding); 0: no padding modelled",
     )
-    unbalanced: dict[Annotated[int, Field(ge=1, le=1024)], list[Annotated[float, Field(ge=1, le=8)]]] = Field(
-        default_factory=dict,
-        description="the layer's time under unbalanced (power-law) routing over its time under balanced routing, by "
-        "EP degree, at each of the engine's moe_routing_tokens routed tokens (physics/moe.py routing_ratio); "
-        "empty: not tabulated",
+    unbalanced: UnbalancedRouting | None = Field(
+        None,
+        description="the layer's time under unbalanced (power-law) routing over balanced, measured by EP degree and "
+        "routed tokens (physics/moe.py routing_effect); None: not tabulated, the architecture's law (kernels.yaml)",
     )
 
 
@@ -631,28 +751,8 @@ class EngineSpec(Provenance):
         description="the MoE kernel's time per routed token and MoE layer beside its GEMM FLOPs, by catalog "
         "architecture name then weight precision (physics/step.py expert_parts_s); unlisted: 0, not modelled",
     )
-    moe_routing_tokens: list[Annotated[int, Field(ge=1, le=1_048_576)]] = Field(
-        default_factory=list,
-        description="the tokens a layer receives at which moe_routed_token_s rows tabulate their unbalanced-routing "
-        "ratios, ascending",
-    )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")
-
-    @model_validator(mode="after")
-    def _routing_table_matches_its_tokens(self) -> EngineSpec:
-        tokens = self.moe_routing_tokens
-        if tokens != sorted(set(tokens)):
-            raise ValueError("moe_routing_tokens must ascend without repeats")
-        for arch, by_precision in self.moe_routed_token_s.items():
-            for precision, row in by_precision.items():
-                for ep, ratios in row.unbalanced.items():
-                    if len(ratios) != len(tokens):
-                        raise ValueError(
-                            f"moe_routed_token_s.{arch}.{precision}.unbalanced[{ep}]: {len(ratios)} ratios for "
-                            f"{len(tokens)} moe_routing_tokens"
-                        )
-        return self
 
     def fraction_at(self, tp: int) -> float:
         """The default memory fraction at tensor-parallel size ``tp``."""

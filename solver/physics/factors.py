@@ -29,6 +29,7 @@ from clusterplan.catalog.schema import (
     MemoryPolicy,
     MoeTokenCost,
     SpeculativeMethod,
+    UnbalancedRouting,
 )
 
 
@@ -246,7 +247,8 @@ class Assumptions(BaseModel):
         description="how a serving replica's tokens spread over its experts: power_law (a few hot experts, as a "
         "router does without expert rebalancing; aiconfigurator-core 0.12.0 predicts with it) slows the MoE's "
         "compute side by the engine's tabulated kernel ratio (catalog/engines.yaml moe_routed_token_s unbalanced: "
-        "TensorRT-LLM), else by physics/moe.py routing_skew across EP ranks; balanced: an EPLB-balanced placement, "
+        "TensorRT-LLM), else by the GPU architecture's law across EP ranks (catalog/kernels.yaml unbalanced_routing); "
+        "balanced: an EPLB-balanced placement, "
         "no slowdown",
     )
     scale_up_latency_s: float = Field(
@@ -641,18 +643,12 @@ class Assumptions(BaseModel):
         kernel = self._moe_kernel(architecture, weight_precision)
         return 0 if kernel is None else kernel.row_tile_max
 
-    def moe_routing_curve(self, architecture: str, weight_precision: str, ep: int) -> tuple[tuple[float, float], ...]:
-        """((tokens, ratio), ...): the engine's MoE layer time under power-law over balanced routing at ``ep`` (the
-        largest tabulated EP degree not above it), by the tokens the layer receives; empty under balanced routing or
-        where the engine tabulates none (physics/moe.py routing_ratio)."""
+    def moe_unbalanced_routing(self, architecture: str, weight_precision: str) -> UnbalancedRouting | None:
+        """The engine's measured MoE routing ratios on one architecture and weight precision (catalog/engines.yaml
+        ``unbalanced``), None where it tabulates none (physics/moe.py serving_routing then reads the architecture's
+        law, catalog/kernels.yaml)."""
         kernel = self._moe_kernel(architecture, weight_precision)
-        if self.moe_routing == "balanced" or kernel is None or not kernel.unbalanced:
-            return ()
-        degrees = [d for d in sorted(kernel.unbalanced) if d <= max(ep, 1)]
-        if not degrees:
-            return ()
-        tokens = self.engine_spec.moe_routing_tokens
-        return tuple(zip((float(t) for t in tokens), kernel.unbalanced[degrees[-1]], strict=True))
+        return None if kernel is None else kernel.unbalanced
 
     def _moe_kernel(self, architecture: str, weight_precision: str) -> MoeTokenCost | None:
         """The engine's MoE kernel row for one architecture and weight precision (``fp8_block`` for block-scaled

@@ -2,11 +2,10 @@
 
 * **GEMMs by shape.** A GEMM ``(M x K) @ (K x N)`` reaches ``plateau / (1 + a/M + a/N + b/K)`` of peak: a fixed
   cost per output row and column (tiles and waves of tiles that do not fill the SMs) and per reduction step
-  (prologue and epilogue of each tile). ``a``, ``b`` fitted here (least squares on log efficiency) on the measured
-  BF16 ``torch_flow`` (cuBLAS) GEMM tables of NVIDIA aiconfigurator-core 0.12.0 (PyPI, Apache-2.0),
-  ``aiconfigurator_core/systems/data/{a100_sxm,h100_sxm}/gemm/vllm/{0.14.0,0.24.0}/gemm_perf.parquet``,
-  every shape with ``M, N, K >= 512`` (A100: 1,536 shapes, rms log error 0.155; H100: 10,115 shapes, 0.158). The
-  plateau is the class factor ``training_mfu``: the fraction a large GEMM reaches in training.
+  (prologue and epilogue of each tile). ``a``, ``b`` per architecture family are catalog rows (catalog/kernels.yaml
+  ``gemm_shape``: fitted on the measured BF16 cuBLAS GEMM tables of NVIDIA aiconfigurator-core 0.12.0, with their
+  source); the GPU's row is :func:`clusterplan.physics.rules.architecture_kernels`. The plateau is the class factor
+  ``training_mfu``: the fraction a large GEMM reaches in training.
 * **Attention core.** FlashAttention runs ``QK^T``, softmax and ``AV`` fused; its achieved share of dense peak
   is its own per architecture (:class:`clusterplan.physics.factors.Assumptions` ``attention_kernel_efficiency``),
   applied to the FLOPs the kernel executes: causal masking skips the upper triangle (half the pairs) and the
@@ -19,25 +18,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from clusterplan.catalog.schema import ModelArchitecture
+from clusterplan.catalog.schema import GemmShapeCurve, GpuSpec, ModelArchitecture
+from clusterplan.physics.rules import architecture_kernels
 from clusterplan.physics.serving import attention_width
-
-
-@dataclass(frozen=True)
-class GemmShapeCurve:
-    """``fraction = 1 / (1 + a/M + a/N + b/K)`` of the plateau a large GEMM reaches."""
-
-    per_output_dim: float  # ``a``, elements
-    per_reduction_dim: float  # ``b``, elements
-
-
-# Fitted on aiconfigurator-core 0.12.0's A100-SXM and H100-SXM BF16 cuBLAS tables (module docstring).
-AMPERE_GEMM = GemmShapeCurve(per_output_dim=312.0, per_reduction_dim=486.0)
-HOPPER_GEMM = GemmShapeCurve(per_output_dim=269.0, per_reduction_dim=419.0)
-# Hopper and later (Blackwell inherits Hopper's curve: provisional); others use the Ampere table.
-HOPPER_LIKE = ("hopper", "blackwell")
 
 # FlashAttention-2/3 executed FLOPs per (query, key) pair and attention-width unit: forward 4 (QK^T and AV),
 # backward 10 (the scores recomputed, then four GEMMs; Dao 2023's benchmark counts backward as 2.5x forward).
@@ -51,14 +34,14 @@ SCORE_BYTES_FWD = 13.0
 SCORE_BYTES_BWD = 19.0
 
 
-def gemm_curve(architecture: str) -> GemmShapeCurve:
-    """The shape curve of a GPU architecture (catalog name, any case)."""
-    return HOPPER_GEMM if architecture.lower().startswith(HOPPER_LIKE) else AMPERE_GEMM
+def gemm_curve(gpu: GpuSpec) -> GemmShapeCurve:
+    """The shape curve of a GPU's architecture (catalog/kernels.yaml ``gemm_shape``)."""
+    return architecture_kernels(gpu).gemm_shape
 
 
 def gemm_shape_fraction(m: float, n: float, k: float, curve: GemmShapeCurve) -> float:
     """Share of the large-GEMM plateau one ``M x N x K`` GEMM reaches."""
-    a, b = curve.per_output_dim, curve.per_reduction_dim
+    a, b = curve.per_output_dim_elements, curve.per_reduction_dim_elements
     return 1.0 / (1.0 + a / max(m, 1.0) + a / max(n, 1.0) + b / max(k, 1.0))
 
 

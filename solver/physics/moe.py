@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clusterplan.catalog.schema import GpuSpec, ModelArchitecture, MoeDispatch
+from clusterplan.catalog.schema import GpuSpec, GroupedGemmFit, ModelArchitecture, MoeDispatch, UnbalancedRouting
 from clusterplan.physics import memory, params, rules
 from clusterplan.physics.comm import NO_LINK, Link, all_to_all_terms, link_for_group
 from clusterplan.physics.factors import Assumptions
@@ -295,23 +295,20 @@ def row_tile_padding(tokens: float, k: int, experts: int, ep: int, tile_max: int
     return math.ceil(rows / tile) * tile / rows
 
 
-# Expert-load skew of unbalanced routing per EP degree: latency under power-law (alpha 1.01) expert popularity over
-# latency under balanced routing, median over 1,024-4,096 tokens, every shape with moe_tp 1 (aiconfigurator-core
-# 0.12.0, systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, CUTLASS kernels): EP 2 1.19, 4 1.28,
-# 8 1.36, 16 1.44, 32 1.51, 64 1.69, 128 1.74, 256 1.79 (1.0 below 512 tokens, where the weights bind).
-ROUTING_SKEW_PER_DOUBLING = 0.12
+def routing_effect(routing: UnbalancedRouting, ep: int) -> tuple[float, tuple[tuple[float, float], ...]]:
+    """(static skew, routing curve) unbalanced (power-law) routing gives a layout of ``ep`` EP ranks: the one reader
+    of either form of :class:`clusterplan.catalog.schema.UnbalancedRouting`.
 
-
-def routing_skew(ep: int) -> float:
-    """Busiest EP rank's routed load over the mean under unbalanced (power-law) routing: ``1 + 0.12·log2(ep)``.
-
-    The static part of :func:`load_imbalance` for a deployment without balanced expert placement (no EPLB):
-    fitted to the aiconfigurator-core 0.12.0 H200 TensorRT-LLM MoE tables (within 6% of their medians for EP 2-128).
-    1 without EP.
+    Measured ratios (TensorRT-LLM's tables, catalog/engines.yaml ``unbalanced``): no static skew, the curve of the
+    largest tabulated EP degree not above ``ep`` (:func:`routing_ratio` joins its points). The law (catalog/
+    kernels.yaml ``unbalanced_routing``): the busiest EP rank's load over the mean, ``1 + skew_per_doubling·log2(ep)``
+    (1 without EP), the static part of :func:`load_imbalance` for a deployment without balanced expert placement (no
+    EPLB), and no curve.
     """
-    if ep <= 1:
-        return 1.0
-    return 1.0 + ROUTING_SKEW_PER_DOUBLING * math.log2(ep)
+    if routing.skew_per_doubling is not None:
+        return (1.0 if ep <= 1 else 1.0 + routing.skew_per_doubling * math.log2(ep)), ()
+    degree = max(d for d in routing.by_ep if d <= max(ep, 1))  # by_ep includes 1 (schema)
+    return 1.0, tuple(zip((float(t) for t in routing.tokens), routing.by_ep[degree], strict=True))
 
 
 def routing_ratio(curve: Sequence[tuple[float, float]], tokens: float) -> float:
@@ -336,17 +333,21 @@ def routing_ratio(curve: Sequence[tuple[float, float]], tokens: float) -> float:
 
 
 def serving_routing(
-    a: Assumptions, architecture: str, weight_precision: str, ep: int
+    a: Assumptions, gpu: GpuSpec, weight_precision: str, ep: int
 ) -> tuple[float, tuple[tuple[float, float], ...]]:
     """(static skew, routing curve) of a serving replica's MoE (:func:`load_imbalance`, :func:`routing_ratio`).
 
-    Power-law routing (Assumptions ``moe_routing``): the engine's tabulated curve where it has one, else
-    :func:`routing_skew` across the EP ranks; balanced routing: neither. ``moe_expert_load_skew`` on top.
+    Power-law routing (Assumptions ``moe_routing``): the engine's measured table where it has one, else the GPU
+    architecture's law (catalog/kernels.yaml), both read by :func:`routing_effect`; balanced routing: neither.
+    ``moe_expert_load_skew`` on top.
     """
-    curve = a.moe_routing_curve(architecture, weight_precision, ep)
-    if a.moe_routing == "balanced" or curve:
-        return a.moe_expert_load_skew, curve
-    return a.moe_expert_load_skew * routing_skew(ep), ()
+    if a.moe_routing == "balanced":
+        return a.moe_expert_load_skew, ()
+    table = a.moe_unbalanced_routing(gpu.architecture, weight_precision)
+    if table is None:
+        table = rules.architecture_kernels(gpu).unbalanced_routing
+    skew, curve = routing_effect(table, ep)
+    return a.moe_expert_load_skew * skew, curve  # measured: skew 1.0, exact
 
 
 # ------------------------------------------------------------------------------------------------
@@ -563,25 +564,15 @@ def routed_activation_width(arch: ModelArchitecture, imbalance: float = 1.0) -> 
     return width + experts_per_token(arch) * arch.expert_ffn_size * (imbalance - 1.0)
 
 
-# Grouped-GEMM efficiency against routed tokens per expert, fitted on aiconfigurator-core 0.12.0
-# ``systems/data/h100_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet`` (bf16, balanced routing, moe_tp 1, gated experts,
-# >= 16 tokens per expert: 1,265 kernels; Mixtral, Qwen3, DeepSeek and gpt-oss shapes): achieved / dense peak =
-# 0.98·t/(t + 360), median |log error| 0.17; the same package's H100 dense bf16 GEMMs of training shapes
-# (``gemm/trtllm/1.3.0rc20``, m >= 4096, n and k >= 2048: 1,339 kernels) reach 0.78 of peak (median). The ratio is
-# what the expert GEMMs lose against the dense GEMMs ``training_mfu`` was fitted on. Read 2026-11-24.
-GROUPED_GEMM_PEAK_SHARE = 0.98
-GROUPED_GEMM_HALF_TOKENS = 360.0
-DENSE_GEMM_PEAK_SHARE = 0.78
-
-
-def grouped_gemm_efficiency(tokens_per_expert: float) -> float:
-    """Expert GEMMs' throughput relative to dense training GEMMs: ``min(1, (0.98/0.78)·t/(t + 360))``.
+def grouped_gemm_efficiency(tokens_per_expert: float, fit: GroupedGemmFit) -> float:
+    """Expert GEMMs' throughput relative to dense training GEMMs: ``min(1, (peak/dense)·t/(t + half))``
+    (catalog/kernels.yaml ``grouped_gemm``; the shipped H100 fit: ``(0.98/0.78)·t/(t + 360)``).
 
     Few tokens per expert (fine-grained experts, small EP groups) leave the grouped GEMM memory-bound: DeepSeek-V3
     at 4k tokens per GPU and EP 1 gives each of its 256 experts 128 tokens (0.33); EP 8 gives 1,024 (0.93).
     """
     t = max(tokens_per_expert, 1.0)
-    return min(1.0, GROUPED_GEMM_PEAK_SHARE / DENSE_GEMM_PEAK_SHARE * t / (t + GROUPED_GEMM_HALF_TOKENS))
+    return min(1.0, fit.peak_share / fit.dense_peak_share * t / (t + fit.half_tokens))
 
 
 def training_tokens_per_expert(arch: ModelArchitecture, tokens_per_rank: float, ep: int) -> float:
@@ -591,18 +582,25 @@ def training_tokens_per_expert(arch: ModelArchitecture, tokens_per_rank: float, 
 
 
 def training_expert_time_factor(
-    arch: ModelArchitecture, tokens_per_rank: float, ep: int, *, routed_share: float, skew: float = 1.0
+    arch: ModelArchitecture,
+    tokens_per_rank: float,
+    ep: int,
+    *,
+    routed_share: float,
+    grouped: GroupedGemmFit,
+    skew: float = 1.0,
 ) -> tuple[float, float, float]:
     """``(factor, imbalance, grouped-GEMM efficiency)``: a micro-batch's compute time is multiplied by
     ``1 + share·(imbalance / g - 1)``, ``share`` the routed experts' part of the FLOPs executed.
 
     The busiest EP rank sets the pace (:func:`load_imbalance` over the EP group's tokens; 1 without EP, where one
-    GPU runs every expert); ``g`` per :func:`grouped_gemm_efficiency`. 1 for a dense model.
+    GPU runs every expert); ``g`` per :func:`grouped_gemm_efficiency` with the GPU's ``grouped`` fit. 1 for a
+    dense model.
     """
     if not is_moe(arch):
         return 1.0, 1.0, 1.0
     imbalance = training_imbalance(arch, tokens_per_rank, ep, skew)
-    g = grouped_gemm_efficiency(training_tokens_per_expert(arch, tokens_per_rank, ep))
+    g = grouped_gemm_efficiency(training_tokens_per_expert(arch, tokens_per_rank, ep), grouped)
     return 1.0 + routed_share * (imbalance / g - 1.0), imbalance, g
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+from clusterplan.catalog.load import shipped_kernels
+from clusterplan.catalog.schema import ArchitectureKernels, GpuSpec, ModelArchitecture, kernels_for
 from clusterplan.physics.reasons import (
     Bf16Unsupported,
     Fp8Unsupported,
@@ -76,6 +77,17 @@ def compute_precision_for_weights(gpu: GpuSpec, quant: str, fp4_activations: str
     if quant in ("bf16", "fp16"):
         return quant if supports_precision(gpu, quant) else "fp16"
     return half_precision(gpu)
+
+
+def architecture_kernels(gpu: GpuSpec) -> ArchitectureKernels:
+    """The kernel fits of a GPU's architecture (catalog/kernels.yaml): the row the GPU's catalog gave it (a user
+    catalog's overrides included), else, for a row no catalog resolved (a hand-built one), the shipped row."""
+    if gpu.kernels is not None:
+        return gpu.kernels
+    shipped = kernels_for(shipped_kernels().values(), gpu.architecture)
+    if shipped is None:  # pragma: no cover - the shipped kernels.yaml has a default row (load.py cross-check)
+        raise LookupError(f"no kernels row for architecture {gpu.architecture!r}")
+    return shipped
 
 
 def fp4_format(gpu: GpuSpec) -> Fp4Format:

@@ -396,7 +396,7 @@ def _moe_kernels(arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, a: Assum
     # ... and of the weight stream, where the kernel's differs (a dequantising MXFP4 kernel on Hopper)
     weight_eff = a.moe_gemm_efficiency.of(cls) * a.moe_weight_fraction(gpu.architecture, quant) if is_moe else 1.0
     # unbalanced routing: the engine's kernel ratio by tokens, else a static skew across EP ranks (physics/moe.py)
-    expert_skew, routing_curve = moe.serving_routing(a, gpu.architecture, quant, ep) if is_moe else (1.0, ())
+    expert_skew, routing_curve = moe.serving_routing(a, gpu, quant, ep) if is_moe else (1.0, ())
     k = moe.experts_per_token(arch)
     a2a_latency, a2a_per_byte, a2a_link = moe.all_to_all_link_terms(gpu, ep, a)
     spec = a.engine_spec

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import kernels, memory, moe, optimizer_memory, params, training_comm
+from clusterplan.physics import kernels, memory, moe, optimizer_memory, params, rules, training_comm
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import (
@@ -508,7 +508,7 @@ def _compute_split(
     flash = a.flash_attention
     repeats = attention_repeats(recompute, recompute_fraction, flash)
     core_flops = span * width * (ATTENTION_TRAIN_FLOPS + ATTENTION_FORWARD_FLOPS * repeats)  # hardware_flops' core
-    fraction = kernels.model_gemm_fraction(arch, tokens, tp, kernels.gemm_curve(gpu.architecture))
+    fraction = kernels.model_gemm_fraction(arch, tokens, tp, kernels.gemm_curve(gpu))
     gemm_rate = rate * fraction
     attention_rate = (
         peak_tflops(gpu, "bf16") * 1e12 * a.attention_fraction(gpu.architecture)
@@ -597,8 +597,9 @@ def estimate_training(
         (6.0 if method == "full" else 4.0) + (2.0 * recompute_fraction if recompute == "full" else 0.0)
     ) / hw_flops  # fmt: skip
     expert_factor, _, grouped_eff = moe.training_expert_time_factor(
-        arch, micro_batch * local_seq, ep, routed_share=min(routed_share, 1.0), skew=a.moe_expert_load_skew
-    )
+        arch, micro_batch * local_seq, ep, routed_share=min(routed_share, 1.0),
+        grouped=rules.architecture_kernels(gpu).grouped_gemm, skew=a.moe_expert_load_skew,
+    )  # fmt: skip
     t_micro *= expert_factor
     if method == "qlora":
         t_micro += (2.0 + recompute_fraction) * layers * layer_p * DEQUANT_BYTES_PER_PARAM / bw

@@ -23,6 +23,7 @@ from clusterplan.physics.comm import (
     ring_allgather_s,
 )
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.rules import architecture_kernels
 from clusterplan.physics.serving import ACTIVATION_BYTES, attention_width
 
 GRAD_BYTES = 4.0  # fp32 main gradients are what gets reduced (Megatron-LM default for bf16)
@@ -35,9 +36,6 @@ def reduced_grad_bytes(precision: str) -> float:
     return 2.0 if precision == "fp16" else GRAD_BYTES
 
 
-# Hopper and later run Megatron-LM / TransformerEngine's userbuffers TP overlap (``--tp-comm-overlap``): NeMo's
-# Llama 3 recipes turn it on for H100 (``nemo/collections/llm/recipes/llama3_70b.py``, ``tp_comm_overlap=True``).
-TP_OVERLAP_ARCHITECTURES = ("hopper", "blackwell")  # catalog architecture names, lower-cased
 # Megatron-LM DDP gradient buckets: ``bucket_size = max(40M, 1M x dp)`` parameters (``distributed_data_parallel_config``
 # / ``DistributedDataParallel.__init__``); the last bucket's reduction starts after the backward ends.
 DDP_BUCKET_MIN_PARAMS = 40_000_000
@@ -124,7 +122,7 @@ def exposed_comm(
     # Tensor parallel.
     tp_link = at_network_efficiency(link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a), a)
     tp_comm = (4 * layers + 2 * recomputed) * nccl_allreduce_s(act_msg, tp, tp_link, eff)
-    overlap = tp > 1 and tp_link.kind == "nvlink" and gpu.architecture.lower().startswith(TP_OVERLAP_ARCHITECTURES)
+    overlap = tp > 1 and tp_link.kind == "nvlink" and architecture_kernels(gpu).tp_comm_overlap
     if overlap:
         tp_micro = exposed_s(tp_comm, t_micro * gemm_share, floor_s=tp_comm / tp)
     else:
