@@ -11,6 +11,7 @@ import pytest
 from clusterplan.catalog.load import Catalog, CatalogInputError, load_catalog_text
 from clusterplan.physics import rules, serving, training
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.requirement.schema import TrainingWorkload
 from conftest import example, run_cli
 
@@ -77,9 +78,10 @@ kernels:
 
     def skew(cat: Catalog) -> float:
         est = serving.estimate_serving(
-            cat.model("qwen3-235b-a22b"), cat.gpu("h200"), tp=8, pp=1, quant="fp8", kv_precision="fp8", batch=630,
-            input_tokens=1024, output_tokens=1024, context_tokens=2048, assumptions=Assumptions(engine="vllm"), ep=8,
-            attention_dp=True,
+            cat.model("qwen3-235b-a22b"), cat.gpu("h200"),
+            Layout(tp=8, quant="fp8", kv_precision="fp8", ep=8, attention_dp=True),
+            serving.RequestShape(input_tokens=1024, output_tokens=1024, context_tokens=2048),
+            batch=630, assumptions=Assumptions(engine="vllm"),
         )  # fmt: skip
         assert est.step_model is not None
         return est.step_model.expert_load_skew
