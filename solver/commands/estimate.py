@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from clusterplan.commands.options import CatalogOption
+from clusterplan.commands.options import Catalogs, options_command
 from clusterplan.errors import FieldProblem, InputError, Location
 from clusterplan.stdin import FILE_HELP
 from clusterplan.wording import fmt
@@ -252,94 +253,93 @@ def _closing_lines(result: Any) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class EstimateOptions:
+    """``clusterplan estimate``'s arguments and options, in the order ``--help`` lists them."""
+
+    file: Annotated[Path, typer.Argument(help=FILE_HELP)]
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU, e.g. h100-sxm.")] = None
+    count: Annotated[int | None, typer.Option("--count", help="GPUs in total (default tp x pp x dp).")] = None
+    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.")] = None
+    pp: Annotated[int | None, typer.Option("--pp", help="Pipeline-parallel degree.")] = None
+    dp: Annotated[
+        int | None,
+        typer.Option("--dp", help="Data-parallel degree (training) or replicas (serving)."),
+    ] = None
+    ep: Annotated[
+        int | None,
+        typer.Option(
+            "--ep",
+            help="Expert-parallel degree of an MoE model: serving, per stage dividing --tp; training and "
+            "fine-tuning, carved out of the dp x cp GPUs (dividing the routed experts).",
+        ),
+    ] = None
+    attention_dp: Annotated[
+        bool | None,
+        typer.Option("--attention-dp", help="Attention data-parallel over each stage's GPUs (serving an MoE model)."),
+    ] = None
+    zero: Annotated[int | None, typer.Option("--zero", help="ZeRO stage 0-3 (training).")] = None
+    quant: Annotated[
+        str | None, typer.Option("--quant", help="Weights: bf16, fp16, fp8, int8, fp4, int4 (serving).")
+    ] = None
+    kv_quant: Annotated[
+        str | None,
+        typer.Option("--kv-quant", help="KV cache: bf16, fp16, fp8, int8 (serving)."),
+    ] = None
+    batch: Annotated[
+        int | None, typer.Option("--batch", help="Concurrency per replica, or micro-batch (training).")
+    ] = None
+    recompute: Annotated[str | None, typer.Option("--recompute", help="none, selective or full (training).")] = None
+    cp: Annotated[
+        int | None, typer.Option("--cp", help="Context-parallel degree: each sequence over cp GPUs (training).")
+    ] = None
+    vpp: Annotated[
+        int | None, typer.Option("--vpp", help="Interleaved (virtual) pipeline chunks per stage (training).")
+    ] = None
+    recompute_layers: Annotated[
+        int | None,
+        typer.Option("--recompute-layers", help="With --recompute full: layers of each stage recomputed."),
+    ] = None
+    optimizer: Annotated[
+        str | None,
+        typer.Option("--optimizer", help="adamw, adamw8bit or paged_adamw8bit (training; default: chosen)."),
+    ] = None
+    offload: Annotated[
+        str | None,
+        typer.Option("--offload", help="optimizer, activations, both or none: host offload (training)."),
+    ] = None
+    workload: Annotated[
+        str | None,
+        typer.Option("--workload", help="Workload name or index (default the first)."),
+    ] = None
+    deployment: Annotated[str | None, typer.Option("--deployment", help="cloud or owned (default: the file's).")] = None
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", help="Serving engine: vllm, sglang, tensorrt-llm (trtllm), exllamav2, llama.cpp."),
+    ] = None
+    as_json: Annotated[bool, typer.Option("--json", help="Print the estimate as JSON for tools.")] = False
+    catalog: Catalogs = None
+
+
+def estimate(o: EstimateOptions) -> None:
+    """Estimate memory, speed, latency and cost of one configuration; exit 1 if it cannot run."""
+    from clusterplan.catalog.load import load_catalog
+    from clusterplan.console import guarded, out_console
+    from clusterplan.design.estimate import check_feasible, estimate_file
+
+    def run() -> None:
+        overrides = _pinned({name: getattr(o, name) for name in _FLAGS})
+        cat = load_catalog(o.catalog or [])
+        result = estimate_file(o.file, cat, overrides)
+        if o.as_json:
+            typer.echo(json.dumps(result.model_dump(mode="json"), indent=2, allow_nan=False, default=str))
+        else:
+            for part in render(result):
+                out_console.print(part, markup=False) if isinstance(part, str) else out_console.print(part)
+        check_feasible(result)
+
+    guarded(run)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def estimate(
-        file: Annotated[Path, typer.Argument(help=FILE_HELP)],
-        gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU, e.g. h100-sxm.")] = None,
-        count: Annotated[int | None, typer.Option("--count", help="GPUs in total (default tp x pp x dp).")] = None,
-        tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.")] = None,
-        pp: Annotated[int | None, typer.Option("--pp", help="Pipeline-parallel degree.")] = None,
-        dp: Annotated[
-            int | None, typer.Option("--dp", help="Data-parallel degree (training) or replicas (serving).")
-        ] = None,
-        ep: Annotated[
-            int | None,
-            typer.Option(
-                "--ep",
-                help="Expert-parallel degree of an MoE model: serving, per stage dividing --tp; training and "
-                "fine-tuning, carved out of the dp x cp GPUs (dividing the routed experts).",
-            ),
-        ] = None,
-        attention_dp: Annotated[
-            bool | None,
-            typer.Option(
-                "--attention-dp", help="Attention data-parallel over each stage's GPUs (serving an MoE model)."
-            ),
-        ] = None,
-        zero: Annotated[int | None, typer.Option("--zero", help="ZeRO stage 0-3 (training).")] = None,
-        quant: Annotated[
-            str | None, typer.Option("--quant", help="Weights: bf16, fp16, fp8, int8, fp4, int4 (serving).")
-        ] = None,
-        kv_quant: Annotated[
-            str | None, typer.Option("--kv-quant", help="KV cache: bf16, fp16, fp8, int8 (serving).")
-        ] = None,
-        batch: Annotated[
-            int | None, typer.Option("--batch", help="Concurrency per replica, or micro-batch (training).")
-        ] = None,
-        recompute: Annotated[
-            str | None, typer.Option("--recompute", help="none, selective or full (training).")
-        ] = None,
-        cp: Annotated[
-            int | None, typer.Option("--cp", help="Context-parallel degree: each sequence over cp GPUs (training).")
-        ] = None,
-        vpp: Annotated[
-            int | None, typer.Option("--vpp", help="Interleaved (virtual) pipeline chunks per stage (training).")
-        ] = None,
-        recompute_layers: Annotated[
-            int | None,
-            typer.Option("--recompute-layers", help="With --recompute full: layers of each stage recomputed."),
-        ] = None,
-        optimizer: Annotated[
-            str | None,
-            typer.Option("--optimizer", help="adamw, adamw8bit or paged_adamw8bit (training; default: chosen)."),
-        ] = None,
-        offload: Annotated[
-            str | None,
-            typer.Option("--offload", help="optimizer, activations, both or none: host offload (training)."),
-        ] = None,
-        workload: Annotated[
-            str | None, typer.Option("--workload", help="Workload name or index (default the first).")
-        ] = None,
-        deployment: Annotated[
-            str | None, typer.Option("--deployment", help="cloud or owned (default: the file's).")
-        ] = None,
-        engine: Annotated[
-            str | None,
-            typer.Option("--engine", help="Serving engine: vllm, sglang, tensorrt-llm (trtllm), exllamav2, llama.cpp."),
-        ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the estimate as JSON for tools.")] = False,
-        catalog: list[Path] | None = CatalogOption,
-    ) -> None:
-        """Estimate memory, speed, latency and cost of one configuration; exit 1 if it cannot run."""
-        from clusterplan.catalog.load import load_catalog
-        from clusterplan.console import guarded, out_console
-        from clusterplan.design.estimate import check_feasible, estimate_file
-
-        def run() -> None:
-            overrides = _pinned(
-                dict(workload=workload, gpu=gpu, count=count, tp=tp, pp=pp, dp=dp, ep=ep, attention_dp=attention_dp,
-                     zero=zero, quant=quant, kv_quant=kv_quant, batch=batch, recompute=recompute, cp=cp, vpp=vpp,
-                     recompute_layers=recompute_layers, deployment=deployment, engine=engine,
-                     optimizer=optimizer, offload=offload)
-            )  # fmt: skip
-            cat = load_catalog(catalog or [])
-            result = estimate_file(file, cat, overrides)
-            if as_json:
-                typer.echo(json.dumps(result.model_dump(mode="json"), indent=2, allow_nan=False, default=str))
-            else:
-                for part in render(result):
-                    out_console.print(part, markup=False) if isinstance(part, str) else out_console.print(part)
-            check_feasible(result)
-
-        guarded(run)
+    app.command()(options_command(EstimateOptions, estimate))
