@@ -17,9 +17,7 @@ if TYPE_CHECKING:
 
 CATALOG_HELP = "A user catalog YAML that adds or overrides rows (repeatable; applied in order)."
 
-CatalogOption = typer.Option(None, "--catalog", "-c", help=CATALOG_HELP)
-
-# ``--catalog`` as a field of a command's options (see :func:`options_command`).
+# ``--catalog``, in a command's signature or as a field of its options (see :func:`options_command`).
 Catalogs = Annotated[list[Path] | None, typer.Option("--catalog", "-c", help=CATALOG_HELP)]
 
 Options = TypeVar("Options", bound="DataclassInstance")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from clusterplan.commands.options import CatalogOption
+from clusterplan.commands.options import Catalogs
 from clusterplan.errors import ClusterplanError
 from clusterplan.stdin import FILE_HELP
 
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             "(docs/guarantees.md).",
         ),
         explain: bool = typer.Option(True, "--explain/--no-explain", help="Compute 'why this one'."),
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Plan: the cheapest feasible GPU cluster designs for a requirement, and why."""
         from clusterplan.catalog.load import load_catalog
