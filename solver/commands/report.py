@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from clusterplan.commands.options import Catalogs, options_command
-from clusterplan.commands.solve import ObjectiveChoice
+from clusterplan.commands.solve import Objective, ObjectiveChoice
 from clusterplan.commands.sweep import File, Force, Jobs, TimeLimit, progress
 
 
@@ -37,10 +37,7 @@ class ReportOptions:
     ]
     force: Force = False
     top: Annotated[int, typer.Option("--top", "-k", min=1, max=20, help="Designs in the alternatives table.")] = 5
-    objective: Annotated[
-        ObjectiveChoice,
-        typer.Option("--objective", help="min_cost, or max_throughput / min_latency within budget."),
-    ] = ObjectiveChoice.min_cost
+    objective: Objective = ObjectiveChoice.min_cost
     what_if: Annotated[
         WhatIfChoice,
         typer.Option(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -29,6 +29,11 @@ class ObjectiveChoice(StrEnum):
     min_cost = "min_cost"
     max_throughput = "max_throughput"
     min_latency = "min_latency"
+
+
+Objective = Annotated[
+    ObjectiveChoice, typer.Option("--objective", help="min_cost, or max_throughput / min_latency within budget.")
+]
 
 
 class NeedsBudget(ClusterplanError):
@@ -54,9 +59,7 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(5, "--top", "-k", min=1, max=50, help="How many distinct designs to return."),
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON (specs/plan.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
-        objective: ObjectiveChoice = typer.Option(
-            ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
-        ),
+        objective: Objective = ObjectiveChoice.min_cost,
         time_limit: float = typer.Option(
             10.0,
             "--time-limit",

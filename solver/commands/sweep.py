@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from clusterplan.commands.options import Catalogs, options_command
-from clusterplan.commands.solve import ObjectiveChoice
+from clusterplan.commands.solve import Objective, ObjectiveChoice
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
 
@@ -112,10 +112,7 @@ class SweepOptions:
     ]
     steps: Annotated[int, typer.Option("--steps", "-n", min=1, max=500, help="Points in each A..B range.")] = 10
     log: Annotated[bool, typer.Option("--log", help="Log-spaced steps in A..B ranges.")] = False
-    objective: Annotated[
-        ObjectiveChoice,
-        typer.Option("--objective", help="min_cost, or max_throughput / min_latency within budget."),
-    ] = ObjectiveChoice.min_cost
+    objective: Objective = ObjectiveChoice.min_cost
     jobs: Jobs = None
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write the rows as CSV to this file.")] = None
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the sweep as JSON to this file.")] = None
