@@ -18,7 +18,7 @@ from rich.table import Table
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import CatalogModel, CloudInstance, EngineSpec, GpuSpec, ProviderSpec, QualityDelta
-from clusterplan.commands.options import CatalogOption
+from clusterplan.commands.options import Catalogs
 
 JSON_HELP = "Print a JSON list of the rows (sorted by id, every field) instead of a table."
 
@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
     @catalog_app.command("gpus")
     def gpus(
         as_json: bool = JsonOption,
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """GPUs: memory (GiB), bandwidth (GB/s), dense BF16/FP8/FP4 TFLOPS, GPU link, TDP (W), price (USD), class."""
 
@@ -271,7 +271,7 @@ def register(app: typer.Typer) -> None:
     @catalog_app.command("instances")
     def instances(
         as_json: bool = JsonOption,
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
         gpu: str | None = GpuFilterOption,
         provider: list[str] | None = ProviderOption,
     ) -> None:
@@ -293,7 +293,7 @@ def register(app: typer.Typer) -> None:
     @catalog_app.command("models")
     def models(
         as_json: bool = JsonOption,
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Models: parameters (computed, billions), layers, hidden size, heads / KV heads, experts, context."""
 
@@ -306,7 +306,7 @@ def register(app: typer.Typer) -> None:
     @catalog_app.command("providers")
     def providers(
         as_json: bool = JsonOption,
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Cloud providers: tier, fabric between instances, largest cluster, commitment and spot terms."""
 
@@ -319,7 +319,7 @@ def register(app: typer.Typer) -> None:
     @catalog_app.command("quality")
     def quality(
         as_json: bool = JsonOption,
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Published quality deltas of FP8, INT8, INT4 and NVFP4 against 16-bit, per model family."""
 
@@ -332,7 +332,7 @@ def register(app: typer.Typer) -> None:
     @catalog_app.command("engines")
     def engines(
         as_json: bool = JsonOption,
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Serving engines: memory policy and fraction, batch cap, chunked prefill, KV block, runtime reserve."""
 
@@ -345,7 +345,7 @@ def register(app: typer.Typer) -> None:
     @catalog_app.command("sources")
     def sources(
         as_json: bool = JsonOption,
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Sources the catalog cites, with title, URL and date, and the catalog's fingerprint."""
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from clusterplan.commands.options import CatalogOption
+from clusterplan.commands.options import Catalogs
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
 
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--output", "-o", help="Directory to write the scripts into (default: print).")
         ] = None,
         force: Annotated[bool, typer.Option("--force", help=FORCE_HELP)] = False,
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Engine launch commands, a benchmark command and the expected figures for one design."""
         from clusterplan.console import guarded, out_console

@@ -4,12 +4,13 @@ A thin typer layer over :mod:`clusterplan.design.breakeven`; rendering is :mod:`
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clusterplan.commands.options import CatalogOption
+from clusterplan.commands.options import Catalogs, options_command
 from clusterplan.errors import NoDesign
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.stdin import FILE_HELP
@@ -20,74 +21,82 @@ if TYPE_CHECKING:
     from clusterplan.requirement.load import ResolvedRequirement
 
 
+@dataclass(frozen=True)
+class RentVsBuyOptions:
+    """``clusterplan rent-vs-buy``'s arguments and options, in the order ``--help`` lists them."""
+
+    file: Annotated[Path, typer.Argument(help=FILE_HELP)]
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="Price this GPU type instead of design 1 (with --count).")
+    ] = None
+    count: Annotated[
+        int | None,
+        typer.Option("--count", min=1, max=1_000_000, help="With --gpu: GPUs in total."),
+    ] = None
+    tp: Annotated[int, typer.Option("--tp", min=1, help="With --gpu: GPUs per tensor-parallel group.")] = 1
+    months: Annotated[
+        int | None,
+        typer.Option("--months", min=1, max=240, help="Months the curve runs to (default: 60 or the horizon)."),
+    ] = None
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON for tools.")] = False
+    plot: Annotated[Path | None, typer.Option("--plot", help="Plot the cumulative costs (.png).")] = None
+    force: Annotated[bool, typer.Option("--force", help=FORCE_HELP)] = False
+    catalog: Catalogs = None
+
+
+def rent_vs_buy(o: RentVsBuyOptions) -> None:
+    """Rent or buy: the cumulative cost of a design's hardware both ways, month by month, and the break-even."""
+    from clusterplan.catalog.load import load_catalog
+    from clusterplan.console import guarded, out_console
+    from clusterplan.design import breakeven
+    from clusterplan.errors import FieldProblem, InputError, Location
+    from clusterplan.outputs import check_outputs, write_bytes
+    from clusterplan.render import rent_buy_view
+    from clusterplan.stdin import load_requirement_arg
+
+    def run() -> None:
+        where = Location("command line")
+        if (o.gpu is None) != (o.count is None):
+            flag = "--count" if o.gpu is not None else "--gpu"
+            raise InputError([FieldProblem(where, flag, "--gpu and --count go together")])
+        if o.plot is not None and o.plot.suffix.lower() != ".png":
+            raise InputError([FieldProblem(where, "--plot", f"{o.plot.name}: the file name must end in .png")])
+        check_outputs([("--plot", o.plot)], o.force)  # before planning
+        cat = load_catalog(o.catalog or [])
+        resolved = load_requirement_arg(o.file, cat)
+        req = resolved.requirement
+        design: Design | None = None
+        tokens_per_s = 0.0
+        if o.gpu is not None and o.count is not None:
+            spec = cat.gpu(o.gpu)
+            needs = breakeven.needs_of_gpus(spec, o.count, o.tp)
+            source = f"{o.count} x {spec.name} in TP groups of {o.tp}, around the clock"
+        else:
+            design = plan_design_1(resolved, cat)
+            needs = breakeven.needs_of_design(design)
+            tokens_per_s = design_tokens_per_s(design)
+            source = f"design 1 ({design.summary})"
+        offerings = breakeven.offerings_for(cat, req, [n.gpu_id for n in needs])
+        result = breakeven.rent_vs_buy(
+            needs, offerings, requirement=req.name, horizon_months=req.budget.horizon, source=source,
+            design=design, output_tokens_per_s=tokens_per_s, months=o.months,
+        )  # fmt: skip
+        if o.as_json:
+            typer.echo(json.dumps(result.model_dump(mode="json"), indent=2, allow_nan=False))
+        else:
+            for line in rent_buy_view.lines(result):
+                out_console.print(line, markup=False)
+            out_console.print(rent_buy_view.table(result))
+            for note in result.notes:
+                out_console.print(f"  - {note}", markup=False)
+        if o.plot is not None:
+            write_bytes(o.plot, rent_buy_view.figure(result), force=o.force, flag="--plot")
+
+    guarded(run)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command(name="rent-vs-buy")
-    def rent_vs_buy(
-        file: Annotated[Path, typer.Argument(help=FILE_HELP)],
-        gpu: Annotated[
-            str | None, typer.Option("--gpu", help="Price this GPU type instead of design 1 (with --count).")
-        ] = None,
-        count: Annotated[
-            int | None, typer.Option("--count", min=1, max=1_000_000, help="With --gpu: GPUs in total.")
-        ] = None,
-        tp: Annotated[int, typer.Option("--tp", min=1, help="With --gpu: GPUs per tensor-parallel group.")] = 1,
-        months: Annotated[
-            int | None,
-            typer.Option("--months", min=1, max=240, help="Months the curve runs to (default: 60 or the horizon)."),
-        ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON for tools.")] = False,
-        plot: Annotated[Path | None, typer.Option("--plot", help="Plot the cumulative costs (.png).")] = None,
-        force: Annotated[bool, typer.Option("--force", help=FORCE_HELP)] = False,
-        catalog: list[Path] | None = CatalogOption,
-    ) -> None:
-        """Rent or buy: the cumulative cost of a design's hardware both ways, month by month, and the break-even."""
-        from clusterplan.catalog.load import load_catalog
-        from clusterplan.console import guarded, out_console
-        from clusterplan.design import breakeven
-        from clusterplan.errors import FieldProblem, InputError, Location
-        from clusterplan.outputs import check_outputs, write_bytes
-        from clusterplan.render import rent_buy_view
-        from clusterplan.stdin import load_requirement_arg
-
-        def run() -> None:
-            where = Location("command line")
-            if (gpu is None) != (count is None):
-                flag = "--count" if gpu is not None else "--gpu"
-                raise InputError([FieldProblem(where, flag, "--gpu and --count go together")])
-            if plot is not None and plot.suffix.lower() != ".png":
-                raise InputError([FieldProblem(where, "--plot", f"{plot.name}: the file name must end in .png")])
-            check_outputs([("--plot", plot)], force)  # before planning
-            cat = load_catalog(catalog or [])
-            resolved = load_requirement_arg(file, cat)
-            req = resolved.requirement
-            design: Design | None = None
-            tokens_per_s = 0.0
-            if gpu is not None and count is not None:
-                spec = cat.gpu(gpu)
-                needs = breakeven.needs_of_gpus(spec, count, tp)
-                source = f"{count} x {spec.name} in TP groups of {tp}, around the clock"
-            else:
-                design = plan_design_1(resolved, cat)
-                needs = breakeven.needs_of_design(design)
-                tokens_per_s = design_tokens_per_s(design)
-                source = f"design 1 ({design.summary})"
-            offerings = breakeven.offerings_for(cat, req, [n.gpu_id for n in needs])
-            result = breakeven.rent_vs_buy(
-                needs, offerings, requirement=req.name, horizon_months=req.budget.horizon, source=source,
-                design=design, output_tokens_per_s=tokens_per_s, months=months,
-            )  # fmt: skip
-            if as_json:
-                typer.echo(json.dumps(result.model_dump(mode="json"), indent=2, allow_nan=False))
-            else:
-                for line in rent_buy_view.lines(result):
-                    out_console.print(line, markup=False)
-                out_console.print(rent_buy_view.table(result))
-                for note in result.notes:
-                    out_console.print(f"  - {note}", markup=False)
-            if plot is not None:
-                write_bytes(plot, rent_buy_view.figure(result), force=force, flag="--plot")
-
-        guarded(run)
+    app.command(name="rent-vs-buy")(options_command(RentVsBuyOptions, rent_vs_buy))
 
 
 def plan_design_1(resolved: ResolvedRequirement, catalog: Catalog) -> Design:

@@ -6,16 +6,16 @@ the conflict and the least relaxations); 2 bad input (the requirement, a catalog
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from clusterplan.commands.options import CatalogOption
-from clusterplan.commands.solve import ObjectiveChoice
-from clusterplan.commands.sweep import JobsOption, TimeLimitOption, progress
-from clusterplan.outputs import FORCE_HELP
-from clusterplan.stdin import FILE_HELP
+from clusterplan.commands.options import Catalogs, options_command
+from clusterplan.commands.solve import Objective, ObjectiveChoice
+from clusterplan.commands.sweep import File, Force, Jobs, TimeLimit, progress
 
 
 class WhatIfChoice(StrEnum):
@@ -26,54 +26,61 @@ class WhatIfChoice(StrEnum):
     none = "none"
 
 
+@dataclass(frozen=True)
+class ReportOptions:
+    """``clusterplan report``'s arguments and options, in the order ``--help`` lists them."""
+
+    file: File
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="review.md (images in review_files/ beside it) or review.html."),
+    ]
+    force: Force = False
+    top: Annotated[int, typer.Option("--top", "-k", min=1, max=20, help="Designs in the alternatives table.")] = 5
+    objective: Objective = ObjectiveChoice.min_cost
+    what_if: Annotated[
+        WhatIfChoice,
+        typer.Option(
+            "--what-if", help="The what-if plot: demand (serving), deadline (training), budget, none; auto picks."
+        ),
+    ] = WhatIfChoice.auto
+    jobs: Jobs = None
+    time_limit: TimeLimit = 10.0
+    catalog: Catalogs = None
+
+
+def report(o: ReportOptions) -> None:
+    """Write a design-review attachment: summary, designs, memory, what binds, what if, rent vs buy, sources."""
+    from clusterplan.console import guarded, out_console
+    from clusterplan.render.review_files import write_report
+    from clusterplan.review import check_report_paths
+    from clusterplan.stdin import is_stdin, read_stdin
+
+    def run() -> None:
+        check_report_paths(o.output, o.force)  # a bad suffix or path is refused before any planning
+        from clusterplan.planner.solve import SolverSettings  # the solver's imports take half a second
+        from clusterplan.review.assemble import assemble
+        from clusterplan.review.records import WHATIF_FACTORS
+        from clusterplan.whatif.sweep import default_jobs
+
+        text = read_stdin() if is_stdin(o.file) else None
+        with progress(len(WHATIF_FACTORS), "what if") as on_done:
+            data = assemble(
+                o.file,
+                o.catalog or [],
+                text=text,
+                top=o.top,
+                objective=o.objective.value,
+                settings=SolverSettings(time_limit_s=o.time_limit),
+                whatif=o.what_if.value,
+                jobs=o.jobs or default_jobs(),
+                on_done=on_done,
+            )
+        written = write_report(data, o.output, force=o.force)
+        out_console.print(f"wrote {', '.join(str(p) for p in written)} ({data.status})", markup=False)
+
+    guarded(run)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def report(
-        file: Path = typer.Argument(..., help=FILE_HELP),
-        output: Path = typer.Option(
-            ..., "--output", "-o", help="review.md (images in review_files/ beside it) or review.html."
-        ),
-        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-        top: int = typer.Option(5, "--top", "-k", min=1, max=20, help="Designs in the alternatives table."),
-        objective: ObjectiveChoice = typer.Option(
-            ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
-        ),
-        what_if: WhatIfChoice = typer.Option(
-            WhatIfChoice.auto,
-            "--what-if",
-            help="The what-if plot: demand (serving), deadline (training), budget, none; auto picks.",
-        ),
-        jobs: int | None = JobsOption,
-        time_limit: float = TimeLimitOption,
-        catalog: list[Path] | None = CatalogOption,
-    ) -> None:
-        """Write a design-review attachment: summary, designs, memory, what binds, what if, rent vs buy, sources."""
-        from clusterplan.console import guarded, out_console
-        from clusterplan.render.review_files import write_report
-        from clusterplan.review import check_report_paths
-        from clusterplan.stdin import is_stdin, read_stdin
-
-        def run() -> None:
-            check_report_paths(output, force)  # a bad suffix or path is refused before any planning
-            from clusterplan.planner.solve import SolverSettings  # the solver's imports take half a second
-            from clusterplan.review.assemble import assemble
-            from clusterplan.review.records import WHATIF_FACTORS
-            from clusterplan.whatif.sweep import default_jobs
-
-            text = read_stdin() if is_stdin(file) else None
-            with progress(len(WHATIF_FACTORS), "what if") as on_done:
-                data = assemble(
-                    file,
-                    catalog or [],
-                    text=text,
-                    top=top,
-                    objective=objective.value,
-                    settings=SolverSettings(time_limit_s=time_limit),
-                    whatif=what_if.value,
-                    jobs=jobs or default_jobs(),
-                    on_done=on_done,
-                )
-            written = write_report(data, output, force=force)
-            out_console.print(f"wrote {', '.join(str(p) for p in written)} ({data.status})", markup=False)
-
-        guarded(run)
+    app.command()(options_command(ReportOptions, report))

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clusterplan.commands.options import CatalogOption
+from clusterplan.commands.options import Catalogs
 from clusterplan.errors import NeedsBudget
 from clusterplan.stdin import FILE_HELP
 
@@ -29,6 +29,11 @@ class ObjectiveChoice(StrEnum):
     min_cost = "min_cost"
     max_throughput = "max_throughput"
     min_latency = "min_latency"
+
+
+Objective = Annotated[
+    ObjectiveChoice, typer.Option("--objective", help="min_cost, or max_throughput / min_latency within budget.")
+]
 
 
 def time_limit_note(plan: Plan) -> str | None:
@@ -50,9 +55,7 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(5, "--top", "-k", min=1, max=50, help="How many distinct designs to return."),
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON (specs/plan.md)."),
         markdown: bool = typer.Option(False, "--markdown", help="Print the plan as Markdown."),
-        objective: ObjectiveChoice = typer.Option(
-            ObjectiveChoice.min_cost, "--objective", help="min_cost, or max_throughput / min_latency within budget."
-        ),
+        objective: Objective = ObjectiveChoice.min_cost,
         time_limit: float = typer.Option(
             10.0,
             "--time-limit",
@@ -62,7 +65,7 @@ def register(app: typer.Typer) -> None:
             "(docs/guarantees.md).",
         ),
         explain: bool = typer.Option(True, "--explain/--no-explain", help="Compute 'why this one'."),
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Plan: the cheapest feasible GPU cluster designs for a requirement, and why."""
         from clusterplan.catalog.load import load_catalog

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from clusterplan.commands.options import CatalogOption
+from clusterplan.commands.options import Catalogs
 from clusterplan.outputs import FORCE_HELP
 from clusterplan.requirement.schema import Requirement
 from clusterplan.stdin import FILE_HELP
@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
         file: Path = typer.Argument(..., help=FILE_HELP),
-        catalog: list[Path] | None = CatalogOption,
+        catalog: Catalogs = None,
     ) -> None:
         """Check a requirement file and say what it asks for; exit 2 with located errors if it is invalid."""
         from clusterplan.catalog.load import load_catalog
