@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         def run() -> None:
             check_report_paths(output, force)  # a bad suffix or path is refused before any planning
             from clusterplan.planner.solve import SolverSettings  # the solver's imports take half a second
-            from clusterplan.review.assemble import assemble
+            from clusterplan.review.assemble import WhatIfRun, assemble
             from clusterplan.review.records import WHATIF_FACTORS
             from clusterplan.whatif.sweep import default_jobs
 
@@ -69,9 +69,7 @@ def register(app: typer.Typer) -> None:
                     top=top,
                     objective=objective.value,
                     settings=SolverSettings(time_limit_s=time_limit),
-                    whatif=what_if.value,
-                    jobs=jobs or default_jobs(),
-                    on_done=on_done,
+                    whatif=WhatIfRun(what_if.value, jobs=jobs or default_jobs(), on_done=on_done),
                 )
             written = write_report(data, output, force=force)
             out_console.print(f"wrote {', '.join(str(p) for p in written)} ({data.status})", markup=False)
