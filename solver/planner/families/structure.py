@@ -343,7 +343,7 @@ def _define_costs(model: cp_model.CpModel, v: PlanVariables, table: CandidateTab
     v.owned_gpus = _define(model, "owned_gpus", terms.owned_gpus)
     v.owned_power_w = _define(model, "owned_power_w", terms.power)
     v.inventory_extra_gpus = _define(model, "inventory_extra_gpus", terms.extra)
-    _define_gpus_in_use(model, v, table, terms)
+    v.gpus_in_use = _gpus_in_use(model, table, terms, v.owned_gpus)
 
 
 def _offering_terms(
@@ -394,7 +394,9 @@ def _training_terms(v: PlanVariables, table: CandidateTable, terms: _CostTerms) 
         terms.train_cloud[wc.index].append((trow.cloud_instances * o.gpus_per_unit, yc))
 
 
-def _define_gpus_in_use(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, terms: _CostTerms) -> None:
+def _gpus_in_use(
+    model: cp_model.CpModel, table: CandidateTable, terms: _CostTerms, owned_gpus: cp_model.IntVar
+) -> cp_model.IntVar:
     """``G`` = owned GPUs + cloud serving GPUs + cloud training GPUs (sequential: owned + the largest cloud phase)."""
     cloud_serving = _define(model, "cloud_serving_gpus", terms.cloud_gpus)
     train_vars = [_define(model, f"train_cloud_gpus_{w}", pairs) for w, pairs in sorted(terms.train_cloud.items())]
@@ -402,10 +404,10 @@ def _define_gpus_in_use(model: cp_model.CpModel, v: PlanVariables, table: Candid
         phase_ub = max(upper_bound(x) for x in [cloud_serving, *train_vars])
         phase = model.new_int_var(0, phase_ub, "cloud_gpus_largest_phase")
         model.add_max_equality(phase, [cloud_serving, *train_vars])
-        parts = [v.owned_gpus, phase]
+        parts = [owned_gpus, phase]
     else:
-        parts = [v.owned_gpus, cloud_serving, *train_vars]
-    v.gpus_in_use = _define(model, "gpus_in_use", [(1, x) for x in parts])
+        parts = [owned_gpus, cloud_serving, *train_vars]
+    return _define(model, "gpus_in_use", [(1, x) for x in parts])
 
 
 @dataclass
