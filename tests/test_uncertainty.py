@@ -252,13 +252,13 @@ def test_designs_within_the_model_error_are_flagged_in_every_format(catalog: Cat
 def review(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The 13B example's review, aggregated replicas only: its design 2 is then other hardware (with pools on,
     a disaggregated layout on the same server ties design 1 and takes that place)."""
-    from clusterplan.review.assemble import assemble
+    from clusterplan.review.assemble import WhatIfRun, assemble
 
     path = tmp_path_factory.mktemp("review") / THIRTEEN_B.name
     path.write_text(
         THIRTEEN_B.read_text().replace("    name: product\n", '    name: product\n    disaggregation: "off"\n')
     )
-    return assemble(path, whatif="none", top=2)
+    return assemble(path, whatif=WhatIfRun("none"), top=2)
 
 
 @pytest.mark.slow

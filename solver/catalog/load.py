@@ -690,29 +690,66 @@ def _origin(tables: _Tables, section: str, key: str) -> str:
 
 
 def _cross_check(tables: _Tables, problems: _Problems) -> None:
-    def here(section: str, key: str, *sub: str | int) -> tuple[Location, str]:
-        found = tables.where.get((section, key))
+    """The rules that span rows and tables, table by table: every row's sources, dates and provisional
+    fields; GPUs' prices and precisions; instances' prices, providers and GPUs; quality rows' models;
+    owned-hardware figures. Names are unique among GPUs and among models."""
+    rep = _Reporter(tables, problems)
+    for gpu_id, gpu in tables.gpus.items():
+        _check_gpu(gpu_id, gpu, rep)
+    _check_names(tables, "gpus", tables.gpus.values(), rep.report)
+
+    for engine_id, engine in tables.engines.items():
+        rep.check_refs("engines", engine_id, engine)
+    _check_kernels(tables, rep)
+
+    for key, inst in tables.instances.items():
+        _check_instance(tables, key, inst, rep)
+
+    for model_id, model in tables.models.items():
+        rep.check_refs("models", model_id, model)
+    _check_names(tables, "models", tables.models.values(), rep.report)
+
+    for provider_id, provider in tables.providers.items():
+        rep.check_refs("providers", provider_id, provider)
+    for quality_id, delta in tables.quality.items():
+        _check_quality(tables, quality_id, delta, rep)
+
+    if tables.owned is not None:
+        _check_owned(tables.owned, rep)
+
+
+@dataclass(frozen=True)
+class _Reporter:
+    """Reports a cross-check's problem at the row (and field) of the file that defined it."""
+
+    tables: _Tables
+    problems: _Problems
+
+    def here(self, section: str, key: str, *sub: str | int) -> tuple[Location, str]:
+        found = self.tables.where.get((section, key))
         if found is None:  # pragma: no cover - every row is recorded when applied
             return Location("catalog"), f"{section}.{key}"
         doc, path = found
         full = (*path, *sub)
         return doc.locate(full), format_path(full)
 
-    def report(section: str, key: str, message: str, *sub: str | int) -> None:
-        loc, path = here(section, key, *sub)
-        problems.add_at(loc, path, message)
+    def report(self, section: str, key: str, message: str, *sub: str | int) -> None:
+        loc, path = self.here(section, key, *sub)
+        self.problems.add_at(loc, path, message)
 
-    def check_refs(section: str, key: str, row: BaseModel, prefix: tuple[str, ...] = ()) -> None:
+    def check_refs(self, section: str, key: str, row: BaseModel, prefix: tuple[str, ...] = ()) -> None:
+        """A row's sources are keys of ``sources`` or URLs, its ``as_of`` a real date, its provisional
+        fields its own and flagged provisional."""
         refs: list[tuple[str, str]] = []
         source = getattr(row, "source", None)
         if isinstance(source, str):
             refs.append(("source", source))
         refs.extend(("also_sources", s) for s in getattr(row, "also_sources", []) or [])
         for field_name, ref in refs:
-            if ref not in tables.sources and not _is_url(ref):
-                close = _suggest(ref, {normalize_name(k): k for k in tables.sources})
+            if ref not in self.tables.sources and not _is_url(ref):
+                close = _suggest(ref, {normalize_name(k): k for k in self.tables.sources})
                 hint = "did you mean " + " or ".join(f"'{c}'" for c in close) + "?" if close else ""
-                report(
+                self.report(
                     section,
                     key,
                     f"source '{ref}' is not a key of `sources` nor a URL"
@@ -722,147 +759,154 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
                 )
         as_of = getattr(row, "as_of", None)
         if isinstance(as_of, str) and not _real_date(as_of):
-            report(section, key, f"as_of must be a date like 2026-11 or 2026-11-09, got {as_of!r}", *prefix, "as_of")
+            self.report(
+                section, key, f"as_of must be a date like 2026-11 or 2026-11-09, got {as_of!r}", *prefix, "as_of"
+            )
         pfields = getattr(row, "provisional_fields", []) or []
         for name in pfields:
             if name not in type(row).model_fields:
-                report(section, key, f"provisional_fields names '{name}', which is not a field of the row", *prefix)
-        if pfields and not getattr(row, "provisional", False):
-            report(section, key, "provisional_fields is set, so provisional must be true", *prefix)
-
-    for gpu_id, gpu in tables.gpus.items():
-        check_refs("gpus", gpu_id, gpu)
-        if gpu.price is not None:
-            check_refs("gpus", gpu_id, gpu.price, ("price",))
-            if gpu.price.usd > MAX_GPU_USD:
-                report(
-                    "gpus",
-                    gpu_id,
-                    f"GPU '{gpu_id}' is priced at ${gpu.price.usd:,.4g}, beyond the ${MAX_GPU_USD:,.0f} per GPU "
-                    "clusterplan plans with; check the unit",
-                    "price",
-                    "usd",
+                self.report(
+                    section, key, f"provisional_fields names '{name}', which is not a field of the row", *prefix
                 )
-        for precision in gpu.native_precisions:
-            if gpu.tflops(precision) is None:
-                report("gpus", gpu_id, f"'{precision}' is listed as native but dense has no figure for it", "dense")
-        if gpu.dense.fp4_tflops is not None and "fp4" not in gpu.native_precisions:
-            # An FP4 rate is credited only to native precisions: a figure without the listing would be silently unused.
-            report("gpus", gpu_id, "dense has an fp4 figure but 'fp4' is not listed in native_precisions", "dense")
-    _check_names(tables, "gpus", tables.gpus.values(), report)
+        if pfields and not getattr(row, "provisional", False):
+            self.report(section, key, "provisional_fields is set, so provisional must be true", *prefix)
 
-    for engine_id, engine in tables.engines.items():
-        check_refs("engines", engine_id, engine)
 
+def _check_gpu(gpu_id: str, gpu: GpuSpec, rep: _Reporter) -> None:
+    """A GPU row: its references, a price within what clusterplan plans with, a dense figure for every
+    native precision, and an FP4 figure only with FP4 listed as native."""
+    rep.check_refs("gpus", gpu_id, gpu)
+    if gpu.price is not None:
+        rep.check_refs("gpus", gpu_id, gpu.price, ("price",))
+        if gpu.price.usd > MAX_GPU_USD:
+            rep.report(
+                "gpus",
+                gpu_id,
+                f"GPU '{gpu_id}' is priced at ${gpu.price.usd:,.4g}, beyond the ${MAX_GPU_USD:,.0f} per GPU "
+                "clusterplan plans with; check the unit",
+                "price",
+                "usd",
+            )
+    for precision in gpu.native_precisions:
+        if gpu.tflops(precision) is None:
+            rep.report("gpus", gpu_id, f"'{precision}' is listed as native but dense has no figure for it", "dense")
+    if gpu.dense.fp4_tflops is not None and "fp4" not in gpu.native_precisions:
+        # An FP4 rate is credited only to native precisions: a figure without the listing would be silently unused.
+        rep.report("gpus", gpu_id, "dense has an fp4 figure but 'fp4' is not listed in native_precisions", "dense")
+
+
+def _check_kernels(tables: _Tables, rep: _Reporter) -> None:
+    """The kernels rows: their references, each architecture on one row only, and exactly one default row."""
     listed: dict[str, str] = {}
     for kernels_id, row in tables.kernels.items():
-        check_refs("kernels", kernels_id, row)
+        rep.check_refs("kernels", kernels_id, row)
         for name in row.architectures:
             other = listed.setdefault(name.casefold(), kernels_id)
             if other != kernels_id:
-                report(
+                rep.report(
                     "kernels", kernels_id, f"architecture '{name}' is listed by kernels '{other}' too", "architectures"
                 )
     defaults = [k for k, row in tables.kernels.items() if row.default]
     if tables.kernels and len(defaults) != 1:
         key = defaults[1] if defaults else next(iter(tables.kernels))
-        report("kernels", key, f"exactly one kernels row is the default; found {len(defaults)}", "default")
+        rep.report("kernels", key, f"exactly one kernels row is the default; found {len(defaults)}", "default")
 
-    for key, inst in tables.instances.items():
-        check_refs("instances", key, inst)
-        for price_field in ("on_demand_usd_per_hour", "spot_usd_per_hour"):
-            price = getattr(inst, price_field)
-            if price is not None and price > MAX_INSTANCE_USD_PER_HOUR:
-                report(
-                    "instances",
-                    key,
-                    f"instance '{key}' costs ${price:,.4g} an hour, beyond the ${MAX_INSTANCE_USD_PER_HOUR:,.0f} "
-                    "clusterplan plans with; check the unit",
-                    price_field,
-                )
-        if inst.provider not in tables.providers:
-            report(
+
+def _check_instance(tables: _Tables, key: str, inst: CloudInstance, rep: _Reporter) -> None:
+    """An instance row: its references, prices within what clusterplan plans with, a listed provider, and
+    a GPU in the catalog whose node holds its GPU count and whose scale-up link it names."""
+    rep.check_refs("instances", key, inst)
+    for price_field in ("on_demand_usd_per_hour", "spot_usd_per_hour"):
+        price = getattr(inst, price_field)
+        if price is not None and price > MAX_INSTANCE_USD_PER_HOUR:
+            rep.report(
                 "instances",
                 key,
-                f"instance '{key}' names provider '{inst.provider}', which `providers` does not list; add a "
-                "providers row (tier, interconnect, source, as_of)",
-                "provider",
+                f"instance '{key}' costs ${price:,.4g} an hour, beyond the ${MAX_INSTANCE_USD_PER_HOUR:,.0f} "
+                "clusterplan plans with; check the unit",
+                price_field,
             )
-        inst_gpu = tables.gpus.get(inst.gpu_id)
-        if inst_gpu is None:
-            hint = _suggest(inst.gpu_id, _name_index(tables.gpus.values()))
-            report(
-                "instances",
-                key,
-                f"instance '{key}' names gpu_id '{inst.gpu_id}', which is not in the catalog"
-                + (f"; did you mean {' or '.join(repr(h) for h in hint)}?" if hint else ""),
-                "gpu_id",
-            )
-            continue
-        if inst.gpus_per_instance > inst_gpu.max_gpus_per_node:
-            report(
-                "instances",
-                key,
-                f"instance '{key}' has {inst.gpus_per_instance} GPUs but a {inst_gpu.id} node holds at most "
-                f"{inst_gpu.max_gpus_per_node} (max_gpus_per_node, {_origin(tables, 'gpus', inst_gpu.id)})",
-                "gpus_per_instance",
-            )
-        if inst.gpu_link != "pcie" and inst.gpu_link != inst_gpu.scale_up:
-            report(
-                "instances",
-                key,
-                f"instance '{key}' links its GPUs by {inst.gpu_link} but {inst_gpu.id} has scale_up {inst_gpu.scale_up}",
-                "gpu_link",
+    if inst.provider not in tables.providers:
+        rep.report(
+            "instances",
+            key,
+            f"instance '{key}' names provider '{inst.provider}', which `providers` does not list; add a "
+            "providers row (tier, interconnect, source, as_of)",
+            "provider",
+        )
+    inst_gpu = tables.gpus.get(inst.gpu_id)
+    if inst_gpu is None:
+        hint = _suggest(inst.gpu_id, _name_index(tables.gpus.values()))
+        rep.report(
+            "instances",
+            key,
+            f"instance '{key}' names gpu_id '{inst.gpu_id}', which is not in the catalog"
+            + (f"; did you mean {' or '.join(repr(h) for h in hint)}?" if hint else ""),
+            "gpu_id",
+        )
+        return
+    if inst.gpus_per_instance > inst_gpu.max_gpus_per_node:
+        rep.report(
+            "instances",
+            key,
+            f"instance '{key}' has {inst.gpus_per_instance} GPUs but a {inst_gpu.id} node holds at most "
+            f"{inst_gpu.max_gpus_per_node} (max_gpus_per_node, {_origin(tables, 'gpus', inst_gpu.id)})",
+            "gpus_per_instance",
+        )
+    if inst.gpu_link != "pcie" and inst.gpu_link != inst_gpu.scale_up:
+        rep.report(
+            "instances",
+            key,
+            f"instance '{key}' links its GPUs by {inst.gpu_link} but {inst_gpu.id} has scale_up {inst_gpu.scale_up}",
+            "gpu_link",
+        )
+
+
+def _check_quality(tables: _Tables, quality_id: str, delta: QualityDelta, rep: _Reporter) -> None:
+    """A quality row: its references, and every model it names in the catalog."""
+    rep.check_refs("quality", quality_id, delta)
+    for i, model_id in enumerate(delta.models):
+        if model_id not in tables.models:
+            rep.report(
+                "quality",
+                quality_id,
+                f"quality row '{quality_id}' names model '{model_id}', which is not in the catalog",
+                "models",
+                i,
             )
 
-    for model_id, model in tables.models.items():
-        check_refs("models", model_id, model)
-    _check_names(tables, "models", tables.models.values(), report)
 
-    for provider_id, provider in tables.providers.items():
-        check_refs("providers", provider_id, provider)
-    for quality_id, delta in tables.quality.items():
-        check_refs("quality", quality_id, delta)
-        for i, model_id in enumerate(delta.models):
-            if model_id not in tables.models:
-                report(
-                    "quality",
-                    quality_id,
-                    f"quality row '{quality_id}' names model '{model_id}', which is not in the catalog",
-                    "models",
-                    i,
-                )
-
-    if tables.owned is not None:
-        owned = tables.owned
-        figures: list[tuple[tuple[str, ...], OwnedFigure]] = []
-        for name in type(owned).model_fields:
-            value = getattr(owned, name)
-            if isinstance(value, OwnedFigure):
-                figures.append(((name,), value))
-            elif isinstance(value, dict):
-                figures.extend(((name, str(k)), v) for k, v in value.items() if isinstance(v, OwnedFigure))
-        for sub, figure in figures:
-            check_refs("owned", "", figure, sub)
-            ceiling = MAX_OWNED_VALUE.get(sub[0])
-            if ceiling is not None and figure.value > ceiling:
-                report(
-                    "owned",
-                    "",
-                    f"{'.'.join(sub)} is {figure.value:,.4g} {figure.unit}, beyond the {ceiling:,.0f} "
-                    "clusterplan plans with; check the unit",
-                    *sub,
-                    "value",
-                )
-        missing = [c for c in GPU_CLASSES if c not in owned.server_usd_per_node]
-        if missing:
-            report("owned", "", f"server_usd_per_node lacks GPU class {', '.join(missing)}", "server_usd_per_node")
-        if owned.pue.value < 1:
-            report("owned", "", f"pue must be at least 1, got {owned.pue.value}", "pue", "value")
-        if owned.amortisation_months.value <= 0:
-            report("owned", "", "amortisation_months must be positive", "amortisation_months", "value")
-        if any(n < 1 for n in owned.node_sizes):
-            report("owned", "", "node_sizes must be positive GPU counts", "node_sizes")
+def _check_owned(owned: OwnedCosts, rep: _Reporter) -> None:
+    """The owned-hardware figures: each one's references and ceiling, a server price for every GPU class,
+    a PUE of at least 1, a positive amortisation and positive node sizes."""
+    figures: list[tuple[tuple[str, ...], OwnedFigure]] = []
+    for name in type(owned).model_fields:
+        value = getattr(owned, name)
+        if isinstance(value, OwnedFigure):
+            figures.append(((name,), value))
+        elif isinstance(value, dict):
+            figures.extend(((name, str(k)), v) for k, v in value.items() if isinstance(v, OwnedFigure))
+    for sub, figure in figures:
+        rep.check_refs("owned", "", figure, sub)
+        ceiling = MAX_OWNED_VALUE.get(sub[0])
+        if ceiling is not None and figure.value > ceiling:
+            rep.report(
+                "owned",
+                "",
+                f"{'.'.join(sub)} is {figure.value:,.4g} {figure.unit}, beyond the {ceiling:,.0f} "
+                "clusterplan plans with; check the unit",
+                *sub,
+                "value",
+            )
+    missing = [c for c in GPU_CLASSES if c not in owned.server_usd_per_node]
+    if missing:
+        rep.report("owned", "", f"server_usd_per_node lacks GPU class {', '.join(missing)}", "server_usd_per_node")
+    if owned.pue.value < 1:
+        rep.report("owned", "", f"pue must be at least 1, got {owned.pue.value}", "pue", "value")
+    if owned.amortisation_months.value <= 0:
+        rep.report("owned", "", "amortisation_months must be positive", "amortisation_months", "value")
+    if any(n < 1 for n in owned.node_sizes):
+        rep.report("owned", "", "node_sizes must be positive GPU counts", "node_sizes")
 
 
 def _real_date(text: str) -> bool:

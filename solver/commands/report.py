@@ -59,7 +59,7 @@ def report(o: ReportOptions) -> None:
     def run() -> None:
         check_report_paths(o.output, o.force)  # a bad suffix or path is refused before any planning
         from clusterplan.planner.solve import SolverSettings  # the solver's imports take half a second
-        from clusterplan.review.assemble import assemble
+        from clusterplan.review.assemble import WhatIfRun, assemble
         from clusterplan.review.records import WHATIF_FACTORS
         from clusterplan.whatif.sweep import default_jobs
 
@@ -72,9 +72,7 @@ def report(o: ReportOptions) -> None:
                 top=o.top,
                 objective=o.objective.value,
                 settings=SolverSettings(time_limit_s=o.time_limit),
-                whatif=o.what_if.value,
-                jobs=o.jobs or default_jobs(),
-                on_done=on_done,
+                whatif=WhatIfRun(o.what_if.value, jobs=o.jobs or default_jobs(), on_done=on_done),
             )
         written = write_report(data, o.output, force=o.force)
         out_console.print(f"wrote {', '.join(str(p) for p in written)} ({data.status})", markup=False)

@@ -19,20 +19,25 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.reasons import ReasonCategory, without
-from clusterplan.plan import Design, HardwareLine, ServingPlan, TrainingPlan
+from clusterplan.plan import Design, HardwareLine, ReplicaGroup, ServingPlan, TrainingPlan
 from clusterplan.units import HOURS_PER_MONTH
 from clusterplan.wording.reasons import render_reason
 
 if TYPE_CHECKING:
     from clusterplan.candidates.table import CandidateTable
     from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import ModelArchitecture
+    from clusterplan.evaluation.uncertainty import Derate
+    from clusterplan.physics.factors import Assumptions
+    from clusterplan.physics.types import ServingEstimate
     from clusterplan.requirement.load import ResolvedRequirement
+    from clusterplan.requirement.schema import FinetuneWorkload, ServingWorkload, TrainingWorkload
 
 USD_TOLERANCE = 0.05  # costs are recomputed in floats; the model works in whole cents
 REL_TOLERANCE = 1e-6
@@ -352,201 +357,298 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
 
 
 def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) -> list[str]:
-    """Every violation of the requirement by ``design``, re-evaluated with the physics and the catalog."""
-    from clusterplan.evaluation import evaluate
+    """Every violation of the requirement by ``design``, re-evaluated with the physics and the catalog.
+
+    In order: each hardware line re-priced (:func:`_catalog_units`), its cloud and region; each serving
+    workload's groups, capacity and p95 at load (:func:`_check_serving`); each training layout and its
+    cloud cost (:func:`_check_training`); the packing of every TP group; the costs; the limits.
+    """
     from clusterplan.evaluation.uncertainty import derate_for
-    from clusterplan.physics import cost as physics_cost
-    from clusterplan.physics import queueing
     from clusterplan.requirement.schema import ServingWorkload
 
     req = resolved.requirement
     c = req.constraints
-    a = req.assumptions
     problems: list[str] = []
     priced, more = _catalog_units(design, catalog, c.pricing)
     problems += more
-    if c.clouds:
-        allowed_clouds = {p.lower() for p in c.clouds}
-        for p in priced:
-            if p.line.kind == "cloud" and p.line.offering.split(":")[1] not in allowed_clouds:
-                problems.append(f"{p.line.offering}: cloud not in constraints.clouds")
-    if c.regions:
-        for p in priced:
-            if p.line.kind == "cloud" and p.line.region not in c.regions:
-                problems.append(f"{p.line.offering}: region {p.line.region} not allowed")
+    _clouds_and_regions(priced, c.clouds, c.regions, problems)
     by_name = {w.name: (i, w) for i, w in enumerate(req.workloads)}
     derate = derate_for(req.confidence)  # a plan at a confidence meets the derated figures (uncertainty.py)
     one_off = 0.0
     for wp in design.workloads:
         i, w = by_name[wp.workload]
-        arch = resolved.model_for(i)
+        ctx = _Against(resolved.model_for(i), catalog, req.assumptions, derate)
         if isinstance(wp, ServingPlan):
             assert w.kind == "serving"
-            if not math.isclose(wp.demand_rps, w.requests_per_s * w.peak_to_average, rel_tol=1e-9):
-                problems.append(f"{wp.workload}: demand {wp.demand_rps} is not average x peak_to_average")
-            rates: list[tuple[int, float, float]] = []
-            ests = []
-            for g in wp.groups:
-                spec = catalog.gpus[g.gpu]
-                domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
-                if g.tp > domain:
-                    problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
-                layout = evaluate.replica_layout(g)
-                est = evaluate.serving_estimate(arch, spec, w, layout, batch=g.batch, assumptions=a)
-                # the batch the engine runs is read at the dense layout of the group's TP and PP (no EP, attention TP)
-                runs = evaluate.max_batch(arch, spec, w, replace(layout, ep=1, attention_dp=False), a)
-                if g.batch > max(runs, 1):
-                    engine = evaluate.serving_assumptions(a, w).engine
-                    problems.append(
-                        f"{wp.workload}: {g.gpu} batch {g.batch} exceeds the {runs} the {engine} engine runs"
-                    )
-                hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
-                if hard:
-                    problems.append(f"{wp.workload}: {g.gpu} TP{g.tp} PP{g.pp} {g.quant}: {render_reason(hard[0])}")
-                if not est.memory.fits:
-                    problems.append(f"{wp.workload}: {g.gpu} needs {est.memory.total_gib:.1f} GiB per GPU")
-                if hard:
-                    rates.append((g.replicas, 0.0, 0.0))
-                    continue
-                est = est.model_copy(update={"feasible": True, "why_not": []})
-                ests.append((g, est))
-                if g.role != "aggregated":  # a pool replica: its share of the targets (evaluation/pools.py)
-                    from clusterplan.evaluation import pools
-
-                    pr = (
-                        pools.prefill_rates(est, arch, spec, w, a)
-                        if g.role == "prefill"
-                        else pools.decode_rates(est, w, a)
-                    )
-                    rates.append((g.replicas, pr.rate_rps, pr.rate_no_targets_rps))
-                    continue
-                r, r0 = (
-                    queueing.max_rate_for_targets(
-                        est, t, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a
-                    )
-                    for t in (evaluate.derated_targets(w, derate), queueing.NO_TARGETS)
-                )
-                rates.append((g.replicas, r * derate.rate_factor, r0 * derate.rate_factor))
-            has_targets = any(t is not None for t in (w.p95_latency, w.p95_ttft, w.p95_tpot))
-            _serving_capacity(wp, rates, w.redundancy, has_targets, problems)
-            # The p95 each replica shows at the share of peak demand it actually receives.
-            total = sum(n * (r if has_targets else r0) for n, r, r0 in rates)
-            pool_p95 = {"prefill": 0.0, "decode": 0.0}
-            for g, est in ests:
-                rr = next(r if has_targets else r0 for (n, r, r0), gg in zip(rates, wp.groups, strict=True) if gg is g)
-                if g.role != "aggregated":
-                    from clusterplan.evaluation import pools
-
-                    side = sum(
-                        n * (r if has_targets else r0)
-                        for (n, r, r0), gg in zip(rates, wp.groups, strict=True)
-                        if gg.role == g.role
-                    )
-                    at = pools.pool_at_load(
-                        est,
-                        arch,
-                        catalog.gpus[g.gpu],
-                        w,
-                        g.role,
-                        wp.demand_rps * rr / side if side > 0 else math.inf,
-                        a,
-                    )
-                    if at.utilisation > a.utilisation_ceiling * (1 + 1e-6):
-                        problems.append(
-                            f"{wp.workload}: {g.gpu} {g.role} replicas run at {at.utilisation:.0%} utilisation"
-                        )
-                    pool_p95[g.role] = max(pool_p95[g.role], at.p95_e2e_s)
-                    if g.role == "decode" and w.p95_tpot is not None and at.p95_tpot_s > w.p95_tpot * (1 + 1e-6):
-                        problems.append(
-                            f"{wp.workload}: {g.gpu} decode p95 TPOT {at.p95_tpot_s:.3f} s > target {w.p95_tpot:g} s"
-                        )
-                    continue
-                load = wp.demand_rps * rr / total if total > 0 else math.inf
-                # The derated replica takes rate_factor of the model's rate: its load is the model's at load / factor.
-                lat = derate.latency(
-                    queueing.latency_at_load(
-                        est,
-                        load / derate.rate_factor,
-                        input_tokens=w.input_tokens,
-                        output_tokens=w.output_tokens,
-                        assumptions=a,
-                    )
-                )
-                if lat.utilisation > a.utilisation_ceiling * (1 + 1e-6):
-                    problems.append(f"{wp.workload}: {g.gpu} replicas run at {lat.utilisation:.0%} utilisation")
-                for label, got, target in (
-                    ("p95 latency", lat.p95_e2e_s, w.p95_latency),
-                    ("p95 TTFT", lat.p95_ttft_s, w.p95_ttft),
-                    ("p95 TPOT", lat.p95_tpot_s, w.p95_tpot),
-                ):
-                    if target is not None and got > target * (1 + 1e-6):
-                        problems.append(f"{wp.workload}: {g.gpu} {label} {got:.3f} s > target {target:g} s")
-            if wp.disaggregated:  # the pools' p95s add: prefill TTFT (with the KV transfer), then decode
-                for label, got, target in (
-                    ("p95 TTFT", pool_p95["prefill"], w.p95_ttft),
-                    ("p95 latency", pool_p95["prefill"] + pool_p95["decode"], w.p95_latency),
-                ):
-                    if target is not None and got > target * (1 + 1e-6):
-                        problems.append(
-                            f"{wp.workload}: prefill and decode pools' {label} {got:.3f} s > target {target:g} s"
-                        )
+            _check_serving(wp, w, ctx, problems)
         else:
             assert isinstance(wp, TrainingPlan) and w.kind != "serving"
-            spec = catalog.gpus[wp.gpu]
-            domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
-            if wp.tp > domain:
-                problems.append(f"{wp.workload}: TP{wp.tp} exceeds the NVLink domain of {wp.gpu}")
-            if wp.gpus != wp.tp * wp.cp * wp.pp * wp.dp:
-                problems.append(f"{wp.workload}: {wp.gpus} GPUs is not TP x CP x PP x DP")
-            train_est = evaluate.training_point(
-                arch,
-                spec,
-                w,
-                tp=wp.tp,
-                pp=wp.pp,
-                dp=wp.dp,
-                zero_stage=wp.zero_stage,
-                recompute=wp.recompute,
-                micro_batch=wp.micro_batch,
-                assumptions=a,
-                derate=derate_for(req.confidence),  # the time the plan states: derated at a confidence
-                cp=wp.cp,
-                ep=wp.ep,
-                virtual_stages=wp.virtual_stages,
-                recompute_layers=wp.recompute_layers if wp.recompute == "full" else None,
-                memory_plan=MemoryPlan.of(wp.memory_options),
-            )
-            hard = without(train_est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
-            if hard:
-                problems.append(f"{wp.workload}: {render_reason(hard[0])}")
-            if train_est.time_to_train_s > w.deadline * (1 + 1e-9):
-                problems.append(
-                    f"{wp.workload}: {train_est.time_to_train_s / 86400:.1f} d misses the {w.deadline / 86400:.1f} d deadline"
-                )
-            if not math.isclose(train_est.time_to_train_s, wp.time_to_train_s, rel_tol=1e-6):
-                problems.append(
-                    f"{wp.workload}: time to train stated {wp.time_to_train_s:.0f} s, "
-                    f"physics says {train_est.time_to_train_s:.0f} s"
-                )
-            if wp.deployment == "cloud":
-                lines = [p for p in priced if p.line.kind == "cloud" and p.line.purpose.startswith(wp.workload + " (")]
-                if len(lines) != 1:
-                    problems.append(f"{wp.workload}: expected one cloud instance line, found {len(lines)}")
-                else:
-                    p = lines[0]
-                    if p.line.units * p.line.gpus_per_unit < wp.gpus:
-                        problems.append(f"{wp.workload}: {p.line.gpus} cloud GPUs for {wp.gpus} needed")
-                    cost = physics_cost.training_cloud_cost_usd(
-                        p.line.usd_per_hour, p.line.units, train_est.time_to_train_s
-                    )
-                    one_off += cost
-                    if not _close(cost, wp.cloud_cost_usd):
-                        problems.append(
-                            f"{wp.workload}: cloud cost stated ${wp.cloud_cost_usd:,.2f}, recomputed ${cost:,.2f}"
-                        )
+            one_off += _check_training(wp, w, ctx, priced, problems)
     _placement(design, priced, req.schedule == "sequential", problems)
     tokens = sum(w.requests_per_s * w.output_tokens for w in req.workloads if isinstance(w, ServingWorkload))
     _totals(design, priced, one_off, req.budget.horizon, tokens, problems)
+    _limits(design, priced, _limits_view(resolved, catalog), problems)
+    return problems
+
+
+@dataclass(frozen=True)
+class _Against:
+    """What one workload's plan is re-evaluated against: its model, the catalog, the requirement's
+    assumptions and the derating of its confidence."""
+
+    arch: ModelArchitecture
+    catalog: Catalog
+    assumptions: Assumptions
+    derate: Derate
+
+
+Rates = list[tuple[int, float, float]]  # (replicas, rate with targets, rate at the ceiling) per group
+
+
+def _clouds_and_regions(
+    priced: list[Priced], clouds: Sequence[str] | None, regions: Sequence[str] | None, problems: list[str]
+) -> None:
+    """Every cloud line is from an allowed cloud and region (when the requirement lists them)."""
+    if clouds:
+        allowed_clouds = {p.lower() for p in clouds}
+        for p in priced:
+            if p.line.kind == "cloud" and p.line.offering.split(":")[1] not in allowed_clouds:
+                problems.append(f"{p.line.offering}: cloud not in constraints.clouds")
+    if regions:
+        for p in priced:
+            if p.line.kind == "cloud" and p.line.region not in regions:
+                problems.append(f"{p.line.offering}: region {p.line.region} not allowed")
+
+
+def _check_serving(wp: ServingPlan, w: ServingWorkload, ctx: _Against, problems: list[str]) -> None:
+    """A serving workload: its demand as stated, each group's physics, its capacity, and its p95 at load."""
+    if not math.isclose(wp.demand_rps, w.requests_per_s * w.peak_to_average, rel_tol=1e-9):
+        problems.append(f"{wp.workload}: demand {wp.demand_rps} is not average x peak_to_average")
+    rates: Rates = []
+    ests: list[tuple[ReplicaGroup, ServingEstimate]] = []
+    for g in wp.groups:
+        rate, est = _group_rates(wp, g, w, ctx, problems)
+        rates.append(rate)
+        if est is not None:
+            ests.append((g, est))
+    has_targets = any(t is not None for t in (w.p95_latency, w.p95_ttft, w.p95_tpot))
+    _serving_capacity(wp, rates, w.redundancy, has_targets, problems)
+    _p95_at_load(wp, w, ctx, rates, ests, has_targets, problems)
+
+
+def _group_rates(
+    wp: ServingPlan, g: ReplicaGroup, w: ServingWorkload, ctx: _Against, problems: list[str]
+) -> tuple[tuple[int, float, float], ServingEstimate | None]:
+    """One replica group re-evaluated: NVLink domain, batch the engine runs, physics reasons, memory fit;
+    then its (replicas, rate within the targets, rate at the ceiling) and its estimate (None, and rates 0,
+    when the physics rules it out)."""
+    from clusterplan.evaluation import evaluate
+
+    arch, a = ctx.arch, ctx.assumptions
+    spec = ctx.catalog.gpus[g.gpu]
+    domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
+    if g.tp > domain:
+        problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
+    layout = evaluate.replica_layout(g)
+    est = evaluate.serving_estimate(arch, spec, w, layout, batch=g.batch, assumptions=a)
+    # the batch the engine runs is read at the dense layout of the group's TP and PP (no EP, attention TP)
+    runs = evaluate.max_batch(arch, spec, w, replace(layout, ep=1, attention_dp=False), a)
+    if g.batch > max(runs, 1):
+        engine = evaluate.serving_assumptions(a, w).engine
+        problems.append(f"{wp.workload}: {g.gpu} batch {g.batch} exceeds the {runs} the {engine} engine runs")
+    hard = without(est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
+    if hard:
+        problems.append(f"{wp.workload}: {g.gpu} TP{g.tp} PP{g.pp} {g.quant}: {render_reason(hard[0])}")
+    if not est.memory.fits:
+        problems.append(f"{wp.workload}: {g.gpu} needs {est.memory.total_gib:.1f} GiB per GPU")
+    if hard:
+        return (g.replicas, 0.0, 0.0), None
+    est = est.model_copy(update={"feasible": True, "why_not": []})
+    if g.role != "aggregated":  # a pool replica: its share of the targets (evaluation/pools.py)
+        from clusterplan.evaluation import pools
+
+        pr = pools.prefill_rates(est, arch, spec, w, a) if g.role == "prefill" else pools.decode_rates(est, w, a)
+        return (g.replicas, pr.rate_rps, pr.rate_no_targets_rps), est
+    r, r0 = _replica_rates(est, w, ctx)
+    return (g.replicas, r, r0), est
+
+
+def _replica_rates(est: ServingEstimate, w: ServingWorkload, ctx: _Against) -> tuple[float, float]:
+    """An aggregated replica's request rate within the derated p95 targets and at the utilisation ceiling,
+    each times the confidence's rate factor."""
+    from clusterplan.evaluation import evaluate
+    from clusterplan.physics import queueing
+
+    derate, a = ctx.derate, ctx.assumptions
+    r, r0 = (
+        queueing.max_rate_for_targets(est, t, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a)
+        for t in (evaluate.derated_targets(w, derate), queueing.NO_TARGETS)
+    )
+    return r * derate.rate_factor, r0 * derate.rate_factor  # the derated replica serves rate_factor of the model's
+
+
+def _p95_at_load(
+    wp: ServingPlan,
+    w: ServingWorkload,
+    ctx: _Against,
+    rates: Rates,
+    ests: list[tuple[ReplicaGroup, ServingEstimate]],
+    has_targets: bool,
+    problems: list[str],
+) -> None:
+    """The p95 each replica shows at the share of peak demand it actually receives; a disaggregated
+    workload's pools' p95s add (prefill TTFT with the KV transfer, then decode)."""
+    total = sum(n * (r if has_targets else r0) for n, r, r0 in rates)
+    pool_p95 = {"prefill": 0.0, "decode": 0.0}
+    for g, est in ests:
+        rr = next(r if has_targets else r0 for (n, r, r0), gg in zip(rates, wp.groups, strict=True) if gg is g)
+        if g.role != "aggregated":
+            side = sum(
+                n * (r if has_targets else r0)
+                for (n, r, r0), gg in zip(rates, wp.groups, strict=True)
+                if gg.role == g.role
+            )
+            load = wp.demand_rps * rr / side if side > 0 else math.inf  # the pool's share of peak demand
+            pool_p95[g.role] = max(pool_p95[g.role], _pool_p95_at_load(wp, g, est, w, ctx, load, problems))
+            continue
+        load = wp.demand_rps * rr / total if total > 0 else math.inf  # the replica's share of peak demand
+        _replica_p95_at_load(wp, g, est, w, ctx, load, problems)
+    if wp.disaggregated:  # the pools' p95s add: prefill TTFT (with the KV transfer), then decode
+        for label, got, target in (
+            ("p95 TTFT", pool_p95["prefill"], w.p95_ttft),
+            ("p95 latency", pool_p95["prefill"] + pool_p95["decode"], w.p95_latency),
+        ):
+            if target is not None and got > target * (1 + 1e-6):
+                problems.append(f"{wp.workload}: prefill and decode pools' {label} {got:.3f} s > target {target:g} s")
+
+
+def _pool_p95_at_load(
+    wp: ServingPlan,
+    g: ReplicaGroup,
+    est: ServingEstimate,
+    w: ServingWorkload,
+    ctx: _Against,
+    load_rps: float,
+    problems: list[str],
+) -> float:
+    """A prefill or decode pool replica at ``load_rps``: its utilisation and (decode) TPOT against the
+    targets; returns its p95 end to end, which the pools add."""
+    from clusterplan.evaluation import pools
+
+    a = ctx.assumptions
+    at = pools.pool_at_load(est, ctx.arch, ctx.catalog.gpus[g.gpu], w, g.role, load_rps, a)
+    if at.utilisation > a.utilisation_ceiling * (1 + 1e-6):
+        problems.append(f"{wp.workload}: {g.gpu} {g.role} replicas run at {at.utilisation:.0%} utilisation")
+    if g.role == "decode" and w.p95_tpot is not None and at.p95_tpot_s > w.p95_tpot * (1 + 1e-6):
+        problems.append(f"{wp.workload}: {g.gpu} decode p95 TPOT {at.p95_tpot_s:.3f} s > target {w.p95_tpot:g} s")
+    return at.p95_e2e_s
+
+
+def _replica_p95_at_load(
+    wp: ServingPlan,
+    g: ReplicaGroup,
+    est: ServingEstimate,
+    w: ServingWorkload,
+    ctx: _Against,
+    load_rps: float,
+    problems: list[str],
+) -> None:
+    """An aggregated replica at ``load_rps``: its derated utilisation, p95 latency, TTFT and TPOT against the targets."""
+    from clusterplan.physics import queueing
+
+    a, derate = ctx.assumptions, ctx.derate
+    # The derated replica takes rate_factor of the model's rate: its load is the model's at load / factor.
+    lat = derate.latency(
+        queueing.latency_at_load(
+            est,
+            load_rps / derate.rate_factor,
+            input_tokens=w.input_tokens,
+            output_tokens=w.output_tokens,
+            assumptions=a,
+        )
+    )
+    if lat.utilisation > a.utilisation_ceiling * (1 + 1e-6):
+        problems.append(f"{wp.workload}: {g.gpu} replicas run at {lat.utilisation:.0%} utilisation")
+    for label, got, target in (
+        ("p95 latency", lat.p95_e2e_s, w.p95_latency),
+        ("p95 TTFT", lat.p95_ttft_s, w.p95_ttft),
+        ("p95 TPOT", lat.p95_tpot_s, w.p95_tpot),
+    ):
+        if target is not None and got > target * (1 + 1e-6):
+            problems.append(f"{wp.workload}: {g.gpu} {label} {got:.3f} s > target {target:g} s")
+
+
+def _check_training(
+    wp: TrainingPlan, w: TrainingWorkload | FinetuneWorkload, ctx: _Against, priced: list[Priced], problems: list[str]
+) -> float:
+    """A training layout: NVLink domain, GPU count, physics, deadline, stated time; returns its cloud cost
+    (0 when owned), which :func:`_totals` adds to the one-off cost."""
+    from clusterplan.evaluation import evaluate
+
+    spec = ctx.catalog.gpus[wp.gpu]
+    domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
+    if wp.tp > domain:
+        problems.append(f"{wp.workload}: TP{wp.tp} exceeds the NVLink domain of {wp.gpu}")
+    if wp.gpus != wp.tp * wp.cp * wp.pp * wp.dp:
+        problems.append(f"{wp.workload}: {wp.gpus} GPUs is not TP x CP x PP x DP")
+    train_est = evaluate.training_point(
+        ctx.arch,
+        spec,
+        w,
+        tp=wp.tp,
+        pp=wp.pp,
+        dp=wp.dp,
+        zero_stage=wp.zero_stage,
+        recompute=wp.recompute,
+        micro_batch=wp.micro_batch,
+        assumptions=ctx.assumptions,
+        derate=ctx.derate,  # the time the plan states: derated at a confidence
+        cp=wp.cp,
+        ep=wp.ep,
+        virtual_stages=wp.virtual_stages,
+        recompute_layers=wp.recompute_layers if wp.recompute == "full" else None,
+        memory_plan=MemoryPlan.of(wp.memory_options),
+    )
+    hard = without(train_est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
+    if hard:
+        problems.append(f"{wp.workload}: {render_reason(hard[0])}")
+    if train_est.time_to_train_s > w.deadline * (1 + 1e-9):
+        problems.append(
+            f"{wp.workload}: {train_est.time_to_train_s / 86400:.1f} d misses the {w.deadline / 86400:.1f} d deadline"
+        )
+    if not math.isclose(train_est.time_to_train_s, wp.time_to_train_s, rel_tol=1e-6):
+        problems.append(
+            f"{wp.workload}: time to train stated {wp.time_to_train_s:.0f} s, "
+            f"physics says {train_est.time_to_train_s:.0f} s"
+        )
+    if wp.deployment != "cloud":
+        return 0.0
+    return _training_cloud_cost(wp, train_est.time_to_train_s, priced, problems)
+
+
+def _training_cloud_cost(wp: TrainingPlan, time_to_train_s: float, priced: list[Priced], problems: list[str]) -> float:
+    """A cloud training run's one instance line holds its GPUs; its cost re-derived from the line's price
+    and the physics' time to train, against the stated one (0 when the line is missing)."""
+    from clusterplan.physics import cost as physics_cost
+
+    lines = [p for p in priced if p.line.kind == "cloud" and p.line.purpose.startswith(wp.workload + " (")]
+    if len(lines) != 1:
+        problems.append(f"{wp.workload}: expected one cloud instance line, found {len(lines)}")
+        return 0.0
+    p = lines[0]
+    if p.line.units * p.line.gpus_per_unit < wp.gpus:
+        problems.append(f"{wp.workload}: {p.line.gpus} cloud GPUs for {wp.gpus} needed")
+    cost = physics_cost.training_cloud_cost_usd(p.line.usd_per_hour, p.line.units, time_to_train_s)
+    if not _close(cost, wp.cloud_cost_usd):
+        problems.append(f"{wp.workload}: cloud cost stated ${wp.cloud_cost_usd:,.2f}, recomputed ${cost:,.2f}")
+    return cost
+
+
+def _limits_view(resolved: ResolvedRequirement, catalog: Catalog) -> LimitsView:
+    """The requirement's limits as :func:`_limits` reads them: GPU names resolved to catalog ids (allowed
+    less excluded), inventory summed per GPU type, fp16 counted as bf16."""
+    req = resolved.requirement
+    c = req.constraints
     allowed = None
     if c.allowed_gpus is not None or c.excluded_gpus:
         ids = {catalog.gpu(n).id for n in c.allowed_gpus} if c.allowed_gpus is not None else set(catalog.gpus)
@@ -555,7 +657,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
     for item in c.inventory:
         inventory[catalog.gpu(item.gpu).id] += item.count
     quants = frozenset("bf16" if q in ("bf16", "fp16") else q for q in c.quantizations) if c.quantizations else None
-    lim = LimitsView(
+    return LimitsView(
         req.budget.horizon,
         req.budget.capital,
         req.budget.monthly,
@@ -568,8 +670,6 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
         quants,
         dict(inventory),
     )
-    _limits(design, priced, lim, problems)
-    return problems
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ batch and TP with diminishing returns, latency targets cut the rate. Determinist
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 from clusterplan.candidates.prune import prune_serving_rows, prune_training_rows
 from clusterplan.candidates.table import (
@@ -225,11 +224,12 @@ def synthetic_table(
     redundancy: int = 0,
     limits: Limits | None = None,
     demand_rps: float = 20.0,
-    inventory: dict[str, int] | None = None,
 ) -> CandidateTable:
+    """A table of ``serving`` and ``training`` workloads on ``gpu_types`` synthetic GPU types; ``limits``
+    (default: a 36-month horizon) carries the deployment, allowed GPUs and the inventory the owned
+    servers hold."""
     lim = limits or Limits(horizon_months=36)
-    if inventory:
-        lim = replace(lim, inventory=tuple(sorted(inventory.items())))
+    inventory = {g: lim.inventory_of(g) for g, _ in lim.inventory} or None  # GPUs owned per type
     gpus = synthetic_gpus(gpu_types, seed)
     offs = synthetic_offerings(gpus, seed, deployment=lim.deployment, inventory=inventory)
     wls: list[WorkloadCandidates] = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,16 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@dataclass(frozen=True)
+class WhatIfRun:
+    """The review's what-if sweep: its axis (``auto`` picks one, ``none`` leaves it out), the worker
+    processes it runs on, and what to call as each point is done (a progress bar)."""
+
+    axis: WhatIf = "auto"
+    jobs: int = 1
+    on_done: Callable[[int], None] | None = None
+
+
 def assemble(
     path: Path,
     catalog_paths: Sequence[Path] = (),
@@ -55,14 +66,13 @@ def assemble(
     top: int = 5,
     objective: str = "min_cost",
     settings: SolverSettings | None = None,
-    whatif: WhatIf = "auto",
-    jobs: int = 1,
-    on_done: Callable[[int], None] | None = None,
+    whatif: WhatIfRun | None = None,
     text: str | None = None,
 ) -> ReviewReport:
     """Plan ``path`` and gather everything the review shows. Raises ClusterplanError on bad input only:
     an infeasible requirement gives a report that explains the conflict. ``path`` ``-`` is standard
-    input; ``text`` is the requirement when the caller has read it already."""
+    input; ``text`` is the requirement when the caller has read it already; ``whatif``: the sweep
+    (default: the axis picked for the requirement, on one process)."""
     from clusterplan.pipeline import PlanOptions, plan_requirement
     from clusterplan.stdin import is_stdin, read_stdin
     from clusterplan.whatif.sweep import load_base
@@ -85,10 +95,11 @@ def assemble(
     binding = binding_rows(design) if design is not None else []
     sweep: SweepResult | None = None
     whatif_note = ""
-    axis = choose_axis(base, plan, whatif)
+    run = whatif or WhatIfRun()
+    axis = choose_axis(base, plan, run.axis)
     if axis is not None:
         ax, sweep_objective = axis
-        sweep = run_sweep(base, [ax], objective=sweep_objective, solver=solver, jobs=jobs, on_done=on_done)
+        sweep = run_sweep(base, [ax], objective=sweep_objective, solver=solver, jobs=run.jobs, on_done=run.on_done)
         spec = f"{_plain(ax.values[0])}..{_plain(ax.values[-1])}"
         whatif_note = (
             f"{ax.target.field}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from clusterplan.plan import Design, ServingPlan, TrainingPlan
+from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.review.records import ReviewReport, Risk
 from clusterplan.whatif.sweep import format_value
 from clusterplan.wording import odds as odds_words
@@ -246,10 +246,9 @@ def _risk(r: Risk, doc: Document) -> None:
     )
 
 
-def build(report: ReviewReport, images: set[str]) -> Document:
-    """The review as blocks, in the order a reviewer reads it."""
+def _summary(report: ReviewReport, doc: Document) -> None:
+    """The summary, and the solve's status in one line."""
     plan = report.plan
-    doc = Document(title=f"Design review: {report.title}")
     doc.add(Paragraph([report.summary], role="summary"))
     s = plan.solver
     status = f"status {plan.status}, objective {s.objective}"
@@ -257,169 +256,188 @@ def build(report: ReviewReport, images: set[str]) -> Document:
         status += f" (time limit reached, gap {s.gap:.2%})"
     doc.add(Paragraph([f"clusterplan {report.reproduce.clusterplan_version}; {status}."], role="note"))
 
-    doc.add(Heading(2, "The requirement as given"), Pre(report.requirement_text))
 
+def _infeasibility(plan: Plan, doc: Document) -> None:
+    """Why no design meets the requirement: unplaceable workloads, or a minimal conflict and its least relaxations."""
     inf = plan.infeasibility
-    if inf is not None:
-        doc.add(Heading(2, "No design meets the requirement"))
-        if inf.unplaceable:
-            doc.add(Bullets([[u] for u in inf.unplaceable]))
-        if inf.conflict:
-            doc.add(Paragraph(["These requirements cannot all hold (a minimal set):"]))
-            doc.add(Bullets([[Strong(f.title), f": {f.sentence}"] for f in inf.conflict]))
-            doc.add(Paragraph(["The least relaxation of each, with everything else as given:"]))
-            doc.add(
-                Bullets(
-                    [[r.change, "" if r.restores_feasibility else " (not enough on its own)"] for r in inf.relaxations]
-                )
-            )
-        if not inf.unplaceable and not inf.conflict:
-            doc.add(Paragraph([inf.text]))
+    if inf is None:
+        return
+    doc.add(Heading(2, "No design meets the requirement"))
+    if inf.unplaceable:
+        doc.add(Bullets([[u] for u in inf.unplaceable]))
+    if inf.conflict:
+        doc.add(Paragraph(["These requirements cannot all hold (a minimal set):"]))
+        doc.add(Bullets([[Strong(f.title), f": {f.sentence}"] for f in inf.conflict]))
+        doc.add(Paragraph(["The least relaxation of each, with everything else as given:"]))
+        doc.add(
+            Bullets([[r.change, "" if r.restores_feasibility else " (not enough on its own)"] for r in inf.relaxations])
+        )
+    if not inf.unplaceable and not inf.conflict:
+        doc.add(Paragraph([inf.text]))
 
-    if plan.designs:
-        d = plan.designs[0]
-        doc.add(Heading(2, "Recommended design"))
-        _recommendation(d, doc)
-        doc.add(Heading(2, "Alternatives"))
-        alt: list[list[Inline]] = [
-            [
-                str(x.rank),
-                x.summary,
-                "; ".join(f"{w.workload}: {layout(w)}" for w in x.workloads),
-                usd(x.costs.capital_usd),
-                usd(x.costs.monthly_usd),
-                usd(x.costs.total_usd),
-                usd(x.costs.usd_per_million_output_tokens),
-                "; ".join(odds_words.short(o) for o in odds_words.flagged(x)) or "-",
-            ]
-            for x in plan.designs
+
+def _designs(plan: Plan, doc: Document) -> None:
+    """The recommended design, then every design found side by side."""
+    if not plan.designs:
+        return
+    d = plan.designs[0]
+    doc.add(Heading(2, "Recommended design"))
+    _recommendation(d, doc)
+    doc.add(Heading(2, "Alternatives"))
+    alt: list[list[Inline]] = [
+        [
+            str(x.rank),
+            x.summary,
+            "; ".join(f"{w.workload}: {layout(w)}" for w in x.workloads),
+            usd(x.costs.capital_usd),
+            usd(x.costs.monthly_usd),
+            usd(x.costs.total_usd),
+            usd(x.costs.usd_per_million_output_tokens),
+            "; ".join(odds_words.short(o) for o in odds_words.flagged(x)) or "-",
         ]
-        doc.add(
-            Table(
-                ["#", "GPUs", "layout", "capital", "monthly", "total", "$/M tok", "within model error"],
-                alt,
-                numeric=frozenset({0, 3, 4, 5, 6}),
-                strong_rows=frozenset({0}),
-            )
+        for x in plan.designs
+    ]
+    doc.add(
+        Table(
+            ["#", "GPUs", "layout", "capital", "monthly", "total", "$/M tok", "within model error"],
+            alt,
+            numeric=frozenset({0, 3, 4, 5, 6}),
+            strong_rows=frozenset({0}),
         )
-        if len(plan.designs) == 1:
-            doc.add(Paragraph(["No other distinct design was found."], role="note"))
+    )
+    if len(plan.designs) == 1:
+        doc.add(Paragraph(["No other distinct design was found."], role="note"))
 
-    if report.memory:
-        doc.add(Heading(2, "Memory per GPU"))
-        if "memory" in images:
-            doc.add(
-                Figure("memory", "memory per GPU, stacked by use", "What fills the most loaded GPU of each replica")
-            )
+
+def _memory(report: ReviewReport, images: set[str], doc: Document) -> None:
+    """What fills the most loaded GPU of each replica (the figure when the writer has it), GiB per GPU."""
+    if not report.memory:
+        return
+    doc.add(Heading(2, "Memory per GPU"))
+    if "memory" in images:
+        doc.add(Figure("memory", "memory per GPU, stacked by use", "What fills the most loaded GPU of each replica"))
+    doc.add(
+        Table(
+            ["replica", "weights", "KV cache", "activations", "gradients", "optimizer", "runtime", "headroom",
+             "total", "capacity"],
+            [
+                [b.label, _gib(b.weights_gib), _gib(b.kv_cache_gib), _gib(b.activations_gib),
+                 _gib(b.gradients_gib), _gib(b.optimizer_gib), _gib(b.runtime_overhead_gib), _gib(b.headroom_gib),
+                 Strong(_gib(b.total_gib)), _gib(b.capacity_gib)]
+                for b in report.memory
+            ],
+            numeric=frozenset(range(1, 10)),
+        )
+    )  # fmt: skip
+    doc.add(Paragraph(["GiB per GPU."], role="note"))
+
+
+def _binding(report: ReviewReport, doc: Document) -> None:
+    """What binds the recommended design and what relaxing it saves; every constraint's margin; GPU types that lost."""
+    plan = report.plan
+    if not plan.designs:
+        return
+    doc.add(Heading(2, "What binds"))
+    if report.binding:
         doc.add(
             Table(
-                ["replica", "weights", "KV cache", "activations", "gradients", "optimizer", "runtime", "headroom",
-                 "total", "capacity"],
-                [
-                    [b.label, _gib(b.weights_gib), _gib(b.kv_cache_gib), _gib(b.activations_gib),
-                     _gib(b.gradients_gib), _gib(b.optimizer_gib), _gib(b.runtime_overhead_gib), _gib(b.headroom_gib),
-                     Strong(_gib(b.total_gib)), _gib(b.capacity_gib)]
-                    for b in report.memory
-                ],
-                numeric=frozenset(range(1, 10)),
-            )
-        )  # fmt: skip
-        doc.add(Paragraph(["GiB per GPU."], role="note"))
-
-    if plan.designs:
-        doc.add(Heading(2, "What binds"))
-        if report.binding:
-            doc.add(
-                Table(
-                    ["constraint", "at the optimum", "total if relaxed", "saving", "design if relaxed"],
-                    [
-                        [
-                            Strong(b.title),
-                            b.detail,
-                            usd(b.relaxed_total_usd),
-                            usd(b.saving_usd),
-                            b.relaxed_design or "-",
-                        ]
-                        for b in report.binding
-                    ],
-                    numeric=frozenset({2, 3}),
-                )
-            )
-        else:
-            doc.add(Paragraph(["No stated constraint binds: the design is the least-cost way to run the workloads."]))
-        e = plan.explanation
-        if e is not None:
-            doc.add(Heading(3, "Every constraint at the optimum"))
-            doc.add(
-                Table(
-                    ["constraint", "status", "margin", "detail"],
-                    [[c.title, c.status, margin(c.margin, c.unit), c.detail] for c in e.constraints],
-                    numeric=frozenset({2}),
-                )
-            )
-            if e.lost_gpus:
-                doc.add(Heading(3, "Cheaper GPU types that lost"))
-                doc.add(Bullets([[f"[{x.workload}] {x.reason}"] for x in e.lost_gpus]))
-            if e.mixes:
-                doc.add(Bullets([[m.text] for m in e.mixes]))
-
-    sw = report.whatif
-    if sw is not None:
-        doc.add(Heading(2, "What if"))
-        if "whatif" in images:
-            doc.add(Figure("whatif", f"{sw.objective_label} against {sw.axes[0].target.field}", report.whatif_note))
-        ax = sw.axes[0]
-        doc.add(
-            Table(
-                [ax.target.field, "status", "GPUs", "layout", "total", "throughput", "p95", "binding", "change"],
+                ["constraint", "at the optimum", "total if relaxed", "saving", "design if relaxed"],
                 [
                     [
-                        format_value(r.values[0], ax.target.quantity),
-                        r.status,
-                        f"{r.gpus} ({r.deployment})" if r.gpus else "-",
-                        r.parallelism or "-",
-                        usd(r.total_usd),
-                        f"{r.throughput:,.2f} {sw.throughput_unit}" if r.throughput is not None else "-",
-                        seconds(r.p95_latency_s),
-                        ", ".join(r.binding) or "-",
-                        ("switch: " if r.switch else "") + r.change,
+                        Strong(b.title),
+                        b.detail,
+                        usd(b.relaxed_total_usd),
+                        usd(b.saving_usd),
+                        b.relaxed_design or "-",
                     ]
-                    for r in sw.rows
+                    for b in report.binding
                 ],
-                numeric=frozenset({0, 4, 5, 6}),
-                strong_rows=frozenset(i for i, r in enumerate(sw.rows) if r.switch),
+                numeric=frozenset({2, 3}),
             )
         )
-        if sw.notes:
-            doc.add(Bullets([[n] for n in sw.notes]))
-        if not images:
-            doc.add(Paragraph([report.whatif_note], role="note"))
-
-    if report.rent_buy:
-        doc.add(Heading(2, "Rent versus buy"))
+    else:
+        doc.add(Paragraph(["No stated constraint binds: the design is the least-cost way to run the workloads."]))
+    e = plan.explanation
+    if e is not None:
+        doc.add(Heading(3, "Every constraint at the optimum"))
         doc.add(
             Table(
-                ["workload", "layout", "plan chose", "rent", "rent total", "buy", "capital", "running", "buy total",
-                 "break-even", "cheaper"],
-                [
-                    [r.workload, r.layout, r.chosen,
-                     f"{r.rent_offer} at {usd(r.rent_usd_per_hour)}/h" if r.rent_offer else "no instance",
-                     usd(r.rent_total_usd), r.buy_servers or "-", usd(r.buy_capital_usd),
-                     f"{usd(r.buy_running_usd_per_month)}/month" if r.buy_running_usd_per_month is not None else "-",
-                     usd(r.buy_total_usd),
-                     f"{r.breakeven_months:,.1f} months" if r.breakeven_months is not None else "never",
-                     Strong(r.cheaper) if r.cheaper else "-"]
-                    for r in report.rent_buy
-                ],
-                numeric=frozenset({4, 6, 7, 8, 9}),
+                ["constraint", "status", "margin", "detail"],
+                [[c.title, c.status, margin(c.margin, c.unit), c.detail] for c in e.constraints],
+                numeric=frozenset({2}),
             )
-        )  # fmt: skip
-        periods = sorted({f"{r.workload}: {r.period}" for r in report.rent_buy})
-        doc.add(Paragraph([f"Totals {'; '.join(periods)}. {report.rent_buy_note}."], role="note"))
+        )
+        if e.lost_gpus:
+            doc.add(Heading(3, "Cheaper GPU types that lost"))
+            doc.add(Bullets([[f"[{x.workload}] {x.reason}"] for x in e.lost_gpus]))
+        if e.mixes:
+            doc.add(Bullets([[m.text] for m in e.mixes]))
 
-    if report.risk is not None:
-        _risk(report.risk, doc)
 
+def _whatif(report: ReviewReport, images: set[str], doc: Document) -> None:
+    """The what-if sweep: its figure (when the writer has it) and one row per value of its axis."""
+    sw = report.whatif
+    if sw is None:
+        return
+    doc.add(Heading(2, "What if"))
+    if "whatif" in images:
+        doc.add(Figure("whatif", f"{sw.objective_label} against {sw.axes[0].target.field}", report.whatif_note))
+    ax = sw.axes[0]
+    doc.add(
+        Table(
+            [ax.target.field, "status", "GPUs", "layout", "total", "throughput", "p95", "binding", "change"],
+            [
+                [
+                    format_value(r.values[0], ax.target.quantity),
+                    r.status,
+                    f"{r.gpus} ({r.deployment})" if r.gpus else "-",
+                    r.parallelism or "-",
+                    usd(r.total_usd),
+                    f"{r.throughput:,.2f} {sw.throughput_unit}" if r.throughput is not None else "-",
+                    seconds(r.p95_latency_s),
+                    ", ".join(r.binding) or "-",
+                    ("switch: " if r.switch else "") + r.change,
+                ]
+                for r in sw.rows
+            ],
+            numeric=frozenset({0, 4, 5, 6}),
+            strong_rows=frozenset(i for i, r in enumerate(sw.rows) if r.switch),
+        )
+    )
+    if sw.notes:
+        doc.add(Bullets([[n] for n in sw.notes]))
+    if not images:
+        doc.add(Paragraph([report.whatif_note], role="note"))
+
+
+def _rent_buy(report: ReviewReport, doc: Document) -> None:
+    """Each workload's layout rented and bought, with the break-even."""
+    if not report.rent_buy:
+        return
+    doc.add(Heading(2, "Rent versus buy"))
+    doc.add(
+        Table(
+            ["workload", "layout", "plan chose", "rent", "rent total", "buy", "capital", "running", "buy total",
+             "break-even", "cheaper"],
+            [
+                [r.workload, r.layout, r.chosen,
+                 f"{r.rent_offer} at {usd(r.rent_usd_per_hour)}/h" if r.rent_offer else "no instance",
+                 usd(r.rent_total_usd), r.buy_servers or "-", usd(r.buy_capital_usd),
+                 f"{usd(r.buy_running_usd_per_month)}/month" if r.buy_running_usd_per_month is not None else "-",
+                 usd(r.buy_total_usd),
+                 f"{r.breakeven_months:,.1f} months" if r.breakeven_months is not None else "never",
+                 Strong(r.cheaper) if r.cheaper else "-"]
+                for r in report.rent_buy
+            ],
+            numeric=frozenset({4, 6, 7, 8, 9}),
+        )
+    )  # fmt: skip
+    periods = sorted({f"{r.workload}: {r.period}" for r in report.rent_buy})
+    doc.add(Paragraph([f"Totals {'; '.join(periods)}. {report.rent_buy_note}."], role="note"))
+
+
+def _assumptions(report: ReviewReport, doc: Document) -> None:
+    """Every efficiency factor with where it came from, how costs were counted, the catalog rows used, warnings."""
     doc.add(Heading(2, "Assumptions"))
     doc.add(Heading(3, "Efficiency factors and defaults"))
     doc.add(
@@ -447,6 +465,9 @@ def build(report: ReviewReport, images: set[str]) -> Document:
     if report.warnings:
         doc.add(Bullets([[w] for w in report.warnings]))
 
+
+def _reproduce(report: ReviewReport, doc: Document) -> None:
+    """What is needed to reproduce the report: versions, fingerprints, the solver settings and the command."""
     r = report.reproduce
     doc.add(Heading(2, "Reproduce"))
     items: list[list[Inline]] = [
@@ -462,4 +483,21 @@ def build(report: ReviewReport, images: set[str]) -> Document:
         ]
     )
     doc.add(Bullets(items))
+
+
+def build(report: ReviewReport, images: set[str]) -> Document:
+    """The review as blocks, in the order a reviewer reads it."""
+    doc = Document(title=f"Design review: {report.title}")
+    _summary(report, doc)
+    doc.add(Heading(2, "The requirement as given"), Pre(report.requirement_text))
+    _infeasibility(report.plan, doc)
+    _designs(report.plan, doc)
+    _memory(report, images, doc)
+    _binding(report, doc)
+    _whatif(report, images, doc)
+    _rent_buy(report, doc)
+    if report.risk is not None:
+        _risk(report.risk, doc)
+    _assumptions(report, doc)
+    _reproduce(report, doc)
     return doc

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow
+from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow, WorkloadCandidates
 from clusterplan.planner import scaling
 from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.variables import PlanVariables
 from clusterplan.units import HOURS_PER_MONTH
+
+Terms = list[tuple[int, cp_model.IntVar]]  # (integer coefficient, variable) pairs of a linear sum
 
 
 def _gpus_with_rows(table: CandidateTable) -> list[str]:
@@ -145,234 +148,341 @@ def add(
     inventory_family: bool,
     latency_objective: bool = False,
 ) -> None:
-    """Add every structural constraint and define the aggregates on ``v``."""
-    lim = table.limits
-    # (1)-(2) serving: link replicas and selections; one shape unless mixed; serve every workload.
+    """Add every structural constraint and define the aggregates on ``v``.
+
+    In the order of the builder's formulation (:mod:`clusterplan.planner.builder`), which is also the
+    order the constraints reach the model (the solve depends on it): (1)-(2) each serving workload's
+    linking and shape, (3) each training workload's one layout, (4) GPUs placed by type and deployment,
+    (4b)-(4c) the symmetry cuts, (5) no free server without an inventory, (6) the cost and GPU
+    aggregates, then the ratios the objectives read.
+    """
     for wc in table.workloads:
-        w = wc.index
         if wc.is_serving:
-            s = v.scales[w]
-            rho = s.rate if wc.targets.any else s.rate_nolat
-            sels = []
-            all_x: list[cp_model.IntVar] = []
-            cloud_x: list[cp_model.IntVar] = []
-            owned_x: list[cp_model.IntVar] = []
-            by_shape: dict[tuple[object, ...], list[cp_model.IntVar]] = defaultdict(list)
-            for r, row in enumerate(wc.serving_rows()):
-                sel = v.selected(w, r)
-                sels.append(sel)
-                xs = v.replica_vars(w, r)
-                all_x += xs
-                if (w, r) in v._xc:
-                    cloud_x.append(v._xc[w, r])
-                    model.add(v._xc[w, r] <= s.upper[r] * v.uses_cloud(w))
-                if (w, r) in v._xo:
-                    owned_x.append(v._xo[w, r])
-                    model.add(v._xo[w, r] <= s.upper[r] * v.uses_owned(w))
-                if xs:
-                    model.add(sum(xs) >= 1).only_enforce_if(sel)
-                    model.add(sum(xs) == 0).only_enforce_if(sel.Not())
-                else:
-                    model.add(sel == 0)
-                if wc.redundancy > 0:
-                    model.add(v.largest_rate(w) >= rho[r] * sel)
-                by_shape[row.shape].append(sel)
-            for shape, members in by_shape.items():
-                z = v.shape_used(w, shape)
-                if len(members) == 1 and z is members[0]:
-                    continue
-                for sel in members:
-                    model.add_implication(sel, z)
-                model.add_bool_or([*members, z.Not()])
-            d = v.disaggregated(w)
-            rows = wc.serving_rows()
-            if d is None:
-                if not wc.allow_mixed:
-                    model.add_exactly_one(sels)  # one shape, and (below) at least one replica
-            else:
-                # Aggregated replicas, or a prefill pool and a decode pool (d): one shape each unless mixed.
-                aggregated = [s_ for s_, row in zip(sels, rows, strict=True) if row.role == "both"]
-                by_role = {
-                    role: [s_ for s_, row in zip(sels, rows, strict=True) if row.role == role]
-                    for role in ("prefill", "decode")
-                }
-                if not wc.allow_mixed:
-                    model.add_exactly_one([*aggregated, d])
-                    for members in by_role.values():
-                        model.add(sum(members) == d)
-                else:
-                    for members in by_role.values():
-                        for s_ in members:
-                            model.add_implication(s_, d)
-                        model.add_bool_or([*members, d.Not()])
-            model.add(sum(all_x) >= 1)
-            model.add(sum(cloud_x) >= v.uses_cloud(w))
-            model.add(sum(owned_x) >= v.uses_owned(w))
+            _link_serving(model, v, wc)
         else:
-            # (3) training: exactly one layout, on cloud or owned.
-            ys: list[cp_model.IntVar] = []
-            by_shape_t: dict[tuple[object, ...], list[cp_model.IntVar]] = defaultdict(list)
-            ycs: list[cp_model.IntVar] = []
-            yos: list[cp_model.IntVar] = []
-            for r, trow in enumerate(wc.training_rows()):
-                by_shape_t.setdefault(trow.shape, [])  # a row no offering can run: its shape is 0, not free
-                for y in v.training_choices(w, r):
-                    ys.append(y)
-                    by_shape_t[trow.shape].append(y)
-                if (yc := v.runs_on_cloud(w, r)) is not None:
-                    ycs.append(yc)
-                if (yo := v.runs_owned(w, r)) is not None:
-                    yos.append(yo)
-            model.add_exactly_one(ys)
-            for shape, members in by_shape_t.items():
-                model.add(v.shape_used(w, shape) == sum(members))
-            model.add(v.uses_cloud(w) == sum(ycs))
-            model.add(v.uses_owned(w) == sum(yos))
+            _link_training(model, v, wc)
     # (4) total GPU count per type and deployment (TP size 1).
     add_capacity(model, v, table, min_t=1, max_t=1, enforce=None)
-    # (4b) symmetry: with prices, power and energy pro rata to GPU slots (the catalog's rule), two
-    # bought servers of size s are worth exactly one of size 2s, which hosts everything they host
-    # (its NVLink domain is no smaller). So WLOG at most one server of each size that has a double.
+    _owned_symmetry(model, v, table)
+    _cloud_symmetry(model, v, table)
+    # (5) without inventory no server is free.
+    if not inventory_family:
+        for o in table.offerings:
+            if o.kind == "owned":
+                model.add(v.from_inventory(o) <= o.inventory_units)
+    _define_costs(model, v, table, inventory_family=inventory_family)
+    _define_serving_ratios(model, v, _serving_terms(v, table, latency_objective=latency_objective))
+    _define_deadline_ratio(model, v, table)
+
+
+@dataclass
+class _Replicas:
+    """A serving workload's replica variables and selections, gathered while linking its rows."""
+
+    sels: list[cp_model.IntVar] = field(default_factory=list)  # sel[w,r], one per row
+    all_x: list[cp_model.IntVar] = field(default_factory=list)  # xc and xo of every row
+    cloud_x: list[cp_model.IntVar] = field(default_factory=list)
+    owned_x: list[cp_model.IntVar] = field(default_factory=list)
+    by_shape: dict[tuple[object, ...], list[cp_model.IntVar]] = field(default_factory=lambda: defaultdict(list))
+
+
+def _link_serving(model: cp_model.CpModel, v: PlanVariables, wc: WorkloadCandidates) -> None:
+    """(1)-(2) one serving workload: link replicas and selections; one shape unless mixed; serve it."""
+    w = wc.index
+    reps = _link_replicas(model, v, wc)
+    _link_shapes(model, v, w, reps.by_shape)
+    _one_shape_or_pools(model, v, wc, reps.sels)
+    model.add(sum(reps.all_x) >= 1)
+    model.add(sum(reps.cloud_x) >= v.uses_cloud(w))
+    model.add(sum(reps.owned_x) >= v.uses_owned(w))
+
+
+def _link_replicas(model: cp_model.CpModel, v: PlanVariables, wc: WorkloadCandidates) -> _Replicas:
+    """(1) per row: ``xc <= U*cloud[w]``, ``xo <= U*owned[w]``; ``sel => xc+xo >= 1``, ``not sel => xc+xo = 0``
+    (a row with no replica variable is unselected); ``M_w >= rho[r]*sel`` when the workload has redundancy."""
+    w = wc.index
+    s = v.scales[w]
+    rho = s.rate if wc.targets.any else s.rate_nolat
+    reps = _Replicas()
+    for r, row in enumerate(wc.serving_rows()):
+        sel = v.selected(w, r)
+        reps.sels.append(sel)
+        xs = v.replica_vars(w, r)
+        reps.all_x += xs
+        if (w, r) in v._xc:
+            reps.cloud_x.append(v._xc[w, r])
+            model.add(v._xc[w, r] <= s.upper[r] * v.uses_cloud(w))
+        if (w, r) in v._xo:
+            reps.owned_x.append(v._xo[w, r])
+            model.add(v._xo[w, r] <= s.upper[r] * v.uses_owned(w))
+        if xs:
+            model.add(sum(xs) >= 1).only_enforce_if(sel)
+            model.add(sum(xs) == 0).only_enforce_if(sel.Not())
+        else:
+            model.add(sel == 0)
+        if wc.redundancy > 0:
+            model.add(v.largest_rate(w) >= rho[r] * sel)
+        reps.by_shape[row.shape].append(sel)
+    return reps
+
+
+def _link_shapes(
+    model: cp_model.CpModel, v: PlanVariables, w: int, by_shape: dict[tuple[object, ...], list[cp_model.IntVar]]
+) -> None:
+    """(1) ``sel => z[w,shape(r)]`` and ``z => OR sel`` of its rows (nothing to add when z is the one row's sel)."""
+    for shape, members in by_shape.items():
+        z = v.shape_used(w, shape)
+        if len(members) == 1 and z is members[0]:
+            continue
+        for sel in members:
+            model.add_implication(sel, z)
+        model.add_bool_or([*members, z.Not()])
+
+
+def _one_shape_or_pools(
+    model: cp_model.CpModel, v: PlanVariables, wc: WorkloadCandidates, sels: list[cp_model.IntVar]
+) -> None:
+    """(2) ``sum_r sel[w,r] = 1`` unless mixed; with pool rows, aggregated replicas or a prefill pool and a
+    decode pool (``d``), one shape each unless mixed."""
+    d = v.disaggregated(wc.index)
+    rows = wc.serving_rows()
+    if d is None:
+        if not wc.allow_mixed:
+            model.add_exactly_one(sels)  # one shape, and (in _link_serving) at least one replica
+        return
+    aggregated = [s_ for s_, row in zip(sels, rows, strict=True) if row.role == "both"]
+    by_role = {
+        role: [s_ for s_, row in zip(sels, rows, strict=True) if row.role == role] for role in ("prefill", "decode")
+    }
+    if not wc.allow_mixed:
+        model.add_exactly_one([*aggregated, d])
+        for members in by_role.values():
+            model.add(sum(members) == d)
+    else:
+        for members in by_role.values():
+            for s_ in members:
+                model.add_implication(s_, d)
+            model.add_bool_or([*members, d.Not()])
+
+
+def _link_training(model: cp_model.CpModel, v: PlanVariables, wc: WorkloadCandidates) -> None:
+    """(3) training: ``sum_r (yc+yo)[w,r] = 1`` (exactly one layout, on cloud or owned); its shape and
+    deployment flags are the sums of its choices."""
+    w = wc.index
+    ys: list[cp_model.IntVar] = []
+    by_shape_t: dict[tuple[object, ...], list[cp_model.IntVar]] = defaultdict(list)
+    ycs: list[cp_model.IntVar] = []
+    yos: list[cp_model.IntVar] = []
+    for r, trow in enumerate(wc.training_rows()):
+        by_shape_t.setdefault(trow.shape, [])  # a row no offering can run: its shape is 0, not free
+        for y in v.training_choices(w, r):
+            ys.append(y)
+            by_shape_t[trow.shape].append(y)
+        if (yc := v.runs_on_cloud(w, r)) is not None:
+            ycs.append(yc)
+        if (yo := v.runs_owned(w, r)) is not None:
+            yos.append(yo)
+    model.add_exactly_one(ys)
+    for shape, members in by_shape_t.items():
+        model.add(v.shape_used(w, shape) == sum(members))
+    model.add(v.uses_cloud(w) == sum(ycs))
+    model.add(v.uses_owned(w) == sum(yos))
+
+
+def _owned_symmetry(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """(4b) symmetry: with prices, power and energy pro rata to GPU slots (the catalog's rule), two
+    bought servers of size s are worth exactly one of size 2s, which hosts everything they host
+    (its NVLink domain is no smaller). So WLOG at most one server of each size that has a double."""
     for gid in sorted({o.gpu_id for o in table.offerings if o.kind == "owned"}):
         sizes = {o.gpus_per_unit: o for o in table.offerings_of(gid, "owned") if o.purchasable}
         for size, o in sizes.items():
             big = sizes.get(2 * size)
             if big is not None and _pro_rata(o, big) and o.forbidden_by == big.forbidden_by:
                 model.add(v.bought(o) <= 1)
-    # (4c) the same for cloud instances: k instances of s GPUs cost exactly one of k*s GPUs from the same
-    # provider and region at the same price per GPU, which hosts everything they host (its NVLink domain,
-    # rack domain and fabric no smaller). So WLOG fewer than k of the small one: of two designs at one cost
-    # the plan takes the one with fewer machines, as an operator would, not whichever the search met first
-    # (four 1x-l40s or one 4x-l40s at $3.44/h flipped with the physics' last digits).
+
+
+def _cloud_symmetry(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """(4c) the same for cloud instances: k instances of s GPUs cost exactly one of k*s GPUs from the same
+    provider and region at the same price per GPU, which hosts everything they host (its NVLink domain,
+    rack domain and fabric no smaller). So WLOG fewer than k of the small one: of two designs at one cost
+    the plan takes the one with fewer machines, as an operator would, not whichever the search met first
+    (four 1x-l40s or one 4x-l40s at $3.44/h flipped with the physics' last digits)."""
     for gid in sorted({o.gpu_id for o in table.offerings if o.kind == "cloud"}):
         instances = table.offerings_of(gid, "cloud")
         for o in instances:
             multiples = [big.gpus_per_unit // o.gpus_per_unit for big in instances if _cloud_pro_rata(o, big)]
             if multiples:
                 model.add(v.instances(o) <= min(multiples) - 1)
-    # (5) without inventory no server is free.
-    if not inventory_family:
-        for o in table.offerings:
-            if o.kind == "owned":
-                model.add(v.from_inventory(o) <= o.inventory_units)
 
-    # (6) aggregates, integer cents / GPUs / W / ppm.
-    h = lim.horizon_months
-    capital: list[tuple[int, cp_model.IntVar]] = []
-    monthly: list[tuple[int, cp_model.IntVar]] = []
-    total: list[tuple[int, cp_model.IntVar]] = []
-    owned_gpus: list[tuple[int, cp_model.IntVar]] = []
-    cloud_gpus: list[tuple[int, cp_model.IntVar]] = []
-    power: list[tuple[int, cp_model.IntVar]] = []
-    extra: list[tuple[int, cp_model.IntVar]] = []
+
+@dataclass
+class _CostTerms:
+    """(6) the terms of each aggregate: integer cents, GPUs and W per unit of a variable."""
+
+    capital: Terms = field(default_factory=list)
+    monthly: Terms = field(default_factory=list)
+    total: Terms = field(default_factory=list)
+    owned_gpus: Terms = field(default_factory=list)
+    cloud_gpus: Terms = field(default_factory=list)  # the cloud serving pool
+    power: Terms = field(default_factory=list)
+    extra: Terms = field(default_factory=list)  # owned GPUs beyond the inventory (the inventory family's)
+    one_off: Terms = field(default_factory=list)
+    train_cloud: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))  # cloud GPUs per training run
+
+
+def _define_costs(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, *, inventory_family: bool) -> None:
+    """(6) aggregates, integer cents / GPUs / W: ``capital``, ``monthly``, ``one_off``, ``total`` (the
+    builder's cost formulas), owned GPUs and power, inventory GPUs beyond the inventory, GPUs in use."""
+    terms = _offering_terms(model, v, table, inventory_family=inventory_family)
+    _training_terms(v, table, terms)
+    v.capital_cents = _define(model, "capital_cents", terms.capital)
+    v.monthly_cents = _define(model, "monthly_cents", terms.monthly)
+    v.one_off_cents = _define(model, "one_off_cents", terms.one_off)
+    v.total_cents = _define(model, "total_cents", terms.total)
+    v.total_terms = [(c, x) for c, x in terms.total if c]
+    v.owned_gpus = _define(model, "owned_gpus", terms.owned_gpus)
+    v.owned_power_w = _define(model, "owned_power_w", terms.power)
+    v.inventory_extra_gpus = _define(model, "inventory_extra_gpus", terms.extra)
+    v.gpus_in_use = _gpus_in_use(model, table, terms, v.owned_gpus)
+
+
+def _offering_terms(
+    model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, *, inventory_family: bool
+) -> _CostTerms:
+    """Each offering's share of the aggregates: a cloud instance type's hours, an owned server's capital
+    (bought), energy, GPUs and power (bought or from inventory) and, with the inventory family, its GPUs
+    beyond the inventory (``e >= u - I_o``, a variable of its own)."""
+    h = table.limits.horizon_months
+    terms = _CostTerms()
     for o in table.offerings:
         if o.kind == "cloud":
             n = v.instances(o)
-            monthly.append((scaling.cents_up(o.usd_per_hour * HOURS_PER_MONTH, what=o.key), n))
-            total.append((scaling.cents_up(o.usd_per_hour * HOURS_PER_MONTH * h, what=o.key), n))
-            cloud_gpus.append((o.gpus_per_unit, n))
+            # monthly = $/h x hours a month; total = that x the horizon in months
+            terms.monthly.append((scaling.cents_up(o.usd_per_hour * HOURS_PER_MONTH, what=o.key), n))
+            terms.total.append((scaling.cents_up(o.usd_per_hour * HOURS_PER_MONTH * h, what=o.key), n))
+            terms.cloud_gpus.append((o.gpus_per_unit, n))
         else:
             m, u = v.bought(o), v.from_inventory(o)
-            capital.append((scaling.cents_up(o.capital_usd, what=o.key), m))
-            total.append((scaling.cents_up(o.capital_usd, what=o.key), m))
+            terms.capital.append((scaling.cents_up(o.capital_usd, what=o.key), m))
+            terms.total.append((scaling.cents_up(o.capital_usd, what=o.key), m))
             e_month = scaling.cents_up(o.energy_usd_per_month, what=o.key)
-            e_total = scaling.cents_up(o.energy_usd_per_month * h, what=o.key)
+            e_total = scaling.cents_up(o.energy_usd_per_month * h, what=o.key)  # energy a month x the horizon
             p = scaling.watts_up(o.power_w, what=o.key)
             for var in (m, u):
-                monthly.append((e_month, var))
-                total.append((e_total, var))
-                owned_gpus.append((o.gpus_per_unit, var))
-                power.append((p, var))
+                terms.monthly.append((e_month, var))
+                terms.total.append((e_total, var))
+                terms.owned_gpus.append((o.gpus_per_unit, var))
+                terms.power.append((p, var))
             if inventory_family:
                 e = model.new_int_var(0, upper_bound(u), f"extra_{o.key}")
                 model.add(e >= u - o.inventory_units)
-                extra.append((o.gpus_per_unit, e))
-    one_off: list[tuple[int, cp_model.IntVar]] = []
-    train_cloud: dict[int, list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+                terms.extra.append((o.gpus_per_unit, e))
+    return terms
+
+
+def _training_terms(v: PlanVariables, table: CandidateTable, terms: _CostTerms) -> None:
+    """Each cloud training row's one-off cost (``yc[w,r]*cloud_cost[r]``, in ``one_off`` and ``total``) and
+    its cloud GPUs (instances x GPUs per instance), added to ``terms``."""
     for wc, r, trow in v.training_rows():
         yc = v.runs_on_cloud(wc.index, r)
         if yc is None or trow.cloud_offering is None:
             continue
         cost = scaling.cents_up(trow.cloud_cost_usd, what=f"{wc.name}: training cost")
-        one_off.append((cost, yc))
-        total.append((cost, yc))
+        terms.one_off.append((cost, yc))
+        terms.total.append((cost, yc))
         o = table.offering(trow.cloud_offering)
-        train_cloud[wc.index].append((trow.cloud_instances * o.gpus_per_unit, yc))
-    v.capital_cents = _define(model, "capital_cents", capital)
-    v.monthly_cents = _define(model, "monthly_cents", monthly)
-    v.one_off_cents = _define(model, "one_off_cents", one_off)
-    v.total_cents = _define(model, "total_cents", total)
-    v.total_terms = [(c, x) for c, x in total if c]
-    v.owned_gpus = _define(model, "owned_gpus", owned_gpus)
-    v.owned_power_w = _define(model, "owned_power_w", power)
-    v.inventory_extra_gpus = _define(model, "inventory_extra_gpus", extra)
-    cloud_serving = _define(model, "cloud_serving_gpus", cloud_gpus)
-    train_vars = [_define(model, f"train_cloud_gpus_{w}", pairs) for w, pairs in sorted(train_cloud.items())]
-    if lim.schedule == "sequential" and train_vars:
+        terms.train_cloud[wc.index].append((trow.cloud_instances * o.gpus_per_unit, yc))
+
+
+def _gpus_in_use(
+    model: cp_model.CpModel, table: CandidateTable, terms: _CostTerms, owned_gpus: cp_model.IntVar
+) -> cp_model.IntVar:
+    """``G`` = owned GPUs + cloud serving GPUs + cloud training GPUs (sequential: owned + the largest cloud phase)."""
+    cloud_serving = _define(model, "cloud_serving_gpus", terms.cloud_gpus)
+    train_vars = [_define(model, f"train_cloud_gpus_{w}", pairs) for w, pairs in sorted(terms.train_cloud.items())]
+    if table.limits.schedule == "sequential" and train_vars:
         phase_ub = max(upper_bound(x) for x in [cloud_serving, *train_vars])
         phase = model.new_int_var(0, phase_ub, "cloud_gpus_largest_phase")
         model.add_max_equality(phase, [cloud_serving, *train_vars])
-        parts = [v.owned_gpus, phase]
+        parts = [owned_gpus, phase]
     else:
-        parts = [v.owned_gpus, cloud_serving, *train_vars]
-    v.gpus_in_use = _define(model, "gpus_in_use", [(1, x) for x in parts])
+        parts = [owned_gpus, cloud_serving, *train_vars]
+    return _define(model, "gpus_in_use", [(1, x) for x in parts])
 
-    # Ratios of capacity to demand (ppm), p95 (ms), training time over deadline (ppm).
-    headroom: list[tuple[int, cp_model.IntVar]] = []
-    served_caps: list[int] = []
-    thr_caps: list[int] = []
-    served_terms: list[list[tuple[int, cp_model.IntVar]]] = []
-    thr_terms: list[list[tuple[int, cp_model.IntVar]]] = []
-    p95_ms: list[tuple[int, cp_model.IntVar]] = []
+
+@dataclass
+class _RatioTerms:
+    """Ratios of capacity to demand (ppm) and the p95 (ms): their terms, one list per side of a request."""
+
+    headroom: Terms = field(default_factory=list)
+    served_caps: list[int] = field(default_factory=list)
+    thr_caps: list[int] = field(default_factory=list)
+    served_terms: list[Terms] = field(default_factory=list)
+    thr_terms: list[Terms] = field(default_factory=list)
+    p95_ms: Terms = field(default_factory=list)
+
+
+def _serving_terms(v: PlanVariables, table: CandidateTable, *, latency_objective: bool) -> _RatioTerms:
+    """The ratio terms of every serving workload, one capacity per side of a request (a workload with pool
+    rows: prefill and decode, aggregated rows in both)."""
+    terms = _RatioTerms()
     for wc in table.workloads:
         if not wc.is_serving:
             continue
         s = v.scales[wc.index]
         rho = s.rate if wc.targets.any else s.rate_nolat
-        # One capacity per side of a request (a workload with pool rows: prefill and decode, aggregated rows in both).
         sides = wc.sides()
         for side in sides:
-            st: list[tuple[int, cp_model.IntVar]] = []
-            tt: list[tuple[int, cp_model.IntVar]] = []
+            st: Terms = []
+            tt: Terms = []
             for r, row in enumerate(wc.serving_rows()):
                 if not row.serves(side):
                     continue
-                c_srv = scaling.PPM * rho[r] // max(1, s.demand)
-                c_thr = scaling.PPM * s.rate_nolat[r] // max(1, s.demand)
+                c_srv = scaling.PPM * rho[r] // max(1, s.demand)  # ppm of the demand one replica serves
+                c_thr = scaling.PPM * s.rate_nolat[r] // max(1, s.demand)  # the same at the utilisation ceiling
                 for x in v.replica_vars(wc.index, r):
                     if c_srv:
                         st.append((c_srv, x))
                         # Headroom (a tie-break): an aggregated replica counts once; a pool replica not at all, so
                         # at equal cost and GPUs the simpler aggregated design is kept.
                         if row.role == "both" and side == sides[0]:
-                            headroom.append((c_srv, x))
+                            terms.headroom.append((c_srv, x))
                     if c_thr:
                         tt.append((c_thr, x))
                 if latency_objective and side == sides[0]:
-                    p95_ms.append((scaling.milliseconds_up(row.p95_e2e_s, what="p95"), v.selected(wc.index, r)))
-            served_terms.append(st)
-            thr_terms.append(tt)
-            served_caps.append(_ub(st))
-            thr_caps.append(_ub(tt))
-    v.headroom_ppm = _define(model, "headroom_ppm", headroom)
+                    terms.p95_ms.append((scaling.milliseconds_up(row.p95_e2e_s, what="p95"), v.selected(wc.index, r)))
+            terms.served_terms.append(st)
+            terms.thr_terms.append(tt)
+            terms.served_caps.append(_ub(st))
+            terms.thr_caps.append(_ub(tt))
+    return terms
+
+
+def _define_serving_ratios(model: cp_model.CpModel, v: PlanVariables, terms: _RatioTerms) -> None:
+    """Headroom (ppm), the served and throughput ratios (ppm, the smallest side's) and the largest selected p95 (ms)."""
+    v.headroom_ppm = _define(model, "headroom_ppm", terms.headroom)
     v.headroom_ub = upper_bound(v.headroom_ppm)
-    v.served_ratio_ppm = model.new_int_var(0, min(served_caps, default=0), "served_ratio_ppm")
-    v.throughput_ratio_ppm = model.new_int_var(0, min(thr_caps, default=0), "throughput_ratio_ppm")
-    for st in served_terms:
+    v.served_ratio_ppm = model.new_int_var(0, min(terms.served_caps, default=0), "served_ratio_ppm")
+    v.throughput_ratio_ppm = model.new_int_var(0, min(terms.thr_caps, default=0), "throughput_ratio_ppm")
+    for st in terms.served_terms:
         model.add(v.served_ratio_ppm <= sum(c * x for c, x in st))
-    for tt in thr_terms:
+    for tt in terms.thr_terms:
         model.add(v.throughput_ratio_ppm <= sum(c * x for c, x in tt))
-    v.p95_max_ms = model.new_int_var(0, max((c for c, _ in p95_ms), default=0), "p95_max_ms")
-    for c, sel in p95_ms:
+    v.p95_max_ms = model.new_int_var(0, max((c for c, _ in terms.p95_ms), default=0), "p95_max_ms")
+    for c, sel in terms.p95_ms:
         model.add(v.p95_max_ms >= c * sel)
-    ratios: list[tuple[int, list[tuple[int, cp_model.IntVar]]]] = []
+
+
+def _define_deadline_ratio(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """Training time over deadline (ppm): at least each deadline workload's selected layout's ratio."""
+    ratios: list[tuple[int, Terms]] = []
     ub = 0
     for wc in table.workloads:
         if wc.is_serving or wc.deadline_s is None:
             continue
         terms = []
         for r, trow in enumerate(wc.training_rows()):
-            c = scaling.ppm_up(trow.time_to_train_s / wc.deadline_s, what="deadline ratio")
+            c = scaling.ppm_up(trow.time_to_train_s / wc.deadline_s, what="deadline ratio")  # time / deadline
             for y in v.training_choices(wc.index, r):
                 terms.append((c, y))
                 ub = max(ub, c)
