@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics import kernels, memory
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.training import estimate_training, model_flops_per_token
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.physics.types import TrainingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from clusterplan.wording.reasons import render_reasons
@@ -19,10 +22,11 @@ PRETRAIN = TrainingWorkload(kind="training", tokens=100e9, deadline=30 * 86400, 
 
 
 def train(arch: ModelArchitecture = LLAMA2_7B, gpu: GpuSpec = H100, *, tp: int = 1, pp: int = 1, dp: int = 8,
-          zero: int = 1, recompute: str = "selective", mb: int = 1, node: int = 8,
+          zero: int = 1, recompute: Recompute = "selective", mb: int = 1, node: int = 8,
           work: TrainingWorkload | FinetuneWorkload = PRETRAIN, a: Assumptions = A) -> TrainingEstimate:  # fmt: skip
-    return estimate_training(arch, gpu, workload=work, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute,
-                             micro_batch=mb, nodes_gpus_per_node=node, assumptions=a)  # fmt: skip
+    return estimate_training(arch, gpu, job=training_job(work), layout=Layout(tp=tp, pp=pp, recompute=recompute),
+                             settings=TrainingSettings(dp=dp, zero_stage=zero, micro_batch=mb),
+                             nodes_gpus_per_node=node, assumptions=a)  # fmt: skip
 
 
 def test_single_gpu_step_is_flops_over_rate_plus_optimizer() -> None:

@@ -228,7 +228,7 @@ def estimate_requirement(
     if isinstance(workload, ServingWorkload):
         result = estimate_serving(req, index, workload, arch, gpu, cfg, catalog, a, choices)
     else:
-        result = estimate_training(req, index, workload, arch, gpu, cfg, catalog, a, choices)
+        result = estimate_training(req, index, workload, arch, gpu, cfg, catalog, choices)
     return result
 
 
