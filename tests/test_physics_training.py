@@ -127,8 +127,9 @@ def test_the_physics_reads_a_training_job_not_the_requirement() -> None:
     importing = []
     for path in sorted(physics.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             if any(n == "clusterplan.requirement" or n.startswith("clusterplan.requirement.") for n in names):
                 importing.append(f"{path.name}:{node.lineno}")
     assert not importing, f"physics imports the requirement layer at {importing}"
