@@ -35,11 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog.load import Catalog, load_catalog
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
+from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics import memory, params, serving, training
 from clusterplan.physics.factors import ENGINE_FACTORS, Assumptions, engine_profiles
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.step import decode_step_s
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.physics.types import ServingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, MemoryOption, TrainingWorkload
 
@@ -568,9 +570,11 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
         raise ValueError(f"{m.id}: scenario {s.scenario} needs a training block")
     dp = gpus // (m.tp * m.pp * t.cp)
     est_t = training.estimate_training(
-        arch, gpu, workload=_training_workload(t, dp), tp=m.tp, pp=m.pp, dp=dp, zero_stage=t.zero,
-        recompute=t.recompute, micro_batch=t.batch, nodes_gpus_per_node=min(gpus, gpu.max_gpus_per_node),
-        assumptions=a, memory_plan=MemoryPlan.of(t.memory_options), cp=t.cp, virtual_stages=t.virtual_stages,
+        arch, gpu, job=training_job(_training_workload(t, dp)),
+        layout=Layout(tp=m.tp, pp=m.pp, cp=t.cp, virtual_stages=t.virtual_stages, recompute=t.recompute),
+        settings=TrainingSettings(dp=dp, zero_stage=t.zero, micro_batch=t.batch,
+                                  memory_plan=MemoryPlan.of(t.memory_options)),
+        nodes_gpus_per_node=min(gpus, gpu.max_gpus_per_node), assumptions=a,
     )  # fmt: skip
     if s.scenario == "training":
         return (

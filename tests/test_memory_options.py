@@ -11,8 +11,10 @@ from clusterplan.cli import app
 from clusterplan.evaluation import evaluate
 from clusterplan.physics import optimizer_memory as om
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.training import estimate_training
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.physics.types import TrainingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from test_physics_fixtures import LLAMA31_8B, RTX4090
@@ -30,8 +32,9 @@ TORCHTUNE_PEAK_GIB = 18.9
 
 
 def full_ft(plan: MemoryPlan, *, mb: int = 2, work: FinetuneWorkload = TORCHTUNE) -> TrainingEstimate:
-    return estimate_training(LLAMA31_8B, RTX4090, workload=work, tp=1, pp=1, dp=1, zero_stage=0, recompute="full",
-                             micro_batch=mb, nodes_gpus_per_node=1, assumptions=A, memory_plan=plan)  # fmt: skip
+    return estimate_training(LLAMA31_8B, RTX4090, job=evaluate.training_job(work), layout=Layout(recompute="full"),
+                             settings=TrainingSettings(dp=1, zero_stage=0, micro_batch=mb, memory_plan=plan),
+                             nodes_gpus_per_node=1, assumptions=A)  # fmt: skip
 
 
 def test_torchtune_full_finetune_of_8b_fits_a_24gb_card_only_with_its_options() -> None:
@@ -55,17 +58,16 @@ def test_torchtune_full_finetune_of_8b_fits_a_24gb_card_only_with_its_options() 
 
 
 def test_the_layout_search_reaches_for_the_options_only_when_needed() -> None:
+    options = evaluate.TrainingOptions(zero_stages=(0,), recomputes=["full"], micro_batches=[2])
     found, _ = evaluate.fastest_training_layout(
-        LLAMA31_8B, RTX4090, TORCHTUNE, tp=1, pp=1, dp=1, zero_stages=(0,), recomputes=["full"], assumptions=A,
-        micro_batches=[2],
-    )  # fmt: skip
+        LLAMA31_8B, RTX4090, TORCHTUNE, layout=Layout(), dp=1, options=options, assumptions=A
+    )
     assert found is not None and found.feasible
     assert {"bf16_weights", "optimizer_in_backward"} <= set(found.memory_options)
     forbidden = TORCHTUNE.model_copy(update={"memory_options": []})
     none, reason = evaluate.fastest_training_layout(
-        LLAMA31_8B, RTX4090, forbidden, tp=1, pp=1, dp=1, zero_stages=(0,), recomputes=["full"], assumptions=A,
-        micro_batches=[2],
-    )  # fmt: skip
+        LLAMA31_8B, RTX4090, forbidden, layout=Layout(), dp=1, options=options, assumptions=A
+    )
     assert none is None and reason is not None
     # Pre-training defaults to none of them (Megatron-LM recipes): the plain plan only.
     pretrain = TrainingWorkload(kind="training", tokens=1e9, deadline=1e6)

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics import comm, memory, params, serving, step
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.training import TRAINING_LOGIT_BYTES, estimate_training
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.requirement.schema import FinetuneWorkload
 from test_physics_fixtures import H100, L40S, LLAMA2_70B, LLAMA31_8B, RTX4090
 
@@ -123,12 +125,13 @@ def test_logits_and_the_recomputed_layer_are_not_live_together() -> None:
     """Llama 3.1 8B LoRA, batch 2 x 2048, full recompute: stored inputs + max(logits, one layer), not the sum."""
     work = FinetuneWorkload(kind="finetune", method="lora", lora_rank=8, tokens=1e9, deadline=1e6,
                             sequence_length=2048, global_batch_tokens=4096)  # fmt: skip
-    e = estimate_training(LLAMA31_8B, RTX4090, workload=work, tp=1, pp=1, dp=1, zero_stage=0, recompute="full",
-                          micro_batch=2, nodes_gpus_per_node=1, assumptions=Assumptions())  # fmt: skip
-    kw: dict[str, Any] = dict(seq_len=2048, micro_batch=2, hidden_size=4096, attention_heads=32, ffn_size=14336, gated_mlp=True,
-              tp=1, sequence_parallel=False, flash_attention=True)  # fmt: skip
-    stored = 32 * memory.training_activation_bytes_per_layer(**kw, recompute="full")  # 2·s·b·h per layer
-    layer = memory.training_activation_bytes_per_layer(**kw, recompute="none")
+    e = estimate_training(LLAMA31_8B, RTX4090, job=training_job(work), layout=Layout(recompute="full"),
+                          settings=TrainingSettings(dp=1, zero_stage=0, micro_batch=2), nodes_gpus_per_node=1,
+                          assumptions=Assumptions())  # fmt: skip
+    shape = memory.LayerShape(hidden_size=4096, attention_heads=32, ffn_size=14336, gated_mlp=True)
+    kw: dict[str, Any] = dict(seq_len=2048, micro_batch=2, tp=1, sequence_parallel=False, flash_attention=True)
+    stored = 32 * memory.training_activation_bytes_per_layer(shape, **kw, recompute="full")  # 2·s·b·h per layer
+    layer = memory.training_activation_bytes_per_layer(shape, **kw, recompute="none")
     logits = TRAINING_LOGIT_BYTES * 4096 * 128256
     assert layer < logits
     assert e.memory.activations_gib == pytest.approx((stored + logits) / 2**30)

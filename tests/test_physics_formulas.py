@@ -57,36 +57,35 @@ def test_serving_activation_coefficients() -> None:
 
 def test_korthikanti_activations() -> None:
     sbh = 2048 * 1 * 4096
-    kw: dict[str, Any] = dict(
-        seq_len=2048, micro_batch=1, hidden_size=4096, attention_heads=32, ffn_size=16384, gated_mlp=False
-    )
+    shape = memory.LayerShape(hidden_size=4096, attention_heads=32, ffn_size=16384, gated_mlp=False)
+    kw: dict[str, Any] = dict(seq_len=2048, micro_batch=1)
     # no parallelism, no recompute, scores materialised: s·b·h·(34 + 5·a·s/h)
     got = memory.training_activation_bytes_per_layer(
-        **kw, tp=1, sequence_parallel=False, recompute="none", flash_attention=False
+        shape, **kw, tp=1, sequence_parallel=False, recompute="none", flash_attention=False
     )
     assert got == pytest.approx(sbh * (34 + 5 * 32 * 2048 / 4096))
     # TP 8 without SP, selective: s·b·h·(10 + 24/t)
     got = memory.training_activation_bytes_per_layer(
-        **kw, tp=8, sequence_parallel=False, recompute="selective", flash_attention=True
+        shape, **kw, tp=8, sequence_parallel=False, recompute="selective", flash_attention=True
     )
     assert got == pytest.approx(sbh * (10 + 24 / 8))
     # TP 8 with SP, selective: s·b·h·34/t
     got = memory.training_activation_bytes_per_layer(
-        **kw, tp=8, sequence_parallel=True, recompute="selective", flash_attention=True
+        shape, **kw, tp=8, sequence_parallel=True, recompute="selective", flash_attention=True
     )
     assert got == pytest.approx(sbh * 34 / 8)
     # full recompute keeps the layer input only
     got = memory.training_activation_bytes_per_layer(
-        **kw, tp=1, sequence_parallel=False, recompute="full", flash_attention=True
+        shape, **kw, tp=1, sequence_parallel=False, recompute="full", flash_attention=True
     )
     assert got == pytest.approx(2 * sbh)
 
 
 def test_gated_mlp_keeps_a_third_ffn_tensor() -> None:
-    kw: dict[str, Any] = dict(seq_len=1, micro_batch=1, hidden_size=100, attention_heads=1, ffn_size=300, tp=1)
-    kw2: dict[str, Any] = dict(sequence_parallel=False, recompute="selective", flash_attention=True)
-    gelu = memory.training_activation_bytes_per_layer(**kw, gated_mlp=False, **kw2)
-    gated = memory.training_activation_bytes_per_layer(**kw, gated_mlp=True, **kw2)
+    kw: dict[str, Any] = dict(seq_len=1, micro_batch=1, tp=1, sequence_parallel=False, recompute="selective",
+                              flash_attention=True)  # fmt: skip
+    gelu = memory.training_activation_bytes_per_layer(memory.LayerShape(100, 1, 300, gated_mlp=False), **kw)
+    gated = memory.training_activation_bytes_per_layer(memory.LayerShape(100, 1, 300, gated_mlp=True), **kw)
     assert gelu == pytest.approx(100 * (18 + 4 * 3))  # Megatron-LM: 18 + 4·ffn/h
     assert gated == pytest.approx(100 * (18 + 6 * 3))
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import pytest
 
 from clusterplan.catalog.load import shipped_kernels
+from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics import kernels
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.training import estimate_training
 from clusterplan.physics.training_comm import reduced_grad_bytes
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.requirement.schema import TrainingWorkload
 from test_physics_fixtures import A100, H100, LLAMA2_7B, LLAMA2_70B, RTX4090
 
@@ -59,8 +62,9 @@ def test_attention_kernel_efficiency_matters_at_long_context_only() -> None:
         work = TrainingWorkload(kind="training", tokens=1e9, deadline=86400, sequence_length=seq,
                                 global_batch_tokens=seq * 8)  # fmt: skip
         a = Assumptions(attention_kernel_efficiency={"Hopper": efficiency})
-        return estimate_training(LLAMA2_7B, H100, workload=work, tp=1, pp=1, dp=8, zero_stage=3, recompute="full",
-                                 micro_batch=1, nodes_gpus_per_node=8, assumptions=a).compute_time_s  # fmt: skip
+        return estimate_training(LLAMA2_7B, H100, job=training_job(work), layout=Layout(recompute="full"),
+                                 settings=TrainingSettings(dp=8, zero_stage=3), nodes_gpus_per_node=8,
+                                 assumptions=a).compute_time_s  # fmt: skip
 
     assert compute_s(2048, 0.175) / compute_s(2048, 0.35) < 1.25
     assert compute_s(65536, 0.175) / compute_s(65536, 0.35) > 1.5
@@ -73,8 +77,9 @@ def test_megatron_2021_materialised_attention_and_fp16_gradients() -> None:
                             global_batch_tokens=2048 * 64)  # fmt: skip
 
     def est(a: Assumptions, workload: TrainingWorkload = work) -> tuple[float, float]:
-        e = estimate_training(LLAMA2_7B, A100, workload=workload, tp=1, pp=1, dp=16, zero_stage=0,
-                              recompute="full", micro_batch=1, nodes_gpus_per_node=8, assumptions=a)  # fmt: skip
+        e = estimate_training(LLAMA2_7B, A100, job=training_job(workload), layout=Layout(recompute="full"),
+                              settings=TrainingSettings(dp=16, zero_stage=0), nodes_gpus_per_node=8,
+                              assumptions=a)  # fmt: skip
         return e.compute_time_s, e.exposed_dp_s
 
     flash, _ = est(Assumptions())

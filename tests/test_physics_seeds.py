@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics import cost, memory
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.serving import RequestShape, estimate_serving, single_stream_tokens_per_s
 from clusterplan.physics.training import estimate_training
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.requirement.schema import TrainingWorkload
 from clusterplan.units import BYTES_PER_GB, bytes_to_gib
 from test_physics_fixtures import A100, H100, LLAMA2_7B, LLAMA2_13B, LLAMA2_70B, RTX4090
@@ -42,10 +44,10 @@ def test_13b_with_activations_at_twice_the_weights_is_286_gb() -> None:
 def test_7b_on_one_a100_does_not_fit_but_two_with_zero3_do() -> None:
     work = TrainingWorkload(kind="training", tokens=1e9, deadline=86400 * 30, sequence_length=2048,
                             global_batch_tokens=2048 * 16)  # fmt: skip
-    kw: dict[str, Any] = dict(workload=work, tp=1, pp=1, zero_stage=3, recompute="full", micro_batch=1, nodes_gpus_per_node=8,
-              assumptions=A)  # fmt: skip
-    one = estimate_training(LLAMA2_7B, A100, dp=1, **kw)
-    two = estimate_training(LLAMA2_7B, A100, dp=2, **kw)
+    kw: dict[str, Any] = dict(job=training_job(work), layout=Layout(recompute="full"), nodes_gpus_per_node=8,
+                              assumptions=A)  # fmt: skip
+    one = estimate_training(LLAMA2_7B, A100, settings=TrainingSettings(dp=1, zero_stage=3), **kw)
+    two = estimate_training(LLAMA2_7B, A100, settings=TrainingSettings(dp=2, zero_stage=3), **kw)
     assert not one.feasible and one.bound == "memory_capacity"
     assert two.feasible
 
@@ -54,17 +56,17 @@ def test_13b_zero_on_a100_and_rtx4090() -> None:
     work = TrainingWorkload(kind="training", tokens=260e9, deadline=86400 * 60, sequence_length=2048,
                             global_batch_tokens=2048 * 64)  # fmt: skip
     kw: dict[str, Any] = dict(
-        workload=work, tp=1, pp=1, recompute="full", micro_batch=1, nodes_gpus_per_node=8, assumptions=A
+        job=training_job(work), layout=Layout(recompute="full"), nodes_gpus_per_node=8, assumptions=A
     )
     # 2x A100 ZeRO-2: 2 + 16/2 = 10 B/param = 130 GB per GPU: does not fit (the seed calls it "tight")
-    assert not estimate_training(LLAMA2_13B, A100, dp=2, zero_stage=2, **kw).feasible
+    assert not estimate_training(LLAMA2_13B, A100, settings=TrainingSettings(dp=2, zero_stage=2), **kw).feasible
     # 4x A100 ZeRO-3: 18/4 = 4.5 B/param = 58.5 GB of state per GPU: fits (the seed's "~72 GB")
-    four = estimate_training(LLAMA2_13B, A100, dp=4, zero_stage=3, **kw)
+    four = estimate_training(LLAMA2_13B, A100, settings=TrainingSettings(dp=4, zero_stage=3), **kw)
     assert four.feasible
     state = four.memory.weights_gib + four.memory.gradients_gib + four.memory.optimizer_gib
     assert state == pytest.approx(bytes_to_gib(memory.weights_bytes(13.0e9, 4.5)), rel=0.03)
     # 8x RTX 4090 ZeRO-3: 18/8 = 2.25 B/param = 29 GB of state per 24 GB card: the seed says it fits; it does not
-    assert not estimate_training(LLAMA2_13B, RTX4090, dp=8, zero_stage=3, **kw).feasible
+    assert not estimate_training(LLAMA2_13B, RTX4090, settings=TrainingSettings(dp=8, zero_stage=3), **kw).feasible
 
 
 # ---------------------------------------------------------------- inference memory (seed 002)

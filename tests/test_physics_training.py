@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics import kernels, memory
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.training import estimate_training, model_flops_per_token
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.physics.types import TrainingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from clusterplan.wording.reasons import render_reasons
+from conftest import ROOT
 from test_physics_fixtures import A100, H100, L40S, LLAMA2_7B, LLAMA2_70B, LLAMA31_8B, RTX4090
 
 A = Assumptions()
@@ -19,10 +25,11 @@ PRETRAIN = TrainingWorkload(kind="training", tokens=100e9, deadline=30 * 86400, 
 
 
 def train(arch: ModelArchitecture = LLAMA2_7B, gpu: GpuSpec = H100, *, tp: int = 1, pp: int = 1, dp: int = 8,
-          zero: int = 1, recompute: str = "selective", mb: int = 1, node: int = 8,
+          zero: int = 1, recompute: Recompute = "selective", mb: int = 1, node: int = 8,
           work: TrainingWorkload | FinetuneWorkload = PRETRAIN, a: Assumptions = A) -> TrainingEstimate:  # fmt: skip
-    return estimate_training(arch, gpu, workload=work, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute,
-                             micro_batch=mb, nodes_gpus_per_node=node, assumptions=a)  # fmt: skip
+    return estimate_training(arch, gpu, job=training_job(work), layout=Layout(tp=tp, pp=pp, recompute=recompute),
+                             settings=TrainingSettings(dp=dp, zero_stage=zero, micro_batch=mb),
+                             nodes_gpus_per_node=node, assumptions=a)  # fmt: skip
 
 
 def test_single_gpu_step_is_flops_over_rate_plus_optimizer() -> None:
@@ -111,3 +118,22 @@ def test_fp8_training_needs_native_fp8() -> None:
     work = PRETRAIN.model_copy(update={"precision": "fp8"})
     assert any("fp8" in r for r in render_reasons(train(LLAMA2_7B, A100, work=work).why_not))
     assert train(LLAMA2_7B, H100, work=work, zero=3).feasible
+
+
+def test_the_physics_reads_a_training_job_not_the_requirement() -> None:
+    """Imports run one way (STYLE habit 24): no physics module imports the requirement layer, at module or function
+    level; a workload reaches the physics as the TrainingJob the evaluation layer builds from it."""
+    physics = ROOT / "solver" / "physics"
+    importing = []
+    for path in sorted(physics.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if any(n == "clusterplan.requirement" or n.startswith("clusterplan.requirement.") for n in names):
+                importing.append(f"{path.name}:{node.lineno}")
+    assert not importing, f"physics imports the requirement layer at {importing}"
+    qlora = FinetuneWorkload(kind="finetune", method="qlora", lora_rank=8, tokens=1e9, deadline=86400)
+    job = training_job(qlora)
+    assert (job.method, job.lora_rank, job.sequence_length, job.global_batch_tokens) == ("qlora", 8, 2048, 65536)
+    assert (training_job(PRETRAIN).method, training_job(PRETRAIN).lora_rank) == ("full", 0)

@@ -14,7 +14,9 @@ from clusterplan.design.check import check_plan
 from clusterplan.evaluation import evaluate
 from clusterplan.physics import moe, rules, training
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.reasons import EpSplitsExperts
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.plan import TrainingPlan
 from clusterplan.requirement.load import load_requirement
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
@@ -39,8 +41,8 @@ def h100(catalog: Catalog) -> GpuSpec:
 
 def _fit(arch: ModelArchitecture, gpu: GpuSpec, *, ep: int, tp: int = 2, dp: int = 8, zero: int = 1) -> Any:
     return training.training_fit(
-        arch, gpu, workload=MIXTRAL_FT, tp=tp, pp=1, dp=dp, zero_stage=zero, recompute="full", micro_batch=1,
-        nodes_gpus_per_node=8, assumptions=A, ep=ep,
+        arch, gpu, job=evaluate.training_job(MIXTRAL_FT), layout=Layout(tp=tp, ep=ep, recompute="full"),
+        settings=TrainingSettings(dp=dp, zero_stage=zero), nodes_gpus_per_node=8, assumptions=A,
     )  # fmt: skip
 
 
@@ -71,10 +73,14 @@ def test_ep_group_across_servers_pays_network_all_to_all(h100: GpuSpec) -> None:
 
 def test_deepseek_v3_pretraining_with_ep_beats_tp_only(catalog: Catalog, h100: GpuSpec) -> None:
     dsv3 = catalog.model("deepseek-v3")
-    common = dict(workload=DSV3_PRETRAIN, pp=16, zero_stage=1, recompute="none", micro_batch=1,
-                  nodes_gpus_per_node=8, assumptions=A)  # fmt: skip
-    tp_only = training.estimate_training(dsv3, h100, tp=8, dp=16, **common)  # type: ignore[arg-type]
-    ep8 = training.estimate_training(dsv3, h100, tp=1, dp=128, ep=8, **common)  # type: ignore[arg-type]
+
+    def pretrain(layout: Layout, dp: int) -> Any:
+        return training.estimate_training(
+            dsv3, h100, job=evaluate.training_job(DSV3_PRETRAIN), layout=layout,
+            settings=TrainingSettings(dp=dp, zero_stage=1), nodes_gpus_per_node=8, assumptions=A,
+        )  # fmt: skip
+
+    tp_only, ep8 = pretrain(Layout(tp=8, pp=16), 16), pretrain(Layout(tp=1, pp=16, ep=8), 128)
     assert tp_only.gpus == ep8.gpus == 2048 and (tp_only.ep, ep8.ep) == (1, 8)
     # 256 fine-grained experts at EP 1 see 128 tokens each per micro-batch: grouped GEMMs far below dense ones.
     fit = rules.architecture_kernels(h100).grouped_gemm
@@ -92,8 +98,8 @@ def test_dense_models_never_get_ep(catalog: Catalog, h100: GpuSpec) -> None:
     assert evaluate.expert_parallel_options(llama, tp=1, dp_cp=64, nvlink_domain=8) == (1,)
     assert moe.training_ep_problem(llama, 2, 8) == "ep_without_experts"
     est = training.estimate_training(
-        llama, h100, workload=MIXTRAL_FT, tp=1, pp=1, dp=8, zero_stage=1, recompute="none", micro_batch=1,
-        nodes_gpus_per_node=8, assumptions=A, ep=2,
+        llama, h100, job=evaluate.training_job(MIXTRAL_FT), layout=Layout(ep=2),
+        settings=TrainingSettings(dp=8, zero_stage=1), nodes_gpus_per_node=8, assumptions=A,
     )  # fmt: skip
     assert isinstance(est.why_not[0], EpSplitsExperts)
 

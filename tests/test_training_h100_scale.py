@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.training import estimate_training
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.physics.types import TrainingEstimate
 from clusterplan.requirement.schema import TrainingWorkload
 from test_physics_fixtures import H100, LLAMA2_70B
@@ -18,16 +21,16 @@ WORK = TrainingWorkload(kind="training", tokens=1e12, deadline=1e9, sequence_len
 
 def run(*, vpp: int = 1, dp: int = 48, a: Assumptions | None = None) -> TrainingEstimate:
     return estimate_training(
-        LLAMA2_70B, H100, workload=WORK.model_copy(update={"global_batch_tokens": 4096 * 16 * dp}), tp=8, pp=4,
-        dp=dp, zero_stage=1, recompute="none", micro_batch=1, nodes_gpus_per_node=8, assumptions=a or Assumptions(),
-        virtual_stages=vpp,
+        LLAMA2_70B, H100, job=training_job(WORK.model_copy(update={"global_batch_tokens": 4096 * 16 * dp})),
+        layout=Layout(tp=8, pp=4, virtual_stages=vpp), settings=TrainingSettings(dp=dp, zero_stage=1),
+        nodes_gpus_per_node=8, assumptions=a or Assumptions(),
     )  # fmt: skip
 
 
 def run_one_server(a: Assumptions) -> TrainingEstimate:
     return estimate_training(
-        LLAMA2_70B, H100, workload=WORK, tp=8, pp=1, dp=1, zero_stage=1, recompute="full", micro_batch=1,
-        nodes_gpus_per_node=8, assumptions=a,
+        LLAMA2_70B, H100, job=training_job(WORK), layout=Layout(tp=8, recompute="full"),
+        settings=TrainingSettings(dp=1, zero_stage=1), nodes_gpus_per_node=8, assumptions=a,
     )  # fmt: skip
 
 

@@ -15,7 +15,9 @@ import pytest
 from clusterplan.evaluation import evaluate
 from clusterplan.physics import memory, training
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.reasons import CpSplitsSequence, VirtualStagesSplitLayers
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.requirement.schema import TrainingWorkload
 from conftest import DATA, run_cli
 from test_physics_fixtures import H100, LLAMA2_70B
@@ -25,13 +27,16 @@ PRETRAIN_70B = DATA / "requirements" / "70b-pretrain-30d.yaml"
 # 8k sequences, 16M-token global batch: the NeMo Llama 3 70B recipe's shape (tp 4, pp 4, vpp 5, cp 2).
 WORK_8K = TrainingWorkload(kind="training", tokens=1.4e12, deadline=30 * 86400, sequence_length=8192,
                            global_batch_tokens=16 * 2**20)  # fmt: skip
+JOB_8K = evaluate.training_job(WORK_8K)
 
 
-def est(**kw: Any) -> Any:
-    args: dict[str, Any] = dict(tp=4, pp=4, dp=16, zero_stage=1, recompute="none", micro_batch=1,
-                                nodes_gpus_per_node=8, assumptions=A)  # fmt: skip
-    args.update(kw)
-    return training.estimate_training(LLAMA2_70B, H100, workload=WORK_8K, **args)
+def est(*, dp: int = 16, zero_stage: int = 1, micro_batch: int = 1, **layout: Any) -> Any:
+    """70B at 8k on H100: tp 4 x pp 4 unless ``layout`` says otherwise (Layout fields)."""
+    shape = Layout(**{"tp": 4, "pp": 4, **layout})
+    return training.estimate_training(
+        LLAMA2_70B, H100, job=JOB_8K, layout=shape, settings=TrainingSettings(dp, zero_stage, micro_batch),
+        nodes_gpus_per_node=8, assumptions=A,
+    )  # fmt: skip
 
 
 def test_interleaved_bubble_is_p_minus_1_over_v_m() -> None:
@@ -82,9 +87,15 @@ def test_selective_equals_none_with_flash_attention() -> None:
 
 def test_a_layout_short_of_memory_recomputes_a_few_layers_not_all() -> None:
     # 70B on 64 H100, TP 8 x PP 2 x DP 4, micro-batch 2 at 8k: without recompute it misses memory by ~15 GiB.
-    kw = dict(tp=8, pp=2, dp=4, zero_stages=(1,), micro_batches=(2,), assumptions=A, virtual_stages=(1,))
-    none, _ = evaluate.fastest_training_layout(LLAMA2_70B, H100, WORK_8K, recomputes=["none"], **kw)  # type: ignore[arg-type]
-    best, _ = evaluate.fastest_training_layout(LLAMA2_70B, H100, WORK_8K, recomputes=["none", "full"], **kw)  # type: ignore[arg-type]
+    def fastest(*recomputes: Recompute) -> Any:
+        options = evaluate.TrainingOptions(zero_stages=(1,), recomputes=recomputes, micro_batches=(2,),
+                                           virtual_stages=(1,))  # fmt: skip
+        found, _ = evaluate.fastest_training_layout(
+            LLAMA2_70B, H100, WORK_8K, layout=Layout(tp=8, pp=2), dp=4, options=options, assumptions=A
+        )
+        return found
+
+    none, best = fastest("none"), fastest("none", "full")
     assert none is None
     assert best is not None and best.recompute == "full"
     assert 0 < best.recompute_layers < memory.layers_per_stage(80, 2) / 2
@@ -96,8 +107,8 @@ def test_tp_collectives_overlap_gemms_on_hopper_only() -> None:
     hopper = est(tp=8, pp=1, dp=32, zero_stage=1, recompute="full")
     ampere = H100.model_copy(update={"architecture": "Ampere"})
     plain = training.estimate_training(
-        LLAMA2_70B, ampere, workload=WORK_8K, tp=8, pp=1, dp=32, zero_stage=1, recompute="full", micro_batch=1,
-        nodes_gpus_per_node=8, assumptions=A,
+        LLAMA2_70B, ampere, job=JOB_8K, layout=Layout(tp=8, pp=1, recompute="full"),
+        settings=TrainingSettings(dp=32, zero_stage=1, micro_batch=1), nodes_gpus_per_node=8, assumptions=A,
     )  # fmt: skip
     assert 0 < hopper.exposed_tp_s < plain.exposed_tp_s
 

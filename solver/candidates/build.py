@@ -164,7 +164,7 @@ def build_candidates(
             wc = (
                 replace(hit, index=i)
                 if hit is not None
-                else training_candidates(i, w, arch, catalog, gpus, offerings, limits, req.assumptions, derate=derate)
+                else training_candidates(i, w, arch, catalog, offerings, limits, req.assumptions, derate=derate)
             )
         if cache is not None and key is not None:
             if hit is not None:

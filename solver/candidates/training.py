@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from clusterplan.physics import rules
+from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.reasons import (
     NoFabric,
     NoLayoutFits,
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
-from clusterplan.candidates.offerings import fabric_exclusion, forbidden_for
+from clusterplan.candidates.offerings import fabric_exclusion, forbidden_for, gpu_type_of
 from clusterplan.candidates.prune import prune_training_rows
 from clusterplan.candidates.table import (
     DEADLINE,
@@ -32,6 +34,7 @@ from clusterplan.candidates.table import (
     excluded,
     hard_reasons,
 )
+from clusterplan.evaluation import evaluate, pricing
 from clusterplan.evaluation.evaluate import TRAINING_PP
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 
@@ -187,7 +190,7 @@ class _Layouts:
     tp: int
     pp: int
     zero_stages: tuple[int, ...]
-    recomputes: list[str]
+    recomputes: list[Recompute]
     assumptions: Assumptions
     offerings: Sequence[Offering]
     forbidden: list[tuple[str, str]]
@@ -200,24 +203,15 @@ class _Layouts:
 
     def row(self, dp: int) -> TrainingRow | None:
         """The fastest settings of tp x cp x pp x dp as a row (None: nothing fits; the reason is kept)."""
-        from clusterplan.evaluation import evaluate, pricing
-
         self.evaluated += 1
-        est, last_reason = evaluate.fastest_training_layout(
-            self.arch,
-            self.spec,
-            self.w,
-            tp=self.tp,
-            pp=self.pp,
-            dp=dp,
-            zero_stages=self.zero_stages,
-            recomputes=self.recomputes,
-            assumptions=self.assumptions,
-            derate=self.derate,
-            cp=self.cp,
-            virtual_stages=self.virtual_stages,
+        options = evaluate.TrainingOptions(
+            zero_stages=self.zero_stages, recomputes=self.recomputes, virtual_stages=self.virtual_stages,
             recompute_layers=self.recompute_layers,
-        )
+        )  # fmt: skip
+        est, last_reason = evaluate.fastest_training_layout(
+            self.arch, self.spec, self.w, layout=Layout(tp=self.tp, pp=self.pp, cp=self.cp), dp=dp, options=options,
+            assumptions=self.assumptions, derate=self.derate,
+        )  # fmt: skip
         if est is None:
             self.exclusions.append(excluded(self.g.id, last_reason or NoLayoutFits(gpu=self.g.name)))
             return None
@@ -290,7 +284,6 @@ def training_candidates(
     w: TrainingWorkload | FinetuneWorkload,
     arch: ModelArchitecture,
     catalog: Catalog,
-    gpus: dict[str, GpuType],
     offerings: Sequence[Offering],
     limits: Limits,
     assumptions: Assumptions,
@@ -304,11 +297,9 @@ def training_candidates(
     that meet it (:func:`fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
     that fit (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
-    Times are the derated ones at a requirement's ``confidence`` (``derate``).
+    Times are the derated ones at a requirement's ``confidence`` (``derate``). Every GPU type of the catalog is
+    tried (:func:`clusterplan.candidates.offerings.gpu_type_of`); ``limits`` forbids those it does not allow.
     """
-    from clusterplan.evaluation import evaluate
-    from clusterplan.physics import rules
-
     rows: list[TrainingRow] = []
     excl: list[Exclusion] = []
     considered = 0
@@ -316,9 +307,9 @@ def training_candidates(
     recomputes = evaluate.recomputes_for(w, flash_attention=assumptions.flash_attention)
     seqs_per_step = evaluate.sequences_per_step(w)
     pinned_cp, pinned_vpp, pinned_layers = w.context_parallel, w.virtual_stages, w.recompute_layers
-    for gid in sorted(gpus):
+    for gid in sorted(catalog.gpus):
         spec = catalog.gpus[gid]
-        g = gpus[gid]
+        g = gpu_type_of(spec)
         walks: list[_Walk] = []
         for tp in TP_DEGREES:
             for pp in TRAINING_PP:

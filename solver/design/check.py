@@ -21,10 +21,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.reasons import ReasonCategory, without
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.plan import Design, HardwareLine, ReplicaGroup, ServingPlan, TrainingPlan
 from clusterplan.units import HOURS_PER_MONTH
 from clusterplan.wording.reasons import render_reason
@@ -591,24 +593,18 @@ def _check_training(
         problems.append(f"{wp.workload}: TP{wp.tp} exceeds the NVLink domain of {wp.gpu}")
     if wp.gpus != wp.tp * wp.cp * wp.pp * wp.dp:
         problems.append(f"{wp.workload}: {wp.gpus} GPUs is not TP x CP x PP x DP")
-    train_est = evaluate.training_point(
-        ctx.arch,
-        spec,
-        w,
-        tp=wp.tp,
-        pp=wp.pp,
-        dp=wp.dp,
-        zero_stage=wp.zero_stage,
-        recompute=wp.recompute,
-        micro_batch=wp.micro_batch,
-        assumptions=ctx.assumptions,
-        derate=ctx.derate,  # the time the plan states: derated at a confidence
-        cp=wp.cp,
-        ep=wp.ep,
-        virtual_stages=wp.virtual_stages,
+    layout = Layout(
+        tp=wp.tp, pp=wp.pp, cp=wp.cp, ep=wp.ep, virtual_stages=wp.virtual_stages,
+        recompute=cast(Recompute, wp.recompute),
         recompute_layers=wp.recompute_layers if wp.recompute == "full" else None,
-        memory_plan=MemoryPlan.of(wp.memory_options),
-    )
+    )  # fmt: skip
+    settings = TrainingSettings(
+        dp=wp.dp, zero_stage=wp.zero_stage, micro_batch=wp.micro_batch, memory_plan=MemoryPlan.of(wp.memory_options),
+    )  # fmt: skip
+    train_est = evaluate.training_point(
+        ctx.arch, spec, w, layout=layout, settings=settings, assumptions=ctx.assumptions,
+        derate=ctx.derate,  # the time the plan states: derated at a confidence
+    )  # fmt: skip
     hard = without(train_est.why_not, ReasonCategory.LINK)  # the NVLink domain is checked above
     if hard:
         problems.append(f"{wp.workload}: {render_reason(hard[0])}")

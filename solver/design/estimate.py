@@ -220,7 +220,6 @@ def estimate_requirement(
             hint="clusterplan plan chooses GPUs for you",
         )
     gpu = catalog.gpu(cfg.gpu)
-    a = req.assumptions
     # The two kinds' modules build on this one's results and shared pieces, so they are imported here.
     from clusterplan.design.estimate_serving import estimate_serving
     from clusterplan.design.estimate_training import estimate_training
@@ -228,7 +227,7 @@ def estimate_requirement(
     if isinstance(workload, ServingWorkload):
         result = estimate_serving(req, index, workload, arch, gpu, cfg, catalog, choices)
     else:
-        result = estimate_training(req, index, workload, arch, gpu, cfg, catalog, a, choices)
+        result = estimate_training(req, index, workload, arch, gpu, cfg, catalog, choices)
     return result
 
 

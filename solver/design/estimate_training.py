@@ -3,7 +3,7 @@ whole servers meeting the deadline, searched as the planner searches (:mod:`clus
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
@@ -22,7 +22,9 @@ from clusterplan.errors import ClusterplanError
 from clusterplan.evaluation import evaluate, pricing
 from clusterplan.physics import cost, optimizer_memory, rules, training
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
+from clusterplan.physics.layout import Layout, Recompute
+from clusterplan.physics.optimizer_memory import MemoryPlan
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.physics.types import TrainingEstimate
 from clusterplan.requirement.schema import (
     FinetuneWorkload,
@@ -59,7 +61,7 @@ _TRAINING_EP_FIX = {
 }
 
 
-Layout = tuple[int, int, int, int]  # tp, cp, pp, dp
+Degrees = tuple[int, int, int, int]  # tp, cp, pp, dp of a layout tried
 
 
 def _shapes(
@@ -85,14 +87,14 @@ def _fastest(
     w: TrainingWorkload | FinetuneWorkload,
     cfg: PinnedConfig,
     a: Assumptions,
-    layout: Layout,
+    degrees: Degrees,
 ) -> TrainingEstimate | None:
     """The fastest settings of one tp x cp x pp x dp layout (pinned knobs stay pinned), as the planner's rows."""
-    tp, cp, pp, dp = layout
+    tp, cp, pp, dp = degrees
     method = getattr(w, "method", "full")
     zeros = (cfg.zero,) if cfg.zero is not None else evaluate.zero_stages_for(pp, method)
     layers = cfg.recompute_layers if cfg.recompute_layers is not None else w.recompute_layers
-    recs: list[str]
+    recs: list[Recompute]
     if cfg.recompute:
         recs = [cfg.recompute]
     elif cfg.recompute_layers is not None:
@@ -100,12 +102,14 @@ def _fastest(
     else:
         recs = evaluate.recomputes_for(w, flash_attention=a.flash_attention)
     vpp = cfg.vpp if cfg.vpp is not None else w.virtual_stages
-    est, _ = evaluate.fastest_training_layout(
-        arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stages=zeros, recomputes=recs, assumptions=a,
-        micro_batches=[cfg.batch] if cfg.batch else None, cp=cp,
+    options = evaluate.TrainingOptions(
+        zero_stages=zeros, recomputes=recs, micro_batches=[cfg.batch] if cfg.batch else None,
         virtual_stages=(vpp,) if vpp is not None else None, recompute_layers=layers if "full" in recs else None,
         memory_plans=_memory_plans(w, cfg), expert_parallel=(cfg.ep,) if cfg.ep is not None else None,
     )  # fmt: skip
+    est, _ = evaluate.fastest_training_layout(
+        arch, gpu, w, layout=Layout(tp=tp, pp=pp, cp=cp), dp=dp, options=options, assumptions=a
+    )
     return est
 
 
@@ -116,10 +120,10 @@ def _search_training(
     cfg: PinnedConfig,
     count: int,
     a: Assumptions,
-) -> tuple[TrainingEstimate | None, list[Layout]]:
+) -> tuple[TrainingEstimate | None, list[Degrees]]:
     """The fastest layout of ``count`` GPUs, searched as the planner's candidates are; and the layouts tried."""
     best: TrainingEstimate | None = None
-    tried: list[Layout] = []
+    tried: list[Degrees] = []
     for tp, cp, pp in _shapes(arch, gpu, w, cfg):
         if count % (tp * cp * pp):
             continue
@@ -139,7 +143,7 @@ def _fewest_meeting_deadline(
     w: TrainingWorkload | FinetuneWorkload,
     cfg: PinnedConfig,
     a: Assumptions,
-) -> tuple[TrainingEstimate | None, bool, list[Layout]]:
+) -> tuple[TrainingEstimate | None, bool, list[Degrees]]:
     """The fewest GPUs (whole servers) meeting the deadline, searched as the planner's rows are: per shape, DP in
     powers of two up to the first that meets it, then a bisection over the whole-server DPs between
     (:func:`clusterplan.candidates.training.fewest_meeting`); the fewest GPUs over the shapes, the faster on a tie.
@@ -147,7 +151,7 @@ def _fewest_meeting_deadline(
     from clusterplan.candidates.training import MAX_TRAINING_GPUS, fewest_meeting
 
     node = gpu.max_gpus_per_node
-    tried: list[Layout] = []
+    tried: list[Degrees] = []
     meeting: TrainingEstimate | None = None
     fastest: TrainingEstimate | None = None
     for tp, cp, pp in _shapes(arch, gpu, w, cfg):
@@ -184,25 +188,13 @@ def _memory_plans(w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig) -> 
     return evaluate.memory_plans_for(w, forced=forced, forbidden=forbidden)
 
 
-def _point(
-    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, a: Assumptions, *, tp: int,
-    pp: int, dp: int, zero: int, recompute: str, micro_batch: int, cp: int = 1, virtual_stages: int = 1,
-    recompute_layers: int | None = None, memory_plan: MemoryPlan = PLAIN, ep: int = 1,
-) -> TrainingEstimate:  # fmt: skip
-    return evaluate.training_point(
-        arch, gpu, w, tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute, micro_batch=micro_batch,
-        assumptions=a, cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers,
-        memory_plan=memory_plan, ep=ep,
-    )  # fmt: skip
-
-
 def _closest(
     arch: ModelArchitecture,
     gpu: GpuSpec,
     w: TrainingWorkload | FinetuneWorkload,
     a: Assumptions,
     cfg: PinnedConfig,
-    tried: list[Layout],
+    tried: list[Degrees],
 ) -> TrainingEstimate:
     """Nothing runs: each layout tried at its most memory-friendly setting (the last memory plan the workload
     allows); the one closest to running."""
@@ -221,12 +213,22 @@ def _closest(
             nvlink_domain=evaluate.training_nvlink_domain(gpu),
             pinned=cfg.ep or w.expert_parallel,
         )
-        point = _point(
-            arch, gpu, w, a, tp=tp, pp=pp, dp=dp, zero=zero, recompute=rec, micro_batch=cfg.batch or 1, cp=cp,
-            virtual_stages=vpp, recompute_layers=layers, memory_plan=plan, ep=max(eps),
+        point = evaluate.training_point(
+            arch, gpu, w, layout=Layout(tp=tp, pp=pp, cp=cp, ep=max(eps), virtual_stages=vpp, recompute=rec,
+                                        recompute_layers=layers),
+            settings=TrainingSettings(dp=dp, zero_stage=zero, micro_batch=cfg.batch or 1, memory_plan=plan),
+            assumptions=a,
         )  # fmt: skip
         ests.append(point)
     return min(ests, key=lambda e: (len(e.why_not), e.memory.total_gib / e.memory.capacity_gib, e.gpus))
+
+
+def _layout_of(e: TrainingEstimate) -> Layout:
+    """The layout an estimate describes (its recompute layers only under full recompute)."""
+    return Layout(
+        tp=e.tp, pp=e.pp, cp=e.cp, ep=e.ep, virtual_stages=e.virtual_stages, recompute=cast(Recompute, e.recompute),
+        recompute_layers=e.recompute_layers if e.recompute == "full" else None,
+    )  # fmt: skip
 
 
 def _layout_words(e: TrainingEstimate) -> str:
@@ -247,9 +249,11 @@ def estimate_training(
     gpu: GpuSpec,
     cfg: PinnedConfig,
     catalog: Catalog,
-    a: Assumptions,
     choices: list[str],
 ) -> EstimateResult:
+    """``estimate`` of workload ``index`` (``w``) of ``req`` on ``gpu``, its knobs pinned by ``cfg``; the choices
+    made on the way are appended to ``choices``."""
+    a = req.assumptions
     if "precision" not in w.model_fields_set and w.precision == "bf16" and not rules.supports_precision(gpu, "bf16"):
         w = w.model_copy(update={"precision": "fp16"})
         choices.append(f"precision fp16: {gpu.name} has no bf16")
@@ -265,7 +269,7 @@ def estimate_training(
     all_pinned = all(v is not None for v in (cfg.tp, cfg.pp, cfg.zero, cfg.batch)) and (
         cfg.recompute or w.activation_recompute
     )
-    tried: list[Layout] = []
+    tried: list[Degrees] = []
     best: TrainingEstimate | None = None
     if count is not None:
         if cfg.tp and cfg.pp:
@@ -293,11 +297,10 @@ def estimate_training(
             choices.append(f"no layout tried runs; shown: the closest ({best.gpus} GPUs, {_layout_words(best)})")
     else:
         # The search leaves link reasons (TP over PCIe) to the planner's tp_nvlink family; shown here in full.
-        best = _point(
-            arch, gpu, w, a, tp=best.tp, pp=best.pp, dp=best.dp, zero=best.zero_stage, recompute=best.recompute,
-            micro_batch=best.micro_batch, cp=best.cp, virtual_stages=best.virtual_stages,
-            recompute_layers=best.recompute_layers if best.recompute == "full" else None,
-            memory_plan=MemoryPlan.of(best.memory_options), ep=best.ep,
+        best = evaluate.training_point(
+            arch, gpu, w, layout=_layout_of(best), assumptions=a,
+            settings=TrainingSettings(dp=best.dp, zero_stage=best.zero_stage, micro_batch=best.micro_batch,
+                                      memory_plan=MemoryPlan.of(best.memory_options)),
         )  # fmt: skip
         if not all_pinned:
             choices.append(f"{_layout_words(best)}: the fastest feasible layout tried")

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
 
 from clusterplan.errors import FieldProblem, InputError, Location
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 from clusterplan.inputs.yamlio import PathKey, format_path
 from clusterplan.physics import moe, optimizer_memory, queueing, serving, training
-from clusterplan.physics.layout import Layout
+from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
+from clusterplan.physics.training_job import TrainingJob, TrainingSettings
 from clusterplan.wording.reasons import render_reasons
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ def zero_stages_for(pp: int, method: str) -> tuple[int, ...]:
     return (0, 1, 2, 3) if pp == 1 else (0, 1)
 
 
-def recomputes_for(w: TrainingWorkload | FinetuneWorkload, *, flash_attention: bool = True) -> list[str]:
+def recomputes_for(w: TrainingWorkload | FinetuneWorkload, *, flash_attention: bool = True) -> list[Recompute]:
     """The workload's recompute policy if it names one, else none, selective and full (cheapest first).
 
     Selective recompute repeats the attention core, which FlashAttention's backward already recomputes: with
@@ -367,33 +368,53 @@ def expert_parallel_options(
     return tuple(sorted({1, max(in_domain, default=1), max(valid, default=1)}))
 
 
+def training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
+    """What the physics reads of a training or fine-tuning workload (:class:`TrainingJob`): pretraining trains
+    every weight and has no adapters (rank 0); a fine-tune its method and LoRA rank."""
+    method, rank = (w.method, w.lora_rank) if w.kind == "finetune" else ("full", 0)
+    return TrainingJob(
+        tokens=w.tokens, deadline_s=w.deadline, sequence_length=w.sequence_length,
+        global_batch_tokens=w.global_batch_tokens, method=method, lora_rank=rank, precision=w.precision,
+        optimizer=w.optimizer,
+    )  # fmt: skip
+
+
 def training_point(
     arch: ModelArchitecture,
     spec: GpuSpec,
     w: TrainingWorkload | FinetuneWorkload,
     *,
-    tp: int,
-    pp: int,
-    dp: int,
-    zero_stage: int,
-    recompute: str,
-    micro_batch: int,
+    layout: Layout,
+    settings: TrainingSettings,
     assumptions: Assumptions,
     derate: Derate = NO_DERATE,
-    cp: int = 1,
-    virtual_stages: int = 1,
-    recompute_layers: int | None = None,
-    memory_plan: MemoryPlan = PLAIN,
-    ep: int = 1,
 ) -> TrainingEstimate:
     """One fully pinned training layout, nodes as large as the GPU ships in (its time x ``derate``'s factor)."""
     return derate.training(
         training.estimate_training(
-            arch, spec, workload=w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
-            micro_batch=micro_batch, nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
-            cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan, ep=ep,
+            arch, spec, job=training_job(w), layout=layout, settings=settings,
+            nodes_gpus_per_node=spec.max_gpus_per_node, assumptions=assumptions,
         )
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """What :func:`fastest_training_layout` searches for one tp x cp x pp x dp layout.
+
+    ``zero_stages`` and ``recomputes`` tried (cheapest first); ``micro_batches`` (None: those of ``MICRO_BATCHES``
+    the step's sequences allow); ``virtual_stages`` (None: :func:`virtual_stage_options`); ``recompute_layers``
+    under full recompute (None: the fewest that fit); ``memory_plans`` (None: :func:`memory_plans_for`);
+    ``expert_parallel`` degrees (None: :func:`expert_parallel_options` of the workload's ``expert_parallel``).
+    """
+
+    zero_stages: Sequence[int]
+    recomputes: Sequence[Recompute]
+    micro_batches: Sequence[int] | None = None
+    virtual_stages: Sequence[int] | None = None
+    recompute_layers: int | None = None
+    memory_plans: Sequence[MemoryPlan] | None = None
+    expert_parallel: Sequence[int] | None = None
 
 
 def fastest_training_layout(
@@ -401,26 +422,19 @@ def fastest_training_layout(
     spec: GpuSpec,
     w: TrainingWorkload | FinetuneWorkload,
     *,
-    tp: int,
-    pp: int,
+    layout: Layout,
     dp: int,
-    zero_stages: Sequence[int],
-    recomputes: Sequence[str],
+    options: TrainingOptions,
     assumptions: Assumptions,
-    micro_batches: Sequence[int] | None = None,
     derate: Derate = NO_DERATE,
-    cp: int = 1,
-    virtual_stages: Sequence[int] | None = None,
-    recompute_layers: int | None = None,
-    memory_plans: Sequence[MemoryPlan] | None = None,
-    expert_parallel: Sequence[int] | None = None,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
     """The fastest (virtual stages, ZeRO, recompute, micro-batch) that fits one tp x cp x pp x dp layout, or the
-    last reason.
+    last reason. ``layout``: its ``tp``, ``cp`` and ``pp``; the rest is searched, over ``options``.
 
-    Virtual stages: ``virtual_stages`` if given, else :func:`virtual_stage_options`; the first is searched as below,
-    the others at its winner's settings. Micro-batches: ``micro_batches`` if given, else those of ``MICRO_BATCHES``
-    whose dp copies fit the sequences of one step (with pipeline stages the smallest of them only). Fastest first: for each recompute policy, the lowest ZeRO stage that fits some
+    Virtual stages: ``options.virtual_stages`` if given, else :func:`virtual_stage_options`; the first is searched
+    as below, the others at its winner's settings. Micro-batches: ``options.micro_batches`` if given, else those of
+    ``MICRO_BATCHES`` whose dp copies fit the sequences of one step (with pipeline stages the smallest of them
+    only). Fastest first: for each recompute policy, the lowest ZeRO stage that fits some
     micro-batch, at the largest micro-batch that fits (memory grows with it, and so does efficiency); then
     the fastest of the recompute policies. Full recompute recomputes ``recompute_layers`` of each stage's layers
     if given, else the fewest that fit (memory falls and work grows linearly with them, Megatron-LM
@@ -432,9 +446,10 @@ def fastest_training_layout(
     Expert parallelism (``expert_parallel``, default :func:`expert_parallel_options` of the workload's
     ``expert_parallel``): each degree searched as above, the fastest kept.
     """
+    tp, pp, cp = layout.tp, layout.pp, layout.cp
     eps = (
-        tuple(expert_parallel)
-        if expert_parallel is not None
+        tuple(options.expert_parallel)
+        if options.expert_parallel is not None
         else expert_parallel_options(
             arch, tp=tp, dp_cp=dp * cp, nvlink_domain=training_nvlink_domain(spec), pinned=w.expert_parallel
         )
@@ -444,45 +459,41 @@ def fastest_training_layout(
         last_reason: Reason | None = None
         for one_ep in eps:
             found, reason = fastest_training_layout(
-                arch, spec, w, tp=tp, pp=pp, dp=dp, zero_stages=zero_stages, recomputes=recomputes,
-                assumptions=assumptions, micro_batches=micro_batches, derate=derate, cp=cp,
-                virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plans=memory_plans,
-                expert_parallel=(one_ep,),
+                arch, spec, w, layout=layout, dp=dp, options=replace(options, expert_parallel=(one_ep,)),
+                assumptions=assumptions, derate=derate,
             )  # fmt: skip
             last_reason = reason if found is None else last_reason
             if found is not None and (best is None or found.time_to_train_s < best.time_to_train_s):
                 best = found
         return best, last_reason
     ep = eps[0] if eps else 1
-    plans = list(memory_plans) if memory_plans is not None else memory_plans_for(w)
+    plans = list(options.memory_plans) if options.memory_plans is not None else memory_plans_for(w)
     if len(plans) > 1:
         last: Reason | None = None
         for one in plans:
             found, last = fastest_training_layout(
-                arch, spec, w, tp=tp, pp=pp, dp=dp, zero_stages=zero_stages, recomputes=recomputes,
-                assumptions=assumptions, micro_batches=micro_batches, derate=derate, cp=cp,
-                virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plans=[one],
-                expert_parallel=(ep,),
+                arch, spec, w, layout=layout, dp=dp,
+                options=replace(options, memory_plans=[one], expert_parallel=(ep,)), assumptions=assumptions,
+                derate=derate,
             )  # fmt: skip
             if found is not None:
                 return found, last
         return None, last
     plan = plans[0] if plans else PLAIN
-    vpps = tuple(virtual_stages) if virtual_stages else virtual_stage_options(arch, pp)
-    common = dict(tp=tp, pp=pp, dp=dp, cp=cp, assumptions=assumptions, derate=derate, memory_plan=plan, ep=ep)
-    best, last_reason = _fastest_at(
-        arch, spec, w, vpp=vpps[0], zero_stages=zero_stages, recomputes=recomputes, micro_batches=micro_batches,
-        recompute_layers=recompute_layers, **common,  # type: ignore[arg-type]
-    )  # fmt: skip
+    vpps = tuple(options.virtual_stages) if options.virtual_stages else virtual_stage_options(arch, pp)
+    at = replace(options, memory_plans=(plan,))
+    first = Layout(tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=vpps[0])
+    best, last_reason = _fastest_at(arch, spec, w, first, dp, at, assumptions, derate)
     for vpp in vpps[1:]:
         if best is None:
             break  # interleaving only adds activations (memory.pipeline_micro_batches_in_flight): nothing fits
         # The winner's ZeRO stage and micro-batch, interleaved; full recompute of more layers if they no longer fit.
-        recs = [best.recompute] + (["full"] if best.recompute != "full" and "full" in recomputes else [])
-        found, _ = _fastest_at(
-            arch, spec, w, vpp=vpp, zero_stages=(best.zero_stage,), recomputes=recs,
-            micro_batches=(best.micro_batch,), recompute_layers=recompute_layers, **common,  # type: ignore[arg-type]
-        )  # fmt: skip
+        recs: list[Recompute] = [cast(Recompute, best.recompute)]
+        if best.recompute != "full" and "full" in options.recomputes:
+            recs.append("full")
+        winner = replace(at, zero_stages=(best.zero_stage,), recomputes=recs, micro_batches=(best.micro_batch,))
+        interleaved = Layout(tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=vpp)
+        found, _ = _fastest_at(arch, spec, w, interleaved, dp, winner, assumptions, derate)
         if found is not None and found.time_to_train_s < best.time_to_train_s:
             best = found
     return best, last_reason
@@ -533,36 +544,47 @@ def _fastest_at(
     arch: ModelArchitecture,
     spec: GpuSpec,
     w: TrainingWorkload | FinetuneWorkload,
-    *,
-    tp: int,
-    pp: int,
+    shape: Layout,
     dp: int,
-    cp: int,
-    vpp: int,
-    zero_stages: Sequence[int],
-    recomputes: Sequence[str],
+    options: TrainingOptions,
     assumptions: Assumptions,
-    micro_batches: Sequence[int] | None,
     derate: Derate,
-    recompute_layers: int | None,
-    memory_plan: MemoryPlan = PLAIN,
-    ep: int = 1,
 ) -> tuple[TrainingEstimate | None, Reason | None]:
-    """:func:`fastest_training_layout` at one virtual-stage count, memory plan and EP degree."""
-    node = spec.max_gpus_per_node
-    layout = dict(tp=tp, pp=pp, dp=dp, nodes_gpus_per_node=node, cp=cp, virtual_stages=vpp, ep=ep)
+    """:func:`fastest_training_layout` at one virtual-stage count, memory plan and EP degree: ``shape``'s tp, cp,
+    pp, virtual stages and EP degree, ``options``' first memory plan."""
+    node, pp = spec.max_gpus_per_node, shape.pp
+    job = training_job(w)
+    memory_plan = options.memory_plans[0] if options.memory_plans else PLAIN
+    zero_stages, recomputes, recompute_layers = options.zero_stages, options.recomputes, options.recompute_layers
 
-    def fit(zero: int, rec: str, mb: int, layers: int | None) -> training.TrainingFit:
+    tp, cp, vpp, ep = shape.tp, shape.cp, shape.virtual_stages, shape.ep
+
+    layouts: dict[tuple[Recompute, int | None], Layout] = {}
+    settings_of: dict[tuple[int, int], TrainingSettings] = {}
+
+    def setup(zero: int, rec: Recompute, mb: int, layers: int | None) -> tuple[Layout, TrainingSettings]:
+        """The layout and settings of one try, each built once (the search tries each many times)."""
+        layout = layouts.get((rec, layers))
+        if layout is None:
+            layout = Layout(tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=vpp, recompute=rec, recompute_layers=layers)
+            layouts[rec, layers] = layout
+        settings = settings_of.get((zero, mb))
+        if settings is None:
+            settings = TrainingSettings(dp=dp, zero_stage=zero, micro_batch=mb, memory_plan=memory_plan)
+            settings_of[zero, mb] = settings
+        return layout, settings
+
+    def fit(zero: int, rec: Recompute, mb: int, layers: int | None) -> training.TrainingFit:
+        layout, settings = setup(zero, rec, mb, layers)
         return training.training_fit(
-            arch, spec, workload=w, recompute=rec, assumptions=assumptions, zero_stage=zero, micro_batch=mb,
-            recompute_layers=layers, memory_plan=memory_plan, **layout,
-        )  # fmt: skip
+            arch, spec, job=job, layout=layout, settings=settings, nodes_gpus_per_node=node, assumptions=assumptions
+        )
 
     def first_reason(f: training.TrainingFit) -> Reason | None:
         early = without(f.why_not, ReasonCategory.LINK)
         return early[0] if early else None
 
-    def estimate(zero: int, rec: str, mb: int) -> tuple[TrainingEstimate | None, Reason | None]:
+    def estimate(zero: int, rec: Recompute, mb: int) -> tuple[TrainingEstimate | None, Reason | None]:
         """The estimate and its first reason; no estimate when it does not fit (the reason is the same)."""
         # Rules, batch and memory come first in the estimate's reasons, and most settings tried fail
         # there: checking them alone skips the timing model (the first reason is the same).
@@ -573,14 +595,16 @@ def _fastest_at(
             return None, reason
         if rec == "full" and layers is None and f.recompute_layers > 1:
             f = _fewest_recomputed(f, lambda n: fit(zero, rec, mb, n), lambda g: first_reason(g) is None)
+        layout, settings = setup(zero, rec, mb, f.recompute_layers if rec == "full" else None)
         est = training.estimate_training(
-            arch, spec, workload=w, recompute=rec, assumptions=assumptions, zero_stage=zero, micro_batch=mb,
-            recompute_layers=f.recompute_layers if rec == "full" else None, fit=f, memory_plan=memory_plan, **layout,
+            arch, spec, job=job, layout=layout, settings=settings, nodes_gpus_per_node=node, assumptions=assumptions,
+            fit=f,
         )  # fmt: skip
         est = derate.training(est)
         reasons = without(est.why_not, ReasonCategory.LINK)
         return est, reasons[0] if reasons else None
 
+    micro_batches = options.micro_batches
     if micro_batches is not None:
         sizes = sorted(set(micro_batches), reverse=True)
     else:

@@ -446,14 +446,22 @@ def zero_sharded_bytes_per_param(
     return weights / n, grads / n, optimizer / n
 
 
+@dataclass(frozen=True)
+class LayerShape:
+    """The widths a transformer layer's training activations span: ``hidden_size``, ``attention_heads``, the MLP's
+    ``ffn_size`` (an MoE layer's active width) and whether the MLP is gated (SwiGLU: three matrices)."""
+
+    hidden_size: int
+    attention_heads: int
+    ffn_size: float
+    gated_mlp: bool
+
+
 def training_activation_bytes_per_layer(
+    shape: LayerShape,
     *,
     seq_len: float,
     micro_batch: float,
-    hidden_size: int,
-    attention_heads: int,
-    ffn_size: int,
-    gated_mlp: bool,
     tp: int,
     sequence_parallel: bool,
     recompute: str,
@@ -469,10 +477,11 @@ def training_activation_bytes_per_layer(
     FlashAttention or selective recompute; full recompute keeps only the layer input, 2·s·b·h.
     With TP and sequence parallelism everything divides by TP; without SP the 10 stays replicated.
     """
+    hidden_size, attention_heads, ffn_size = shape.hidden_size, shape.attention_heads, shape.ffn_size
     sbh = seq_len * micro_batch * hidden_size
     if recompute == "full":
         return 2.0 * sbh / (tp if sequence_parallel else 1)
-    split = 8.0 + (6.0 if gated_mlp else 4.0) * ffn_size / hidden_size
+    split = 8.0 + (6.0 if shape.gated_mlp else 4.0) * ffn_size / hidden_size
     replicated = 10.0
     coeff = (replicated + split) / tp if sequence_parallel else replicated + split / tp
     if recompute == "none" and not flash_attention:

@@ -23,11 +23,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import kernels, memory, moe, optimizer_memory, params, rules, training_comm
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import (
     CpSplitsSequence,
@@ -40,8 +41,8 @@ from clusterplan.physics.reasons import (
 )
 from clusterplan.physics.rules import short_name, training_rule_reasons
 from clusterplan.physics.serving import attention_width, peak_tflops
+from clusterplan.physics.training_job import TrainingJob, TrainingSettings
 from clusterplan.physics.types import Bound, MemoryBreakdown, TrainingEstimate
-from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from clusterplan.units import BYTES_PER_GB
 
 # The LM head's output kept for backward at 16 bits; cross-entropy runs fused or in chunks, so no full fp32 copy
@@ -196,223 +197,378 @@ def _compute_precision(gpu: GpuSpec, precision: str) -> str:
     return precision if precision in ("bf16", "fp16") else "bf16"
 
 
-@dataclass
-class TrainingFit:
-    """What :func:`estimate_training` computes up to and including the memory check (:func:`training_fit`)."""
+# FIT_RECORD: the records one fit builds are plain (slotted) dataclasses, not frozen ones: a frozen dataclass's
+# __init__ sets each field through object.__setattr__, about 7x slower, and a 16k-GPU layout search builds some 26,000
+# fits (bench/training_prep.py). Nothing changes them once built.
+@dataclass(slots=True)  # a per-fit record (FIT_RECORD)
+class StepBatch:
+    """How one optimizer step's global batch splits: ``micro_batches`` rounds of ``dp x micro_batch`` sequences,
+    ``tokens_per_step`` tokens in all; the reason it cannot, or a note that it was rounded up."""
 
-    why_not: list[Reason]
-    notes: list[str]
-    method: str
-    rank: int
-    gpus: int
-    node: int
-    seq: float
-    micro_batch: int
     micro_batches: int
     tokens_per_step: float
-    layers: int
-    layer_p: float
-    trainable: float
-    w_b: float
-    g_b: float
-    o_b: float
-    gathered_bytes: float
-    sp: bool
-    mem: MemoryBreakdown
-    cp: int = 1
-    virtual_stages: int = 1
-    recompute_layers: int = 0  # layers of the most loaded stage fully recomputed
-    recompute_saving_bytes: float = 0.0  # what recomputing one more layer frees, per micro-batch held
-    in_flight: float = 1.0  # micro-batches of activations the most loaded stage holds
-    # Memory options (physics/optimizer_memory.py): the plan as it applies to this layout, and what crosses PCIe.
-    plan: MemoryPlan = PLAIN
-    paged_spill_bytes: float = 0.0
-    offloaded_params: float = 0.0
-    offloaded_activation_bytes: float = 0.0
-    # Expert parallelism (physics/moe.py training section): the degree, the routed-expert parameters of this GPU's
-    # trainable ones (their gradients reduce over the dp x cp / ep expert-data-parallel ranks), the MoE layers of
-    # the stage and the busiest EP rank's routed-token imbalance.
-    ep: int = 1
-    expert_trainable: float = 0.0
-    moe_layers: int = 0
-    imbalance: float = 1.0
-    expert_dp: int = 1  # dp x cp / ep (Megatron-LM's expert-data-parallel group)
+    reason: Reason | None = None
+    note: str | None = None
 
 
-def _memory_phase(
-    arch: ModelArchitecture,
-    gpu: GpuSpec,
-    *,
-    workload: TrainingWorkload | FinetuneWorkload,
-    tp: int,
-    pp: int,
-    dp: int,
-    zero_stage: int,
-    recompute: str,
-    micro_batch: int,
-    nodes_gpus_per_node: int,
-    assumptions: Assumptions,
-    cp: int = 1,
-    virtual_stages: int = 1,
-    recompute_layers: int | None = None,
-    memory_plan: MemoryPlan = PLAIN,
-    ep: int = 1,
-) -> TrainingFit:
-    a = assumptions
-    method = workload.method if isinstance(workload, FinetuneWorkload) else "full"
-    rank = workload.lora_rank if isinstance(workload, FinetuneWorkload) else 0
-    precision = workload.precision
-    reasons = training_rule_reasons(
-        arch, gpu, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, precision=precision, method=method
-    )
-    cp, vpp, ep = max(int(cp), 1), max(int(virtual_stages), 1), max(int(ep), 1)
-    reasons += layout_reasons(
-        arch, pp=pp, cp=cp, virtual_stages=vpp, sequence_length=workload.sequence_length, ep=ep, dp=dp
-    )
-    notes: list[str] = []
-    gpus = tp * cp * pp * dp
-    node = max(1, min(nodes_gpus_per_node, gpu.max_gpus_per_node))
-    seq = float(workload.sequence_length)
-    micro_batch = max(int(micro_batch), 1)
-    # ZeRO / the distributed optimizer shard over data x context parallel ranks: CP ranks hold the same weights
-    # and reduce gradients together (Megatron-LM ``get_data_parallel_group(with_context_parallel=True)``).
-    shard_dp = dp * cp
-    # Expert weights shard over the expert-data-parallel ranks left once EP is carved out (Megatron-LM
-    # ``expert_data_parallel`` group, the distributed optimizer's expert buffers).
-    expert_dp = max(1, shard_dp // ep)
-
-    # Micro-batches per optimizer step.
-    sequences_per_step = max(1, math.ceil(workload.global_batch_tokens / seq))
-    per_round = micro_batch * dp
+def step_batch(job: TrainingJob, settings: TrainingSettings) -> StepBatch:
+    """Micro-batches per optimizer step: ``ceil(ceil(B / s) / (dp x b))`` of the global batch's ``B / s``
+    sequences, at least one; a global batch smaller than one round of ``dp x b`` sequences cannot be run."""
+    seq = float(job.sequence_length)
+    sequences_per_step = max(1, math.ceil(job.global_batch_tokens / seq))
+    per_round = settings.micro_batch * settings.dp
     micro_batches = max(1, math.ceil(sequences_per_step / per_round))
-    tokens_per_step = micro_batches * per_round * seq
+    tokens_per_step = micro_batches * per_round * seq  # whole rounds: the global batch rounded up
     if sequences_per_step < per_round:
-        reasons.append(
-            GlobalBatchTooSmall(
-                global_batch_tokens=workload.global_batch_tokens, sequences_per_step=sequences_per_step,
-                sequence_tokens=seq, dp=dp, micro_batch=micro_batch,
-            )
+        reason = GlobalBatchTooSmall(
+            global_batch_tokens=job.global_batch_tokens, sequences_per_step=sequences_per_step,
+            sequence_tokens=seq, dp=settings.dp, micro_batch=settings.micro_batch,
         )  # fmt: skip
-    elif tokens_per_step > workload.global_batch_tokens * 1.001:
-        notes.append(f"global batch rounded up to {tokens_per_step:,.0f} tokens ({micro_batches} micro-batches)")
+        return StepBatch(micro_batches, tokens_per_step, reason=reason)
+    if tokens_per_step > job.global_batch_tokens * 1.001:
+        note = f"global batch rounded up to {tokens_per_step:,.0f} tokens ({micro_batches} micro-batches)"
+        return StepBatch(micro_batches, tokens_per_step, note=note)
+    return StepBatch(micro_batches, tokens_per_step)
 
-    # Parameters on the most loaded GPU (one TP rank of the most loaded stage).
+
+@dataclass(slots=True)  # a per-fit record (FIT_RECORD)
+class StageParams:
+    """Parameters on the most loaded GPU: one TP rank of the most loaded pipeline stage."""
+
+    layers: int  # layers of the stage
+    recomputed: int  # of them fully recomputed (Megatron-LM --recompute-num-layers)
+    layer_p: float  # one layer on this GPU (under EP only the routed experts it holds)
+    emb_p: float  # the embedding and LM head's share on this GPU
+    layers_p: float  # every layer of the stage on this GPU
+    expert_p: float = 0.0  # routed experts held under EP (without EP they shard with the rest)
+    moe_layers: int = 0  # MoE layers of the stage
+
+    @property
+    def model_p(self) -> float:
+        """The stage's layers plus its embedding share: ``layers_p + emb_p``."""
+        return self.layers_p + self.emb_p
+
+
+def stage_params(arch: ModelArchitecture, layout: Layout) -> StageParams:
+    """:class:`StageParams` of a layout: ``l / p`` layers of ``layer_p`` each (MoE models: the dense-first layers
+    and the MoE layer frequency counted, :func:`clusterplan.physics.moe.training_stage_params`), the first
+    ``recompute_layers`` of them recomputed under full recompute (all when None)."""
+    tp, pp, ep = layout.tp, layout.pp, layout.ep
     layers = memory.layers_per_stage(arch.layers, pp)
-    if recompute != "full":
+    if layout.recompute != "full":
         recomputed = 0
     else:
-        recomputed = layers if recompute_layers is None else max(0, min(int(recompute_layers), layers))
+        asked = layout.recompute_layers
+        recomputed = layers if asked is None else max(0, min(int(asked), layers))
     layer_p = memory.layer_params_per_gpu(arch, tp)
     emb_p = memory.embedding_params_per_gpu(arch, tp, pp)
-    stage = moe.training_stage_params(arch, tp=tp, pp=pp, ep=ep) if moe.is_moe(arch) else None
-    # Routed experts held under EP (each rank E/ep of them); without EP they shard with the rest.
-    expert_p = stage.experts if stage is not None and ep > 1 else 0.0
-    moe_layers = stage.moe_layers if stage is not None else 0
-    if stage is not None:
-        layers_p = stage.total  # dense-first layers and the MoE layer frequency counted (physics/params.py)
-        layer_p -= (moe.routed_experts(arch) - moe.experts_per_gpu(arch, ep)) * moe.expert_params(arch) / tp
-    else:
-        layers_p = layers * layer_p
-    model_p = layers_p + emb_p
-    plan = memory_plan
+    if not moe.is_moe(arch):
+        return StageParams(layers, recomputed, layer_p, emb_p, layers_p=layers * layer_p)  # l/p layers alike
+    stage = moe.training_stage_params(arch, tp=tp, pp=pp, ep=ep)
+    expert_p = stage.experts if ep > 1 else 0.0  # each EP rank holds E/ep routed experts
+    # the routed experts an EP rank does not hold leave its layer: (E - E/ep) x expert params / t
+    layer_p -= (moe.routed_experts(arch) - moe.experts_per_gpu(arch, ep)) * moe.expert_params(arch) / tp
+    return StageParams(layers, recomputed, layer_p, emb_p, stage.total, expert_p, stage.moe_layers)
+
+
+def data_ranks(layout: Layout, settings: TrainingSettings) -> tuple[int, int]:
+    """``(dp x cp, max(1, dp x cp / ep))``: the ranks ZeRO shards dense state over (CP ranks hold the same weights
+    and reduce gradients together: Megatron-LM ``get_data_parallel_group(with_context_parallel=True)``) and those
+    the routed experts' state shards over once EP is carved out (Megatron-LM ``expert_data_parallel`` group)."""
+    shard_dp = settings.dp * layout.cp
+    return shard_dp, max(1, shard_dp // layout.ep)
+
+
+def effective_plan(plan: MemoryPlan, micro_batches: int, pp: int) -> MemoryPlan:
+    """The memory plan as it applies to this layout: the optimizer step in backward needs one micro-batch per step
+    and no pipeline (torchtune); a paged optimizer has nothing to page once the state is offloaded to the host."""
     if plan.has("optimizer_in_backward") and (micro_batches > 1 or pp > 1):
-        plan = plan.without("optimizer_in_backward")  # torchtune: needs one micro-batch per step, no pipeline
+        plan = plan.without("optimizer_in_backward")
     if plan.has("optimizer_offload"):
-        plan = plan.without("paged_optimizer")  # the state is on the host already
-    if method == "full":
-        w_b, g_b, o_b = memory.model_state_bytes_per_param(precision, workload.optimizer, plan)
-        w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
-        we, ge, oe = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=expert_dp)
-        trainable = model_p
-        dense_p = model_p - expert_p
-        weights, grads, opt = dense_p * w + expert_p * we, dense_p * g + expert_p * ge, dense_p * o + expert_p * oe
-        expert_trainable = expert_p
-        gathered_bytes = model_p * w_b  # what ZeRO-3 gathers per pass
-    else:
-        base_bpp = memory.NF4_BYTES_PER_PARAM if method == "qlora" else 2.0
-        base = layers_p * base_bpp + emb_p * memory.EMBEDDING_BYTES_PER_PARAM
-        gathered_bytes = base
-        if zero_stage >= 3:
-            base /= shard_dp
-        adapters = layers * lora_params_per_layer(arch, rank) / tp
-        # Adapters of the experts this rank does not hold (EP): each routed expert's matrices carry r·(d_in + d_out).
-        expert_trainable = 0.0
-        if ep > 1:
-            per_expert = (3 if arch.gated_mlp else 2) * rank * (arch.hidden_size + arch.expert_ffn_size) / tp
-            held = moe_layers * moe.experts_per_gpu(arch, ep) * per_expert
-            adapters -= moe_layers * moe.routed_experts(arch) * per_expert - held
-            expert_trainable = held
-        trainable = adapters
-        w_b, g_b, o_b = optimizer_memory.adapter_state_bytes_per_param(workload.optimizer, plan)
-        w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
-        weights, grads, opt = base + trainable * w, trainable * g, trainable * o
-        notes.append(
-            f"{method}: base frozen at {'NF4' if method == 'qlora' else 'bf16'}; "
-            f"{layers * lora_params_per_layer(arch, rank) * pp / 1e6:,.1f}M adapter parameters (rank {rank}, "
-            "all linear layers)"
-        )
+        plan = plan.without("paged_optimizer")
+    return plan
+
+
+@dataclass(slots=True)  # a per-fit record (FIT_RECORD)
+class ModelState:
+    """Model state on one GPU: weights, gradients and optimizer state, bytes; what they are made of."""
+
+    weights: float
+    grads: float
+    opt: float
+    w_b: float  # bytes per trainable parameter, unsharded: weight, gradient, optimizer state
+    g_b: float
+    o_b: float
+    g_shard: float  # gradient bytes per trainable parameter on this GPU (ZeRO-sharded)
+    trainable: float  # trainable parameters on this GPU
+    expert_trainable: float  # of them routed experts' (their gradients reduce over the expert-DP ranks)
+    gathered_bytes: float  # what ZeRO-3 gathers per pass
+
+
+def full_state(
+    job: TrainingJob, settings: TrainingSettings, stage: StageParams, plan: MemoryPlan, ranks: tuple[int, int]
+) -> ModelState:
+    """Every weight trains: mixed-precision state (18 B/param with AdamW) sharded by ZeRO stage over the
+    ``dp x cp`` ranks, the routed experts' over the expert-data-parallel ranks (``ranks``, :func:`data_ranks`)."""
+    shard_dp, expert_dp = ranks
+    zero_stage = settings.zero_stage
+    w_b, g_b, o_b = memory.model_state_bytes_per_param(job.precision, job.optimizer, plan)
+    w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=shard_dp)
+    we, ge, oe = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=zero_stage, dp=expert_dp)
+    model_p, expert_p = stage.model_p, stage.expert_p
+    dense_p = model_p - expert_p
+    return ModelState(
+        weights=dense_p * w + expert_p * we, grads=dense_p * g + expert_p * ge, opt=dense_p * o + expert_p * oe,
+        w_b=w_b, g_b=g_b, o_b=o_b, g_shard=g, trainable=model_p, expert_trainable=expert_p,
+        gathered_bytes=model_p * w_b,  # what ZeRO-3 gathers per pass
+    )  # fmt: skip
+
+
+def adapter_state(
+    arch: ModelArchitecture, job: TrainingJob, layout: Layout, settings: TrainingSettings, stage: StageParams,
+    plan: MemoryPlan, shard_dp: int,
+) -> ModelState:  # fmt: skip
+    """LoRA / QLoRA: the frozen base at 16 bits or NF4 (sharded only at ZeRO 3), adapters of rank ``r`` on every
+    linear layer with their own optimizer state; under EP the adapters of the experts this rank does not hold
+    leave it (each routed expert's matrices carry ``r·(d_in + d_out)``)."""
+    tp, ep, rank = layout.tp, layout.ep, job.lora_rank
+    base_bpp = memory.NF4_BYTES_PER_PARAM if job.method == "qlora" else 2.0
+    base = stage.layers_p * base_bpp + stage.emb_p * memory.EMBEDDING_BYTES_PER_PARAM
+    gathered_bytes = base
+    if settings.zero_stage >= 3:
+        base /= shard_dp
+    adapters = stage.layers * lora_params_per_layer(arch, rank) / tp
+    expert_trainable = 0.0
+    if ep > 1:
+        per_expert = (3 if arch.gated_mlp else 2) * rank * (arch.hidden_size + arch.expert_ffn_size) / tp
+        held = stage.moe_layers * moe.experts_per_gpu(arch, ep) * per_expert
+        adapters -= stage.moe_layers * moe.routed_experts(arch) * per_expert - held
+        expert_trainable = held
+    w_b, g_b, o_b = optimizer_memory.adapter_state_bytes_per_param(job.optimizer, plan)
+    w, g, o = memory.zero_sharded_bytes_per_param(w_b, g_b, o_b, stage=settings.zero_stage, dp=shard_dp)
+    return ModelState(
+        weights=base + adapters * w, grads=adapters * g, opt=adapters * o, w_b=w_b, g_b=g_b, o_b=o_b, g_shard=g,
+        trainable=adapters, expert_trainable=expert_trainable, gathered_bytes=gathered_bytes,
+    )  # fmt: skip
+
+
+def adapter_note(arch: ModelArchitecture, job: TrainingJob, stage: StageParams, pp: int) -> str:
+    """The sentence naming a LoRA / QLoRA run's frozen base and its adapters (``l·Σ r·(d_in + d_out)``)."""
+    method, rank = job.method, job.lora_rank
+    return (
+        f"{method}: base frozen at {'NF4' if method == 'qlora' else 'bf16'}; "
+        f"{stage.layers * lora_params_per_layer(arch, rank) * pp / 1e6:,.1f}M adapter parameters (rank {rank}, "
+        "all linear layers)"
+    )
+
+
+def with_memory_options(
+    arch: ModelArchitecture, job: TrainingJob, layout: Layout, settings: TrainingSettings, stage: StageParams,
+    state: ModelState, plan: MemoryPlan,
+) -> tuple[ModelState, float]:  # fmt: skip
+    """The state with ZeRO-3's gathered layers on top, gradients freed as they are used (optimizer step in
+    backward) and optimizer state on the host (offload); and the parameters whose update the host runs."""
+    tp, zero_stage = layout.tp, settings.zero_stage
+    shard_dp, expert_dp = data_ranks(layout, settings)
+    weights, grads, opt = state.weights, state.grads, state.opt
     if zero_stage >= 3 and shard_dp > 1:
         # Current and prefetched layer, gathered at the bytes they are stored in: 16-bit, or NF4 for QLoRA's base.
-        gathered_bpp = memory.NF4_BYTES_PER_PARAM if method == "qlora" else 2.0
-        weights += 2 * layer_p * gathered_bpp
-
-    # Memory options: gradients freed as they are used, optimizer state on the host.
+        gathered_bpp = memory.NF4_BYTES_PER_PARAM if job.method == "qlora" else 2.0
+        weights += 2 * stage.layer_p * gathered_bpp
     # The largest tensor whose gradient can be live alone: the (vocab-parallel) embedding or LM head, or the
     # largest matrix; for adapters, one layer's worth.
     vocab_p = arch.vocab_size * arch.hidden_size / tp
-    largest_p = max(largest_matrix_params(arch, tp), vocab_p) if method == "full" else trainable / max(layers, 1)
+    if job.method == "full":
+        largest_p = max(largest_matrix_params(arch, tp), vocab_p)
+    else:
+        largest_p = state.trainable / max(stage.layers, 1)
     if plan.has("optimizer_in_backward"):
-        grads = min(grads, optimizer_memory.in_backward_gradient_bytes(largest_p, g))
+        grads = min(grads, optimizer_memory.in_backward_gradient_bytes(largest_p, state.g_shard))
     offloaded_params = 0.0
     if plan.has("optimizer_offload"):
-        offloaded_params = optimizer_shard_params(trainable, expert_trainable, zero_stage, shard_dp, expert_dp)
+        offloaded_params = optimizer_shard_params(
+            state.trainable, state.expert_trainable, zero_stage, shard_dp, expert_dp
+        )
         opt = 0.0
+    if (weights, grads, opt) == (state.weights, state.grads, state.opt):
+        return state, offloaded_params  # no option applies
+    return replace(state, weights=weights, grads=grads, opt=opt), offloaded_params
 
-    # Activations: each CP rank holds seq / cp tokens of every sequence (Megatron-LM context parallelism).
-    sp = tp > 1
-    local_seq = seq / cp
-    # Under EP the busiest rank holds the most routed tokens' MLP activations (dropless routing).
+
+@dataclass(slots=True)  # a per-fit record (FIT_RECORD)
+class StageActivations:
+    """Activations the most loaded GPU holds at its peak, bytes, and what they are made of."""
+
+    total: float  # at the peak
+    kept: float  # one layer's stored activations, per micro-batch
+    layer_input: float  # one fully recomputed layer's stored input, per micro-batch
+    in_flight: float  # micro-batches of the stage's activations held (memory.pipeline_micro_batches_in_flight)
+    offloaded: float  # what activation offloading moves to the host, per micro-batch
+    imbalance: float  # the busiest EP rank's routed tokens over the mean
+
+
+def stage_activations(
+    arch: ModelArchitecture, a: Assumptions, job: TrainingJob, layout: Layout, settings: TrainingSettings,
+    stage: StageParams, micro_batches: int, plan: MemoryPlan,
+) -> StageActivations:  # fmt: skip
+    """Peak activations of the most loaded stage: each CP rank holds ``s / cp`` tokens of every sequence
+    (Megatron-LM context parallelism), each layer per :func:`memory.training_activation_bytes_per_layer` (under EP
+    the busiest rank holds the most routed tokens' MLP activations, dropless routing), over the micro-batches in
+    flight; backward of a recomputed layer rebuilds it on top of the stored inputs, and QLoRA dequantises one NF4
+    matrix to bf16 inside each linear, one at a time."""
+    tp, pp, ep, recompute = layout.tp, layout.pp, layout.ep, layout.recompute
+    micro_batch, layers = settings.micro_batch, stage.layers
+    local_seq = float(job.sequence_length) / layout.cp
     imbalance = moe.training_imbalance(arch, micro_batch * local_seq, ep, a.moe_expert_load_skew)
     ffn_width = params.active_ffn_width(arch) if ep <= 1 else moe.routed_activation_width(arch, imbalance)
-    act_kw = dict(
-        seq_len=local_seq, micro_batch=micro_batch, hidden_size=arch.hidden_size,
-        attention_heads=arch.attention_heads, ffn_size=ffn_width,
-        gated_mlp=arch.gated_mlp, tp=tp, sequence_parallel=sp, flash_attention=a.flash_attention,
-    )  # fmt: skip
-    kept = memory.training_activation_bytes_per_layer(**act_kw, recompute="none" if recompute == "full" else recompute)  # type: ignore[arg-type]
-    layer_input = memory.training_activation_bytes_per_layer(**act_kw, recompute="full")  # type: ignore[arg-type]
-    in_flight = memory.pipeline_micro_batches_in_flight(pp, vpp, micro_batches)
-    logits = TRAINING_LOGIT_BYTES * local_seq * micro_batch * arch.vocab_size / tp
-    # Backward of a recomputed layer rebuilds it: its full activations are live on top of the stored inputs.
-    # QLoRA dequantises one NF4 matrix to bf16 inside each linear, one at a time.
+    shape = memory.LayerShape(arch.hidden_size, arch.attention_heads, ffn_width, arch.gated_mlp)
+
+    def per_layer(kind: str) -> float:
+        return memory.training_activation_bytes_per_layer(
+            shape, seq_len=local_seq, micro_batch=micro_batch, tp=tp, sequence_parallel=tp > 1, recompute=kind,
+            flash_attention=a.flash_attention,
+        )  # fmt: skip
+
+    kept = per_layer("none" if recompute == "full" else recompute)
+    layer_input = per_layer("full")
+    in_flight = memory.pipeline_micro_batches_in_flight(pp, layout.virtual_stages, micro_batches)
+    logits = TRAINING_LOGIT_BYTES * local_seq * micro_batch * arch.vocab_size / tp  # b·s/cp·V 16-bit logits
     layer_work = 0.0
-    if recomputed:
-        layer_work += memory.training_activation_bytes_per_layer(**act_kw, recompute="none")  # type: ignore[arg-type]
-    if method == "qlora":
+    if stage.recomputed:
+        layer_work += per_layer("none")
+    if job.method == "qlora":
         layer_work += largest_matrix_params(arch, tp) * 2.0
     # The logits are consumed by the loss and LM-head backward before the first layer's backward starts (autograd
     # frees a node's saved tensors once it has run; torchtune recipes ``del logits`` before ``loss.backward()``
     # because they "peak backward memory"), so the peak is the stored inputs plus the larger of the two, not both.
     stored = memory.stage_activation_bytes(
-        stored_per_layer=kept, input_per_layer=layer_input, layers=layers, recompute_layers=recomputed
+        stored_per_layer=kept, input_per_layer=layer_input, layers=layers, recompute_layers=stage.recomputed
     )
-    offloaded_activations = 0.0
+    offloaded = 0.0
     if plan.has("activation_offload"):
-        offloaded_activations = stored
+        offloaded = stored
         stored = optimizer_memory.offloaded_activation_bytes(stored / max(layers, 1), layers)
     last_stage = stored + max(logits, layer_work)
-    activations = max(stored * in_flight + layer_work, last_stage) if pp > 1 else last_stage
+    total = max(stored * in_flight + layer_work, last_stage) if pp > 1 else last_stage
+    return StageActivations(total, kept, layer_input, in_flight, offloaded, imbalance)
+
+
+def paged_breakdown(
+    gpu: GpuSpec, a: Assumptions, job: TrainingJob, state: ModelState, activations: float, plan: MemoryPlan
+) -> tuple[MemoryBreakdown, float]:
+    """The GPU's memory, and the optimizer bytes a paged optimizer spills to the host: only the moments page
+    (adapters train without a master copy); what fits the free memory stays."""
+    weights, grads, opt = state.weights, state.grads, state.opt
     mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
-    spilled = 0.0
-    if plan.has("paged_optimizer"):
-        # Only the moments page (adapters train without a master copy); what fits the free memory stays.
-        pageable = opt * (optimizer_memory.pageable_fraction(precision, plan, o_b) if method == "full" else 1.0)
-        free = (mem.capacity_gib - mem.total_gib) * 2**30 + pageable
-        resident, spilled = optimizer_memory.paged_split(pageable, free)
-        opt = opt - pageable + resident
-        mem = memory.training_breakdown(
-            gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations
-        )
+    if not plan.has("paged_optimizer"):
+        return mem, 0.0
+    fraction = optimizer_memory.pageable_fraction(job.precision, plan, state.o_b) if job.method == "full" else 1.0
+    pageable = opt * fraction
+    free = (mem.capacity_gib - mem.total_gib) * 2**30 + pageable
+    resident, spilled = optimizer_memory.paged_split(pageable, free)
+    opt = opt - pageable + resident
+    mem = memory.training_breakdown(gpu, a, weights=weights, gradients=grads, optimizer=opt, activations=activations)
+    return mem, spilled
+
+
+@dataclass(slots=True)  # a per-fit record (FIT_RECORD)
+class TrainingFit:
+    """What :func:`estimate_training` computes up to and including the memory check (:func:`training_fit`).
+
+    ``layout`` and ``settings`` as estimated (degrees and micro-batch at least 1); ``stage``, ``state`` and
+    ``activations``: the most loaded GPU's parameters, model state and activations.
+    """
+
+    why_not: list[Reason]
+    notes: list[str]
+    job: TrainingJob
+    layout: Layout
+    settings: TrainingSettings
+    gpus: int
+    node: int
+    batch: StepBatch
+    stage: StageParams
+    state: ModelState
+    activations: StageActivations
+    mem: MemoryBreakdown
+    # Memory options (physics/optimizer_memory.py): the plan as it applies to this layout, and what crosses PCIe.
+    plan: MemoryPlan = PLAIN
+    paged_spill_bytes: float = 0.0
+    offloaded_params: float = 0.0
+
+    @property
+    def recompute_layers(self) -> int:
+        """Layers of the most loaded stage fully recomputed."""
+        return self.stage.recomputed
+
+    @property
+    def recompute_saving_bytes(self) -> float:
+        """What recomputing one more layer frees, per micro-batch held: ``max(kept - layer input, 0)``."""
+        return max(self.activations.kept - self.activations.layer_input, 0.0)
+
+    @property
+    def in_flight(self) -> float:
+        """Micro-batches of activations the most loaded stage holds."""
+        return self.activations.in_flight
+
+    @property
+    def expert_trainable(self) -> float:
+        """The routed-expert parameters of this GPU's trainable ones."""
+        return self.state.expert_trainable
+
+    @property
+    def expert_dp(self) -> int:
+        """``dp x cp / ep``: Megatron-LM's expert-data-parallel group."""
+        return data_ranks(self.layout, self.settings)[1]
+
+
+def _at_least_one(layout: Layout) -> Layout:
+    """The layout with whole CP, virtual-stage and EP degrees of at least 1 (itself when they are)."""
+    if all(type(v) is int and v >= 1 for v in (layout.cp, layout.virtual_stages, layout.ep)):
+        return layout
+    return replace(
+        layout, cp=max(int(layout.cp), 1), virtual_stages=max(int(layout.virtual_stages), 1), ep=max(int(layout.ep), 1)
+    )
+
+
+def _memory_phase(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    job: TrainingJob,
+    layout: Layout,
+    settings: TrainingSettings,
+    node_gpus: int,
+    a: Assumptions,
+) -> TrainingFit:
+    """Rules, batch and memory of one layout (:func:`training_fit`), its reasons in the estimate's order."""
+    reasons = training_rule_reasons(
+        arch, gpu, tp=layout.tp, pp=layout.pp, dp=settings.dp, zero_stage=settings.zero_stage,
+        precision=job.precision, method=job.method,
+    )  # fmt: skip
+    layout = _at_least_one(layout)
+    reasons += layout_reasons(
+        arch, pp=layout.pp, cp=layout.cp, virtual_stages=layout.virtual_stages, sequence_length=job.sequence_length,
+        ep=layout.ep, dp=settings.dp,
+    )  # fmt: skip
+    if type(settings.micro_batch) is not int or settings.micro_batch < 1:
+        settings = replace(settings, micro_batch=max(int(settings.micro_batch), 1))
+    notes: list[str] = []
+    batch = step_batch(job, settings)
+    if batch.reason is not None:
+        reasons.append(batch.reason)
+    if batch.note is not None:
+        notes.append(batch.note)
+    stage = stage_params(arch, layout)
+    plan = effective_plan(settings.memory_plan, batch.micro_batches, layout.pp)
+    ranks = data_ranks(layout, settings)
+    if job.method == "full":
+        state = full_state(job, settings, stage, plan, ranks)
+    else:
+        state = adapter_state(arch, job, layout, settings, stage, plan, ranks[0])
+        notes.append(adapter_note(arch, job, stage, layout.pp))
+    state, offloaded_params = with_memory_options(arch, job, layout, settings, stage, state, plan)
+    activations = stage_activations(arch, a, job, layout, settings, stage, batch.micro_batches, plan)
+    mem, spilled = paged_breakdown(gpu, a, job, state, activations.total, plan)
     if not mem.fits:
         reasons.append(
             TrainingDoesNotFit(
@@ -421,16 +577,11 @@ def _memory_phase(
                 runtime_gib=mem.runtime_overhead_gib, headroom_gib=mem.headroom_gib, capacity_gib=mem.capacity_gib,
             )
         )  # fmt: skip
-
     return TrainingFit(
-        why_not=reasons, notes=notes, method=method, rank=rank, gpus=gpus, node=node, seq=seq,
-        micro_batch=micro_batch, micro_batches=micro_batches,
-        tokens_per_step=tokens_per_step, layers=layers, layer_p=layer_p, trainable=trainable,
-        w_b=w_b, g_b=g_b, o_b=o_b, gathered_bytes=gathered_bytes, sp=sp, mem=mem,
-        cp=cp, virtual_stages=vpp, recompute_layers=recomputed, recompute_saving_bytes=max(kept - layer_input, 0.0),
-        in_flight=in_flight, plan=plan, paged_spill_bytes=spilled, offloaded_params=offloaded_params,
-        offloaded_activation_bytes=offloaded_activations, ep=ep, expert_trainable=expert_trainable,
-        moe_layers=moe_layers, imbalance=imbalance, expert_dp=expert_dp,
+        why_not=reasons, notes=notes, job=job, layout=layout, settings=settings,
+        gpus=layout.tp * layout.cp * layout.pp * settings.dp, node=max(1, min(node_gpus, gpu.max_gpus_per_node)),
+        batch=batch, stage=stage, state=state, activations=activations, mem=mem, plan=plan,
+        paged_spill_bytes=spilled, offloaded_params=offloaded_params,
     )  # fmt: skip
 
 
@@ -438,20 +589,11 @@ def training_fit(
     arch: ModelArchitecture,
     gpu: GpuSpec,
     *,
-    workload: TrainingWorkload | FinetuneWorkload,
-    tp: int,
-    pp: int,
-    dp: int,
-    zero_stage: int,
-    recompute: str,
-    micro_batch: int,
+    job: TrainingJob,
+    layout: Layout,
+    settings: TrainingSettings,
     nodes_gpus_per_node: int,
     assumptions: Assumptions,
-    cp: int = 1,
-    virtual_stages: int = 1,
-    recompute_layers: int | None = None,
-    memory_plan: MemoryPlan = PLAIN,
-    ep: int = 1,
 ) -> TrainingFit:
     """The part of :func:`estimate_training` before timing anything: rules, batch and memory.
 
@@ -459,11 +601,7 @@ def training_fit(
     GPU without tensor throughput for the precision, come after). Cheaper when only the fit matters;
     pass it to :func:`estimate_training` (same arguments) to finish the estimate without redoing it.
     """
-    return _memory_phase(
-        arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
-        micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
-        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan, ep=ep,
-    )  # fmt: skip
+    return _memory_phase(arch, gpu, job, layout, settings, nodes_gpus_per_node, assumptions)
 
 
 def optimizer_shard_params(
@@ -491,18 +629,18 @@ def _compute_split(
     arch: ModelArchitecture,
     gpu: GpuSpec,
     a: Assumptions,
+    fit: TrainingFit,
     *,
-    seq: float,
-    tokens: float,
-    tp: int,
     hw_flops: float,
     rate: float,
-    recompute: str,
-    recompute_fraction: float,
     bytes_per_s: float,
 ) -> ComputeSplit:
     """GEMMs at ``rate`` (the plateau: ``training_mfu``) times their shape's share (:mod:`kernels`), and the
-    attention core at its own kernel's rate, on the FLOPs it executes; ``tokens`` = rows of each GEMM."""
+    attention core at its own kernel's rate, on the FLOPs it executes; a micro-batch's ``b·s/cp`` tokens are the
+    rows of each GEMM."""
+    seq, tp, recompute = float(fit.job.sequence_length), fit.layout.tp, fit.layout.recompute
+    tokens = fit.settings.micro_batch * (seq / fit.layout.cp)
+    recompute_fraction = _recompute_fraction(fit)
     width = attention_width(arch)
     span = kernels.attention_span_tokens(arch, seq)
     flash = a.flash_attention
@@ -526,83 +664,188 @@ def _compute_split(
     )
 
 
-def estimate_training(
-    arch: ModelArchitecture,
-    gpu: GpuSpec,
-    *,
-    workload: TrainingWorkload | FinetuneWorkload,
-    tp: int,
-    pp: int,
-    dp: int,
-    zero_stage: int,
-    recompute: str,
-    micro_batch: int,
-    nodes_gpus_per_node: int,
-    assumptions: Assumptions,
-    cp: int = 1,
-    virtual_stages: int = 1,
-    recompute_layers: int | None = None,
-    fit: TrainingFit | None = None,
-    memory_plan: MemoryPlan = PLAIN,
-    ep: int = 1,
-) -> TrainingEstimate:
-    """Memory, step time, throughput and time to train of ``tp x pp x dp`` GPUs of one type.
+def _recompute_fraction(fit: TrainingFit) -> float:
+    """Share of the stage's layers fully recomputed: ``N / (l / p)``."""
+    layers = fit.stage.layers
+    return fit.stage.recomputed / layers if layers else 0.0
 
-    ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
-    Infeasible configurations come back with ``feasible=False`` and reason records in ``why_not``, numbers filled in.
-    ``fit``: :func:`training_fit` of the same arguments, already computed. ``ep``: expert-parallel degree, carved
-    out of the ``dp x cp`` ranks (physics/moe.py, training section).
-    """
-    a = assumptions
+
+@dataclass(frozen=True)
+class ComputeRate:
+    """The GEMM rate a training step runs at: ``training_mfu x dense peak x clock fraction x the compute
+    precision's fraction`` (FLOP/s; 0 or less when the GPU lists no tensor throughput for it)."""
+
+    precision: str  # the compute precision (fp8 only where native)
+    peak_tflops: float  # dense peak at that precision
+    clock: float  # sustained clock fraction of the GPU's class
+    flops_per_s: float
+
+
+def compute_rate(gpu: GpuSpec, a: Assumptions, precision: str) -> ComputeRate:
+    """:class:`ComputeRate` of a GPU training at ``precision``."""
     cls = gpu.gpu_class
-    ph = fit or _memory_phase(
-        arch, gpu, workload=workload, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute,
-        micro_batch=micro_batch, nodes_gpus_per_node=nodes_gpus_per_node, assumptions=assumptions,
-        cp=cp, virtual_stages=virtual_stages, recompute_layers=recompute_layers, memory_plan=memory_plan, ep=ep,
-    )  # fmt: skip
-    reasons, notes, mem = list(ph.why_not), list(ph.notes), ph.mem
-    method, rank, precision = ph.method, ph.rank, workload.precision
-    gpus, node, seq, micro_batch = ph.gpus, ph.node, ph.seq, ph.micro_batch
-    micro_batches, tokens_per_step = ph.micro_batches, ph.tokens_per_step
-    layers, layer_p, trainable, gathered_bytes, sp = ph.layers, ph.layer_p, ph.trainable, ph.gathered_bytes, ph.sp
-    w_b, g_b, o_b = ph.w_b, ph.g_b, ph.o_b
-    cp, vpp, recomputed, ep = ph.cp, ph.virtual_stages, ph.recompute_layers, ph.ep
-
-    # Compute.
     cprec = _compute_precision(gpu, precision)
     peak = peak_tflops(gpu, cprec)
     clock = a.sustained_clock_fraction.of(cls)
     rate = peak * 1e12 * a.training_mfu.of(cls) * clock * a.training_compute_fraction(gpu.architecture, cprec)
-    if rate <= 0:
-        reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=cprec))
-        rate = 1e9
-    if clock < 1.0:
-        notes.append(f"{cls} GPU: compute derated to {clock:.0%} for sustained clocks")
-    recompute_fraction = recomputed / layers if layers else 0.0
-    hw_flops = hardware_flops_per_token(
-        arch, seq, recompute=recompute, method=method, lora_rank=rank or 16, flash_attention=a.flash_attention,
-        recompute_fraction=recompute_fraction,
-    )  # fmt: skip
-    useful_flops = model_flops_per_token(arch, seq, method=method, lora_rank=rank or 16)
-    stage_fraction = layers / arch.layers
-    bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
-    local_seq = seq / cp  # tokens of each sequence on one CP rank
-    compute = _compute_split(
-        arch, gpu, a, seq=seq, tokens=micro_batch * local_seq, tp=tp, hw_flops=hw_flops, rate=rate,
-        recompute=recompute, recompute_fraction=recompute_fraction, bytes_per_s=bw,
-    )  # fmt: skip
-    t_micro = (compute.gemm_s + compute.attention_s) * micro_batch * local_seq * stage_fraction / tp
-    # Routed experts run as grouped GEMMs at the busiest EP rank's pace (physics/moe.py training section).
+    return ComputeRate(cprec, peak, clock, rate)
+
+
+def micro_batch_s(
+    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, fit: TrainingFit, *, hw_flops: float, rate: float,
+    bytes_per_s: float,
+) -> tuple[float, ComputeSplit, float]:  # fmt: skip
+    """One micro-batch's compute on the most loaded stage, seconds: ``(GEMMs + attention core) x b·s/cp x
+    (l/p)/l / t``, routed experts as grouped GEMMs at the busiest EP rank's pace (physics/moe.py training section),
+    plus QLoRA's dequantisation of each NF4 matrix (forward, backward and the recomputed share); the split and the
+    grouped GEMMs' efficiency with it."""
+    layout, method, layers = fit.layout, fit.job.method, fit.stage.layers
+    tp, micro_batch = layout.tp, fit.settings.micro_batch
+    local_seq = float(fit.job.sequence_length) / layout.cp  # tokens of each sequence on one CP rank
+    recompute_fraction = _recompute_fraction(fit)
+    compute = _compute_split(arch, gpu, a, fit, hw_flops=hw_flops, rate=rate, bytes_per_s=bytes_per_s)
+    t_micro = (compute.gemm_s + compute.attention_s) * micro_batch * local_seq * (layers / arch.layers) / tp
     routed_share = moe.routed_active_params(arch) * (
-        (6.0 if method == "full" else 4.0) + (2.0 * recompute_fraction if recompute == "full" else 0.0)
+        (6.0 if method == "full" else 4.0) + (2.0 * recompute_fraction if layout.recompute == "full" else 0.0)
     ) / hw_flops  # fmt: skip
     expert_factor, _, grouped_eff = moe.training_expert_time_factor(
-        arch, micro_batch * local_seq, ep, routed_share=min(routed_share, 1.0),
+        arch, micro_batch * local_seq, layout.ep, routed_share=min(routed_share, 1.0),
         grouped=rules.architecture_kernels(gpu).grouped_gemm, skew=a.moe_expert_load_skew,
     )  # fmt: skip
     t_micro *= expert_factor
     if method == "qlora":
-        t_micro += (2.0 + recompute_fraction) * layers * layer_p * DEQUANT_BYTES_PER_PARAM / bw
+        t_micro += (2.0 + recompute_fraction) * layers * fit.stage.layer_p * DEQUANT_BYTES_PER_PARAM / bytes_per_s
+    return t_micro, compute, grouped_eff
+
+
+def step_exposed_comm(
+    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, fit: TrainingFit, timing: training_comm.StepTiming
+) -> training_comm.ExposedComm:
+    """Each kind of communication the step leaves exposed (:func:`clusterplan.physics.training_comm.exposed_comm`)
+    for the fit's stage: its layers, trainable state and the tokens of one CP rank."""
+    stage, state = fit.stage, fit.state
+    recompute_fraction = _recompute_fraction(fit)
+    traffic = training_comm.StageTraffic(
+        layers=stage.layers, recomputed=stage.recomputed, local_seq=float(fit.job.sequence_length) / fit.layout.cp,
+        trainable=state.trainable, gathered_bytes=state.gathered_bytes, w_b=state.w_b,
+        grad_bytes_per_param=training_comm.reduced_grad_bytes(fit.job.precision),
+        expert_trainable=state.expert_trainable, expert_dp=fit.expert_dp, moe_layers=stage.moe_layers,
+        moe_recomputed=round(stage.moe_layers * recompute_fraction),
+    )  # fmt: skip
+    return training_comm.exposed_comm(
+        arch, gpu, a, layout=fit.layout, settings=fit.settings, node=fit.node, traffic=traffic, timing=timing
+    )
+
+
+def comm_notes(arch: ModelArchitecture, fit: TrainingFit, exposed: training_comm.ExposedComm) -> list[str]:
+    """What the step's communication does that a reader should know: TP overlapped with GEMMs, CP's ring over the
+    network, the EP all-to-all's link and imbalance."""
+    tp, cp, ep = fit.layout.tp, fit.layout.cp, fit.layout.ep
+    notes: list[str] = []
+    if exposed.tp_overlapped:
+        notes.append("tensor-parallel collectives overlapped with GEMMs (userbuffers, Megatron --tp-comm-overlap)")
+    if cp > 1 and exposed.cp_link.kind == "network":
+        notes.append(f"TP x CP = {tp * cp} crosses the NVLink domain: ring-attention KV exchanges ride the network")
+    if ep > 1:
+        notes.append(
+            f"expert parallel {ep}: {moe.experts_per_gpu(arch, ep)} of {arch.moe_experts} experts per GPU, "
+            f"all-to-all over {exposed.ep_link.kind}, busiest rank {fit.activations.imbalance:.2f}x the mean routed "
+            "tokens"
+        )
+    return notes
+
+
+def update_s(
+    gpu: GpuSpec, a: Assumptions, fit: TrainingFit, *, compute_time: float, t_micro: float, slots: float,
+    bytes_per_s: float,
+) -> tuple[float, float]:  # fmt: skip
+    """``(optimizer update, exposed host transfers)`` per step, seconds: the update streams its shard of state
+    once (read and write), memory-bound; the memory options' PCIe traffic (physics/optimizer_memory.py) pages the
+    spilled optimizer state, runs an offloaded update beside the backward and moves offloaded activations."""
+    state, layout, plan = fit.state, fit.layout, fit.plan
+    shard = optimizer_shard_params(
+        state.trainable, state.expert_trainable, fit.settings.zero_stage, fit.settings.dp * layout.cp, fit.expert_dp
+    )
+    optimizer_s = shard * (2 * state.o_b + state.g_b + 2 * state.w_b) / bytes_per_s  # read and write state once
+    pcie = optimizer_memory.pcie_one_way_bytes_per_s(gpu.pcie_bandwidth_gb_per_s, a.link_efficiency)
+    overlapped = compute_time if plan.has("optimizer_in_backward") else None
+    offload_s = optimizer_memory.paging_s(fit.paged_spill_bytes, pcie, step_compute_s=overlapped)
+    if fit.offloaded_params > 0:
+        backward_s = compute_time * 2.0 / 3.0
+        offload_s += optimizer_memory.optimizer_offload_s(fit.offloaded_params, backward_s, pcie)
+        optimizer_s = 0.0  # the update runs on the CPU (its time is not modelled)
+    if fit.activations.offloaded > 0:
+        offload_s += slots * optimizer_memory.activation_offload_s(fit.activations.offloaded, t_micro, pcie)
+    return optimizer_s, offload_s
+
+
+def step_notes(fit: TrainingFit, *, bubble: float, time_to_train_s: float) -> list[str]:
+    """The closing notes of an estimate: the pipeline bubble, sequence parallelism, partial recompute and a missed
+    deadline."""
+    layout, notes = fit.layout, []
+    pp, vpp, layers, recomputed = layout.pp, layout.virtual_stages, fit.stage.layers, fit.stage.recomputed
+    if pp > 1:
+        chunks = f" ({vpp} interleaved chunks per stage)" if vpp > 1 else ""
+        notes.append(
+            f"pipeline bubble {bubble:.1%} with {fit.batch.micro_batches} micro-batches over {pp} stages{chunks}"
+        )
+    if layout.tp > 1:
+        notes.append("sequence parallelism assumed with tensor parallelism")
+    if layout.recompute == "full" and recomputed < layers:
+        notes.append(f"full recompute of {recomputed} of the {layers} layers of each pipeline stage")
+    deadline = fit.job.deadline_s
+    if time_to_train_s > deadline:
+        notes.append(f"takes {time_to_train_s / 86400:,.1f} days; the deadline is {deadline / 86400:,.1f} days")
+    return notes
+
+
+def estimate_training(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    *,
+    job: TrainingJob,
+    layout: Layout,
+    settings: TrainingSettings,
+    nodes_gpus_per_node: int,
+    assumptions: Assumptions,
+    fit: TrainingFit | None = None,
+) -> TrainingEstimate:
+    """Memory, step time, throughput and time to train of ``tp x cp x pp x dp`` GPUs of one type.
+
+    ``nodes_gpus_per_node`` is the server size: collectives among more GPUs than that cross the network.
+    Infeasible configurations come back with ``feasible=False`` and reason records in ``why_not``, numbers filled in.
+    ``fit``: :func:`training_fit` of the same arguments, already computed. ``layout.ep``: expert-parallel degree,
+    carved out of the ``dp x cp`` ranks (physics/moe.py, training section).
+    """
+    ph = fit or _memory_phase(arch, gpu, job, layout, settings, nodes_gpus_per_node, assumptions)
+    return _timed(arch, gpu, assumptions, ph)
+
+
+def _timed(arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, ph: TrainingFit) -> TrainingEstimate:
+    """The rest of :func:`estimate_training` once the fit is known: compute, communication, the optimizer update
+    and host transfers, the step and the time to train."""
+    reasons, notes, mem = list(ph.why_not), list(ph.notes), ph.mem
+    job, layout, settings = ph.job, ph.layout, ph.settings
+    method, rank, seq = job.method, job.lora_rank, float(job.sequence_length)
+    micro_batches, layers, recomputed = ph.batch.micro_batches, ph.stage.layers, ph.stage.recomputed
+    pp, vpp = layout.pp, layout.virtual_stages
+
+    # Compute.
+    speed = compute_rate(gpu, a, job.precision)
+    rate, peak = speed.flops_per_s, speed.peak_tflops
+    if rate <= 0:
+        reasons.append(NoTensorThroughput(gpu=short_name(gpu), precision=speed.precision))
+        rate = 1e9
+    if speed.clock < 1.0:
+        notes.append(f"{gpu.gpu_class} GPU: compute derated to {speed.clock:.0%} for sustained clocks")
+    recompute_fraction = recomputed / layers if layers else 0.0
+    hw_flops = hardware_flops_per_token(
+        arch, seq, recompute=layout.recompute, method=method, lora_rank=rank or 16, flash_attention=a.flash_attention,
+        recompute_fraction=recompute_fraction,
+    )  # fmt: skip
+    useful_flops = model_flops_per_token(arch, seq, method=method, lora_rank=rank or 16)
+    bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(gpu.gpu_class)
+    t_micro, compute, grouped_eff = micro_batch_s(arch, gpu, a, ph, hw_flops=hw_flops, rate=rate, bytes_per_s=bw)
     slots = pipeline_slots(pp, micro_batches, vpp)
     compute_time = slots * t_micro
     bubble = pipeline_bubble_fraction(pp, micro_batches, vpp)
@@ -614,99 +857,46 @@ def estimate_training(
     gemm_share = compute.gemm_s / (compute.gemm_s + compute.attention_s)
 
     # Communication, each kind exposed as the frameworks overlap it.
-    eff = a.link_efficiency
-    exposed = training_comm.exposed_comm(
-        arch, gpu, a, tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, node=node, zero_stage=zero_stage, layers=layers,
-        recomputed=recomputed, micro_batch=micro_batch, micro_batches=micro_batches, local_seq=local_seq,
-        slots=slots, t_micro=t_micro, rate=compute.attention_flops_per_s, fwd_share=fwd_share, gemm_share=gemm_share,
-        trainable=trainable, gathered_bytes=gathered_bytes, w_b=w_b, recompute=recompute, eff=eff,
-        ep=ep, expert_trainable=ph.expert_trainable, expert_dp=ph.expert_dp, moe_layers=ph.moe_layers,
-        moe_recomputed=round(ph.moe_layers * recompute_fraction),
-        shared_window_s=(3.0 + recompute_fraction) * ph.moe_layers * 2.0 * moe.shared_expert_params(arch)
-        * micro_batch * local_seq / tp / rate,
-        grad_bytes_per_param=training_comm.reduced_grad_bytes(precision),
+    local_seq = seq / layout.cp
+    timing = training_comm.StepTiming(
+        micro_batches=micro_batches, slots=slots, t_micro=t_micro, attention_flops_per_s=compute.attention_flops_per_s,
+        fwd_share=fwd_share, gemm_share=gemm_share,
+        # the shared experts' MLP beside the all-to-alls: 2·N_shared FLOPs a token, forward, backward (x2) and
+        # the recomputed share, at the GEMM rate
+        shared_window_s=(3.0 + recompute_fraction) * ph.stage.moe_layers * 2.0 * moe.shared_expert_params(arch)
+        * settings.micro_batch * local_seq / layout.tp / rate,
     )  # fmt: skip
-    if exposed.tp_overlapped:
-        notes.append("tensor-parallel collectives overlapped with GEMMs (userbuffers, Megatron --tp-comm-overlap)")
-    if cp > 1 and exposed.cp_link.kind == "network":
-        notes.append(f"TP x CP = {tp * cp} crosses the NVLink domain: ring-attention KV exchanges ride the network")
-    if ep > 1:
-        notes.append(
-            f"expert parallel {ep}: {moe.experts_per_gpu(arch, ep)} of {arch.moe_experts} experts per GPU, "
-            f"all-to-all over {exposed.ep_link.kind}, busiest rank {ph.imbalance:.2f}x the mean routed tokens"
-        )
+    exposed = step_exposed_comm(arch, gpu, a, ph, timing)
+    notes += comm_notes(arch, ph, exposed)
     if moe.is_moe(arch):
         notes.append(f"expert grouped GEMMs at {grouped_eff:.0%} of dense GEMM throughput")
     exposed_comm = exposed.tp_s + exposed.cp_s + exposed.pp_s + exposed.dp_s + exposed.ep_s
 
-    # Optimizer update streams its shard of state once (read and write), memory-bound.
-    shard = optimizer_shard_params(trainable, ph.expert_trainable, zero_stage, dp * cp, ph.expert_dp)
-    optimizer_s = shard * (2 * o_b + g_b + 2 * w_b) / bw
-
-    # Memory options' PCIe traffic (physics/optimizer_memory.py): exposed host transfers per step.
-    pcie = optimizer_memory.pcie_one_way_bytes_per_s(gpu.pcie_bandwidth_gb_per_s, a.link_efficiency)
-    overlapped = compute_time if ph.plan.has("optimizer_in_backward") else None
-    offload_s = optimizer_memory.paging_s(ph.paged_spill_bytes, pcie, step_compute_s=overlapped)
-    if ph.offloaded_params > 0:
-        backward_s = compute_time * 2.0 / 3.0
-        offload_s += optimizer_memory.optimizer_offload_s(ph.offloaded_params, backward_s, pcie)
-        optimizer_s = 0.0  # the update runs on the CPU (its time is not modelled)
-    if ph.offloaded_activation_bytes > 0:
-        offload_s += slots * optimizer_memory.activation_offload_s(ph.offloaded_activation_bytes, t_micro, pcie)
+    # The optimizer update and the memory options' host transfers.
+    optimizer_s, offload_s = update_s(
+        gpu, a, ph, compute_time=compute_time, t_micro=t_micro, slots=slots, bytes_per_s=bw
+    )
     if ph.plan.has("optimizer_in_backward"):
         notes.append("optimizer step fused into backward: no full gradient buffer")
     if offload_s > 0:
         notes.append(f"host transfers over PCIe add {offload_s:.2f} s per step")
 
     step = compute_time + exposed_comm + optimizer_s + offload_s
-    tokens_per_s = tokens_per_step / step
-    mfu = useful_flops * tokens_per_s / (gpus * peak * 1e12) if peak > 0 else 0.0
-    time_to_train = workload.tokens / tokens_per_s
+    tokens_per_s = ph.batch.tokens_per_step / step
+    mfu = useful_flops * tokens_per_s / (ph.gpus * peak * 1e12) if peak > 0 else 0.0  # model FLOPs over dense peak
+    time_to_train = job.tokens / tokens_per_s
     bound: Bound = "communication" if exposed_comm > compute_time else "compute"
     if not mem.fits:
         bound = "memory_capacity"
-    if pp > 1:
-        chunks = f" ({vpp} interleaved chunks per stage)" if vpp > 1 else ""
-        notes.append(f"pipeline bubble {bubble:.1%} with {micro_batches} micro-batches over {pp} stages{chunks}")
-    if sp:
-        notes.append("sequence parallelism assumed with tensor parallelism")
-    if recompute == "full" and recomputed < layers:
-        notes.append(f"full recompute of {recomputed} of the {layers} layers of each pipeline stage")
-    if time_to_train > workload.deadline:
-        notes.append(f"takes {time_to_train / 86400:,.1f} days; the deadline is {workload.deadline / 86400:,.1f} days")
+    notes += step_notes(ph, bubble=bubble, time_to_train_s=time_to_train)
 
     return TrainingEstimate(
-        feasible=not reasons,
-        why_not=reasons,
-        gpu_id=gpu.id,
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        zero_stage=zero_stage,
-        recompute=recompute,
-        cp=cp,
-        ep=ep,
-        virtual_stages=vpp,
-        recompute_layers=recomputed,
-        micro_batch=micro_batch,
-        gpus=gpus,
-        memory=mem,
-        flops_per_token=hw_flops,
-        step_time_s=step,
-        compute_time_s=compute_time,
-        exposed_comm_time_s=exposed_comm,
-        exposed_tp_s=exposed.tp_s,
-        exposed_cp_s=exposed.cp_s,
-        exposed_pp_s=exposed.pp_s,
-        exposed_dp_s=exposed.dp_s,
-        exposed_ep_s=exposed.ep_s,
-        bubble_fraction=bubble,
-        tokens_per_s=tokens_per_s,
-        mfu=mfu,
-        time_to_train_s=time_to_train,
-        bound=bound,
-        power_w=gpu.tdp_w * gpus,
-        notes=notes,
-        memory_options=ph.plan.codes,
-        offload_time_s=offload_s,
-    )
+        feasible=not reasons, why_not=reasons, gpu_id=gpu.id, tp=layout.tp, pp=pp, dp=settings.dp,
+        zero_stage=settings.zero_stage, recompute=layout.recompute, cp=layout.cp, ep=layout.ep, virtual_stages=vpp,
+        recompute_layers=recomputed, micro_batch=settings.micro_batch, gpus=ph.gpus, memory=mem,
+        flops_per_token=hw_flops, step_time_s=step, compute_time_s=compute_time, exposed_comm_time_s=exposed_comm,
+        exposed_tp_s=exposed.tp_s, exposed_cp_s=exposed.cp_s, exposed_pp_s=exposed.pp_s, exposed_dp_s=exposed.dp_s,
+        exposed_ep_s=exposed.ep_s, bubble_fraction=bubble, tokens_per_s=tokens_per_s, mfu=mfu,
+        time_to_train_s=time_to_train, bound=bound, power_w=gpu.tdp_w * ph.gpus, notes=notes,
+        memory_options=ph.plan.codes, offload_time_s=offload_s,
+    )  # fmt: skip

@@ -23,8 +23,10 @@ from clusterplan.physics.comm import (
     ring_allgather_s,
 )
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.layout import Layout
 from clusterplan.physics.rules import architecture_kernels
 from clusterplan.physics.serving import ACTIVATION_BYTES, attention_width
+from clusterplan.physics.training_job import TrainingSettings
 
 GRAD_BYTES = 4.0  # fp32 main gradients are what gets reduced (Megatron-LM default for bf16)
 
@@ -56,40 +58,59 @@ class ExposedComm:
     ep_link: Link = NO_LINK
 
 
+@dataclass(frozen=True)
+class StageTraffic:
+    """What the most loaded pipeline stage's collectives move, per GPU.
+
+    ``layers`` of the stage, ``recomputed`` of them fully recomputed; ``local_seq`` tokens of each sequence on one
+    CP rank; ``trainable`` parameters on this GPU, ``expert_trainable`` of them routed experts' (reduced over the
+    ``expert_dp`` expert-data-parallel ranks); ``gathered_bytes`` what ZeRO-3 gathers per pass; ``w_b`` bytes per
+    stored weight and ``grad_bytes_per_param`` per reduced gradient; ``moe_layers`` of the stage, ``moe_recomputed``
+    of them recomputed.
+    """
+
+    layers: int
+    recomputed: int
+    local_seq: float
+    trainable: float
+    gathered_bytes: float
+    w_b: float
+    grad_bytes_per_param: float = GRAD_BYTES
+    expert_trainable: float = 0.0
+    expert_dp: int = 1
+    moe_layers: int = 0
+    moe_recomputed: int = 0
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """The compute a step's communication hides behind, on the most loaded stage.
+
+    ``micro_batches`` per optimizer step filling ``slots`` micro-batch times (``m + (p - 1)/v``), ``t_micro``
+    seconds each; ``attention_flops_per_s``: the attention kernel's rate; ``fwd_share`` and ``gemm_share``: the
+    forward's and the GEMMs' shares of a micro-batch; ``shared_window_s``: the shared experts' MLP time beside the
+    all-to-alls.
+    """
+
+    micro_batches: int
+    slots: float
+    t_micro: float
+    attention_flops_per_s: float
+    fwd_share: float
+    gemm_share: float
+    shared_window_s: float = 0.0
+
+
 def exposed_comm(
     arch: ModelArchitecture,
     gpu: GpuSpec,
     a: Assumptions,
     *,
-    tp: int,
-    cp: int,
-    pp: int,
-    dp: int,
-    vpp: int,
+    layout: Layout,
+    settings: TrainingSettings,
     node: int,
-    zero_stage: int,
-    layers: int,
-    recomputed: int,
-    micro_batch: int,
-    micro_batches: int,
-    local_seq: float,
-    slots: float,
-    t_micro: float,
-    rate: float,
-    fwd_share: float,
-    gemm_share: float,
-    trainable: float,
-    gathered_bytes: float,
-    w_b: float,
-    recompute: str,
-    eff: float,
-    ep: int = 1,
-    expert_trainable: float = 0.0,
-    expert_dp: int = 1,
-    moe_layers: int = 0,
-    moe_recomputed: int = 0,
-    shared_window_s: float = 0.0,
-    grad_bytes_per_param: float = GRAD_BYTES,
+    traffic: StageTraffic,
+    timing: StepTiming,
 ) -> ExposedComm:
     """Each kind of training communication and the part of it no compute hides.
 
@@ -116,102 +137,152 @@ def exposed_comm(
       runs it beside the all-to-alls); no batch-level overlap (``--overlap-moe-expert-parallel-comm``, Megatron-Core
       0.14, needs its own schedule; DeepSeek's DualPipe) is assumed: exposed ``max(0, all-to-alls - shared MLP)``.
     """
-    replica = tp * cp * pp
-    act_msg = micro_batch * local_seq * arch.hidden_size * ACTIVATION_BYTES
-
-    # Tensor parallel.
-    tp_link = at_network_efficiency(link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a), a)
-    tp_comm = (4 * layers + 2 * recomputed) * nccl_allreduce_s(act_msg, tp, tp_link, eff)
-    overlap = tp > 1 and tp_link.kind == "nvlink" and architecture_kernels(gpu).tp_comm_overlap
-    if overlap:
-        tp_micro = exposed_s(tp_comm, t_micro * gemm_share, floor_s=tp_comm / tp)
-    else:
-        tp_micro = tp_comm * (1.0 - a.tp_comm_overlap)
-
-    # Context parallel: KV of the local tokens, the heads of one TP rank.
-    cp_link = (
-        at_network_efficiency(link_for_group(gpu, group_size=tp * cp, spans_nodes=tp * cp > node, assumptions=a), a)
-        if cp > 1
-        else NO_LINK
+    act_msg = settings.micro_batch * traffic.local_seq * arch.hidden_size * ACTIVATION_BYTES
+    tp_micro, overlap = _tp_micro_s(gpu, a, layout, node=node, act_msg=act_msg, traffic=traffic, timing=timing)
+    cp_micro, cp_link = _cp_micro_s(
+        arch,
+        gpu,
+        a,
+        layout,
+        node=node,
+        micro_batch=settings.micro_batch,
+        traffic=traffic,
+        rate=timing.attention_flops_per_s,
     )
-    cp_micro = 0.0
-    if cp > 1:
-        kv_bytes = 2.0 * micro_batch * local_seq * memory.kv_heads_per_gpu(arch.kv_heads, tp) * arch.head_dim_eff
-        send = p2p_s(kv_bytes * ACTIVATION_BYTES, cp_link, eff)
-        chunk = 4.0 * local_seq * attention_width(arch) * micro_batch * local_seq / tp / rate
-        cp_micro = (cp - 1) * (
-            (layers + recomputed) * exposed_s(send, chunk) + layers * exposed_s(2.0 * send, 2.0 * chunk)
-        )
-
-    # Pipeline parallel.
-    pp_link = at_network_efficiency(
-        link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a), a
+    pp_s = _pp_s(gpu, a, layout, node=node, act_msg=act_msg, timing=timing)
+    ep_micro, ep_link = _ep_micro_s(
+        arch, gpu, a, layout, node=node, micro_batch=settings.micro_batch, traffic=traffic, timing=timing
     )
-    hop = p2p_s(act_msg / tp, pp_link, eff) if pp > 1 else 0.0
-    if vpp <= 1:
-        pp_s = 2.0 * slots * hop
-    else:
-        pp_s = 2.0 * (pp - 1) * hop + 2.0 * vpp * micro_batches * exposed_s(hop, t_micro / vpp)
-
-    # Expert parallel: dispatch and combine all-to-alls of each MoE layer of the stage.
-    ep_micro, ep_link = 0.0, NO_LINK
-    if ep > 1 and moe_layers > 0:
-        tokens = micro_batch * local_seq / tp  # the sequence-parallel shard each TP rank routes
-        one, ep_link = moe.training_all_to_all_s(
-            gpu, ep=ep, tp=tp, node_gpus=node, bytes_sent_per_gpu=tokens * moe.dispatch_bytes_per_token(arch, ep),
-            assumptions=a,
-        )  # fmt: skip
-        ep_micro = exposed_s((4 * moe_layers + 2 * moe_recomputed) * one, shared_window_s)
-
-    # Data parallel (with the CP ranks, which hold the same weights).
-    group = dp * cp
-    dp_s = 0.0
-    if group > 1:
-        dense_gather = dp_gather(gpu, a, group=group, stride=tp, node=node, eff=eff)
-        expert_gather = dp_gather(gpu, a, group=expert_dp, stride=tp * ep, node=node, eff=eff)
-        expert_share = expert_trainable / trainable if ep > 1 and trainable > 0 else 0.0
-
-        def gather(total_bytes: float) -> float:
-            if expert_share <= 0:
-                return dense_gather(total_bytes)
-            return dense_gather(total_bytes * (1.0 - expert_share)) + expert_gather(total_bytes * expert_share)
-
-        grad_bytes = trainable * grad_bytes_per_param
-        bucket = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * group)
-        last = min(1.0, bucket / trainable) if trainable > 0 else 1.0
-        # 1F1B reduces during the last micro-batch's backward and gathers during the first one's forward. The
-        # interleaved schedule syncs each chunk as soon as its last backward ends (and gathers each before its first
-        # forward): the last round of min(p, m) micro-batches through every chunk hides all but the last chunk's
-        # share (Megatron-Core core_r0.8.0 pipeline_parallel/schedules.py:723-732, 797-805, grad/param_sync_func).
-        rounds = min(pp, micro_batches) if vpp > 1 else 1
-        if vpp > 1:
-            last = max(last, 1.0 / vpp)
-        bwd = t_micro * (1.0 - fwd_share) * rounds
-        fwd = t_micro * fwd_share * rounds
-        # Never hidden: the last bucket, and the (1 - dp_comm_overlap) share of any collective (NCCL kernels share
-        # SMs and memory bandwidth with the compute they overlap).
-        hidden = a.dp_comm_overlap
-
-        def floor(comm: float, first: float) -> float:
-            return max(comm * first, comm * (1.0 - hidden))
-
-        if zero_stage == 0:
-            reduce = 2.0 * gather(grad_bytes)
-            dp_s = exposed_s(reduce, bwd, floor_s=floor(reduce, last))
-        elif zero_stage in (1, 2):
-            rs = gather(grad_bytes)
-            ag = gather(trainable * w_b)
-            reductions = micro_batches if zero_stage == 2 else 1
-            dp_s = reductions * exposed_s(rs, bwd, floor_s=floor(rs, last))
-            dp_s += exposed_s(ag, fwd, floor_s=floor(ag, last))
-        else:
-            gathers = 3 if recompute == "full" else 2
-            per_micro = gathers * gather(gathered_bytes) + gather(grad_bytes)
-            dp_s = micro_batches * exposed_s(per_micro, t_micro, floor_s=floor(per_micro, 1.0 / max(layers, 1)))
+    dp_s = _dp_s(gpu, a, layout, settings, node=node, traffic=traffic, timing=timing)
+    slots = timing.slots
     return ExposedComm(
         tp_s=slots * tp_micro, cp_s=slots * cp_micro, pp_s=pp_s, dp_s=dp_s, tp_overlapped=overlap, cp_link=cp_link,
         ep_s=slots * ep_micro, ep_link=ep_link,
     )  # fmt: skip
+
+
+def _tp_micro_s(
+    gpu: GpuSpec, a: Assumptions, layout: Layout, *, node: int, act_msg: float, traffic: StageTraffic,
+    timing: StepTiming,
+) -> tuple[float, bool]:  # fmt: skip
+    """Tensor-parallel time one micro-batch leaves exposed, and whether it overlaps the GEMMs (Hopper+ over
+    NVLink: ``max(comm / tp, comm - GEMM time)``; elsewhere ``comm x (1 - tp_comm_overlap)``)."""
+    tp, eff = layout.tp, a.link_efficiency
+    tp_link = at_network_efficiency(link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a), a)
+    # 4 all-reduce equivalents per layer, 2 more per recomputed one
+    tp_comm = (4 * traffic.layers + 2 * traffic.recomputed) * nccl_allreduce_s(act_msg, tp, tp_link, eff)
+    overlap = tp > 1 and tp_link.kind == "nvlink" and architecture_kernels(gpu).tp_comm_overlap
+    if overlap:
+        return exposed_s(tp_comm, timing.t_micro * timing.gemm_share, floor_s=tp_comm / tp), overlap
+    return tp_comm * (1.0 - a.tp_comm_overlap), overlap
+
+
+def _cp_micro_s(
+    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, layout: Layout, *, node: int, micro_batch: int,
+    traffic: StageTraffic, rate: float,
+) -> tuple[float, Link]:  # fmt: skip
+    """Context-parallel ring exchanges one micro-batch leaves exposed (KV of the local tokens, the heads of one TP
+    rank, each send beside one chunk's attention at ``rate``), and their link."""
+    tp, cp = layout.tp, layout.cp
+    if cp <= 1:
+        return 0.0, NO_LINK
+    cp_link = at_network_efficiency(
+        link_for_group(gpu, group_size=tp * cp, spans_nodes=tp * cp > node, assumptions=a), a
+    )
+    local_seq, layers, recomputed = traffic.local_seq, traffic.layers, traffic.recomputed
+    kv_bytes = 2.0 * micro_batch * local_seq * memory.kv_heads_per_gpu(arch.kv_heads, tp) * arch.head_dim_eff
+    send = p2p_s(kv_bytes * ACTIVATION_BYTES, cp_link, a.link_efficiency)
+    chunk = 4.0 * local_seq * attention_width(arch) * micro_batch * local_seq / tp / rate
+    # cp - 1 sends forward, KV plus its gradient backward, each beside one chunk
+    cp_micro = (cp - 1) * ((layers + recomputed) * exposed_s(send, chunk) + layers * exposed_s(2.0 * send, 2.0 * chunk))
+    return cp_micro, cp_link
+
+
+def _pp_s(gpu: GpuSpec, a: Assumptions, layout: Layout, *, node: int, act_msg: float, timing: StepTiming) -> float:
+    """Pipeline sends a step leaves exposed: two per slot under 1F1B; interleaved, ``2·v`` per micro-batch
+    beside the next chunk, the ``2(p - 1)`` warm-up and cool-down hops excepted."""
+    tp, pp, vpp = layout.tp, layout.pp, layout.virtual_stages
+    replica = tp * layout.cp * pp
+    pp_link = at_network_efficiency(
+        link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a), a
+    )
+    hop = p2p_s(act_msg / tp, pp_link, a.link_efficiency) if pp > 1 else 0.0
+    if vpp <= 1:
+        return 2.0 * timing.slots * hop
+    return 2.0 * (pp - 1) * hop + 2.0 * vpp * timing.micro_batches * exposed_s(hop, timing.t_micro / vpp)
+
+
+def _ep_micro_s(
+    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, layout: Layout, *, node: int, micro_batch: int,
+    traffic: StageTraffic, timing: StepTiming,
+) -> tuple[float, Link]:  # fmt: skip
+    """Expert-parallel dispatch and combine all-to-alls of each MoE layer of the stage one micro-batch leaves
+    exposed beside the shared experts' MLP, and their link."""
+    ep, tp = layout.ep, layout.tp
+    if ep <= 1 or traffic.moe_layers <= 0:
+        return 0.0, NO_LINK
+    tokens = micro_batch * traffic.local_seq / tp  # the sequence-parallel shard each TP rank routes
+    one, ep_link = moe.training_all_to_all_s(
+        gpu, ep=ep, tp=tp, node_gpus=node, bytes_sent_per_gpu=tokens * moe.dispatch_bytes_per_token(arch, ep),
+        assumptions=a,
+    )  # fmt: skip
+    # dispatch and combine forward and backward, two more per recomputed MoE layer
+    return exposed_s((4 * traffic.moe_layers + 2 * traffic.moe_recomputed) * one, timing.shared_window_s), ep_link
+
+
+def _dp_s(
+    gpu: GpuSpec, a: Assumptions, layout: Layout, settings: TrainingSettings, *, node: int, traffic: StageTraffic,
+    timing: StepTiming,
+) -> float:  # fmt: skip
+    """Data-parallel (ZeRO) collectives over the ``dp x cp`` ranks a step leaves exposed beside the backward they
+    follow and the forward they precede; the routed experts' share over the expert-data-parallel ranks."""
+    tp, cp, pp, vpp, ep = layout.tp, layout.cp, layout.pp, layout.virtual_stages, layout.ep
+    group = settings.dp * cp  # with the CP ranks, which hold the same weights
+    if group <= 1:
+        return 0.0
+    eff, trainable, micro_batches = a.link_efficiency, traffic.trainable, timing.micro_batches
+    dense_gather = dp_gather(gpu, a, group=group, stride=tp, node=node, eff=eff)
+    expert_gather = dp_gather(gpu, a, group=traffic.expert_dp, stride=tp * ep, node=node, eff=eff)
+    expert_share = traffic.expert_trainable / trainable if ep > 1 and trainable > 0 else 0.0
+
+    def gather(total_bytes: float) -> float:
+        if expert_share <= 0:
+            return dense_gather(total_bytes)
+        return dense_gather(total_bytes * (1.0 - expert_share)) + expert_gather(total_bytes * expert_share)
+
+    grad_bytes = trainable * traffic.grad_bytes_per_param
+    bucket = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * group)
+    last = min(1.0, bucket / trainable) if trainable > 0 else 1.0
+    # 1F1B reduces during the last micro-batch's backward and gathers during the first one's forward. The
+    # interleaved schedule syncs each chunk as soon as its last backward ends (and gathers each before its first
+    # forward): the last round of min(p, m) micro-batches through every chunk hides all but the last chunk's
+    # share (Megatron-Core core_r0.8.0 pipeline_parallel/schedules.py:723-732, 797-805, grad/param_sync_func).
+    rounds = min(pp, micro_batches) if vpp > 1 else 1
+    if vpp > 1:
+        last = max(last, 1.0 / vpp)
+    bwd = timing.t_micro * (1.0 - timing.fwd_share) * rounds
+    fwd = timing.t_micro * timing.fwd_share * rounds
+    # Never hidden: the last bucket, and the (1 - dp_comm_overlap) share of any collective (NCCL kernels share
+    # SMs and memory bandwidth with the compute they overlap).
+    hidden = a.dp_comm_overlap
+
+    def floor(comm: float, first: float) -> float:
+        return max(comm * first, comm * (1.0 - hidden))
+
+    zero_stage = settings.zero_stage
+    if zero_stage == 0:
+        reduce = 2.0 * gather(grad_bytes)
+        return exposed_s(reduce, bwd, floor_s=floor(reduce, last))
+    if zero_stage in (1, 2):
+        rs = gather(grad_bytes)
+        ag = gather(trainable * traffic.w_b)
+        reductions = micro_batches if zero_stage == 2 else 1
+        dp_s = reductions * exposed_s(rs, bwd, floor_s=floor(rs, last))
+        return dp_s + exposed_s(ag, fwd, floor_s=floor(ag, last))
+    gathers = 3 if layout.recompute == "full" else 2
+    per_micro = gathers * gather(traffic.gathered_bytes) + gather(grad_bytes)
+    layers = traffic.layers
+    return micro_batches * exposed_s(per_micro, timing.t_micro, floor_s=floor(per_micro, 1.0 / max(layers, 1)))
 
 
 def at_network_efficiency(link: Link, a: Assumptions) -> Link:
