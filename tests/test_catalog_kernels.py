@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from clusterplan.catalog.load import Catalog, CatalogInputError, load_catalog_text
+from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics import rules, serving, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.requirement.schema import TrainingWorkload
 from conftest import example, run_cli
 
@@ -53,8 +55,9 @@ def test_an_overlay_of_a_kernel_curve_changes_a_training_estimate(catalog: Catal
 
     def days(cat: Catalog) -> float:
         est = training.estimate_training(
-            cat.model("llama-3.1-8b"), cat.gpu("h100-sxm"), workload=PRETRAIN, tp=1, pp=1, dp=8, zero_stage=1,
-            recompute="none", micro_batch=1, nodes_gpus_per_node=8, assumptions=Assumptions(),
+            cat.model("llama-3.1-8b"), cat.gpu("h100-sxm"), job=training_job(PRETRAIN), layout=Layout(),
+            settings=TrainingSettings(dp=8, zero_stage=1, micro_batch=1), nodes_gpus_per_node=8,
+            assumptions=Assumptions(),
         )  # fmt: skip
         return est.time_to_train_s / 86400
 
