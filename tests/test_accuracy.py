@@ -105,7 +105,7 @@ REACHED_WORST_ALL = {"serving throughput": 2.62, "latency": 1.39, "training thro
 # 14.1%, 2.62x (rows over 1.5x: 25 -> 21; over 15%: 104 -> 102); dense unchanged.
 # 2026-11-24 (issue #13, MoE serving, round six; Qwen3-30B-A3B FP4's FP8 KV cache): MoE 14.1%, 2.62x -> 14.9%, 2.62x
 # (rows over 1.5x: 21 -> 20: its long-context rows -19..-48% -> +3..+43%; its v1.0 5000/500, 2048/128, 2048/2048 and
-# 1000/2000 rows -15..+58% -> +31..+99%; docs/model.md section 9, round six); dense unchanged.
+# 1000/2000 rows -15..+58% -> +31..+99%; docs/model.md section 9); dense unchanged.
 # 2026-11-24 (round six; Llama 4's chunked layers read their own chunk): MoE 14.9% -> 14.3%, 2.62x (rows over 1.5x
 # 20 -> 19: Maverick on 8 H200 DEP8 at 8192/1024 -40% -> -25%); dense unchanged.
 REACHED_VIEW = {"dense serving throughput": (0.094, 1.47), "MoE serving": (0.143, 2.62)}
