@@ -14,7 +14,8 @@ from clusterplan.catalog.load import load_catalog_text
 from clusterplan.design import selfhost
 from clusterplan.errors import CatalogInputError
 from clusterplan.plan import Costs
-from conftest import example, run_cli
+from clusterplan.wording.fmt import usd_per_m
+from conftest import example, run_cli, shared_plan
 
 
 def _costs(total_usd: float, horizon_months: float) -> Costs:
@@ -119,3 +120,31 @@ def test_an_api_price_must_name_a_catalog_model_once() -> None:
     both = {**bad, "model": "llama-3.1-8b", "equivalent": "llama-3.1-8b"}
     with pytest.raises(CatalogInputError, match="exactly one of model"):
         load_catalog_text(yaml.safe_dump({"api_prices": [both]}))
+
+
+def test_the_report_shows_design_1_beside_the_apis_for_the_70b_example(tmp_path: Path, catalog: Any) -> None:
+    out = tmp_path / "review.md"
+    result = run_cli("report", str(example("70b-serving")), "-o", str(out), "--top", "1", "--what-if", "none")
+    assert result.exit_code == 0, result.output
+    md = out.read_text(encoding="utf-8")
+    section = md.split("## Self-host versus API", 1)[1].split("\n## ", 1)[0]
+    d = shared_plan(example("70b-serving"), catalog).designs[0]
+    # Design 1's total over 36 months, per month, over the 16.67 req/s x 1,200 tokens of a 730 h month.
+    monthly = d.costs.total_usd / 36
+    per_m = monthly / (1000 / 60 * 2_628_000 * 1200 / 1e6)
+    assert f"| **design 1, self-hosted** | **-** | **-** | **-** | **{usd_per_m(per_m)}** |" in section
+    assert "| DeepInfra | meta-llama/Meta-Llama-3.1-70B-Instruct | $0.23 | $0.40 | $0.26 | $13.6k/month |" in section
+
+
+def test_rent_vs_buy_sets_each_priced_side_beside_the_apis() -> None:
+    result = run_cli("rent-vs-buy", str(example("7b-chat-serving")), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    v = doc["self_host_vs_api"]
+    assert v["model"] == "llama-3.1-8b" and v["requests_per_s"] == pytest.approx(4000 / 250)
+    (rent,) = v["designs"]  # the 8B example's GPU has no purchase price: only the rent side is priced
+    assert rent["label"] == "rent"
+    assert rent["usd_per_month"] == pytest.approx(doc["rent"]["costs"]["total_usd"] / 24)
+    assert [b["api"] for b in rent["break_even"]] == [q["id"] for q in v["quotes"]]
+    text = run_cli("rent-vs-buy", str(example("7b-chat-serving"))).stdout
+    assert "self-host versus API at 16.00 req/s" in text and "vs Amazon Bedrock $0.22/M" in text

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from pydantic import Field
 
 from clusterplan.design.estimate import EstimateResult, Result, estimate_requirement
-from clusterplan.design.selfhost import SelfHostVsApi, api_quotes, with_designs
+from clusterplan.design.selfhost import SelfHostVsApi, api_quotes, catalog_model_id, with_designs
 from clusterplan.errors import FieldProblem, InputError, Location, UnknownNameError, quoted
 from clusterplan.physics.serving import peak_tflops
 from clusterplan.plan import Costs, HardwareLine
@@ -260,14 +260,6 @@ def _versus_api(req: Requirement, catalog: Catalog, c: Any, rows: list[GpuCompar
         if d is not None
     ]
     return with_designs(base, designs)
-
-
-def catalog_model_id(catalog: Catalog, name: str) -> str:
-    """The catalog id of a model name (an alias in any case), else the name as given (a model not in the catalog)."""
-    try:
-        return catalog.model(name).id
-    except UnknownNameError:
-        return name
 
 
 def _row_order(r: GpuComparison) -> tuple[bool, bool, bool, float]:

@@ -16,6 +16,7 @@ requirement's demand is reported as such, not as a promise that this design woul
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
@@ -26,7 +27,9 @@ from clusterplan.units import HOURS_PER_MONTH, SECONDS_PER_HOUR
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.catalog.schema import ApiPrice
-    from clusterplan.plan import Costs
+    from clusterplan.design.breakeven import RentVsBuy
+    from clusterplan.plan import Costs, Design
+    from clusterplan.requirement.schema import Requirement
 
 TOKENS_PER_MILLION = 1e6
 SECONDS_PER_MONTH = HOURS_PER_MONTH * SECONDS_PER_HOUR  # 730 h, the month the planner bills a cloud instance by
@@ -121,8 +124,8 @@ class SelfHostVsApi(Result):
     workload: str
     model: str
     requests_per_s: float = Field(description="the requirement's average demand, requests/s")
-    input_tokens: int
-    output_tokens: int
+    input_tokens: float = Field(description="prompt tokens per request (mean)")
+    output_tokens: float = Field(description="generated tokens per request (mean)")
     quotes: list[ApiQuote] = Field(description="empty: the catalog has no API price for the model (see note)")
     designs: list[DesignVsApi] = Field(default_factory=list)
     note: str | None = Field(None, description="why there is nothing to compare, in one line")
@@ -133,7 +136,7 @@ class SelfHostVsApi(Result):
 # ------------------------------------------------------------------------------------------------
 
 
-def _quote(p: ApiPrice, requests_per_s: float, input_tokens: int, output_tokens: int) -> ApiQuote:
+def _quote(p: ApiPrice, requests_per_s: float, input_tokens: float, output_tokens: float) -> ApiQuote:
     pin, pout = p.usd_per_million_input_tokens, p.usd_per_million_output_tokens
     return ApiQuote(
         id=p.id, provider=p.provider, served_model=p.served_model, match="same" if p.model else "equivalent",
@@ -146,7 +149,13 @@ def _quote(p: ApiPrice, requests_per_s: float, input_tokens: int, output_tokens:
 
 
 def api_quotes(
-    catalog: Catalog, model_id: str, *, workload: str, requests_per_s: float, input_tokens: int, output_tokens: int
+    catalog: Catalog,
+    model_id: str,
+    *,
+    workload: str,
+    requests_per_s: float,
+    input_tokens: float,
+    output_tokens: float,
 ) -> SelfHostVsApi:
     """The catalog's API prices for ``model_id`` at the workload's shape and demand; no designs yet."""
     rows = catalog.api_prices_for(model_id)
@@ -185,8 +194,67 @@ def design_vs_api(base: SelfHostVsApi, label: str, costs: Costs) -> DesignVsApi:
     )  # fmt: skip
 
 
-def with_designs(base: SelfHostVsApi, designs: list[tuple[str, Costs]]) -> SelfHostVsApi:
+def with_designs(base: SelfHostVsApi, designs: Sequence[tuple[str, Costs]]) -> SelfHostVsApi:
     """``base`` with each (label, costs) design set beside its quotes (none when it has no quote)."""
     if not base.quotes:
         return base
     return base.model_copy(update={"designs": [design_vs_api(base, label, c) for label, c in designs]})
+
+
+def catalog_model_id(catalog: Catalog, name: str) -> str:
+    """The catalog id of a model name (an alias in any case), else the name as given (a model not in the catalog)."""
+    from clusterplan.errors import UnknownNameError
+
+    try:
+        return catalog.model(name).id
+    except UnknownNameError:
+        return name
+
+
+def for_design(catalog: Catalog, req: Requirement, design: Design) -> SelfHostVsApi | None:
+    """A plan's design beside the API prices of the model it serves: only for a design that serves one workload
+    alone (the cost of shared hardware is not split between workloads; the note says so). None: it serves none."""
+    from clusterplan.plan import ServingPlan
+    from clusterplan.requirement.schema import ServingWorkload
+
+    served = [w for w in design.workloads if isinstance(w, ServingPlan)]
+    if not served:
+        return None
+    plan = served[0]
+    w = next(x for x in req.workloads if isinstance(x, ServingWorkload) and x.name == plan.workload)
+    base = api_quotes(
+        catalog, catalog_model_id(catalog, plan.model), workload=plan.workload, requests_per_s=plan.average_rps,
+        input_tokens=w.input_tokens, output_tokens=w.output_tokens,
+    )  # fmt: skip
+    if len(design.workloads) > 1:
+        return base.model_copy(update={"quotes": [], "note": _shared_note(len(design.workloads))})
+    return with_designs(base, [("design", design.costs)])
+
+
+def _shared_note(workloads: int) -> str:
+    return (
+        f"compared only for a design that serves one workload alone; this one runs {workloads} "
+        "workloads on hardware whose cost is not split between them"
+    )
+
+
+def for_rent_vs_buy(catalog: Catalog, req: Requirement, result: RentVsBuy) -> RentVsBuy:
+    """``result`` with each side that can be priced (rent, buy) beside the API prices of the requirement's serving
+    model, at its average demand; unchanged when the requirement serves nothing."""
+    from clusterplan.requirement.schema import ServingWorkload
+
+    served = [i for i, w in enumerate(req.workloads) if isinstance(w, ServingWorkload)]
+    if not served:
+        return result
+    w = req.workloads[served[0]]
+    assert isinstance(w, ServingWorkload)
+    model = req.model_of(served[0])
+    name = model if isinstance(model, str) else str(getattr(model, "name", "") or "")
+    base = api_quotes(
+        catalog, catalog_model_id(catalog, name), workload=w.name, requests_per_s=w.requests_per_s,
+        input_tokens=w.input_tokens, output_tokens=w.output_tokens,
+    )  # fmt: skip
+    if len(req.workloads) > 1:
+        base = base.model_copy(update={"quotes": [], "note": _shared_note(len(req.workloads))})
+    sides = [(s.kind, s.costs) for s in (result.rent, result.buy) if s.costs is not None]
+    return result.model_copy(update={"self_host_vs_api": with_designs(base, sides)})

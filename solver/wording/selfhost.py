@@ -24,6 +24,17 @@ def break_even_cell(b: BreakEven) -> str:
     return f"API cheaper; {at}, beyond sizing"
 
 
+def served(q: ApiQuote) -> str:
+    """The model an API serves, marked when it stands in for the workload's model."""
+    return f"{q.served_model} (stand-in)" if q.match == "equivalent" else q.served_model
+
+
+def note_sentence(base: SelfHostVsApi) -> str:
+    """Why there is nothing to compare, as a sentence."""
+    note = base.note or "nothing to compare"
+    return f"{note[0].upper()}{note[1:]}."
+
+
 def quote_line(q: ApiQuote, base: SelfHostVsApi) -> str:
     """One API's price, applied to the workload, with its source."""
     stand_in = f", standing in for {base.model}" if q.match == "equivalent" else ""
@@ -31,7 +42,7 @@ def quote_line(q: ApiQuote, base: SelfHostVsApi) -> str:
     return (
         f"{q.provider} ({q.served_model}{stand_in}): {usd_per_m(q.usd_per_million_input_tokens)}/M input, "
         f"{usd_per_m(q.usd_per_million_output_tokens)}/M output, {usd_per_m(q.usd_per_million_tokens)}/M at "
-        f"{base.input_tokens:,} in : {base.output_tokens:,} out; {usd(q.usd_per_month)}/month at "
+        f"{base.input_tokens:,.0f} in : {base.output_tokens:,.0f} out; {usd(q.usd_per_month)}/month at "
         f"{rps(base.requests_per_s)} req/s (list price, {q.source}, as of {q.as_of}{recalled})"
     )
 
@@ -50,3 +61,30 @@ def notes(base: SelfHostVsApi) -> list[str]:
         "design sized for it costs less.",
         *(quote_line(q, base) for q in base.quotes),
     ]
+
+
+def summary_lines(base: SelfHostVsApi) -> list[str]:
+    """Compact lines for a terminal: each design per month and per million tokens, then each API with its
+    break-even against each design, then each API's price and source."""
+    if base.note is not None:
+        return [f"self-host versus API: {base.note}"]
+    if not base.designs:
+        return []
+    head = (
+        f"self-host versus API at {rps(base.requests_per_s)} req/s of {base.input_tokens:,.0f} in : "
+        f"{base.output_tokens:,.0f} out tokens: "
+        + "; ".join(
+            f"{d.label} {usd(d.usd_per_month)}/month ({usd_per_m(d.usd_per_million_tokens)}/M tok in+out)"
+            for d in base.designs
+        )
+    )
+    out = [head]
+    for i, q in enumerate(base.quotes):
+        against = "; ".join(f"{d.label}: {break_even_cell(d.break_even[i])}" for d in base.designs)
+        out.append(f"  {quote_column(q)} ({usd(q.usd_per_month)}/month): {against}")
+    out.append(
+        "  (break-even: the average demand at which the API's bill equals the design's cost per month, x the "
+        "requirement's; the design is sized for the requirement's demand)"
+    )
+    out += [f"  - {quote_line(q, base)}" for q in base.quotes]
+    return out
