@@ -148,3 +148,9 @@ def test_rent_vs_buy_sets_each_priced_side_beside_the_apis() -> None:
     assert [b["api"] for b in rent["break_even"]] == [q["id"] for q in v["quotes"]]
     text = run_cli("rent-vs-buy", str(example("7b-chat-serving"))).stdout
     assert "self-host versus API at 16.00 req/s" in text and "vs Amazon Bedrock $0.22/M" in text
+
+
+def test_without_a_design_that_meets_its_targets_compare_sets_none_beside_the_apis() -> None:
+    result = run_cli("compare", str(example("70b-serving")), "--gpus", "t4")  # 70B does not fit a T4
+    assert result.exit_code == 0, result.output
+    assert "no design here meets its targets" in result.stdout and "vs DeepInfra" not in result.stdout

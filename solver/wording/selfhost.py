@@ -51,6 +51,11 @@ def notes(base: SelfHostVsApi) -> list[str]:
     """The lines under a self-host-versus-API table: what each figure counts, then each API's price and source."""
     if base.note is not None:
         return [f"{TITLE}: {base.note}."]
+    if not base.designs:
+        return [
+            f"{TITLE}: no design here meets its targets, so none is set beside the hosted APIs' prices.",
+            *(quote_line(q, base) for q in base.quotes),
+        ]
     return [
         f"{TITLE}: the design's cost per month is its total over the horizon / the horizon's months; its $/M tok "
         "(in+out) divides that by every input and output token of the average demand, as the API's blended "
