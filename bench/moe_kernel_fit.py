@@ -218,7 +218,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="aiconfigurator_core/systems/data")
     parser.add_argument("--without-token-terms", action="store_true", help="fit g alone, as before 2026-11-24")
-    parser.add_argument("--without-layer-term", action="store_true", help="no fixed time per layer (the MoE kernels without layer_s)")
+    parser.add_argument(
+        "--without-layer-term", action="store_true", help="no fixed time per layer (the MoE kernels without layer_s)"
+    )
     parser.add_argument("--routing", action="store_true", help="print the unbalanced-routing tables (engines.yaml)")
     args = parser.parse_args()
     if args.routing:

@@ -4,7 +4,7 @@ The shipped data lives in ``catalog/*.yaml`` (installed as package data of ``clu
 and is read through :mod:`importlib.resources`, so it works from a wheel as well as from a checkout.
 User catalogs (``--catalog my-prices.yaml``) are applied on top, in the order given. A user catalog is
 one YAML mapping with any of the top-level keys ``sources``, ``gpus``, ``instances``, ``models``,
-``owned``, ``providers``, ``quality``, ``engines`` and ``kernels``, each shaped like the shipped file of that name:
+``owned``, ``providers``, ``quality``, ``engines``, ``kernels`` and ``api_prices``, each shaped like the shipped file of that name:
 
 * a row whose id is new is **added** (instances are identified by ``provider`` and ``id``);
 * a row whose id already exists must say ``override: true``; the fields it gives **replace** those
@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from clusterplan.catalog.schema import (
+    ApiPrice,
     ArchitectureKernels,
     CatalogModel,
     CloudInstance,
@@ -73,7 +74,18 @@ __all__ = [
     "normalize_name",
 ]
 
-SECTIONS = ("sources", "gpus", "instances", "models", "owned", "providers", "quality", "engines", "kernels")
+SECTIONS = (
+    "sources",
+    "gpus",
+    "instances",
+    "models",
+    "owned",
+    "providers",
+    "quality",
+    "engines",
+    "kernels",
+    "api_prices",
+)
 SHIPPED_PACKAGE = "clusterplan.catalog_data"
 SHIPPED_FILES = {name: f"{name}.yaml" for name in SECTIONS}
 AS_OF_PATTERN = re.compile(r"\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?")
@@ -127,6 +139,7 @@ class Catalog:
     quality: dict[str, QualityDelta] = field(default_factory=dict)  # published precision deltas, by row id
     engines: dict[str, EngineSpec] = field(default_factory=dict)  # serving engines (engines.yaml), by id
     kernels: dict[str, ArchitectureKernels] = field(default_factory=dict)  # kernel fits (kernels.yaml), by id
+    api_prices: dict[str, ApiPrice] = field(default_factory=dict)  # hosted API list prices (api_prices.yaml), by id
     _gpu_names: dict[str, str] = field(init=False, repr=False, compare=False)
     _model_names: dict[str, str] = field(init=False, repr=False, compare=False)
 
@@ -222,6 +235,11 @@ class Catalog:
         """The kernel fits of a GPU architecture: the row listing it, else the default row (None: no kernels table)."""
         return kernels_for(self.kernels.values(), architecture)
 
+    def api_prices_for(self, model_id: str) -> list[ApiPrice]:
+        """Hosted API prices for a catalog model: those serving it first, then stand-ins; each cheapest first."""
+        rows = [p for p in self.api_prices.values() if p.model_id == model_id]
+        return sorted(rows, key=lambda p: (p.model is None, p.usd_per_million_output_tokens, p.id))
+
     def source(self, ref: str) -> SourceRef | None:
         """The source a row cites: a key of ``sources``, or a bare URL (returned as a SourceRef)."""
         if ref in self.sources:
@@ -293,6 +311,7 @@ class _Tables:
     quality: dict[str, QualityDelta] = field(default_factory=dict)
     engines: dict[str, EngineSpec] = field(default_factory=dict)
     kernels: dict[str, ArchitectureKernels] = field(default_factory=dict)
+    api_prices: dict[str, ApiPrice] = field(default_factory=dict)
 
     def copy(self) -> _Tables:
         return _Tables(
@@ -306,6 +325,7 @@ class _Tables:
             dict(self.quality),
             dict(self.engines),
             dict(self.kernels),
+            dict(self.api_prices),
         )
 
 
@@ -380,6 +400,7 @@ def _freeze(tables: _Tables, user_files: tuple[str, ...]) -> Catalog:
         quality=dict(tables.quality),
         engines=dict(tables.engines),
         kernels=dict(tables.kernels),
+        api_prices=dict(tables.api_prices),
     )
 
 
@@ -393,6 +414,7 @@ ROW_TABLES: tuple[tuple[str, type[BaseModel]], ...] = (
     ("quality", QualityDelta),
     ("engines", EngineSpec),
     ("kernels", ArchitectureKernels),
+    ("api_prices", ApiPrice),
 )
 
 
@@ -487,6 +509,8 @@ def _apply_document(doc: LocatedDocument, tables: _Tables, problems: _Problems, 
         _apply_rows(doc, "engines", EngineSpec, tables.engines, _id_key, tables, problems, user=user)
     if "kernels" in data:
         _apply_rows(doc, "kernels", ArchitectureKernels, tables.kernels, _id_key, tables, problems, user=user)
+    if "api_prices" in data:
+        _apply_rows(doc, "api_prices", ApiPrice, tables.api_prices, _id_key, tables, problems, user=user)
 
 
 def _id_key(row: dict[str, Any]) -> str | None:
@@ -526,6 +550,7 @@ _SINGULAR = {
     "quality": "quality",
     "engines": "engine",
     "kernels": "kernels",
+    "api_prices": "API price",
 }
 
 
@@ -714,6 +739,9 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
     for quality_id, delta in tables.quality.items():
         _check_quality(tables, quality_id, delta, rep)
 
+    for price_id, price in tables.api_prices.items():
+        _check_api_price(tables, price_id, price, rep)
+
     if tables.owned is not None:
         _check_owned(tables.owned, rep)
 
@@ -874,6 +902,21 @@ def _check_quality(tables: _Tables, quality_id: str, delta: QualityDelta, rep: _
                 "models",
                 i,
             )
+
+
+def _check_api_price(tables: _Tables, price_id: str, price: ApiPrice, rep: _Reporter) -> None:
+    """An API price row: its references, and the catalog model it prices (or stands in for)."""
+    rep.check_refs("api_prices", price_id, price)
+    field_name = "model" if price.model is not None else "equivalent"
+    if price.model_id not in tables.models:
+        hint = _suggest(price.model_id, _name_index(tables.models.values()))
+        rep.report(
+            "api_prices",
+            price_id,
+            f"API price '{price_id}' names {field_name} '{price.model_id}', which is not a catalog model"
+            + (f"; did you mean {' or '.join(repr(h) for h in hint)}?" if hint else ""),
+            field_name,
+        )
 
 
 def _check_owned(owned: OwnedCosts, rep: _Reporter) -> None:

@@ -247,6 +247,40 @@ class QualityDelta(Provenance):
     metric: Label = Field(description="what was measured: 'OpenLLM v1 average', 'average recovery', ...")
 
 
+MAX_API_USD_PER_MILLION_TOKENS = 10_000.0  # shipped largest: $2.40 (DeepSeek-R1 output); frontier APIs list under $200
+
+
+class ApiPrice(Provenance):
+    """A hosted inference API's list price for one model (api_prices.yaml): the self-host-versus-API yardstick."""
+
+    id: Label = Field(description="row key, e.g. 'deepinfra-llama-3.1-70b'")
+    provider: Label = Field(description="who sells the API, as they name themselves: 'DeepInfra', 'Together AI'")
+    served_model: Label = Field(description="the provider's own name of the model it serves")
+    model: Label | None = Field(None, description="catalog model id the API serves (the same weights)")
+    equivalent: Label | None = Field(
+        None, description="catalog model id the API stands in for when it serves another model (a newer revision)"
+    )
+    usd_per_million_input_tokens: float = Field(
+        ge=0, le=MAX_API_USD_PER_MILLION_TOKENS, description="list price per 1e6 prompt tokens, USD"
+    )
+    usd_per_million_output_tokens: float = Field(
+        ge=0, le=MAX_API_USD_PER_MILLION_TOKENS, description="list price per 1e6 generated tokens, USD"
+    )
+
+    @model_validator(mode="after")
+    def _one_model(self) -> ApiPrice:
+        if (self.model is None) == (self.equivalent is None):
+            raise ValueError(
+                "give exactly one of model (the catalog model it serves) or equivalent (the one it stands in for)"
+            )
+        return self
+
+    @property
+    def model_id(self) -> str:
+        """The catalog model this price is compared against (served or stood in for)."""
+        return self.model or self.equivalent or ""
+
+
 AttentionWindowKind = Literal["sliding", "chunked"]
 
 

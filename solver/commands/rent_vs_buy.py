@@ -48,7 +48,7 @@ def rent_vs_buy(o: RentVsBuyOptions) -> None:
     """Rent or buy: the cumulative cost of a design's hardware both ways, month by month, and the break-even."""
     from clusterplan.catalog.load import load_catalog
     from clusterplan.console import guarded, out_console
-    from clusterplan.design import breakeven
+    from clusterplan.design import breakeven, selfhost
     from clusterplan.errors import FieldProblem, InputError, Location
     from clusterplan.outputs import check_outputs, write_bytes
     from clusterplan.render import rent_buy_view
@@ -81,6 +81,7 @@ def rent_vs_buy(o: RentVsBuyOptions) -> None:
             needs, offerings, requirement=req.name, horizon_months=req.budget.horizon, source=source,
             design=design, output_tokens_per_s=tokens_per_s, months=o.months,
         )  # fmt: skip
+        result = selfhost.for_rent_vs_buy(cat, req, result)
         if o.as_json:
             typer.echo(json.dumps(result.model_dump(mode="json"), indent=2, allow_nan=False))
         else:

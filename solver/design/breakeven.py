@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from clusterplan.design.estimate import Result
+from clusterplan.design.selfhost import SelfHostVsApi
 from clusterplan.errors import ClusterplanError
 from clusterplan.evaluation import pricing
 from clusterplan.physics import cost
@@ -83,6 +84,9 @@ class RentVsBuy(Result):
     cheaper_at_horizon: Literal["rent", "buy"] | None
     curve: list[CurvePoint]
     notes: list[str] = Field(default_factory=list)
+    self_host_vs_api: SelfHostVsApi | None = Field(
+        None, description="each side beside hosted API prices for the requirement's serving model (design/selfhost.py)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------

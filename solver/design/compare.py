@@ -20,6 +20,9 @@ Derived metrics, per GPU and deployment:
   (:func:`clusterplan.physics.serving.peak_tflops`, the figure the physics uses).
 * ``usd_per_million_tokens``: serving: solve's figure (total over the horizon / the workload's average output
   tokens, :func:`clusterplan.evaluation.pricing.costs`); training: the cost of the hardware / million trained tokens.
+* ``self_host_vs_api`` (serving): each row that meets its targets, per deployment, beside the catalog's hosted API
+  prices for the model, per month and per million tokens (input and output together), with the break-even demand
+  (:mod:`clusterplan.design.selfhost`).
 * power: W per GPU (cloud: the board's TDP; owned: the server at full power with its overhead, per GPU slot)
   and per replica (x GPUs per replica).
 """
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from pydantic import Field
 
 from clusterplan.design.estimate import EstimateResult, Result, estimate_requirement
+from clusterplan.design.selfhost import SelfHostVsApi, api_quotes, catalog_model_id, with_designs
 from clusterplan.errors import FieldProblem, InputError, Location, UnknownNameError, quoted
 from clusterplan.physics.serving import peak_tflops
 from clusterplan.plan import Costs, HardwareLine
@@ -166,6 +170,9 @@ class Comparison(Result):
     precision: str | None = Field(description="the precision asked for (--precision); None: estimate's default")
     rows: list[GpuComparison]
     notes: list[str] = Field(default_factory=list)
+    self_host_vs_api: SelfHostVsApi | None = Field(
+        None, description="serving: the rows that meet their targets beside hosted API list prices for the model"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -232,8 +239,27 @@ def compare_requirement(
     c = first.config
     return Comparison(
         requirement=req.name, workload=c.workload, kind=c.kind, model=c.model, horizon_months=req.budget.horizon,
-        precision=precision, rows=rows, notes=notes,
+        precision=precision, rows=rows, notes=notes, self_host_vs_api=_versus_api(req, catalog, c, rows),
     )  # fmt: skip
+
+
+def _versus_api(req: Requirement, catalog: Catalog, c: Any, rows: list[GpuComparison]) -> SelfHostVsApi | None:
+    """Serving: each row meeting its targets, per deployment priced, beside the model's hosted API prices."""
+    w = req.workloads[c.workload_index]
+    if not isinstance(w, ServingWorkload):
+        return None
+    base = api_quotes(
+        catalog, catalog_model_id(catalog, c.model), workload=w.name, requests_per_s=w.requests_per_s,
+        input_tokens=w.input_tokens, output_tokens=w.output_tokens,
+    )  # fmt: skip
+    designs = [
+        (f"{r.gpu_name} {d.kind}", d.costs)
+        for r in rows
+        if r.feasible and r.meets_targets
+        for d in (r.cloud, r.owned)
+        if d is not None
+    ]
+    return with_designs(base, designs)
 
 
 def _row_order(r: GpuComparison) -> tuple[bool, bool, bool, float]:

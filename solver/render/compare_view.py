@@ -7,7 +7,8 @@ from rich.table import Table
 
 from clusterplan.design.compare import Comparison, DeploymentFigures, GpuComparison
 from clusterplan.errors import printable
-from clusterplan.wording.fmt import seconds, usd, usd_3sf
+from clusterplan.wording import selfhost as api_words
+from clusterplan.wording.fmt import seconds, usd, usd_3sf, usd_per_m
 
 FIT_COLUMNS = ("GPU", "fits", "layout", "memory / GPU", "speed", "W / GPU", "W / replica")
 COST_COLUMNS = ("GPU", "deployment", "offering", "per GPU", "total", "$/M tok", "$ per TB/s", "$ per dense TFLOPS")
@@ -87,6 +88,31 @@ def cost_rows(c: Comparison) -> list[list[str]]:
     return rows
 
 
+def api_table(c: Comparison) -> tuple[list[str], list[list[str]]] | None:
+    """Self-host versus API: each design's cost per month and per million tokens, and its break-even per API."""
+    v = c.self_host_vs_api
+    if v is None or not v.quotes or not v.designs:
+        return None
+    cols = ["design", "per month", "$/M tok (in+out)", *(api_words.quote_column(q) for q in v.quotes)]
+    rows = [
+        [d.label, usd(d.usd_per_month), usd_per_m(d.usd_per_million_tokens)]
+        + [api_words.break_even_cell(b) for b in d.break_even]
+        for d in v.designs
+    ]
+    return cols, rows
+
+
+def _tables(c: Comparison) -> list[tuple[str, tuple[str, ...] | list[str], list[list[str]]]]:
+    out: list[tuple[str, tuple[str, ...] | list[str], list[list[str]]]] = [
+        ("Fit and speed", FIT_COLUMNS, fit_rows(c)),
+        ("Cost", COST_COLUMNS, cost_rows(c)),
+    ]
+    api = api_table(c)
+    if api is not None:
+        out.append((api_words.TITLE, *api))
+    return out
+
+
 def heading(c: Comparison) -> str:
     precision = f", precision {c.precision}" if c.precision else ""
     return (
@@ -104,6 +130,8 @@ def footnotes(c: Comparison) -> list[str]:
         "W / GPU: owned server at full load with its overhead, per GPU (the board TDP where only cloud prices it).",
     ]
     out += list(c.notes)
+    if c.self_host_vs_api is not None:
+        out += api_words.notes(c.self_host_vs_api)
     for r in c.rows:
         out += [f"{r.gpu_name}: {x}" for x in r.reasons + r.notes]
     return out
@@ -112,10 +140,11 @@ def footnotes(c: Comparison) -> list[str]:
 def table(c: Comparison) -> list[Table | str]:
     """Rich renderables: a heading, the fit-and-speed table, the cost table and the notes."""
     out: list[Table | str] = [printable(heading(c))]
-    for title, cols, rows in (("Fit and speed", FIT_COLUMNS, fit_rows(c)), ("Cost", COST_COLUMNS, cost_rows(c))):
+    for title, cols, rows in _tables(c):
         t = Table(title=title, title_justify="left")
         for col in cols:
-            t.add_column(col, overflow="fold", justify="left" if col in ("GPU", "offering", "layout") else "right")
+            left = col in ("GPU", "offering", "layout", "design")
+            t.add_column(col, overflow="fold", justify="left" if left else "right")
         for row in rows:
             t.add_row(*(printable(x) for x in row))
         out.append(t)
@@ -129,7 +158,7 @@ def _cell(text: str) -> str:
 
 def markdown(c: Comparison) -> str:
     out = [f"# GPU comparison: {_cell(c.model)}", "", _cell(heading(c)) + ".", ""]
-    for title, cols, rows in (("Fit and speed", FIT_COLUMNS, fit_rows(c)), ("Cost", COST_COLUMNS, cost_rows(c))):
+    for title, cols, rows in _tables(c):
         out += [f"## {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         out += ["| " + " | ".join(_cell(x) for x in row) + " |" for row in rows]
         out.append("")

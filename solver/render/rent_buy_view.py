@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from clusterplan.errors import printable
+from clusterplan.wording import selfhost as api_words
 from clusterplan.wording.fmt import usd, usd_exact
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ def lines(r: RentVsBuy) -> list[str]:
             f"over the requirement's {r.horizon_months:g} months: rent {usd_exact(r.rent.costs.total_usd)}, "
             f"buy {usd_exact(r.buy.costs.total_usd)}; {r.cheaper_at_horizon} is cheaper"
         )
+    if r.self_host_vs_api is not None:
+        out += api_words.summary_lines(r.self_host_vs_api)
     return [printable(x) for x in out]
 
 

@@ -117,6 +117,11 @@ def assemble(
             risk = risk_section(plan, catalog, base, solver)
         except ClusterplanError as exc:
             warnings.append(f"risk section left out: {exc.message}")
+    self_host = None
+    if design is not None:
+        from clusterplan.design.selfhost import for_design
+
+        self_host = for_design(catalog, resolved.requirement, design)
     horizon = resolved.requirement.budget.horizon
     classes = sorted({catalog.gpu(g).gpu_class for g in design.gpus_by_type}) if design is not None else []
     catalogs = [UserCatalog(path=str(p), sha256=_sha256(p)) for p in catalog_paths]
@@ -154,4 +159,5 @@ def assemble(
         ),
         warnings=warnings,
         risk=risk,
+        self_host_vs_api=self_host,
     )

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clusterplan.design.selfhost import SelfHostVsApi
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.review.records import ReviewReport, Risk
 from clusterplan.whatif.sweep import format_value
 from clusterplan.wording import odds as odds_words
-from clusterplan.wording.fmt import group_layout, layout, margin, seconds, usd
+from clusterplan.wording import selfhost as api_words
+from clusterplan.wording.fmt import group_layout, layout, margin, seconds, usd, usd_per_m
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,34 @@ def _recommendation(d: Design, doc: Document) -> None:
             numeric=frozenset({2, 3, 4, 5, 6, 7}),
         )
     )
+
+
+def _self_host_vs_api(v: SelfHostVsApi, doc: Document) -> None:
+    """Design 1 beside the hosted APIs for its model: per month, per million tokens, and the break-even demand."""
+    doc.add(Heading(2, api_words.TITLE))
+    if not v.quotes or not v.designs:
+        doc.add(Paragraph([api_words.note_sentence(v)], role="note"))
+        return
+    d = v.designs[0]
+    rows: list[list[Inline]] = [
+        [Strong("design 1, self-hosted"), "-", "-", "-", usd_per_m(d.usd_per_million_tokens),
+         f"{usd(d.usd_per_month)}/month", "-"]
+    ]  # fmt: skip
+    rows += [
+        [q.provider, api_words.served(q), usd_per_m(q.usd_per_million_input_tokens),
+         usd_per_m(q.usd_per_million_output_tokens), usd_per_m(q.usd_per_million_tokens),
+         f"{usd(q.usd_per_month)}/month", api_words.break_even_cell(b)]
+        for q, b in zip(v.quotes, d.break_even, strict=True)
+    ]  # fmt: skip
+    doc.add(
+        Table(
+            ["who", "model served", "$/M input", "$/M output", "$/M tok (in+out)", "at the demand", "break-even"],
+            rows,
+            numeric=frozenset({2, 3, 4, 5}),
+            strong_rows=frozenset({0}),
+        )
+    )
+    doc.add(Bullets([[line] for line in api_words.notes(v)]))
 
 
 def _price(x: float, unit: str) -> str:
@@ -496,6 +526,8 @@ def build(report: ReviewReport, images: set[str]) -> Document:
     _binding(report, doc)
     _whatif(report, images, doc)
     _rent_buy(report, doc)
+    if report.self_host_vs_api is not None:
+        _self_host_vs_api(report.self_host_vs_api, doc)
     if report.risk is not None:
         _risk(report.risk, doc)
     _assumptions(report, doc)

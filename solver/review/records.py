@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from clusterplan.design.selfhost import SelfHostVsApi
 from clusterplan.plan import Plan, TargetOdds
 from clusterplan.whatif.sweep import (
     SweepResult,
@@ -167,3 +168,6 @@ class ReviewReport(Out):
     reproduce: Reproduce
     warnings: list[str] = Field(default_factory=list, description="parts that could not be computed, and why")
     risk: Risk | None = Field(None, description="what could make design 1 miss or stop being the best choice")
+    self_host_vs_api: SelfHostVsApi | None = Field(
+        None, description="design 1 beside hosted API prices for the model it serves (None: it serves nothing)"
+    )

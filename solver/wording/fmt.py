@@ -45,6 +45,15 @@ def usd_3sf(x: float | None) -> str:
     return f"${x:,.0f}" if abs(x) >= 100 else f"${x:.3g}"
 
 
+def usd_per_m(x: float | None) -> str:
+    """A price per million tokens: cents from $0.10 up ($0.40, $2.40), two significant figures below ($0.030)."""
+    if x is None:
+        return "-"
+    if abs(x) >= 100:
+        return f"${x:,.0f}"
+    return f"${x:,.2f}" if abs(x) >= 0.1 or x == 0 else f"${x:.2g}"
+
+
 def usd_up(x: float) -> str:
     """Whole dollars, rounded up (a budget relaxation is never understated)."""
     return f"${math.ceil(x):,}"
