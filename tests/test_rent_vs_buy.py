@@ -80,32 +80,34 @@ def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_pat
 
 @pytest.mark.slow
 def test_a_design_no_cloud_rents_says_so() -> None:
-    """The 70B example's design 1 puts its prefill pool on RTX PRO 6000 servers, which no catalog cloud rents."""
-    result = run_cli("rent-vs-buy", str(example("70b-serving")))
+    """The 13B example's design 1 pretrains on 28 RTX 6000 Ada, which no catalog cloud rents with a fabric."""
+    result = run_cli("rent-vs-buy", str(example("13b-train-then-serve")))
     assert result.exit_code == 0, result.output
-    assert "rent: not possible (NVIDIA RTX PRO 6000" in result.stdout
+    assert "rent: not possible (NVIDIA RTX 6000 Ada" in result.stdout
     assert "break-even: none" in result.stdout
 
 
 def test_break_even_month_by_hand(catalog: Any) -> None:
     """8 H100 SXM in one TP 8 group, around the clock.
 
-    Buy (owned.yaml, gpus.yaml): capital 8 x $27,500 + $93,500 host + $15,000 network = $328,500; electricity
-    (8 x 700 W + 4,600 W) = 10.2 kW x PUE 1.56 x 730 h x $0.0977/kWh = $1,134.86 a month.
+    Buy (owned.yaml, gpus.yaml): capital 8 x $27,500 + $93,500 host + $15,000 network = $328,500; a month of
+    electricity (8 x 700 W + 4,600 W) = 10.2 kW x PUE 1.56 x 730 h x $0.0977/kWh = $1,134.86, colocation
+    10.2 kW x $184.06/kW-month = $1,877.41 and support $328,500 x 10% a year / 12 = $2,737.50: $5,749.77.
     Rent: the 8-GPU instance the result names, at its catalog $/h x 730 h a month.
-    Break-even: $328,500 / (rent a month - $1,134.86) months.
+    Break-even: $328,500 / (rent a month - $5,749.77) months (25.4 at Hyperstack's $25.60/h; 18.7 while owned
+    servers paid electricity only).
     """
     doc = _rent_vs_buy(str(example("7b-chat-serving")), "--gpu", "h100-sxm", "--count", "8", "--tp", "8")
-    electricity = 10.2 * 1.56 * 730 * 0.0977
-    assert electricity == pytest.approx(1134.86, abs=CENT)
+    running = 10.2 * 1.56 * 730 * 0.0977 + 10.2 * 184.06 + 328_500 * 0.10 / 12  # the owned server's month
+    assert running == pytest.approx(1134.86 + 1877.41 + 2737.50, abs=2 * CENT)
     buy = doc["buy"]["costs"]
-    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(328_500), pytest.approx(electricity))
+    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(328_500), pytest.approx(running))
     (line,) = doc["rent"]["hardware"]
     inst = catalog.instances[line["label"]]
     assert (inst.gpu_id, inst.gpus_per_instance, line["units"]) == ("h100-sxm", 8, 1)
     rent_month = inst.on_demand_usd_per_hour * 730
     assert doc["rent"]["costs"]["monthly_usd"] == pytest.approx(rent_month)
-    months = 328_500 / (rent_month - electricity)
+    months = 328_500 / (rent_month - running)
     assert doc["break_even_month"] == pytest.approx(months, rel=1e-9)
     assert doc["first_cheaper_month"] == math.ceil(months)
     by_month = {p["month"]: p for p in doc["curve"]}
@@ -113,10 +115,10 @@ def test_break_even_month_by_hand(catalog: Any) -> None:
     assert by_month[m]["buy_usd"] <= by_month[m]["rent_usd"]
     assert by_month[m - 1]["buy_usd"] > by_month[m - 1]["rent_usd"]
     assert by_month[m]["rent_usd"] == pytest.approx(m * rent_month)
-    assert by_month[m]["buy_usd"] == pytest.approx(328_500 + m * electricity)
+    assert by_month[m]["buy_usd"] == pytest.approx(328_500 + m * running)
     # The curve runs past the break-even (at least 60 months) and always holds the horizon (24 months).
     assert max(by_month) >= max(60, m) and 24.0 in by_month
-    assert doc["cheaper_at_horizon"] == ("buy" if 328_500 + 24 * electricity <= 24 * rent_month else "rent")
+    assert doc["cheaper_at_horizon"] == ("buy" if 328_500 + 24 * running <= 24 * rent_month else "rent")
 
 
 def test_break_even_edge_cases() -> None:
