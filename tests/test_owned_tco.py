@@ -61,6 +61,7 @@ owned:
 def test_a_user_catalog_overrides_each_figure() -> None:
     cat = load_catalog_text(OVERRIDE)
     gpu = cat.gpus["h100-sxm"]
+    assert gpu.price is not None
     s = owned_server(cat.owned, gpu.gpu_class, gpu.tdp_w, gpu.price.usd, 8)
     assert s.colocation_usd_per_month == pytest.approx(H100_KW * 300)
     assert s.support_usd_per_month == pytest.approx(H100_CAPITAL * 0.05 / 12)
