@@ -125,14 +125,27 @@ class HardwareLine(Out):
     usd_per_hour: float = Field(description="one instance, USD/h (cloud)")
     region: str = ""
     capital_usd: float = Field(description="purchase of the servers bought, USD")
-    monthly_usd: float = Field(description="recurring per month: instances x $/h x 730, or electricity, USD")
+    monthly_usd: float = Field(
+        description="recurring per month: instances x $/h x 730 (cloud), or energy + colocation + support + "
+        "operations (owned), USD"
+    )
+    energy_usd_per_month: float = Field(0.0, description="owned: electricity, IT power x PUE x $/kWh x 730 h, USD")
+    colocation_usd_per_month: float = Field(0.0, description="owned: colocation, IT kW x $/kW-month, USD")
+    support_usd_per_month: float = Field(
+        0.0, description="owned: support contract, servers' price x fraction per year / 12, USD"
+    )
+    operations_usd_per_month: float = Field(
+        0.0, description="owned: operations per server where the catalog gives a figure (none shipped), USD"
+    )
     power_w: float = Field(description="owned servers at full power, W")
     purpose: str = Field("", description="serving, or the training workload it runs")
 
 
 class Costs(Out):
     capital_usd: float = Field(description="owned servers bought, USD")
-    monthly_usd: float = Field(description="recurring per month (cloud serving, owned electricity), USD/month")
+    monthly_usd: float = Field(
+        description="recurring per month (cloud serving; owned energy, colocation, support, operations), USD/month"
+    )
     one_off_usd: float = Field(description="cloud training runs, USD")
     total_usd: float = Field(description="capital + horizon x monthly + one-off, USD")
     horizon_months: float

@@ -69,10 +69,11 @@ def test_h100_metrics_by_hand_from_catalog_rows(catalog: Any) -> None:
     tokens_m = 1000 / 60 * 200 * 3600 * 730 * 36 / 1e6
     for d in (cloud, owned):
         assert d["usd_per_million_tokens"] == pytest.approx(d["costs"]["total_usd"] / tokens_m)
-    # Owned total: servers x $328,500 + 36 months x servers x electricity (10,200 W x PUE 1.56 x 730 h x $0.0977/kWh).
+    # Owned total: servers x $328,500 + 36 months x servers x (electricity 10,200 W x PUE 1.56 x 730 h x $0.0977/kWh
+    # + colocation 10.2 kW x $184.06/kW-month + support $328,500 x 10% a year / 12), owned.yaml.
     servers = owned["units"]
-    electricity = 10_200 / 1000 * 1.56 * 730 * 0.0977
-    assert owned["costs"]["total_usd"] == pytest.approx(servers * 328_500 + 36 * servers * electricity, abs=CENT)
+    month = 10_200 / 1000 * 1.56 * 730 * 0.0977 + 10.2 * 184.06 + 328_500 * 0.10 / 12
+    assert owned["costs"]["total_usd"] == pytest.approx(servers * 328_500 + 36 * servers * month, abs=CENT)
 
 
 def test_figures_are_estimates_for_the_same_layout(catalog: Any) -> None:

@@ -8,7 +8,8 @@ and a ``why`` that says where the numbers come from. Two independent checks hold
 - the planner must reproduce it (``test_example_matches_golden``);
 - its costs must be the catalog arithmetic done here from the raw YAML of ``catalog/``, not by the
   planner's code (``test_golden_costs_are_the_catalog_arithmetic``): owned capital is
-  ``servers x (GPUs x GPU price + host + network)``, electricity ``W x PUE x 730 h x $/kWh``, cloud
+  ``servers x (GPUs x GPU price + host + network)``, electricity ``W x PUE x 730 h x $/kWh``, colocation
+  ``IT kW x $/kW-month``, support ``server price x fraction per year / 12`` (every server in use), cloud
   ``instances x $/h x 730 h`` a month, a cloud training run ``instances x $/h x billed hours``.
 
 A physics, catalog or model change that moves a design or a cost fails here on purpose. Regenerate,
@@ -233,6 +234,8 @@ def catalog_costs(stem: str, entry: dict[str, Any]) -> dict[str, float | None]:
             watts = int(size) * g["tdp_w"] + overhead["value"] * frac
             kwh_usd = owned["pue"]["value"] * owned["electricity_usd_per_kwh"]["value"]
             monthly += line["units"] * watts / 1000.0 * HOURS_PER_MONTH * kwh_usd  # kW x 730 h x PUE x $/kWh
+            monthly += line["units"] * watts / 1000.0 * owned["colocation_usd_per_kw_month"]["value"]  # IT kW
+            monthly += line["units"] * per_server * owned["support_fraction_per_year"]["value"] / 12.0
         else:
             usd_per_hour = instances[line["offering"]]["on_demand_usd_per_hour"]
             if "billed_hours" in line:  # a training run, billed in whole hours

@@ -78,34 +78,86 @@ def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_pat
     assert sorted(h["offering"] for h in doc["rent"]["hardware"]) == sorted(c.hardware[0].offering for c in clouds)
 
 
-@pytest.mark.slow
-def test_a_design_no_cloud_rents_says_so() -> None:
-    """The 70B example's design 1 puts its prefill pool on RTX PRO 6000 servers, which no catalog cloud rents."""
-    result = run_cli("rent-vs-buy", str(example("70b-serving")))
+def test_a_gpu_no_cloud_rents_says_so_per_pool() -> None:
+    """No catalog cloud rents RTX PRO 6000: the rent side is not possible, and the pool says why."""
+    args = [str(example("7b-chat-serving")), "--gpu", "rtx-pro-6000", "--count", "8", "--tp", "1"]
+    result = run_cli("rent-vs-buy", *args)
     assert result.exit_code == 0, result.output
     assert "rent: not possible (NVIDIA RTX PRO 6000" in result.stdout
     assert "break-even: none" in result.stdout
+    assert "no break-even: no cloud in the catalog" in result.stdout
+    (pool,) = _rent_vs_buy(*args)["pools"]
+    assert (pool["rent"], pool["break_even_month"], pool["reason"]) == (None, None, "no_cloud_offer")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_pool_of_every_example_has_a_break_even_or_a_reason(path: Path, catalog: Any) -> None:
+    """One answer per pool (replica group or training layout) of design 1: a break-even month, or a reason code,
+    never both, never neither; the text prints one line for each."""
+    design = shared_plan(path, catalog, explain=False).designs[0]
+    doc = _rent_vs_buy(str(path))
+    pools = doc["pools"]
+    groups = sum(len(w.groups) if w.kind == "serving" else 1 for w in design.workloads)
+    assert len(pools) == groups
+    for p in pools:
+        assert (p["break_even_month"] is None) != (p["reason"] is None), p
+    text = run_cli("rent-vs-buy", str(path)).stdout
+    answers = [line for line in text.splitlines() if "break-even" in line and line.startswith("  ")]
+    assert len(answers) == groups, text
+
+
+@pytest.mark.slow
+def test_a_pool_sold_only_without_a_fabric_is_rented_on_the_nearest_packaging() -> None:
+    """The 13B example pretrains on 28 RTX 6000 Ada; RunPod rents them, but with no fabric between instances, so
+    the run's exact packaging is not sold: the pool is rented on 7 x 4-GPU instances, marked no_fabric, and the
+    design's rent side is priced on it (a break-even month, where it once said "rent: not possible")."""
+    doc = _rent_vs_buy(str(example("13b-train-then-serve")))
+    pretrain = next(p for p in doc["pools"] if p["workload"] == "pretrain")
+    assert pretrain["rent_gap"] == "no_fabric"
+    assert (pretrain["rent"]["offering"], pretrain["rent"]["units"]) == ("cloud:runpod:4x-rtx-6000-ada-secure", 7)
+    assert pretrain["reason"] == "never_catches_up"  # a run rented once never costs what the servers do
+    assert doc["rent"]["nearest"] == ["NVIDIA RTX 6000 Ada Generation 48GB"]
+    assert doc["rent"]["costs"] is not None and doc["break_even_month"] is not None
+
+
+def test_pool_break_even_by_hand(catalog: Any) -> None:
+    """Mixtral's L40S prefill pool (4 GPUs, TP1) alone. Rent: one runpod:4x-l40s-secure at $3.44/h x 730 h =
+    $2,511.20 a month. Buy: one 4-GPU server, 4 x $9,000 + half of ($93,500 host + $15,000 network) = $90,250;
+    a month of electricity (4 x 350 W + 2,300 W = 3.7 kW) x 1.56 x 730 h x $0.0977 + colocation 3.7 kW x
+    $184.06 + support $90,250 x 10% / 12 = $1,844.77. Break-even $90,250 / ($2,511.20 - $1,844.77) = 135.4 months."""
+    doc = _rent_vs_buy(str(example("mixtral-serving")))
+    pool = next(p for p in doc["pools"] if p["gpu"] == "l40s")
+    assert (pool["rent"]["units"], pool["rent"]["monthly_usd"]) == (1, pytest.approx(3.44 * 730))
+    buy = pool["buy"]
+    month = 3.7 * 1.56 * 730 * 0.0977 + 3.7 * 184.06 + 90_250 * 0.10 / 12
+    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(90_250), pytest.approx(month))
+    assert pool["break_even_month"] == pytest.approx(90_250 / (3.44 * 730 - month))
+    gh200 = next(p for p in doc["pools"] if p["gpu"] == "gh200")
+    assert (gh200["buy"], gh200["reason"]) == (None, "no_purchase_price")
 
 
 def test_break_even_month_by_hand(catalog: Any) -> None:
     """8 H100 SXM in one TP 8 group, around the clock.
 
-    Buy (owned.yaml, gpus.yaml): capital 8 x $27,500 + $93,500 host + $15,000 network = $328,500; electricity
-    (8 x 700 W + 4,600 W) = 10.2 kW x PUE 1.56 x 730 h x $0.0977/kWh = $1,134.86 a month.
+    Buy (owned.yaml, gpus.yaml): capital 8 x $27,500 + $93,500 host + $15,000 network = $328,500; a month of
+    electricity (8 x 700 W + 4,600 W) = 10.2 kW x PUE 1.56 x 730 h x $0.0977/kWh = $1,134.86, colocation
+    10.2 kW x $184.06/kW-month = $1,877.41 and support $328,500 x 10% a year / 12 = $2,737.50: $5,749.77.
     Rent: the 8-GPU instance the result names, at its catalog $/h x 730 h a month.
-    Break-even: $328,500 / (rent a month - $1,134.86) months.
+    Break-even: $328,500 / (rent a month - $5,749.77) months (25.4 at Hyperstack's $25.60/h; 18.7 while owned
+    servers paid electricity only).
     """
     doc = _rent_vs_buy(str(example("7b-chat-serving")), "--gpu", "h100-sxm", "--count", "8", "--tp", "8")
-    electricity = 10.2 * 1.56 * 730 * 0.0977
-    assert electricity == pytest.approx(1134.86, abs=CENT)
+    running = 10.2 * 1.56 * 730 * 0.0977 + 10.2 * 184.06 + 328_500 * 0.10 / 12  # the owned server's month
+    assert running == pytest.approx(1134.86 + 1877.41 + 2737.50, abs=2 * CENT)
     buy = doc["buy"]["costs"]
-    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(328_500), pytest.approx(electricity))
+    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(328_500), pytest.approx(running))
     (line,) = doc["rent"]["hardware"]
     inst = catalog.instances[line["label"]]
     assert (inst.gpu_id, inst.gpus_per_instance, line["units"]) == ("h100-sxm", 8, 1)
     rent_month = inst.on_demand_usd_per_hour * 730
     assert doc["rent"]["costs"]["monthly_usd"] == pytest.approx(rent_month)
-    months = 328_500 / (rent_month - electricity)
+    months = 328_500 / (rent_month - running)
     assert doc["break_even_month"] == pytest.approx(months, rel=1e-9)
     assert doc["first_cheaper_month"] == math.ceil(months)
     by_month = {p["month"]: p for p in doc["curve"]}
@@ -113,10 +165,10 @@ def test_break_even_month_by_hand(catalog: Any) -> None:
     assert by_month[m]["buy_usd"] <= by_month[m]["rent_usd"]
     assert by_month[m - 1]["buy_usd"] > by_month[m - 1]["rent_usd"]
     assert by_month[m]["rent_usd"] == pytest.approx(m * rent_month)
-    assert by_month[m]["buy_usd"] == pytest.approx(328_500 + m * electricity)
+    assert by_month[m]["buy_usd"] == pytest.approx(328_500 + m * running)
     # The curve runs past the break-even (at least 60 months) and always holds the horizon (24 months).
     assert max(by_month) >= max(60, m) and 24.0 in by_month
-    assert doc["cheaper_at_horizon"] == ("buy" if 328_500 + 24 * electricity <= 24 * rent_month else "rent")
+    assert doc["cheaper_at_horizon"] == ("buy" if 328_500 + 24 * running <= 24 * rent_month else "rent")
 
 
 def test_break_even_edge_cases() -> None:

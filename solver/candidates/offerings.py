@@ -209,6 +209,9 @@ def build_offerings(
                     capital_usd=server.capital_usd,
                     power_w=server.power_w,
                     energy_usd_per_month=server.energy_usd_per_month,
+                    colocation_usd_per_month=server.colocation_usd_per_month,
+                    support_usd_per_month=server.support_usd_per_month,
+                    operations_usd_per_month=server.operations_usd_per_month,
                     inventory_units=inv_nodes.get(s, 0),
                     purchasable=g.price_usd is not None and s in buy_sizes,
                     forbidden_by=forbidden,
@@ -217,8 +220,9 @@ def build_offerings(
             )
     notes.append(
         "owned servers cost their purchase price (GPUs, plus chassis and network in proportion to the "
-        "node's GPU slots, catalog OwnedCosts.node_fraction) and electricity at full power x PUE over the "
-        "horizon; support contracts and colocation are not included"
+        "node's GPU slots, catalog OwnedCosts.node_fraction) and, each month, electricity at full power x PUE, "
+        "colocation per kW of IT power and a support contract as a share of the price per year (catalog "
+        "owned.yaml); spares and a resale value at the horizon are not priced (no catalog figure)"
     )
     if limits.inventory:
         notes.append(

@@ -132,6 +132,9 @@ class Offering:
     capital_usd: float = 0.0  # owned: one server (GPUs + chassis + network)
     power_w: float = 0.0  # owned: one server at TDP, including non-GPU overhead, W
     energy_usd_per_month: float = 0.0  # owned: power x PUE x electricity price x 730 h
+    colocation_usd_per_month: float = 0.0  # owned: IT kW x colocation $/kW-month
+    support_usd_per_month: float = 0.0  # owned: capital x support fraction per year / 12
+    operations_usd_per_month: float = 0.0  # owned: the catalog's operations figure per server (none shipped)
     inventory_units: int = 0  # owned: servers of this size already owned (free)
     purchasable: bool = True  # owned: can more be bought (the GPU has a price)
     provider: str = ""
@@ -148,12 +151,22 @@ class Offering:
             return f"{self.provider}:{self.instance_id}" if self.provider else self.key
         return f"{self.gpu_id} server, {self.gpus_per_unit} GPU{'s' if self.gpus_per_unit > 1 else ''}"
 
+    @property
+    def running_usd_per_month(self) -> float:
+        """Owned: one server's month, energy + colocation + support + operations (the model's monthly cost)."""
+        return (
+            self.energy_usd_per_month
+            + self.colocation_usd_per_month
+            + self.support_usd_per_month
+            + self.operations_usd_per_month
+        )
+
     def horizon_usd(self, horizon_months: float, *, capital: bool = True) -> float:
-        """One unit over the horizon as the model's total counts it: instance-hours (cloud), or capital plus energy
-        (owned; ``capital=False``: a server already owned, its energy only)."""
+        """One unit over the horizon as the model's total counts it: instance-hours (cloud), or capital plus its
+        running cost (owned; ``capital=False``: a server already owned, its running cost only)."""
         if self.kind == "cloud":
             return self.usd_per_hour * HOURS_PER_MONTH * horizon_months
-        return (self.capital_usd if capital else 0.0) + self.energy_usd_per_month * horizon_months
+        return (self.capital_usd if capital else 0.0) + self.running_usd_per_month * horizon_months
 
     def tp_capacity(self, t: int) -> int:
         """GPUs of one unit usable by tensor-parallel groups of size >= t (0 if t > tp_domain).

@@ -106,6 +106,7 @@ MAX_OWNED_VALUE = {
     "pue": 10.0,
     "amortisation_months": 1200.0,
     "support_fraction_per_year": 10.0,
+    "operations_usd_per_server_month": 1e7,
 }
 
 M = TypeVar("M", bound=BaseModel)

@@ -519,6 +519,11 @@ class OwnedCosts(Row):
     support_fraction_per_year: OwnedFigure | None = Field(
         None, description="hardware support contract per year as a fraction of hardware price (optional)"
     )
+    operations_usd_per_server_month: OwnedFigure | None = Field(
+        None,
+        description="operations (staff, remote hands, monitoring) per reference server per month, USD (optional; "
+        "none shipped: no source gives one)",
+    )
     node_sizes: list[NodeGpus] = Field(
         default_factory=lambda: [1, 2, 4, 8], min_length=1, description="GPUs per owned server"
     )
@@ -555,6 +560,21 @@ class OwnedCosts(Row):
     def power_overhead_w_for_node(self, gpu_class: GpuClass, node_gpus: int) -> float:
         """Non-GPU power of one node of ``node_gpus`` GPUs, W."""
         return self.power_overhead_w_for(gpu_class).value * self.node_fraction(gpu_class, node_gpus)
+
+    def colocation_rate(self) -> float:
+        """Colocation per kW of IT power per month, USD (0 when the catalog gives none)."""
+        f = self.colocation_usd_per_kw_month
+        return 0.0 if f is None else f.value
+
+    def support_rate(self) -> float:
+        """Support contract per year as a fraction of hardware price (0 when the catalog gives none)."""
+        f = self.support_fraction_per_year
+        return 0.0 if f is None else f.value
+
+    def operations_usd_for_node(self, gpu_class: GpuClass, node_gpus: int) -> float:
+        """Operations per month of one node of ``node_gpus`` GPUs, USD (0 when the catalog gives none)."""
+        f = self.operations_usd_per_server_month
+        return 0.0 if f is None else f.value * self.node_fraction(gpu_class, node_gpus)
 
     def network_usd_for(self, gpu_class: GpuClass) -> OwnedFigure:
         """Network cost per node for servers of this GPU class (the class override, else the default)."""

@@ -225,14 +225,14 @@ def _cost_table(result: Any) -> Table:
         c = ow.costs
         ct.add_row("owned", f"{ow.nodes} server(s) of {ow.gpus_per_node} GPUs")
         ct.add_row("  capital", _usd(c.capital_usd))
-        ct.add_row("  per month (electricity)", f"{_usd(c.monthly_usd)} ({ow.power_w / 1000:,.1f} kW)")
+        ct.add_row("  per month (energy, colocation, support)", f"{_usd(c.monthly_usd)} ({ow.power_w / 1000:,.1f} kW)")
         ct.add_row(f"  total over {c.horizon_months:g} months", _usd(c.total_usd))
         if c.usd_per_million_output_tokens is not None:
             ct.add_row(
                 f"  per million output tokens ({c.horizon_months:g} months)", _usd(c.usd_per_million_output_tokens)
             )
         ct.add_row(
-            f"  amortised view: capital over {ow.amortisation_months:g} months + electricity",
+            f"  amortised view: capital over {ow.amortisation_months:g} months + running costs",
             f"{_usd(ow.amortised_usd_per_month)}/month",
         )
     return ct

@@ -14,6 +14,12 @@ given on the command line. Each side is priced by :mod:`clusterplan.evaluation.p
 Cumulative cost after ``m`` months is :func:`clusterplan.evaluation.pricing.costs` with ``horizon_months=m``
 (capital + one-off + m x monthly); the break-even month is
 :func:`clusterplan.physics.cost.rent_vs_buy_breakeven` on the difference of the fixed costs.
+
+Every pool (a replica group or a training layout) is also answered alone (:func:`pool_break_even`): its
+break-even month, or a reason code where there is none. Where no cloud sells the exact packaging (a TP group
+larger than any instance's NVLink domain; several instances without a fabric between them for training), the
+pool is rented on the nearest packaging (the cheapest instance type of that GPU holding as many GPUs, priced
+alike) and marked so; the design's rent side uses those lines too, so the curve and the break-even exist.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class Need:
     groups: int
     workload: str
     training_s: float | None = None  # a training run's modelled time: rented once, billed in whole hours
+    role: str = "aggregated"  # serving: aggregated, prefill or decode; training: training
 
 
 class Side(Result):
@@ -62,6 +69,32 @@ class Side(Result):
     costs: Costs | None = Field(description="over the requirement's horizon (pricing.costs); None: not possible")
     missing: list[str] = Field(default_factory=list, description="GPU types no offering of this kind hosts")
     from_design: bool = Field(description="the design's own hardware lines, as solve priced them")
+    nearest: list[str] = Field(
+        default_factory=list, description="GPU types rented on the nearest packaging: the exact one is not sold"
+    )
+
+
+# Why a pool's rent line is not the exact packaging the layout needs (codes; words in render/rent_buy_view.py).
+NearestGap = Literal["tp_exceeds_instance_domain", "no_fabric"]
+# Why a pool has no break-even month.
+NoBreakEven = Literal["no_cloud_offer", "no_purchase_price", "no_owned_packaging", "never_catches_up"]
+
+
+class PoolBreakEven(Result):
+    """One pool (a serving replica group or a training layout) rented and bought alone."""
+
+    workload: str
+    role: str = Field(description="aggregated, prefill, decode or training")
+    gpu: str
+    gpu_name: str
+    tp: int
+    gpus: int
+    rent: HardwareLine | None = Field(description="the cheapest cloud line hosting the pool; None: no cloud offer")
+    rent_one_off_usd: float = Field(description="a training run rented once, billed in whole hours, USD")
+    rent_gap: NearestGap | None = Field(description="set: the rent line is the nearest packaging, and why")
+    buy: HardwareLine | None = Field(description="the cheapest owned line hosting the pool; None: cannot be bought")
+    break_even_month: float | None = Field(description="months after which buying this pool costs less")
+    reason: NoBreakEven | None = Field(description="why there is no break-even month (None: there is one)")
 
 
 class CurvePoint(Result):
@@ -82,6 +115,9 @@ class RentVsBuy(Result):
     )
     first_cheaper_month: int | None = Field(description="first whole month at which buying costs no more")
     cheaper_at_horizon: Literal["rent", "buy"] | None
+    pools: list[PoolBreakEven] = Field(
+        default_factory=list, description="each pool rented and bought alone: its break-even month or why none"
+    )
     curve: list[CurvePoint]
     notes: list[str] = Field(default_factory=list)
     self_host_vs_api: SelfHostVsApi | None = Field(
@@ -99,9 +135,9 @@ def needs_of_design(design: Design) -> list[Need]:
     out: list[Need] = []
     for w in design.workloads:
         if isinstance(w, ServingPlan):
-            out += [Need(g.gpu, g.gpu_name, g.tp, g.replicas * g.pp, w.workload) for g in w.groups]
+            out += [Need(g.gpu, g.gpu_name, g.tp, g.replicas * g.pp, w.workload, role=g.role) for g in w.groups]
         else:
-            out.append(Need(w.gpu, w.gpu_name, w.tp, w.cp * w.pp * w.dp, w.workload, w.time_to_train_s))
+            out.append(Need(w.gpu, w.gpu_name, w.tp, w.cp * w.pp * w.dp, w.workload, w.time_to_train_s, "training"))
     return out
 
 
@@ -131,34 +167,75 @@ def offerings_for(catalog: Catalog, req: Requirement, gpu_ids: Sequence[str]) ->
 # ------------------------------------------------------------------------------------------------
 
 
+def rent_need(
+    n: Need, offerings: Sequence[Offering], horizon_months: float, *, nearest: bool = False
+) -> tuple[HardwareLine, float, NearestGap | None] | None:
+    """The cheapest cloud line for one need, its one-off (training) cost, and, when ``nearest`` is allowed and
+    the exact packaging is not sold, why the line is only the nearest; None: no cloud offer of the GPU at all."""
+    gpus = n.tp * n.groups
+    if n.training_s is not None:
+        o, units, run_usd, tp_fits = pricing.cheapest_training_cloud(offerings, n.gpu_id, n.tp, gpus, n.training_s)
+        gap: NearestGap | None = None if tp_fits else "tp_exceeds_instance_domain"
+        if o is None and nearest:  # every offer of the GPU lacks a fabric between instances
+            gap = "no_fabric"
+            # ceil(GPUs / GPUs per instance) instances; of equal cost, the fewest (the largest instances).
+            priced = [
+                (pricing.training_run_usd(x, -(-gpus // x.gpus_per_unit), n.training_s), -x.gpus_per_unit, x.key, x)
+                for x in offerings
+                if x.kind == "cloud" and x.gpu_id == n.gpu_id
+            ]
+            if priced:
+                run_usd, _, _, o = min(priced)
+                units = -(-gpus // o.gpus_per_unit)
+        if o is None or (gap is not None and not nearest):
+            return None
+        line = pricing.training_cloud_line(o, units, gpu_name=n.gpu_name, workload=n.workload, seconds=n.training_s)
+        return line, run_usd, gap
+    found = pricing.cheapest_hosting(
+        offerings, gpu_id=n.gpu_id, kind="cloud", tp=n.tp, groups=n.groups, horizon_months=horizon_months
+    )
+    if found is not None:
+        return pricing.cloud_line(found[0], found[1], gpu_name=n.gpu_name), 0.0, None
+    if not nearest:
+        return None
+    # No instance's NVLink domain holds the TP group: the same GPUs on the cheapest instance type of that GPU.
+    # ceil(GPUs / GPUs per instance) instances a month; of equal cost, the fewest (the largest instances).
+    priced_units = [
+        (
+            pricing.cloud_line(x, -(-gpus // x.gpus_per_unit), gpu_name=n.gpu_name).monthly_usd,
+            -x.gpus_per_unit,
+            x.key,
+            x,
+        )
+        for x in offerings
+        if x.kind == "cloud" and x.gpu_id == n.gpu_id
+    ]
+    if not priced_units:
+        return None
+    _, _, _, o = min(priced_units)
+    return pricing.cloud_line(o, -(-gpus // o.gpus_per_unit), gpu_name=n.gpu_name), 0.0, "tp_exceeds_instance_domain"
+
+
 def rent_lines(
     needs: Sequence[Need], offerings: Sequence[Offering], horizon_months: float
-) -> tuple[list[HardwareLine], float, list[str]]:
-    """Cloud lines for every need, the one-off training cost, and the GPU types no instance hosts."""
+) -> tuple[list[HardwareLine], float, list[str], list[str]]:
+    """Cloud lines for every need, the one-off training cost, the GPU types no instance hosts, and those rented
+    on the nearest packaging (:func:`rent_need`)."""
     lines: list[HardwareLine] = []
     one_off = 0.0
     missing: list[str] = []
+    nearest: list[str] = []
     for n in needs:
-        if n.training_s is not None:
-            o, units, run_usd, _ = pricing.cheapest_training_cloud(
-                offerings, n.gpu_id, n.tp, n.tp * n.groups, n.training_s
-            )
-            if o is None:
-                missing.append(n.gpu_name)
-                continue
-            lines.append(
-                pricing.training_cloud_line(o, units, gpu_name=n.gpu_name, workload=n.workload, seconds=n.training_s)
-            )
-            one_off += run_usd
-            continue
-        found = pricing.cheapest_hosting(
-            offerings, gpu_id=n.gpu_id, kind="cloud", tp=n.tp, groups=n.groups, horizon_months=horizon_months
-        )
+        found = rent_need(n, offerings, horizon_months, nearest=True)
         if found is None:
             missing.append(n.gpu_name)
             continue
-        lines.append(pricing.cloud_line(found[0], found[1], gpu_name=n.gpu_name))
-    return lines, one_off, missing
+        line, run_usd, gap = found
+        lines.append(line)
+        one_off += run_usd
+        if gap is not None:
+            nearest.append(n.gpu_name)
+    return lines, one_off, missing, nearest
 
 
 def buy_lines(
@@ -200,6 +277,33 @@ def break_even_month(rent: Costs, buy: Costs) -> float | None:
     return be.months_at_full_use if math.isfinite(be.months_at_full_use) else None
 
 
+def pool_break_even(n: Need, offerings: Sequence[Offering], horizon_months: float) -> PoolBreakEven:
+    """One pool rented (exact packaging, else the nearest) and bought alone, its break-even month or the reason
+    there is none: no cloud offer of the GPU, no purchase price (and too little inventory), no owned server whose
+    NVLink domain holds the TP group, or buying never catches up (a training run rented once, or a rent cheaper
+    than owning's month)."""
+    rented = rent_need(n, offerings, horizon_months, nearest=True)
+    owned = buy_lines([n], offerings, horizon_months)[0]
+    buy = owned[0] if owned else None
+    be: float | None = None
+    reason: NoBreakEven | None = None
+    if rented is None:
+        reason = "no_cloud_offer"
+    elif buy is None:
+        sold = any(o.kind == "owned" and o.gpu_id == n.gpu_id and o.purchasable for o in offerings)
+        reason = "no_owned_packaging" if sold else "no_purchase_price"  # sold, but no server holds its TP group
+    else:
+        rent_c = pricing.costs([rented[0]], horizon_months=horizon_months, one_off_usd=rented[1], output_tokens_per_s=0)
+        buy_c = pricing.costs([buy], horizon_months=horizon_months, one_off_usd=0.0, output_tokens_per_s=0.0)
+        be = break_even_month(rent_c, buy_c)
+        reason = "never_catches_up" if be is None else None
+    return PoolBreakEven(
+        workload=n.workload, role=n.role, gpu=n.gpu_id, gpu_name=n.gpu_name, tp=n.tp, gpus=n.tp * n.groups,
+        rent=rented[0] if rented else None, rent_one_off_usd=rented[1] if rented else 0.0,
+        rent_gap=rented[2] if rented else None, buy=buy, break_even_month=be, reason=reason,
+    )  # fmt: skip
+
+
 def first_cheaper_month(
     break_even: float, rent_usd: Callable[[float], float], buy_usd: Callable[[float], float]
 ) -> int:
@@ -239,7 +343,7 @@ def rent_vs_buy(
 ) -> RentVsBuy:
     """Both sides, the break-even month and the curve. A design all on one kind keeps its own lines for that side."""
     notes: list[str] = []
-    r_lines, r_one_off, r_missing = rent_lines(needs, offerings, horizon_months)
+    r_lines, r_one_off, r_missing, r_nearest = rent_lines(needs, offerings, horizon_months)
     b_lines, b_missing = buy_lines(needs, offerings, horizon_months)
     b_one_off = 0.0
     rent_own = buy_own = False
@@ -247,6 +351,7 @@ def rent_vs_buy(
         kinds = {x.kind for x in design.hardware}
         if kinds == {"cloud"}:
             r_lines, r_one_off, r_missing, rent_own = list(design.hardware), design.costs.one_off_usd, [], True
+            r_nearest = []
         elif kinds == {"owned"}:
             b_lines, b_missing, buy_own = list(design.hardware), [], True
             b_one_off = design.costs.one_off_usd
@@ -259,17 +364,26 @@ def rent_vs_buy(
             )
 
     def side(
-        kind: Literal["rent", "buy"], lines: list[HardwareLine], one_off: float, missing: list[str], own: bool
-    ) -> Side:
+        kind: Literal["rent", "buy"], lines: list[HardwareLine], one_off: float, missing: list[str], own: bool,
+        nearest: Sequence[str] = (),
+    ) -> Side:  # fmt: skip
         c = None
         if not missing:
             c = pricing.costs(
                 lines, horizon_months=horizon_months, one_off_usd=one_off, output_tokens_per_s=output_tokens_per_s
             )
-        return Side(kind=kind, hardware=lines, costs=c, missing=sorted(set(missing)), from_design=own)
+        return Side(
+            kind=kind, hardware=lines, costs=c, missing=sorted(set(missing)), from_design=own,
+            nearest=sorted(set(nearest)),
+        )  # fmt: skip
 
-    rent = side("rent", r_lines, r_one_off, r_missing, rent_own)
+    rent = side("rent", r_lines, r_one_off, r_missing, rent_own, r_nearest)
     buy = side("buy", b_lines, b_one_off, b_missing, buy_own)
+    if rent.nearest:
+        notes.append(
+            f"no cloud sells {', '.join(rent.nearest)} in the packaging this layout needs: the rent side is priced "
+            "on the nearest one (the same GPUs on the cheapest instance type of that GPU; see each pool)"
+        )
     if rent.missing:
         notes.append(f"no cloud instance in the catalog hosts {', '.join(rent.missing)} in this layout: no rent side")
     if buy.missing:
@@ -301,4 +415,5 @@ def rent_vs_buy(
     return RentVsBuy(
         requirement=requirement, source=source, gpus=gpus, horizon_months=horizon_months, rent=rent, buy=buy,
         break_even_month=be, first_cheaper_month=first, cheaper_at_horizon=cheaper, curve=curve, notes=notes,
+        pools=[pool_break_even(n, offerings, horizon_months) for n in needs],
     )  # fmt: skip

@@ -351,7 +351,7 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
                     x,
                     Unit(s, min(s, nvlink)),
                     x.bought * server.capital_usd,
-                    x.units * server.energy_usd_per_month,
+                    x.units * server.running_usd_per_month,
                     x.units * server.power_w,
                 )
             )
@@ -699,7 +699,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
                     x,
                     Unit(o.gpus_per_unit, o.domain_gpus or o.tp_domain),
                     x.bought * o.capital_usd,
-                    x.units * o.energy_usd_per_month,
+                    x.units * o.running_usd_per_month,
                     x.units * o.power_w,
                 )
             )

@@ -115,13 +115,15 @@ class OwnedCost(Result):
     gpus_per_node: int
     capital_usd: float = Field(description="servers bought (inventory servers are free)")
     power_w: float = Field(description="IT power at full load, W")
-    power_usd_per_month: float
-    usd_per_month: float = Field(description="recurring per month: electricity (solve's monthly)")
+    power_usd_per_month: float = Field(description="electricity per month (IT power x PUE x $/kWh x 730 h)")
+    usd_per_month: float = Field(
+        description="recurring per month: electricity, colocation, support and operations (solve's monthly)"
+    )
     usd_total: float = Field(description="capital + horizon x monthly")
     usd_per_million_tokens: float | None = Field(default=None, description="serving: total over the horizon / tokens")
     amortisation_months: float
     amortised_usd_per_month: float = Field(
-        description="amortised view: capital / amortisation months + electricity (not solve's cost view)"
+        description="amortised view: capital / amortisation months + running costs (not solve's cost view)"
     )
     costs: Costs
     hardware: list[HardwareLine]
@@ -336,7 +338,7 @@ def owned_cost(
     notes = [f"{inventory} server(s) from the inventory: power only, no capital"] if inventory else []
     owned = OwnedCost(
         nodes=line.units, gpus_per_node=o.gpus_per_unit, capital_usd=c.capital_usd, power_w=line.power_w,
-        power_usd_per_month=line.monthly_usd, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
+        power_usd_per_month=line.energy_usd_per_month, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
         usd_per_million_tokens=c.usd_per_million_output_tokens, amortisation_months=months,
         amortised_usd_per_month=pricing.amortised_usd_per_month(c, months), costs=c, hardware=[line], notes=notes,
     )  # fmt: skip

@@ -24,25 +24,47 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class ServerPrice:
-    """One owned server of ``gpus`` GPU slots."""
+    """One owned server of ``gpus`` GPU slots: its price, its power and what it costs to run each month."""
 
     capital_usd: float  # GPUs + chassis + network
     power_w: float  # at TDP, with the node's non-GPU overhead
     energy_usd_per_month: float  # power x PUE x $/kWh x 730 h
+    colocation_usd_per_month: float = 0.0  # IT kW x $/kW-month
+    support_usd_per_month: float = 0.0  # capital x support fraction per year / 12
+    operations_usd_per_month: float = 0.0  # the catalog's operations figure per server (none shipped)
+
+    @property
+    def running_usd_per_month(self) -> float:
+        """Everything one server costs a month: energy + colocation + support + operations."""
+        return (
+            self.energy_usd_per_month
+            + self.colocation_usd_per_month
+            + self.support_usd_per_month
+            + self.operations_usd_per_month
+        )
 
 
 def owned_server(
     owned: OwnedCosts, gpu_class: str, tdp_w: float, gpu_price_usd: float | None, gpus: int
 ) -> ServerPrice:
-    """A server of ``gpus`` slots: per-node figures scale with its slots (catalog ``OwnedCosts.node_fraction``)."""
+    """A server of ``gpus`` slots: per-node figures scale with its slots (catalog ``OwnedCosts.node_fraction``).
+
+    Its month is electricity (IT power x PUE), colocation on its IT power (the catalog's rate is per kW of IT
+    capacity) and support on its price (GPUs, chassis and network share); an operations figure only where the
+    catalog gives one. Spares and a residual value at the horizon are not priced: no catalog row gives a figure.
+    """
     node_usd = owned.server_usd_for_node(gpu_class, gpus) + owned.network_usd_for_node(gpu_class, gpus)  # type: ignore[arg-type]
     power = cost.owned_power_w(tdp_w, gpus, 1, owned.power_overhead_w_for_node(gpu_class, gpus))  # type: ignore[arg-type]
+    capital = cost.owned_capital_usd(gpu_price_usd or 0.0, gpus, 1, node_usd, 0.0)
     return ServerPrice(
-        capital_usd=cost.owned_capital_usd(gpu_price_usd or 0.0, gpus, 1, node_usd, 0.0),
+        capital_usd=capital,
         power_w=power,
         energy_usd_per_month=cost.owned_power_usd_per_month(
             power, owned.pue.value, owned.electricity_usd_per_kwh.value
         ),
+        colocation_usd_per_month=cost.colocation_usd_per_month(power, owned.colocation_rate()),
+        support_usd_per_month=cost.support_usd_per_month(capital, owned.support_rate()),
+        operations_usd_per_month=owned.operations_usd_for_node(gpu_class, gpus),  # type: ignore[arg-type]
     )
 
 
@@ -81,7 +103,8 @@ def training_run_usd(o: Offering, units: int, seconds: float) -> float:
 
 
 def owned_line(o: Offering, *, bought: int, from_inventory: int, gpu_name: str) -> HardwareLine:
-    """Owned servers of one size: capital for those bought, electricity for all of them."""
+    """Owned servers of one size: capital for those bought; electricity, colocation, support and operations for
+    all of them (a server from the inventory is paid for, but still draws power, takes space and needs support)."""
     units = bought + from_inventory
     return HardwareLine(
         kind="owned",
@@ -97,7 +120,11 @@ def owned_line(o: Offering, *, bought: int, from_inventory: int, gpu_name: str) 
         from_inventory=from_inventory,
         usd_per_hour=0.0,
         capital_usd=bought * o.capital_usd,
-        monthly_usd=units * o.energy_usd_per_month,
+        monthly_usd=units * o.running_usd_per_month,
+        energy_usd_per_month=units * o.energy_usd_per_month,
+        colocation_usd_per_month=units * o.colocation_usd_per_month,
+        support_usd_per_month=units * o.support_usd_per_month,
+        operations_usd_per_month=units * o.operations_usd_per_month,
         power_w=units * o.power_w,
         purpose="shared",
     )
@@ -164,7 +191,7 @@ def cheapest_hosting(
             paid = n - inv
             if paid and not o.purchasable:
                 continue
-            total = paid * o.capital_usd + n * o.energy_usd_per_month * horizon_months
+            total = paid * o.capital_usd + n * o.running_usd_per_month * horizon_months
         cand = (round(total, 2), n, o.key, o, paid, inv)
         if best is None or cand[:3] < best[:3]:
             best = cand

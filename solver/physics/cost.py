@@ -2,7 +2,8 @@
 
 Conventions: a serving month is 730 hours (8,760 / 12, the figure cloud calculators use); training is
 billed in whole hours, rounded up; owned hardware is amortised straight-line over the horizon, and its
-power is board TDP times GPUs plus a per-node overhead, times the facility PUE.
+power is board TDP times GPUs plus a per-node overhead, times the facility PUE. An owned server's month is its
+electricity, its colocation (per kW of IT power) and its support contract (a share of its price per year).
 Sources: ``$/M tok = 1e6 · ($/h) / (3600 · tok/s)`` (kubernetes-sigs/inference-perf #139; llm-analysis
 ``inference()``); owned cost per token and the rent-versus-buy arithmetic as in shared/seeds/002.
 """
@@ -59,6 +60,17 @@ def owned_power_w(gpu_tdp_w: float, gpus: int, nodes: int, node_overhead_w: floa
 def owned_power_usd_per_month(power_w: float, pue: float, usd_per_kwh: float) -> float:
     """Electricity per month: ``kW x PUE x $/kWh x 730 h`` (the one formula the planner, estimate and checker use)."""
     return power_w / 1000.0 * pue * usd_per_kwh * SERVING_HOURS_PER_MONTH
+
+
+def colocation_usd_per_month(power_w: float, usd_per_kw_month: float) -> float:
+    """Colocation per month: ``IT kW x $/kW-month`` (CBRE NA H2 2024: wholesale rates are per kW of contracted IT
+    capacity, the facility's PUE is inside the rate; metered energy is billed apart, :func:`owned_power_usd_per_month`)."""
+    return power_w / 1000.0 * usd_per_kw_month
+
+
+def support_usd_per_month(hardware_usd: float, fraction_per_year: float) -> float:
+    """Support and maintenance per month: ``hardware price x fraction per year / 12`` (TCO-APPX, Introl 2026: 8-12 %)."""
+    return hardware_usd * fraction_per_year / 12.0
 
 
 def amortised_usd_per_month(capital_usd: float, months: float) -> float:

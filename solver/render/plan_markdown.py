@@ -10,6 +10,7 @@ from clusterplan.wording.fmt import (
     group_layout,
     layout,
     margin,
+    monthly_lines,
     precision_lines,
     seconds,
     usd,
@@ -82,7 +83,8 @@ def render(plan: Plan) -> str:
                 f"{f'{x.usd_per_hour:,.2f}' if x.kind == 'cloud' else '-'} | {usd(x.capital_usd)} | "
                 f"{usd(x.monthly_usd)} |"
             )
-        out += [""] + [f"- {line}" for line in precision_lines(plan.precision, d)]
+        out += [""] + [f"- {line}" for line in monthly_lines(d)]
+        out += [f"- {line}" for line in precision_lines(plan.precision, d)]
         if d.rank == 1:
             out += [f"- {line}" for line in disaggregation_lines(plan.disaggregation)]
     e = plan.explanation

@@ -14,6 +14,7 @@ from clusterplan.wording.fmt import (
     group_layout,
     layout,
     margin,
+    monthly_lines,
     precision_lines,
     seconds,
     usd,
@@ -125,6 +126,8 @@ def _detail(d: Design, console: Console) -> None:
             escape(x.purpose),
         )
     console.print(h)
+    for line in monthly_lines(d):
+        console.print(f"  {line}", markup=False)
     if d.odds:
         console.print("Chance of meeting each target (the model's measured error, catalog/model_error.yaml):")
         for o in d.odds:

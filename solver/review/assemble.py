@@ -140,7 +140,8 @@ def assemble(
         rent_buy_note=(
             "each workload's layout priced alone, both ways, as the planner prices it: rented on the cheapest "
             "instance type that holds its tensor-parallel groups, bought as the server size that costs least over "
-            "the horizon (the largest at equal cost), electricity at full power x PUE; serving runs around the "
+            "the horizon (the largest at equal cost), electricity at full power x PUE, colocation and support; "
+            "serving runs around the "
             "clock over the horizon, training for its billed hours"
         ),
         factors=factor_rows(resolved, classes or ["datacenter", "workstation", "consumer"]),

@@ -62,7 +62,9 @@ class RentBuyRow(Out):
     rent_total_usd: float | None
     buy_servers: str | None = Field(description="owned servers x GPUs each")
     buy_capital_usd: float | None
-    buy_running_usd_per_month: float | None = Field(description="electricity at full power x PUE, USD/month")
+    buy_running_usd_per_month: float | None = Field(
+        description="electricity at full power x PUE, colocation and support, USD/month"
+    )
     buy_total_usd: float | None = Field(description="capital + running over the period, USD")
     breakeven_months: float | None = Field(description="months of full use after which buying is cheaper")
     cheaper: Literal["rent", "buy"] | None

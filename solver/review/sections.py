@@ -93,7 +93,7 @@ def rent_buy_rows(estimates: Sequence[tuple[str, Any, str]], design: Design, hor
         cloud, owned = est.cloud, est.owned
         cfg = est.config
         capital = owned.capital_usd if owned is not None else None
-        running = owned.power_usd_per_month if owned is not None else None
+        running = owned.usd_per_month if owned is not None else None
         if kind == "serving":
             # The estimate's costs over the requirement's horizon: the figures solve reports.
             period = f"over {horizon_months:g} months"
@@ -260,4 +260,13 @@ def source_rows(catalog: Catalog, resolved: ResolvedRequirement, design: Design 
         rows.append(_source(catalog, "PUE", f"{o.pue.value:g}", o.pue))
         e = o.electricity_usd_per_kwh
         rows.append(_source(catalog, "electricity", f"${e.value:g} {e.unit}", e))
+        if o.colocation_usd_per_kw_month is not None:
+            col = o.colocation_usd_per_kw_month
+            rows.append(_source(catalog, "colocation", f"${col.value:,.2f} {col.unit}", col))
+        if o.support_fraction_per_year is not None:
+            sup = o.support_fraction_per_year
+            rows.append(_source(catalog, "support", f"{sup.value:.0%} {sup.unit}", sup))
+        if o.operations_usd_per_server_month is not None:
+            ops = o.operations_usd_per_server_month
+            rows.append(_source(catalog, "operations", f"{usd(ops.value)} {ops.unit}", ops))
     return rows

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from clusterplan.plan import (
     Design,
     DisaggregationNote,
+    HardwareLine,
     PrecisionGate,
     QualityEvidence,
     ReplicaGroup,
@@ -28,6 +29,28 @@ def usd(x: float | None) -> str:
     if abs(x) >= 1e4:
         return f"${x / 1e3:,.1f}k"
     return f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
+
+
+def monthly_parts(x: HardwareLine) -> str:
+    """What an owned line's month is made of: 'energy $1,164 + colocation $1,877 + support $2,738' (cloud: '')."""
+    if x.kind != "owned":
+        return ""
+    parts = [
+        ("energy", x.energy_usd_per_month),
+        ("colocation", x.colocation_usd_per_month),
+        ("support", x.support_usd_per_month),
+        ("operations", x.operations_usd_per_month),
+    ]
+    return " + ".join(f"{name} {usd(v)}" for name, v in parts if v or name == "energy")
+
+
+def monthly_lines(design: Design) -> list[str]:
+    """One sentence per owned hardware line: its monthly cost and what it is made of."""
+    return [
+        f"owned {x.label} x {x.units}: {usd(x.monthly_usd)}/month = {monthly_parts(x)}"
+        for x in design.hardware
+        if x.kind == "owned"
+    ]
 
 
 def usd_exact(x: float | None, *, missing: str = "-") -> str:

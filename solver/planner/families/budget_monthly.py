@@ -1,4 +1,4 @@
-"""``budget_monthly``: recurring spend per month (cloud serving instances, owned servers' electricity) stays within budget.monthly.
+"""``budget_monthly``: recurring spend per month (cloud serving instances; owned servers' electricity, colocation and support) stays within budget.monthly.
 
     lit => monthly_cents <= budget (in cents, rounded down)
 
@@ -47,7 +47,8 @@ def relaxation_at(r: RelaxedAt) -> Relaxation | NotEnough:
 FAMILY = Family(
     id="budget_monthly",
     title="monthly budget",
-    sentence="recurring spend per month (cloud serving instances, owned servers' electricity) stays within budget.monthly",
+    sentence="recurring spend per month (cloud serving instances; owned servers' electricity, colocation and support) "
+    "stays within budget.monthly",
     add=add,
     active=active,
     margin=margin,

@@ -105,7 +105,7 @@ def _pro_rata(small: Offering, big: Offering) -> bool:
         same(small.usd_per_hour, big.usd_per_hour)
         and same(small.capital_usd, big.capital_usd)
         and same(small.power_w, big.power_w)
-        and same(small.energy_usd_per_month, big.energy_usd_per_month)
+        and same(small.running_usd_per_month, big.running_usd_per_month)
         and big.tp_domain >= small.tp_domain
     )
 
@@ -365,8 +365,8 @@ def _offering_terms(
             m, u = v.bought(o), v.from_inventory(o)
             terms.capital.append((scaling.cents_up(o.capital_usd, what=o.key), m))
             terms.total.append((scaling.cents_up(o.capital_usd, what=o.key), m))
-            e_month = scaling.cents_up(o.energy_usd_per_month, what=o.key)
-            e_total = scaling.cents_up(o.energy_usd_per_month * h, what=o.key)  # energy a month x the horizon
+            e_month = scaling.cents_up(o.running_usd_per_month, what=o.key)
+            e_total = scaling.cents_up(o.running_usd_per_month * h, what=o.key)  # running a month x the horizon
             p = scaling.watts_up(o.power_w, what=o.key)
             for var in (m, u):
                 terms.monthly.append((e_month, var))

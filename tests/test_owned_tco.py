@@ -1,0 +1,143 @@
+"""The whole month of an owned server: electricity, colocation and support (catalog/owned.yaml), by hand.
+
+An 8-GPU H100 server (gpus.yaml, owned.yaml): capital 8 x $27,500 + $93,500 host + $15,000 network = $328,500;
+IT power 8 x 700 W + 4,600 W = 10.2 kW. A month: electricity 10.2 kW x PUE 1.56 x 730 h x $0.0977/kWh =
+$1,134.86; colocation 10.2 kW x $184.06/kW-month = $1,877.41 (CBRE's rate is per kW of IT capacity: no PUE);
+support $328,500 x 10% a year / 12 = $2,737.50; $5,749.77 in all.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from clusterplan.catalog.load import load_catalog_text
+from clusterplan.evaluation.pricing import owned_server
+from clusterplan.physics import cost
+from conftest import example, plan_file, run_cli
+
+CENT = 0.005
+H100_CAPITAL = 8 * 27_500 + 93_500 + 15_000
+H100_KW = (8 * 700 + 4_600) / 1000
+
+
+def test_colocation_and_support_formulas() -> None:
+    assert cost.colocation_usd_per_month(10_200, 184.06) == pytest.approx(10.2 * 184.06)
+    assert cost.colocation_usd_per_month(0, 184.06) == 0
+    assert cost.support_usd_per_month(328_500, 0.10) == pytest.approx(2_737.50)
+    assert cost.support_usd_per_month(120_000, 0.12) == pytest.approx(1_200.0)
+
+
+def test_an_h100_servers_month_from_the_catalog_rows(catalog: Any) -> None:
+    gpu = catalog.gpus["h100-sxm"]
+    s = owned_server(catalog.owned, gpu.gpu_class, gpu.tdp_w, gpu.price.usd, 8)
+    assert (s.capital_usd, s.power_w) == (pytest.approx(H100_CAPITAL), pytest.approx(10_200))
+    assert s.energy_usd_per_month == pytest.approx(H100_KW * 1.56 * 730 * 0.0977)
+    assert s.colocation_usd_per_month == pytest.approx(1_877.41, abs=CENT)
+    assert s.support_usd_per_month == pytest.approx(2_737.50, abs=CENT)
+    assert s.operations_usd_per_month == 0  # no source gives one: none shipped
+    assert s.running_usd_per_month == pytest.approx(1_134.86 + 1_877.41 + 2_737.50, abs=2 * CENT)
+    # A 4-GPU server carries half the host, network and overhead (owned.yaml reference_node_gpus): half of each.
+    half = owned_server(catalog.owned, gpu.gpu_class, gpu.tdp_w, gpu.price.usd, 4)
+    assert half.running_usd_per_month == pytest.approx(s.running_usd_per_month / 2)
+
+
+OVERRIDE = """
+sources:
+  our-colo:
+    title: our colocation contract (private)
+    as_of: 2026-10
+owned:
+  colocation_usd_per_kw_month: {value: 300, unit: USD per kW of IT capacity per month, source: our-colo, as_of: 2026-10}
+  support_fraction_per_year: {value: 0.05, unit: fraction of hardware price per year, source: our-colo, as_of: 2026-10}
+  operations_usd_per_server_month: {value: 400, unit: USD per server per month, source: our-colo, as_of: 2026-10}
+"""
+
+
+def test_a_user_catalog_overrides_each_figure() -> None:
+    cat = load_catalog_text(OVERRIDE)
+    gpu = cat.gpus["h100-sxm"]
+    assert gpu.price is not None
+    s = owned_server(cat.owned, gpu.gpu_class, gpu.tdp_w, gpu.price.usd, 8)
+    assert s.colocation_usd_per_month == pytest.approx(H100_KW * 300)
+    assert s.support_usd_per_month == pytest.approx(H100_CAPITAL * 0.05 / 12)
+    assert s.operations_usd_per_month == pytest.approx(400)
+    assert s.energy_usd_per_month == pytest.approx(H100_KW * 1.56 * 730 * 0.0977)  # figures not given are kept
+
+
+def test_the_override_reaches_estimate(tmp_path: Path) -> None:
+    """``--catalog`` with the override: the owned month of 8 H200 is the overridden sum, line by line."""
+    over = tmp_path / "colo.yaml"
+    over.write_text(OVERRIDE, encoding="utf-8")
+    args = ["estimate", str(example("70b-serving")), "--gpu", "h200", "--count", "8", "--tp", "2", "--quant", "fp8"]
+    shipped = json.loads(run_cli(*args, "--deployment", "owned", "--json").stdout)["owned"]
+    mine = json.loads(run_cli(*args, "--deployment", "owned", "--json", "--catalog", str(over)).stdout)["owned"]
+    (line,) = mine["hardware"]
+    capital = line["capital_usd"]
+    assert line["colocation_usd_per_month"] == pytest.approx(line["power_w"] / 1000 * 300)
+    assert line["support_usd_per_month"] == pytest.approx(capital * 0.05 / 12)
+    assert line["operations_usd_per_month"] == pytest.approx(400)
+    assert mine["costs"]["monthly_usd"] == pytest.approx(
+        line["energy_usd_per_month"] + line["power_w"] / 1000 * 300 + capital * 0.05 / 12 + 400
+    )
+    assert mine["costs"]["monthly_usd"] != pytest.approx(shipped["costs"]["monthly_usd"])
+
+
+@pytest.mark.slow
+def test_the_70b_examples_owned_costs_list_colocation_and_support(catalog: Any) -> None:
+    """Bought, the 70B example's design (rent-vs-buy's buy side) pays, line by line, colocation at the catalog's
+    $/kW-month on its IT power and support at the catalog's share of its price; the text lists both."""
+    result = run_cli("rent-vs-buy", str(example("70b-serving")), "--json")
+    assert result.exit_code == 0, result.output
+    lines = json.loads(result.stdout)["buy"]["hardware"]
+    assert lines and all(x["kind"] == "owned" for x in lines)
+    colo = catalog.owned.colocation_usd_per_kw_month.value
+    support = catalog.owned.support_fraction_per_year.value
+    assert (colo, support) == (184.06, 0.10)
+    for x in lines:
+        assert x["from_inventory"] == 0
+        assert x["colocation_usd_per_month"] == pytest.approx(x["power_w"] / 1000 * colo)
+        assert x["support_usd_per_month"] == pytest.approx(x["capital_usd"] * support / 12)
+        parts = ("energy_usd_per_month", "colocation_usd_per_month", "support_usd_per_month")
+        assert x["monthly_usd"] == pytest.approx(sum(x[k] for k in parts) + x["operations_usd_per_month"])
+    text = run_cli("rent-vs-buy", str(example("70b-serving"))).stdout
+    buy = next(line for line in text.splitlines() if line.startswith("buy:"))
+    assert "colocation $" in buy and "support $" in buy
+
+
+@pytest.mark.slow
+def test_solve_shows_each_owned_lines_month() -> None:
+    """The 405B example buys one B200 server: solve's table and markdown list its energy, colocation and support."""
+    for flags in ((), ("--markdown",)):
+        result = run_cli("solve", str(example("405b-serving")), *flags)
+        assert result.exit_code == 0, result.output
+        assert "energy $1,402 + colocation $2,319 + support $3,238" in result.stdout, flags
+
+
+@pytest.mark.slow
+def test_the_planner_prices_colocation_and_support() -> None:
+    """The objective sees them: with colocation and support set to zero in a user catalog, the 70B example goes
+    back to the owned RTX PRO 6000 + H100 design ($399,348.12) it chose while owned servers paid electricity only;
+    with them, it rents (tests/test_planner_examples.golden.json)."""
+    zero = """
+sources:
+  none:
+    title: no colocation, no support (a test)
+    as_of: 2026-10
+owned:
+  colocation_usd_per_kw_month: {value: 0, unit: USD per kW-month, source: none, as_of: 2026-10}
+  support_fraction_per_year: {value: 0, unit: fraction per year, source: none, as_of: 2026-10}
+"""
+    cat = load_catalog_text(zero)
+    plan = plan_file(example("70b-serving"), cat, explain=False)
+    d = plan.designs[0]
+    assert {x.kind for x in d.hardware} == {"owned"}
+    assert d.gpus_by_type == {"h100-sxm": 4, "rtx-pro-6000": 8}
+    assert d.costs.total_usd == pytest.approx(399_348.12, abs=0.01)
+    golden = json.loads((Path(__file__).parent / "test_planner_examples.golden.json").read_text())["70b-serving"]
+    assert all(h["offering"].startswith("cloud:") for h in golden["hardware"])
+    assert yaml.safe_load(example("70b-serving").read_text())["deployment"] == "either"
