@@ -124,6 +124,7 @@ def test_a_pool_sold_only_without_a_fabric_is_rented_on_the_nearest_packaging() 
     assert doc["rent"]["costs"] is not None and doc["break_even_month"] is not None
 
 
+@pytest.mark.slow
 def test_pool_break_even_by_hand(catalog: Any) -> None:
     """Mixtral's L40S prefill pool (4 GPUs, TP1) alone. Rent: one runpod:4x-l40s-secure at $3.44/h x 730 h =
     $2,511.20 a month. Buy: one 4-GPU server, 4 x $9,000 + half of ($93,500 host + $15,000 network) = $90,250;
@@ -190,6 +191,7 @@ def test_break_even_edge_cases() -> None:
     assert break_even_month(c(0, 1000, one_off=5000), c(4000, 900)) == 0.0  # cheaper from the start
 
 
+@pytest.mark.slow
 def test_plot_is_a_png(tmp_path: Path) -> None:
     out = tmp_path / "rvb.png"
     result = run_cli("rent-vs-buy", str(example("7b-chat-serving")), "--gpu", "l4", "--count", "2", "--plot", str(out))

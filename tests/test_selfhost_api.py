@@ -122,6 +122,7 @@ def test_an_api_price_must_name_a_catalog_model_once() -> None:
         load_catalog_text(yaml.safe_dump({"api_prices": [both]}))
 
 
+@pytest.mark.slow
 def test_the_report_shows_design_1_beside_the_apis_for_the_70b_example(tmp_path: Path, catalog: Any) -> None:
     out = tmp_path / "review.md"
     result = run_cli("report", str(example("70b-serving")), "-o", str(out), "--top", "1", "--what-if", "none")
