@@ -139,6 +139,9 @@ class HardwareLine(Out):
     )
     power_w: float = Field(description="owned servers at full power, W")
     purpose: str = Field("", description="serving, or the training workload it runs")
+    trains: str | None = Field(
+        None, description="the training or fine-tuning workload this cloud line runs, billed once (None: serving)"
+    )
 
 
 class Costs(Out):

@@ -139,3 +139,16 @@ def test_table_checker_catches_a_missing_replica() -> None:
     # 3 x 3 = 9 req/s: short of the demand both within the p95 target and at the utilisation ceiling.
     short = [p for p in problems if "demanded" in p]
     assert len(short) == 2 and all("9.000" in p for p in short), problems
+
+
+def test_a_training_runs_cloud_line_is_found_by_its_workload_not_by_its_words(solved, catalog) -> None:  # type: ignore[no-untyped-def]
+    """The checker reads which workload a cloud line trains from the line's ``trains``, not from the words of its
+    ``purpose``: reworded, the QLoRA example's design still passes; pointed at another workload, it does not."""
+    resolved, plan = solved["7b-qlora-finetune"]
+    design = plan.designs[0]
+    (line,) = [h for h in design.hardware if h.kind == "cloud"]
+    assert line.trains == "domain-adapt" and check_plan(design, resolved, catalog) == []
+    reworded = design.model_copy(update={"hardware": [line.model_copy(update={"purpose": "the fine-tune, 9 h"})]})
+    assert check_plan(reworded, resolved, catalog) == []
+    elsewhere = design.model_copy(update={"hardware": [line.model_copy(update={"trains": "another"})]})
+    assert any("expected one cloud instance line" in p for p in check_plan(elsewhere, resolved, catalog))

@@ -127,10 +127,10 @@ def _placement(design: Design, priced: list[Priced], sequential: bool, problems:
     train_units: dict[str, list[Unit]] = defaultdict(list)
     for p in priced:
         x = p.line
-        if x.kind == "cloud" and x.purpose == "serving":
+        if x.kind == "cloud" and x.trains is None:
             cloud_pool[x.gpu] += [p.unit] * x.units
         elif x.kind == "cloud":
-            train_units[x.purpose.split(" (")[0]] += [p.unit] * x.units
+            train_units[x.trains] += [p.unit] * x.units
         else:
             owned_pool[x.gpu] += [p.unit] * x.units
     cloud_items: dict[str, list[int]] = defaultdict(list)
@@ -163,8 +163,8 @@ def _placement(design: Design, priced: list[Priced], sequential: bool, problems:
 
 def _gpus_in_use(priced: list[Priced], sequential: bool) -> int:
     owned = sum(p.line.gpus for p in priced if p.line.kind == "owned")
-    serving = sum(p.line.gpus for p in priced if p.line.kind == "cloud" and p.line.purpose == "serving")
-    training = [p.line.gpus for p in priced if p.line.kind == "cloud" and p.line.purpose != "serving"]
+    serving = sum(p.line.gpus for p in priced if p.line.kind == "cloud" and p.line.trains is None)
+    training = [p.line.gpus for p in priced if p.line.kind == "cloud" and p.line.trains is not None]
     return owned + (max([serving, *training]) if sequential else serving + sum(training))
 
 
@@ -338,7 +338,7 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
                     f"{x.offering}: {x.gpus_per_unit} GPUs per instance, catalog says {inst.gpus_per_instance}"
                 )
             domain = 1 if inst.gpu_link == "pcie" else min(nvlink, inst.gpus_per_instance)
-            monthly = x.units * price * HOURS_PER_MONTH if x.purpose == "serving" else 0.0
+            monthly = x.units * price * HOURS_PER_MONTH if x.trains is None else 0.0
             priced.append(Priced(x, Unit(inst.gpus_per_instance, domain), 0.0, monthly, 0.0))
         else:
             s = x.gpus_per_unit
@@ -627,7 +627,7 @@ def _training_cloud_cost(wp: TrainingPlan, time_to_train_s: float, priced: list[
     and the physics' time to train, against the stated one (0 when the line is missing)."""
     from clusterplan.physics import cost as physics_cost
 
-    lines = [p for p in priced if p.line.kind == "cloud" and p.line.purpose.startswith(wp.workload + " (")]
+    lines = [p for p in priced if p.line.kind == "cloud" and p.line.trains == wp.workload]
     if len(lines) != 1:
         problems.append(f"{wp.workload}: expected one cloud instance line, found {len(lines)}")
         return 0.0
@@ -687,7 +687,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
         if o.forbidden_by:
             problems.append(f"{x.offering}: forbidden ({o.forbidden_by[0][1]})")
         if o.kind == "cloud":
-            monthly = x.units * o.usd_per_hour * HOURS_PER_MONTH if x.purpose == "serving" else 0.0
+            monthly = x.units * o.usd_per_hour * HOURS_PER_MONTH if x.trains is None else 0.0
             priced.append(Priced(x, Unit(o.gpus_per_unit, o.domain_gpus or o.tp_domain), 0.0, monthly, 0.0))
         else:
             if x.bought and not o.purchasable:

@@ -68,7 +68,9 @@ def owned_server(
     )
 
 
-def cloud_line(o: Offering, units: int, *, gpu_name: str, purpose: str = "serving") -> HardwareLine:
+def cloud_line(
+    o: Offering, units: int, *, gpu_name: str, purpose: str = "serving", trains: str | None = None
+) -> HardwareLine:
     """``units`` instances of a cloud offering; serving runs 730 h a month, training is billed as one-off."""
     return HardwareLine(
         kind="cloud",
@@ -85,16 +87,18 @@ def cloud_line(o: Offering, units: int, *, gpu_name: str, purpose: str = "servin
         usd_per_hour=o.usd_per_hour,
         region=o.region,
         capital_usd=0.0,
-        monthly_usd=units * o.usd_per_hour * HOURS_PER_MONTH if purpose == "serving" else 0.0,
+        monthly_usd=units * o.usd_per_hour * HOURS_PER_MONTH if trains is None else 0.0,
         power_w=0.0,
         purpose=purpose,
+        trains=trains,
     )
 
 
 def training_cloud_line(o: Offering, units: int, *, gpu_name: str, workload: str, seconds: float) -> HardwareLine:
     """A training run's instances: no monthly cost, the run is one-off (:func:`training_run_usd`); its
     purpose names the hours billed (whole hours, rounded up), the figure its cost is computed from."""
-    return cloud_line(o, units, gpu_name=gpu_name, purpose=f"{workload} ({cost.billed_hours(seconds):,} billed h)")
+    purpose = f"{workload} ({cost.billed_hours(seconds):,} billed h)"
+    return cloud_line(o, units, gpu_name=gpu_name, purpose=purpose, trains=workload)
 
 
 def training_run_usd(o: Offering, units: int, seconds: float) -> float:

@@ -181,8 +181,8 @@ def costs_of(table: CandidateTable, sol: Solution, hardware: list[HardwareLine])
 def gpus_in_use(table: CandidateTable, hardware: list[HardwareLine]) -> int:
     """Owned GPUs + cloud serving GPUs + cloud training GPUs (sequential: the largest cloud phase)."""
     owned = sum(x.gpus for x in hardware if x.kind == "owned")
-    serving_cloud = sum(x.gpus for x in hardware if x.kind == "cloud" and x.purpose == "serving")
-    training = [x.gpus for x in hardware if x.kind == "cloud" and x.purpose != "serving"]
+    serving_cloud = sum(x.gpus for x in hardware if x.kind == "cloud" and x.trains is None)
+    training = [x.gpus for x in hardware if x.kind == "cloud" and x.trains is not None]
     if table.limits.schedule == "sequential":
         return owned + max([serving_cloud, *training])
     return owned + serving_cloud + sum(training)

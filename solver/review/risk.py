@@ -63,7 +63,7 @@ def _exposure(d: Design, horizon_months: float) -> dict[tuple[str, str], float]:
         if h.kind == "owned" and h.bought:
             key = ("purchase", h.gpu)
             out[key] = out.get(key, 0.0) + h.bought * h.gpus_per_unit
-        elif h.kind == "cloud" and h.purpose == "serving":
+        elif h.kind == "cloud" and h.trains is None:
             key = ("instance", h.offering.removeprefix("cloud:"))
             out[key] = out.get(key, 0.0) + h.units * HOURS_PER_MONTH * horizon_months
     return out
