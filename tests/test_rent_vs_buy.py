@@ -49,9 +49,8 @@ def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> 
 
 @pytest.mark.slow
 def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_path: Path) -> None:
-    """70B example, aggregated (its disaggregated design 1 has a prefill pool on RTX PRO 6000, which no cloud in
-    the catalog rents: its rent side says "not possible", below): design 1 is owned; the rent side hosts the same
-    replica groups, each as ``estimate`` rents it."""
+    """70B example, aggregated: design 1 is owned; the rent side hosts the same replica groups, each as
+    ``estimate`` rents it."""
     from clusterplan.design.estimate import estimate_requirement
     from clusterplan.requirement.load import load_requirement
     from clusterplan.requirement.schema import PinnedConfig
@@ -80,8 +79,9 @@ def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_pat
 
 @pytest.mark.slow
 def test_a_design_no_cloud_rents_says_so() -> None:
-    """The 70B example's design 1 puts its prefill pool on RTX PRO 6000 servers, which no catalog cloud rents."""
-    result = run_cli("rent-vs-buy", str(example("70b-serving")))
+    """Eight RTX PRO 6000, which no catalog cloud rents (the 70B example's design 1 put its prefill pool on them
+    until a workload's pools were held to one GPU type: it is now an H200 server, which clouds rent)."""
+    result = run_cli("rent-vs-buy", str(example("70b-serving")), "--gpu", "rtx-pro-6000", "--count", "8", "--tp", "1")
     assert result.exit_code == 0, result.output
     assert "rent: not possible (NVIDIA RTX PRO 6000" in result.stdout
     assert "break-even: none" in result.stdout

@@ -380,6 +380,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
         ctx = _Against(resolved.model_for(i), catalog, req.assumptions, derate)
         if isinstance(wp, ServingPlan):
             assert w.kind == "serving"
+            _unmixed(wp, w.allow_mixed if w.allow_mixed is not None else c.allow_mixed, problems)
             _check_serving(wp, w, ctx, problems)
         else:
             assert isinstance(wp, TrainingPlan) and w.kind != "serving"
@@ -418,6 +419,16 @@ def _clouds_and_regions(
         for p in priced:
             if p.line.kind == "cloud" and p.line.region not in regions:
                 problems.append(f"{p.line.offering}: region {p.line.region} not allowed")
+
+
+def _unmixed(wp: ServingPlan, allow_mixed: bool, problems: list[str]) -> None:
+    """Without ``allow_mixed``: one shape per role (aggregated, or one prefill and one decode pool), one GPU type."""
+    if allow_mixed:
+        return
+    if max(Counter(g.role for g in wp.groups).values(), default=0) > 1:
+        problems.append(f"{wp.workload}: several replica shapes but mixing is not allowed")
+    if len({g.gpu for g in wp.groups}) > 1:
+        problems.append(f"{wp.workload}: several GPU types but mixing is not allowed")
 
 
 def _check_serving(wp: ServingPlan, w: ServingWorkload, ctx: _Against, problems: list[str]) -> None:
@@ -727,8 +738,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
                 if r.forbidden_by:
                     problems.append(f"{wp.workload}: {r.forbidden_by[0][1]}")
                 rates.append((g.replicas, r.rate_rps, r.rate_nolat_rps))
-            if not wc.allow_mixed and max(Counter(g.role for g in wp.groups).values(), default=0) > 1:
-                problems.append(f"{wp.workload}: several replica shapes but mixing is not allowed")
+            _unmixed(wp, wc.allow_mixed, problems)
             _serving_capacity(wp, rates, wc.redundancy, wc.targets.any, problems)
         else:
             trows = [

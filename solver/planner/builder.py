@@ -34,7 +34,9 @@ Constraints
 
 1. Link: ``sel[w,r] => xc+xo >= 1``, ``not sel[w,r] => xc+xo = 0``; ``sel => z[w,shape(r)]``,
    ``z => OR sel`` of its rows; ``xc <= U*cloud[w]``, ``cloud[w] <= sum xc`` (same for owned).
-2. Shape: ``sum_r sel[w,r] = 1`` unless the workload allows mixed GPU types;
+2. Shape: ``sum_r sel[w,r] = 1`` unless the workload allows mixed GPU types (with pool rows: one
+   aggregated row, or one prefill and one decode row of the same GPU type g,
+   ``sum_{prefill r: g} sel = sum_{decode r: g} sel``);
    ``sum_r (xc+xo)[w,r] >= 1`` (every serving workload is served).
 3. Training: ``sum_r (yc+yo)[w,r] = 1`` for every w in T.
 4. GPU count: for every GPU type g,

@@ -243,7 +243,7 @@ def _one_shape_or_pools(
     model: cp_model.CpModel, v: PlanVariables, wc: WorkloadCandidates, sels: list[cp_model.IntVar]
 ) -> None:
     """(2) ``sum_r sel[w,r] = 1`` unless mixed; with pool rows, aggregated replicas or a prefill pool and a
-    decode pool (``d``), one shape each unless mixed."""
+    decode pool (``d``), one shape each and both on one GPU type unless mixed."""
     d = v.disaggregated(wc.index)
     rows = wc.serving_rows()
     if d is None:
@@ -258,6 +258,12 @@ def _one_shape_or_pools(
         model.add_exactly_one([*aggregated, d])
         for members in by_role.values():
             model.add(sum(members) == d)
+        # One GPU type for the workload, pools included: per GPU type, its prefill rows selected = its decode rows
+        # selected (each 0 or 1 once d fixes one row per pool), so the two pools sit on the same type.
+        for gid in sorted({row.gpu_id for row in rows if row.role != "both"}):
+            pre = [s_ for s_, row in zip(sels, rows, strict=True) if row.role == "prefill" and row.gpu_id == gid]
+            dec = [s_ for s_, row in zip(sels, rows, strict=True) if row.role == "decode" and row.gpu_id == gid]
+            model.add(sum(pre) == sum(dec))
     else:
         for members in by_role.values():
             for s_ in members:
