@@ -61,6 +61,9 @@ PROVIDER_TIER = "provider_tier"
 FABRIC = "fabric"
 
 
+LICENCE = "licence"
+
+
 # The exclusion category of a reason's category (link, precision, layout and hardware facts: HARDWARE).
 _EXCLUSION_FAMILY = {
     ReasonCategory.MEMORY: MEMORY,
@@ -68,6 +71,7 @@ _EXCLUSION_FAMILY = {
     ReasonCategory.AVAILABILITY: AVAILABILITY,
     ReasonCategory.PROVIDER_TIER: PROVIDER_TIER,
     ReasonCategory.FABRIC: FABRIC,
+    ReasonCategory.LICENCE: LICENCE,
 }
 
 

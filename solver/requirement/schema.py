@@ -347,6 +347,11 @@ class Constraints(Strict):
     clouds: list[str] | None = Field(None, description="allowed cloud providers")
     regions: list[str] | None = Field(None, description="allowed regions")
     allow_mixed: bool = Field(False, description="allow several GPU types within one serving workload")
+    allow_consumer_gpus: bool = Field(
+        False,
+        description="plan consumer (GeForce) cards, whose driver licence excludes datacenter deployment; a card "
+        "named in allowed_gpus or the inventory is planned without it",
+    )
     pricing: Pricing = Field("on_demand", description="cloud price kind")
     provider_tiers: list[ProviderTier] | None = Field(
         None,

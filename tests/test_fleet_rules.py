@@ -1,0 +1,69 @@
+"""Fleet rules a reviewer expects (issue 35): consumer (GeForce) cards only where the requirement opts in, with the
+licence reason in the plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from clusterplan.physics.reasons import ConsumerLicence
+from conftest import plan_file
+
+if TYPE_CHECKING:
+    from clusterplan.catalog.load import Catalog
+
+
+CONSUMER = {"rtx-5090", "rtx-4090", "rtx-4080-super", "rtx-3090", "rtx-3090-ti"}  # gpus.yaml's gpu_class: consumer
+
+
+def _small_chat(tmp_path: Path, name: str, **constraints: Any) -> Path:
+    """An 8B chat service at 1 req/s, owned: small enough that a single consumer card is the cheapest server."""
+    doc: dict[str, Any] = {
+        "name": name,
+        "model": "llama-3.1-8b",
+        "deployment": "owned",
+        "workloads": [
+            {"kind": "serving", "name": "chat", "requests_per_min": 60, "input_tokens": 500, "output_tokens": 200,
+             "p95_latency": "10s"}
+        ],
+    }  # fmt: skip
+    if constraints:
+        doc["constraints"] = constraints
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _gpus(plan: Any) -> set[str]:
+    return {g for d in plan.designs for g in d.gpus_by_type}
+
+
+def test_consumer_cards_are_left_out_by_default_with_the_licence_reason(tmp_path: Path, catalog: Catalog) -> None:
+    """By default no design holds a GeForce card; each is ruled out before the model for its driver licence (NVIDIA's
+    GeForce EULA excludes datacenter deployment), and the cheaper cards that lost say so."""
+    from clusterplan.candidates.build import build_candidates
+    from clusterplan.requirement.load import load_requirement
+
+    path = _small_chat(tmp_path, "default")
+    table = build_candidates(load_requirement(path, catalog), catalog)
+    (wc,) = table.workloads
+    assert not {r.gpu_id for r in wc.rows} & CONSUMER
+    licence = {e.gpu_id for e in wc.exclusions if isinstance(e.reason, ConsumerLicence)}
+    assert licence == CONSUMER
+    assert {e.family for e in wc.exclusions if isinstance(e.reason, ConsumerLicence)} == {"licence"}
+    plan = plan_file(path, catalog, top=5)
+    assert not _gpus(plan) & CONSUMER
+    assert plan.explanation is not None
+    lost = {g.gpu: g.reason for g in plan.explanation.lost_gpus}
+    assert "rtx-4090" in lost and "GeForce driver licence excludes datacenter deployment" in lost["rtx-4090"]
+
+
+def test_consumer_cards_are_planned_when_the_requirement_opts_in(tmp_path: Path, catalog: Catalog) -> None:
+    """With constraints.allow_consumer_gpus the cheapest design is a single GeForce card; naming one card in
+    allowed_gpus plans that card alone, without the flag."""
+    opted = plan_file(_small_chat(tmp_path, "opted", allow_consumer_gpus=True), catalog, top=1, explain=False)
+    assert set(opted.designs[0].gpus_by_type) <= CONSUMER
+    named = plan_file(_small_chat(tmp_path, "named", allowed_gpus=["rtx-4090"]), catalog, top=1, explain=False)
+    assert set(named.designs[0].gpus_by_type) == {"rtx-4090"}
