@@ -67,3 +67,48 @@ def test_consumer_cards_are_planned_when_the_requirement_opts_in(tmp_path: Path,
     assert set(opted.designs[0].gpus_by_type) <= CONSUMER
     named = plan_file(_small_chat(tmp_path, "named", allowed_gpus=["rtx-4090"]), catalog, top=1, explain=False)
     assert set(named.designs[0].gpus_by_type) == {"rtx-4090"}
+
+
+def _seventy_b_mixed(tmp_path: Path, **fleet: Any) -> Path:
+    """The README's 70B chat service, owned on H100 SXM and RTX PRO 6000, mixing allowed, pools required: its cheapest
+    design puts prefill on the RTX PRO 6000 and decode on the H100 (tests/test_disagg.py)."""
+    doc: dict[str, Any] = {
+        "name": "fleet-types",
+        "model": "llama-3.1-70b",
+        "deployment": "owned",
+        "constraints": {"allowed_gpus": ["h100-sxm", "rtx-pro-6000"], "allow_mixed": True},
+        "workloads": [
+            {"kind": "serving", "name": "chat", "requests_per_min": 1000, "input_tokens": 1000, "output_tokens": 200,
+             "max_context": "8k", "p95_latency": "5s", "p95_ttft": "1s", "peak_to_average": 1.2,
+             "disaggregation": "required"}
+        ],
+    }  # fmt: skip
+    if fleet:
+        doc["fleet"] = fleet
+    path = tmp_path / f"fleet-{len(fleet)}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_max_gpu_types_one_is_honoured_and_says_what_raising_it_saves(tmp_path: Path, catalog: Catalog) -> None:
+    """fleet.max_gpu_types: 1 holds every design to one GPU type; the cap binds, and its trade is the move to 2 GPU
+    types, saving the difference to the two-type optimum. The checker holds the cap too."""
+    from clusterplan.design.check import check_plan
+    from clusterplan.requirement.load import load_requirement
+
+    free = plan_file(_seventy_b_mixed(tmp_path), catalog, top=1, explain=False)
+    assert len(free.designs[0].gpus_by_type) == 2
+    path = _seventy_b_mixed(tmp_path, max_gpu_types=1)
+    capped = plan_file(path, catalog, top=3)
+    for d in capped.designs:
+        assert len(d.gpus_by_type) == 1, d.gpus_by_type
+    assert capped.explanation is not None
+    (check,) = [c for c in capped.explanation.constraints if c.family == "max_gpu_types"]
+    assert check.status == "binding" and check.margin == 0
+    assert check.trade is not None and check.trade.change == "fleet.max_gpu_types >= 2"
+    saving = capped.designs[0].costs.total_usd - free.designs[0].costs.total_usd
+    assert saving > 0 and abs(check.trade.saving_usd - saving) < 0.05  # the model's whole cents
+    resolved = load_requirement(path, catalog)
+    assert check_plan(capped.designs[0], resolved, catalog) == []
+    problems = check_plan(free.designs[0], resolved, catalog)  # two GPU types under a cap of one
+    assert any("exceed max_gpu_types 1" in p for p in problems), problems

@@ -372,6 +372,7 @@ class Limits:
     quantizations: frozenset[str] | None = None
     max_loss: str | None = None  # the requirement's quality gate class (None: a hand-built table)
     inventory: tuple[tuple[str, int], ...] = ()  # (gpu id, count)
+    max_gpu_types: int | None = None  # distinct GPU types across the fleet (fleet.max_gpu_types)
 
     @property
     def horizon_hours(self) -> float:

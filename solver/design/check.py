@@ -227,6 +227,7 @@ class LimitsView:
     allowed_gpus: frozenset[str] | None
     quantizations: frozenset[str] | None
     inventory: dict[str, int]
+    max_gpu_types: int | None = None
 
 
 def _limits(design: Design, priced: list[Priced], lim: LimitsView, problems: list[str]) -> None:
@@ -242,6 +243,11 @@ def _limits(design: Design, priced: list[Priced], lim: LimitsView, problems: lis
         problems.append(f"GPUs in use stated {design.gpus_total}, counted {used}")
     if lim.max_gpus is not None and used > lim.max_gpus:
         problems.append(f"{used} GPUs exceed max_gpus {lim.max_gpus}")
+    types = {p.line.gpu for p in priced} | {
+        g for w in design.workloads for g in ([x.gpu for x in w.groups] if isinstance(w, ServingPlan) else [w.gpu])
+    }
+    if lim.max_gpu_types is not None and len(types) > lim.max_gpu_types:
+        problems.append(f"{len(types)} GPU types ({', '.join(sorted(types))}) exceed max_gpu_types {lim.max_gpu_types}")
     power = sum(p.power_w for p in priced)
     if lim.max_power_w is not None and power > lim.max_power_w * (1 + REL_TOLERANCE):
         problems.append(f"owned power {power:,.0f} W exceeds max_power {lim.max_power_w:,.0f} W")
@@ -680,6 +686,7 @@ def _limits_view(resolved: ResolvedRequirement, catalog: Catalog) -> LimitsView:
         allowed,
         quants,
         dict(inventory),
+        req.fleet.max_gpu_types,
     )
 
 
@@ -773,6 +780,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
         lim.allowed_gpus,
         lim.quantizations,
         dict(lim.inventory),
+        lim.max_gpu_types,
     )
     _limits(design, priced, view, problems)
     return problems

@@ -69,6 +69,8 @@ Constraints
     ``n[s] <= k - 1``, so of equal-cost designs the plan holds the fewer machines.
 14. ``budget_capital`` (l): ``capital <= B``; ``budget_monthly`` (l): ``monthly <= B``;
     ``budget_total`` (l): ``total <= B`` (cents, budgets rounded down, costs rounded up).
+15. ``max_gpu_types`` (l): ``sum_g used[g] <= max_gpu_types``, where ``used[g]`` (structural) is implied
+    by every selected row, training choice and unit of GPU type g (``units(o) <= U*used[g(o)]``).
 
 Cost (integer cents)
 

@@ -361,6 +361,14 @@ class Constraints(Strict):
     )
 
 
+class Fleet(Strict):
+    """Rules for the fleet as a whole, across workloads."""
+
+    max_gpu_types: int | None = Field(
+        None, ge=1, le=1000, description="cap on distinct GPU types across the fleet (all workloads, cloud and owned)"
+    )
+
+
 class Quality(Strict):
     max_loss: MaxLoss = Field(
         "fp8_class",
@@ -434,6 +442,7 @@ class Requirement(Strict):
         "either", description="cloud: rent instances; owned: buy servers; either: the cheaper"
     )
     constraints: Constraints = Field(default_factory=Constraints, description="hardware, power and placement limits")
+    fleet: Fleet = Field(default_factory=Fleet, description="rules for the fleet as a whole (GPU types to operate)")
     quality: Quality | None = Field(None, description="the quality loss accepted for cheaper precisions")
     assumptions: Assumptions = Field(
         default_factory=Assumptions, description="efficiency factors and defaults to override (docs/model.md)"

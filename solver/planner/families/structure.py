@@ -170,6 +170,7 @@ def add(
         for o in table.offerings:
             if o.kind == "owned":
                 model.add(v.from_inventory(o) <= o.inventory_units)
+    _define_gpu_types(model, v, table)
     _define_costs(model, v, table, inventory_family=inventory_family)
     _define_serving_ratios(model, v, _serving_terms(v, table, latency_objective=latency_objective))
     _define_deadline_ratio(model, v, table)
@@ -319,6 +320,28 @@ def _cloud_symmetry(model: cp_model.CpModel, v: PlanVariables, table: CandidateT
             multiples = [big.gpus_per_unit // o.gpus_per_unit for big in instances if _cloud_pro_rata(o, big)]
             if multiples:
                 model.add(v.instances(o) <= min(multiples) - 1)
+
+
+def _define_gpu_types(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """(6a) ``used[g]``: the design runs on GPU type g. ``sel[w,r] => used[g(r)]`` (serving),
+    ``y[w,r] => used[g(r)]`` (training), ``units(o) <= U * used[g(o)]``; ``gpu_types = sum_g used[g]``."""
+    for wc, r, row in v.serving_rows():
+        used = v.gpu_used(row.gpu_id)
+        assert used is not None
+        model.add_implication(v.selected(wc.index, r), used)
+    for wc, r, trow in v.training_rows():
+        used = v.gpu_used(trow.gpu_id)
+        assert used is not None
+        for y in v.training_choices(wc.index, r):
+            model.add_implication(y, used)
+    for o in table.offerings:
+        used = v.gpu_used(o.gpu_id)
+        for var in v.unit_vars(o):
+            if used is None:
+                model.add(var == 0)  # no row runs on it: no unit of it
+            else:
+                model.add(var <= upper_bound(var) * used)
+    v.gpu_types_used = _define(model, "gpu_types_used", [(1, x) for _, x in sorted(v.gpu_types().items())])
 
 
 @dataclass
