@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from clusterplan.physics.reasons import ConsumerLicence
+from clusterplan.wording import fmt
 from conftest import plan_file
 
 if TYPE_CHECKING:
@@ -112,3 +113,33 @@ def test_max_gpu_types_one_is_honoured_and_says_what_raising_it_saves(tmp_path: 
     assert check_plan(capped.designs[0], resolved, catalog) == []
     problems = check_plan(free.designs[0], resolved, catalog)  # two GPU types under a cap of one
     assert any("exceed max_gpu_types 1" in p for p in problems), problems
+
+
+def _hardware(d: Any) -> tuple[object, ...]:
+    """What a design buys or rents: GPUs per (type, cloud | owned), and aggregated or disaggregated per workload."""
+    held: dict[tuple[str, str], int] = {}
+    for h in d.hardware:
+        held[h.gpu, h.kind] = held.get((h.gpu, h.kind), 0) + h.gpus
+    return tuple(sorted(held.items())), tuple(getattr(w, "disaggregated", False) for w in d.workloads)
+
+
+def test_the_70b_examples_top_five_differ_in_hardware_and_fold_layout_variants(catalog: Catalog) -> None:
+    """The README example's top five designs are pairwise distinct in hardware; another layout of one design's
+    servers is listed in its also_runs_as, not as a design of its own, and each alternative says what it is."""
+    from conftest import EXAMPLES, shared_plan
+
+    path = next(p for p in EXAMPLES if p.stem == "70b-serving")
+    plan = shared_plan(path, catalog, top=5, explain=False)
+    assert len(plan.designs) == 5
+    kinds = [_hardware(d) for d in plan.designs]
+    assert len(set(kinds)) == 5, kinds
+    for d in plan.designs:
+        (w,) = d.workloads
+        assert len({g.gpu for g in w.groups}) == 1  # type: ignore[union-attr]  # allow_mixed: false
+    assert plan.designs[0].labels[0] == "cheapest"
+    assert sum("most headroom" in d.labels for d in plan.designs) == 1
+    variants = [(d, v) for d in plan.designs for v in d.also_runs_as]
+    assert variants, "some design has another layout on its hardware"
+    layouts = {"; ".join(f"{w.workload}: {fmt.layout(w)}" for w in d.workloads) for d in plan.designs}
+    for _, v in variants:
+        assert v not in layouts  # a variant is not also a design of its own

@@ -84,6 +84,9 @@ Objectives (:mod:`clusterplan.planner.solve`)
 * ``min_cost`` (default): minimise ``total``; then, lexicographically, with ``total <= optimum``
   fixed, minimise ``G*W - headroom`` (fewer GPUs, then more capacity above demand; ``W`` exceeds any
   headroom value so GPUs always dominate).
+* Alternatives (``rank_designs``): each next design differs from every one before in the GPUs held per
+  (type, cloud | owned) and in the GPUs at work there, or serves some pooled workload the other way
+  (aggregated / disaggregated); other layouts of one design's hardware are listed with it, not ranked.
 * ``max_throughput``: maximise min over serving workloads of capacity/demand (ppm), replica bounds
   widened tenfold; needs a budget; ties by cost.
 * ``min_latency``: minimise the largest p95 at rated load among selected rows (ms); needs a budget;

@@ -75,6 +75,10 @@ class PlanVariables:
     deadline_ratio_ppm: IntVar | None = None
     inventory_extra_gpus: IntVar | None = None
     gpu_types_used: IntVar | None = None
+    # GPUs held per (GPU type, cloud | owned): what a design buys or rents (defined in constraints.structure)
+    hardware_counts: dict[tuple[str, str], IntVar] = field(default_factory=dict)
+    # GPUs at work per (GPU type, cloud | owned): serving replicas x GPUs per replica, and training runs' GPUs
+    working_counts: dict[tuple[str, str], IntVar] = field(default_factory=dict)
     headroom_ub: int = 0
     total_terms: list[tuple[int, cp_model.IntVar]] = field(default_factory=list)
 
@@ -250,6 +254,10 @@ class PlanVariables:
     def choice_literals(self) -> list[IntVar]:
         """The booleans that pick rows: serving rows selected, training rows run on cloud / owned."""
         return [*self._sel.values(), *self._yc.values(), *self._yo.values()]
+
+    def pool_literals(self) -> list[IntVar]:
+        """Per workload with pool rows, its disaggregated literal (in workload order)."""
+        return [self._pools[w] for w in sorted(self._pools)]
 
     def signature_literals(self) -> list[IntVar]:
         """The booleans a design's signature is made of (shapes used, cloud/owned per workload)."""

@@ -324,23 +324,24 @@ def _cloud_symmetry(model: cp_model.CpModel, v: PlanVariables, table: CandidateT
 
 def _define_gpu_types(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
     """(6a) ``used[g]``: the design runs on GPU type g. ``sel[w,r] => used[g(r)]`` (serving),
-    ``y[w,r] => used[g(r)]`` (training), ``units(o) <= U * used[g(o)]``; ``gpu_types = sum_g used[g]``."""
+    ``y[w,r] => used[g(r)]`` (training), ``used[g] => OR`` of those (no type held for nothing: a server of a type
+    no row runs on is never part of a design), ``units(o) <= U * used[g(o)]``; ``gpu_types = sum_g used[g]``."""
+    runs: dict[str, list[cp_model.IntVar]] = defaultdict(list)
     for wc, r, row in v.serving_rows():
-        used = v.gpu_used(row.gpu_id)
-        assert used is not None
-        model.add_implication(v.selected(wc.index, r), used)
+        runs[row.gpu_id].append(v.selected(wc.index, r))
     for wc, r, trow in v.training_rows():
-        used = v.gpu_used(trow.gpu_id)
-        assert used is not None
-        for y in v.training_choices(wc.index, r):
-            model.add_implication(y, used)
+        runs[trow.gpu_id] += v.training_choices(wc.index, r)
+    for gid, used in sorted(v.gpu_types().items()):
+        for x in runs[gid]:
+            model.add_implication(x, used)
+        model.add_bool_or([*runs[gid], used.Not()])
     for o in table.offerings:
-        used = v.gpu_used(o.gpu_id)
+        on = v.gpu_used(o.gpu_id)
         for var in v.unit_vars(o):
-            if used is None:
+            if on is None:
                 model.add(var == 0)  # no row runs on it: no unit of it
             else:
-                model.add(var <= upper_bound(var) * used)
+                model.add(var <= upper_bound(var) * on)
     v.gpu_types_used = _define(model, "gpu_types_used", [(1, x) for _, x in sorted(v.gpu_types().items())])
 
 
@@ -373,6 +374,40 @@ def _define_costs(model: cp_model.CpModel, v: PlanVariables, table: CandidateTab
     v.owned_power_w = _define(model, "owned_power_w", terms.power)
     v.inventory_extra_gpus = _define(model, "inventory_extra_gpus", terms.extra)
     v.gpus_in_use = _gpus_in_use(model, table, terms, v.owned_gpus)
+    _define_hardware_counts(model, v, table)
+
+
+def _define_hardware_counts(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """(6b) GPUs held per (GPU type, cloud | owned): units x GPUs per unit (owned: bought and from inventory), plus
+    each cloud training run's instances x GPUs per instance; and GPUs at work per (GPU type, cloud | owned):
+    serving replicas x GPUs per replica, training runs' GPUs. The ranking's no-good cuts read both
+    (:func:`clusterplan.planner.solve._hardware_differs`)."""
+    pairs: dict[tuple[str, str], Terms] = defaultdict(list)
+    for o in table.offerings:
+        for var in v.unit_vars(o):
+            pairs[o.gpu_id, o.kind].append((o.gpus_per_unit, var))
+    for wc, r, trow in v.training_rows():
+        yc = v.runs_on_cloud(wc.index, r)
+        if yc is not None and trow.cloud_offering is not None:
+            o = table.offering(trow.cloud_offering)
+            pairs[o.gpu_id, "cloud"].append((trow.cloud_instances * o.gpus_per_unit, yc))
+    for key in sorted(pairs):
+        var = _define(model, f"hw_{key[0]}_{key[1]}", pairs[key])
+        if upper_bound(var) > 0:
+            v.hardware_counts[key] = var
+    working: dict[tuple[str, str], Terms] = defaultdict(list)
+    for wc, r, row in v.serving_rows():
+        for kind, x in (("cloud", v._xc.get((wc.index, r))), ("owned", v._xo.get((wc.index, r)))):
+            if x is not None:
+                working[row.gpu_id, kind].append((row.gpus, x))
+    for wc, r, trow in v.training_rows():
+        for kind, y in (("cloud", v.runs_on_cloud(wc.index, r)), ("owned", v.runs_owned(wc.index, r))):
+            if y is not None:
+                working[trow.gpu_id, kind].append((trow.gpus, y))
+    for key in sorted(working):
+        var = _define(model, f"work_{key[0]}_{key[1]}", working[key])
+        if upper_bound(var) > 0:
+            v.working_counts[key] = var
 
 
 def _offering_terms(
