@@ -172,7 +172,11 @@ def plan_table(
             assert out.solution is not None
             checks = top_checks if i == 0 else report.margins(table, out.solution, planner.built.families)
             d = report.design(table, out.solution, rank=i + 1, checks=checks)
+            if out.variants:
+                d = d.model_copy(update={"also_runs_as": [report.layout_text(table, s) for s in out.variants]})
             designs.append(d.model_copy(update={"cut_short": ranked.cut_short[i]}) if ranked.cut_short[i] else d)
+        tags = report.labels(designs, min_cost=opts.objective == "min_cost")
+        designs = [d.model_copy(update={"labels": t}) if t else d for d, t in zip(designs, tags, strict=True)]
     elif ranked.status is SolveStatus.INFEASIBLE and opts.explain != "design":
         infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
     if ranked.designs and not partial:

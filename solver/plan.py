@@ -213,6 +213,16 @@ class Design(Out):
         False, description="its solve stopped at the time limit: a design of this kind may exist that is better"
     )
     odds: list[TargetOdds] = Field(default_factory=list, description="chance of meeting each target (model error)")
+    labels: list[str] = Field(
+        default_factory=list,
+        description="what this alternative is among the designs listed: 'cheapest', 'cheapest with one GPU type', "
+        "'cheapest cloud', 'cheapest owned', 'cheapest aggregated', 'most headroom'",
+    )
+    also_runs_as: list[str] = Field(
+        default_factory=list,
+        description="other layouts of the same hardware (GPU counts per type and deployment, aggregated or not), "
+        "each as its layout line; the designs listed differ in hardware",
+    )
 
 
 LostKind = Literal["no_candidate", "dearer", "ruled_out"]

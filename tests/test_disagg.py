@@ -4,6 +4,7 @@ prompts), with the pool sizes checked by hand and the design re-checked without 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,3 +177,51 @@ def test_unquoted_off_in_yaml_means_off(tmp_path: Path, catalog: Catalog) -> Non
     path.write_text(path.read_text().replace("name: chat", "name: chat\n  disaggregation: off"))
     w = load_requirement(path, catalog).requirement.workloads[0]
     assert w.kind == "serving" and w.disaggregation == "off"
+
+
+def _seventy_b_pools(tmp_path: Path, *, mixed: bool) -> Path:
+    """The README's 70B chat service, owned, on H100 SXM and RTX PRO 6000 only, served by a prefill and a decode pool."""
+    doc = {
+        "name": f"pools-mixed-{mixed}",
+        "model": "llama-3.1-70b",
+        "deployment": "owned",
+        "constraints": {"allowed_gpus": ["h100-sxm", "rtx-pro-6000"], "allow_mixed": mixed},
+        "workloads": [
+            {
+                "kind": "serving", "name": "chat", "requests_per_min": 1000, "input_tokens": 1000,
+                "output_tokens": 200, "max_context": "8k", "p95_latency": "5s", "p95_ttft": "1s",
+                "peak_to_average": 1.2, "disaggregation": "required",
+            }
+        ],
+    }  # fmt: skip
+    path = tmp_path / f"pools-{mixed}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_one_gpu_type_holds_for_pools_unless_mixing_is_allowed(tmp_path: Path, catalog: Catalog) -> None:
+    """With ``allow_mixed: false`` (the default) a disaggregated workload's prefill and decode pools sit on one GPU
+    type, as an aggregated workload's replicas do; allowed to mix, the cheapest design puts prefill on the RTX PRO 6000
+    and decode on the H100 (the README example's old design 1). The checker holds the same rule."""
+    from clusterplan.design.check import check_plan
+    from clusterplan.requirement.load import load_requirement
+
+    one = plan_file(_seventy_b_pools(tmp_path, mixed=False), catalog, top=3, explain=False)
+    for d in one.designs:
+        (w,) = d.workloads
+        assert isinstance(w, ServingPlan) and w.disaggregated
+        assert len({g.gpu for g in w.groups}) == 1, [(g.role, g.gpu) for g in w.groups]
+    mixed_path = _seventy_b_pools(tmp_path, mixed=True)
+    mixed = plan_file(mixed_path, catalog, top=1, explain=False)
+    (w,) = mixed.designs[0].workloads
+    assert isinstance(w, ServingPlan)
+    assert {g.role: g.gpu for g in w.groups} == {"prefill": "rtx-pro-6000", "decode": "h100-sxm"}
+    assert mixed.designs[0].costs.total_usd < one.designs[0].costs.total_usd
+    # The mixed design is a candidate of the unmixed requirement's table, but breaks its one-GPU-type rule.
+    resolved = load_requirement(mixed_path, catalog)
+    assert check_plan(mixed.designs[0], resolved, catalog) == []
+    req = resolved.requirement
+    unmixed = req.model_copy(update={"constraints": req.constraints.model_copy(update={"allow_mixed": False})})
+    strict = dataclasses.replace(resolved, requirement=unmixed)
+    problems = check_plan(mixed.designs[0], strict, catalog)
+    assert "chat: several GPU types but mixing is not allowed" in problems, problems

@@ -153,16 +153,23 @@ def test_means_sit_below_the_p95s(cat: Catalog) -> None:
     assert queueing.mean_wait_s(4, 0.0, 1.0, 1.0) == 0.0 and math.isinf(queueing.mean_wait_s(4, 5.0, 1.0, 1.0))
 
 
-def test_export_70b_example_writes_a_launch_and_a_benchmark(cat: Catalog) -> None:
-    """Design 1 of the 70B example (a prefill pool and a decode pool) as vLLM launches, each pool's replicas
-    joined by a KV connector, and one benchmark through the router at the example's rate and lengths (in-process:
-    the command is a thin layer over these functions; one plan)."""
+def test_export_70b_example_writes_a_launch_and_a_benchmark(cat: Catalog, tmp_path: Path) -> None:
+    """Design 1 of the 70B example served by a prefill pool and a decode pool (disaggregation: required; the
+    example's own design 1 is aggregated since a workload's pools sit on one GPU type) as vLLM launches, each
+    pool's replicas joined by a KV connector, and one benchmark through the router at the example's rate and
+    lengths (in-process: the command is a thin layer over these functions; one plan)."""
     from clusterplan.design.export import export_design
     from clusterplan.pipeline import PlanOptions, plan_requirement
     from clusterplan.render.export_view import export_files
     from clusterplan.requirement.load import load_requirement
 
-    resolved = load_requirement(EXAMPLE, cat)
+    pooled = tmp_path / "70b-pools.yaml"
+    pooled.write_text(
+        EXAMPLE.read_text().replace(
+            "    peak_to_average: 1.2", "    peak_to_average: 1.2\n    disaggregation: required"
+        )
+    )
+    resolved = load_requirement(pooled, cat)
     plan = plan_requirement(resolved, cat, PlanOptions(top=1, explain="design"))
     groups = plan.designs[0].workloads[0].groups  # type: ignore[union-attr]
     assert {g.role for g in groups} == {"prefill", "decode"}

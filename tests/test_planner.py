@@ -238,6 +238,10 @@ def test_top_k_designs_are_distinct_and_ordered() -> None:
     p = Planner(t)
     sols = [d.solution for d in rank_designs(p, top=5).designs if d.solution is not None]
     assert len(sols) == 5
+    # Distinct in hardware: the GPUs held per type and deployment differ (here: one server each of another type,
+    # then the cheapest type rented instead of owned); another layout of the same servers is not a design.
+    held = [(s.hardware, s.pools) for s in sols]
+    assert len(set(held)) == len(held)
     sigs = [tuple(designs.signature(t, s)) for s in sols]
     assert len(set(sigs)) == len(sigs)
     totals = [s.total_cents for s in sols]

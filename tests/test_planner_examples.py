@@ -168,6 +168,18 @@ def test_example_matches_golden(stem: str, plans: dict[str, Plan], golden: dict[
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("stem", [p.stem for p in EXAMPLES])
+def test_no_example_plans_a_consumer_card_unless_it_opts_in(stem: str, plans: dict[str, Plan], catalog: Any) -> None:
+    """A GeForce card's driver licence excludes datacenter deployment: an example plans one only with
+    constraints.allow_consumer_gpus."""
+    doc = yaml.safe_load((ROOT / "examples" / "requirements" / f"{stem}.yaml").read_text(encoding="utf-8"))
+    if (doc.get("constraints") or {}).get("allow_consumer_gpus"):
+        return
+    for d in plans[stem].designs:
+        assert all(catalog.gpu(g).gpu_class != "consumer" for g in d.gpus_by_type), (stem, d.gpus_by_type)
+
+
+@pytest.mark.slow
 def test_every_golden_number_is_explained(golden: dict[str, dict[str, Any]]) -> None:
     assert sorted(golden) == sorted(p.stem for p in EXAMPLES)
     for stem, entry in golden.items():

@@ -134,6 +134,18 @@ def tbl(w: WorkloadCandidates, offers: list[Offering], **lim: object) -> Candida
     return CandidateTable(workloads=(w,), gpus=GPUS, offerings=tuple(offers), limits=Limits(horizon_months=12, **lim))  # type: ignore[arg-type]
 
 
+def two_types(max_gpu_types: int) -> CandidateTable:
+    """Two serving workloads, one runnable on GPU type a only, the other on p only: two types to operate."""
+    first = serve([row("a", rate=4.0)])
+    second = replace(serve([row("p", rate=4.0)]), index=1, name="s2")
+    return CandidateTable(
+        workloads=(first, second),
+        gpus=GPUS,
+        offerings=(cloud("a"), cloud("p")),
+        limits=Limits(horizon_months=12, max_gpu_types=max_gpu_types),
+    )
+
+
 Case = tuple[str, CandidateTable, CandidateTable]
 
 CASES: list[Case] = [
@@ -178,6 +190,7 @@ CASES: list[Case] = [
         tbl(serve([row(rate=4.0)]), [owned(fb=((DEPLOYMENT, "cloud only"),))], deployment="cloud"),
     ),
     ("max_gpus", tbl(serve([row()]), [cloud()], max_gpus=4), tbl(serve([row()]), [cloud()], max_gpus=2)),
+    ("max_gpu_types", two_types(2), two_types(1)),
     (
         "power",
         tbl(serve([row()]), [owned(s=4)], max_power_w=2400.0),
@@ -237,6 +250,8 @@ def test_relaxation_values_are_the_least_ones() -> None:
     _, _, bad_total = next(c for c in CASES if c[0] == "budget_total")
     rel = {r.family: r for r in analyse(Planner(bad_total)).relaxations}
     assert rel["budget_total"].change == "budget.total >= $35,040"
+    rel = {r.family: r for r in analyse(Planner(two_types(1))).relaxations}
+    assert rel["max_gpu_types"].change == "fleet.max_gpu_types >= 2"
     _, _, bad_inv = next(c for c in CASES if c[0] == "inventory")
     rel = {r.family: r for r in analyse(Planner(bad_inv)).relaxations}
     assert rel["inventory"].value == 8

@@ -155,6 +155,11 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         "lambda:gpu_8x_h100_sxm5: no fabric (InfiniBand, RoCE or EFA) between instances: not used for training "
         "across 2 or more of them",
     ),
+    ReasonCode.CONSUMER_LICENCE: (
+        R.ConsumerLicence(gpu="NVIDIA GeForce RTX 4090 24GB"),
+        "NVIDIA GeForce RTX 4090 24GB: a consumer (GeForce) card: NVIDIA's GeForce driver licence excludes datacenter "
+        "deployment (section 2.1.3); set constraints.allow_consumer_gpus: true, or name it in allowed_gpus, to plan it",
+    ),
     ReasonCode.STATED: (R.Stated("anything at all"), "anything at all"),
 }
 

@@ -50,9 +50,8 @@ def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> 
 
 @pytest.mark.slow
 def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_path: Path) -> None:
-    """70B example, aggregated (its disaggregated design 1 has a prefill pool on RTX PRO 6000, which no cloud in
-    the catalog rents: its rent side says "not possible", below): design 1 is owned; the rent side hosts the same
-    replica groups, each as ``estimate`` rents it."""
+    """70B example, aggregated: design 1 is owned; the rent side hosts the same replica groups, each as
+    ``estimate`` rents it."""
     from clusterplan.design.estimate import estimate_requirement
     from clusterplan.requirement.load import load_requirement
     from clusterplan.requirement.schema import PinnedConfig

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from clusterplan.physics.reasons import (
+    ConsumerLicence,
     NotObtainable,
 )
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from clusterplan.catalog.schema import ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.load import ResolvedRequirement
-    from clusterplan.requirement.schema import ServingWorkload
+    from clusterplan.requirement.schema import Requirement, ServingWorkload
 from clusterplan.candidates.offerings import build_offerings, gpu_type_of, limits_of, tier_exclusions
 from clusterplan.candidates.prune import prune_pool_rows
 from clusterplan.candidates.serving import (
@@ -37,6 +38,7 @@ from clusterplan.candidates.serving import (
 from clusterplan.candidates.table import (
     SERVING_QUANTS,
     CandidateTable,
+    GpuType,
     Offering,
     PrecisionGate,
     WorkloadCandidates,
@@ -173,13 +175,20 @@ def build_candidates(
                 cache.misses += 1
                 cache.rows[key] = wc
         workloads.append(wc)
-    # GPUs with no way to obtain them cannot be placed: drop their rows, say why.
-    placeable = {o.gpu_id for o in offerings}
+    # Consumer cards the requirement does not opt in to are not planned (their driver licence), nor are GPUs with no
+    # way to obtain them: drop their rows, say why.
+    # (Their offerings stay in the table, unusable without rows, so the explanation can say what such a card lost.)
+    unlicensed = unlicensed_gpus(req, catalog, gpus)
+    placeable = {o.gpu_id for o in offerings} - unlicensed
     final: list[WorkloadCandidates] = []
     for wc in workloads:
         rows = [r for r in wc.rows if r.gpu_id in placeable]
+        had = {r.gpu_id for r in wc.rows}
         extra = tuple(
-            excluded(gid, NotObtainable(gpu=gpus[gid].name)) for gid in sorted({r.gpu_id for r in wc.rows} - placeable)
+            excluded(
+                gid, ConsumerLicence(gpu=gpus[gid].name) if gid in unlicensed else NotObtainable(gpu=gpus[gid].name)
+            )
+            for gid in sorted(had - placeable)
         )
         final.append(replace(wc, rows=tuple(rows), exclusions=wc.exclusions + extra))  # type: ignore[arg-type]
     table = CandidateTable(
@@ -201,6 +210,17 @@ def build_candidates(
         precision_gates=tuple(precision_gates(resolved, catalog)),
     )
     return prune_pool_rows(table)
+
+
+def unlicensed_gpus(req: Requirement, catalog: Catalog, gpus: dict[str, GpuType]) -> frozenset[str]:
+    """The consumer (GeForce) cards a requirement may not plan: NVIDIA's GeForce driver licence excludes datacenter
+    deployment (catalog source GEFORCE-EULA), so one is planned only with ``constraints.allow_consumer_gpus`` or
+    where ``allowed_gpus`` or the inventory names it (a stated choice of that card)."""
+    c = req.constraints
+    if c.allow_consumer_gpus:
+        return frozenset()
+    named = {catalog.gpu(n).id for n in [*(c.allowed_gpus or []), *(i.gpu for i in c.inventory)]}
+    return frozenset(gid for gid, g in gpus.items() if g.gpu_class == "consumer" and gid not in named)
 
 
 def usd_per_gpu_floor(offerings: Sequence[Offering], horizon_months: float) -> dict[str, float]:

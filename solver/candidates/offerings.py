@@ -53,6 +53,7 @@ def limits_of(req: Requirement, catalog: Catalog) -> Limits:
         quantizations=quants,
         max_loss=req.max_loss,
         inventory=tuple(sorted(inventory.items())),
+        max_gpu_types=req.fleet.max_gpu_types,
     )
 
 

@@ -61,6 +61,9 @@ PROVIDER_TIER = "provider_tier"
 FABRIC = "fabric"
 
 
+LICENCE = "licence"
+
+
 # The exclusion category of a reason's category (link, precision, layout and hardware facts: HARDWARE).
 _EXCLUSION_FAMILY = {
     ReasonCategory.MEMORY: MEMORY,
@@ -68,6 +71,7 @@ _EXCLUSION_FAMILY = {
     ReasonCategory.AVAILABILITY: AVAILABILITY,
     ReasonCategory.PROVIDER_TIER: PROVIDER_TIER,
     ReasonCategory.FABRIC: FABRIC,
+    ReasonCategory.LICENCE: LICENCE,
 }
 
 
@@ -381,6 +385,7 @@ class Limits:
     quantizations: frozenset[str] | None = None
     max_loss: str | None = None  # the requirement's quality gate class (None: a hand-built table)
     inventory: tuple[tuple[str, int], ...] = ()  # (gpu id, count)
+    max_gpu_types: int | None = None  # distinct GPU types across the fleet (fleet.max_gpu_types)
 
     @property
     def horizon_hours(self) -> float:

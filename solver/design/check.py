@@ -229,6 +229,7 @@ class LimitsView:
     allowed_gpus: frozenset[str] | None
     quantizations: frozenset[str] | None
     inventory: dict[str, int]
+    max_gpu_types: int | None = None
 
 
 def _limits(design: Design, priced: list[Priced], lim: LimitsView, problems: list[str]) -> None:
@@ -244,6 +245,11 @@ def _limits(design: Design, priced: list[Priced], lim: LimitsView, problems: lis
         problems.append(f"GPUs in use stated {design.gpus_total}, counted {used}")
     if lim.max_gpus is not None and used > lim.max_gpus:
         problems.append(f"{used} GPUs exceed max_gpus {lim.max_gpus}")
+    types = {p.line.gpu for p in priced} | {
+        g for w in design.workloads for g in ([x.gpu for x in w.groups] if isinstance(w, ServingPlan) else [w.gpu])
+    }
+    if lim.max_gpu_types is not None and len(types) > lim.max_gpu_types:
+        problems.append(f"{len(types)} GPU types ({', '.join(sorted(types))}) exceed max_gpu_types {lim.max_gpu_types}")
     power = sum(p.power_w for p in priced)
     if lim.max_power_w is not None and power > lim.max_power_w * (1 + REL_TOLERANCE):
         problems.append(f"owned power {power:,.0f} W exceeds max_power {lim.max_power_w:,.0f} W")
@@ -382,6 +388,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
         ctx = _Against(resolved.model_for(i), catalog, req.assumptions, derate)
         if isinstance(wp, ServingPlan):
             assert w.kind == "serving"
+            _unmixed(wp, w.allow_mixed if w.allow_mixed is not None else c.allow_mixed, problems)
             _check_serving(wp, w, ctx, problems)
         else:
             assert isinstance(wp, TrainingPlan) and w.kind != "serving"
@@ -420,6 +427,16 @@ def _clouds_and_regions(
         for p in priced:
             if p.line.kind == "cloud" and p.line.region not in regions:
                 problems.append(f"{p.line.offering}: region {p.line.region} not allowed")
+
+
+def _unmixed(wp: ServingPlan, allow_mixed: bool, problems: list[str]) -> None:
+    """Without ``allow_mixed``: one shape per role (aggregated, or one prefill and one decode pool), one GPU type."""
+    if allow_mixed:
+        return
+    if max(Counter(g.role for g in wp.groups).values(), default=0) > 1:
+        problems.append(f"{wp.workload}: several replica shapes but mixing is not allowed")
+    if len({g.gpu for g in wp.groups}) > 1:
+        problems.append(f"{wp.workload}: several GPU types but mixing is not allowed")
 
 
 def _check_serving(wp: ServingPlan, w: ServingWorkload, ctx: _Against, problems: list[str]) -> None:
@@ -665,6 +682,7 @@ def _limits_view(resolved: ResolvedRequirement, catalog: Catalog) -> LimitsView:
         allowed,
         quants,
         dict(inventory),
+        req.fleet.max_gpu_types,
     )
 
 
@@ -723,8 +741,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
                 if r.forbidden_by:
                     problems.append(f"{wp.workload}: {r.forbidden_by[0][1]}")
                 rates.append((g.replicas, r.rate_rps, r.rate_nolat_rps))
-            if not wc.allow_mixed and max(Counter(g.role for g in wp.groups).values(), default=0) > 1:
-                problems.append(f"{wp.workload}: several replica shapes but mixing is not allowed")
+            _unmixed(wp, wc.allow_mixed, problems)
             _serving_capacity(wp, rates, wc.redundancy, wc.targets.any, problems)
         else:
             trows = [
@@ -759,6 +776,7 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
         lim.allowed_gpus,
         lim.quantizations,
         dict(lim.inventory),
+        lim.max_gpu_types,
     )
     _limits(design, priced, view, problems)
     return problems

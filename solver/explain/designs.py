@@ -22,6 +22,7 @@ from clusterplan.plan import (
 from clusterplan.planner.families import Family
 from clusterplan.planner.families.facts import DesignFacts
 from clusterplan.planner.solve import Solution
+from clusterplan.wording.fmt import layout
 
 
 def _gpu_name(table: CandidateTable, gid: str) -> str:
@@ -210,6 +211,44 @@ def signature(table: CandidateTable, sol: Solution) -> list[str]:
             if a is not None:
                 r = wc.training_rows()[a.row]
                 out.append(f"{wc.name}: {r.gpu_id} TP{r.tp} PP{r.pp} ZeRO-{r.zero_stage} ({a.where})")
+    return out
+
+
+def layout_text(table: CandidateTable, sol: Solution) -> str:
+    """The design's layout in one line, each workload's as the designs table writes it (``chat: 4x [h200 ...]``)."""
+    lines = []
+    for wc in table.workloads:
+        w = serving_plan(table, wc, sol) if wc.is_serving else training_plan(table, wc, sol)
+        lines.append(f"{w.workload}: {layout(w)}")
+    return "; ".join(lines)
+
+
+def labels(designs: list[Design], *, min_cost: bool) -> list[list[str]]:
+    """What each design is among ``designs`` (best first): the first of each kind is labelled. With min_cost the
+    first is the cheapest, and the first of one GPU type, all cloud, all owned or all aggregated is the cheapest
+    such; 'most headroom' marks the design whose tightest serving workload sits furthest above its peak demand."""
+    out: list[list[str]] = [[] for _ in designs]
+    kinds = {
+        "cheapest with one GPU type": lambda d: len(d.gpus_by_type) == 1,
+        "cheapest cloud": lambda d: bool(d.hardware) and all(h.kind == "cloud" for h in d.hardware),
+        "cheapest owned": lambda d: bool(d.hardware) and all(h.kind == "owned" for h in d.hardware),
+        "cheapest aggregated": lambda d: all(not w.disaggregated for w in d.workloads if isinstance(w, ServingPlan)),
+    }
+    if not designs or not min_cost:
+        return out
+    out[0].append("cheapest")
+    pooled = any(w.disaggregated for d in designs for w in d.workloads if isinstance(w, ServingPlan))
+    for label, fits in kinds.items():
+        if label == "cheapest aggregated" and not pooled:
+            continue  # every design is aggregated: nothing to tell apart
+        first = next((i for i, d in enumerate(designs) if fits(d)), None)
+        # A kind every design shares says nothing (all owned, say); one only design 1 has is said by 'cheapest'.
+        if first is not None and not all(fits(d) for d in designs):
+            out[first].append(label)
+    heads = [min((w.headroom_pct for w in d.workloads if isinstance(w, ServingPlan)), default=None) for d in designs]
+    if len(designs) > 1 and all(h is not None for h in heads):
+        best = max(range(len(designs)), key=lambda i: (heads[i], -i))
+        out[best].append("most headroom")
     return out
 
 

@@ -46,6 +46,7 @@ class ReasonCode(StrEnum):
     NOT_OBTAINABLE = "not_obtainable"
     TIER_NOT_ALLOWED = "tier_not_allowed"
     NO_FABRIC = "no_fabric"
+    CONSUMER_LICENCE = "consumer_licence"
     STATED = "stated"
 
 
@@ -65,6 +66,7 @@ class ReasonCategory(StrEnum):
     AVAILABILITY = "availability"
     PROVIDER_TIER = "provider_tier"
     FABRIC = "fabric"
+    LICENCE = "licence"
 
 
 CATEGORY: dict[ReasonCode, ReasonCategory] = {
@@ -93,6 +95,7 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.NOT_OBTAINABLE: ReasonCategory.AVAILABILITY,
     ReasonCode.TIER_NOT_ALLOWED: ReasonCategory.PROVIDER_TIER,
     ReasonCode.NO_FABRIC: ReasonCategory.FABRIC,
+    ReasonCode.CONSUMER_LICENCE: ReasonCategory.LICENCE,
     ReasonCode.STATED: ReasonCategory.HARDWARE,  # a record overrides it with its own (see Stated)
 }
 
@@ -384,6 +387,15 @@ class NotObtainable(Reason):
     """Physics admits the GPU, but no cloud instance offers it where allowed and it has no purchase price."""
 
     code: ClassVar[ReasonCode] = ReasonCode.NOT_OBTAINABLE
+    gpu: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerLicence(Reason):
+    """A consumer (GeForce) card: its driver licence excludes datacenter deployment (catalog source GEFORCE-EULA),
+    so it is planned only where the requirement opts in (constraints.allow_consumer_gpus) or names it."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.CONSUMER_LICENCE
     gpu: str
 
 

@@ -34,7 +34,9 @@ Constraints
 
 1. Link: ``sel[w,r] => xc+xo >= 1``, ``not sel[w,r] => xc+xo = 0``; ``sel => z[w,shape(r)]``,
    ``z => OR sel`` of its rows; ``xc <= U*cloud[w]``, ``cloud[w] <= sum xc`` (same for owned).
-2. Shape: ``sum_r sel[w,r] = 1`` unless the workload allows mixed GPU types;
+2. Shape: ``sum_r sel[w,r] = 1`` unless the workload allows mixed GPU types (with pool rows: one
+   aggregated row, or one prefill and one decode row of the same GPU type g,
+   ``sum_{prefill r: g} sel = sum_{decode r: g} sel``);
    ``sum_r (xc+xo)[w,r] >= 1`` (every serving workload is served).
 3. Training: ``sum_r (yc+yo)[w,r] = 1`` for every w in T.
 4. GPU count: for every GPU type g,
@@ -67,6 +69,8 @@ Constraints
     ``n[s] <= k - 1``, so of equal-cost designs the plan holds the fewer machines.
 14. ``budget_capital`` (l): ``capital <= B``; ``budget_monthly`` (l): ``monthly <= B``;
     ``budget_total`` (l): ``total <= B`` (cents, budgets rounded down, costs rounded up).
+15. ``max_gpu_types`` (l): ``sum_g used[g] <= max_gpu_types``, where ``used[g]`` (structural) is implied
+    by every selected row, training choice and unit of GPU type g (``units(o) <= U*used[g(o)]``).
 
 Cost (integer cents)
 
@@ -80,6 +84,9 @@ Objectives (:mod:`clusterplan.planner.solve`)
 * ``min_cost`` (default): minimise ``total``; then, lexicographically, with ``total <= optimum``
   fixed, minimise ``G*W - headroom`` (fewer GPUs, then more capacity above demand; ``W`` exceeds any
   headroom value so GPUs always dominate).
+* Alternatives (``rank_designs``): each next design differs from every one before in the GPUs held per
+  (type, cloud | owned) and in the GPUs at work there, or serves some pooled workload the other way
+  (aggregated / disaggregated); other layouts of one design's hardware are listed with it, not ranked.
 * ``max_throughput``: maximise min over serving workloads of capacity/demand (ppm), replica bounds
   widened tenfold; needs a budget; ties by cost.
 * ``min_latency``: minimise the largest p95 at rated load among selected rows (ms); needs a budget;

@@ -112,6 +112,10 @@ class Solution:
     one_off_cents: int
     gpus_in_use: int
     signature_on: frozenset[int]  # proto indices of the signature literals that are true
+    # What it buys or rents: GPUs per (GPU type, cloud | owned) and each pooled workload's disaggregated flag (0/1).
+    hardware: tuple[tuple[tuple[str, str], int], ...] = ()
+    working: tuple[tuple[tuple[str, str], int], ...] = ()  # GPUs at work per (GPU type, cloud | owned)
+    pools: tuple[int, ...] = ()
 
     def serving_of(self, w: int) -> list[ServingAssignment]:
         return [a for a in self.serving if a.workload == w]
@@ -132,6 +136,7 @@ class Outcome:
     wall_s: float = 0.0
     core: list[str] | None = None  # families in a sufficient set for infeasibility (assumption solves)
     values: list[int] = field(default_factory=list, repr=False)
+    variants: list[Solution] = field(default_factory=list)  # other layouts on the same hardware (rank_designs)
 
 
 class Planner:
@@ -296,13 +301,16 @@ class Planner:
         extra: Extra | None = None,
         tiebreak: bool = False,
         hint: Outcome | None = None,
+        layouts_of: Solution | None = None,
     ) -> Outcome:
         """One CP-SAT solve.
 
         ``on``: families enforced (default: all the requirement states); the others are switched off.
         ``goal``: what to optimise (``Goal.FEASIBILITY``: nothing). ``bounds``: goals held no worse than a value.
-        ``nogoods``: designs whose signature must differ. ``tiebreak``: instead of ``goal``, minimise
-        GPUs then maximise headroom (used after a min-cost solve with the cost bounded).
+        ``nogoods``: designs whose hardware must differ (:func:`_hardware_differs`). ``tiebreak``: instead of
+        ``goal``, minimise GPUs then maximise headroom (used after a min-cost solve with the cost bounded).
+        ``layouts_of``: hold the hardware to that design's, and let ``nogoods`` differ in layout (signature) instead:
+        the same servers and instances run another way.
         """
         fams = self.families if on is None else list(on)
         m = self._clone(fams)
@@ -311,8 +319,13 @@ class Planner:
             var = b.goal.variable(v)
             m.add(var <= b.value if b.goal.minimise else var >= b.value)
         sig = v.signature_literals()
-        for ng in nogoods:
-            m.add_bool_or([lit.Not() if lit.index in ng.signature_on else lit for lit in sig])
+        if layouts_of is not None:
+            _same_hardware(m, v, layouts_of)
+            for ng in nogoods:
+                m.add_bool_or([lit.Not() if lit.index in ng.signature_on else lit for lit in sig])
+        else:
+            for ng in nogoods:
+                _hardware_differs(m, v, ng)
         if extra is not None:
             extra(m, v)
         if tiebreak:
@@ -338,7 +351,11 @@ class Planner:
         if (tiebreak or goal is not Goal.FEASIBILITY) and self._relax(m):
             # A tie-break bounds the cost by the optimum just proven: the cost LP of that solve
             # already says which variables no design that cheap can move (no second LP needed).
-            key = (frozenset(fams), tuple(ng.signature_on for ng in nogoods)) if extra is None else None
+            key = (
+                (frozenset(fams), tuple((ng.hardware, ng.working, ng.pools) for ng in nogoods))
+                if extra is None and layouts_of is None
+                else None
+            )
             caps = [b.value for b in bounds if b.goal is Goal.MIN_TOTAL]
             cost_lp = self._cost_lp.get(key) if key is not None and len(caps) == len(bounds) == 1 else None
             if tiebreak and cost_lp is not None:
@@ -483,6 +500,8 @@ class Planner:
                 if u:
                     inv.append((o.key, u))
         sig_on = frozenset(lit.index for lit in v.signature_literals() if values[lit.index])
+        hardware = tuple((key, val(var)) for key, var in sorted(v.hardware_counts.items()))
+        working = tuple((key, val(var)) for key, var in sorted(v.working_counts.items()))
         return Solution(
             serving=tuple(serving),
             training=tuple(training),
@@ -495,7 +514,37 @@ class Planner:
             one_off_cents=val(v.one_off_cents),
             gpus_in_use=val(v.gpus_in_use),
             signature_on=sig_on,
+            hardware=hardware,
+            working=working,
+            pools=tuple(val(d) for d in v.pool_literals()),
         )
+
+
+def _hardware_differs(m: cp_model.CpModel, v: PlanVariables, ng: Solution) -> None:
+    """A no-good on ``ng``'s hardware. The next design differs from it in the GPUs it holds of some type and
+    deployment (another layout of the same servers is not another design) and in the GPUs it puts to work (the
+    same work on a server more, or a bigger one, is a dearer copy, not another option), unless some pooled
+    workload is served the other way (aggregated / disaggregated), which is always another design."""
+    pools: list[cp_model.LiteralT] = [d.Not() if was else d for d, was in zip(v.pool_literals(), ng.pools, strict=True)]
+    for name, counts, held in (
+        ("held", v.hardware_counts, dict(ng.hardware)),
+        ("work", v.working_counts, dict(ng.working)),
+    ):
+        alternatives = list(pools)
+        for key, var in sorted(counts.items()):
+            b = m.new_bool_var(f"differs_{name}_{key[0]}_{key[1]}")
+            m.add(var != held.get(key, 0)).only_enforce_if(b)
+            alternatives.append(b)
+        m.add_bool_or(alternatives)
+
+
+def _same_hardware(m: cp_model.CpModel, v: PlanVariables, sol: Solution) -> None:
+    """Hold the GPU counts per (type, cloud | owned) and the pooled workloads' choices to ``sol``'s."""
+    held = dict(sol.hardware)
+    for key, var in sorted(v.hardware_counts.items()):
+        m.add(var == held.get(key, 0))
+    for d, was in zip(v.pool_literals(), sol.pools, strict=True):
+        m.add(d == was)
 
 
 def _fixed(m: cp_model.CpModel, rel: lp_bound.Relaxation, incumbent: float) -> cp_model.CpModel:
@@ -591,6 +640,8 @@ def rank_designs_and(
     sign = 1.0 if goal.minimise else -1.0
     # Stable: equal objectives keep the order they were found in (the optimum first).
     ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
+    for out, _ in ordered:
+        out.variants = _layout_variants(planner, out)
     ranked = Ranked(
         status=first.status,
         designs=[out for out, _ in ordered],
@@ -621,6 +672,25 @@ def _next_design(planner: Planner, goal: Goal, nogoods: list[Solution]) -> tuple
     best.status = SolveStatus.FEASIBLE if prim.status is SolveStatus.FEASIBLE else best.status
     assert best.solution is not None
     return prim, (best, cut)
+
+
+LAYOUT_VARIANTS = 2  # other layouts of one design's hardware a plan lists ("also runs as")
+
+
+def _layout_variants(planner: Planner, out: Outcome) -> list[Solution]:
+    """Up to LAYOUT_VARIANTS other layouts on ``out``'s hardware (the same GPU counts per type and deployment, the
+    same aggregated / disaggregated choice), each of a signature none before it has; fewer when the budget is spent.
+    The hardware fixes the cost up to cloud training runs: the cheapest such layout first."""
+    assert out.solution is not None
+    seen = [out.solution]
+    for _ in range(LAYOUT_VARIANTS):
+        if planner.meter().spent():
+            break
+        got = planner.solve(goal=Goal.MIN_TOTAL, nogoods=seen, layouts_of=out.solution)
+        if not got.status.has_solution or got.solution is None:
+            break
+        seen.append(got.solution)
+    return seen[1:]
 
 
 def _more_designs(planner: Planner, goal: Goal, nogoods: list[Solution], count: int) -> list[tuple[Outcome, bool]]:

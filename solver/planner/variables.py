@@ -55,6 +55,7 @@ class PlanVariables:
     _shape: dict[tuple[int, tuple[object, ...]], IntVar] = field(default_factory=dict)
     _uses_cloud: dict[int, IntVar] = field(default_factory=dict)
     _uses_owned: dict[int, IntVar] = field(default_factory=dict)
+    _gpu_used: dict[str, IntVar] = field(default_factory=dict)  # GPU type -> the design runs on it
     # family literals
     _literals: dict[str, IntVar] = field(default_factory=dict)
     # per-workload integer scales
@@ -73,6 +74,11 @@ class PlanVariables:
     p95_max_ms: IntVar | None = None
     deadline_ratio_ppm: IntVar | None = None
     inventory_extra_gpus: IntVar | None = None
+    gpu_types_used: IntVar | None = None
+    # GPUs held per (GPU type, cloud | owned): what a design buys or rents (defined in constraints.structure)
+    hardware_counts: dict[tuple[str, str], IntVar] = field(default_factory=dict)
+    # GPUs at work per (GPU type, cloud | owned): serving replicas x GPUs per replica, and training runs' GPUs
+    working_counts: dict[tuple[str, str], IntVar] = field(default_factory=dict)
     headroom_ub: int = 0
     total_terms: list[tuple[int, cp_model.IntVar]] = field(default_factory=list)
 
@@ -119,6 +125,8 @@ class PlanVariables:
                     v._new_shape(w, trow.shape)
             v._uses_cloud[w] = model.new_bool_var(f"cloud_{w}")
             v._uses_owned[w] = model.new_bool_var(f"owned_{w}")
+        for gid in sorted({row.gpu_id for wc in table.workloads for row in wc.rows}):
+            v._gpu_used[gid] = model.new_bool_var(f"gpu_used_{gid}")
         gpu_need = _gpu_need_bounds(table, v)
         for o in table.offerings:
             need = gpu_need.get(o.gpu_id, 0)
@@ -226,6 +234,13 @@ class PlanVariables:
     def uses_owned(self, w: int) -> IntVar:
         return self._uses_owned[w]
 
+    def gpu_used(self, gpu_id: str) -> IntVar | None:
+        """The design runs on GPU type ``gpu_id`` (None: no row of the table uses it)."""
+        return self._gpu_used.get(gpu_id)
+
+    def gpu_types(self) -> dict[str, IntVar]:
+        return dict(self._gpu_used)
+
     def literal(self, family: str) -> IntVar:
         """The enforcement literal of a constraint family."""
         return self._literals[family]
@@ -239,6 +254,10 @@ class PlanVariables:
     def choice_literals(self) -> list[IntVar]:
         """The booleans that pick rows: serving rows selected, training rows run on cloud / owned."""
         return [*self._sel.values(), *self._yc.values(), *self._yo.values()]
+
+    def pool_literals(self) -> list[IntVar]:
+        """Per workload with pool rows, its disaggregated literal (in workload order)."""
+        return [self._pools[w] for w in sorted(self._pools)]
 
     def signature_literals(self) -> list[IntVar]:
         """The booleans a design's signature is made of (shapes used, cloud/owned per workload)."""

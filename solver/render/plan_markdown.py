@@ -6,6 +6,7 @@ from clusterplan.plan import Plan, ServingPlan, TrainingPlan
 from clusterplan.wording import odds
 from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
+    also_runs_as,
     disaggregation_lines,
     group_layout,
     layout,
@@ -41,9 +42,10 @@ def render(plan: Plan) -> str:
             "|---|---|---|---|---|---|---|---|",
         ]
         for d in plan.designs:
-            lay = "<br>".join(f"{w.workload}: {layout(w)}" for w in d.workloads)
+            lay = "<br>".join([*(f"{w.workload}: {layout(w)}" for w in d.workloads), *also_runs_as(d)])
+            tags = "".join(f"<br>{t}" for t in d.labels)
             out.append(
-                f"| {d.rank}{' (time limit)' if d.cut_short else ''} | {_cell(d.summary)} | {_cell(lay)} | {usd(d.costs.capital_usd)} | "
+                f"| {d.rank}{' (time limit)' if d.cut_short else ''}{tags} | {_cell(d.summary)} | {_cell(lay)} | {usd(d.costs.capital_usd)} | "
                 f"{usd(d.costs.monthly_usd)} | {usd(d.costs.total_usd)} | "
                 f"{usd(d.costs.usd_per_million_output_tokens)} | {_cell(odds.cell(d))} |"
             )

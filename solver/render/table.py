@@ -10,6 +10,7 @@ from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.wording import odds
 from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
+    also_runs_as,
     disaggregation_lines,
     group_layout,
     layout,
@@ -60,9 +61,9 @@ def _designs(plan: Plan, console: Console) -> None:
     for d in plan.designs:
         heads = [f"{w.workload} {w.headroom_pct:+.0f}%" for w in d.workloads if isinstance(w, ServingPlan)]
         t.add_row(
-            f"{d.rank}\n(time limit)" if d.cut_short else str(d.rank),
+            "\n".join([str(d.rank), *(["(time limit)"] if d.cut_short else []), *d.labels]),
             escape(d.summary),
-            escape("\n".join(f"{w.workload}: {layout(w)}" for w in d.workloads)),
+            escape("\n".join([*(f"{w.workload}: {layout(w)}" for w in d.workloads), *also_runs_as(d)])),
             usd(d.costs.capital_usd),
             usd(d.costs.monthly_usd),
             usd(d.costs.total_usd),

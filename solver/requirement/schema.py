@@ -347,12 +347,25 @@ class Constraints(Strict):
     clouds: list[str] | None = Field(None, description="allowed cloud providers")
     regions: list[str] | None = Field(None, description="allowed regions")
     allow_mixed: bool = Field(False, description="allow several GPU types within one serving workload")
+    allow_consumer_gpus: bool = Field(
+        False,
+        description="plan consumer (GeForce) cards, whose driver licence excludes datacenter deployment; a card "
+        "named in allowed_gpus or the inventory is planned without it",
+    )
     pricing: Pricing = Field("on_demand", description="cloud price kind")
     provider_tiers: list[ProviderTier] | None = Field(
         None,
         min_length=1,
         description="provider tiers whose offers may be planned (default: hyperscaler and gpu_cloud; "
         "add marketplace to allow Vast.ai and RunPod Community Cloud)",
+    )
+
+
+class Fleet(Strict):
+    """Rules for the fleet as a whole, across workloads."""
+
+    max_gpu_types: int | None = Field(
+        None, ge=1, le=1000, description="cap on distinct GPU types across the fleet (all workloads, cloud and owned)"
     )
 
 
@@ -429,6 +442,7 @@ class Requirement(Strict):
         "either", description="cloud: rent instances; owned: buy servers; either: the cheaper"
     )
     constraints: Constraints = Field(default_factory=Constraints, description="hardware, power and placement limits")
+    fleet: Fleet = Field(default_factory=Fleet, description="rules for the fleet as a whole (GPU types to operate)")
     quality: Quality | None = Field(None, description="the quality loss accepted for cheaper precisions")
     assumptions: Assumptions = Field(
         default_factory=Assumptions, description="efficiency factors and defaults to override (docs/model.md)"

@@ -15,7 +15,7 @@ from clusterplan.review.records import ReviewReport, Risk
 from clusterplan.whatif.sweep import format_value
 from clusterplan.wording import odds as odds_words
 from clusterplan.wording import selfhost as api_words
-from clusterplan.wording.fmt import group_layout, layout, margin, seconds, usd, usd_per_m
+from clusterplan.wording.fmt import also_runs_as, group_layout, layout, margin, seconds, usd, usd_per_m
 
 
 @dataclass(frozen=True)
@@ -316,9 +316,9 @@ def _designs(plan: Plan, doc: Document) -> None:
     doc.add(Heading(2, "Alternatives"))
     alt: list[list[Inline]] = [
         [
-            str(x.rank),
+            " ".join([str(x.rank), *(f"({t})" for t in x.labels)]),
             x.summary,
-            "; ".join(f"{w.workload}: {layout(w)}" for w in x.workloads),
+            "; ".join([*(f"{w.workload}: {layout(w)}" for w in x.workloads), *also_runs_as(x)]),
             usd(x.costs.capital_usd),
             usd(x.costs.monthly_usd),
             usd(x.costs.total_usd),

@@ -126,6 +126,11 @@ def margin(value: float | None, unit: str) -> str:
     return f"{value:,.2f} {unit}" if abs(value) < 100 else f"{value:,.0f} {unit}"
 
 
+def also_runs_as(d: Design) -> list[str]:
+    """The design's other layouts on the same hardware, one line each (the designs table's layout cell)."""
+    return [f"also runs as: {text}" for text in d.also_runs_as]
+
+
 def layout(w: ServingPlan | TrainingPlan) -> str:
     if isinstance(w, ServingPlan):
         return "; ".join(group_layout(g) for g in w.groups)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from clusterplan.physics.reasons import (
     Bf16Unsupported,
+    ConsumerLicence,
     CpSplitsSequence,
     EpSplitsExperts,
     Fp8Unsupported,
@@ -143,6 +144,11 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             )
         case NotObtainable():
             return r.gpu, "no cloud instance in the allowed clouds and regions, and no purchase price in the catalog"
+        case ConsumerLicence():
+            return r.gpu, (
+                "a consumer (GeForce) card: NVIDIA's GeForce driver licence excludes datacenter deployment "
+                "(section 2.1.3); set constraints.allow_consumer_gpus: true, or name it in allowed_gpus, to plan it"
+            )
         case TierNotAllowed():
             return r.offer, f"a {r.tier} offer; add {r.tier} to constraints.provider_tiers to plan it"
         case NoFabric():

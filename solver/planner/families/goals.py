@@ -21,6 +21,7 @@ class Goal(Enum):
     MIN_CAPITAL = "min_capital"
     MIN_MONTHLY = "min_monthly"
     MIN_GPUS = "min_gpus"
+    MIN_GPU_TYPES = "min_gpu_types"
     MIN_POWER = "min_power"
     MIN_DEADLINE_RATIO = "min_deadline_ratio"
     MIN_INVENTORY_EXTRA = "min_inventory_extra"
@@ -48,6 +49,7 @@ _AGGREGATES: dict[Goal, Callable[[PlanVariables], cp_model.IntVar | None]] = {
     Goal.MIN_CAPITAL: lambda v: v.capital_cents,
     Goal.MIN_MONTHLY: lambda v: v.monthly_cents,
     Goal.MIN_GPUS: lambda v: v.gpus_in_use,
+    Goal.MIN_GPU_TYPES: lambda v: v.gpu_types_used,
     Goal.MIN_POWER: lambda v: v.owned_power_w,
     Goal.MIN_DEADLINE_RATIO: lambda v: v.deadline_ratio_ppm,
     Goal.MIN_INVENTORY_EXTRA: lambda v: v.inventory_extra_gpus,

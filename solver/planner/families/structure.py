@@ -170,6 +170,7 @@ def add(
         for o in table.offerings:
             if o.kind == "owned":
                 model.add(v.from_inventory(o) <= o.inventory_units)
+    _define_gpu_types(model, v, table)
     _define_costs(model, v, table, inventory_family=inventory_family)
     _define_serving_ratios(model, v, _serving_terms(v, table, latency_objective=latency_objective))
     _define_deadline_ratio(model, v, table)
@@ -243,7 +244,7 @@ def _one_shape_or_pools(
     model: cp_model.CpModel, v: PlanVariables, wc: WorkloadCandidates, sels: list[cp_model.IntVar]
 ) -> None:
     """(2) ``sum_r sel[w,r] = 1`` unless mixed; with pool rows, aggregated replicas or a prefill pool and a
-    decode pool (``d``), one shape each unless mixed."""
+    decode pool (``d``), one shape each and both on one GPU type unless mixed."""
     d = v.disaggregated(wc.index)
     rows = wc.serving_rows()
     if d is None:
@@ -258,6 +259,12 @@ def _one_shape_or_pools(
         model.add_exactly_one([*aggregated, d])
         for members in by_role.values():
             model.add(sum(members) == d)
+        # One GPU type for the workload, pools included: per GPU type, its prefill rows selected = its decode rows
+        # selected (each 0 or 1 once d fixes one row per pool), so the two pools sit on the same type.
+        for gid in sorted({row.gpu_id for row in rows if row.role != "both"}):
+            pre = [s_ for s_, row in zip(sels, rows, strict=True) if row.role == "prefill" and row.gpu_id == gid]
+            dec = [s_ for s_, row in zip(sels, rows, strict=True) if row.role == "decode" and row.gpu_id == gid]
+            model.add(sum(pre) == sum(dec))
     else:
         for members in by_role.values():
             for s_ in members:
@@ -315,6 +322,29 @@ def _cloud_symmetry(model: cp_model.CpModel, v: PlanVariables, table: CandidateT
                 model.add(v.instances(o) <= min(multiples) - 1)
 
 
+def _define_gpu_types(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """(6a) ``used[g]``: the design runs on GPU type g. ``sel[w,r] => used[g(r)]`` (serving),
+    ``y[w,r] => used[g(r)]`` (training), ``used[g] => OR`` of those (no type held for nothing: a server of a type
+    no row runs on is never part of a design), ``units(o) <= U * used[g(o)]``; ``gpu_types = sum_g used[g]``."""
+    runs: dict[str, list[cp_model.IntVar]] = defaultdict(list)
+    for wc, r, row in v.serving_rows():
+        runs[row.gpu_id].append(v.selected(wc.index, r))
+    for wc, r, trow in v.training_rows():
+        runs[trow.gpu_id] += v.training_choices(wc.index, r)
+    for gid, used in sorted(v.gpu_types().items()):
+        for x in runs[gid]:
+            model.add_implication(x, used)
+        model.add_bool_or([*runs[gid], used.Not()])
+    for o in table.offerings:
+        on = v.gpu_used(o.gpu_id)
+        for var in v.unit_vars(o):
+            if on is None:
+                model.add(var == 0)  # no row runs on it: no unit of it
+            else:
+                model.add(var <= upper_bound(var) * on)
+    v.gpu_types_used = _define(model, "gpu_types_used", [(1, x) for _, x in sorted(v.gpu_types().items())])
+
+
 @dataclass
 class _CostTerms:
     """(6) the terms of each aggregate: integer cents, GPUs and W per unit of a variable."""
@@ -344,6 +374,40 @@ def _define_costs(model: cp_model.CpModel, v: PlanVariables, table: CandidateTab
     v.owned_power_w = _define(model, "owned_power_w", terms.power)
     v.inventory_extra_gpus = _define(model, "inventory_extra_gpus", terms.extra)
     v.gpus_in_use = _gpus_in_use(model, table, terms, v.owned_gpus)
+    _define_hardware_counts(model, v, table)
+
+
+def _define_hardware_counts(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """(6b) GPUs held per (GPU type, cloud | owned): units x GPUs per unit (owned: bought and from inventory), plus
+    each cloud training run's instances x GPUs per instance; and GPUs at work per (GPU type, cloud | owned):
+    serving replicas x GPUs per replica, training runs' GPUs. The ranking's no-good cuts read both
+    (:func:`clusterplan.planner.solve._hardware_differs`)."""
+    pairs: dict[tuple[str, str], Terms] = defaultdict(list)
+    for o in table.offerings:
+        for var in v.unit_vars(o):
+            pairs[o.gpu_id, o.kind].append((o.gpus_per_unit, var))
+    for wc, r, trow in v.training_rows():
+        yc = v.runs_on_cloud(wc.index, r)
+        if yc is not None and trow.cloud_offering is not None:
+            o = table.offering(trow.cloud_offering)
+            pairs[o.gpu_id, "cloud"].append((trow.cloud_instances * o.gpus_per_unit, yc))
+    for key in sorted(pairs):
+        var = _define(model, f"hw_{key[0]}_{key[1]}", pairs[key])
+        if upper_bound(var) > 0:
+            v.hardware_counts[key] = var
+    working: dict[tuple[str, str], Terms] = defaultdict(list)
+    for wc, r, row in v.serving_rows():
+        for kind, x in (("cloud", v._xc.get((wc.index, r))), ("owned", v._xo.get((wc.index, r)))):
+            if x is not None:
+                working[row.gpu_id, kind].append((row.gpus, x))
+    for wc, r, trow in v.training_rows():
+        for kind, y in (("cloud", v.runs_on_cloud(wc.index, r)), ("owned", v.runs_owned(wc.index, r))):
+            if y is not None:
+                working[trow.gpu_id, kind].append((trow.gpus, y))
+    for key in sorted(working):
+        var = _define(model, f"work_{key[0]}_{key[1]}", working[key])
+        if upper_bound(var) > 0:
+            v.working_counts[key] = var
 
 
 def _offering_terms(
