@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusterplan.catalog.load import load_catalog_text
+from clusterplan.catalog.load import Catalog, load_catalog_text
 from clusterplan.evaluation.pricing import owned_server
 from clusterplan.physics import cost
 from conftest import example, plan_file, run_cli
@@ -119,10 +119,10 @@ def test_solve_shows_each_owned_lines_month() -> None:
 
 
 @pytest.mark.slow
-def test_the_planner_prices_colocation_and_support() -> None:
-    """The objective sees them: with colocation and support set to zero in a user catalog, the 70B example goes
-    back to the owned RTX PRO 6000 + H100 design ($399,348.12) it chose while owned servers paid electricity only;
-    with them, it rents (tests/test_planner_examples.golden.json)."""
+def test_the_planner_prices_colocation_and_support(catalog: Catalog) -> None:
+    """The objective sees them: the 70B example's design 1 is one owned 8x H200 server either way, and CP-SAT's own
+    objective (in cents) is its total with colocation and support, $183,085.63 (36 x their $5,085.71 a month) above
+    the same server's with both set to zero in a user catalog (tests/test_planner_examples.golden.json)."""
     zero = """
 sources:
   none:
@@ -132,12 +132,16 @@ owned:
   colocation_usd_per_kw_month: {value: 0, unit: USD per kW-month, source: none, as_of: 2026-10}
   support_fraction_per_year: {value: 0, unit: fraction per year, source: none, as_of: 2026-10}
 """
-    cat = load_catalog_text(zero)
-    plan = plan_file(example("70b-serving"), cat, explain=False)
-    d = plan.designs[0]
-    assert {x.kind for x in d.hardware} == {"owned"}
-    assert d.gpus_by_type == {"h100-sxm": 4, "rtx-pro-6000": 8}
-    assert d.costs.total_usd == pytest.approx(399_348.12, abs=0.01)
-    golden = json.loads((Path(__file__).parent / "test_planner_examples.golden.json").read_text())["70b-serving"]
-    assert all(h["offering"].startswith("cloud:") for h in golden["hardware"])
+    without = plan_file(example("70b-serving"), load_catalog_text(zero), explain=False)
+    with_them = plan_file(example("70b-serving"), catalog, explain=False)
+    for plan in (without, with_them):
+        d = plan.designs[0]
+        assert {x.kind for x in d.hardware} == {"owned"} and d.gpus_by_type == {"h200": 8}
+        cents = plan.solver.objective_value
+        assert cents is not None and cents / 100 == pytest.approx(d.costs.total_usd, abs=0.01)  # cents, rounded up
+    (line,) = with_them.designs[0].hardware
+    month = line.colocation_usd_per_month + line.support_usd_per_month
+    assert month == pytest.approx(1_877.41 + 3_208.30, abs=0.01)
+    gap = with_them.designs[0].costs.total_usd - without.designs[0].costs.total_usd
+    assert gap == pytest.approx(36 * month, abs=0.01)
     assert yaml.safe_load(example("70b-serving").read_text())["deployment"] == "either"

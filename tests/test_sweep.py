@@ -224,12 +224,12 @@ def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:
 @pytest.mark.slow
 def test_markdown_lists_rows_and_switch_points(tmp_path: Path) -> None:
     md = tmp_path / "sweep.md"
-    args = ["sweep", str(SERVING_70B), "--vary", "budget=300k,500k", "-j", "1", "--markdown", str(md)]
+    args = ["sweep", str(SERVING_70B), "--vary", "budget=300k,700k", "-j", "1", "--markdown", str(md)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     text = md.read_text()
     assert text.startswith("# 70B chat serving: sweep of budget (2)")
-    assert "| $300k | infeasible |" in text and "| $500k | optimal |" in text
+    assert "| $300k | infeasible |" in text and "| $700k | optimal |" in text
     switches = text.split("## Switch points")[1]
     assert "| budget ≈ | between | below | above |" in switches and "| infeasible | " in switches
     assert "- feasible from budget ≈ " in text

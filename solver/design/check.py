@@ -127,10 +127,10 @@ def _placement(design: Design, priced: list[Priced], sequential: bool, problems:
     train_units: dict[str, list[Unit]] = defaultdict(list)
     for p in priced:
         x = p.line
-        if x.kind == "cloud" and x.trains is None:
-            cloud_pool[x.gpu] += [p.unit] * x.units
-        elif x.kind == "cloud":
+        if x.kind == "cloud" and x.trains is not None:
             train_units[x.trains] += [p.unit] * x.units
+        elif x.kind == "cloud":
+            cloud_pool[x.gpu] += [p.unit] * x.units
         else:
             owned_pool[x.gpu] += [p.unit] * x.units
     cloud_items: dict[str, list[int]] = defaultdict(list)
