@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from clusterplan.physics import cost
 from clusterplan.physics.reasons import (
     Reason,
     ReasonCategory,
@@ -158,11 +159,11 @@ class Offering:
     @property
     def running_usd_per_month(self) -> float:
         """Owned: one server's month, energy + colocation + support + operations (the model's monthly cost)."""
-        return (
-            self.energy_usd_per_month
-            + self.colocation_usd_per_month
-            + self.support_usd_per_month
-            + self.operations_usd_per_month
+        return cost.owned_running_usd_per_month(
+            self.energy_usd_per_month,
+            self.colocation_usd_per_month,
+            self.support_usd_per_month,
+            self.operations_usd_per_month,
         )
 
     def horizon_usd(self, horizon_months: float, *, capital: bool = True) -> float:

@@ -36,11 +36,11 @@ class ServerPrice:
     @property
     def running_usd_per_month(self) -> float:
         """Everything one server costs a month: energy + colocation + support + operations."""
-        return (
-            self.energy_usd_per_month
-            + self.colocation_usd_per_month
-            + self.support_usd_per_month
-            + self.operations_usd_per_month
+        return cost.owned_running_usd_per_month(
+            self.energy_usd_per_month,
+            self.colocation_usd_per_month,
+            self.support_usd_per_month,
+            self.operations_usd_per_month,
         )
 
 

@@ -68,6 +68,14 @@ def colocation_usd_per_month(power_w: float, usd_per_kw_month: float) -> float:
     return power_w / 1000.0 * usd_per_kw_month
 
 
+def owned_running_usd_per_month(
+    energy_usd: float, colocation_usd: float, support_usd: float, operations_usd: float
+) -> float:
+    """One owned server's month: ``energy + colocation + support + operations`` (the planner's, the checker's and
+    estimate's monthly cost of a server; each term from its own function here)."""
+    return energy_usd + colocation_usd + support_usd + operations_usd
+
+
 def support_usd_per_month(hardware_usd: float, fraction_per_year: float) -> float:
     """Support and maintenance per month: ``hardware price x fraction per year / 12`` (TCO-APPX, Introl 2026: 8-12 %)."""
     return hardware_usd * fraction_per_year / 12.0
