@@ -37,6 +37,7 @@ class Launcher(BaseModel):
     accelerators: dict[str, str] = Field(
         default_factory=dict, description="SkyPilot: catalog GPU id -> accelerator name"
     )
+    images: dict[str, str] = Field(default_factory=dict, description="Kubernetes: engine id -> container image")
 
 
 class _File(BaseModel):

@@ -33,7 +33,7 @@ class Env(str):
 
 
 Arg = str | Env
-_NEEDS = {
+NEEDS = {
     "NODE_RANK": "this node's rank, 0 to {last}",
     "MASTER_ADDR": "node 0's address",
     "DATA_PATH": "a Megatron-preprocessed dataset prefix (tools/preprocess_data.py)",
@@ -41,6 +41,11 @@ _NEEDS = {
     "LOAD_DIR": "the base model's Megatron checkpoint",
     "LR": "the peak learning rate (not planned)",
 }
+
+
+def file_stem(n: int, workload: str, tool: str) -> str:
+    """An exported file's stem, as export_view names the serving launches: ``N-WORKLOAD-TOOL``."""
+    return f"{n}-{workload}-{tool}"
 
 
 def _word(a: Arg) -> str:
@@ -188,7 +193,7 @@ def _header(x: TrainingLaunch, what: str) -> list[str]:
 
 
 def _needs(names: list[str], last_rank: int) -> list[str]:
-    return [f': "${{{n}:?set {n}: {_NEEDS[n].format(last=last_rank)}}}"' for n in names]
+    return [f': "${{{n}:?set {n}: {NEEDS[n].format(last=last_rank)}}}"' for n in names]
 
 
 def megatron_script(x: TrainingLaunch) -> str:
@@ -248,7 +253,7 @@ def training_files(launches: list[TrainingLaunch], first: int = 1) -> dict[str, 
     notes: list[str] = []
     for n, x in enumerate(launches, start=first):
         if not x.refusals:
-            stem = f"{n}-{x.workload}-{x.framework}"
+            stem = file_stem(n, x.workload, x.framework)
             script = megatron_script(x) if x.framework == "megatron-lm" else torchtune_script(x)
             files[f"{stem}-launch.sh"] = script
         notes += [*training_notes(x), ""]
