@@ -38,9 +38,9 @@ class _NoAliases(yaml.SafeDumper):
 
 
 def _name(s: Scaling) -> str:
-    """A DNS-1123 name for the group: workload, pool role, engine."""
+    """A DNS-1123 name for the group: workload, pool role, GPU and engine (a pool may hold groups of two GPUs)."""
     x = s.launch
-    raw = "-".join(p for p in (x.workload, "" if x.role == "aggregated" else x.role, x.engine) if p)
+    raw = "-".join(p for p in (x.workload, "" if x.role == "aggregated" else x.role, x.gpu, x.engine) if p)
     return re.sub(r"[^a-z0-9-]+", "-", raw.lower()).strip("-")[:63].strip("-") or "serving"
 
 
@@ -109,7 +109,7 @@ def k8s_file(scalings: list[Scaling]) -> str:
     for s in scalings:
         x = s.launch
         parts.append(
-            f"# {x.workload} ({x.role}): {s.max_replicas} replicas at peak (N+{s.redundancy}), {s.min_replicas} at "
+            f"# {x.workload} ({x.role}): {s.max_replicas} replica(s) at peak (N+{s.redundancy}), {s.min_replicas} at "
             f"the average demand; {s.gpus_per_replica} x {x.gpu_name} each; {s.target_rps_per_replica:,.3g} req/s "
             "per replica with the p95 targets met\n"
             + yaml.dump_all(manifests(s), Dumper=_NoAliases, sort_keys=False, explicit_start=True)
