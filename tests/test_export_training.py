@@ -159,7 +159,9 @@ def _finetune(catalog: Catalog, method: str = "qlora", **over: Any) -> TrainingL
 def test_torchtune_refuses_pipeline_stages_it_has_no_schedule_for(catalog: Catalog) -> None:
     # the QLoRA 70B budget case's layout: PP 2 with 20 virtual stages on two L40S
     x = _finetune(catalog, pp=2, virtual_stages=20, dp=1)
-    assert x.refusals == (FrameworkCannotRun(framework="torchtune", feature="pipeline", value="2 (20 virtual stages each)"),)
+    assert x.refusals == (
+        FrameworkCannotRun(framework="torchtune", feature="pipeline", value="2 (20 virtual stages each)"),
+    )
     assert "-launch.sh" not in "".join(view.training_files([x]))
     tp = _finetune(catalog, tp=2, dp=1)
     assert [r.feature for r in tp.refusals] == ["tensor"]
@@ -220,9 +222,7 @@ def _argv(script: str) -> list[str]:
         (CASES / "train-70b-2t-owned.yaml", "megatron-lm"),
     ],
 )
-def test_export_of_a_training_design_writes_a_launch_that_parses(
-    path: Path, framework: str, tmp_path: Path
-) -> None:
+def test_export_of_a_training_design_writes_a_launch_that_parses(path: Path, framework: str, tmp_path: Path) -> None:
     files = _export(path, tmp_path / "out")
     launch = next(text for name, text in files.items() if name.endswith(f"-{framework}-launch.sh"))
     _bash_n(launch, tmp_path)

@@ -31,7 +31,8 @@ class Launcher(BaseModel):
     arguments: list[str] = Field(description="every option or key the tool accepts")
     model_arguments: list[str] = Field(default_factory=list, description="torchtune: a model builder's keys")
     models: dict[str, list[str | None]] = Field(
-        default_factory=dict, description="torchtune: catalog model id -> single-device and distributed configs, LoRA and QLoRA builders"
+        default_factory=dict,
+        description="torchtune: catalog model id -> single-device and distributed configs, LoRA and QLoRA builders",
     )
     clouds: dict[str, str] = Field(default_factory=dict, description="SkyPilot: catalog provider id -> cloud name")
     accelerators: dict[str, str] = Field(

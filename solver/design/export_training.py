@@ -115,9 +115,7 @@ def _nodes(hardware: list[HardwareLine], wp: TrainingPlan) -> Nodes:
     if wp.deployment == "cloud":
         lines = [h for h in hardware if h.kind == "cloud" and h.trains == wp.workload]
     else:
-        lines = sorted(
-            (h for h in hardware if h.kind == "owned" and h.gpu == wp.gpu), key=lambda h: -h.gpus_per_unit
-        )
+        lines = sorted((h for h in hardware if h.kind == "owned" and h.gpu == wp.gpu), key=lambda h: -h.gpus_per_unit)
     placed: list[int] = []
     left = wp.gpus
     for h in lines:

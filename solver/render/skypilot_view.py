@@ -78,4 +78,3 @@ def skypilot_files(tasks: list[CloudTask]) -> dict[str, str]:
     if skipped:
         files["skypilot.txt"] = "\n".join(skipped) + "\n"
     return files
-
