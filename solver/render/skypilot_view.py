@@ -44,12 +44,12 @@ def task(t: CloudTask) -> dict[str, Any]:
     resources |= {"accelerators": f"{t.accelerator}:{t.gpus_per_node}", "use_spot": False}
     out: dict[str, Any] = {"name": t.name, "num_nodes": t.num_nodes, "resources": resources}
     if t.training is not None:
-        x = t.training
-        script = megatron_script(x) if x.framework == "megatron-lm" else torchtune_script(x)
+        tx = t.training
+        script = megatron_script(tx) if tx.framework == "megatron-lm" else torchtune_script(tx)
         needs = [n for n in NEEDS if f"${{{n}:?" in script and n not in ("NODE_RANK", "MASTER_ADDR")]
         if needs:
             out["envs"] = dict.fromkeys(needs)  # null: given at launch (sky launch --env NAME=value)
-        out["run"] = (_NODE_ENV if x.nodes.count > 1 else "") + script.split("\n", 1)[1]
+        out["run"] = (_NODE_ENV if tx.nodes.count > 1 else "") + script.split("\n", 1)[1]
     else:
         x = t.serving
         assert x is not None
