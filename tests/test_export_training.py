@@ -199,11 +199,15 @@ def _export(path: Path, folder: Path) -> dict[str, str]:
 
 
 def _bash_n(text: str, tmp_path: Path) -> None:
+    """The script parses, and run without its variables or its launcher it stops at the first one missing."""
     script = tmp_path / "check.sh"
     script.write_text(text, encoding="utf-8")
     sh = shutil.which("bash") or "sh"
     checked = subprocess.run([sh, "-n", str(script)], capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stderr
+    ran = subprocess.run([sh, str(script)], capture_output=True, text=True, check=False, env={"PATH": "/nonexistent"})
+    assert ran.returncode != 0
+    assert ": set " in ran.stderr or "not found" in ran.stderr, ran.stderr  # a variable's message, or no launcher
 
 
 def _argv(script: str) -> list[str]:
@@ -280,3 +284,24 @@ def test_kubernetes_manifests_scale_between_the_average_and_the_peak_with_n_plus
     container = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == str(group["tp"] * group["pp"])
     assert container["command"][:2] == ["vllm", "serve"]
+
+
+def test_a_multi_node_cloud_run_reads_skypilots_node_rank_and_asks_for_the_variables_it_needs(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    from clusterplan.design.export_targets import CloudTask
+    from clusterplan.render.skypilot_view import task
+
+    for x in (_training(catalog, _plan(deployment="cloud")), _finetune(catalog, gpus=16, dp=16)):
+        assert x.nodes.count > 1 and x.refusals == ()
+        t = CloudTask(name=x.workload, provider="aws", cloud="aws", region="us-east-1", gpu="h100-sxm",
+                      accelerator="H100", gpus_per_node=8, num_nodes=x.nodes.count, copies=1, training=x)  # fmt: skip
+        out = yaml.safe_load(yaml.safe_dump(task(t)))
+        assert out["resources"] == {"cloud": "aws", "region": "us-east-1", "accelerators": "H100:8", "use_spot": False}
+        assert out["num_nodes"] == x.nodes.count
+        assert out["run"].startswith('export NODE_RANK="$SKYPILOT_NODE_RANK"')
+        _bash_n(out["run"], tmp_path)
+        if x.framework == "megatron-lm":
+            assert out["envs"] == {"LR": None, "DATA_PATH": None, "CHECKPOINT_DIR": None}
+        else:
+            assert "--rdzv-endpoint" in out["run"] and "envs" not in out

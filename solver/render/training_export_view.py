@@ -34,8 +34,8 @@ class Env(str):
 
 Arg = str | Env
 NEEDS = {
-    "NODE_RANK": "this node's rank, 0 to {last}",
-    "MASTER_ADDR": "node 0's address",
+    "NODE_RANK": "the rank of this node, 0 to {last}",
+    "MASTER_ADDR": "the address of node 0",
     "DATA_PATH": "a Megatron-preprocessed dataset prefix (tools/preprocess_data.py)",
     "CHECKPOINT_DIR": "where checkpoints are written",
     "LOAD_DIR": "the base model's Megatron checkpoint",
@@ -193,6 +193,7 @@ def _header(x: TrainingLaunch, what: str) -> list[str]:
 
 
 def _needs(names: list[str], last_rank: int) -> list[str]:
+    # no quote characters in the messages: bash reads a single quote inside "${VAR:?...}" as quoting
     return [f': "${{{n}:?set {n}: {NEEDS[n].format(last=last_rank)}}}"' for n in names]
 
 
