@@ -305,3 +305,21 @@ def test_a_multi_node_cloud_run_reads_skypilots_node_rank_and_asks_for_the_varia
             assert out["envs"] == {"LR": None, "DATA_PATH": None, "CHECKPOINT_DIR": None}
         else:
             assert "--rdzv-endpoint" in out["run"] and "envs" not in out
+
+
+def test_a_replica_wider_than_one_machine_gets_no_deployment() -> None:
+    from clusterplan.design.export import Expected, Launch
+    from clusterplan.design.export_targets import Scaling
+    from clusterplan.render.k8s_view import k8s_file
+
+    expected = Expected(request_rate_rps=1.0, output_tokens_per_s=1.0, mean_ttft_s=None, p95_ttft_s=1.0,
+                        mean_tpot_s=None, p95_tpot_s=0.1, mean_e2e_s=None, p95_e2e_s=2.0,
+                        saturated_output_tokens_per_s=10.0)  # fmt: skip
+    launch = Launch(workload="big", engine="vllm", model="m", gpu="a100-80gb", gpu_name="A100", replicas=2, tp=8, pp=2,
+                    quant="bf16", kv_cache="bf16", memory_fraction=0.9, memory_policy="p", max_batch=8,
+                    prefill_chunk_tokens=8192, max_model_len=4096, input_tokens=1000, output_tokens=100,
+                    average_rate_rps=1.0, peak_rate_rps=2.0, num_prompts=200, expected=expected, targets={})  # fmt: skip
+    wide = k8s_file([Scaling(launch, 2, 1, 0, 1.0, gpus_per_node=8)])
+    assert list(yaml.safe_load_all(wide)) == [] and "spans 16 GPUs" in wide
+    fits = k8s_file([Scaling(launch, 2, 1, 0, 1.0, gpus_per_node=16)])
+    assert [d["kind"] for d in yaml.safe_load_all(fits)] == ["Deployment", "Service", "HorizontalPodAutoscaler"]

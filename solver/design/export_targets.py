@@ -41,10 +41,16 @@ class Scaling:
     min_replicas: int
     redundancy: int
     target_rps_per_replica: float
+    gpus_per_node: int  # the largest machine of the replica's GPU in the design: a pod runs on one
 
     @property
     def gpus_per_replica(self) -> int:
         return self.launch.tp * self.launch.pp
+
+    @property
+    def spans_nodes(self) -> bool:
+        """One replica needs more GPUs than one machine holds (a pipeline over nodes): no single pod runs it."""
+        return self.gpus_per_replica > self.gpus_per_node
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,8 @@ def serving_scaling(chosen: Design, launches: list[Launch]) -> list[Scaling]:
         average_rps = x.expected.request_rate_rps * g.replicas  # the group's share of the average demand
         needed = math.ceil(average_rps / rate - _CEIL_TOLERANCE) if rate > 0 else g.replicas
         low = min(g.replicas, max(needed, 1) + wp.redundancy)
-        out.append(Scaling(x, g.replicas, low, wp.redundancy, rate))
+        node = max((h.gpus_per_unit for h in chosen.hardware if h.gpu == g.gpu), default=x.tp * x.pp)
+        out.append(Scaling(x, g.replicas, low, wp.redundancy, rate, node))
     return out
 
 

@@ -112,6 +112,11 @@ def k8s_file(scalings: list[Scaling]) -> str:
             f"# {x.workload} ({x.role}): {s.max_replicas} replica(s) at peak (N+{s.redundancy}), {s.min_replicas} at "
             f"the average demand; {s.gpus_per_replica} x {x.gpu_name} each; {s.target_rps_per_replica:,.3g} req/s "
             "per replica with the p95 targets met\n"
-            + yaml.dump_all(manifests(s), Dumper=_NoAliases, sort_keys=False, explicit_start=True)
+            + (
+                f"# not written: one replica spans {s.gpus_per_replica} GPUs, more than the {s.gpus_per_node} of one "
+                "machine, and a Deployment's pod runs on one node; run it as a LeaderWorkerSet\n"
+                if s.spans_nodes
+                else yaml.dump_all(manifests(s), Dumper=_NoAliases, sort_keys=False, explicit_start=True)
+            )
         )
     return "".join(parts)

@@ -204,6 +204,10 @@ def megatron_script(x: TrainingLaunch) -> str:
     envs += ["LOAD_DIR"] if x.plan.kind == "finetune" else []
     envs = (["NODE_RANK", "MASTER_ADDR"] if x.nodes.count > 1 else []) + envs
     where = "# run it from Megatron-LM's repository root" + (" on every node" if x.nodes.count > 1 else "")
+    where += (
+        "\n# the model's shape is the catalog's (layers, widths, heads); RMSNorm, RoPE, SwiGLU, no biases and untied"
+        "\n# embeddings are assumed: check them, and the rotary base, against the model's config"
+    )
     body = join_lines(["torchrun", *torchrun_args(x), "pretrain_gpt.py"], megatron_args(x))
     return "\n".join([*head, where, "set -eu", *_needs(envs, x.nodes.count - 1)]) + "\n" + body
 
