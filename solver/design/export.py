@@ -105,6 +105,7 @@ class Launch(BaseModel):
     planned_model: str = Field(description="the checkpoint the catalog's architecture was read from")
     gpu: str
     gpu_name: str
+    gpus_per_node: int = Field(description="GPUs in one server of this GPU type (catalog max_gpus_per_node)")
     replicas: int
     tp: int
     pp: int
@@ -227,7 +228,8 @@ def _launches(
         launches.append(
             Launch(
                 workload=w.name, engine=a.engine, engine_version=version, model=served, planned_model=planned,
-                gpu=g.gpu, gpu_name=g.gpu_name, replicas=g.replicas, tp=g.tp, pp=g.pp, ep=g.ep,
+                gpu=g.gpu, gpu_name=g.gpu_name, gpus_per_node=catalog.gpus[g.gpu].max_gpus_per_node,
+                replicas=g.replicas, tp=g.tp, pp=g.pp, ep=g.ep,
                 attention_dp=g.attention_dp, quant=g.quant, kv_cache=g.kv_cache, memory_fraction=fraction,
                 memory_policy=policy, max_batch=batch, prefill_chunk_tokens=a.chunk_tokens,
                 max_model_len=math.ceil(w.context_tokens), speculative=a.speculative,

@@ -312,17 +312,36 @@ def bench_expectations(x: Launch, script: str) -> list[str]:
     return lines
 
 
-def _launch_script(x: Launch, options: str, first_instance: int) -> str:
+def _placed(x: Launch, first_gpu: int) -> tuple[list[int], int]:
+    """Each replica's first GPU on its server, the workload's pool GPUs numbered from ``first_gpu`` over servers of
+    ``gpus_per_node`` (a replica that would straddle two servers starts on the next), and where the next pool starts."""
+    n, width, pos, out = x.gpus_per_node, x.tp * x.pp, first_gpu, []
+    for _ in range(x.replicas):
+        if pos % n and pos % n + width > n:
+            pos += n - pos % n
+        out.append(pos % n)
+        pos += width
+    return out, pos
+
+
+def _launch_script(x: Launch, options: str, first_gpu: int, first_instance: int) -> str:
     """One group's launch script: one command for aggregated replicas (each on its own GPUs, behind one endpoint),
-    one per replica for a pool (each on its own port; vLLM's NIXL side channel on its own port too)."""
+    one per replica for a pool, each on its own port and GPUs (``CUDA_VISIBLE_DEVICES``, counted from
+    ``first_gpu`` over servers of ``gpus_per_node``) and, for vLLM, its own NIXL side-channel port."""
     head = f"#!/bin/sh\n# {x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)\n"
     if x.role == "aggregated":
         return head + _join(launch_argv(x, options)) + "\n"
+    head += (
+        f"# one line per replica, each on its own port; GPUs numbered over servers of {x.gpus_per_node}: a line whose\n"
+        "# GPUs fall on the next server runs there (then name that host instead of localhost in the router)\n"
+    )
     lines = []
-    for i in range(x.replicas):
-        env = [f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_SIDE_CHANNEL_PORT + 100 * (first_instance + i)}"]
-        argv = launch_argv(x, options, i)
-        lines.append(_join([*env, *argv] if x.engine == "vllm" else argv) + " &")
+    for i, start in enumerate(_placed(x, first_gpu)[0]):
+        devices = range(start, start + min(x.tp * x.pp, x.gpus_per_node))
+        env = [f"CUDA_VISIBLE_DEVICES={','.join(map(str, devices))}"]
+        if x.engine == "vllm":
+            env.append(f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_SIDE_CHANNEL_PORT + 100 * (first_instance + i)}")
+        lines.append(_join([*env, *launch_argv(x, options, i)]) + " &")
     return head + "\n".join(lines) + "\nwait\n"
 
 
@@ -332,12 +351,14 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
     files: dict[str, str] = {}
     notes: list[str] = list(DEFINITIONS)
     benches: list[str] = []
-    instances = 0
+    instances: dict[str, int] = {}  # per workload: pool replicas launched so far
+    gpus: dict[str, int] = {}  # per workload: pool GPUs numbered so far
     for n, x in enumerate(launches, start=1):
         stem = f"{n}-{x.workload}-{x.engine}"
         options = f"{stem}-llm-api-options.yaml"
-        files[f"{stem}-launch.sh"] = _launch_script(x, options, instances)
-        instances += x.replicas
+        files[f"{stem}-launch.sh"] = _launch_script(x, options, gpus.get(x.workload, 0), instances.get(x.workload, 0))
+        instances[x.workload] = instances.get(x.workload, 0) + x.replicas
+        gpus[x.workload] = _placed(x, gpus.get(x.workload, 0))[1]
         if x.engine == "tensorrt-llm":
             files[options] = json.dumps(trtllm_options(x), indent=2) + "\n"  # JSON is YAML
         notes += [*expectations(x), ""]
