@@ -233,3 +233,19 @@ def test_expected_figures_of_design_1_meet_the_load(path: Path, catalog: Catalog
         text = files["expected.txt"]
         assert "unbounded" not in text and "TPOT: per request, (latency - TTFT)" in text
         assert json.loads(files["expected.json"])["workloads"]
+
+
+@pytest.mark.slow
+def test_an_engine_export_cannot_write_is_refused_not_written_as_vllm(tmp_path: Path) -> None:
+    """A workload on llama.cpp has no launch export writes: exit 2 naming the engines it can write, never a vLLM
+    command under llama.cpp's name."""
+    from conftest import run_cli
+
+    req = tmp_path / "llamacpp.yaml"
+    req.write_text(
+        example("70b-serving")
+        .read_text()
+        .replace("    requests_per_min", "    engine: llama.cpp\n    requests_per_min")
+    )
+    result = run_cli("export", str(req))
+    assert result.exit_code == 2 and "not llama.cpp's" in result.output and "--engine vllm" in result.output
