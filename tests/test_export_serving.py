@@ -249,3 +249,14 @@ def test_an_engine_export_cannot_write_is_refused_not_written_as_vllm(tmp_path: 
     )
     result = run_cli("export", str(req))
     assert result.exit_code == 2 and "not llama.cpp's" in result.output and "--engine vllm" in result.output
+
+
+@pytest.mark.slow
+def test_each_workload_is_served_and_benchmarked_on_its_own_port(catalog: Catalog) -> None:
+    """Three serving workloads of one design: three endpoints, each workload's benchmark calling its own."""
+    launches, files = _exported(DATA / "cases" / "three-workload-fleet.yaml", catalog)
+    served = {x.workload: _flag(argv, "--port") for x in launches for n, argv in commands(files) if
+              n.endswith("-launch.sh") and x.model in argv}  # fmt: skip
+    benched = {n.split("-")[1]: _flag(argv, "--port") for n, argv in commands(files) if n.endswith("-bench.sh")}
+    assert len(set(served.values())) == len(launches) == 3
+    assert benched == served

@@ -96,6 +96,7 @@ class Launch(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str
+    workload_index: int = Field(0, description="the workload's place among the design's serving workloads, from 0")
     role: Literal["aggregated", "prefill", "decode"] = Field(
         "aggregated", description="aggregated replicas, or one pool of a disaggregated design (launched as such)"
     )
@@ -174,7 +175,8 @@ def export_design(
             from clusterplan.requirement.schema import EngineSettings
 
             w = w.model_copy(update={"engine": settings or EngineSettings(name=engine)})
-        out += _launches(resolved, catalog, i, w, wp)
+        served = len({x.workload for x in out})
+        out += [x.model_copy(update={"workload_index": served}) for x in _launches(resolved, catalog, i, w, wp)]
     return out
 
 

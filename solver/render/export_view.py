@@ -15,11 +15,16 @@ import shlex
 from clusterplan.design.export import Launch
 from clusterplan.wording.fmt import seconds
 
-PORT = 8000  # the endpoint the benchmark calls: the one replica group's server, or the router of a disaggregated one
-PREFILL_PORT = 8100  # prefill replica i listens on PREFILL_PORT + i (distinct ports, so pools can share a host)
-DECODE_PORT = 8200  # decode replica i on DECODE_PORT + i
-SGLANG_BOOTSTRAP_PORT = 8998  # --disaggregation-bootstrap-port of prefill replica 0 (SGLang's default), + i
-NIXL_SIDE_CHANNEL_PORT = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT of the first instance; each next one + 100
+# Ports of the w-th served workload (from 0), so that workloads and pools can share a host: its endpoint (the one
+# group's server, or the router of a disaggregated workload: what the benchmark calls) PORT + w; its prefill replica i
+# PREFILL_PORT + 200 w + i, decode replica i DECODE_PORT + 200 w + i; SGLang's bootstrap port of prefill replica i
+# SGLANG_BOOTSTRAP_PORT + 100 w + i; vLLM's NIXL side channel of the k-th pool instance of the design
+# NIXL_SIDE_CHANNEL_PORT + 100 k (an instance uses its base + DP rank x TP: docs/features/nixl_connector_usage.md).
+PORT = 8000
+PREFILL_PORT = 9000
+DECODE_PORT = 9100
+SGLANG_BOOTSTRAP_PORT = 7000
+NIXL_SIDE_CHANNEL_PORT = 5600
 VLLM_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in a vLLM checkout (its NIXL guide)
 _VLLM_QUANT = {"fp8": "fp8", "int8": "compressed-tensors", "int4": "awq"}  # bf16/fp16: none (the checkpoint's dtype)
 _SGLANG_QUANT = {"fp8": "fp8", "int8": "w8a8_int8", "int4": "awq"}
@@ -45,9 +50,19 @@ def _dtype(quant: str) -> str:
 
 def _port(x: Launch, replica: int) -> int:
     """The port replica ``replica`` (0-based) of ``x`` listens on."""
-    return {"prefill": PREFILL_PORT, "decode": DECODE_PORT}.get(x.role, PORT) + (
-        0 if x.role == "aggregated" else replica
-    )
+    if x.role == "aggregated":
+        return _endpoint(x)
+    return {"prefill": PREFILL_PORT, "decode": DECODE_PORT}[x.role] + 200 * x.workload_index + replica
+
+
+def _endpoint(x: Launch) -> int:
+    """The port ``x``'s workload is served on: its aggregated replicas' or its router's (the benchmark's)."""
+    return PORT + x.workload_index
+
+
+def _bootstrap_port(x: Launch, replica: int) -> int:
+    """SGLang's bootstrap port of prefill replica ``replica`` of ``x``."""
+    return SGLANG_BOOTSTRAP_PORT + 100 * x.workload_index + replica
 
 
 def vllm_launch(x: Launch, replica: int = 0) -> list[str]:
@@ -110,7 +125,7 @@ def sglang_launch(x: Launch, replica: int = 0) -> list[str]:
     if x.role != "aggregated":
         argv += ["--disaggregation-mode", x.role, "--disaggregation-transfer-backend", "nixl"]
     if x.role == "prefill":
-        argv += ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT + replica)]
+        argv += ["--disaggregation-bootstrap-port", str(_bootstrap_port(x, replica))]
     if x.speculative is not None:
         argv += [
             "--speculative-algorithm", _SGLANG_SPEC[x.speculative.method],
@@ -179,21 +194,21 @@ def _pool_ports(pools: list[Launch], role: str) -> list[int]:
 
 
 def router_argv(pools: list[Launch], config_file: str = "disagg-config.yaml") -> list[str]:
-    """The router in front of a disaggregated workload's pools, listening on ``PORT``: vLLM's NIXL proxy, SGLang's
+    """The router in front of a disaggregated workload's pools, listening on the workload's endpoint port: vLLM's NIXL proxy, SGLang's
     ``sglang_router --pd-disaggregation`` or ``trtllm-serve disaggregated`` (its pools in ``config_file``)."""
     engine = pools[0].engine
     prefill, decode = _pool_ports(pools, "prefill"), _pool_ports(pools, "decode")
     if engine == "sglang":
         argv = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
         for i, p in enumerate(prefill):
-            argv += ["--prefill", f"http://localhost:{p}", str(SGLANG_BOOTSTRAP_PORT + i)]
+            argv += ["--prefill", f"http://localhost:{p}", str(_bootstrap_port(pools[0], i))]
         for p in decode:
             argv += ["--decode", f"http://localhost:{p}"]
-        return [*argv, "--host", "0.0.0.0", "--port", str(PORT)]
+        return [*argv, "--host", "0.0.0.0", "--port", str(_endpoint(pools[0]))]
     if engine == "tensorrt-llm":
         return ["trtllm-serve", "disaggregated", "--config_file", config_file]
     return [
-        "python", VLLM_PROXY, "--host", "0.0.0.0", "--port", str(PORT),
+        "python", VLLM_PROXY, "--host", "0.0.0.0", "--port", str(_endpoint(pools[0])),
         "--prefiller-hosts", *(["localhost"] * len(prefill)), "--prefiller-ports", *map(str, prefill),
         "--decoder-hosts", *(["localhost"] * len(decode)), "--decoder-ports", *map(str, decode),
     ]  # fmt: skip
@@ -204,7 +219,7 @@ def trtllm_disagg_config(pools: list[Launch]) -> dict[str, object]:
     prefill, decode = _pool_ports(pools, "prefill"), _pool_ports(pools, "decode")
     return {
         "hostname": "0.0.0.0",
-        "port": PORT,
+        "port": _endpoint(pools[0]),
         "backend": "pytorch",
         "context_servers": {"num_instances": len(prefill), "urls": [f"localhost:{p}" for p in prefill]},
         "generation_servers": {"num_instances": len(decode), "urls": [f"localhost:{p}" for p in decode]},
@@ -218,7 +233,7 @@ def bench_argv(x: Launch, host: str = "localhost", result_file: str = "bench-res
     lengths = ["--random-input-len", str(x.input_tokens), "--random-output-len", str(x.output_tokens)]
     if x.engine == "sglang":  # ignores EOS unless --disable-ignore-eos; --random-range-ratio 1: fixed lengths
         return [
-            "python", "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", str(PORT),
+            "python", "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", str(_endpoint(x)),
             "--dataset-name", "random", *lengths, "--random-range-ratio", "1", "--request-rate", rate,
             "--num-prompts", str(x.num_prompts), "--output-file", result_file,
         ]  # fmt: skip
@@ -226,7 +241,7 @@ def bench_argv(x: Launch, host: str = "localhost", result_file: str = "bench-res
     if x.engine == "tensorrt-llm":
         head = ["python", "-m", "tensorrt_llm.serve.scripts.benchmark_serving"]
     return [
-        *head, "--model", x.model, "--backend", "openai", "--host", host, "--port", str(PORT), "--dataset-name",
+        *head, "--model", x.model, "--backend", "openai", "--host", host, "--port", str(_endpoint(x)), "--dataset-name",
         "random", *lengths, "--random-range-ratio", "0", "--ignore-eos", "--request-rate", rate, "--burstiness", "1",
         "--num-prompts", str(x.num_prompts), "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles",
         BENCH_PERCENTILES, "--save-result", "--result-filename", result_file,
@@ -351,13 +366,13 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
     files: dict[str, str] = {}
     notes: list[str] = list(DEFINITIONS)
     benches: list[str] = []
-    instances: dict[str, int] = {}  # per workload: pool replicas launched so far
+    instances = 0  # pool replicas launched so far (each its own NIXL side-channel port)
     gpus: dict[str, int] = {}  # per workload: pool GPUs numbered so far
     for n, x in enumerate(launches, start=1):
         stem = f"{n}-{x.workload}-{x.engine}"
         options = f"{stem}-llm-api-options.yaml"
-        files[f"{stem}-launch.sh"] = _launch_script(x, options, gpus.get(x.workload, 0), instances.get(x.workload, 0))
-        instances[x.workload] = instances.get(x.workload, 0) + x.replicas
+        files[f"{stem}-launch.sh"] = _launch_script(x, options, gpus.get(x.workload, 0), instances)
+        instances += 0 if x.role == "aggregated" else x.replicas
         gpus[x.workload] = _placed(x, gpus.get(x.workload, 0))[1]
         if x.engine == "tensorrt-llm":
             files[options] = json.dumps(trtllm_options(x), indent=2) + "\n"  # JSON is YAML
@@ -372,7 +387,7 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
         if x.role != "aggregated":
             config = f"{stem}-disagg-config.yaml"
             files[f"{stem}-router.sh"] = (
-                f"#!/bin/sh\n# {x.workload}: the router in front of the prefill and decode pools, on port {PORT}\n"
+                f"#!/bin/sh\n# {x.workload}: the router in front of the prefill and decode pools, on port {_endpoint(x)}\n"
                 f"{_join(router_argv(mine, config))}\n"
             )
             if x.engine == "tensorrt-llm":
