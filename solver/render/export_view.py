@@ -367,13 +367,13 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
     notes: list[str] = list(DEFINITIONS)
     benches: list[str] = []
     instances = 0  # pool replicas launched so far (each its own NIXL side-channel port)
-    gpus: dict[str, int] = {}  # per workload: pool GPUs numbered so far
+    gpus: dict[tuple[str, str], int] = {}  # per workload and GPU type (its own servers): pool GPUs numbered so far
     for n, x in enumerate(launches, start=1):
         stem = f"{n}-{x.workload}-{x.engine}"
         options = f"{stem}-llm-api-options.yaml"
-        files[f"{stem}-launch.sh"] = _launch_script(x, options, gpus.get(x.workload, 0), instances)
+        files[f"{stem}-launch.sh"] = _launch_script(x, options, gpus.get((x.workload, x.gpu), 0), instances)
         instances += 0 if x.role == "aggregated" else x.replicas
-        gpus[x.workload] = _placed(x, gpus.get(x.workload, 0))[1]
+        gpus[x.workload, x.gpu] = _placed(x, gpus.get((x.workload, x.gpu), 0))[1]
         if x.engine == "tensorrt-llm":
             files[options] = json.dumps(trtllm_options(x), indent=2) + "\n"  # JSON is YAML
         notes += [*expectations(x), ""]
