@@ -260,3 +260,37 @@ def test_each_workload_is_served_and_benchmarked_on_its_own_port(catalog: Catalo
     benched = {n.split("-")[1]: _flag(argv, "--port") for n, argv in commands(files) if n.endswith("-bench.sh")}
     assert len(set(served.values())) == len(launches) == 3
     assert benched == served
+
+
+def _variant(tmp_path: Path, source: Path, after: str, extra: str) -> Path:
+    """``source`` with ``extra`` lines added after the line ``after`` (a workload setting)."""
+    path = tmp_path / f"{source.stem}-variant.yaml"
+    path.write_text(source.read_text().replace(after, f"{after}\n{extra}"))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_disaggregation_speculation_and_prefix_caching_flags_are_documented(
+    engine: str, catalog: Catalog, tmp_path: Path
+) -> None:
+    """The settings no shipped example uses: pools with their KV connector and router (70B, ``disaggregation:
+    required``), MTP speculative decoding and a prefix-cache hit rate (DeepSeek-R1). Every flag is in the engine
+    version's list; the benchmark reproduces the planned hit rate with a shared prefix where its client can."""
+    pooled = _variant(tmp_path, example("70b-serving"), "    peak_to_average: 1.2", "    disaggregation: required")
+    _, files = _exported(pooled, catalog, engine)
+    assert undocumented(engine, files) == []
+    spec = _variant(
+        tmp_path, DEEPSEEK, "    peak_to_average: 1.3",
+        "    speculative: {method: mtp, draft_tokens: 1, acceptance_length: 1.7}\n    prefix_cache_hit_rate: 0.3",
+    )  # fmt: skip
+    _, files = _exported(spec, catalog, engine)
+    assert undocumented(engine, files) == []
+    (launch,) = _launch_lines(files, "serve" if engine != "sglang" else "launch_server")
+    (bench,) = [argv for name, argv in commands(files) if name.endswith("-bench.sh")]
+    if engine == "vllm":
+        assert "--enable-prefix-caching" in launch and "deepseek_mtp" in _flag(launch, "--speculative-config")
+    if engine == "sglang":
+        assert _flag(launch, "--speculative-algorithm") == "NEXTN" and "--disable-radix-cache" not in launch
+    else:
+        assert (_flag(bench, "--random-prefix-len"), _flag(bench, "--random-input-len")) == ("450", "1050")

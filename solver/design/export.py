@@ -121,6 +121,9 @@ class Launch(BaseModel):
     max_model_len: int = Field(description="context reserved per sequence, tokens")
     speculative: SpeculativeDecoding | None = None
     prefix_cache_hit_rate: float = 0.0
+    shared_prefix_tokens: int = Field(
+        0, description="prompt tokens every benchmark request shares, so the prefix cache hits at the planned rate"
+    )
     input_tokens: int
     output_tokens: int
     average_rate_rps: float = Field(description="the requirement's average request rate, all replicas")
@@ -236,6 +239,7 @@ def _launches(
                 memory_policy=policy, max_batch=batch, prefill_chunk_tokens=a.chunk_tokens,
                 max_model_len=math.ceil(w.context_tokens), speculative=a.speculative,
                 prefix_cache_hit_rate=a.prefix_cache_hit_rate, input_tokens=round(w.input_tokens),
+                shared_prefix_tokens=round(a.prefix_cache_hit_rate * w.input_tokens),
                 output_tokens=round(w.output_tokens), average_rate_rps=w.requests_per_s,
                 peak_rate_rps=w.requests_per_s * w.peak_to_average, num_prompts=bench.num_prompts,
                 expected=expected, bench=bench, targets=targets, role=g.role,

@@ -231,8 +231,8 @@ def bench_argv(x: Launch, host: str = "localhost", result_file: str = "bench-res
     open-loop Poisson arrivals at its average request rate, enough prompts for a steady state, the result saved."""
     rate = f"{x.average_rate_rps:.4g}"
     lengths = ["--random-input-len", str(x.input_tokens), "--random-output-len", str(x.output_tokens)]
-    if x.engine == "sglang":  # ignores EOS unless --disable-ignore-eos; --random-range-ratio 1: fixed lengths
-        return [
+    if x.engine == "sglang":  # ignores EOS unless --disable-ignore-eos; --random-range-ratio 1: fixed lengths; no
+        return [  # shared-prefix option in its random dataset
             "python", "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", str(_endpoint(x)),
             "--dataset-name", "random", *lengths, "--random-range-ratio", "1", "--request-rate", rate,
             "--num-prompts", str(x.num_prompts), "--output-file", result_file,
@@ -240,6 +240,12 @@ def bench_argv(x: Launch, host: str = "localhost", result_file: str = "bench-res
     head = ["vllm", "bench", "serve"]
     if x.engine == "tensorrt-llm":
         head = ["python", "-m", "tensorrt_llm.serve.scripts.benchmark_serving"]
+    if x.shared_prefix_tokens:  # a prefix every prompt shares, then the rest random: the planned hit rate
+        lengths = [
+            "--random-prefix-len", str(x.shared_prefix_tokens),
+            "--random-input-len", str(x.input_tokens - x.shared_prefix_tokens),
+            "--random-output-len", str(x.output_tokens),
+        ]  # fmt: skip
     return [
         *head, "--model", x.model, "--backend", "openai", "--host", host, "--port", str(_endpoint(x)), "--dataset-name",
         "random", *lengths, "--random-range-ratio", "0", "--ignore-eos", "--request-rate", rate, "--burstiness", "1",
@@ -320,6 +326,21 @@ def bench_expectations(x: Launch, script: str) -> list[str]:
         f"p95 {seconds(b.p95_e2el_s)}",
         f"  the busiest replica runs at {b.max_utilisation:.0%} of its saturated rate",
     ]
+    if x.shared_prefix_tokens and x.engine == "sglang":
+        lines.append(
+            f"  the plan assumes {x.prefix_cache_hit_rate:.0%} of prompt tokens hit the prefix cache; SGLang's random "
+            "dataset shares no prefix, so its TTFT will run above these"
+        )
+    elif x.shared_prefix_tokens:
+        lines.append(
+            f"  every prompt shares its first {x.shared_prefix_tokens:,} tokens: the planned prefix-cache hit rate "
+            f"{x.prefix_cache_hit_rate:.0%}"
+        )
+    if x.speculative is not None:
+        lines.append(
+            f"  speculative decoding ({x.speculative.method}): the figures assume {x.speculative.acceptance_length:g} "
+            "tokens kept per step, stated for real text; random prompts may keep fewer (a slower TPOT)"
+        )
     if x.targets:
         lines.append(
             "  p95 targets to check: " + ", ".join(f"{k} <= {seconds(v)}" for k, v in sorted(x.targets.items()))
