@@ -192,8 +192,8 @@ def test_torchtune_overrides_carry_the_plan_and_are_keys_its_recipe_reads(catalo
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _export(path: Path, folder: Path) -> dict[str, str]:
-    result = run_cli("export", str(path), "-o", str(folder))
+def _export(path: Path, folder: Path, *options: str) -> dict[str, str]:
+    result = run_cli("export", str(path), "-o", str(folder), *options)
     assert result.exit_code == 0, result.output
     return {p.name: p.read_text(encoding="utf-8") for p in folder.iterdir()}
 
@@ -286,6 +286,20 @@ def test_kubernetes_manifests_scale_between_the_average_and_the_peak_with_n_plus
     assert container["command"][:2] == ["vllm", "serve"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tensorrt-llm"])
+def test_the_service_reaches_the_port_and_interface_the_engine_listens_on(engine: str, tmp_path: Path) -> None:
+    files = _export(EXAMPLES_DIR / "7b-chat-serving.yaml", tmp_path / "out", "--engine", engine)
+    docs = {d["kind"]: d for d in yaml.safe_load_all(files["serving-k8s.yaml"])}
+    container = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    argv = container["command"]
+    listens = int(argv[argv.index("--port") + 1])
+    assert container["ports"][0]["containerPort"] == listens
+    assert docs["Service"]["spec"]["ports"][0]["targetPort"] == listens
+    # a pod bound to loopback is unreachable from its Service (SGLang and trtllm-serve default to it)
+    assert "--host" not in argv or argv[argv.index("--host") + 1] == "0.0.0.0"
+
+
 def test_a_multi_node_cloud_run_reads_skypilots_node_rank_and_asks_for_the_variables_it_needs(
     catalog: Catalog, tmp_path: Path
 ) -> None:
@@ -307,18 +321,16 @@ def test_a_multi_node_cloud_run_reads_skypilots_node_rank_and_asks_for_the_varia
             assert "--rdzv-endpoint" in out["run"] and "envs" not in out
 
 
-def test_a_replica_wider_than_one_machine_gets_no_deployment() -> None:
-    from clusterplan.design.export import Expected, Launch
+def test_a_replica_wider_than_one_machine_gets_no_deployment(catalog: Catalog) -> None:
+    from clusterplan.design.export import export_design
     from clusterplan.design.export_targets import Scaling
     from clusterplan.render.k8s_view import k8s_file
+    from clusterplan.requirement.load import load_requirement
+    from conftest import example, shared_plan
 
-    expected = Expected(request_rate_rps=1.0, output_tokens_per_s=1.0, mean_ttft_s=None, p95_ttft_s=1.0,
-                        mean_tpot_s=None, p95_tpot_s=0.1, mean_e2e_s=None, p95_e2e_s=2.0,
-                        saturated_output_tokens_per_s=10.0)  # fmt: skip
-    launch = Launch(workload="big", engine="vllm", model="m", gpu="a100-80gb", gpu_name="A100", replicas=2, tp=8, pp=2,
-                    quant="bf16", kv_cache="bf16", memory_fraction=0.9, memory_policy="p", max_batch=8,
-                    prefill_chunk_tokens=8192, max_model_len=4096, input_tokens=1000, output_tokens=100,
-                    average_rate_rps=1.0, peak_rate_rps=2.0, num_prompts=200, expected=expected, targets={})  # fmt: skip
+    path = example("70b-serving")
+    planned = export_design(load_requirement(path, catalog), catalog, shared_plan(path, catalog, top=1, explain=False))
+    launch = planned[0].model_copy(update={"tp": 8, "pp": 2, "replicas": 2})
     wide = k8s_file([Scaling(launch, 2, 1, 0, 1.0, gpus_per_node=8)])
     assert list(yaml.safe_load_all(wide)) == [] and "spans 16 GPUs" in wide
     fits = k8s_file([Scaling(launch, 2, 1, 0, 1.0, gpus_per_node=16)])

@@ -21,6 +21,9 @@ from clusterplan.wording.fmt import seconds
 # SGLANG_BOOTSTRAP_PORT + 100 w + i; vLLM's NIXL side channel of the k-th pool instance of the design
 # NIXL_SIDE_CHANNEL_PORT + 100 k (an instance uses its base + DP rank x TP: docs/features/nixl_connector_usage.md).
 PORT = 8000
+# Every engine listens on all interfaces, as vLLM does by default (SGLang and trtllm-serve default to loopback), so a
+# router on another host or a Kubernetes Service reaches it.
+SERVE_HOST = "0.0.0.0"
 PREFILL_PORT = 9000
 DECODE_PORT = 9100
 SGLANG_BOOTSTRAP_PORT = 7000
@@ -48,7 +51,7 @@ def _dtype(quant: str) -> str:
     return "float16" if quant == "fp16" else "bfloat16"
 
 
-def _port(x: Launch, replica: int) -> int:
+def replica_port(x: Launch, replica: int) -> int:
     """The port replica ``replica`` (0-based) of ``x`` listens on."""
     if x.role == "aggregated":
         return _endpoint(x)
@@ -83,7 +86,7 @@ def vllm_launch(x: Launch, replica: int = 0) -> list[str]:
     argv += [
         "--gpu-memory-utilization", f"{x.memory_fraction:g}", "--max-num-seqs", str(x.rank_batch),
         "--max-num-batched-tokens", str(x.prefill_chunk_tokens), "--enable-chunked-prefill",
-        "--max-model-len", str(x.max_model_len), "--port", str(_port(x, replica)),
+        "--max-model-len", str(x.max_model_len), "--port", str(replica_port(x, replica)),
     ]  # fmt: skip
     argv += ["--enable-prefix-caching"] if x.prefix_cache_hit_rate > 0 else ["--no-enable-prefix-caching"]
     if x.role != "aggregated":
@@ -118,7 +121,7 @@ def sglang_launch(x: Launch, replica: int = 0) -> list[str]:
     argv += [
         "--mem-fraction-static", f"{x.memory_fraction:g}", "--max-running-requests", str(x.max_batch),
         "--chunked-prefill-size", str(x.prefill_chunk_tokens), "--context-length", str(x.max_model_len),
-        "--port", str(_port(x, replica)),
+        "--host", SERVE_HOST, "--port", str(replica_port(x, replica)),
     ]  # fmt: skip
     if x.prefix_cache_hit_rate == 0:
         argv += ["--disable-radix-cache"]
@@ -175,7 +178,7 @@ def trtllm_launch(x: Launch, options_file: str, replica: int = 0) -> list[str]:
     return [
         *argv, "--max_batch_size", str(x.rank_batch), "--max_num_tokens", str(x.prefill_chunk_tokens),
         "--max_seq_len", str(x.max_model_len), "--kv_cache_free_gpu_memory_fraction", f"{x.memory_fraction:g}",
-        "--host", "localhost", "--port", str(_port(x, replica)), "--extra_llm_api_options", options_file,
+        "--host", SERVE_HOST, "--port", str(replica_port(x, replica)), "--extra_llm_api_options", options_file,
     ]  # fmt: skip
 
 
@@ -190,7 +193,7 @@ def launch_argv(x: Launch, options_file: str = "extra-llm-api-options.yaml", rep
 
 def _pool_ports(pools: list[Launch], role: str) -> list[int]:
     """The ports of every replica of the ``role`` pool, in launch order."""
-    return [_port(x, i) for x in pools if x.role == role for i in range(x.replicas)]
+    return [replica_port(x, i) for x in pools if x.role == role for i in range(x.replicas)]
 
 
 def router_argv(pools: list[Launch], config_file: str = "disagg-config.yaml") -> list[str]:

@@ -24,7 +24,7 @@ import yaml
 
 from clusterplan.catalog.launchers import load_launchers
 from clusterplan.design.export_targets import Scaling
-from clusterplan.render.export_view import PORT, launch_argv, trtllm_options
+from clusterplan.render.export_view import launch_argv, replica_port, trtllm_options
 
 RATE_METRIC = "requests_per_second"
 _SHM = "dshm"  # NCCL's shared memory between the replica's GPU processes
@@ -51,13 +51,14 @@ def manifests(s: Scaling) -> list[dict[str, Any]]:
     name = _name(s)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": x.role}
     gpus = str(s.gpus_per_replica)
+    port = replica_port(x, 0)  # every pod listens where the launch command puts replica 0
     container: dict[str, Any] = {
         "name": "engine",
         "image": load_launchers()["kubernetes"].images.get(x.engine, x.engine),
         "command": launch_argv(x, f"/config/{name}-llm-api-options.yaml"),
-        "ports": [{"containerPort": PORT, "name": "http"}],
+        "ports": [{"containerPort": port, "name": "http"}],
         "resources": {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10},
         "volumeMounts": [{"name": _SHM, "mountPath": "/dev/shm"}],
     }
     pod: dict[str, Any] = {"containers": [container], "volumes": [{"name": _SHM, "emptyDir": {"medium": "Memory"}}]}
@@ -70,7 +71,7 @@ def manifests(s: Scaling) -> list[dict[str, Any]]:
     }  # fmt: skip
     service = {
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-        "spec": {"selector": labels, "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]},
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": port, "targetPort": port}]},
     }  # fmt: skip
     metric = {"name": RATE_METRIC}
     target = {"type": "AverageValue", "averageValue": f"{round(s.target_rps_per_replica * 1000)}m"}
