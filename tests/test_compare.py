@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from conftest import example, run_cli
+from conftest import example, run_cli, solve_doc, write_doc
 
 CENT = 0.005
 
@@ -22,17 +25,110 @@ def _row(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
     return next(r for r in doc["rows"] if r["gpu_id"] == gpu)
 
 
+# The DeepSeek-R1 reasoning API a user filed: 300 req/min of 1,500 in / 1,500 out, p95 TTFT 2 s and TPOT 60 ms.
+DEEPSEEK_R1: dict[str, Any] = {
+    "name": "DeepSeek-R1 reasoning API",
+    "model": "deepseek-r1",
+    "workloads": [
+        {
+            "kind": "serving", "name": "r1", "requests_per_min": 300, "input_tokens": 1500, "output_tokens": 1500,
+            "max_context": "8k", "p95_ttft": "2s", "p95_tpot": "60ms", "peak_to_average": 1.3,
+        }
+    ],
+    "budget": {"horizon": 24},
+    "deployment": "either",
+}  # fmt: skip
+
+
+def _narrowed_solve(tmp_path: Path, doc: dict[str, Any], gpu: str, deployment: str | None = None) -> dict[str, Any]:
+    """``clusterplan solve --json``'s design 1 for ``doc`` with its GPU list narrowed to ``gpu`` (and its deployment
+    set), written as a user would write it; {} when the solve finds none."""
+    narrowed = copy.deepcopy(doc)
+    narrowed.setdefault("constraints", {})["allowed_gpus"] = [gpu]
+    if deployment is not None:
+        narrowed["deployment"] = deployment
+    code, out = solve_doc(tmp_path, narrowed, "--json", "--top", "1", name=f"{gpu}-{deployment}.yaml")
+    assert code in (0, 1), out
+    designs: list[dict[str, Any]] = json.loads(out)["designs"]
+    return designs[0] if designs else {}
+
+
+def _layout(design: dict[str, Any]) -> str:
+    """A design's serving layout as solve's table writes it (``1x [h200 TP8 PP1 EP8 attention-DP fp8 ...] (owned)``)."""
+    from clusterplan.plan import ServingPlan
+    from clusterplan.wording.fmt import layout
+
+    (w,) = design["workloads"]
+    return layout(ServingPlan.model_validate(w))
+
+
+def _assert_best_per_gpu_is_solve_narrowed(tmp_path: Path, doc: dict[str, Any], gpus: list[str]) -> None:
+    """Per GPU, compare's design under the requirement's deployment (``either``: its cheapest column) equals solve
+    with ``allowed_gpus: [gpu]`` to the cent, with its GPUs and layout; each deployment column equals solve
+    narrowed to that GPU and deployment."""
+    path = write_doc(tmp_path, doc)
+    rows = {r["gpu_id"]: r for r in _compare(str(path), "--gpus", ",".join(gpus))["rows"]}
+    for gpu in gpus:
+        row = rows[gpu]
+        design = _narrowed_solve(tmp_path, doc, gpu)
+        assert design, f"{gpu}: solve narrowed to it finds a design"
+        asked = doc.get("deployment", "either")
+        kinds = ("cloud", "owned", "mixed") if asked == "either" else (asked,)
+        best = min((row[k] for k in kinds if row.get(k)), key=lambda d: d["costs"]["total_usd"])
+        assert best["costs"]["total_usd"] == pytest.approx(design["costs"]["total_usd"], abs=CENT), gpu
+        assert best["gpus"] == design["gpus_total"], gpu
+        assert best["layout"] == _layout(design), gpu
+        for kind in ("cloud", "owned"):
+            column = _narrowed_solve(tmp_path, doc, gpu, kind)
+            if not column:
+                assert row[kind] is None, (gpu, kind)
+                continue
+            assert row[kind]["costs"]["total_usd"] == pytest.approx(column["costs"]["total_usd"], abs=CENT), gpu
+            assert row[kind]["hardware"] == " + ".join(f"{h['units']} x {h['label']}" for h in column["hardware"])
+            assert row[kind]["layout"] == _layout(column), (gpu, kind)
+
+
 @pytest.mark.slow
-def test_without_precision_the_row_is_solves_choice_within_the_quality_gate() -> None:
-    """The 70B example's best aggregated design (design 1 is disaggregated: its plan compares the two) is 4x
-    h200 TP2 fp8 on one owned server: compare's h200 row, with no --precision, is that layout at that total
-    (fp8 is inside the default gate; int4 is not tried)."""
-    plan = json.loads(run_cli("solve", str(example("70b-serving")), "--json").stdout)
-    (note,) = plan["disaggregation"]
-    assert note["aggregated_design"] == "4x NVIDIA H200 SXM 141GB TP2 PP1 fp8"
+def test_moe_best_per_gpu_is_solve_narrowed_to_that_gpu(tmp_path: Path) -> None:
+    """DeepSeek-R1 (MoE): solve serves 300 req/min on 8 H200 with EP8 and attention DP ($534k owned over 24 months);
+    the estimate-per-dense-shape compare answered 32 H200 (4 TP8 replicas, $2.14M owned). Each GPU's row is now
+    solve's answer on that GPU, layout included."""
+    _assert_best_per_gpu_is_solve_narrowed(tmp_path, DEEPSEEK_R1, ["h200", "h100-sxm", "b200"])
+    row = _row(_compare(str(write_doc(tmp_path, DEEPSEEK_R1)), "--gpus", "h200"), "h200")
+    assert (row["count"], row["tp"], row["ep"], row["attention_dp"]) == (8, 8, 8, True)
+    assert row["layout"] == "1x [h200 TP8 PP1 EP8 attention-DP fp8 batch 1000] (owned)"
+
+
+@pytest.mark.slow
+def test_mixtral_best_per_gpu_is_solve_narrowed_to_that_gpu(tmp_path: Path) -> None:
+    """The Mixtral example (MoE, cloud, mixed shapes allowed, a $60k monthly budget): each GPU's cheapest column is
+    solve's answer with the GPU list narrowed to it, budget and clouds as the requirement states them."""
+    doc = yaml.safe_load(example("mixtral-serving").read_text(encoding="utf-8"))
+    _assert_best_per_gpu_is_solve_narrowed(tmp_path, doc, ["h100-sxm", "h200", "a100-80gb"])
+
+
+@pytest.mark.slow
+def test_a_gpu_without_a_design_says_the_planners_reason(tmp_path: Path) -> None:
+    """DeepSeek-R1 does not fit eight L40S even at int4: the row says so with the planner's cause, and prices nothing."""
+    row = _row(_compare(str(write_doc(tmp_path, DEEPSEEK_R1)), "--gpus", "l40s"), "l40s")
+    assert row["feasible"] is False and row["cloud"] is None and row["owned"] is None and row["count"] is None
+    (reason,) = row["reasons"]
+    assert "does not fit any allowed layout on the GPUs the requirement allows (l40s)" in reason
+    assert "L40S 48GB has 45.0 GiB" in reason
+
+
+@pytest.mark.slow
+def test_without_precision_the_row_is_solves_choice_within_the_quality_gate(tmp_path: Path) -> None:
+    """The 70B example narrowed to H200: compare's row is solve's design 1 there, layout and total (fp8 is inside
+    the default gate; int4 is not tried)."""
+    doc = yaml.safe_load(example("70b-serving").read_text(encoding="utf-8"))
+    design = _narrowed_solve(tmp_path, doc, "h200")
     row = _row(_compare(str(example("70b-serving")), "--gpus", "h200"), "h200")
-    assert (row["tp"], row["pp"], row["quant"]) == (2, 1, "fp8")
-    assert row["owned"]["costs"]["total_usd"] == pytest.approx(note["aggregated_total_usd"], abs=CENT)
+    assert row["total_usd"] == pytest.approx(design["costs"]["total_usd"], abs=CENT)
+    (w,) = design["workloads"]
+    first = w["groups"][0]
+    assert (row["tp"], row["pp"], row["quant"]) == (first["tp"], first["pp"], first["quant"])
+    assert {g["quant"] for g in w["groups"]} <= {"bf16", "fp8"}
 
 
 def test_h100_metrics_by_hand_from_catalog_rows(catalog: Any) -> None:
@@ -62,8 +158,10 @@ def test_h100_metrics_by_hand_from_catalog_rows(catalog: Any) -> None:
     assert owned["usd_per_tb_per_s"] == pytest.approx(41062.5 / 3.35)
     assert owned["usd_per_dense_tflops"] == pytest.approx(41062.5 / 989.5)
     assert owned["power_w_per_gpu"] == pytest.approx(1275.0)
-    assert owned["power_w_per_replica"] == pytest.approx(1275.0 * row["tp"] * row["pp"])
-    assert cloud["power_w_per_replica"] == pytest.approx(700.0 * row["tp"] * row["pp"])
+    # Per replica: each deployment's own design (solve narrowed to it), whose replica may differ from the row's.
+    assert owned["power_w_per_replica"] == pytest.approx(1275.0 * owned["gpus_per_replica"])
+    assert cloud["power_w_per_replica"] == pytest.approx(700.0 * cloud["gpus_per_replica"])
+    assert row["gpus_per_replica"] == row["tp"] * row["pp"]
 
     # $ per million output tokens: total over 36 months / (1,000 req/min / 60 x 200 tokens x 3,600 s x 730 h x 36).
     tokens_m = 1000 / 60 * 200 * 3600 * 730 * 36 / 1e6
@@ -74,32 +172,6 @@ def test_h100_metrics_by_hand_from_catalog_rows(catalog: Any) -> None:
     servers = owned["units"]
     month = 10_200 / 1000 * 1.56 * 730 * 0.0977 + 10.2 * 184.06 + 328_500 * 0.10 / 12
     assert owned["costs"]["total_usd"] == pytest.approx(servers * 328_500 + 36 * servers * month, abs=CENT)
-
-
-def test_figures_are_estimates_for_the_same_layout(catalog: Any) -> None:
-    """One path: every cost and speed in a row is ``estimate``'s for the row's layout, to the cent."""
-    from clusterplan.design.estimate import estimate_requirement
-    from clusterplan.requirement.load import load_requirement
-    from clusterplan.requirement.schema import PinnedConfig
-
-    doc = _compare(str(example("70b-serving")), "--gpus", "h200,h100-sxm", "--precision", "fp8")
-    resolved = load_requirement(example("70b-serving"), catalog)
-    for row in doc["rows"]:
-        for kind in ("cloud", "owned"):
-            pins = PinnedConfig(
-                gpu=row["gpu_id"],
-                tp=row["tp"],
-                pp=row["pp"],
-                quant=row["quant"],
-                deployment=kind,
-            )
-            est = estimate_requirement(resolved.requirement, list(resolved.models), catalog, pins)
-            priced = getattr(est, kind)
-            assert est.config.count == row["count"]
-            assert priced.costs.total_usd == pytest.approx(row[kind]["costs"]["total_usd"], abs=CENT)
-            assert est.serving is not None
-            assert est.serving.output_tokens_per_s == pytest.approx(row["output_tokens_per_s_per_replica"], rel=1e-12)
-        assert row["quant"] == "fp8"
 
 
 TIGHT_TTFT = """
@@ -119,7 +191,6 @@ def test_best_layout_meets_targets_before_it_is_cheap(tmp_path: Any) -> None:
     path = tmp_path / "ttft.yaml"
     path.write_text(TIGHT_TTFT)
     row = _row(_compare(str(path), "--gpus", "h100-sxm", "--precision", "bf16"), "h100-sxm")
-    assert row["layouts_tried"] == 6  # the planner's shapes: TP 1, 2, 4, 8 and PP 2, 4 on top of TP 8
     assert (row["tp"], row["pp"], row["meets_targets"]) == (2, 1, True)
 
 

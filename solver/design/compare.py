@@ -49,7 +49,7 @@ from clusterplan.errors import FieldProblem, InputError, Location, UnknownNameEr
 from clusterplan.evaluation import evaluate
 from clusterplan.physics.serving import peak_tflops
 from clusterplan.pipeline import PlanOptions, plan_requirement
-from clusterplan.plan import Costs, Design, HardwareLine, Plan, ServingPlan
+from clusterplan.plan import Costs, Design, HardwareLine, Plan, ReplicaGroup, ServingPlan
 from clusterplan.requirement.schema import (
     PinnedConfig,
     Quality,
@@ -137,6 +137,7 @@ class DeploymentFigures(Result):
     gpus_per_unit: int = Field(description="the first hardware line's GPUs per instance or server")
     hardware: str = Field("", description="every hardware line, 'units x label', joined by ' + '")
     gpus: int = Field(0, description="GPUs the design uses for the workload")
+    gpus_per_replica: int = Field(0, description="serving: tp x pp of the design's first decoding replica group")
     layout: str = Field("", description="the design's layout as solve writes it (serving)")
     usd_per_gpu_hour: float | None = Field(description="cloud: instances' $/h over their GPUs, USD")
     capital_usd_per_gpu: float | None = Field(description="owned: capital per GPU slot bought, USD")
@@ -173,7 +174,9 @@ class GpuComparison(Result):
     ep: int = Field(1, description="serving: expert-parallel degree of each stage (MoE)")
     attention_dp: bool = Field(False, description="serving: attention data-parallel over each stage's GPUs (MoE)")
     disaggregated: bool = Field(False, description="serving: a prefill pool and a decode pool")
-    gpus_per_replica: int | None = Field(description="serving: tp x pp of the first replica group; training: all")
+    gpus_per_replica: int | None = Field(
+        description="serving: tp x pp of the first decoding replica group (_lead_group); training: all"
+    )
     quant: str | None = Field(description="serving: weight precision")
     kv_quant: str | None = None
     compute_precision: str = Field(description="precision the matmuls run at")
@@ -415,7 +418,7 @@ def _serving_row(
     assert isinstance(sp, ServingPlan)  # the narrowed requirement's one workload is this serving workload
     w = resolved.requirement.workloads[index]
     assert isinstance(w, ServingWorkload)
-    first = sp.groups[0]
+    first = _lead_group(sp)
     est = evaluate.serving_estimate(
         resolved.model_for(index), spec, w, evaluate.replica_layout(first), batch=first.batch,
         assumptions=resolved.requirement.assumptions,
@@ -426,8 +429,9 @@ def _serving_row(
     def figures(kind: DeploymentKind, d: Design) -> DeploymentFigures:
         plan = d.workloads[0]
         assert isinstance(plan, ServingPlan)
+        lead = _lead_group(plan)
         return _deployment(
-            kind, d.costs, d.hardware, spec, tflops=tflops, gpus_per_replica=plan.groups[0].tp * plan.groups[0].pp,
+            kind, d.costs, d.hardware, spec, tflops=tflops, gpus_per_replica=lead.tp * lead.pp,
             per_million=d.costs.usd_per_million_output_tokens, gpus=plan.gpus, layout=layout_text(plan),
         )  # fmt: skip
 
@@ -447,6 +451,12 @@ def _serving_row(
         owned=figures("owned", columns["owned"]) if "owned" in columns else None,
         mixed=figures("cloud+owned", mixed) if mixed is not None else None, notes=notes,
     )  # fmt: skip
+
+
+def _lead_group(sp: ServingPlan) -> ReplicaGroup:
+    """The replica group a row's per-replica figures describe: the first that decodes (an aggregated replica, or
+    the decode pool of a disaggregated design; a prefill replica emits no output tokens)."""
+    return next((g for g in sp.groups if g.role != "prefill"), sp.groups[0])
 
 
 def _no_design(spec: GpuSpec, reasons: list[str]) -> GpuComparison:
@@ -506,7 +516,7 @@ def _deployment(
     return DeploymentFigures(
         kind=kind, offering=line.offering, label=line.label, units=sum(x.units for x in lines),
         gpus_per_unit=line.gpus_per_unit, hardware=" + ".join(f"{x.units} x {x.label}" for x in lines),
-        gpus=gpus or sum(x.gpus for x in lines), layout=layout, usd_per_gpu_hour=usd_per_gpu_hour(lines),
+        gpus=gpus or sum(x.gpus for x in lines), gpus_per_replica=gpus_per_replica, layout=layout, usd_per_gpu_hour=usd_per_gpu_hour(lines),
         capital_usd_per_gpu=capital_usd_per_gpu(lines), costs=costs, usd_per_million_tokens=per_million,
         usd_per_tb_per_s=usd_per_tb_per_s(per_gpu, spec.bandwidth_gb_per_s),
         usd_per_dense_tflops=usd_per_tflops(per_gpu, tflops), power_w_per_gpu=watts,
