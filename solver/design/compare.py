@@ -364,14 +364,22 @@ def _precision_notes(req: Requirement, quant: str | None) -> list[str]:
 def _solves(
     resolved: ResolvedRequirement, catalog: Catalog, gpu_id: str, index: int, quant: str | None, cache: CandidateCache
 ) -> dict[str, Plan]:
-    """The GPU's plans: ``cloud`` and ``owned`` always, and the requirement's own deployment when it is ``either``
-    (its optimum may put cloud and owned hardware together)."""
-    asked = resolved.requirement.deployment
-    kinds = ("cloud", "owned", "either") if asked == "either" else ("cloud", "owned")
-    return {
-        k: plan_requirement(narrowed(resolved, index, gpu_id, k, quant), catalog, DESIGN_ONLY, cache=cache)
-        for k in kinds
-    }
+    """The GPU's plans: ``cloud`` and ``owned``, and the requirement's own deployment when it is ``either`` (its
+    optimum may put cloud and owned hardware together). An ``either`` optimum on one kind of hardware is that
+    kind's optimum too (any design of that kind is an ``either`` design), so only the other kind is solved again."""
+
+    def solve(deployment: str) -> Plan:
+        return plan_requirement(narrowed(resolved, index, gpu_id, deployment, quant), catalog, DESIGN_ONLY, cache=cache)
+
+    plans: dict[str, Plan] = {}
+    if resolved.requirement.deployment == "either":
+        plans["either"] = solve("either")
+        if plans["either"].designs and (kind := _kind_of(plans["either"].designs[0])) != "cloud+owned":
+            plans[kind] = plans["either"]
+    for kind in ("cloud", "owned"):
+        if kind not in plans:
+            plans[kind] = solve(kind)
+    return plans
 
 
 def _why_not(
