@@ -183,7 +183,10 @@ def test_per_gpu_prices_weigh_every_hardware_line() -> None:
     from clusterplan.design.compare import capital_usd_per_gpu, power_w_per_gpu, usd_per_gpu_hour
 
     cloud = [_line("cloud", 1, 2, usd_per_hour=8.0), _line("cloud", 2, 4, usd_per_hour=15.0)]
-    owned = [_line("owned", 1, 4, capital_usd=200_000, power_w=4_400), _line("owned", 1, 8, capital_usd=385_000, power_w=10_200)]
+    owned = [
+        _line("owned", 1, 4, capital_usd=200_000, power_w=4_400),
+        _line("owned", 1, 8, capital_usd=385_000, power_w=10_200),
+    ]
     assert usd_per_gpu_hour(cloud) == pytest.approx(3.80)
     assert capital_usd_per_gpu(owned) == pytest.approx(585_000 / 12)
     assert power_w_per_gpu(owned, 700.0) == pytest.approx(14_600 / 12)
