@@ -37,7 +37,7 @@ Derived metrics, per GPU and deployment:
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import Field
@@ -438,10 +438,8 @@ def _serving_row(
         plan = d.workloads[0]
         assert isinstance(plan, ServingPlan)
         lead = _lead_group(plan)
-        return _deployment(
-            kind, d.costs, d.hardware, spec, tflops=tflops, gpus_per_replica=lead.tp * lead.pp,
-            per_million=d.costs.usd_per_million_output_tokens, gpus=plan.gpus, layout=layout_text(plan),
-        )  # fmt: skip
+        planned = Planned(d.costs, d.hardware, lead.tp * lead.pp, gpus=plan.gpus, layout=layout_text(plan))
+        return _deployment(kind, planned, spec, tflops=tflops, per_million=d.costs.usd_per_million_output_tokens)
 
     return GpuComparison(
         gpu_id=spec.id, gpu_name=spec.name, feasible=True, deployment=_kind_of(design),
@@ -506,29 +504,34 @@ def _with_precision(
     return pins, req.model_copy(update={"workloads": workloads})
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One deployment's design as a column prices it: its costs and hardware lines, the GPUs it uses, one replica's
+    GPUs (serving; training: the layout's) and its layout as solve writes it (serving)."""
+
+    costs: Costs
+    lines: list[HardwareLine]
+    gpus_per_replica: int
+    gpus: int = 0
+    layout: str = ""
+
+
 def _deployment(
-    kind: DeploymentKind,
-    costs: Costs,
-    lines: list[HardwareLine],
-    spec: GpuSpec,
-    *,
-    tflops: float,
-    gpus_per_replica: int,
-    per_million: float | None,
-    gpus: int = 0,
-    layout: str = "",
+    kind: DeploymentKind, planned: Planned, spec: GpuSpec, *, tflops: float, per_million: float | None
 ) -> DeploymentFigures:
+    lines = planned.lines
     per_gpu = usd_per_gpu_hour(lines) if kind == "cloud" else capital_usd_per_gpu(lines)
     watts = power_w_per_gpu(lines, spec.tdp_w)
     line = lines[0]
     return DeploymentFigures(
         kind=kind, offering=line.offering, label=line.label, units=sum(x.units for x in lines),
         gpus_per_unit=line.gpus_per_unit, hardware=" + ".join(f"{x.units} x {x.label}" for x in lines),
-        gpus=gpus or sum(x.gpus for x in lines), gpus_per_replica=gpus_per_replica, layout=layout, usd_per_gpu_hour=usd_per_gpu_hour(lines),
-        capital_usd_per_gpu=capital_usd_per_gpu(lines), costs=costs, usd_per_million_tokens=per_million,
+        gpus=planned.gpus or sum(x.gpus for x in lines), gpus_per_replica=planned.gpus_per_replica,
+        layout=planned.layout, usd_per_gpu_hour=usd_per_gpu_hour(lines), capital_usd_per_gpu=capital_usd_per_gpu(lines),
+        costs=planned.costs, usd_per_million_tokens=per_million,
         usd_per_tb_per_s=usd_per_tb_per_s(per_gpu, spec.bandwidth_gb_per_s),
         usd_per_dense_tflops=usd_per_tflops(per_gpu, tflops), power_w_per_gpu=watts,
-        power_w_per_replica=watts * gpus_per_replica,
+        power_w_per_replica=watts * planned.gpus_per_replica,
     )  # fmt: skip
 
 
@@ -546,7 +549,7 @@ def _training_row(result: EstimateResult, spec: GpuSpec, req: Requirement) -> Gp
         if result.feasible and priced is not None and priced.hardware:  # an impossible layout is not priced
             figures[kind] = _deployment(
                 kind,  # type: ignore[arg-type]
-                priced.costs, priced.hardware, spec, tflops=tflops, gpus_per_replica=t.gpus,
+                Planned(priced.costs, priced.hardware, t.gpus), spec, tflops=tflops,
                 per_million=usd_per_million_trained_tokens(priced.costs.total_usd, tokens),
             )  # fmt: skip
     memory = t.memory
