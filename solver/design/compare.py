@@ -184,7 +184,9 @@ class GpuComparison(Result):
     memory_capacity_gib: float | None
     weights_gib: float | None = Field(description="per GPU (most loaded), GiB")
     kv_cache_gib: float | None = Field(description="per GPU at the batch, GiB (serving)")
-    memory_total_gib: float | None = Field(description="per GPU (most loaded), GiB")
+    memory_total_gib: float | None = Field(
+        description="per GPU (most loaded; serving: of the replica the row describes, _lead_group), GiB"
+    )
     max_batch_by_memory: int | None = Field(description="serving: sequences whose KV cache fits beside the weights")
     bandwidth_tb_per_s: float = Field(description="catalog memory bandwidth, TB/s")
     dense_tflops: float = Field(description="catalog dense TFLOPS at the compute precision")
@@ -448,7 +450,7 @@ def _serving_row(
         disaggregated=sp.disaggregated, gpus_per_replica=first.tp * first.pp, quant=first.quant,
         kv_quant=first.kv_cache, compute_precision=precision, batch=first.batch,
         memory_capacity_gib=first.gpu_memory_gib, weights_gib=est.memory.weights_gib,
-        kv_cache_gib=est.memory.kv_cache_gib, memory_total_gib=max(g.memory_gib_per_gpu for g in sp.groups),
+        kv_cache_gib=est.memory.kv_cache_gib, memory_total_gib=first.memory_gib_per_gpu,
         max_batch_by_memory=est.max_batch_by_memory, bandwidth_tb_per_s=spec.bandwidth_gb_per_s / GB_PER_TB,
         dense_tflops=tflops, tdp_w=spec.tdp_w, output_tokens_per_s_per_replica=first.output_tokens_per_s,
         output_tokens_per_s_within_targets=first.rate_rps * w.output_tokens, tokens_per_s=None,
