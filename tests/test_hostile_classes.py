@@ -246,11 +246,11 @@ def test_control_characters_are_escaped(command: str, tmp_path: Path) -> None:
     assert "\\x1b[2Jx\\u202e" in result.output
 
 
-def test_validate_output_escapes_names(tmp_path: Path) -> None:
+def test_validate_refuses_names_with_control_characters_escaped(tmp_path: Path) -> None:
     path = tmp_path / "hostile.yaml"
     path.write_text(requirement().replace("name: chat", 'name: "\\e[31mRED\\e[0m"'))
     result = run_cli("validate", str(path))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
     assert "\x1b" not in result.output and "\\x1b[31mRED\\x1b[0m" in result.output
 
 

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
             from clusterplan.catalog.load import load_catalog
             from clusterplan.design.export import export_design
             from clusterplan.errors import ClusterplanError
-            from clusterplan.outputs import make_folder, write_text
+            from clusterplan.outputs import check_output_path, make_folder, write_text
             from clusterplan.physics.factors import Assumptions
             from clusterplan.pipeline import PlanOptions, plan_requirement
             from clusterplan.render.export_view import export_files
@@ -58,11 +58,14 @@ def register(app: typer.Typer) -> None:
                     "the design has no serving workload to export", fix="export plans serving workloads"
                 )
             files = export_files(launches)
-            if output is None:
+            if output is None:  # one shell script: every line that is not a command is a comment
                 for fname, text in files.items():
-                    out_console.print(f"# ---- {fname}\n{text}", markup=False, soft_wrap=True)
+                    body = text if fname.endswith(".sh") else "".join(f"# {line}\n" for line in text.splitlines())
+                    out_console.print(f"# ---- {fname}\n{body}", markup=False, soft_wrap=True)
                 return
             make_folder(output, flag="--output")
+            for fname in files:  # every file checked before the first is written: none or all of them
+                check_output_path(output / fname, force, flag="--output")
             for fname, text in files.items():
                 write_text(output / fname, text, force=force, flag="--output")
             out_console.print(f"wrote {len(files)} files to {output}", markup=False)

@@ -14,6 +14,7 @@ import shlex
 
 from clusterplan.design.export import Launch
 from clusterplan.wording.fmt import seconds
+from clusterplan.wording.safe import file_slug, shell_comment, visible_lines
 
 PORT = 8000
 _VLLM_QUANT = {"fp8": "fp8", "int8": "compressed-tensors", "int4": "awq"}  # bf16/fp16: none (the checkpoint's dtype)
@@ -203,13 +204,11 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
     files: dict[str, str] = {}
     notes: list[str] = []
     for n, x in enumerate(launches, start=1):
-        stem = f"{n}-{x.workload}-{x.engine}"
+        stem = f"{n}-{file_slug(x.workload, 'workload')}-{file_slug(x.engine, 'engine')}"
         options = f"{stem}-llm-api-options.yaml"
         launch = _join(launch_argv(x, options))
-        files[f"{stem}-launch.sh"] = (
-            f"#!/bin/sh\n# {x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)\n"
-            f"{launch}\n"
-        )
+        comment = shell_comment(f"{x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)")
+        files[f"{stem}-launch.sh"] = f"#!/bin/sh\n{comment}\n{launch}\n"
         if x.engine == "tensorrt-llm":
             files[options] = json.dumps(trtllm_options(x), indent=2) + "\n"  # JSON is YAML
         if x.role != "prefill":  # a disaggregated design is benchmarked once, through its router
@@ -217,4 +216,4 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
             files[f"{stem}-bench.sh"] = f"#!/bin/sh\n{where}{_join(bench_argv(x))}\n"
         notes += [*expectations(x), ""]
     files["expected.txt"] = "\n".join(notes)
-    return files
+    return {name: visible_lines(text) for name, text in files.items()}
