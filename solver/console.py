@@ -7,19 +7,31 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
-from clusterplan.errors import ClusterplanError
+from clusterplan.errors import ClusterplanError, printable
 
 T = TypeVar("T")
 
+
+class SafeConsole(Console):
+    """A console that shows every string it renders (``print``'s text, table cells, titles) with its control,
+    bidirectional and zero-width characters escaped visibly (ESC as ``\\x1b``; the table of
+    :func:`clusterplan.errors.printable`, which ``wording/safe`` applies to every other output), so a name cannot
+    drive or reorder the terminal; newlines are kept."""
+
+    def render_str(self, text: str, *args: Any, **kwargs: Any) -> Text:
+        return super().render_str(printable(text, keep_newlines=True), *args, **kwargs)
+
+
 # Piped output (a file, a CI log, a design doc) gets room for the plan's tables; a terminal keeps its width.
 _PIPE_WIDTH = 160
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-out_console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+err_console = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
+out_console = SafeConsole(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
 
 state = {"debug": False}
 

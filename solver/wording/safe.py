@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 
-from clusterplan.errors import printable
+from clusterplan.errors import CONTROL_CHARACTERS, printable
 
 MAX_SLUG_CHARS = 40  # of a name inside a file name; the file's number keeps names cut alike apart
 _UNSAFE_IN_FILE_NAME = re.compile(r"[^A-Za-z0-9._]+")
+_JSON_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in CONTROL_CHARACTERS if ord(c) >= 0x7F}
 
 
 def visible(text: str) -> str:
@@ -26,6 +27,12 @@ def visible_lines(text: str) -> str:
     """A whole rendered document: newlines kept, every other control, bidirectional or zero-width character
     escaped visibly."""
     return printable(text, keep_newlines=True)
+
+
+def json_text(text: str) -> str:
+    """JSON text with every C1, bidirectional and zero-width character written as its ``\\uXXXX`` escape: the same
+    JSON value (C0 characters are escaped by every JSON writer already), nothing invisible in the bytes."""
+    return text.translate(_JSON_ESCAPES)
 
 
 def shell_comment(text: str) -> str:
