@@ -101,6 +101,11 @@ HF_CONFIGS = {
     "5000-digits": '{"num_hidden_layers": 32, "hidden_size": 1' + "0" * 5000 + ', "num_attention_heads": 32}',
     "1e400": '{"num_hidden_layers": 32, "hidden_size": 1e400, "num_attention_heads": 32}',
     "huge": '{"num_hidden_layers": 32, "hidden_size": 1e200, "num_attention_heads": 32}',
+    # values that contradict each other: once read as a dense model, or the nested text model ignored
+    "zero-experts-routed": '{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, '
+    '"num_local_experts": 0, "num_experts_per_tok": 2}',
+    "text-config-string": '{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, '
+    '"text_config": "llama"}',
 }
 
 
