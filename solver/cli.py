@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import typer
@@ -116,18 +117,33 @@ _register_commands()
 
 # Allocations between two collections of the youngest generation in a command (Python's default: 700).
 GC_THRESHOLD = 100_000
+# The exit codes of an interrupted command (128 + the signal's number, as shells report them).
+EXIT_INTERRUPTED = 130  # SIGINT, Ctrl-C
+EXIT_TERMINATED = 143  # SIGTERM
 
 
-def main() -> None:
-    # A command is one short process: what it has imported lives until it exits, so the cyclic collector need
-    # not walk it again (freeze), and collecting every 700 allocations cost ~3% of a solve (320 collections).
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+def _exit_code(code: object) -> int:
+    """A ``SystemExit`` code as a process's exit status (``sys.exit``'s rules: None is 0, a message is 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    err_console.print(str(code), markup=False)
+    return 1
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """One ``clusterplan`` command in-process (``argv`` without the program name; default ``sys.argv[1:]``) and its
+    exit code: 0, 1, 2, 4, 130 or 143, or 3 for a bug, which is reported in one line. It never raises
+    ``SystemExit`` and never ends the process, so a harness or a fuzzer can call it again and again."""
     safe_streams()
     try:
-        app()
-    except SystemExit:
-        raise
+        app(args=None if argv is None else list(argv), prog_name="clusterplan")
+    except SystemExit as exc:
+        return _exit_code(exc.code)
+    except KeyboardInterrupt:  # outside a command's guard (while starting up): the same one line
+        err_console.print("interrupted", markup=False)
+        return EXIT_INTERRUPTED
     except Exception:  # a bug, not a user error: say so plainly
         if state["debug"]:
             raise
@@ -135,27 +151,38 @@ def main() -> None:
 
         err_console.print("internal error (a bug in clusterplan; rerun with --debug for the traceback):", markup=False)
         err_console.print(traceback.format_exc().strip().splitlines()[-1], markup=False)
-        sys.exit(3)
+        return 3
+    return 0
+
+
+def main() -> None:
+    """:func:`run` on ``sys.argv``, ending in ``sys.exit`` with its code (a ``SystemExit`` an in-process caller can
+    catch)."""
+    sys.exit(run())
 
 
 def entry() -> None:
-    """The ``clusterplan`` console script: :func:`main`, then an exit that skips tearing the interpreter down.
+    """The ``clusterplan`` console script: :func:`run`, then an exit that skips tearing the interpreter down.
 
     Unloading what a command imported (pydantic, numpy, OR-Tools) took ~40 ms of a 1.5 s ``solve`` and does
-    nothing a finished command needs: the output is flushed and every file it wrote is closed by then. The
-    usual exit is kept wherever exit hooks still have work: Ray (its driver disconnects at exit), a thread
-    still running, or an exit status that is not a number.
+    nothing a finished command needs: the output is flushed and every file it wrote is closed by then. The fast
+    exit (and the collector settings that go with it) is taken only when this process is the ``clusterplan``
+    command itself: called from another program (a test harness, a fuzzer) it raises ``SystemExit`` like
+    :func:`main`. The usual exit is kept too wherever exit hooks still have work: Ray (its driver disconnects at
+    exit) or a thread still running.
     """
     import os
     import threading
 
-    try:
-        main()
-        code: object = 0
-    except SystemExit as exc:
-        code = 0 if exc.code is None else exc.code
-    if not isinstance(code, int) or "ray" in sys.modules or threading.active_count() > 1:
-        sys.exit(code)  # type: ignore[arg-type]
+    console_script = os.path.basename(sys.argv[0]) == "clusterplan"
+    if console_script:
+        # A command is one short process: what it has imported lives until it exits, so the cyclic collector need
+        # not walk it again (freeze), and collecting every 700 allocations cost ~3% of a solve (320 collections).
+        gc.freeze()
+        gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    code = run()
+    if not console_script or "ray" in sys.modules or threading.active_count() > 1:
+        sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe: nothing left to write to
             stream.flush()
