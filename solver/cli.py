@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 a well-formed question with no answer (infeasible requirement, impossible
 configuration); 2 bad input (located message, never a traceback; ``--debug`` shows one), including an
-output path that is refused or cannot be written (:mod:`clusterplan.outputs`).
+output path that is refused or cannot be written (:mod:`clusterplan.outputs`); 130 interrupted (Ctrl-C,
+SIGINT), 143 terminated (SIGTERM), each with one line, its pool workers stopped and no partial output.
 
 Standard output and error never fail on a character their encoding lacks (an ASCII or Latin-1
 locale, ``PYTHONIOENCODING=ascii``): such a character is written as a backslash escape.
@@ -12,17 +13,41 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import signal
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-import typer
-import typer.main
-from typer.core import TyperGroup
-from typer.models import CommandInfo, TyperInfo
 
-from clusterplan import __version__
-from clusterplan.console import err_console, out_console, safe_streams, state
+def _exit_at_once(signum: int, frame: Any) -> None:
+    """An interrupt while the command is still starting: nothing to stop or remove yet, one line and out."""
+    os.write(2, b"interrupted\n" if signum == signal.SIGINT else b"terminated\n")
+    os._exit(128 + signum)
+
+
+# In the clusterplan process itself (not a program importing this module), an interrupt while the imports below
+# run ends it with one line: a Ctrl-C there gave a traceback, or exit 3 when it cut an import short.
+if os.path.basename(sys.argv[0]) == "clusterplan" and threading.current_thread() is threading.main_thread():
+    for _signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signal, _exit_at_once)
+
+import typer  # noqa: E402 - after the handlers above
+import typer.main  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+from typer.models import CommandInfo, TyperInfo  # noqa: E402
+
+from clusterplan import __version__  # noqa: E402
+from clusterplan.console import (  # noqa: E402
+    Terminated,
+    err_console,
+    interruption,
+    out_console,
+    report_interruption,
+    safe_streams,
+    state,
+)
 
 if TYPE_CHECKING:
     from typer import _click  # the click typer vendors: the types TyperGroup's methods take
@@ -117,9 +142,28 @@ _register_commands()
 
 # Allocations between two collections of the youngest generation in a command (Python's default: 700).
 GC_THRESHOLD = 100_000
-# The exit codes of an interrupted command (128 + the signal's number, as shells report them).
-EXIT_INTERRUPTED = 130  # SIGINT, Ctrl-C
-EXIT_TERMINATED = 143  # SIGTERM
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _interrupts_raise() -> Iterator[None]:
+    """Within the block, SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`~clusterplan.console.Terminated` in
+    the main thread, so a command unwinds (workers stopped, temporary files removed); the caller's handlers are
+    put back after. Elsewhere than the main thread, signals are not this function's to take."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def _exit_code(code: object) -> int:
@@ -138,13 +182,19 @@ def run(argv: Sequence[str] | None = None) -> int:
     ``SystemExit`` and never ends the process, so a harness or a fuzzer can call it again and again."""
     safe_streams()
     try:
-        app(args=None if argv is None else list(argv), prog_name="clusterplan")
+        with _interrupts_raise():
+            app(args=None if argv is None else list(argv), prog_name="clusterplan")
     except SystemExit as exc:
         return _exit_code(exc.code)
-    except KeyboardInterrupt:  # outside a command's guard (while starting up): the same one line
-        err_console.print("interrupted", markup=False)
-        return EXIT_INTERRUPTED
-    except Exception:  # a bug, not a user error: say so plainly
+    except (KeyboardInterrupt, Terminated) as exc:  # outside a command's guard: the same one line
+        code = interruption(exc) or 130
+        report_interruption(code)
+        return code
+    except Exception as exc:  # a bug, not a user error: say so plainly
+        code = interruption(exc)
+        if code is not None:  # an interrupt that surfaced as another error (an import cut short)
+            report_interruption(code)
+            return code
         if state["debug"]:
             raise
         import traceback
@@ -171,9 +221,6 @@ def entry() -> None:
     :func:`main`. The usual exit is kept too wherever exit hooks still have work: Ray (its driver disconnects at
     exit) or a thread still running.
     """
-    import os
-    import threading
-
     console_script = os.path.basename(sys.argv[0]) == "clusterplan"
     if console_script:
         # A command is one short process: what it has imported lives until it exits, so the cyclic collector need

@@ -50,6 +50,36 @@ def safe_streams() -> None:
                 reconfigure(errors="backslashreplace")
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread while a command runs (``cli.run`` installs the handler), so that it unwinds
+    like Ctrl-C's ``KeyboardInterrupt``: pool workers stopped, temporary files removed, exit 143."""
+
+
+# The exit codes of an interrupted command (128 + the signal's number, as shells report them).
+EXIT_INTERRUPTED = 130  # SIGINT, Ctrl-C
+EXIT_TERMINATED = 143  # SIGTERM
+
+
+def interruption(exc: BaseException) -> int | None:
+    """The exit code when ``exc`` is an interrupt or was raised while handling one (an import cut short by Ctrl-C
+    surfaces as an ImportError), else None."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        if isinstance(cause, Terminated):
+            return EXIT_TERMINATED
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def report_interruption(code: int) -> None:
+    """The one line an interrupted command ends with."""
+    err_console.print("interrupted" if code == EXIT_INTERRUPTED else "terminated", markup=False)
+
+
 def guarded(fn: Callable[[], T]) -> T:
     """Run a command body; turn clusterplan errors into a message and an exit code."""
     try:
@@ -59,6 +89,7 @@ def guarded(fn: Callable[[], T]) -> T:
             raise
         err_console.print(f"error: {exc.render()}", markup=False)
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        raise typer.Exit(130) from None
+    except (KeyboardInterrupt, Terminated) as exc:
+        code = interruption(exc) or EXIT_INTERRUPTED
+        report_interruption(code)
+        raise typer.Exit(code) from None
