@@ -187,3 +187,52 @@ def test_fuzzed_exports_write_safe_scripts_or_refuse(
         if path.suffix == ".sh":
             syntax = subprocess.run([bash, "-n", str(path)], capture_output=True, text=True, timeout=30)
             assert syntax.returncode == 0, (path.read_text(), syntax.stderr)
+
+
+CACHE_EXAMPLES = 6 if PROFILE == "ci" else 300  # each parses the shipped YAML again (about half a second)
+
+
+def _damaged(data: bytes, seed: int, how: str) -> bytes:
+    """A cache file's bytes changed the way a disk, an editor or a hostile user might."""
+    rng = random.Random(seed)
+    header, _, body = data.partition(b"\n")
+    if how == "flip":
+        i = rng.randrange(len(data))
+        return data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1 :]
+    if how == "truncate":
+        return data[: rng.randrange(len(data))]
+    if how == "figure":  # a plausible edit: one number of one row scaled, the file's first line kept
+        doc = json.loads(body)
+        rows = doc[rng.choice(["gpus", "instances", "engines"])]
+        row = rng.choice(rows)[1]
+        numbers = [k for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool) and v]
+        if numbers:
+            key = rng.choice(numbers)
+            row[key] = row[key] * rng.choice([0.2, 5])
+        return header + b"\n" + json.dumps(doc, separators=(",", ":")).encode()
+    return header.replace(b'"format":', b'"format":1') + b"\n" + body  # "header"
+
+
+@pytest.mark.slow
+@settings(settings.get_profile(PROFILE), max_examples=CACHE_EXAMPLES)
+@given(seed=st.integers(0, 2**32 - 1), how=st.sampled_from(["flip", "truncate", "figure", "header"]))
+def test_fuzzed_catalog_caches_are_never_trusted(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, seed: int, how: str
+) -> None:
+    """A damaged or edited cache file is ignored (and rewritten): ``validate`` still exits 0 and the catalog a
+    command gets is the shipped one, byte for byte."""
+    from clusterplan.catalog import cache, load
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
+    load._shipped_catalog.cache_clear()
+    good = load.load_catalog()
+    directory = cache.cache_dir()
+    assert directory is not None
+    path = directory / cache.cache_file(cache.shipped_key())
+    path.write_bytes(_damaged(path.read_bytes(), seed, how))
+    load._shipped_catalog.cache_clear()
+    code, _, stderr = invoke("validate", str(EXAMPLES[0]))
+    assert code == 0, stderr
+    assert load.load_catalog() == good
+    load._shipped_catalog.cache_clear()
