@@ -40,6 +40,7 @@ from typer.models import CommandInfo, TyperInfo  # noqa: E402
 
 from clusterplan import __version__  # noqa: E402
 from clusterplan.console import (  # noqa: E402
+    EXIT_INTERRUPTED,
     Terminated,
     err_console,
     interruption,
@@ -187,14 +188,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return _exit_code(exc.code)
     except (KeyboardInterrupt, Terminated) as exc:  # outside a command's guard: the same one line
-        code = interruption(exc) or 130
+        code = interruption(exc) or EXIT_INTERRUPTED
         report_interruption(code)
         return code
     except Exception as exc:  # a bug, not a user error: say so plainly
-        code = interruption(exc)
-        if code is not None:  # an interrupt that surfaced as another error (an import cut short)
-            report_interruption(code)
-            return code
+        interrupted = interruption(exc)
+        if interrupted is not None:  # an interrupt that surfaced as another error (an import cut short)
+            report_interruption(interrupted)
+            return interrupted
         if state["debug"]:
             raise
         import traceback

@@ -135,7 +135,7 @@ def test_corrupt_cache_is_ignored_and_rewritten(cache: Path, damage: str) -> Non
     path = cache / cache_file(disk.shipped_key())
     doc = _body(path)
     if damage == "tampered-figure":  # rows that validate, but not the catalog its seal covers
-        doc["gpus"][0][1]["memory_gib"] -= 0.5  # type: ignore[index, operator]
+        doc["gpus"][0][1]["memory_gib"] -= 0.5  # type: ignore[index]
         _rewrite_body(path, doc)
     elif damage == "invalid-row":  # a row its schema refuses
         doc["gpus"][0][1]["memory_gib"] = "lots"  # type: ignore[index]
