@@ -142,8 +142,15 @@ def test_file_slug_and_shell_comment() -> None:
     assert shell_comment("a\nb\rc\u2028d") == "# a\\nb\\rc\\u2028d"
 
 
-def test_export_writes_no_file_when_one_exists(tmp_path: Path) -> None:
-    """The files are checked together before the first is written: with ``expected.txt`` present, none."""
+def test_export_writes_no_file_when_one_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files are checked together before the first is written: with ``expected.txt`` present, none (it once
+    wrote the two scripts, then exited 2); that one is refused before any planning."""
+    import clusterplan.pipeline
+
+    def no_planning(*args: object, **kwargs: object) -> None:
+        raise AssertionError("planned before refusing the output")
+
+    monkeypatch.setattr(clusterplan.pipeline, "plan_requirement", no_planning)
     out = tmp_path / "out"
     out.mkdir()
     (out / "expected.txt").write_text("mine\n")

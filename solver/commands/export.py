@@ -49,6 +49,8 @@ def register(app: typer.Typer) -> None:
                     name = Assumptions._known_engine(engine)
                 except ValueError as exc:
                     raise ClusterplanError(f"--engine: {exc}", fix="see clusterplan catalog engines") from None
+            if output is not None and output.is_dir():  # the one name known before planning: refused at once
+                check_output_path(output / "expected.txt", force, flag="--output")
             cat = load_catalog(catalog or [])
             resolved = load_requirement_arg(file, cat)
             plan = plan_requirement(resolved, cat, PlanOptions(top=max(design, 1), explain="design"))
