@@ -32,9 +32,17 @@ _QUOTED_INT_BITS = 1024
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
 _CONTROL.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
 _CONTROL_KEEP_NEWLINES = {c: e for c, e in _CONTROL.items() if c != 0x0A}
-# Unicode bidirectional overrides and isolates reorder what a terminal shows (CVE-2021-42574).
-_CONTROL.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
-_CONTROL_KEEP_NEWLINES.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+# Unicode bidirectional overrides and isolates reorder what a terminal shows (CVE-2021-42574); zero-width and
+# invisible format characters (zero-width space and joiners, marks, word joiner, soft hyphen, byte-order mark) and
+# the Unicode line and paragraph separators hide or split text without showing anything.
+INVISIBLE = (
+    *range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0x200B, 0x2010), *range(0x2060, 0x2065),
+    0x00AD, 0x061C, 0x180E, 0x2028, 0x2029, 0xFEFF,
+)  # fmt: skip
+_CONTROL.update({c: f"\\u{c:04x}" for c in INVISIBLE})
+_CONTROL_KEEP_NEWLINES.update({c: f"\\u{c:04x}" for c in INVISIBLE})
+# Every character printable() escapes: refused in names (catalog/schema.py Label), escaped in every output.
+CONTROL_CHARACTERS = frozenset(chr(c) for c in _CONTROL)
 
 
 def printable(text: str, *, keep_newlines: bool = False) -> str:

@@ -8,10 +8,13 @@ map, or a URL) and ``as_of`` (the date the figure was read, ISO ``YYYY-MM-DD`` o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from clusterplan.errors import CONTROL_CHARACTERS, printable, quoted
 
 # fp4: 4-bit floating point (E2M1) with block scales: NVFP4 (an FP8 E4M3 scale per 16 values) on NVIDIA
 # Blackwell, MXFP4 (an E8M0 scale per 32, OCP Microscaling v1.0) on AMD CDNA 4 and, weight-only, elsewhere.
@@ -56,7 +59,22 @@ MAX_MTP_LAYERS = 16  # multi-token-prediction modules; shipped largest: 1 (DeepS
 MAX_LABEL_CHARS = 200  # ids and names are labels in tables; a 3,000,000-character name took 41 s to render
 
 NodeGpus = Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)]
-Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS)]
+_CONTROL_IN_NAME = re.compile("[" + re.escape("".join(sorted(CONTROL_CHARACTERS))) + "]")
+
+
+def visible_name(value: str) -> str:
+    """A name without control, bidirectional or zero-width characters: names become table labels, script comments
+    and file names, where a newline ran code (``chat\\ntouch x`` in an exported script) and ESC drove the terminal."""
+    bad = _CONTROL_IN_NAME.search(value)
+    if bad is not None:
+        raise ValueError(
+            f"the name {quoted(value)} holds a control or invisible character ({printable(bad.group())} at character"
+            f" {bad.start() + 1}): write it in visible characters (letters, digits, spaces, punctuation)"
+        )
+    return value
+
+
+Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS), AfterValidator(visible_name)]
 
 
 class Row(BaseModel):

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
             from clusterplan.design.export_targets import cloud_tasks, serving_scaling
             from clusterplan.design.export_training import export_training
             from clusterplan.errors import ClusterplanError, NotExportable
-            from clusterplan.outputs import make_folder, write_text
+            from clusterplan.outputs import check_output_path, make_folder, write_text
             from clusterplan.physics.factors import Assumptions
             from clusterplan.pipeline import PlanOptions, plan_requirement
             from clusterplan.render.export_view import export_files
@@ -56,6 +56,8 @@ def register(app: typer.Typer) -> None:
                     name = Assumptions._known_engine(engine)
                 except ValueError as exc:
                     raise ClusterplanError(f"--engine: {exc}", fix="see clusterplan catalog engines") from None
+            if output is not None and output.is_dir():  # the one name known before planning: refused at once
+                check_output_path(output / "expected.txt", force, flag="--output")
             cat = load_catalog(catalog or [])
             resolved = load_requirement_arg(file, cat)
             plan = plan_requirement(resolved, cat, PlanOptions(top=max(design, 1), explain="design"))
@@ -77,11 +79,14 @@ def register(app: typer.Typer) -> None:
                     fix="plan a layout the framework runs (e.g. constraints.allowed_gpus with a GPU one stage fits "
                     "on), or launch the plan's layout with a framework that has it",
                 )
-            if output is None:
+            if output is None:  # one shell script: every line that is not a command is a comment
                 for fname, text in files.items():
-                    out_console.print(f"# ---- {fname}\n{text}", markup=False, soft_wrap=True)
+                    body = text if fname.endswith(".sh") else "".join(f"# {line}\n" for line in text.splitlines())
+                    out_console.print(f"# ---- {fname}\n{body}", markup=False, soft_wrap=True)
                 return
             make_folder(output, flag="--output")
+            for fname in files:  # every file checked before the first is written: none or all of them
+                check_output_path(output / fname, force, flag="--output")
             for fname, text in files.items():
                 write_text(output / fname, text, force=force, flag="--output")
             out_console.print(f"wrote {len(files)} files to {output}", markup=False)

@@ -10,6 +10,7 @@ from clusterplan.design.compare import Comparison, DeploymentFigures, GpuCompari
 from clusterplan.errors import printable
 from clusterplan.wording import selfhost as api_words
 from clusterplan.wording.fmt import seconds, usd, usd_3sf, usd_per_m
+from clusterplan.wording.safe import visible_lines
 
 FIT_COLUMNS = ("GPU", "fits", "layout", "memory / GPU", "speed", "W / GPU", "W / replica")
 COST_COLUMNS = ("GPU", "deployment", "offering", "per GPU", "total", "$/M tok", "$ per TB/s", "$ per dense TFLOPS")
@@ -170,4 +171,4 @@ def markdown(c: Comparison) -> str:
         out += ["| " + " | ".join(_cell(x) for x in row) + " |" for row in rows]
         out.append("")
     out += [f"- {_cell(x)}" for x in footnotes(c)]
-    return "\n".join(out) + "\n"
+    return visible_lines("\n".join(out) + "\n")

@@ -14,6 +14,7 @@ import shlex
 
 from clusterplan.design.export import Launch
 from clusterplan.wording.fmt import seconds
+from clusterplan.wording.safe import file_slug, shell_comment, visible_lines
 
 # Ports of the w-th served workload (from 0), so that workloads and pools can share a host: its endpoint (the one
 # group's server, or the router of a disaggregated workload: what the benchmark calls) PORT + w; its prefill replica i
@@ -367,7 +368,11 @@ def _launch_script(x: Launch, options: str, first_gpu: int, first_instance: int)
     """One group's launch script: one command for aggregated replicas (each on its own GPUs, behind one endpoint),
     one per replica for a pool, each on its own port and GPUs (``CUDA_VISIBLE_DEVICES``, counted from
     ``first_gpu`` over servers of ``gpus_per_node``) and, for vLLM, its own NIXL side-channel port."""
-    head = f"#!/bin/sh\n# {x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)\n"
+    head = (
+        "#!/bin/sh\n"
+        + shell_comment(f"{x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)")
+        + "\n"
+    )
     if x.role == "aggregated":
         return head + _join(launch_argv(x, options)) + "\n"
     head += (
@@ -384,6 +389,11 @@ def _launch_script(x: Launch, options: str, first_gpu: int, first_instance: int)
     return head + "\n".join(lines) + "\nwait\n"
 
 
+def _stem(n: int, x: Launch) -> str:
+    """The file-name stem of the ``n``-th launch: its number, workload and engine as safe slugs."""
+    return f"{n}-{file_slug(x.workload, 'workload')}-{file_slug(x.engine, 'engine')}"
+
+
 def export_files(launches: list[Launch]) -> dict[str, str]:
     """File name -> text: a launch script per replica group, a router per disaggregated workload, a benchmark per
     workload, the expectations (text and JSON)."""
@@ -393,7 +403,7 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
     instances = 0  # pool replicas launched so far (each its own NIXL side-channel port)
     gpus: dict[tuple[str, str], int] = {}  # per workload and GPU type (its own servers): pool GPUs numbered so far
     for n, x in enumerate(launches, start=1):
-        stem = f"{n}-{x.workload}-{x.engine}"
+        stem = _stem(n, x)
         options = f"{stem}-llm-api-options.yaml"
         files[f"{stem}-launch.sh"] = _launch_script(x, options, gpus.get((x.workload, x.gpu), 0), instances)
         instances += 0 if x.role == "aggregated" else x.replicas
@@ -406,12 +416,16 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
         if x.workload in seen or x.role == "prefill":
             continue
         seen.add(x.workload)
-        stem = f"{n}-{x.workload}-{x.engine}"
+        stem = _stem(n, x)
         mine = [y for y in launches if y.workload == x.workload]
         if x.role != "aggregated":
             config = f"{stem}-disagg-config.yaml"
             files[f"{stem}-router.sh"] = (
-                f"#!/bin/sh\n# {x.workload}: the router in front of the prefill and decode pools, on port {_endpoint(x)}\n"
+                "#!/bin/sh\n"
+                + shell_comment(
+                    f"{x.workload}: the router in front of the prefill and decode pools, on port {_endpoint(x)}"
+                )
+                + "\n"
                 f"{_join(router_argv(mine, config))}\n"
             )
             if x.engine == "tensorrt-llm":
@@ -420,7 +434,7 @@ def export_files(launches: list[Launch]) -> dict[str, str]:
         benches += [*bench_expectations(x, f"{stem}-bench.sh"), ""]
     files["expected.txt"] = "\n".join([*notes[: len(DEFINITIONS)], *benches, *notes[len(DEFINITIONS) :]])
     files["expected.json"] = expected_json(launches)
-    return files
+    return {name: visible_lines(text) for name, text in files.items()}
 
 
 def expected_json(launches: list[Launch]) -> str:

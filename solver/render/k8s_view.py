@@ -25,6 +25,7 @@ import yaml
 from clusterplan.catalog.launchers import load_launchers
 from clusterplan.design.export_targets import Scaling
 from clusterplan.render.export_view import launch_argv, replica_port, trtllm_options
+from clusterplan.wording.safe import visible
 
 RATE_METRIC = "requests_per_second"
 _SHM = "dshm"  # NCCL's shared memory between the replica's GPU processes
@@ -110,7 +111,7 @@ def k8s_file(scalings: list[Scaling]) -> str:
     for s in scalings:
         x = s.launch
         parts.append(
-            f"# {x.workload} ({x.role}): {s.max_replicas} replica(s) at peak (N+{s.redundancy}), {s.min_replicas} at "
+            f"# {visible(x.workload)} ({x.role}): {s.max_replicas} replica(s) at peak (N+{s.redundancy}), {s.min_replicas} at "
             f"the average demand; {s.gpus_per_replica} x {x.gpu_name} each; {s.target_rps_per_replica:,.3g} req/s "
             "per replica with the p95 targets met\n"
             + (

@@ -19,6 +19,7 @@ import yaml
 from clusterplan.design.export_targets import CloudTask
 from clusterplan.render.export_view import launch_argv, trtllm_options
 from clusterplan.render.training_export_view import NEEDS, file_stem, megatron_script, torchtune_script
+from clusterplan.wording.safe import shell_comment, visible_lines
 
 OPTIONS_FILE = "extra-llm-api-options.yaml"
 
@@ -71,10 +72,13 @@ def skypilot_files(tasks: list[CloudTask]) -> dict[str, str]:
             continue
         copies = f"; launch it {t.copies} times (one replica each)" if t.copies > 1 else ""
         head = (
-            f"# {t.name}: {t.num_nodes} node(s) x {t.gpus_per_node} {t.accelerator} on {t.provider}"
-            f"{copies}. sky launch this file\n"
+            shell_comment(
+                f"{t.name}: {t.num_nodes} node(s) x {t.gpus_per_node} {t.accelerator} on {t.provider}{copies}. "
+                "sky launch this file"
+            )
+            + "\n"
         )
         files[f"{file_stem(n, t.name, 'skypilot')}.yaml"] = head + yaml.dump(task(t), Dumper=_Dumper, sort_keys=False)
     if skipped:
         files["skypilot.txt"] = "\n".join(skipped) + "\n"
-    return files
+    return {name: visible_lines(text) for name, text in files.items()}

@@ -15,6 +15,7 @@ import shlex
 
 from clusterplan.design.export_training import TrainingLaunch
 from clusterplan.wording.reasons import render_reason
+from clusterplan.wording.safe import file_slug, shell_comment, visible_lines
 
 MASTER_PORT = 29500
 _ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}  # Megatron-FSDP's --data-parallel-sharding-strategy
@@ -44,8 +45,8 @@ NEEDS = {
 
 
 def file_stem(n: int, workload: str, tool: str) -> str:
-    """An exported file's stem, as export_view names the serving launches: ``N-WORKLOAD-TOOL``."""
-    return f"{n}-{workload}-{tool}"
+    """An exported file's stem, as export_view names the serving launches: ``N-WORKLOAD-TOOL``, names as safe slugs."""
+    return f"{n}-{file_slug(workload, 'workload')}-{file_slug(tool, 'tool')}"
 
 
 def _word(a: Arg) -> str:
@@ -140,7 +141,7 @@ def torchtune_overrides(x: TrainingLaunch) -> list[str]:
     if p.gpus > 1:
         out += [f"data_parallel_shard_dim={p.dp}", f"context_parallel_dim={p.cp}", "tensor_parallel_dim=1"]
         out += [f"fsdp_cpu_offload={'optimizer_offload' in p.memory_options}"]
-    out += [f"output_dir=./{x.workload}-torchtune"]
+    out += [f"output_dir=./{file_slug(x.workload, 'workload')}-torchtune"]
     return out
 
 
@@ -185,7 +186,7 @@ def _header(x: TrainingLaunch, what: str) -> list[str]:
     )
     return [
         "#!/bin/sh",
-        f"# {x.workload}: {what} of {x.arch.name} on {p.gpus} x {p.gpu_name}, {nodes}",
+        shell_comment(f"{x.workload}: {what} of {x.arch.name} on {p.gpus} x {p.gpu_name}, {nodes}"),
         f"# the plan's layout: {layout_line(x)}",
         f"# global batch: {x.global_batch_sequences:,} sequences of {x.sequence_length:,} tokens = {tokens:,} tokens"
         f"{rounded}; {x.micro_batches} micro-batches per step, {x.train_steps:,} steps",
@@ -264,4 +265,4 @@ def training_files(launches: list[TrainingLaunch], first: int = 1) -> dict[str, 
         notes += [*training_notes(x), ""]
     if notes:
         files["training.txt"] = "\n".join(notes)
-    return files
+    return {name: visible_lines(text) for name, text in files.items()}
