@@ -6,9 +6,11 @@ from each tool's source); each carries the plan's layout; a layout the framework
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -335,3 +337,39 @@ def test_a_replica_wider_than_one_machine_gets_no_deployment(catalog: Catalog) -
     assert list(yaml.safe_load_all(wide)) == [] and "spans 16 GPUs" in wide
     fits = k8s_file([Scaling(launch, 2, 1, 0, 1.0, gpus_per_node=16)])
     assert [d["kind"] for d in yaml.safe_load_all(fits)] == ["Deployment", "Service", "HorizontalPodAutoscaler"]
+
+
+@pytest.mark.slow
+def test_training_skypilot_and_kubernetes_files_run_no_injected_command(catalog: Catalog, tmp_path: Path) -> None:
+    """The training launch, SkyPilot task and Kubernetes manifest carry a hostile workload name only in comments and
+    slugs: no file name leaves its folder, no control character is written, no script runs what the name holds."""
+    from clusterplan.design.export_targets import CloudTask
+    from clusterplan.render.skypilot_view import skypilot_files
+    from test_export_safety import SAFE_FILE_NAME, hostile_names, run_script, stub_path
+
+    mark = tmp_path / "owned"
+    bin_path = stub_path(tmp_path)
+    for stub in ("torchrun", "tune"):  # the training launchers only record that they ran
+        (tmp_path / "bin" / stub).write_text(f'#!/bin/sh\necho "{stub} ran" >> "{tmp_path / "ran.log"}"\n')
+        (tmp_path / "bin" / stub).chmod(0o755)
+    base = _training(catalog, _plan(deployment="cloud"))
+    for i, name in enumerate(hostile_names(mark)):
+        x = replace(base, workload=name)
+        t = CloudTask(name=name, provider="aws", cloud="aws", region="us-east-1", gpu="h100-sxm", accelerator="H100",
+                      gpus_per_node=8, num_nodes=x.nodes.count, copies=1, training=x)  # fmt: skip
+        files = view.training_files([x]) | skypilot_files([t])
+        out = tmp_path / f"case{i}"
+        out.mkdir()
+        for fname, text in files.items():
+            assert SAFE_FILE_NAME.match(fname), f"unsafe file name {fname!r}"
+            assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069\u200b-\u200f\u2028]", text)
+            (out / fname).write_text(text)
+        for fname, text in files.items():
+            if fname.endswith(".yaml"):
+                assert yaml.safe_load(text)["name"] == name  # the name survives as data, not as YAML structure
+        for script in sorted(out.glob("*.sh")):
+            env = "MASTER_ADDR=h NODE_RANK=0 LR=1 DATA_PATH=d CHECKPOINT_DIR=c TOKENIZER=t"
+            wrapped = out / "with-env.sh"
+            wrapped.write_text(f"export {env}\n. ./{script.name}\n")
+            run_script(wrapped, out, bin_path)
+            assert not mark.exists(), f"{name!r} ran code from {script.name}:\n{script.read_text()}"
