@@ -26,6 +26,7 @@ from clusterplan.catalog.schema import (
     ClassFactors,
     EngineSpec,
     GpuClass,
+    GpuSpec,
     HostCpu,
     MemoryPolicy,
     MoeTokenCost,
@@ -557,6 +558,25 @@ class Assumptions(BaseModel):
         """The row of engine ``name`` in the catalog these assumptions run under (the shipped one if unbound)."""
         found = _find_engine(self._engines, name) if self._engines is not None else None
         return found if found is not None else engine_profile(name)
+
+    def engine_factor(self, name: str, gpu: GpuSpec) -> float:
+        """An engine factor (one of ENGINE_FACTORS) on one GPU: the requirement's where it set one, else the
+        engine's value measured on this GPU (catalog/engines.yaml ``measured``: a `clusterplan calibrate` overlay),
+        else the GPU class's."""
+        if name not in self.model_fields_set:
+            measured = self.engine_spec.measured.get(gpu.id)
+            value = getattr(measured, name, None) if measured is not None else None
+            if value is not None:
+                return float(value)
+        per_class: PerClass = getattr(self, name)
+        return per_class.of(gpu.gpu_class)
+
+    def training_mfu_on(self, gpu: GpuSpec) -> float:
+        """``training_mfu`` on one GPU: the requirement's where it set it, else the catalog GPU row's measured
+        value (a `clusterplan calibrate` overlay of a step-time log), else the GPU class's."""
+        if "training_mfu" not in self.model_fields_set and gpu.measured_training_mfu is not None:
+            return gpu.measured_training_mfu
+        return self.training_mfu.of(gpu.gpu_class)
 
     def with_catalog_engines(self, engines: Mapping[str, EngineSpec]) -> Assumptions:
         """These assumptions under a catalog's engine rows (``--catalog`` overrides included): the engine's memory
