@@ -247,3 +247,8 @@ class NoDesign(ClusterplanError):
     """The requirement has no feasible design to price (exit 1: a well-formed question with no answer)."""
 
     exit_code = 1
+
+
+class CalibrationError(ClusterplanError):
+    """A benchmark run ``clusterplan calibrate`` cannot predict (the model does not fit the GPU at the run's layout,
+    a setting the file and the flags both lack, runs that mix engines or GPUs): exit code 2."""

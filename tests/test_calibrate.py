@@ -172,3 +172,25 @@ def test_a_training_log_calibrates_training_mfu_and_moves_a_training_estimate(tm
     assert shipped.exit_code == 0 and mine.exit_code == 0, mine.output
     step = lambda out: json.loads(out)["training"]["step_time_s"]  # noqa: E731
     assert step(mine.output) > step(shipped.output)
+
+
+@pytest.mark.slow
+def test_calibrate_with_a_requirement_replans_and_shows_what_moved(tmp_path: Path) -> None:
+    requirement = DATA / "requirements" / "8b-chat-h100.yaml"
+    result = run_cli("calibrate", *map(str, VLLM), "--requirement", str(requirement), "-o", str(tmp_path / "o.yaml"))
+    assert result.exit_code == 0, result.output
+    assert "re-planned with the overlay (design 1 moved)" in result.output
+    before = next(line for line in result.output.splitlines() if line.strip().startswith("before:"))
+    after = next(line for line in result.output.splitlines() if line.strip().startswith("after:"))
+    assert "H100" in before and "H100" in after and before.split(":", 1)[1] != after.split(":", 1)[1]
+
+
+def test_a_run_without_its_gpu_asks_for_the_flag(tmp_path: Path) -> None:
+    result = run_cli("calibrate", str(BENCH / "sglang-bench-serving.jsonl"), "-o", str(tmp_path / "o.yaml"))
+    assert result.exit_code == 2 and "--gpu" in result.output, result.output
+
+
+def test_runs_of_two_engines_are_refused(tmp_path: Path) -> None:
+    args = [str(VLLM[0]), str(BENCH / "sglang-bench-serving.jsonl"), "--gpu", "h100-sxm"]
+    result = run_cli("calibrate", *args, "-o", str(tmp_path / "o.yaml"))
+    assert result.exit_code == 2 and "mix engines" in result.output, result.output

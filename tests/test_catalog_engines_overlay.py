@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from clusterplan.catalog.load import load_catalog_text
 from conftest import example, run_cli
 
@@ -41,6 +43,7 @@ def test_an_engine_override_moves_an_estimate(tmp_path: Path) -> None:
     assert after["serving"]["max_batch_by_memory"] < before["serving"]["max_batch_by_memory"]  # fraction 0.6
 
 
+@pytest.mark.slow
 def test_an_engine_override_changes_the_plan(tmp_path: Path) -> None:
     args = ["solve", str(example("7b-chat-serving")), "--json"]
     slower = SLOW_VLLM.replace("  memory_fraction: 0.6\n", "").replace("0.0321", "0.008")

@@ -26,7 +26,7 @@ from typing import Any
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.errors import ClusterplanError, UnknownNameError
+from clusterplan.errors import CalibrationError, UnknownNameError
 from clusterplan.evaluation import evaluate
 from clusterplan.inputs.bench_results import ServingRun, TrainingRun, with_flags
 from clusterplan.physics import queueing
@@ -44,10 +44,6 @@ TRAINING_BOUNDS = (0.10, 1.00)  # training_mfu
 ROUNDS = 3  # coordinate-search rounds over the serving factors
 GOLDEN_STEPS = 40  # golden-section steps per factor: the bracket shrinks to 0.618^40 ~ 4e-9 of its width
 FIGURES = ("ttft_s", "tpot_s", "output_tokens_per_s")
-
-
-class CalibrationError(ClusterplanError):
-    """A run the physics cannot predict (the model does not fit the GPU at the run's layout): exit 2."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +192,7 @@ def fit_serving(points: Sequence[BenchPoint], base: Assumptions) -> ServingFit:
             values[name] = golden_min(lambda x, n=name: _error(points, _with(base, {**values, n: x})), lo, hi)
     fitted = _with(base, values)
     residuals = [
-        Residual(p.run.file if p.run.line is None else f"{p.run.file}:{p.run.line}", name, m, b, g)
+        Residual(Path(p.run.file).name + ("" if p.run.line is None else f":{p.run.line}"), name, m, b, g)
         for p in points
         for name, m, b, g in _rows(measured(p.run), predict(p, base), predict(p, fitted))
     ]

@@ -12,8 +12,11 @@ from clusterplan.design.calibrate import SERVING_BOUNDS, TRAINING_BOUNDS, Design
 from clusterplan.errors import printable
 from clusterplan.wording.fmt import usd
 
-_UNITS = {"ttft_s": ("mean TTFT", "ms", 1e3), "tpot_s": ("mean TPOT", "ms", 1e3),
-          "output_tokens_per_s": ("output tok/s", "", 1.0)}  # fmt: skip
+_UNITS = {
+    "ttft_s": ("mean TTFT ms", 1e3),
+    "tpot_s": ("mean TPOT ms", 1e3),
+    "output_tokens_per_s": ("output tok/s", 1.0),
+}
 
 
 def overlay_yaml(doc: dict[str, Any], header: str) -> str:
@@ -37,12 +40,15 @@ def serving_lines(fit: ServingFit) -> list[str]:
         "run / figure                                  measured     before      after   log error before -> after",
     ]
     for r in fit.residuals:
-        label, unit, scale = _UNITS[r.figure]
-        name = f"{printable(r.run)[-32:]} {label}"
+        label, scale = _UNITS[r.figure]
+        name = f"{printable(r.run)[-30:]} {label}"
         out.append(
-            f"{name:<44} {r.measured * scale:>9.4g}{unit:<2} {r.before * scale:>9.4g} {r.after * scale:>9.4g}   "
+            f"{name:<44} {r.measured * scale:>9.4g}   {r.before * scale:>9.4g} {r.after * scale:>9.4g}   "
             f"{math.log(r.before / r.measured):+.3f} -> {math.log(r.after / r.measured):+.3f}"
         )
+    before = sum(math.log(r.before / r.measured) ** 2 for r in fit.residuals)
+    after = sum(math.log(r.after / r.measured) ** 2 for r in fit.residuals)
+    out.append(f"summed squared log error {before:.4f} -> {after:.4f} over {len(fit.residuals)} figures")
     return out
 
 
