@@ -189,7 +189,11 @@ def fit_serving(points: Sequence[BenchPoint], base: Assumptions) -> ServingFit:
     values = {k: min(max(v, SERVING_BOUNDS[k][0]), SERVING_BOUNDS[k][1]) for k, v in before.items()}
     for _ in range(ROUNDS):
         for name, (lo, hi) in SERVING_BOUNDS.items():
-            values[name] = golden_min(lambda x, n=name: _error(points, _with(base, {**values, n: x})), lo, hi)
+
+            def error_at(x: float, n: str = name) -> float:
+                return _error(points, _with(base, {**values, n: x}))
+
+            values[name] = golden_min(error_at, lo, hi)
     fitted = _with(base, values)
     residuals = [
         Residual(Path(p.run.file).name + ("" if p.run.line is None else f":{p.run.line}"), name, m, b, g)
