@@ -194,3 +194,15 @@ def test_runs_of_two_engines_are_refused(tmp_path: Path) -> None:
     args = [str(VLLM[0]), str(BENCH / "sglang-bench-serving.jsonl"), "--gpu", "h100-sxm"]
     result = run_cli("calibrate", *args, "-o", str(tmp_path / "o.yaml"))
     assert result.exit_code == 2 and "mix engines" in result.output, result.output
+
+
+@pytest.mark.slow
+def test_the_file_wins_over_a_flag_and_says_so(tmp_path: Path) -> None:
+    # the vLLM sample records gpu h100-sxm (its --metadata); a --gpu naming the same GPU by alias is no conflict
+    args = [str(VLLM[0]), "-o", str(tmp_path / "o.yaml"), "--force"]
+    other = run_cli("calibrate", *args, "--gpu", "h200")
+    assert other.exit_code == 0, other.output
+    assert "records gpu h100-sxm; --gpu h200 is not used" in other.output
+    assert "calibrated vllm on NVIDIA H100 SXM5 80GB" in other.output
+    same = run_cli("calibrate", *args, "--gpu", "NVIDIA H100 80GB HBM3", "--model", "llama-3.1-8b")
+    assert same.exit_code == 0 and "note:" not in same.output, same.output

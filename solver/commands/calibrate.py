@@ -93,7 +93,8 @@ def _run(o: CalibrateOptions) -> None:
         runs = [run for path in o.results for run in read_serving_results(path)]
         points = cal.serving_points(runs, settings, cat)
         sfit = cal.fit_serving(points, base)
-        doc, lines = cal.serving_overlay(sfit, [p.run for p in points], cat, as_of), view.serving_lines(sfit)
+        doc = cal.serving_overlay(sfit, [p.run for p in points], cat, as_of)
+        lines = [*view.ignored_lines(cal.flags_ignored(runs, settings, cat)), *view.serving_lines(sfit)]
         name = f"calibrated-{sfit.engine}-{sfit.gpu.id}.yaml"
     target = o.output or Path(name)
     check_output_path(target, o.force, flag="--output")

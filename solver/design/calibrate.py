@@ -26,7 +26,7 @@ from typing import Any
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.errors import CalibrationError, UnknownNameError
+from clusterplan.errors import CalibrationError, ClusterplanError, UnknownNameError
 from clusterplan.evaluation import evaluate
 from clusterplan.inputs.bench_results import ServingRun, TrainingRun, with_flags
 from clusterplan.physics import queueing
@@ -383,6 +383,40 @@ def serving_points(runs: Sequence[ServingRun], settings: RunSettings, catalog: C
             fix="calibrate one engine on one GPU at a time",
         )
     return points
+
+
+@dataclass(frozen=True)
+class FlagIgnored:
+    """A flag a run's file overrides: the file records ``field`` as ``recorded``; the flag said ``given``."""
+
+    file: str
+    field: str
+    recorded: str
+    given: str
+
+
+def flags_ignored(runs: Sequence[ServingRun], settings: RunSettings, catalog: Catalog) -> list[FlagIgnored]:
+    """Every flag that names another GPU, engine, model or TP than a run's file records (the file wins)."""
+
+    def same(name: str, a: object, b: object) -> bool:
+        ids = {
+            "gpu": lambda x: catalog.gpu(x).id,
+            "engine": lambda x: catalog.engine(x).id,
+            "model": lambda x: resolve_model(x, catalog, "").id,
+        }
+        try:
+            key = ids.get(name, str)
+            return bool(key(str(a)) == key(str(b)))
+        except ClusterplanError:
+            return str(a) == str(b)
+
+    out = []
+    for r in runs:
+        for name in ("gpu", "engine", "model", "tp"):
+            recorded, given = getattr(r, name), getattr(settings, name)
+            if recorded is not None and given is not None and not same(name, recorded, given):
+                out.append(FlagIgnored(Path(r.file).name, name, str(recorded), str(given)))
+    return out
 
 
 def training_point(run: TrainingRun, settings: RunSettings, catalog: Catalog) -> TrainingPoint:

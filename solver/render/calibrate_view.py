@@ -8,7 +8,14 @@ from typing import Any
 
 import yaml
 
-from clusterplan.design.calibrate import SERVING_BOUNDS, TRAINING_BOUNDS, DesignOne, ServingFit, TrainingFit
+from clusterplan.design.calibrate import (
+    SERVING_BOUNDS,
+    TRAINING_BOUNDS,
+    DesignOne,
+    FlagIgnored,
+    ServingFit,
+    TrainingFit,
+)
 from clusterplan.errors import printable
 from clusterplan.wording.fmt import usd
 
@@ -73,3 +80,12 @@ def replan_lines(before: DesignOne, after: DesignOne) -> list[str]:
 
     moved = "design 1 moved" if (before.summary, before.total_usd) != (after.summary, after.total_usd) else "unchanged"
     return ["", f"re-planned with the overlay ({moved}):", f"  before: {line(before)}", f"  after:  {line(after)}"]
+
+
+def ignored_lines(ignored: list[FlagIgnored]) -> list[str]:
+    """One note per flag a file overrode (the file records what the run used)."""
+    return [
+        f"note: {printable(i.file)} records {i.field} {printable(i.recorded)}; --{i.field} {printable(i.given)} "
+        "is not used for it"
+        for i in ignored
+    ]
