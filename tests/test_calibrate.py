@@ -102,6 +102,9 @@ def test_calibrate_writes_an_overlay_that_moves_the_estimate_toward_the_runs(tmp
     )
     # the residual is printed per figure, before and after, and the fit leaves less of it
     assert "mean TTFT" in result.output and "mean TPOT" in result.output and "output tok/s" in result.output
+    summary = next(line for line in result.output.splitlines() if line.startswith("summed squared log error"))
+    before, after = (float(x) for x in summary.split()[4:7:2])
+    assert after < 0.5 * before
     # round trip: --catalog loads it, the engine row carries the fit, and the physics runs it
     user = load_catalog([overlay])
     assert user.engine("vllm").measured["h100-sxm"].compute_efficiency == measured["compute_efficiency"]
