@@ -209,3 +209,24 @@ def test_the_file_wins_over_a_flag_and_says_so(tmp_path: Path) -> None:
     assert "calibrated vllm on NVIDIA H100 SXM5 80GB" in other.output
     same = run_cli("calibrate", *args, "--gpu", "NVIDIA H100 80GB HBM3", "--model", "llama-3.1-8b")
     assert same.exit_code == 0 and "note:" not in same.output, same.output
+
+
+@pytest.mark.slow
+def test_a_plan_lists_the_measured_factors_it_ran(tmp_path: Path) -> None:
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text(
+        "engines:\n- id: vllm\n  override: true\n  measured: {h100-sxm: {compute_efficiency: 0.5, measured_by: "
+        "sample.json}}\n  source: https://example.com/mine\n  as_of: '2026-12'\n",
+        encoding="utf-8",
+    )
+    args = ["solve", str(DATA / "requirements" / "8b-chat-h100.yaml"), "--json"]
+    shipped, mine = run_cli(*args), run_cli(*args, "--catalog", str(overlay))
+    assert shipped.exit_code == 0 and mine.exit_code == 0, mine.output
+
+    def measured(out: str) -> list[str]:
+        return [a for a in json.loads(out)["explanation"]["assumptions"] if "measured" in a]
+
+    assert measured(shipped.output) == []
+    assert measured(mine.output) == [
+        "vllm on h100-sxm: measured compute_efficiency 0.5 (https://example.com/mine: sample.json)"
+    ]
