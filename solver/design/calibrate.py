@@ -402,7 +402,7 @@ def flags_ignored(runs: Sequence[ServingRun], settings: RunSettings, catalog: Ca
         ids = {
             "gpu": lambda x: catalog.gpu(x).id,
             "engine": lambda x: catalog.engine(x).id,
-            "model": lambda x: resolve_model(x, catalog, "").id,
+            "model": lambda x: resolve_model(x, catalog, "").name,
         }
         try:
             key = ids.get(name, str)
