@@ -242,8 +242,10 @@ def _trtllm(f: _Fields) -> ServingRun:
 
 
 def _genai_perf_json(f: _Fields) -> ServingRun:
-    models = f.get("input_config.endpoint.model_names") or f.get("input_config.model_names")
-    model = models[0] if isinstance(models, list) and models else f.text_of("input_config.model")
+    models = (
+        f.get("input_config.endpoint.model_names") or f.get("input_config.model_names") or f.get("input_config.model")
+    )  # AIPerf: endpoint.model_names; genai-perf: model (a list)
+    model = models[0] if isinstance(models, list) and models else models
     tool = "aiperf" if "aiperf_version" in f.data or "aiperf" in f.file.lower() else "genai-perf"
     return ServingRun(
         file=f.file, tool=tool, tool_version=f.text_of("aiperf_version") or f.text_of("genai_perf_version"),
