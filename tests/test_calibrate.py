@@ -230,3 +230,26 @@ def test_a_plan_lists_the_measured_factors_it_ran(tmp_path: Path) -> None:
     assert measured(mine.output) == [
         "vllm on h100-sxm: measured compute_efficiency 0.5 (https://example.com/mine: sample.json)"
     ]
+
+
+def test_an_overlay_keeps_the_engines_measurements_on_other_gpus() -> None:
+    from clusterplan.design.calibrate import ServingFit, serving_overlay
+
+    earlier = load_catalog_text(
+        "engines:\n- id: vllm\n  override: true\n  measured: {h200: {compute_efficiency: 0.6, measured_by: a.json}}\n"
+        "  source: https://example.com/mine\n  as_of: '2026-12'\n",
+        "earlier.yaml",
+    )
+    [run] = read_serving_results(VLLM[0])
+    values = {"memory_bandwidth_efficiency": 0.8, "compute_efficiency": 0.5, "decode_step_overhead_s": 0.004}
+    fit = ServingFit("vllm", earlier.gpu("h100-sxm"), values, values, [], [])
+    doc = serving_overlay(fit, [run], earlier, "2026-12-06")
+    measured = doc["engines"][0]["measured"]
+    assert measured["h200"] == {"compute_efficiency": 0.6, "measured_by": "a.json"}
+    assert measured["h100-sxm"]["compute_efficiency"] == 0.5
+    assert (
+        "vllm bench serve 0.11.0: vllm-bench-serve-c16.json, run 20261201-101500" in measured["h100-sxm"]["measured_by"]
+    )
+    # the overlay is a catalog file: it loads on top of the earlier one
+    both = load_catalog_text(yaml.safe_dump(doc), "new.yaml")
+    assert set(both.engine("vllm").measured) == {"h200", "h100-sxm"}
