@@ -249,6 +249,17 @@ class NoDesign(ClusterplanError):
     exit_code = 1
 
 
+class NotExportable(ClusterplanError):
+    """Every workload of the design needs a layout its framework cannot run (exit 1: a valid question with no
+    answer); ``reasons`` says why, one line per refusal."""
+
+    exit_code = 1
+
+    def __init__(self, reasons: list[str], *, fix: str | None = None) -> None:
+        self.reasons = reasons
+        super().__init__("nothing to export:\n" + "\n".join(f"  - {r}" for r in reasons), fix=fix)
+
+
 class CalibrationError(ClusterplanError):
     """A benchmark run ``clusterplan calibrate`` cannot predict (the model does not fit the GPU at the run's layout,
     a setting the file and the flags both lack, runs that mix engines or GPUs): exit code 2."""
