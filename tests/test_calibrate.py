@@ -253,3 +253,13 @@ def test_an_overlay_keeps_the_engines_measurements_on_other_gpus() -> None:
     # the overlay is a catalog file: it loads on top of the earlier one
     both = load_catalog_text(yaml.safe_dump(doc), "new.yaml")
     assert set(both.engine("vllm").measured) == {"h200", "h100-sxm"}
+
+
+def test_an_existing_output_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    existing = tmp_path / "mine.yaml"
+    existing.write_text("kept\n", encoding="utf-8")
+    result = run_cli("calibrate", str(tmp_path / "missing.json"), "-o", str(existing))
+    assert result.exit_code == 2 and "already exists" in result.output and "missing.json" not in result.output
+    assert existing.read_text(encoding="utf-8") == "kept\n"
+    folder = run_cli("calibrate", str(tmp_path), "--gpu", "h100-sxm", "-o", str(tmp_path / "o.yaml"))
+    assert folder.exit_code == 2 and "not a regular file" in folder.output

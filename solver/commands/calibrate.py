@@ -71,6 +71,8 @@ def _run(o: CalibrateOptions) -> None:
     from clusterplan.physics.factors import Assumptions
     from clusterplan.render import calibrate_view as view
 
+    if o.output is not None:
+        check_output_path(o.output, o.force, flag="--output")  # before anything is read (docs/guarantees.md 7)
     cat = load_catalog(o.catalog or [])
     settings = cal.RunSettings(
         gpu=o.gpu, engine=o.engine, model=o.model, tp=o.tp, pp=o.pp, quant=o.quant, gpus=o.gpus,
@@ -86,18 +88,19 @@ def _run(o: CalibrateOptions) -> None:
         )
     if training:
         point = cal.training_point(read_training_log(training[0]), settings, cat)
+        target = o.output or Path(f"calibrated-training-{point.gpu.id}.yaml")
+        check_output_path(target, o.force, flag="--output")  # before the fit
         tfit = cal.fit_training(point, base)
-        doc, lines, name = cal.training_overlay(tfit, point.run, as_of), view.training_lines(tfit), point.gpu.id
-        name = f"calibrated-training-{name}.yaml"
+        doc, lines = cal.training_overlay(tfit, point.run, as_of), view.training_lines(tfit)
     else:
         runs = [run for path in o.results for run in read_serving_results(path)]
         points = cal.serving_points(runs, settings, cat)
+        engine = cat.engine(points[0].run.engine or "vllm").id
+        target = o.output or Path(f"calibrated-{engine}-{points[0].gpu.id}.yaml")
+        check_output_path(target, o.force, flag="--output")  # before the fit
         sfit = cal.fit_serving(points, base)
         doc = cal.serving_overlay(sfit, [p.run for p in points], cat, as_of)
         lines = [*view.ignored_lines(cal.flags_ignored(runs, settings, cat)), *view.serving_lines(sfit)]
-        name = f"calibrated-{sfit.engine}-{sfit.gpu.id}.yaml"
-    target = o.output or Path(name)
-    check_output_path(target, o.force, flag="--output")
     header = "clusterplan calibrate: factors measured on your hardware. Load with --catalog " + target.name
     write_text(target, view.overlay_yaml(doc, header), force=o.force, flag="--output")
     for line in lines:

@@ -89,6 +89,21 @@ def problem(file: str, line: int | None, path: str, message: str) -> InputError:
     )
 
 
+MAX_RESULT_BYTES = 256 * 1024 * 1024  # a --save-detailed run of 100,000 requests is ~100 MB
+
+
+def _read(path: Path, file: str, *, errors: str) -> str:
+    """A regular file's text (a pipe, device or folder is refused before it is opened: it could block)."""
+    try:
+        if not path.is_file():
+            raise problem(file, None, "", "not a regular file (a folder, pipe, device or missing path)")
+        if path.stat().st_size > MAX_RESULT_BYTES:
+            raise problem(file, None, "", f"larger than {MAX_RESULT_BYTES // 2**20} MiB: not a benchmark result")
+        return path.read_text(encoding="utf-8", errors=errors)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise problem(file, None, "", f"cannot read the file: {exc}") from None
+
+
 def _line_of(text: str, key: str) -> int | None:
     """The first line mentioning ``"key"`` (1-based), for locating a field's problem."""
     at = text.find(f'"{key}"')
@@ -138,10 +153,7 @@ class _Fields:
 def read_serving_results(path: Path) -> list[ServingRun]:
     """Every run in one serving benchmark result file (a JSONL file may hold several)."""
     file = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise problem(file, None, "", f"cannot read the file: {exc}") from None
+    text = _read(path, file, errors="strict")
     if path.suffix.lower() == ".csv":
         return [_genai_perf_csv(file, text)]
     stripped = text.strip()
@@ -324,10 +336,7 @@ def read_training_log(path: Path, *, skip_iterations: int = 1) -> TrainingRun:
     """The step time of a Megatron-LM log or the tokens/s of a torchtitan log: the median over the logged
     iterations after the first ``skip_iterations`` lines (warm-up)."""
     file = str(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise problem(file, None, "", f"cannot read the file: {exc}") from None
+    text = _read(path, file, errors="replace")
     steps: list[float] = []
     tps: list[float] = []
     batch: int | None = None
