@@ -266,3 +266,8 @@ class NotExportable(ClusterplanError):
     def __init__(self, reasons: list[str], *, fix: str | None = None) -> None:
         self.reasons = reasons
         super().__init__("nothing to export:\n" + "\n".join(f"  - {r}" for r in reasons), fix=fix)
+
+
+class CalibrationError(ClusterplanError):
+    """A benchmark run ``clusterplan calibrate`` cannot predict (the model does not fit the GPU at the run's layout,
+    a setting the file and the flags both lack, runs that mix engines or GPUs): exit code 2."""

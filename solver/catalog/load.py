@@ -730,6 +730,9 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
 
     for engine_id, engine in tables.engines.items():
         rep.check_refs("engines", engine_id, engine)
+        for gpu_id in engine.measured:
+            if gpu_id not in tables.gpus:
+                rep.report("engines", engine_id, f"measured on GPU '{gpu_id}', which is no catalog GPU id", "measured")
     _check_kernels(tables, rep)
 
     for key, inst in tables.instances.items():

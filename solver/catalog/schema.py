@@ -165,6 +165,13 @@ class GpuSpec(Provenance):
         "default: the owned node_sizes up to max_gpus_per_node",
     )
     price: PurchasePrice | None = None
+    measured_training_mfu: float | None = Field(
+        None,
+        gt=0,
+        le=1.5,
+        description="training_mfu measured on this GPU (a `clusterplan calibrate` overlay from a step-time log); "
+        "None: the GPU class's Assumptions training_mfu. A requirement's own training_mfu wins",
+    )
     # The kernels.yaml row of this GPU's architecture, set by the catalog that holds the row (Catalog.__post_init__);
     # not a field: a GPU row does not name it, and it is not part of the row's data or its fingerprint.
     _kernels: ArchitectureKernels | None = PrivateAttr(default=None)
@@ -622,6 +629,16 @@ class ClassFactors(Row):
     consumer: float = Field(gt=0, le=1.5)
 
 
+class MeasuredEngineFactors(Row):
+    """An engine's kernel factors measured on one GPU (`clusterplan calibrate` from benchmark results); a factor
+    left out keeps the engine's per-class value. A requirement's own factor wins over both."""
+
+    memory_bandwidth_efficiency: float | None = Field(None, gt=0, le=1.5, description="share of peak bandwidth")
+    compute_efficiency: float | None = Field(None, gt=0, le=1.5, description="share of dense tensor peak")
+    decode_step_overhead_s: float | None = Field(None, ge=0, le=1.5, description="fixed cost of one step, seconds")
+    measured_by: str = Field(max_length=2000, description="the result files, tool and version the fit read")
+
+
 class HostFactors(Row):
     """A per-step host (CPU) time of an engine, per host CPU class (:attr:`GpuSpec.host_cpu`)."""
 
@@ -829,6 +846,11 @@ class EngineSpec(Provenance):
         "architecture name then weight precision (physics/step.py expert_parts_s); unlisted: 0, not modelled",
     )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
+    measured: dict[str, MeasuredEngineFactors] = Field(
+        default_factory=dict,
+        description="factors measured on one GPU, by catalog GPU id (a `clusterplan calibrate` overlay); they win "
+        "over the per-class factors on that GPU",
+    )
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")
 
     def fraction_at(self, tp: int) -> float:
