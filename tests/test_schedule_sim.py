@@ -156,3 +156,22 @@ def test_a_bad_arrival_is_refused_naming_the_flag(arrival: str) -> None:
     code, out = _cli([*PINNED_70B, "--arrival", arrival])
     assert code == 2, out
     assert "--arrival" in out
+
+
+def test_speculative_steps_keep_tpot_and_stretch_itl_to_a_verification_step() -> None:
+    # the step model is per kept token; a verification step keeps tau tokens and takes tau times as long, so TPOT
+    # (per token) holds while ITL (per streamed chunk, one a step) is tau times longer
+    requests = [sim.SimRequest(0.0, 1000, 401) for _ in range(4)]
+    arrival = sim.Arrival("closed", concurrency=4)
+    plain = sim.simulate(_replica(), requests, arrival)
+    spec = sim.simulate(_replica(acceptance_length=2.0), requests, arrival)
+    assert spec.tpot.mean_s == pytest.approx(plain.tpot.mean_s, rel=0.02)
+    assert spec.itl.p50_s == pytest.approx(2 * plain.itl.p50_s, rel=0.02)
+
+
+def test_a_prefix_cache_hit_shortens_the_queued_prefills() -> None:
+    requests = [sim.SimRequest(0.0, 4000, 100) for _ in range(16)]
+    arrival = sim.Arrival("closed", concurrency=16)
+    cold = sim.simulate(_replica(), requests, arrival)
+    warm = sim.simulate(_replica(prefix_hit_rate=0.75), requests, arrival)
+    assert warm.ttft.mean_s < 0.5 * cold.ttft.mean_s

@@ -127,7 +127,7 @@ def parse_arrival(text: str) -> ArrivalPlan:
     match = _RATE.match(head)
     if match is None or float(match["rate"]) <= 0:
         raise _bad(text, f"{kind}: needs a rate in requests per second, e.g. {kind}:20/s")
-    return ArrivalPlan(sim.Arrival(kind, rate_per_s=float(match["rate"]), cv=cv), requests, ratio, seed, None)  # type: ignore[arg-type]
+    return ArrivalPlan(sim.Arrival(kind, rate_per_s=float(match["rate"]), cv=cv), requests, ratio, seed, None)
 
 
 def _keys(text: str, extras: list[str]) -> dict[str, float]:

@@ -73,7 +73,7 @@ def _csv(text: str, name: str) -> list[TraceRow]:
         raise InputError(
             [FieldProblem(Location(name, 1), "header", f"the header lacks {', '.join(absent)}, got {header}")], fix=_FIX
         )
-    rows = []
+    rows: list[TraceRow] = []
     for record in reader:
         if len(rows) >= MAX_TRACE_REQUESTS:
             break
@@ -84,7 +84,7 @@ def _csv(text: str, name: str) -> list[TraceRow]:
 
 def _jsonl(text: str, name: str) -> list[TraceRow]:
     """The rows of a JSON Lines trace, one object a line (blank lines skipped)."""
-    rows = []
+    rows: list[TraceRow] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
