@@ -25,9 +25,9 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.design.estimate import EstimateResult, estimate_requirement, merge_config
 from clusterplan.design.estimate_serving import workload_assumptions
 from clusterplan.errors import ClusterplanError, FieldProblem, InputError, Location
+from clusterplan.evaluation.simulated import sim_replica
 from clusterplan.inputs.trace import read_trace
 from clusterplan.physics import schedule_sim as sim
-from clusterplan.physics.factors import Assumptions
 from clusterplan.requirement.schema import PinnedConfig, ServingWorkload
 
 DEFAULT_REQUESTS = 1000  # vllm bench serve --num-prompts
@@ -144,25 +144,6 @@ def _keys(text: str, extras: list[str]) -> dict[str, float]:
     return keys
 
 
-def replica_for(result: EstimateResult, w: ServingWorkload, a: Assumptions) -> sim.SimReplica:
-    """The replica ``estimate`` evaluated, as the scheduler simulation runs it."""
-    est = result.serving
-    assert est is not None  # a serving result (the caller checked)
-    # the prompt's computed tokens, as physics/serving.py _prefill_work counts them (a prefix-cache hit skipped)
-    computed = max(w.input_tokens - w.input_tokens * a.prefix_cache_hit_rate, 1.0)
-    return sim.SimReplica(
-        step_model=est.step_model,
-        prefill_token_busy_s=est.prefill_busy_s / computed,
-        prefill_token_alone_s=est.prefill_s / computed,
-        chunk_tokens=a.chunk_tokens,
-        max_seqs=result.config.batch,
-        kv_pool_tokens=int(est.max_batch_by_memory * w.context_tokens),
-        kv_block_tokens=a.engine_spec.kv_block_tokens,
-        prefix_hit_rate=a.prefix_cache_hit_rate,
-        acceptance_length=a.speculative.acceptance_length if a.speculative is not None else 1.0,
-    )
-
-
 def _requests(plan: ArrivalPlan, w: ServingWorkload) -> list[sim.SimRequest]:
     """The requests to replay: the trace's, or drawn at the workload's lengths."""
     if plan.trace is not None:
@@ -191,7 +172,8 @@ def simulate_file(
     if not result.feasible or result.serving.max_batch_by_memory < 1:
         return result, None
     w, a = workload_assumptions(req, w, merge_config(req.config, overrides).engine)
-    replica = replica_for(result, w, a)
+    assert result.serving is not None
+    replica = sim_replica(result.serving, w, a, result.config.batch)
     requests = _requests(plan, w)
     targets = sim.Targets(ttft_s=w.p95_ttft, tpot_s=w.p95_tpot, e2e_s=w.p95_latency)
     run = sim.simulate(replica, requests, plan.arrival, targets)

@@ -185,6 +185,7 @@ class _State:
     latest: list[tuple[int, int]] = field(default_factory=list)  # (-admission, id) heap, lazy
     decoding: set[int] = field(default_factory=set)
     itl: list[tuple[float, int]] = field(default_factory=list)  # (gap s, count)
+    decode_s: dict[int, float] = field(default_factory=dict)  # the decode part of a step, by sequences running
     busy_seq_s: float = 0.0
 
 
@@ -303,7 +304,9 @@ def _step(replica: SimReplica, s: _State, reqs: list[_Req], next_arrival: float)
     n = len(s.decoding)
     k = sum(chunks.values())
     tau = replica.acceptance_length
-    dt = replica.step_s(n, k)
+    if n and n not in s.decode_s:  # a step's decode part depends on n alone: evaluated once per n
+        s.decode_s[n] = replica.step_s(n, 0)
+    dt = s.decode_s[n] + k * replica.prefill_token_busy_s if n else replica.step_s(0, k)
     steps = 1
     if not chunks and n:
         _drop_stale(s, reqs)
