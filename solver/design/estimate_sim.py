@@ -127,7 +127,8 @@ def parse_arrival(text: str) -> ArrivalPlan:
     match = _RATE.match(head)
     if match is None or float(match["rate"]) <= 0:
         raise _bad(text, f"{kind}: needs a rate in requests per second, e.g. {kind}:20/s")
-    return ArrivalPlan(sim.Arrival(kind, rate_per_s=float(match["rate"]), cv=cv), requests, ratio, seed, None)
+    process: sim.ArrivalKind = "poisson" if kind == "poisson" else "gamma"
+    return ArrivalPlan(sim.Arrival(process, rate_per_s=float(match["rate"]), cv=cv), requests, ratio, seed, None)
 
 
 def _keys(text: str, extras: list[str]) -> dict[str, float]:
@@ -173,7 +174,7 @@ def simulate_file(
         return result, None
     w, a = workload_assumptions(req, w, merge_config(req.config, overrides).engine)
     assert result.serving is not None
-    replica = sim_replica(result.serving, w, a, result.config.batch)
+    replica = sim_replica(result.serving, w, a, result.config.batch or 1)
     requests = _requests(plan, w)
     targets = sim.Targets(ttft_s=w.p95_ttft, tpot_s=w.p95_tpot, e2e_s=w.p95_latency)
     run = sim.simulate(replica, requests, plan.arrival, targets)

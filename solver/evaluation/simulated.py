@@ -37,6 +37,8 @@ def sim_replica(est: ServingEstimate, w: ServingWorkload, a: Assumptions, max_se
     engine's token budget and KV block, ``max_seqs`` as ``max_num_seqs``, the prefix-cache hit rate and the
     speculative acceptance (``a``: the workload's assumptions, :func:`evaluate.serving_assumptions`)."""
     # the prompt's computed tokens, as physics/serving.py _prefill_work counts them (a prefix-cache hit skipped)
+    if est.step_model is None:
+        raise ValueError("a serving estimate without its step model cannot be simulated")
     computed = max(w.input_tokens - w.input_tokens * a.prefix_cache_hit_rate, 1.0)
     return sim.SimReplica(
         step_model=est.step_model,
