@@ -321,8 +321,10 @@ def _step(replica: SimReplica, s: _State, reqs: list[_Req], next_arrival: float)
         s.tick += steps
         s.kv_used += steps * n * tau
         s.itl.append((dt, steps * n))
-    elif not chunks:
-        s.now = max(s.now, next_arrival)  # nothing could run: wait for the next request
+    elif not chunks:  # nothing could run (cannot happen: a lone request is always admitted)
+        if next_arrival == math.inf:
+            raise RuntimeError("the scheduler simulation stalled: nothing runs and nothing arrives")
+        s.now = max(s.now, next_arrival)
     finished = _finish_prefills(replica, s, reqs, chunks)
     finished += _finish_decodes(replica, s, reqs)
     while s.kv_used > replica.kv_pool_tokens and len(s.decoding) > 1:
