@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, MemoryPolicy, ModelArchitecture
-from clusterplan.physics import optimizer_memory, params
+from clusterplan.physics import linear_attention, optimizer_memory, params
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.rules import fp4_format
@@ -77,9 +77,13 @@ def attention_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
         h, rope = arch.hidden_size, arch.qk_rope_head_dim or 0
         replicated = h * (arch.kv_lora_rank + rope) + (0 if arch.q_lora_rank is None else h * arch.q_lora_rank)
         return replicated + (params.attention_params_per_layer(arch) - replicated) / tp
-    return (
-        arch.hidden_size * arch.head_dim_eff * (2 * arch.attention_heads / tp + 2 * kv_heads_per_gpu(arch.kv_heads, tp))
+    full = arch.hidden_size * arch.head_dim_eff * (
+        (3 if arch.attention_output_gate else 2) * arch.attention_heads / tp + 2 * kv_heads_per_gpu(arch.kv_heads, tp)
     )
+    if not arch.linear_layer_count:
+        return full
+    linear = arch.linear_layer_count  # a hybrid's mean layer, as params.attention_params_per_layer
+    return ((arch.layers - linear) * full + linear * params.linear_attention_params(arch) / tp) / arch.layers
 
 
 def moe_layer_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
@@ -205,6 +209,10 @@ def kv_bytes_per_token_per_gpu(
     Every layer counted: a token within every local layer's window. Past a window use
     :func:`kv_bytes_per_sequence_per_gpu`. DeepSeek-V3 (MLA, 61 layers): ``576 x 61 x bytes``.
     """
+    if arch.linear_layer_count:  # only the full-attention layers cache keys and values
+        kv_layers = max(full + local for full, local in params.stage_attention_layers(arch, pp))
+        heads = arch.kv_heads if attention_dp else kv_heads_per_gpu(arch.kv_heads, tp)
+        return kv_cache_bytes(kv_layers, heads, arch.head_dim_eff, BYTES_PER_VALUE[kv_precision], 1.0)
     if arch.kv_lora_rank is None and not attention_dp:
         return kv_cache_bytes(
             layers_per_stage(arch.layers, pp),
@@ -234,6 +242,11 @@ def kv_bytes_per_sequence_per_gpu(
     ``local_tokens``: what a local layer holds instead (a decode span's mean, :func:`clusterplan.physics.serving.
     decode_local_tokens`). The stage holding the most cached tokens sets the figure.
     """
+    if arch.linear_layer_count:  # linear layers: a fixed state per sequence, whatever the context (no window here)
+        heads = arch.kv_heads if attention_dp else kv_heads_per_gpu(arch.kv_heads, tp)
+        per_layer = kv_cache_bytes(1, heads, arch.head_dim_eff, BYTES_PER_VALUE[kv_precision], 1.0)
+        state = linear_attention.state_bytes_per_layer(arch, 1 if attention_dp else tp)
+        return max(full * context_tokens * per_layer + n * state for full, _, n in params.stage_layer_kinds(arch, pp))
     per_token = kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision, attention_dp=attention_dp)
     if arch.attention_window is None:
         return context_tokens * per_token
