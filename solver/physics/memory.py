@@ -162,8 +162,8 @@ def serving_weight_bytes_per_gpu(
 ) -> float:
     """Weights on the most loaded GPU: layers of one stage at the weight precision plus 16-bit embeddings.
 
-    Multi-token-prediction modules are not loaded: no speculative decoding is modelled (SGLang and vLLM load
-    DeepSeek-V3's MTP layer only as a draft model for ``--speculative-algorithm EAGLE``/``NEXTN``).
+    Multi-token-prediction modules are not counted here: SGLang and vLLM load DeepSeek-V3's MTP layer only as a
+    draft model for ``--speculative-algorithm EAGLE``/``NEXTN``; :func:`_serving_fixed` adds them under ``mtp``.
     """
     bpp = weight_bytes_per_param(quant, int4_group_size=int4_group_size, fp4_format=fp4_format)
     return (
@@ -318,7 +318,7 @@ def _serving_fixed(
     """(weights, step activations, runtime reserve, KV pool) bytes of the most loaded GPU of a replica.
 
     Weights (``weights_bytes`` where an MoE layout gives them, else the TP-split model's) include a speculative
-    proposer's (``cost_fraction`` of the model's, stored at the same precision).
+    proposer's (``cost_fraction`` of the model's, or the model's own MTP modules, stored at the same precision).
     """
     tp = layout.tp
     weights = weights_bytes
@@ -328,7 +328,7 @@ def _serving_fixed(
             fp4_format=fp4_format(gpu),
         )  # fmt: skip
     if assumptions.speculative is not None:
-        weights *= 1.0 + assumptions.speculative.cost
+        weights *= 1.0 + assumptions.speculative.held_fraction(arch)
     act = serving_activation_bytes(arch.hidden_size, tp, assumptions.chunk_tokens)
     policy, fraction, reserve_gib = assumptions.memory_policy(tp)
     reserve = reserve_gib * 2**30
@@ -356,7 +356,7 @@ def kv_bytes_per_sequence(
     tokens = math.ceil(context_tokens / block) * block
     kv = kv_bytes_per_sequence_per_gpu(arch, tokens, tp=tp, pp=pp, kv_precision=kv_precision, attention_dp=attention_dp)
     if assumptions.speculative is not None:
-        kv *= 1.0 + assumptions.speculative.cost
+        kv *= 1.0 + assumptions.speculative.kv_fraction(arch)
     return kv + logits_bytes(1, arch.vocab_size)
 
 

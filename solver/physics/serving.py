@@ -733,7 +733,8 @@ def estimate_serving(
     if attention_dp:
         notes.append(f"attention data-parallel over {tp} GPUs: attention weights replicated, KV split by sequence")
     if a.speculative is not None:
-        step_model = speculative_step_model(step_model, a.speculative)
+        own = a.speculative.model_copy(update={"cost_fraction": a.speculative.cost_for(arch)})  # its MTP modules
+        step_model = speculative_step_model(step_model, own)
         notes.append(
             f"speculative decoding ({a.speculative.method}): {a.speculative.draft_tokens} draft tokens, "
             f"{a.speculative.acceptance_length:g} kept per step"
