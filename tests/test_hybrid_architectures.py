@@ -42,12 +42,12 @@ CONV_DIM = 2 * KEY_DIM + VALUE_DIM
 
 def _text(name: str) -> dict[str, object]:
     cfg = json.loads((CONFIGS / name).read_text())
-    return cfg["text_config"] if "text_config" in cfg else cfg
+    return cfg.get("text_config", cfg)
 
 
 def _config(name: str, **changes: object) -> str:
     cfg = json.loads((CONFIGS / name).read_text())
-    (cfg["text_config"] if "text_config" in cfg else cfg).update(changes)
+    cfg.get("text_config", cfg).update(changes)
     return json.dumps(cfg, indent=2)
 
 
@@ -70,9 +70,11 @@ def test_qwen35_parameters_by_hand(catalog: Catalog) -> None:
     assert params.active_params(m) == pytest.approx(17e9, rel=0.03)
     # the MTP layer: one gated full-attention layer with its MoE block, plus the 2h x h projection
     assert params.mtp_params(m) == gated_full + moe + 2 * H * H
-    assert params.full_attention_params(m) - params.full_attention_params(
-        m.model_copy(update={"attention_output_gate": False})
-    ) == H * HEADS * D
+    assert (
+        params.full_attention_params(m)
+        - params.full_attention_params(m.model_copy(update={"attention_output_gate": False}))
+        == H * HEADS * D
+    )
 
 
 def test_minimax_m25_parameters_and_mtp_modules_by_hand(catalog: Catalog) -> None:
@@ -172,7 +174,9 @@ def test_mtp_on_a_model_without_mtp_modules_is_refused_located(tmp_path: Path) -
     }  # fmt: skip
     result = run_cli("validate", str(write_doc(tmp_path, doc)))
     assert result.exit_code == 2
-    assert re.search(r"req\.yaml:\d+:\d+: workloads\[0\]\.speculative\.method: .*no multi-token-prediction", result.output)
+    assert re.search(
+        r"req\.yaml:\d+:\d+: workloads\[0\]\.speculative\.method: .*no multi-token-prediction", result.output
+    )
 
 
 @pytest.mark.parametrize(

@@ -315,7 +315,8 @@ class ModelArchitecture(Row):
     Beyond the classic fields: an MoE model's expert width (``moe_intermediate_size``), shared experts, dense
     first layers and MoE layer frequency; multi-head latent attention (MLA, DeepSeek-V2/V3: ``kv_lora_rank``
     and friends); local attention (a sliding or chunked window on all layers or all but every n-th); and
-    multi-token-prediction modules. Layer ``i`` (0-based) is an MoE layer when ``i >= first_k_dense_replace``
+    multi-token-prediction modules; hybrid Gated DeltaNet linear attention (``full_attention_every``, ``linear_*``:
+    a linear layer holds a fixed state per sequence, no KV) and a gated attention output. Layer ``i`` (0-based) is an MoE layer when ``i >= first_k_dense_replace``
     and ``(i + 1) % moe_layer_freq == 0`` (Hugging Face ``Qwen3MoeDecoderLayer`` / Llama 4 ``moe_layers``);
     it is a global-attention layer when ``global_attention_every`` is unset and there is no window, or
     ``(i + 1) % global_attention_every == 0`` (gpt-oss ``layer_types``, Llama 4 ``no_rope_layers``, Gemma 3).
@@ -400,7 +401,7 @@ class ModelArchitecture(Row):
         0,
         ge=0,
         le=MAX_MTP_LAYERS,
-        description="multi-token-prediction modules: weights held, unused unless speculative",
+        description="multi-token-prediction modules: held and run only under speculative decoding method mtp",
     )
     tied_embeddings: bool = False
     max_context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="tokens")

@@ -77,8 +77,13 @@ def attention_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
         h, rope = arch.hidden_size, arch.qk_rope_head_dim or 0
         replicated = h * (arch.kv_lora_rank + rope) + (0 if arch.q_lora_rank is None else h * arch.q_lora_rank)
         return replicated + (params.attention_params_per_layer(arch) - replicated) / tp
-    full = arch.hidden_size * arch.head_dim_eff * (
-        (3 if arch.attention_output_gate else 2) * arch.attention_heads / tp + 2 * kv_heads_per_gpu(arch.kv_heads, tp)
+    full = (
+        arch.hidden_size
+        * arch.head_dim_eff
+        * (
+            (3 if arch.attention_output_gate else 2) * arch.attention_heads / tp
+            + 2 * kv_heads_per_gpu(arch.kv_heads, tp)
+        )
     )
     if not arch.linear_layer_count:
         return full

@@ -6,7 +6,9 @@ deep to decode and fields of the wrong type are refused with the field named, ne
 Families read (tests/data/hf_configs/ holds one real config of each): Llama 1-3, Mistral, Mixtral, Qwen2/2.5,
 Qwen3 and Qwen3-MoE, DeepSeek-V3/R1 and Kimi K2 (``DeepseekV3ForCausalLM``: MLA, shared expert, dense first
 layers, MTP), Llama 4 (``text_config`` nesting, chunked attention, interleaved MoE with a shared expert),
-gpt-oss (alternating 128-token sliding windows) and GLM-4.5 (``Glm4MoeForCausalLM``).
+gpt-oss (alternating 128-token sliding windows), GLM-4.5 (``Glm4MoeForCausalLM``), Qwen3-Next and Qwen3.5 (hybrid
+Gated DeltaNet / gated full attention: ``layer_types``, ``full_attention_interval``, ``linear_*``, MTP layers) and
+MiniMax-M2/M2.5 (``use_mtp``, ``num_mtp_modules``; ``attn_type_list`` of softmax layers only).
 
 No silent misreads: every key is either read (:data:`READ_KEYS`), known not to change parameters, FLOPs or
 KV bytes (:data:`HARMLESS_KEYS`), or refused when its name says it may (:data:`ARITHMETIC_WORDS`: an unknown
@@ -477,7 +479,7 @@ def derived_line(read: HfConfigRead) -> str:
     if active != total:
         text += f", {active / 1e9:,.1f}B active per token"
     if mtp:
-        text += f" (+{mtp / 1e9:,.1f}B in {arch.mtp_layers} MTP module(s), not loaded)"
+        text += f" (+{mtp / 1e9:,.1f}B in {arch.mtp_layers} MTP module(s), held only for speculative: mtp)"
     text += f"; KV cache {kv:,.0f} B/token at 16 bits"
     if arch.is_mla:
         text += f" (MLA latent {arch.kv_lora_rank} + {arch.qk_rope_head_dim} values x {arch.layers} layers)"
