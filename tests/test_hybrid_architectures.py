@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ KEY_DIM, VALUE_DIM, NV = 16 * 128, 64 * 128, 64
 CONV_DIM = 2 * KEY_DIM + VALUE_DIM
 
 
-def _text(name: str) -> dict[str, object]:
+def _text(name: str) -> dict[str, Any]:
     cfg = json.loads((CONFIGS / name).read_text())
     return cfg.get("text_config", cfg)
 
@@ -185,7 +186,7 @@ def test_mtp_on_a_model_without_mtp_modules_is_refused_located(tmp_path: Path) -
         ("minimax-m2.5.json", {"attn_type_list": [0, *[1] * 61]}, "attn_type_list", "lightning"),
         (
             "qwen3.5-397b-a17b.json",
-            {"layer_types": ["full_attention", *_text("qwen3.5-397b-a17b.json")["layer_types"][1:]]},  # type: ignore[misc]
+            {"layer_types": ["full_attention", *_text("qwen3.5-397b-a17b.json")["layer_types"][1:]]},
             "layer_types",
             "not every n-th layer",
         ),
