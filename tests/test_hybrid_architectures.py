@@ -19,7 +19,7 @@ import pytest
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import ModelArchitecture
 from clusterplan.errors import ClusterplanError
-from clusterplan.physics import memory, params, serving
+from clusterplan.physics import disagg, memory, params, serving
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.physics.layout import Layout
 from clusterplan.requirement.hf_config import parse_hf_config
@@ -105,6 +105,12 @@ def test_only_full_attention_layers_cache_kv_and_linear_layers_hold_a_fixed_stat
     assert memory.kv_bytes_per_sequence_per_gpu(nxt, 0, tp=1, pp=1, kv_precision="bf16") == 36 * (
         32 * 128 * 128 * 2 + (2 * 2048 + 4096) * 3 * 2
     )
+
+
+def test_a_disaggregated_handoff_carries_the_linear_state_with_the_kv(catalog: Catalog) -> None:
+    m = catalog.model("qwen3.5-397b-a17b")
+    state = LINEAR * (NV * 128 * 128 * 4 + CONV_DIM * 3 * 2)
+    assert disagg.kv_bytes(m, 1000, "bf16") == 1000 * FULL * 2 * KV_HEADS * D * 2 + state
 
 
 def _all_full(m: ModelArchitecture) -> ModelArchitecture:
