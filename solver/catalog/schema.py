@@ -315,7 +315,8 @@ class ModelArchitecture(Row):
     Beyond the classic fields: an MoE model's expert width (``moe_intermediate_size``), shared experts, dense
     first layers and MoE layer frequency; multi-head latent attention (MLA, DeepSeek-V2/V3: ``kv_lora_rank``
     and friends); local attention (a sliding or chunked window on all layers or all but every n-th); and
-    multi-token-prediction modules. Layer ``i`` (0-based) is an MoE layer when ``i >= first_k_dense_replace``
+    multi-token-prediction modules; hybrid Gated DeltaNet linear attention (``full_attention_every``, ``linear_*``:
+    a linear layer holds a fixed state per sequence, no KV) and a gated attention output. Layer ``i`` (0-based) is an MoE layer when ``i >= first_k_dense_replace``
     and ``(i + 1) % moe_layer_freq == 0`` (Hugging Face ``Qwen3MoeDecoderLayer`` / Llama 4 ``moe_layers``);
     it is a global-attention layer when ``global_attention_every`` is unset and there is no window, or
     ``(i + 1) % global_attention_every == 0`` (gpt-oss ``layer_types``, Llama 4 ``no_rope_layers``, Gemma 3).
@@ -373,11 +374,34 @@ class ModelArchitecture(Row):
         description="with a window: every n-th layer attends globally (gpt-oss 2, Llama 4 4, Gemma 3 6); "
         "None: every layer is local",
     )
+    full_attention_every: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LAYERS,
+        description="hybrid linear attention: every n-th layer is full (softmax) attention, the others Gated "
+        "DeltaNet linear attention with a fixed-size state (Qwen3-Next / Qwen3.5 full_attention_interval 4); "
+        "None: no linear-attention layers",
+    )
+    linear_key_heads: int | None = Field(None, ge=1, le=MAX_HEADS, description="linear attention: key heads")
+    linear_value_heads: int | None = Field(None, ge=1, le=MAX_HEADS, description="linear attention: value heads")
+    linear_key_head_dim: int | None = Field(None, ge=1, le=MAX_HEADS, description="linear attention: key head width")
+    linear_value_head_dim: int | None = Field(
+        None, ge=1, le=MAX_HEADS, description="linear attention: value head width"
+    )
+    linear_conv_kernel: int | None = Field(
+        None, ge=1, le=MAX_HEADS, description="linear attention: short causal convolution's kernel (Qwen3-Next 4)"
+    )
+    linear_state_bytes: int = Field(
+        2, ge=1, le=8, description="bytes per value of the linear-attention recurrent state (Qwen3.5 float32: 4)"
+    )
+    attention_output_gate: bool = Field(
+        False, description="full-attention output gated by a projection of the input (Qwen3-Next attn_output_gate)"
+    )
     mtp_layers: int = Field(
         0,
         ge=0,
         le=MAX_MTP_LAYERS,
-        description="multi-token-prediction modules: weights held, unused unless speculative",
+        description="multi-token-prediction modules: held and run only under speculative decoding method mtp",
     )
     tied_embeddings: bool = False
     max_context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="tokens")
@@ -401,7 +425,30 @@ class ModelArchitecture(Row):
         self._check_moe()
         self._check_mla()
         self._check_window()
+        self._check_linear()
         return self
+
+    def _check_linear(self) -> None:
+        linear = {
+            "linear_key_heads": self.linear_key_heads,
+            "linear_value_heads": self.linear_value_heads,
+            "linear_key_head_dim": self.linear_key_head_dim,
+            "linear_value_head_dim": self.linear_value_head_dim,
+            "linear_conv_kernel": self.linear_conv_kernel,
+        }
+        if self.full_attention_every is None or self.full_attention_every == 1:
+            given = [k for k, v in linear.items() if v is not None]
+            if given and self.full_attention_every is None:
+                raise ValueError(f"{given[0]} describes linear-attention layers, but full_attention_every is not set")
+            return
+        missing = [k for k, v in linear.items() if v is None]
+        if missing:
+            raise ValueError(f"linear-attention layers need {', '.join(missing)}")
+        if self.attention_window is not None or self.kv_lora_rank is not None:
+            raise ValueError("linear-attention layers beside a window or MLA are not modelled")
+        assert self.linear_value_heads is not None and self.linear_key_heads is not None
+        if self.linear_value_heads % self.linear_key_heads:
+            raise ValueError("linear_value_heads must be a multiple of linear_key_heads")
 
     def _check_moe(self) -> None:
         if self.moe_experts == 1:
@@ -483,6 +530,22 @@ class ModelArchitecture(Row):
         if self.attention_window is None:
             return False
         return self.global_attention_every is None or (index + 1) % self.global_attention_every != 0
+
+    def is_linear_layer(self, index: int) -> bool:
+        """Layer ``index`` (0-based) is a Gated DeltaNet linear-attention layer (Qwen3-Next ``layer_types``)."""
+        every = self.full_attention_every
+        return every is not None and every > 1 and (index + 1) % every != 0
+
+    @property
+    def linear_layer_count(self) -> int:
+        """Linear-attention layers: all but every ``full_attention_every``-th."""
+        every = self.full_attention_every
+        return 0 if every is None or every == 1 else self.layers - self.layers // every
+
+    @property
+    def softmax_layer_count(self) -> int:
+        """Layers with softmax attention and a KV cache (global or local): all but the linear ones."""
+        return self.layers - self.linear_layer_count
 
     @property
     def moe_layer_count(self) -> int:

@@ -155,6 +155,8 @@ def _attention(m: CatalogModel) -> str:
     if m.attention_window is not None:
         local = m.local_layer_count
         text += f", {m.attention_window:,} {m.attention_window_kind} {local}:{m.layers - local}"
+    if m.linear_layer_count:
+        text += f", linear {m.linear_layer_count}:{m.softmax_layer_count}"
     return text
 
 

@@ -239,15 +239,23 @@ def memory_plans_for(
 
 def check_pinned_layouts(resolved: ResolvedRequirement) -> None:
     """Refuse, located in the requirement file, each layout field a training or fine-tuning workload pins that no
-    layout of its model can honour (:func:`pinned_layout_problems`); exit code 2 like every input error."""
+    layout of its model can honour (:func:`pinned_layout_problems`), and MTP speculative decoding on a model that
+    ships no MTP modules; exit code 2 like every input error."""
     problems: list[FieldProblem] = []
     doc = resolved.document
     for i, w in enumerate(resolved.requirement.workloads):
+        found: list[tuple[PathKey, str]] = []
         if w.kind != "serving":
-            for field, message in pinned_layout_problems(w, resolved.model_for(i)):
-                path: PathKey = ("workloads", i, field)
-                where = doc.locate(path) if doc is not None else Location(resolved.path)
-                problems.append(FieldProblem(where, format_path(path), message, "layout"))
+            found = [(("workloads", i, f), m) for f, m in pinned_layout_problems(w, resolved.model_for(i))]
+        elif w.speculative is not None and w.speculative.method == "mtp" and resolved.model_for(i).mtp_layers == 0:
+            message = (
+                f"model {resolved.model_for(i).name} ships no multi-token-prediction modules (mtp_layers 0); "
+                "use method eagle or draft, or a model whose config has MTP layers"
+            )
+            found = [(("workloads", i, "speculative", "method"), message)]
+        for path, message in found:
+            where = doc.locate(path) if doc is not None else Location(resolved.path)
+            problems.append(FieldProblem(where, format_path(path), message, "layout"))
     if problems:
         raise InputError(problems)
 

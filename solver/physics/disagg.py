@@ -68,8 +68,12 @@ def budgets(p95_latency_s: float | None, p95_ttft_s: float | None, p95_tpot_s: f
 
 
 def kv_bytes(arch: ModelArchitecture, tokens: float, kv_precision: str) -> float:
-    """KV cache of ``tokens`` tokens over the whole model, bytes: ``2 · layers · kv_heads · head_dim · bytes`` each."""
-    return tokens * memory.kv_bytes_per_token_per_gpu(arch, tp=1, pp=1, kv_precision=kv_precision)
+    """KV cache of ``tokens`` tokens over the whole model, bytes: ``2 · layers · kv_heads · head_dim · bytes`` each;
+    a hybrid's linear-attention layers add their fixed state (vLLM/SGLang hand the Mamba-style state over with it)."""
+    per_token = memory.kv_bytes_per_token_per_gpu(arch, tp=1, pp=1, kv_precision=kv_precision)
+    if not arch.linear_layer_count:
+        return tokens * per_token
+    return tokens * per_token + memory.kv_bytes_per_sequence_per_gpu(arch, 0.0, tp=1, pp=1, kv_precision=kv_precision)
 
 
 def kv_link_gb_per_s(gpu: GpuSpec, link: KvLink, senders: int, assumptions: Assumptions) -> float:

@@ -29,10 +29,12 @@ from clusterplan.catalog.schema import (
     GpuSpec,
     HostCpu,
     MemoryPolicy,
+    ModelArchitecture,
     MoeTokenCost,
     SpeculativeMethod,
     UnbalancedRouting,
 )
+from clusterplan.physics import params
 
 
 class PerClass(BaseModel):
@@ -143,6 +145,30 @@ class SpeculativeDecoding(BaseModel):
     def cost(self) -> float:
         """One proposal's cost as a fraction of a target forward (given or the method's default)."""
         return self.cost_fraction if self.cost_fraction is not None else SPECULATIVE_COST_FRACTION[self.method]
+
+    def _own_mtp(self, arch: ModelArchitecture) -> bool:
+        return self.method == "mtp" and self.cost_fraction is None and arch.mtp_layers > 0
+
+    def cost_for(self, arch: ModelArchitecture) -> float:
+        """One proposal's cost on ``arch``: given; for ``mtp`` on a model that ships MTP modules, one module's
+        parameters over the main model's (each draft token runs one module, DeepSeek-V3 §2.2); else :attr:`cost`."""
+        if not self._own_mtp(arch):
+            return self.cost
+        return params.mtp_params(arch) / arch.mtp_layers / params.total_params(arch)
+
+    def held_fraction(self, arch: ModelArchitecture) -> float:
+        """The proposer's weights held beside the model's, as a fraction of them: for ``mtp`` on a model that ships
+        MTP modules every module (MiniMax-M2.5 ships 3, all loaded for 3 draft tokens); else :meth:`cost_for`."""
+        if not self._own_mtp(arch):
+            return self.cost
+        return params.mtp_params(arch) / params.total_params(arch)
+
+    def kv_fraction(self, arch: ModelArchitecture) -> float:
+        """The proposer's KV cache beside the model's: for ``mtp`` on a model that ships MTP modules, one
+        full-attention layer per module over the model's softmax-attention layers; else :attr:`cost`."""
+        if not self._own_mtp(arch):
+            return self.cost
+        return arch.mtp_layers / max(arch.softmax_layer_count, 1)
 
 
 class Assumptions(BaseModel):

@@ -84,7 +84,7 @@ def model_gemm_fraction(arch: ModelArchitecture, tokens: float, tp: int, curve: 
 def attention_span_tokens(arch: ModelArchitecture, seq_len: float) -> float:
     """``l·s`` summed over layers: keys each token attends to per layer, a local layer's at most its window."""
     if arch.attention_window is None:
-        return arch.layers * seq_len
+        return arch.softmax_layer_count * seq_len  # linear-attention layers attend to no keys
     local = arch.local_layer_count
     return (arch.layers - local) * seq_len + local * min(seq_len, float(arch.attention_window))
 
@@ -95,7 +95,7 @@ def causal_pairs_per_token(arch: ModelArchitecture, seq_len: float) -> float:
     local = arch.local_layer_count if arch.attention_window is not None else 0
     window = float(arch.attention_window) if arch.attention_window is not None else seq_len
     local_keys = window if window < seq_len else seq_len / 2.0
-    return (arch.layers - local) * seq_len / 2.0 + local * local_keys
+    return (arch.softmax_layer_count - local) * seq_len / 2.0 + local * local_keys
 
 
 def attention_core_s_per_token(

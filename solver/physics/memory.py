@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, MemoryPolicy, ModelArchitecture
-from clusterplan.physics import optimizer_memory, params
+from clusterplan.physics import linear_attention, optimizer_memory, params
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.rules import fp4_format
@@ -77,9 +77,18 @@ def attention_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
         h, rope = arch.hidden_size, arch.qk_rope_head_dim or 0
         replicated = h * (arch.kv_lora_rank + rope) + (0 if arch.q_lora_rank is None else h * arch.q_lora_rank)
         return replicated + (params.attention_params_per_layer(arch) - replicated) / tp
-    return (
-        arch.hidden_size * arch.head_dim_eff * (2 * arch.attention_heads / tp + 2 * kv_heads_per_gpu(arch.kv_heads, tp))
+    full = (
+        arch.hidden_size
+        * arch.head_dim_eff
+        * (
+            (3 if arch.attention_output_gate else 2) * arch.attention_heads / tp
+            + 2 * kv_heads_per_gpu(arch.kv_heads, tp)
+        )
     )
+    if not arch.linear_layer_count:
+        return full
+    linear = arch.linear_layer_count  # a hybrid's mean layer, as params.attention_params_per_layer
+    return ((arch.layers - linear) * full + linear * params.linear_attention_params(arch) / tp) / arch.layers
 
 
 def moe_layer_params_per_gpu(arch: ModelArchitecture, tp: int) -> float:
@@ -158,8 +167,8 @@ def serving_weight_bytes_per_gpu(
 ) -> float:
     """Weights on the most loaded GPU: layers of one stage at the weight precision plus 16-bit embeddings.
 
-    Multi-token-prediction modules are not loaded: no speculative decoding is modelled (SGLang and vLLM load
-    DeepSeek-V3's MTP layer only as a draft model for ``--speculative-algorithm EAGLE``/``NEXTN``).
+    Multi-token-prediction modules are not counted here: SGLang and vLLM load DeepSeek-V3's MTP layer only as a
+    draft model for ``--speculative-algorithm EAGLE``/``NEXTN``; :func:`_serving_fixed` adds them under ``mtp``.
     """
     bpp = weight_bytes_per_param(quant, int4_group_size=int4_group_size, fp4_format=fp4_format)
     return (
@@ -205,6 +214,10 @@ def kv_bytes_per_token_per_gpu(
     Every layer counted: a token within every local layer's window. Past a window use
     :func:`kv_bytes_per_sequence_per_gpu`. DeepSeek-V3 (MLA, 61 layers): ``576 x 61 x bytes``.
     """
+    if arch.linear_layer_count:  # only the full-attention layers cache keys and values
+        kv_layers = max(full + local for full, local in params.stage_attention_layers(arch, pp))
+        heads = arch.kv_heads if attention_dp else kv_heads_per_gpu(arch.kv_heads, tp)
+        return kv_cache_bytes(kv_layers, heads, arch.head_dim_eff, BYTES_PER_VALUE[kv_precision], 1.0)
     if arch.kv_lora_rank is None and not attention_dp:
         return kv_cache_bytes(
             layers_per_stage(arch.layers, pp),
@@ -234,6 +247,11 @@ def kv_bytes_per_sequence_per_gpu(
     ``local_tokens``: what a local layer holds instead (a decode span's mean, :func:`clusterplan.physics.serving.
     decode_local_tokens`). The stage holding the most cached tokens sets the figure.
     """
+    if arch.linear_layer_count:  # linear layers: a fixed state per sequence, whatever the context (no window here)
+        heads = arch.kv_heads if attention_dp else kv_heads_per_gpu(arch.kv_heads, tp)
+        per_layer = kv_cache_bytes(1, heads, arch.head_dim_eff, BYTES_PER_VALUE[kv_precision], 1.0)
+        state = linear_attention.state_bytes_per_layer(arch, 1 if attention_dp else tp)
+        return max(full * context_tokens * per_layer + n * state for full, _, n in params.stage_layer_kinds(arch, pp))
     per_token = kv_bytes_per_token_per_gpu(arch, tp=tp, pp=pp, kv_precision=kv_precision, attention_dp=attention_dp)
     if arch.attention_window is None:
         return context_tokens * per_token
@@ -305,7 +323,7 @@ def _serving_fixed(
     """(weights, step activations, runtime reserve, KV pool) bytes of the most loaded GPU of a replica.
 
     Weights (``weights_bytes`` where an MoE layout gives them, else the TP-split model's) include a speculative
-    proposer's (``cost_fraction`` of the model's, stored at the same precision).
+    proposer's (``cost_fraction`` of the model's, or the model's own MTP modules, stored at the same precision).
     """
     tp = layout.tp
     weights = weights_bytes
@@ -315,7 +333,7 @@ def _serving_fixed(
             fp4_format=fp4_format(gpu),
         )  # fmt: skip
     if assumptions.speculative is not None:
-        weights *= 1.0 + assumptions.speculative.cost
+        weights *= 1.0 + assumptions.speculative.held_fraction(arch)
     act = serving_activation_bytes(arch.hidden_size, tp, assumptions.chunk_tokens)
     policy, fraction, reserve_gib = assumptions.memory_policy(tp)
     reserve = reserve_gib * 2**30
@@ -343,7 +361,7 @@ def kv_bytes_per_sequence(
     tokens = math.ceil(context_tokens / block) * block
     kv = kv_bytes_per_sequence_per_gpu(arch, tokens, tp=tp, pp=pp, kv_precision=kv_precision, attention_dp=attention_dp)
     if assumptions.speculative is not None:
-        kv *= 1.0 + assumptions.speculative.cost
+        kv *= 1.0 + assumptions.speculative.kv_fraction(arch)
     return kv + logits_bytes(1, arch.vocab_size)
 
 

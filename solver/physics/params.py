@@ -33,8 +33,38 @@ def attention_params_per_layer(arch: ModelArchitecture) -> int:
         q_lora = arch.q_lora_rank
         q = h * a * (nope + rope) if q_lora is None else h * q_lora + q_lora * a * (nope + rope)
         return q + h * (arch.kv_lora_rank + rope) + arch.kv_lora_rank * a * (nope + v) + a * v * h
-    d = arch.head_dim_eff
-    return h * d * (2 * a + 2 * arch.kv_heads)
+    if arch.linear_layer_count:  # a hybrid's mean layer: PP stages hold a share of each kind (every n-th full)
+        return attention_params_total(arch) // arch.layers
+    return full_attention_params(arch)
+
+
+def full_attention_params(arch: ModelArchitecture) -> int:
+    """One softmax-attention layer's weights: Q and O (h x a·d), K and V (h x kv·d); with ``attn_output_gate`` a
+    second query-width projection for the gate (Qwen3-Next ``q_proj`` of width ``2·a·d``, vLLM qwen3_next.py)."""
+    h, a, d = arch.hidden_size, arch.attention_heads, arch.head_dim_eff
+    gate = h * a * d if arch.attention_output_gate else 0
+    return h * d * (2 * a + 2 * arch.kv_heads) + gate
+
+
+def linear_attention_params(arch: ModelArchitecture) -> int:
+    """One Gated DeltaNet layer's weights (vLLM ``Qwen3NextGatedDeltaNet``): ``in_proj_qkvz`` h x (2·k + 2·v),
+    ``in_proj_ba`` h x 2·n_v, the depthwise ``conv1d`` (2·k + v) x kernel and ``out_proj`` v x h, with
+    ``k = n_k·d_k`` and ``v = n_v·d_v``; 0 for a model without linear layers."""
+    if not arch.linear_layer_count:
+        return 0
+    h = arch.hidden_size
+    nv = arch.linear_value_heads or 0
+    k = (arch.linear_key_heads or 0) * (arch.linear_key_head_dim or 0)
+    v = nv * (arch.linear_value_head_dim or 0)
+    return h * (2 * k + 2 * v + 2 * nv) + (2 * k + v) * (arch.linear_conv_kernel or 0) + v * h
+
+
+def attention_params_total(arch: ModelArchitecture) -> int:
+    """Every layer's attention (token-mixer) weights: softmax layers plus linear-attention layers."""
+    if not arch.linear_layer_count:
+        return arch.layers * attention_params_per_layer(arch)
+    linear = arch.linear_layer_count
+    return (arch.layers - linear) * full_attention_params(arch) + linear * linear_attention_params(arch)
 
 
 def mlp_params_per_expert(arch: ModelArchitecture) -> int:
@@ -89,12 +119,12 @@ def embedding_params(arch: ModelArchitecture) -> int:
 
 
 def _layer_sum(arch: ModelArchitecture, *, active: bool) -> int:
+    attention = attention_params_total(arch)
     if arch.moe_experts <= 1:
-        return arch.layers * (attention_params_per_layer(arch) + dense_mlp_params(arch))
+        return attention + arch.layers * dense_mlp_params(arch)
     moe = arch.moe_layer_count
     dense = arch.layers - moe
-    attention = attention_params_per_layer(arch)
-    return dense * (attention + dense_mlp_params(arch)) + moe * (attention + moe_layer_mlp_params(arch, active=active))
+    return attention + dense * dense_mlp_params(arch) + moe * moe_layer_mlp_params(arch, active=active)
 
 
 def total_params(arch: ModelArchitecture) -> int:
@@ -113,6 +143,8 @@ def mtp_params(arch: ModelArchitecture) -> int:
     if arch.mtp_layers == 0:
         return 0
     last = layer_params(arch, arch.layers - 1)
+    if arch.linear_layer_count:  # Qwen3-Next's MTP layer is a full-attention layer (vLLM qwen3_next_mtp.py)
+        last += full_attention_params(arch) - attention_params_per_layer(arch)
     return arch.mtp_layers * (last + 2 * arch.hidden_size * arch.hidden_size)
 
 
@@ -146,5 +178,12 @@ def stage_attention_layers(arch: ModelArchitecture, pp: int) -> list[tuple[int, 
     out = []
     for stage in stage_layers(arch.layers, pp):
         local = sum(map(arch.is_local_layer, stage))
-        out.append((len(stage) - local, local))
+        linear = sum(map(arch.is_linear_layer, stage))
+        out.append((len(stage) - local - linear, local))
     return out
+
+
+def stage_layer_kinds(arch: ModelArchitecture, pp: int) -> list[tuple[int, int, int]]:
+    """(global, local, linear-attention) layers of each pipeline stage."""
+    linear = [sum(map(arch.is_linear_layer, stage)) for stage in stage_layers(arch.layers, pp)]
+    return [(full, local, n) for (full, local), n in zip(stage_attention_layers(arch, pp), linear, strict=True)]

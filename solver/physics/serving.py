@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
-from clusterplan.physics import memory, moe, params
+from clusterplan.physics import linear_attention, memory, moe, params
 from clusterplan.physics.comm import Link, link_for_group, nccl_allreduce_s, nccl_allreduce_terms, p2p_s
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
@@ -97,13 +97,15 @@ def causal_pairs(tokens: float, window: float | None, kind: str = "sliding") -> 
 def prefill_attention_flops(arch: ModelArchitecture, tokens: float, *, cached_tokens: float = 0.0) -> float:
     """The causal attention part of :func:`prefill_flops`: ``4·d_attn`` per (query, key) pair of the new tokens."""
     local = arch.local_layer_count
-    full = arch.layers - local
+    full = arch.softmax_layer_count - local
     end = cached_tokens + tokens
     pairs = full * (causal_pairs(end, None) - causal_pairs(cached_tokens, None))
     if local:
         window, kind = arch.attention_window, arch.attention_window_kind
         pairs += local * (causal_pairs(end, window, kind) - causal_pairs(cached_tokens, window, kind))
-    return 4.0 * pairs * attention_width(arch)
+    # Gated DeltaNet layers: linear in the new tokens, whatever the cache (physics/linear_attention.py)
+    recurrent = tokens * linear_attention.flops_per_token(arch, arch.linear_layer_count, prefill=True)
+    return 4.0 * pairs * attention_width(arch) + recurrent
 
 
 def attention_precision(gpu: GpuSpec, kv_precision: str) -> str:
@@ -150,6 +152,11 @@ def decode_attention_flops(
     :func:`decode_local_tokens`); MLA at :func:`decode_attention_width`.
     """
     width = decode_attention_width(arch)
+    if arch.linear_layer_count:  # full layers attend over the context, linear ones update a fixed state
+        return max(
+            4.0 * full * context_tokens * width + linear_attention.flops_per_token(arch, n, prefill=False)
+            for full, _, n in params.stage_layer_kinds(arch, pp)
+        )
     if arch.attention_window is None:
         return 4.0 * memory.layers_per_stage(arch.layers, pp) * context_tokens * width
     kept = min(context_tokens, float(arch.attention_window)) if local_tokens is None else local_tokens
@@ -726,7 +733,8 @@ def estimate_serving(
     if attention_dp:
         notes.append(f"attention data-parallel over {tp} GPUs: attention weights replicated, KV split by sequence")
     if a.speculative is not None:
-        step_model = speculative_step_model(step_model, a.speculative)
+        own = a.speculative.model_copy(update={"cost_fraction": a.speculative.cost_for(arch)})  # its MTP modules
+        step_model = speculative_step_model(step_model, own)
         notes.append(
             f"speculative decoding ({a.speculative.method}): {a.speculative.draft_tokens} draft tokens, "
             f"{a.speculative.acceptance_length:g} kept per step"

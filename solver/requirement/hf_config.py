@@ -6,7 +6,9 @@ deep to decode and fields of the wrong type are refused with the field named, ne
 Families read (tests/data/hf_configs/ holds one real config of each): Llama 1-3, Mistral, Mixtral, Qwen2/2.5,
 Qwen3 and Qwen3-MoE, DeepSeek-V3/R1 and Kimi K2 (``DeepseekV3ForCausalLM``: MLA, shared expert, dense first
 layers, MTP), Llama 4 (``text_config`` nesting, chunked attention, interleaved MoE with a shared expert),
-gpt-oss (alternating 128-token sliding windows) and GLM-4.5 (``Glm4MoeForCausalLM``).
+gpt-oss (alternating 128-token sliding windows), GLM-4.5 (``Glm4MoeForCausalLM``), Qwen3-Next and Qwen3.5 (hybrid
+Gated DeltaNet / gated full attention: ``layer_types``, ``full_attention_interval``, ``linear_*``, MTP layers) and
+MiniMax-M2/M2.5 (``use_mtp``, ``num_mtp_modules``; ``attn_type_list`` of softmax layers only).
 
 No silent misreads: every key is either read (:data:`READ_KEYS`), known not to change parameters, FLOPs or
 KV bytes (:data:`HARMLESS_KEYS`), or refused when its name says it may (:data:`ARITHMETIC_WORDS`: an unknown
@@ -55,7 +57,10 @@ READ_KEYS = frozenset(
         "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim",
         "sliding_window", "use_sliding_window", "max_window_layers", "layer_types", "sliding_window_pattern",
         "attention_chunk_size", "no_rope_layers",
-        "num_nextn_predict_layers",
+        "num_nextn_predict_layers", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
+        "use_mtp", "num_mtp_modules", "mtp_transformer_layers", "attn_type_list", "shared_intermediate_size",
+        "full_attention_interval", "attn_output_gate", "linear_num_key_heads", "linear_num_value_heads",
+        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_ssm_dtype",
         "max_position_embeddings", "n_positions", "seq_length",
         "tie_word_embeddings", "model_type", "_name_or_path", "text_config",
     }
@@ -82,6 +87,10 @@ HARMLESS_KEYS = frozenset(
         "hidden_activation", "cache_implementation",
         "vision_config", "image_token_index", "boi_token_index", "eoi_token_index", "image_token_id",
         "is_decoder", "is_encoder_decoder", "id2label", "label2id", "task_specific_params",
+        "video_token_id", "vision_start_token_id", "vision_end_token_id", "mrope_section", "mrope_interleaved",
+        "qk_norm_type", "rotary_dim", "use_routing_bias", "mtp_loss_scaling_factor",
+        "layernorm_full_attention_alpha", "layernorm_full_attention_beta", "layernorm_linear_attention_alpha",
+        "layernorm_linear_attention_beta", "layernorm_mlp_alpha", "layernorm_mlp_beta", "postnorm",
     }
 )  # fmt: skip
 
@@ -95,6 +104,10 @@ ARITHMETIC_WORDS = (
 
 _LOCAL_LAYER_TYPES = {"sliding_attention": "sliding", "chunked_attention": "chunked"}
 _GLOBAL_LAYER_TYPES = {"full_attention"}
+_LINEAR_LAYER_TYPE = "linear_attention"  # Gated DeltaNet (Qwen3-Next, Qwen3.5 layer_types)
+# Qwen3-Next gates every full-attention output (modeling_qwen3_next.py: q_proj of width 2·a·d) without a key
+_GATED_ATTENTION_TYPES = {"qwen3_next"}
+_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # mamba_ssm_dtype: the recurrent state's
 _LLAMA4_NOPE_INTERVAL = 4  # transformers Llama4TextConfig: no_rope_layers default, every 4th layer global (NoPE)
 
 
@@ -243,13 +256,15 @@ def _window(cfg: dict[str, Any], src: _Source, model_type: str, layers: int) -> 
     if cfg.get("use_sliding_window") is True:
         raise _refuse(src, "use_sliding_window", "Qwen's sliding window over max_window_layers is not modelled")
     if window is None:
-        if cfg.get("layer_types") and any(t != "full_attention" for t in cfg["layer_types"]):
+        if cfg.get("layer_types") and any(t not in {"full_attention", _LINEAR_LAYER_TYPE} for t in cfg["layer_types"]):
             raise _refuse(src, "layer_types", "local layers are listed but sliding_window is not set")
         return {}
     if "use_sliding_window" in cfg:  # Qwen: the window is off unless use_sliding_window is true
         return {}
     types = _layer_list(cfg, src, "layer_types", layers)
     if types is not None:
+        if _LINEAR_LAYER_TYPE in types:
+            raise _refuse(src, "layer_types", "linear-attention layers beside sliding or chunked ones are not modelled")
         unknown = [t for t in types if t not in _LOCAL_LAYER_TYPES and t not in _GLOBAL_LAYER_TYPES]
         if unknown:
             raise _refuse(src, "layer_types", f"layer type {quoted(unknown[0])} is not understood")
@@ -269,6 +284,56 @@ def _window(cfg: dict[str, Any], src: _Source, model_type: str, layers: int) -> 
     if model_type in {"mistral", "mixtral"}:  # Mistral 7B v0.1: every layer slides
         return {"attention_window": window}
     raise _refuse(src, "sliding_window", f"which layers of a {model_type or 'model'!r} use the window is not known")
+
+
+def _linear(cfg: dict[str, Any], src: _Source, model_type: str, layers: int) -> dict[str, Any]:
+    """Gated DeltaNet layers (``layer_types`` "linear_attention" or ``full_attention_interval``), their widths, the
+    state's dtype and the gated attention output; MiniMax's ``attn_type_list`` (1: softmax attention)."""
+    kinds = cfg.get("attn_type_list")
+    if kinds is not None and (_layer_list(cfg, src, "attn_type_list", layers) is None or any(k != 1 for k in kinds)):
+        raise _refuse(src, "attn_type_list", "lightning (linear) attention layers (0) are not modelled; only 1s are")
+    _, interval = _whole(cfg, src, "full_attention_interval")
+    types = _layer_list(cfg, src, "layer_types", layers)
+    every = interval
+    if types is not None and _LINEAR_LAYER_TYPE in types:
+        every = _every([t != _LINEAR_LAYER_TYPE for t in types])
+        if every is None:
+            raise _refuse(src, "layer_types", "the full-attention layers are not every n-th layer")
+        if interval is not None and interval != every:
+            raise _refuse(src, "full_attention_interval", f"disagrees with layer_types (every {every}th layer full)")
+    elif types is not None:
+        every = None  # layer_types lists no linear layer: it wins over the interval
+    gate = cfg.get("attn_output_gate", model_type in _GATED_ATTENTION_TYPES)
+    if not isinstance(gate, bool):
+        raise _refuse(src, "attn_output_gate", f"expected true or false, got {quoted(gate)}")
+    out: dict[str, Any] = {"attention_output_gate": gate}
+    if every is None or every <= 1:
+        return out
+    for field_name, key in (
+        ("linear_key_heads", "linear_num_key_heads"), ("linear_value_heads", "linear_num_value_heads"),
+        ("linear_key_head_dim", "linear_key_head_dim"), ("linear_value_head_dim", "linear_value_head_dim"),
+        ("linear_conv_kernel", "linear_conv_kernel_dim"),
+    ):  # fmt: skip
+        _, value = _whole(cfg, src, key)
+        if value is None:
+            raise _refuse(src, "layer_types" if types else "full_attention_interval", f"linear layers lack {key}")
+        out[field_name] = value
+    dtype = cfg.get("mamba_ssm_dtype", "bfloat16")
+    if dtype not in _STATE_DTYPE_BYTES:
+        raise _refuse(src, "mamba_ssm_dtype", f"expected one of {', '.join(_STATE_DTYPE_BYTES)}, got {quoted(dtype)}")
+    return {**out, "full_attention_every": every, "linear_state_bytes": _STATE_DTYPE_BYTES[dtype]}
+
+
+def _mtp_layers(cfg: dict[str, Any], src: _Source) -> tuple[str, int]:
+    """Multi-token-prediction layers: DeepSeek ``num_nextn_predict_layers``, Qwen3-Next/3.5 ``mtp_num_hidden_layers``
+    or MiniMax ``num_mtp_modules x mtp_transformer_layers`` (when ``use_mtp``)."""
+    if cfg.get("mtp_use_dedicated_embeddings") is True:
+        raise _refuse(src, "mtp_use_dedicated_embeddings", "an MTP module with its own embedding is not modelled")
+    if cfg.get("num_mtp_modules") is not None:
+        _, modules = _whole(cfg, src, "num_mtp_modules")
+        _, depth = _whole(cfg, src, "mtp_transformer_layers", default=1)
+        return "num_mtp_modules", modules * depth if cfg.get("use_mtp", True) is not False else 0
+    return _whole(cfg, src, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0)
 
 
 def _moe(cfg: dict[str, Any], src: _Source, model_type: str, layers: int, ffn: int | None) -> dict[str, Any]:
@@ -302,7 +367,7 @@ def _moe(cfg: dict[str, Any], src: _Source, model_type: str, layers: int, ffn: i
     if moe_width is not None:
         out["moe_intermediate_size"] = moe_width
     _, shared = _whole(cfg, src, "n_shared_experts", default=0)
-    _, shared_width = _whole(cfg, src, "shared_expert_intermediate_size")
+    _, shared_width = _whole(cfg, src, "shared_expert_intermediate_size", "shared_intermediate_size")
     if shared_width:
         out.update(shared_experts=max(shared, 1), shared_expert_size=shared_width)
     elif shared:
@@ -359,7 +424,7 @@ def _architecture(cfg: dict[str, Any], src: _Source, *, name: str | None, stem: 
         "ffn_size": _whole(cfg, src, "intermediate_size", "n_inner", "ffn_hidden_size"),
         "vocab_size": _whole(cfg, src, "vocab_size", default=32000),
         "max_context": _whole(cfg, src, "max_position_embeddings", "n_positions", "seq_length"),
-        "mtp_layers": _whole(cfg, src, "num_nextn_predict_layers", default=0),
+        "mtp_layers": _mtp_layers(cfg, src),
     }
     keys = {field_name: key for field_name, (key, _value) in picked.items()}
     values: dict[str, Any] = {field_name: value for field_name, (_key, value) in picked.items()}
@@ -378,6 +443,7 @@ def _architecture(cfg: dict[str, Any], src: _Source, *, name: str | None, stem: 
     if layers >= 1:
         values.update(_moe(cfg, src, model_type, int(layers), expert_width))
         values.update(_window(cfg, src, model_type, int(layers)))
+        values.update(_linear(cfg, src, model_type, int(layers)))
     mla = _mla(cfg, src)
     if mla:
         values.update(mla)
@@ -413,10 +479,16 @@ def derived_line(read: HfConfigRead) -> str:
     if active != total:
         text += f", {active / 1e9:,.1f}B active per token"
     if mtp:
-        text += f" (+{mtp / 1e9:,.1f}B in {arch.mtp_layers} MTP module(s), not loaded)"
+        text += f" (+{mtp / 1e9:,.1f}B in {arch.mtp_layers} MTP module(s), held only for speculative: mtp)"
     text += f"; KV cache {kv:,.0f} B/token at 16 bits"
     if arch.is_mla:
         text += f" (MLA latent {arch.kv_lora_rank} + {arch.qk_rope_head_dim} values x {arch.layers} layers)"
+    if arch.linear_layer_count:
+        state = memory.kv_bytes_per_sequence_per_gpu(arch, 0.0, tp=1, pp=1, kv_precision="bf16")
+        text += (
+            f" in {arch.softmax_layer_count} full-attention layers; {arch.linear_layer_count} linear-attention "
+            f"layers hold {state:,.0f} B of state per sequence"
+        )
     if arch.attention_window is not None:
         text += (
             f", {arch.local_layer_count} of {arch.layers} layers capped at a {arch.attention_window:,}-token "
