@@ -101,7 +101,8 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
     13.007 tie at 24 GPUs and cost); the prefill pool's TP8 PP4 replica takes 11.388
     prompts/s within the 2 s TTFT (KV transfer over RDMA included), so ceil(30 / 11.388) = 3 replicas (2 give
     22.8), 96 GPUs. 120 GPUs against 176, all on 8-GPU instances at the same price per GPU: disaggregated
-    costs 120/176 of aggregated.
+    hardware costs 120/176 of aggregated; on top, each runs one GPU type ($1,550 a month, owned.yaml) and its pools
+    ($775 each a month): one aggregated pool, or a prefill and a decode pool.
     """
     path = _requirement(
         tmp_path, "long", requests_per_min=1800, input_tokens=8000, output_tokens=256, p95_ttft="2s", p95_tpot="15ms"
@@ -119,7 +120,9 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
     assert note.chosen == "disaggregated"
     assert note.aggregated_design == "22x NVIDIA H100 SXM5 80GB TP8 PP1 fp8"
     assert note.disaggregated_total_usd is not None and note.aggregated_total_usd is not None
-    assert note.disaggregated_total_usd == pytest.approx(note.aggregated_total_usd * 120 / 176, rel=1e-9)
+    ops_agg, ops_dis = 36 * (1550 + 775), 36 * (1550 + 2 * 775)
+    hardware_agg = note.aggregated_total_usd - ops_agg
+    assert note.disaggregated_total_usd - ops_dis == pytest.approx(hardware_agg * 120 / 176, rel=1e-9)
     assert note.saving_usd == pytest.approx(note.aggregated_total_usd - note.disaggregated_total_usd)
     # The solver-free checker re-evaluates both pools through the same functions and finds nothing wrong.
     from clusterplan.design.check import check_plan
@@ -140,7 +143,8 @@ def test_disaggregation_loses_on_short_prompts(tmp_path: Path, catalog: Catalog)
     Short prompts barely stretch decode: one aggregated TP2 replica takes 14.2 req/s within the targets, so one
     replica (2 GPUs) serves 10 req/s. Disaggregated needs at least one replica per pool: a TP1 prefill replica
     (30 prompts/s) and a TP2 decode replica (35 req/s), 3 GPUs. At $3.99 per H100-hour on 2-GPU instances,
-    aggregated costs 2 x 3.99 x 730 x 36 = $209,714.40 and disaggregated 3/2 of it, $314,571.60.
+    aggregated costs 2 x 3.99 x 730 x 36 = $209,714.40 and disaggregated 3/2 of it, $314,571.60; each pays the
+    operations of one GPU type ($1,550 a month, owned.yaml) and of its pools ($775 each): one, or two.
     """
     path = _requirement(
         tmp_path, "short", requests_per_min=600, input_tokens=200, output_tokens=256, p95_ttft="2s", p95_tpot="25ms"
@@ -149,8 +153,8 @@ def test_disaggregation_loses_on_short_prompts(tmp_path: Path, catalog: Catalog)
     assert _groups(plan) == [("aggregated", 1, 2, 1, "fp8")]
     (note,) = plan.disaggregation
     assert note.chosen == "aggregated"
-    assert note.aggregated_total_usd == pytest.approx(2 * 3.99 * 730 * 36)
-    assert note.disaggregated_total_usd == pytest.approx(3 * 3.99 * 730 * 36)
+    assert note.aggregated_total_usd == pytest.approx(2 * 3.99 * 730 * 36 + 36 * (1550 + 775))
+    assert note.disaggregated_total_usd == pytest.approx(3 * 3.99 * 730 * 36 + 36 * (1550 + 2 * 775))
     assert note.disaggregated_design == (
         "1x prefill NVIDIA H100 SXM5 80GB TP1 PP1 fp8 + 1x decode NVIDIA H100 SXM5 80GB TP2 PP1 fp8"
     )

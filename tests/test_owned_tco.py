@@ -81,8 +81,9 @@ def test_the_override_reaches_estimate(tmp_path: Path) -> None:
     assert line["colocation_usd_per_month"] == pytest.approx(line["power_w"] / 1000 * 300)
     assert line["support_usd_per_month"] == pytest.approx(capital * 0.05 / 12)
     assert line["operations_usd_per_month"] == pytest.approx(400)
+    # + the operations of its one GPU type and its one pool (owned.yaml: $1,550 + $775 a month)
     assert mine["costs"]["monthly_usd"] == pytest.approx(
-        line["energy_usd_per_month"] + line["power_w"] / 1000 * 300 + capital * 0.05 / 12 + 400
+        line["energy_usd_per_month"] + line["power_w"] / 1000 * 300 + capital * 0.05 / 12 + 400 + 1550 + 775
     )
     assert mine["costs"]["monthly_usd"] != pytest.approx(shipped["costs"]["monthly_usd"])
 

@@ -146,7 +146,8 @@ def test_break_even_month_by_hand(catalog: Any) -> None:
     Buy (owned.yaml, gpus.yaml): capital 8 x $27,500 + $93,500 host + $15,000 network = $328,500; a month of
     electricity (8 x 700 W + 4,600 W) = 10.2 kW x PUE 1.56 x 730 h x $0.0977/kWh = $1,134.86, colocation
     10.2 kW x $184.06/kW-month = $1,877.41 and support $328,500 x 10% a year / 12 = $2,737.50: $5,749.77.
-    Rent: the 8-GPU instance the result names, at its catalog $/h x 730 h a month.
+    Rent: the 8-GPU instance the result names, at its catalog $/h x 730 h a month. Each side also runs one GPU
+    type and one pool ($1,550 + $775 a month, owned.yaml): the same on both sides, so the break-even is unmoved.
     Break-even: $328,500 / (rent a month - $5,749.77) months (25.4 at Hyperstack's $25.60/h; 18.7 while owned
     servers paid electricity only).
     """
@@ -154,12 +155,13 @@ def test_break_even_month_by_hand(catalog: Any) -> None:
     running = 10.2 * 1.56 * 730 * 0.0977 + 10.2 * 184.06 + 328_500 * 0.10 / 12  # the owned server's month
     assert running == pytest.approx(1134.86 + 1877.41 + 2737.50, abs=2 * CENT)
     buy = doc["buy"]["costs"]
-    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(328_500), pytest.approx(running))
+    ops = 1550 + 775
+    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(328_500), pytest.approx(running + ops))
     (line,) = doc["rent"]["hardware"]
     inst = catalog.instances[line["label"]]
     assert (inst.gpu_id, inst.gpus_per_instance, line["units"]) == ("h100-sxm", 8, 1)
     rent_month = inst.on_demand_usd_per_hour * 730
-    assert doc["rent"]["costs"]["monthly_usd"] == pytest.approx(rent_month)
+    assert doc["rent"]["costs"]["monthly_usd"] == pytest.approx(rent_month + ops)
     months = 328_500 / (rent_month - running)
     assert doc["break_even_month"] == pytest.approx(months, rel=1e-9)
     assert doc["first_cheaper_month"] == math.ceil(months)
@@ -167,8 +169,8 @@ def test_break_even_month_by_hand(catalog: Any) -> None:
     m = doc["first_cheaper_month"]
     assert by_month[m]["buy_usd"] <= by_month[m]["rent_usd"]
     assert by_month[m - 1]["buy_usd"] > by_month[m - 1]["rent_usd"]
-    assert by_month[m]["rent_usd"] == pytest.approx(m * rent_month)
-    assert by_month[m]["buy_usd"] == pytest.approx(328_500 + m * running)
+    assert by_month[m]["rent_usd"] == pytest.approx(m * (rent_month + ops))
+    assert by_month[m]["buy_usd"] == pytest.approx(328_500 + m * (running + ops))
     # The curve runs past the break-even (at least 60 months) and always holds the horizon (24 months).
     assert max(by_month) >= max(60, m) and 24.0 in by_month
     assert doc["cheaper_at_horizon"] == ("buy" if 328_500 + 24 * running <= 24 * rent_month else "rent")

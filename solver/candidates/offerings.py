@@ -54,6 +54,8 @@ def limits_of(req: Requirement, catalog: Catalog) -> Limits:
         max_loss=req.max_loss,
         inventory=tuple(sorted(inventory.items())),
         max_gpu_types=req.fleet.max_gpu_types,
+        operations_usd_per_gpu_type_month=catalog.owned.gpu_type_operations_rate(),
+        operations_usd_per_pool_month=catalog.owned.pool_operations_rate(),
     )
 
 

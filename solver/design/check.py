@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
 
+from clusterplan.evaluation import pricing
 from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.reasons import ReasonCategory, without
@@ -169,11 +170,17 @@ def _gpus_in_use(priced: list[Priced], sequential: bool) -> int:
 
 
 def _totals(
-    design: Design, priced: list[Priced], one_off: float, horizon: float, tokens_per_s: float, problems: list[str]
+    design: Design,
+    priced: list[Priced],
+    one_off: float,
+    horizon: float,
+    tokens_per_s: float,
+    operations: pricing.Operations,
+    problems: list[str],
 ) -> None:
     """The design's costs against its hardware as this checker priced it, totalled by
-    :func:`clusterplan.evaluation.pricing.costs` (the planner's and estimate's arithmetic)."""
-    from clusterplan.evaluation import pricing
+    :func:`clusterplan.evaluation.pricing.costs` (the planner's and estimate's arithmetic), with the operations of
+    the GPU types and serving pools the design's own lines and groups show."""
 
     for p in priced:  # every line re-derived from catalog rows: none below zero, each as stated
         x = p.line
@@ -201,8 +208,17 @@ def _totals(
         if not math.isfinite(stated_cost) or stated_cost < 0:
             problems.append(f"{label} cost is {stated_cost:,.2f}; a plan's cost is never negative")
     lines = [p.line.model_copy(update={"capital_usd": p.capital_usd, "monthly_usd": p.monthly_usd}) for p in priced]
-    mine = pricing.costs(lines, horizon_months=horizon, one_off_usd=one_off, output_tokens_per_s=tokens_per_s)
+    mine = pricing.costs(
+        lines,
+        horizon_months=horizon,
+        one_off_usd=one_off,
+        output_tokens_per_s=tokens_per_s,
+        operations=operations,
+        pools=pricing.serving_pools(design.workloads),
+    )
     for label, got, stated in (
+        ("GPU types' operations", mine.gpu_type_operations_usd_per_month, c.gpu_type_operations_usd_per_month),
+        ("pools' operations", mine.pool_operations_usd_per_month, c.pool_operations_usd_per_month),
         ("capital", mine.capital_usd, c.capital_usd),
         ("monthly", mine.monthly_usd, c.monthly_usd),
         ("one-off", mine.one_off_usd, c.one_off_usd),
@@ -395,7 +411,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             one_off += _check_training(wp, w, ctx, priced, problems)
     _placement(design, priced, req.schedule == "sequential", problems)
     tokens = sum(w.requests_per_s * w.output_tokens for w in req.workloads if isinstance(w, ServingWorkload))
-    _totals(design, priced, one_off, req.budget.horizon, tokens, problems)
+    _totals(design, priced, one_off, req.budget.horizon, tokens, pricing.Operations.of(catalog.owned), problems)
     _limits(design, priced, _limits_view(resolved, catalog), problems)
     return problems
 
@@ -763,7 +779,8 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
                     problems.append(f"{wp.workload}: runs on a forbidden cloud offering")
     _placement(design, priced, lim.schedule == "sequential", problems)
     tokens = sum(wc.average_rps * wc.output_tokens for wc in table.workloads if wc.is_serving)
-    _totals(design, priced, one_off, lim.horizon_months, tokens, problems)
+    ops = pricing.Operations(lim.operations_usd_per_gpu_type_month, lim.operations_usd_per_pool_month)
+    _totals(design, priced, one_off, lim.horizon_months, tokens, ops, problems)
     view = LimitsView(
         lim.horizon_months,
         lim.budget_capital_usd,

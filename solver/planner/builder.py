@@ -131,7 +131,12 @@ class BuiltModel:
 
 # The limits the variables and the structural constraints read (structure.add: the schedule, and the
 # horizon in the total cost). Every other limit is read by its family's constraints alone.
-STRUCTURE_LIMITS = ("schedule", "horizon_months")
+STRUCTURE_LIMITS = (
+    "schedule",
+    "horizon_months",
+    "operations_usd_per_gpu_type_month",
+    "operations_usd_per_pool_month",
+)
 STEMS_KEPT = 4  # a sweep point's table, and those its infeasibility analysis builds beside it
 
 
