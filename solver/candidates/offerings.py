@@ -54,8 +54,8 @@ def limits_of(req: Requirement, catalog: Catalog) -> Limits:
         max_loss=req.max_loss,
         inventory=tuple(sorted(inventory.items())),
         max_gpu_types=req.fleet.max_gpu_types,
-        operations_usd_per_gpu_type_month=catalog.owned.gpu_type_operations_rate(),
-        operations_usd_per_pool_month=catalog.owned.pool_operations_rate(),
+        operations_usd_per_gpu_type_month=req.owned_costs(catalog.owned).gpu_type_operations_rate(),
+        operations_usd_per_pool_month=req.owned_costs(catalog.owned).pool_operations_rate(),
     )
 
 
@@ -182,7 +182,7 @@ def build_offerings(
 
     from clusterplan.evaluation.pricing import owned_server
 
-    owned = catalog.owned
+    owned = req.owned_costs(catalog.owned)  # the catalog's figures, with the requirement's owned block
     for gid in sorted(gpus):
         g = gpus[gid]
         inv = limits.inventory_of(gid)

@@ -80,7 +80,7 @@ def rent_vs_buy(o: RentVsBuyOptions) -> None:
         offerings = breakeven.offerings_for(cat, req, [n.gpu_id for n in needs])
         result = breakeven.rent_vs_buy(
             needs, offerings, requirement=req.name, source=source,
-            terms=breakeven.Terms(req.budget.horizon, pricing.Operations.of(cat.owned)),
+            terms=breakeven.Terms(req.budget.horizon, pricing.Operations.of(req.owned_costs(cat.owned))),
             design=design, output_tokens_per_s=tokens_per_s, months=o.months,
         )  # fmt: skip
         result = selfhost.for_rent_vs_buy(cat, req, result)

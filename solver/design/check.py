@@ -35,7 +35,7 @@ from clusterplan.wording.reasons import render_reason
 if TYPE_CHECKING:
     from clusterplan.candidates.table import CandidateTable
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import ModelArchitecture
+    from clusterplan.catalog.schema import ModelArchitecture, OwnedCosts
     from clusterplan.evaluation.uncertainty import Derate
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import ServingEstimate
@@ -332,14 +332,16 @@ def _serving_capacity(
 # ------------------------------------------------------------------------------------------------
 
 
-def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[list[Priced], list[str]]:
+def _catalog_units(
+    design: Design, catalog: Catalog, req_pricing: str, owned: OwnedCosts
+) -> tuple[list[Priced], list[str]]:
     """Each hardware line re-priced from the catalog (owned servers by
-    :func:`clusterplan.evaluation.pricing.owned_server`, as the planner's offerings are)."""
+    :func:`clusterplan.evaluation.pricing.owned_server` on ``owned``, the catalog's figures with the requirement's
+    owned block, as the planner's offerings are)."""
     from clusterplan.evaluation.pricing import owned_server
 
     problems: list[str] = []
     priced: list[Priced] = []
-    owned = catalog.owned
     for x in design.hardware:
         gpu = catalog.gpus.get(x.gpu)
         if gpu is None:
@@ -393,7 +395,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
     req = resolved.requirement
     c = req.constraints
     problems: list[str] = []
-    priced, more = _catalog_units(design, catalog, c.pricing)
+    priced, more = _catalog_units(design, catalog, c.pricing, req.owned_costs(catalog.owned))
     problems += more
     _clouds_and_regions(priced, c.clouds, c.regions, problems)
     by_name = {w.name: (i, w) for i, w in enumerate(req.workloads)}
@@ -411,7 +413,8 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             one_off += _check_training(wp, w, ctx, priced, problems)
     _placement(design, priced, req.schedule == "sequential", problems)
     tokens = sum(w.requests_per_s * w.output_tokens for w in req.workloads if isinstance(w, ServingWorkload))
-    _totals(design, priced, one_off, req.budget.horizon, tokens, pricing.Operations.of(catalog.owned), problems)
+    ops = pricing.Operations.of(req.owned_costs(catalog.owned))
+    _totals(design, priced, one_off, req.budget.horizon, tokens, ops, problems)
     _limits(design, priced, _limits_view(resolved, catalog), problems)
     return problems
 

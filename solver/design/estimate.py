@@ -351,9 +351,10 @@ def owned_cost(
     o, bought, inventory = found
     line = pricing.owned_line(o, bought=bought, from_inventory=inventory, gpu_name=gpu.name)
     c = horizon_costs(
-        req, [line], operations=pricing.Operations.of(catalog.owned), serves=serves, tokens_per_s=tokens_per_s
-    )
-    months = catalog.owned.amortisation_months.value
+        req, [line], operations=pricing.Operations.of(req.owned_costs(catalog.owned)), serves=serves,
+        tokens_per_s=tokens_per_s,
+    )  # fmt: skip
+    months = req.owned_costs(catalog.owned).amortisation_months.value
     notes = [f"{inventory} server(s) from the inventory: power only, no capital"] if inventory else []
     owned = OwnedCost(
         nodes=line.units, gpus_per_node=o.gpus_per_unit, capital_usd=c.capital_usd, power_w=line.power_w,

@@ -250,7 +250,7 @@ def estimate_serving(
     if want_cloud:
         cloud = _cloud_serving(
             req, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s,
-            operations=pricing.Operations.of(catalog.owned), workload=w.name,
+            operations=pricing.Operations.of(req.owned_costs(catalog.owned)), workload=w.name,
         )  # fmt: skip
         if cloud is None:
             notes.append(f"no cloud instance in the catalog hosts a TP {tp} group of {gpu.name}")

@@ -247,7 +247,7 @@ def source_rows(catalog: Catalog, resolved: ResolvedRequirement, design: Design 
                     inst,
                 )
             )
-    o = catalog.owned
+    o = resolved.requirement.owned_costs(catalog.owned)  # the requirement's owned block over the catalog's
     for cls in owned_classes:
         server = o.server_usd_per_node.get(cls)  # type: ignore[call-overload]
         if server is not None:
@@ -269,4 +269,10 @@ def source_rows(catalog: Catalog, resolved: ResolvedRequirement, design: Design 
         if o.operations_usd_per_server_month is not None:
             ops = o.operations_usd_per_server_month
             rows.append(_source(catalog, "operations", f"{usd(ops.value)} {ops.unit}", ops))
+    for what, fig in (
+        ("operations per GPU type", o.operations_usd_per_gpu_type_month),
+        ("operations per pool", o.operations_usd_per_pool_month),
+    ):
+        if fig is not None and design.costs.gpu_types_operated + design.costs.pools:
+            rows.append(_source(catalog, what, f"{usd(fig.value)} {fig.unit}", fig))
     return rows
