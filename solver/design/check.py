@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, cast
 from clusterplan.evaluation import pricing
 from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import MemoryPlan
-from clusterplan.physics.reasons import ReasonCategory, without
+from clusterplan.physics.reasons import KvStreamOverLink, ReasonCategory, without
 from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.plan import Design, HardwareLine, ReplicaGroup, ServingPlan, TrainingPlan
 from clusterplan.units import HOURS_PER_MONTH
@@ -160,6 +160,31 @@ def _placement(design: Design, priced: list[Priced], sequential: bool, problems:
             items = [i for v in by_w.values() for i in v]
             if items and not pack(items, units):
                 problems.append(f"owned {gpu}: TP groups {sorted(items, reverse=True)} do not fit the servers")
+
+
+def _pools_on_a_fabric(design: Design, catalog: Catalog, problems: list[str]) -> None:
+    """A disaggregated workload's cloud pools of a datacenter GPU fit on instances with a fabric between them (the
+    KV stream crosses over RDMA: evaluation/pools.kv_link; the planner's structure (4d))."""
+    from clusterplan.candidates.offerings import has_fabric
+
+    need: dict[str, int] = defaultdict(int)
+    for w in design.workloads:
+        if isinstance(w, ServingPlan):
+            for g in w.groups:
+                if g.role != "aggregated" and catalog.gpus[g.gpu].gpu_class == "datacenter":
+                    need[g.gpu] += g.cloud_replicas * g.tp * g.pp
+    for gpu, n in sorted(need.items()):
+        cap = sum(
+            x.gpus
+            for x in design.hardware
+            if x.kind == "cloud" and x.trains is None and x.gpu == gpu
+            and has_fabric(catalog, catalog.instances[x.offering.removeprefix("cloud:")])
+        )  # fmt: skip
+        if n > cap:
+            problems.append(
+                f"cloud {gpu}: {n} GPUs of prefill and decode pools, {cap} on instances with a fabric between them "
+                "(their KV stream crosses over RDMA)"
+            )
 
 
 def _gpus_in_use(priced: list[Priced], sequential: bool) -> int:
@@ -412,6 +437,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             assert isinstance(wp, TrainingPlan) and w.kind != "serving"
             one_off += _check_training(wp, w, ctx, priced, problems)
     _placement(design, priced, req.schedule == "sequential", problems)
+    _pools_on_a_fabric(design, catalog, problems)
     tokens = sum(w.requests_per_s * w.output_tokens for w in req.workloads if isinstance(w, ServingWorkload))
     ops = pricing.Operations.of(req.owned_costs(catalog.owned))
     _totals(design, priced, one_off, req.budget.horizon, tokens, ops, problems)
@@ -506,6 +532,9 @@ def _group_rates(
         from clusterplan.evaluation import pools
 
         pr = pools.prefill_rates(est, arch, spec, w, a) if g.role == "prefill" else pools.decode_rates(est, w, a)
+        if not pr.kv_stream_fits:
+            reason = KvStreamOverLink(spec.name, pools.kv_link(spec), pr.kv_stream_gb_per_s, pr.kv_link_gb_per_s)
+            problems.append(f"{wp.workload}: {render_reason(reason)}")
         return (g.replicas, pr.rate_rps, pr.rate_no_targets_rps), est
     r, r0 = _replica_rates(est, w, ctx)
     return (g.replicas, r, r0), est

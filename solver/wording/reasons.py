@@ -20,6 +20,7 @@ from clusterplan.physics.reasons import (
     KvCacheDoesNotFit,
     MissesLatencyTargets,
     ModelDoesNotFit,
+    KvStreamOverLink,
     NoFabric,
     NoLayoutFits,
     NoTensorThroughput,
@@ -155,6 +156,13 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             return r.offer, (
                 f"no fabric (InfiniBand, RoCE or EFA) between instances: not used for training across {r.instances} "
                 "or more of them"
+            )
+        case KvStreamOverLink():
+            link = {"rdma": "RDMA fabric", "tcp": "Ethernet (TCP)", "nvlink": "NVLink"}.get(r.link, r.link)
+            return r.gpu, (
+                f"disaggregated: the prefill replica's KV stream, {r.stream_gb_per_s:,.1f} GB/s at its rated rate, "
+                f"is more than the {link} between the pools carries ({r.link_gb_per_s:,.1f} GB/s); the pool pair is "
+                "ruled out"
             )
         case Stated():
             return None, r.text

@@ -165,6 +165,7 @@ def add(
     add_capacity(model, v, table, min_t=1, max_t=1, enforce=None)
     _owned_symmetry(model, v, table)
     _cloud_symmetry(model, v, table)
+    _pools_on_a_fabric(model, v, table)
     # (5) without inventory no server is free.
     if not inventory_family:
         for o in table.offerings:
@@ -320,6 +321,25 @@ def _cloud_symmetry(model: cp_model.CpModel, v: PlanVariables, table: CandidateT
             multiples = [big.gpus_per_unit // o.gpus_per_unit for big in instances if _cloud_pro_rata(o, big)]
             if multiples:
                 model.add(v.instances(o) <= min(multiples) - 1)
+
+
+def _pools_on_a_fabric(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """(4d) a disaggregated workload's KV stream crosses between its pools over RDMA where its GPU is a datacenter
+    part (evaluation/pools.kv_link): on cloud, prefill and decode replicas of GPU type g sit on instances whose provider
+    sells a fabric between them, ``sum_{pool r: g} gpus x xc <= sum_{c: g, fabric} k_c x n[c]``; the design pays that
+    fabric's price. Owned servers pay their network share in their capital (owned.yaml ``network_usd_per_node``)."""
+    for gid in _gpus_with_rows(table):
+        g = table.gpus.get(gid)
+        if g is None or g.gpu_class != "datacenter":
+            continue  # workstation and consumer pools send their KV over TCP (Ethernet): no fabric asked for
+        need = [
+            row.gpus * v.cloud_replicas(wc.index, r)
+            for wc, r, row in v.serving_rows()
+            if row.gpu_id == gid and row.role != "both" and (wc.index, r) in v._xc
+        ]
+        if need:
+            fabric = [o.gpus_per_unit * v.instances(o) for o in table.offerings_of(gid, "cloud") if o.fabric]
+            model.add(sum(need) <= sum(fabric))
 
 
 def _define_gpu_types(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
