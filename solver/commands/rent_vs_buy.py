@@ -49,8 +49,8 @@ def rent_vs_buy(o: RentVsBuyOptions) -> None:
     from clusterplan.catalog.load import load_catalog
     from clusterplan.console import guarded, out_console
     from clusterplan.design import breakeven, selfhost
-    from clusterplan.evaluation import pricing
     from clusterplan.errors import FieldProblem, InputError, Location
+    from clusterplan.evaluation import pricing
     from clusterplan.outputs import check_outputs, write_bytes
     from clusterplan.render import rent_buy_view
     from clusterplan.stdin import load_requirement_arg

@@ -44,13 +44,14 @@ if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec
     from clusterplan.requirement.schema import Requirement
 
+
 @dataclass(frozen=True, slots=True)
 class Terms:
     """What both sides are priced over: the requirement's horizon and the operations of each GPU type and serving
     pool (catalog owned.yaml; :class:`clusterplan.evaluation.pricing.Operations`)."""
 
     horizon_months: float
-    operations: pricing.Operations = pricing.Operations()
+    operations: pricing.Operations
 
 
 DEFAULT_CURVE_MONTHS = 60  # the curve runs to the horizon or this, whichever is longer, and past the break-even
@@ -394,7 +395,9 @@ def rent_vs_buy(
     ) -> Side:  # fmt: skip
         c = None
         if not missing:
-            c = side_costs(lines, one_off, horizon_months, ops, r_pools if kind == "rent" else b_pools, output_tokens_per_s)
+            c = side_costs(
+                lines, one_off, horizon_months, ops, r_pools if kind == "rent" else b_pools, output_tokens_per_s
+            )
         return Side(
             kind=kind, hardware=lines, costs=c, missing=sorted(set(missing)), from_design=own,
             nearest=sorted(set(nearest)),

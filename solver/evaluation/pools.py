@@ -89,7 +89,10 @@ def prefill_rates(
     # The stream the link must carry: the row's rated rate, the targets' where there are targets (the latency family
     # holds each replica to it), else the ceiling's.
     stream = disagg.kv_stream_gb_per_s(
-        arch, input_tokens=w.input_tokens, kv_precision=est.kv_precision, rate_rps=(rate if budget is not None else ceiling)
+        arch,
+        input_tokens=w.input_tokens,
+        kv_precision=est.kv_precision,
+        rate_rps=(rate if budget is not None else ceiling),
     )
     link = disagg.kv_link_gb_per_s(spec, kv_link(spec), est.tp * est.pp, assumptions)
     return PoolRates(rate * f, ceiling * f, p95, 0.0, p95, unloaded, 0.0, transfer, stream, link)

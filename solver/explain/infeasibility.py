@@ -480,6 +480,7 @@ def _allowed_rows(table: CandidateTable, wc: WorkloadCandidates, usable: list[st
     """Every side of a request of ``wc`` (one, or prefill and decode where it has pool rows) has a candidate that
     runs on a GPU the requirement lets a plan obtain, in a layout its layout rules (GPU types, precisions, NVLink)
     allow (a disaggregated workload whose prefill rows were all ruled out, e.g. ``kv_stream_over_link``, has none)."""
+
     def allowed(row: ServingRow | TrainingRow) -> bool:
         return row.gpu_id in usable and not any(family(f).layout_rule for f in row.forbidding_families)
 

@@ -157,7 +157,9 @@ class PlanVariables:
                 for kind, xs in (("cloud", self._xc), ("owned", self._xo)):
                     key = (wc.index, row.role, row.gpu_id, kind)
                     if (wc.index, r) in xs and key not in self._pool_used:
-                        self._pool_used[key] = self.model.new_bool_var(f"pool_{wc.index}_{row.role}_{row.gpu_id}_{kind}")
+                        self._pool_used[key] = self.model.new_bool_var(
+                            f"pool_{wc.index}_{row.role}_{row.gpu_id}_{kind}"
+                        )
 
     def _new_shape(self, w: int, shape: tuple[object, ...]) -> None:
         if (w, shape) not in self._shape:
