@@ -107,10 +107,12 @@ def rent_buy_rows(estimates: Sequence[tuple[str, Any, str]], design: Design, hor
             if capital is not None and running is not None:
                 buy_total = capital + running * hours / cost.serving_hours_per_month()
         breakeven = None
-        if cloud is not None and capital is not None and running is not None:
+        if cloud is not None and owned is not None and capital is not None and running is not None:
+            # Rented, the same GPU type and pool are operated: the owned side's operations count on both sides.
+            ops = owned.costs.gpu_type_operations_usd_per_month + owned.costs.pool_operations_usd_per_month
             be = cost.rent_vs_buy_breakeven(
                 capital_usd=capital,
-                cloud_usd_per_hour=cloud.usd_per_hour,
+                cloud_usd_per_hour=cloud.usd_per_hour + ops / cost.serving_hours_per_month(),
                 owned_running_usd_per_hour=running / cost.serving_hours_per_month(),
                 horizon_months=horizon_months,
             )
