@@ -125,18 +125,20 @@ def test_a_pool_sold_only_without_a_fabric_is_rented_on_the_nearest_packaging() 
 
 @pytest.mark.slow
 def test_pool_break_even_by_hand(catalog: Any) -> None:
-    """Mixtral's L40S prefill pool (4 GPUs, TP1) alone. Rent: one runpod:4x-l40s-secure at $3.44/h x 730 h =
-    $2,511.20 a month. Buy: one 4-GPU server, 4 x $9,000 + half of ($93,500 host + $15,000 network) = $90,250;
-    a month of electricity (4 x 350 W + 2,300 W = 3.7 kW) x 1.56 x 730 h x $0.0977 + colocation 3.7 kW x
-    $184.06 + support $90,250 x 10% / 12 = $1,844.77. Break-even $90,250 / ($2,511.20 - $1,844.77) = 135.4 months."""
-    doc = _rent_vs_buy(str(example("mixtral-serving")))
-    pool = next(p for p in doc["pools"] if p["gpu"] == "l40s")
+    """A pool of 4 L40S in TP1 (Mixtral's prefill pool until its design moved to aggregated H200, issue 35) alone.
+    Rent: one runpod:4x-l40s-secure at $3.44/h x 730 h = $2,511.20 a month. Buy: one 4-GPU server, 4 x $9,000 + half
+    of ($93,500 host + $15,000 network) = $90,250; a month of electricity (4 x 350 W + 2,300 W = 3.7 kW) x 1.56 x
+    730 h x $0.0977 + colocation 3.7 kW x $184.06 + support $90,250 x 10% / 12 = $1,844.77. Break-even
+    $90,250 / ($2,511.20 - $1,844.77) = 135.4 months (a pool's operations are the same rented or bought). A GH200
+    has no purchase price: no break-even, and the reason says so."""
+    doc = _rent_vs_buy(str(example("7b-chat-serving")), "--gpu", "l40s", "--count", "4", "--tp", "1")
+    (pool,) = doc["pools"]
     assert (pool["rent"]["units"], pool["rent"]["monthly_usd"]) == (1, pytest.approx(3.44 * 730))
     buy = pool["buy"]
     month = 3.7 * 1.56 * 730 * 0.0977 + 3.7 * 184.06 + 90_250 * 0.10 / 12
     assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(90_250), pytest.approx(month))
     assert pool["break_even_month"] == pytest.approx(90_250 / (3.44 * 730 - month))
-    gh200 = next(p for p in doc["pools"] if p["gpu"] == "gh200")
+    (gh200,) = _rent_vs_buy(str(example("7b-chat-serving")), "--gpu", "gh200", "--count", "1", "--tp", "1")["pools"]
     assert (gh200["buy"], gh200["reason"]) == (None, "no_purchase_price")
 
 

@@ -50,3 +50,13 @@ def test_catalog_overrides_load_and_keep_provenance(catalog: Any) -> None:
     assert gpu.source == catalog.gpu("h100-sxm").source and gpu.memory_gib == catalog.gpu("h100-sxm").memory_gib
     assert over.owned.electricity_usd_per_kwh.value == 0.25
     assert catalog_override(catalog, []) is None
+
+
+def test_electricity_price_varies_the_requirements_own_figure_where_it_sets_one(catalog: Any) -> None:
+    """A requirement whose owned block sets the electricity price would shadow a catalog override: the sweep varies
+    the requirement's figure instead (a flat line otherwise)."""
+    base, _ = load_base(example("70b-serving"))
+    assert resolve_field("electricity_price", base.data, catalog).where == "electricity_price"
+    data = {**base.data, "owned": {"electricity_usd_per_kwh": 0.18}}
+    target = resolve_field("electricity_price", data, catalog)
+    assert (target.where, target.path) == ("requirement", "owned.electricity_usd_per_kwh")
