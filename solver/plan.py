@@ -147,13 +147,22 @@ class HardwareLine(Out):
 class Costs(Out):
     capital_usd: float = Field(description="owned servers bought, USD")
     monthly_usd: float = Field(
-        description="recurring per month (cloud serving; owned energy, colocation, support, operations), USD/month"
+        description="recurring per month (cloud serving; owned energy, colocation, support, operations; operations of "
+        "each GPU type and serving pool), USD/month"
     )
     one_off_usd: float = Field(description="cloud training runs, USD")
     total_usd: float = Field(description="capital + horizon x monthly + one-off, USD")
     horizon_months: float
     usd_per_million_output_tokens: float | None = Field(
         description="total over the horizon / output tokens served at average demand, USD per 1e6 tokens"
+    )
+    gpu_types_operated: int = Field(0, description="distinct GPU types held (owned servers or cloud serving)")
+    pools: int = Field(0, description="serving pools: per workload, role (aggregated, prefill, decode), GPU type, side")
+    gpu_type_operations_usd_per_month: float = Field(
+        0.0, description="operations of the GPU types held: types x the catalog's figure per type, USD/month"
+    )
+    pool_operations_usd_per_month: float = Field(
+        0.0, description="operations of the serving pools: pools x the catalog's figure per pool, USD/month"
     )
 
 

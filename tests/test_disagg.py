@@ -97,29 +97,33 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
     15 ms TPOT the best aggregated shape is TP8 at 1.383 req/s (an 8-GPU replica; a prompt's all-reduces ride
     the running step's, adding bytes, not latency): ceil(30 / 1.383) = 22 replicas (21 give 29.0), 176 GPUs
     (11 TP8 PP2 replicas tie). Disaggregated, the decode pool does not prefill: one TP4 decode replica
-    takes 5.544 req/s within 15 ms, so ceil(30 / 5.544) = 6 replicas (5 give 27.7), 24 GPUs (3 TP8 replicas at
-    13.007 tie at 24 GPUs and cost); the prefill pool's TP8 PP4 replica takes 11.388
+    takes 5.544 req/s within 15 ms, so ceil(30 / 5.544) = 6 replicas (5 give 27.7), 24 GPUs, or 3 TP8 replicas at
+    12.985, also 24 GPUs: the pools' KV stream crosses over RDMA, so they sit on instances with a fabric
+    (hyperstack:8x-h100-sxm, 8 GPUs each), where the TP8 replicas are the plan's; the prefill pool's TP8 PP4 replica takes 11.388
     prompts/s within the 2 s TTFT (KV transfer over RDMA included), so ceil(30 / 11.388) = 3 replicas (2 give
     22.8), 96 GPUs. 120 GPUs against 176, all on 8-GPU instances at the same price per GPU: disaggregated
-    costs 120/176 of aggregated.
+    hardware costs 120/176 of aggregated; on top, each runs one GPU type ($1,550 a month, owned.yaml) and its pools
+    ($775 each a month): one aggregated pool, or a prefill and a decode pool.
     """
     path = _requirement(
         tmp_path, "long", requests_per_min=1800, input_tokens=8000, output_tokens=256, p95_ttft="2s", p95_tpot="15ms"
     )
     plan = plan_file(path, catalog, top=1, explain=False)
     groups = _groups(plan)
-    assert groups == [("prefill", 3, 8, 4, "fp8"), ("decode", 6, 4, 1, "fp8")]
+    assert groups == [("prefill", 3, 8, 4, "fp8"), ("decode", 3, 8, 1, "fp8")]
     w = plan.designs[0].workloads[0]
     assert isinstance(w, ServingPlan) and w.disaggregated
     rates = {g.role: g.rate_rps for g in w.groups}
-    assert rates["prefill"] == pytest.approx(11.388, abs=1e-3) and rates["decode"] == pytest.approx(5.544, abs=1e-3)
-    assert math.ceil(30 / rates["prefill"]) == 3 and math.ceil(30 / rates["decode"]) == 6
+    assert rates["prefill"] == pytest.approx(11.388, abs=1e-3) and rates["decode"] == pytest.approx(12.985, abs=1e-3)
+    assert math.ceil(30 / rates["prefill"]) == 3 and math.ceil(30 / rates["decode"]) == 3
     assert plan.designs[0].gpus_total == 120
     (note,) = plan.disaggregation
     assert note.chosen == "disaggregated"
     assert note.aggregated_design == "22x NVIDIA H100 SXM5 80GB TP8 PP1 fp8"
     assert note.disaggregated_total_usd is not None and note.aggregated_total_usd is not None
-    assert note.disaggregated_total_usd == pytest.approx(note.aggregated_total_usd * 120 / 176, rel=1e-9)
+    ops_agg, ops_dis = 36 * (1550 + 775), 36 * (1550 + 2 * 775)
+    hardware_agg = note.aggregated_total_usd - ops_agg
+    assert note.disaggregated_total_usd - ops_dis == pytest.approx(hardware_agg * 120 / 176, rel=1e-9)
     assert note.saving_usd == pytest.approx(note.aggregated_total_usd - note.disaggregated_total_usd)
     # The solver-free checker re-evaluates both pools through the same functions and finds nothing wrong.
     from clusterplan.design.check import check_plan
@@ -127,8 +131,8 @@ def test_disaggregation_wins_on_long_prompts_and_tight_tpot(tmp_path: Path, cata
 
     resolved = load_requirement(path, catalog)
     assert check_plan(plan.designs[0], resolved, catalog) == []
-    # One decode replica fewer (5 x 5.544 = 27.7 < 30 req/s): the checker catches it on the decode side.
-    short_groups = [g.model_copy(update={"replicas": 5}) if g.role == "decode" else g for g in w.groups]
+    # One decode replica fewer (2 x 12.985 = 26.0 < 30 req/s): the checker catches it on the decode side.
+    short_groups = [g.model_copy(update={"replicas": 2}) if g.role == "decode" else g for g in w.groups]
     broken = plan.designs[0].model_copy(update={"workloads": [w.model_copy(update={"groups": short_groups})]})
     problems = check_plan(broken, resolved, catalog)
     assert any("within the p95 targets" in p for p in problems), problems
@@ -139,8 +143,11 @@ def test_disaggregation_loses_on_short_prompts(tmp_path: Path, catalog: Catalog)
 
     Short prompts barely stretch decode: one aggregated TP2 replica takes 14.2 req/s within the targets, so one
     replica (2 GPUs) serves 10 req/s. Disaggregated needs at least one replica per pool: a TP1 prefill replica
-    (30 prompts/s) and a TP2 decode replica (35 req/s), 3 GPUs. At $3.99 per H100-hour on 2-GPU instances,
-    aggregated costs 2 x 3.99 x 730 x 36 = $209,714.40 and disaggregated 3/2 of it, $314,571.60.
+    (30 prompts/s) and a TP2 decode replica (35 req/s), 3 GPUs. Aggregated rents one 2-GPU instance at $3.99 per
+    H100-hour: 2 x 3.99 x 730 x 36 = $209,714.40. The pools' KV stream crosses over RDMA, so their 3 GPUs sit on an
+    instance with a fabric between instances (the 2-GPU one has none, providers.yaml): one hyperstack:8x-h100-sxm at
+    $25.60/h, $672,768. Each pays the operations of one GPU type ($1,550 a month, owned.yaml) and of its pools ($775
+    each): one, or two.
     """
     path = _requirement(
         tmp_path, "short", requests_per_min=600, input_tokens=200, output_tokens=256, p95_ttft="2s", p95_tpot="25ms"
@@ -149,8 +156,8 @@ def test_disaggregation_loses_on_short_prompts(tmp_path: Path, catalog: Catalog)
     assert _groups(plan) == [("aggregated", 1, 2, 1, "fp8")]
     (note,) = plan.disaggregation
     assert note.chosen == "aggregated"
-    assert note.aggregated_total_usd == pytest.approx(2 * 3.99 * 730 * 36)
-    assert note.disaggregated_total_usd == pytest.approx(3 * 3.99 * 730 * 36)
+    assert note.aggregated_total_usd == pytest.approx(2 * 3.99 * 730 * 36 + 36 * (1550 + 775))
+    assert note.disaggregated_total_usd == pytest.approx(25.60 * 730 * 36 + 36 * (1550 + 2 * 775))
     assert note.disaggregated_design == (
         "1x prefill NVIDIA H100 SXM5 80GB TP1 PP1 fp8 + 1x decode NVIDIA H100 SXM5 80GB TP2 PP1 fp8"
     )
@@ -225,3 +232,62 @@ def test_one_gpu_type_holds_for_pools_unless_mixing_is_allowed(tmp_path: Path, c
     strict = dataclasses.replace(resolved, requirement=unmixed)
     problems = check_plan(mixed.designs[0], strict, catalog)
     assert "chat: several GPU types but mixing is not allowed" in problems, problems
+
+
+# ------------------------------------------------------------------------------------------------
+# The fabric the KV stream crosses (issue 35): ruled out where the link cannot carry it, priced where it can
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_kv_stream_over_the_link_rules_the_pool_pair_out(tmp_path: Path, catalog: Catalog) -> None:
+    """Llama 3.1 8B on RTX 6000 Ada (a workstation card: its pools talk over Ethernet, 12.5 GB/s per 8-GPU node,
+    1.5625 GB/s per sending GPU x link efficiency 0.7 = 1.09 GB/s for a TP1 replica), 2,000-token prompts: a fp8 KV
+    cache of 32 layers x 8 KV heads x 128 x 2 x 1 byte = 65,536 bytes a token, 131 MB a prompt. Every prefill replica
+    sends more than its link carries at its rated rate, so each is ruled out with ``kv_stream_over_link``; with
+    disaggregation required no design remains, and the plan says why."""
+    from clusterplan.candidates.build import build_candidates
+    from clusterplan.physics.reasons import KvStreamOverLink
+    from clusterplan.requirement.load import load_requirement
+
+    doc = {
+        "name": "kv", "model": "llama-3.1-8b", "deployment": "owned",
+        "constraints": {"allowed_gpus": ["rtx-6000-ada"]},
+        "workloads": [{"kind": "serving", "name": "rag", "requests_per_min": 600, "input_tokens": 2000,
+                       "output_tokens": 100, "p95_ttft": "3s", "disaggregation": "required"}],
+    }  # fmt: skip
+    path = tmp_path / "kv.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    (wc,) = build_candidates(load_requirement(path, catalog), catalog).workloads
+    assert not [r for r in wc.serving_rows() if r.role == "prefill"]
+    over = [e.reason for e in wc.exclusions if isinstance(e.reason, KvStreamOverLink)]
+    assert over and all(r.link == "tcp" and r.stream_gb_per_s > r.link_gb_per_s for r in over)
+    tp1 = min(over, key=lambda r: r.link_gb_per_s)
+    assert tp1.link_gb_per_s == pytest.approx(12.5 / 8 * 0.7)
+    plan = plan_file(path, catalog, top=1, explain=False)
+    assert not plan.designs and plan.infeasibility is not None
+    assert "KV stream" in plan.infeasibility.text and "Ethernet (TCP)" in plan.infeasibility.text
+
+
+def test_cloud_pools_pay_for_a_fabric_and_the_checker_holds_it(tmp_path: Path, catalog: Catalog) -> None:
+    """Short prompts, disaggregation required: 3 H100 GPUs of pools. Their KV stream crosses over RDMA, so they sit on
+    an instance whose provider sells a fabric (hyperstack:8x-h100-sxm at $25.60/h), not on the cheaper fabric-less
+    2-GPU ones ($3.99 per GPU-hour); moved onto fabric-less instances, the checker refuses the design."""
+    from clusterplan.design.check import check_plan
+    from clusterplan.requirement.load import load_requirement
+
+    path = _requirement(
+        tmp_path, "pools", requests_per_min=600, input_tokens=200, output_tokens=256, p95_ttft="2s",
+        p95_tpot="25ms", disaggregation="required",
+    )  # fmt: skip
+    plan = plan_file(path, catalog, top=1, explain=False)
+    d = plan.designs[0]
+    (line,) = d.hardware
+    assert (line.offering, line.units) == ("cloud:hyperstack:8x-h100-sxm", 1)
+    assert d.costs.total_usd == pytest.approx(25.60 * 730 * 36 + 36 * (1550 + 2 * 775))
+    resolved = load_requirement(path, catalog)
+    assert check_plan(d, resolved, catalog) == []
+    fabricless = line.model_copy(
+        update={"offering": "cloud:runpod:2x-h100-sxm-secure", "units": 2, "gpus_per_unit": 2, "gpus": 4}
+    )
+    moved = d.model_copy(update={"hardware": [fabricless]})
+    assert any("fabric" in p for p in check_plan(moved, resolved, catalog))

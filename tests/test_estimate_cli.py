@@ -118,21 +118,24 @@ def test_bad_input_exits_2(args: list[str], message: str) -> None:
 def test_owned_cost_is_solves_view_with_the_amortised_month_labelled() -> None:
     """8 H200 owned for the 70B example, as solve prices them: capital $384,996; a month of electricity
     (10.2 kW x PUE 1.56 x 730 h x $0.0977/kWh = $1,134.86) + colocation (10.2 kW x $184.06 = $1,877.41) + support
-    ($384,996 x 10% / 12 = $3,208.30) = $6,220.57; $608,937 over 36 months, $1.93 per million tokens. Estimate once
-    said $7,551/month (60-month amortisation) and $0.86; the amortised month is shown as such."""
+    ($384,996 x 10% / 12 = $3,208.30) = $6,220.57, plus operations of its one GPU type ($1,550) and one pool ($775,
+    owned.yaml) = $8,545.57; $692,637 over 36 months, $2.20 per million tokens. Estimate once said $7,551/month
+    (60-month amortisation) and $0.86; the amortised month is shown as such."""
     args = [str(EX / "70b-serving.yaml"), "--gpu", "h200", "--count", "8", "--tp", "2", "--quant", "fp8"]
     result = runner.invoke(app, ["estimate", *args, "--deployment", "owned"])
     assert result.exit_code == 0, result.output
     lines = {line.strip().rsplit("  ", 1)[0].strip(): line.split()[-1] for line in result.output.splitlines() if line}
     assert lines["capital"] == "$384,996"
-    assert "$6,221" in result.output.split("per month (energy, colocation, support)")[1].splitlines()[0]
-    assert lines["total over 36 months"] == "$608,937"
-    assert lines["per million output tokens (36 months)"] == "$1.93"
+    month = result.output.split("per month (energy, colocation, support, operations)")[1].splitlines()
+    assert "$8,546" in month[0]
+    assert "1 GPU type x $1,550 + 1 pool x $775 = $2,325/month" in month[1]
+    assert lines["total over 36 months"] == "$692,637"
+    assert lines["per million output tokens (36 months)"] == "$2.20"
     assert "amortised view: capital over 60 months + running costs" in result.output
-    assert "$12,637/month" in result.output
+    assert "$14,962/month" in result.output  # $384,996 / 60 + $8,545.57
     data = _json([*args, "--deployment", "owned"])
     assert data["config"]["batch"] == 146  # the planner's batch: the memory maximum
-    assert data["owned"]["costs"]["monthly_usd"] == pytest.approx(1134.86 + 1877.41 + 3208.30, abs=0.01)
+    assert data["owned"]["costs"]["monthly_usd"] == pytest.approx(1134.86 + 1877.41 + 3208.30 + 1550 + 775, abs=0.01)
     assert data["owned"]["power_usd_per_month"] == pytest.approx(1134.86, abs=0.005)
 
 

@@ -17,6 +17,7 @@ from clusterplan.catalog import schema as catalog_schema
 from clusterplan.catalog.load import load_catalog
 from clusterplan.design.check import _totals
 from clusterplan.errors import printable, quoted
+from clusterplan.evaluation.pricing import Operations
 from conftest import cpu_s, run_cli
 
 BASE = """name: hostile
@@ -202,12 +203,12 @@ def test_checker_rejects_a_negative_cost_line(catalog: object) -> None:
         horizon_months=36,
         usd_per_million_output_tokens=None,
     )
-    design = cast(Design, SimpleNamespace(costs=costs))  # _totals reads only the costs
+    design = cast(Design, SimpleNamespace(costs=costs, workloads=[]))  # _totals reads the costs and pools
     problems: list[str] = []
-    _totals(design, [Priced(line, Unit(8, 8), -1000.0, 10.0, 1.0)], 0.0, 36, 0.0, problems)
+    _totals(design, [Priced(line, Unit(8, 8), -1000.0, 10.0, 1.0)], 0.0, 36, 0.0, Operations(), problems)
     assert any("never negative" in p for p in problems), problems
     problems = []
-    _totals(design, [Priced(line, Unit(8, 8), 500.0, 10.0, 1.0)], 0.0, 36, 0.0, problems)
+    _totals(design, [Priced(line, Unit(8, 8), 500.0, 10.0, 1.0)], 0.0, 36, 0.0, Operations(), problems)
     assert any("capital stated" in p for p in problems), problems
 
 

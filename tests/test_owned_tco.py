@@ -81,8 +81,9 @@ def test_the_override_reaches_estimate(tmp_path: Path) -> None:
     assert line["colocation_usd_per_month"] == pytest.approx(line["power_w"] / 1000 * 300)
     assert line["support_usd_per_month"] == pytest.approx(capital * 0.05 / 12)
     assert line["operations_usd_per_month"] == pytest.approx(400)
+    # + the operations of its one GPU type and its one pool (owned.yaml: $1,550 + $775 a month)
     assert mine["costs"]["monthly_usd"] == pytest.approx(
-        line["energy_usd_per_month"] + line["power_w"] / 1000 * 300 + capital * 0.05 / 12 + 400
+        line["energy_usd_per_month"] + line["power_w"] / 1000 * 300 + capital * 0.05 / 12 + 400 + 1550 + 775
     )
     assert mine["costs"]["monthly_usd"] != pytest.approx(shipped["costs"]["monthly_usd"])
 
@@ -145,3 +146,66 @@ owned:
     gap = with_them.designs[0].costs.total_usd - without.designs[0].costs.total_usd
     assert gap == pytest.approx(36 * month, abs=0.01)
     assert yaml.safe_load(example("70b-serving").read_text())["deployment"] == "either"
+
+
+def _with_owned_block(tmp_path: Path, owned: dict[str, Any]) -> Path:
+    doc = yaml.safe_load(example("70b-serving").read_text())
+    doc["owned"] = owned
+    path = tmp_path / "70b-own-figures.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_the_requirements_owned_block_moves_the_cost_by_hand(tmp_path: Path) -> None:
+    """The requirement's own figures replace the catalog's, with no --catalog: 8 H200 (TP2, fp8) owned, one 8-GPU
+    server of 10.2 kW IT power and $384,996. Shipped month: $8,545.57. With electricity $0.20/kWh, PUE 1.3, no
+    colocation (your own room), support 5% and $1,000 a pool: 10.2 kW x 1.3 x 730 h x $0.20 = $1,935.96 +
+    $384,996 x 5% / 12 = $1,604.15 + $1,550 (one GPU type, the catalog's) + $1,000 (one pool) = $6,090.11; the
+    36 months' total moves by 36 x ($6,090.11 - $8,545.57) = -$88,396.56. The solver-free checker prices the same."""
+    args = ["--gpu", "h200", "--count", "8", "--tp", "2", "--quant", "fp8", "--deployment", "owned", "--json"]
+    shipped = json.loads(run_cli("estimate", str(example("70b-serving")), *args).stdout)["owned"]["costs"]
+    path = _with_owned_block(
+        tmp_path,
+        {"electricity_usd_per_kwh": 0.20, "pue": 1.3, "colocation_usd_per_kw_month": 0,
+         "support_fraction_per_year": 0.05, "operations_usd_per_pool_month": "1k"},
+    )  # fmt: skip
+    mine = json.loads(run_cli("estimate", str(path), *args).stdout)["owned"]
+    month = 10.2 * 1.3 * 730 * 0.20 + 384_996 * 0.05 / 12 + 1550 + 1000
+    assert month == pytest.approx(6090.11, abs=CENT)
+    assert shipped["monthly_usd"] == pytest.approx(8545.57, abs=CENT)
+    assert mine["costs"]["monthly_usd"] == pytest.approx(month)
+    assert mine["costs"]["total_usd"] - shipped["total_usd"] == pytest.approx(36 * (month - 8545.57))
+    (line,) = mine["hardware"]
+    assert (line["colocation_usd_per_month"], line["capital_usd"]) == (0.0, pytest.approx(384_996))
+
+
+@pytest.mark.slow
+def test_the_requirements_owned_block_reaches_the_planner_and_the_checker(tmp_path: Path, catalog: Catalog) -> None:
+    """solve prices design 1 with the requirement's figures, and the checker, repricing from the catalog with the
+    same block, agrees to the cent."""
+    from clusterplan.design.check import check_plan
+    from clusterplan.requirement.load import load_requirement
+
+    path = _with_owned_block(tmp_path, {"colocation_usd_per_kw_month": 0, "operations_usd_per_gpu_type_month": 0})
+    plan = plan_file(path, catalog, top=1, explain=False)
+    d = plan.designs[0]
+    assert all(x.colocation_usd_per_month == 0 for x in d.hardware)
+    assert d.costs.gpu_type_operations_usd_per_month == 0 and d.costs.pool_operations_usd_per_month > 0
+    assert check_plan(d, load_requirement(path, catalog), catalog) == []
+    assert check_plan(d, load_requirement(example("70b-serving"), catalog), catalog) != []  # the catalog's figures
+
+
+@pytest.mark.parametrize(
+    ("owned", "message"),
+    [
+        ({"pue": 0.5}, "owned.pue"),
+        ({"electricty_usd_per_kwh": 0.2}, "electricity_usd_per_kwh"),  # did you mean
+        ({"server_usd_per_node": {"datacentre": 80_000}}, "owned.server_usd_per_node"),
+        ({"operations_usd_per_pool_month": -5}, "owned.operations_usd_per_pool_month"),
+    ],
+)
+def test_a_bad_owned_figure_is_a_located_error(tmp_path: Path, owned: dict[str, Any], message: str) -> None:
+    path = _with_owned_block(tmp_path, owned)
+    result = run_cli("validate", str(path))
+    assert result.exit_code == 2, result.output
+    assert message in result.output and f"{path.name}:" in result.output, result.output

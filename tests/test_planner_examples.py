@@ -221,6 +221,28 @@ def _output_tokens_per_s(stem: str) -> float:
     return total
 
 
+def _operations_usd_per_month(entry: dict[str, Any], owned: dict[str, Any]) -> float:
+    """owned.yaml's operations a month: each GPU type held (any hardware line but a training run's) and each serving
+    pool (a layout line's workload, role and GPU, on each side its GPU's lines sit on)."""
+    held: dict[str, set[str]] = {}
+    for line in entry["hardware"]:
+        if "billed_hours" not in line:
+            kind, gpu = line["offering"].split(":")[:2] if line["offering"].startswith("owned:") else ("cloud", "")
+            if kind == "cloud":
+                gpu = next(i["gpu_id"] for i in _yaml("instances.yaml")["instances"]
+                           if f"cloud:{i['provider']}:{i['id']}" == line["offering"])  # fmt: skip
+            held.setdefault(gpu, set()).add(kind)
+    pools = 0
+    for text in entry["layout"]:
+        if " DP" in text:  # a training layout: a run, not a serving pool
+            continue
+        m = re.fullmatch(r"[^:]+: \d+x (?:(prefill|decode) )?(\S+) TP.*", text)
+        assert m, text
+        pools += len(held[m[2]])
+    per_type = owned["operations_usd_per_gpu_type_month"]["value"]
+    return len(held) * per_type + pools * owned["operations_usd_per_pool_month"]["value"]
+
+
 def catalog_costs(stem: str, entry: dict[str, Any]) -> dict[str, float | None]:
     """Capital, monthly, one-off, total and $/M output tokens of ``entry['hardware']``, from catalog/*.yaml."""
     gpus = {g["id"]: g for g in _yaml("gpus.yaml")["gpus"]}
@@ -254,6 +276,7 @@ def catalog_costs(stem: str, entry: dict[str, Any]) -> dict[str, float | None]:
                 one_off += line["units"] * usd_per_hour * line["billed_hours"]
             else:
                 monthly += line["units"] * usd_per_hour * HOURS_PER_MONTH
+    monthly += _operations_usd_per_month(entry, owned)
     horizon = entry["costs"]["horizon_months"]
     total = capital + horizon * monthly + one_off
     tokens = _output_tokens_per_s(stem) * 3600.0 * HOURS_PER_MONTH * horizon

@@ -155,6 +155,11 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         "lambda:gpu_8x_h100_sxm5: no fabric (InfiniBand, RoCE or EFA) between instances: not used for training "
         "across 2 or more of them",
     ),
+    ReasonCode.KV_STREAM_OVER_LINK: (
+        R.KvStreamOverLink(gpu="NVIDIA RTX PRO 6000", link="tcp", stream_gb_per_s=6.5, link_gb_per_s=2.8125),
+        "NVIDIA RTX PRO 6000: disaggregated: the prefill replica's KV stream, 6.5 GB/s at its rated rate, is more than "
+        "the Ethernet (TCP) between the pools carries (2.8 GB/s); the pool pair is ruled out",
+    ),
     ReasonCode.CONSUMER_LICENCE: (
         R.ConsumerLicence(gpu="NVIDIA GeForce RTX 4090 24GB"),
         "NVIDIA GeForce RTX 4090 24GB: a consumer (GeForce) card: NVIDIA's GeForce driver licence excludes datacenter "

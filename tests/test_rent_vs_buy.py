@@ -125,18 +125,20 @@ def test_a_pool_sold_only_without_a_fabric_is_rented_on_the_nearest_packaging() 
 
 @pytest.mark.slow
 def test_pool_break_even_by_hand(catalog: Any) -> None:
-    """Mixtral's L40S prefill pool (4 GPUs, TP1) alone. Rent: one runpod:4x-l40s-secure at $3.44/h x 730 h =
-    $2,511.20 a month. Buy: one 4-GPU server, 4 x $9,000 + half of ($93,500 host + $15,000 network) = $90,250;
-    a month of electricity (4 x 350 W + 2,300 W = 3.7 kW) x 1.56 x 730 h x $0.0977 + colocation 3.7 kW x
-    $184.06 + support $90,250 x 10% / 12 = $1,844.77. Break-even $90,250 / ($2,511.20 - $1,844.77) = 135.4 months."""
-    doc = _rent_vs_buy(str(example("mixtral-serving")))
-    pool = next(p for p in doc["pools"] if p["gpu"] == "l40s")
+    """A pool of 4 L40S in TP1 (Mixtral's prefill pool until its design moved to aggregated H200, issue 35) alone.
+    Rent: one runpod:4x-l40s-secure at $3.44/h x 730 h = $2,511.20 a month. Buy: one 4-GPU server, 4 x $9,000 + half
+    of ($93,500 host + $15,000 network) = $90,250; a month of electricity (4 x 350 W + 2,300 W = 3.7 kW) x 1.56 x
+    730 h x $0.0977 + colocation 3.7 kW x $184.06 + support $90,250 x 10% / 12 = $1,844.77. Break-even
+    $90,250 / ($2,511.20 - $1,844.77) = 135.4 months (a pool's operations are the same rented or bought). A GH200
+    has no purchase price: no break-even, and the reason says so."""
+    doc = _rent_vs_buy(str(example("7b-chat-serving")), "--gpu", "l40s", "--count", "4", "--tp", "1")
+    (pool,) = doc["pools"]
     assert (pool["rent"]["units"], pool["rent"]["monthly_usd"]) == (1, pytest.approx(3.44 * 730))
     buy = pool["buy"]
     month = 3.7 * 1.56 * 730 * 0.0977 + 3.7 * 184.06 + 90_250 * 0.10 / 12
     assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(90_250), pytest.approx(month))
     assert pool["break_even_month"] == pytest.approx(90_250 / (3.44 * 730 - month))
-    gh200 = next(p for p in doc["pools"] if p["gpu"] == "gh200")
+    (gh200,) = _rent_vs_buy(str(example("7b-chat-serving")), "--gpu", "gh200", "--count", "1", "--tp", "1")["pools"]
     assert (gh200["buy"], gh200["reason"]) == (None, "no_purchase_price")
 
 
@@ -146,7 +148,8 @@ def test_break_even_month_by_hand(catalog: Any) -> None:
     Buy (owned.yaml, gpus.yaml): capital 8 x $27,500 + $93,500 host + $15,000 network = $328,500; a month of
     electricity (8 x 700 W + 4,600 W) = 10.2 kW x PUE 1.56 x 730 h x $0.0977/kWh = $1,134.86, colocation
     10.2 kW x $184.06/kW-month = $1,877.41 and support $328,500 x 10% a year / 12 = $2,737.50: $5,749.77.
-    Rent: the 8-GPU instance the result names, at its catalog $/h x 730 h a month.
+    Rent: the 8-GPU instance the result names, at its catalog $/h x 730 h a month. Each side also runs one GPU
+    type and one pool ($1,550 + $775 a month, owned.yaml): the same on both sides, so the break-even is unmoved.
     Break-even: $328,500 / (rent a month - $5,749.77) months (25.4 at Hyperstack's $25.60/h; 18.7 while owned
     servers paid electricity only).
     """
@@ -154,12 +157,13 @@ def test_break_even_month_by_hand(catalog: Any) -> None:
     running = 10.2 * 1.56 * 730 * 0.0977 + 10.2 * 184.06 + 328_500 * 0.10 / 12  # the owned server's month
     assert running == pytest.approx(1134.86 + 1877.41 + 2737.50, abs=2 * CENT)
     buy = doc["buy"]["costs"]
-    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(328_500), pytest.approx(running))
+    ops = 1550 + 775
+    assert (buy["capital_usd"], buy["monthly_usd"]) == (pytest.approx(328_500), pytest.approx(running + ops))
     (line,) = doc["rent"]["hardware"]
     inst = catalog.instances[line["label"]]
     assert (inst.gpu_id, inst.gpus_per_instance, line["units"]) == ("h100-sxm", 8, 1)
     rent_month = inst.on_demand_usd_per_hour * 730
-    assert doc["rent"]["costs"]["monthly_usd"] == pytest.approx(rent_month)
+    assert doc["rent"]["costs"]["monthly_usd"] == pytest.approx(rent_month + ops)
     months = 328_500 / (rent_month - running)
     assert doc["break_even_month"] == pytest.approx(months, rel=1e-9)
     assert doc["first_cheaper_month"] == math.ceil(months)
@@ -167,8 +171,8 @@ def test_break_even_month_by_hand(catalog: Any) -> None:
     m = doc["first_cheaper_month"]
     assert by_month[m]["buy_usd"] <= by_month[m]["rent_usd"]
     assert by_month[m - 1]["buy_usd"] > by_month[m - 1]["rent_usd"]
-    assert by_month[m]["rent_usd"] == pytest.approx(m * rent_month)
-    assert by_month[m]["buy_usd"] == pytest.approx(328_500 + m * running)
+    assert by_month[m]["rent_usd"] == pytest.approx(m * (rent_month + ops))
+    assert by_month[m]["buy_usd"] == pytest.approx(328_500 + m * (running + ops))
     # The curve runs past the break-even (at least 60 months) and always holds the horizon (24 months).
     assert max(by_month) >= max(60, m) and 24.0 in by_month
     assert doc["cheaper_at_horizon"] == ("buy" if 328_500 + 24 * running <= 24 * rent_month else "rent")

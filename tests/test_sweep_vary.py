@@ -60,3 +60,13 @@ def test_a_vary_of_separators_only_is_refused(option: str) -> None:
     result = run_cli("sweep", str(example("7b-chat-serving")), "--vary", option)
     assert result.exit_code == 2, result.output
     assert "holds no value" in result.output
+
+
+def test_electricity_price_varies_the_requirements_own_figure_where_it_sets_one(catalog: Any) -> None:
+    """A requirement whose owned block sets the electricity price would shadow a catalog override: the sweep varies
+    the requirement's figure instead (a flat line otherwise)."""
+    base, _ = load_base(example("70b-serving"))
+    assert resolve_field("electricity_price", base.data, catalog).where == "electricity_price"
+    data = {**base.data, "owned": {"electricity_usd_per_kwh": 0.18}}
+    target = resolve_field("electricity_price", data, catalog)
+    assert (target.where, target.path) == ("requirement", "owned.electricity_usd_per_kwh")

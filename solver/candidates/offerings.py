@@ -54,6 +54,8 @@ def limits_of(req: Requirement, catalog: Catalog) -> Limits:
         max_loss=req.max_loss,
         inventory=tuple(sorted(inventory.items())),
         max_gpu_types=req.fleet.max_gpu_types,
+        operations_usd_per_gpu_type_month=req.owned_costs(catalog.owned).gpu_type_operations_rate(),
+        operations_usd_per_pool_month=req.owned_costs(catalog.owned).pool_operations_rate(),
     )
 
 
@@ -180,7 +182,7 @@ def build_offerings(
 
     from clusterplan.evaluation.pricing import owned_server
 
-    owned = catalog.owned
+    owned = req.owned_costs(catalog.owned)  # the catalog's figures, with the requirement's owned block
     for gid in sorted(gpus):
         g = gpus[gid]
         inv = limits.inventory_of(gid)
@@ -225,6 +227,13 @@ def build_offerings(
         "colocation per kW of IT power and a support contract as a share of the price per year (catalog "
         "owned.yaml); spares and a resale value at the horizon are not priced (no catalog figure)"
     )
+    if limits.operations_usd_per_gpu_type_month or limits.operations_usd_per_pool_month:
+        notes.append(
+            f"every design, cloud or owned, pays operations each month: ${limits.operations_usd_per_gpu_type_month:,.0f} "
+            f"per distinct GPU type it holds and ${limits.operations_usd_per_pool_month:,.0f} per serving pool (a "
+            "workload's aggregated, prefill or decode replicas of one GPU type on cloud or owned; owned.yaml, or the "
+            "requirement's owned block), so a second GPU type or pool is chosen only when it pays for itself"
+        )
     if limits.inventory:
         notes.append(
             "inventory GPUs are assumed to sit in servers of the largest size the GPU ships in "

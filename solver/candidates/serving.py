@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from clusterplan.physics.reasons import (
+    KvStreamOverLink,
     MissesLatencyTargets,
     ModelDoesNotFit,
     ReasonCategory,
@@ -407,7 +408,8 @@ def serving_candidates(
         excl += _missing_targets(rows, gpus, targets)
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
     if pools_allowed(w, keep_latency):
-        pool_rows = pool_candidates(inputs, derate, memo, cap=cap)
+        pool_rows, kv_excl = pool_candidates(inputs, derate, memo, cap=cap)
+        excl += kv_excl
         for role in ("prefill", "decode"):
             pruned += prune_serving_rows([r for r in pool_rows if r.role == role], cross_shape=cross)
         if w.disaggregation == "required":
@@ -495,14 +497,17 @@ def pools_allowed(w: ServingWorkload, keep_latency: bool) -> bool:
 
 def pool_candidates(
     inputs: ServingInputs, derate: Derate, memo: ServingPhysics, *, cap: CostCap | None = None
-) -> list[ServingRow]:
+) -> tuple[list[ServingRow], list[Exclusion]]:
     """One prefill-pool row and one decode-pool row per replica shape that fits (the aggregated rows' shapes,
     at the same batch policy), rated by :mod:`clusterplan.evaluation.pools`. Rows that miss their share of the
-    targets even idle are left out (no count of them could serve); the caller prunes dominated shapes."""
+    targets even idle are left out (no count of them could serve); the caller prunes dominated shapes. A prefill
+    row whose KV stream at its rated rate is more than the link between the pools carries is ruled out, with its
+    reason (``kv_stream_over_link``)."""
     from clusterplan.evaluation import pools
 
     w, arch, catalog, assumptions = inputs.w, inputs.arch, inputs.catalog, inputs.assumptions
     out: list[ServingRow] = []
+    ruled_out: list[Exclusion] = []
     targets = ServingTargets(w.p95_latency, w.p95_ttft, w.p95_tpot)
     key = (_layout_key(inputs.gpus, inputs.limits), derate)
     shapes = memo.pool_shapes.get(key)
@@ -533,6 +538,14 @@ def pool_candidates(
             )
             if rated.rate_no_targets_rps <= 0 or (targets.any and rated.rate_rps <= 0):
                 continue
+            if not rated.kv_stream_fits:
+                spec = catalog.gpus[gid]
+                reason = KvStreamOverLink(
+                    gpu=spec.name, link=pools.kv_link(spec), stream_gb_per_s=rated.kv_stream_gb_per_s,
+                    link_gb_per_s=rated.kv_link_gb_per_s,
+                )  # fmt: skip
+                ruled_out.append(excluded(gid, reason))
+                continue
             out.append(
                 ServingRow(
                     gpu_id=gid, tp=tp, pp=pp, quant=shape.layout.quant, batch=est.batch,
@@ -546,7 +559,7 @@ def pool_candidates(
                 )
             )  # fmt: skip
             mine[role].append(out[-1])
-    return out
+    return out, ruled_out
 
 
 def _pool_shapes(inputs: ServingInputs, derate: Derate, memo: ServingPhysics) -> list[PoolShape]:

@@ -387,6 +387,10 @@ class Limits:
     max_loss: str | None = None  # the requirement's quality gate class (None: a hand-built table)
     inventory: tuple[tuple[str, int], ...] = ()  # (gpu id, count)
     max_gpu_types: int | None = None  # distinct GPU types across the fleet (fleet.max_gpu_types)
+    # operations a month of each distinct GPU type held and of each serving pool, USD (catalog owned.yaml;
+    # 0 in a hand-built table): charged through indicator variables (planner/families/structure.py, (6c))
+    operations_usd_per_gpu_type_month: float = 0.0
+    operations_usd_per_pool_month: float = 0.0
 
     @property
     def horizon_hours(self) -> float:

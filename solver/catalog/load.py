@@ -111,6 +111,8 @@ MAX_OWNED_VALUE = {
     "amortisation_months": 1200.0,
     "support_fraction_per_year": 10.0,
     "operations_usd_per_server_month": 1e7,
+    "operations_usd_per_gpu_type_month": 1e7,
+    "operations_usd_per_pool_month": 1e7,
 }
 
 M = TypeVar("M", bound=BaseModel)

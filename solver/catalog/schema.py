@@ -617,6 +617,18 @@ class OwnedCosts(Row):
         description="operations (staff, remote hands, monitoring) per reference server per month, USD (optional; "
         "none shipped: no source gives one)",
     )
+    operations_usd_per_gpu_type_month: OwnedFigure | None = Field(
+        None,
+        description="operations of each distinct GPU type a design runs (owned servers or cloud serving instances), "
+        "per month, USD: its driver, CUDA and engine images qualified, its kernels benchmarked, its spares and vendor "
+        "contact (optional; 0 when absent)",
+    )
+    operations_usd_per_pool_month: OwnedFigure | None = Field(
+        None,
+        description="operations of each serving pool (a workload's aggregated, prefill or decode replicas of one GPU "
+        "type on cloud or owned), per month, USD: its deployment, autoscaling, dashboards, alerts and capacity "
+        "reviews (optional; 0 when absent)",
+    )
     node_sizes: list[NodeGpus] = Field(
         default_factory=lambda: [1, 2, 4, 8], min_length=1, description="GPUs per owned server"
     )
@@ -668,6 +680,16 @@ class OwnedCosts(Row):
         """Operations per month of one node of ``node_gpus`` GPUs, USD (0 when the catalog gives none)."""
         f = self.operations_usd_per_server_month
         return 0.0 if f is None else f.value * self.node_fraction(gpu_class, node_gpus)
+
+    def gpu_type_operations_rate(self) -> float:
+        """Operations of one distinct GPU type per month, USD (0 when the catalog gives none)."""
+        f = self.operations_usd_per_gpu_type_month
+        return 0.0 if f is None else f.value
+
+    def pool_operations_rate(self) -> float:
+        """Operations of one serving pool per month, USD (0 when the catalog gives none)."""
+        f = self.operations_usd_per_pool_month
+        return 0.0 if f is None else f.value
 
     def network_usd_for(self, gpu_class: GpuClass) -> OwnedFigure:
         """Network cost per node for servers of this GPU class (the class override, else the default)."""

@@ -204,6 +204,13 @@ def _training_speed_table(t: Any) -> Table:
     return tt
 
 
+def _operations_row(ct: Table, c: Any) -> None:
+    """The operations inside a side's month, as the plan's cost lines word them (wording/fmt.operations_line)."""
+    line = fmt.operations_line(c)
+    if line is not None:
+        ct.add_row("    of which operations", line.removeprefix("operations: "))
+
+
 def _cost_table(result: Any) -> Table:
     ct = _table("\nCost (as solve prices it)")
     if result.cloud is not None:
@@ -214,7 +221,8 @@ def _cost_table(result: Any) -> Table:
         if cl.billed_hours is not None:
             ct.add_row(f"  training run ({cl.billed_hours} billed h)", _usd(c.one_off_usd))
         else:
-            ct.add_row("  per month (730 h)", _usd(c.monthly_usd))
+            ct.add_row("  per month (730 h, operations)", _usd(c.monthly_usd))
+            _operations_row(ct, c)
         ct.add_row(f"  total over {c.horizon_months:g} months", _usd(c.total_usd))
         if c.usd_per_million_output_tokens is not None:
             ct.add_row(
@@ -225,7 +233,11 @@ def _cost_table(result: Any) -> Table:
         c = ow.costs
         ct.add_row("owned", f"{ow.nodes} server(s) of {ow.gpus_per_node} GPUs")
         ct.add_row("  capital", _usd(c.capital_usd))
-        ct.add_row("  per month (energy, colocation, support)", f"{_usd(c.monthly_usd)} ({ow.power_w / 1000:,.1f} kW)")
+        ct.add_row(
+            "  per month (energy, colocation, support, operations)",
+            f"{_usd(c.monthly_usd)} ({ow.power_w / 1000:,.1f} kW)",
+        )
+        _operations_row(ct, c)
         ct.add_row(f"  total over {c.horizon_months:g} months", _usd(c.total_usd))
         if c.usd_per_million_output_tokens is not None:
             ct.add_row(

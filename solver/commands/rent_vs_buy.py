@@ -50,6 +50,7 @@ def rent_vs_buy(o: RentVsBuyOptions) -> None:
     from clusterplan.console import guarded, out_console
     from clusterplan.design import breakeven, selfhost
     from clusterplan.errors import FieldProblem, InputError, Location
+    from clusterplan.evaluation import pricing
     from clusterplan.outputs import check_outputs, write_bytes
     from clusterplan.render import rent_buy_view
     from clusterplan.stdin import load_requirement_arg
@@ -78,7 +79,8 @@ def rent_vs_buy(o: RentVsBuyOptions) -> None:
             source = f"design 1 ({design.summary})"
         offerings = breakeven.offerings_for(cat, req, [n.gpu_id for n in needs])
         result = breakeven.rent_vs_buy(
-            needs, offerings, requirement=req.name, horizon_months=req.budget.horizon, source=source,
+            needs, offerings, requirement=req.name, source=source,
+            terms=breakeven.Terms(req.budget.horizon, pricing.Operations.of(req.owned_costs(cat.owned))),
             design=design, output_tokens_per_s=tokens_per_s, months=o.months,
         )  # fmt: skip
         result = selfhost.for_rent_vs_buy(cat, req, result)

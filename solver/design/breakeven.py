@@ -44,6 +44,16 @@ if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec
     from clusterplan.requirement.schema import Requirement
 
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """What both sides are priced over: the requirement's horizon and the operations of each GPU type and serving
+    pool (catalog owned.yaml; :class:`clusterplan.evaluation.pricing.Operations`)."""
+
+    horizon_months: float
+    operations: pricing.Operations
+
+
 DEFAULT_CURVE_MONTHS = 60  # the curve runs to the horizon or this, whichever is longer, and past the break-even
 MAX_CURVE_MONTHS = 240  # the longest horizon a requirement may state
 
@@ -257,9 +267,21 @@ def buy_lines(
     return lines, missing
 
 
-def cumulative_usd(lines: Sequence[HardwareLine], one_off_usd: float, months: float) -> float:
-    """Spent after ``months``: :func:`clusterplan.evaluation.pricing.costs` over that many months."""
-    return pricing.costs(lines, horizon_months=months, one_off_usd=one_off_usd, output_tokens_per_s=0.0).total_usd
+def pools_of(needs: Sequence[Need], kind: Literal["cloud", "owned"]) -> set[pricing.PoolKey]:
+    """The serving pools of ``needs`` run on one side (:func:`clusterplan.evaluation.pricing.serving_pools`'s keys;
+    a training run is no pool)."""
+    return {(n.workload, n.role, n.gpu_id, kind) for n in needs if n.training_s is None}
+
+
+def side_costs(
+    lines: Sequence[HardwareLine], one_off_usd: float, months: float, ops: pricing.Operations,
+    pools: set[pricing.PoolKey], output_tokens_per_s: float = 0.0,
+) -> Costs:  # fmt: skip
+    """One side over ``months``: :func:`clusterplan.evaluation.pricing.costs`, its pools' and GPU types' operations in."""
+    return pricing.costs(
+        lines, horizon_months=months, one_off_usd=one_off_usd, output_tokens_per_s=output_tokens_per_s,
+        operations=ops, pools=pools,
+    )  # fmt: skip
 
 
 def break_even_month(rent: Costs, buy: Costs) -> float | None:
@@ -277,11 +299,12 @@ def break_even_month(rent: Costs, buy: Costs) -> float | None:
     return be.months_at_full_use if math.isfinite(be.months_at_full_use) else None
 
 
-def pool_break_even(n: Need, offerings: Sequence[Offering], horizon_months: float) -> PoolBreakEven:
+def pool_break_even(n: Need, offerings: Sequence[Offering], terms: Terms) -> PoolBreakEven:
     """One pool rented (exact packaging, else the nearest) and bought alone, its break-even month or the reason
     there is none: no cloud offer of the GPU, no purchase price (and too little inventory), no owned server whose
     NVLink domain holds the TP group, or buying never catches up (a training run rented once, or a rent cheaper
     than owning's month)."""
+    horizon_months, ops = terms.horizon_months, terms.operations
     rented = rent_need(n, offerings, horizon_months, nearest=True)
     owned = buy_lines([n], offerings, horizon_months)[0]
     buy = owned[0] if owned else None
@@ -293,8 +316,8 @@ def pool_break_even(n: Need, offerings: Sequence[Offering], horizon_months: floa
         sold = any(o.kind == "owned" and o.gpu_id == n.gpu_id and o.purchasable for o in offerings)
         reason = "no_owned_packaging" if sold else "no_purchase_price"  # sold, but no server holds its TP group
     else:
-        rent_c = pricing.costs([rented[0]], horizon_months=horizon_months, one_off_usd=rented[1], output_tokens_per_s=0)
-        buy_c = pricing.costs([buy], horizon_months=horizon_months, one_off_usd=0.0, output_tokens_per_s=0.0)
+        rent_c = side_costs([rented[0]], rented[1], horizon_months, ops, pools_of([n], "cloud"))
+        buy_c = side_costs([buy], 0.0, horizon_months, ops, pools_of([n], "owned"))
         be = break_even_month(rent_c, buy_c)
         reason = "never_catches_up" if be is None else None
     return PoolBreakEven(
@@ -335,13 +358,16 @@ def rent_vs_buy(
     offerings: Sequence[Offering],
     *,
     requirement: str,
-    horizon_months: float,
+    terms: Terms,
     source: str,
     design: Design | None = None,
     output_tokens_per_s: float = 0.0,
     months: int | None = None,
 ) -> RentVsBuy:
-    """Both sides, the break-even month and the curve. A design all on one kind keeps its own lines for that side."""
+    """Both sides, the break-even month and the curve. A design all on one kind keeps its own lines for that side.
+    Each side pays the operations of its GPU types and of the design's serving pools on that side."""
+    horizon_months, ops = terms.horizon_months, terms.operations
+    r_pools, b_pools = pools_of(needs, "cloud"), pools_of(needs, "owned")
     notes: list[str] = []
     r_lines, r_one_off, r_missing, r_nearest = rent_lines(needs, offerings, horizon_months)
     b_lines, b_missing = buy_lines(needs, offerings, horizon_months)
@@ -369,8 +395,8 @@ def rent_vs_buy(
     ) -> Side:  # fmt: skip
         c = None
         if not missing:
-            c = pricing.costs(
-                lines, horizon_months=horizon_months, one_off_usd=one_off, output_tokens_per_s=output_tokens_per_s
+            c = side_costs(
+                lines, one_off, horizon_months, ops, r_pools if kind == "rent" else b_pools, output_tokens_per_s
             )
         return Side(
             kind=kind, hardware=lines, costs=c, missing=sorted(set(missing)), from_design=own,
@@ -394,15 +420,17 @@ def rent_vs_buy(
     curve = [
         CurvePoint(
             month=m,
-            rent_usd=cumulative_usd(r_lines, r_one_off, m) if rent.costs is not None else None,
-            buy_usd=cumulative_usd(b_lines, b_one_off, m) if buy.costs is not None else None,
+            rent_usd=side_costs(r_lines, r_one_off, m, ops, r_pools).total_usd if rent.costs is not None else None,
+            buy_usd=side_costs(b_lines, b_one_off, m, ops, b_pools).total_usd if buy.costs is not None else None,
         )
         for m in curve_months(horizon_months, be, months)
     ]
     first = None
     if be is not None:
         first = first_cheaper_month(
-            be, lambda m: cumulative_usd(r_lines, r_one_off, m), lambda m: cumulative_usd(b_lines, b_one_off, m)
+            be,
+            lambda m: side_costs(r_lines, r_one_off, m, ops, r_pools).total_usd,
+            lambda m: side_costs(b_lines, b_one_off, m, ops, b_pools).total_usd,
         )
     cheaper: Literal["rent", "buy"] | None = None
     if rent.costs is not None and buy.costs is not None:
@@ -415,5 +443,5 @@ def rent_vs_buy(
     return RentVsBuy(
         requirement=requirement, source=source, gpus=gpus, horizon_months=horizon_months, rent=rent, buy=buy,
         break_even_month=be, first_cheaper_month=first, cheaper_at_horizon=cheaper, curve=curve, notes=notes,
-        pools=[pool_break_even(n, offerings, horizon_months) for n in needs],
+        pools=[pool_break_even(n, offerings, terms) for n in needs],
     )  # fmt: skip

@@ -23,9 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
+from clusterplan.evaluation import pricing
 from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import MemoryPlan
-from clusterplan.physics.reasons import ReasonCategory, without
+from clusterplan.physics.reasons import KvStreamOverLink, ReasonCategory, without
 from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.plan import Design, HardwareLine, ReplicaGroup, ServingPlan, TrainingPlan
 from clusterplan.units import HOURS_PER_MONTH
@@ -34,7 +35,7 @@ from clusterplan.wording.reasons import render_reason
 if TYPE_CHECKING:
     from clusterplan.candidates.table import CandidateTable
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import ModelArchitecture
+    from clusterplan.catalog.schema import ModelArchitecture, OwnedCosts
     from clusterplan.evaluation.uncertainty import Derate
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import ServingEstimate
@@ -161,6 +162,31 @@ def _placement(design: Design, priced: list[Priced], sequential: bool, problems:
                 problems.append(f"owned {gpu}: TP groups {sorted(items, reverse=True)} do not fit the servers")
 
 
+def _pools_on_a_fabric(design: Design, catalog: Catalog, problems: list[str]) -> None:
+    """A disaggregated workload's cloud pools of a datacenter GPU fit on instances with a fabric between them (the
+    KV stream crosses over RDMA: evaluation/pools.kv_link; the planner's structure (4d))."""
+    from clusterplan.candidates.offerings import has_fabric
+
+    need: dict[str, int] = defaultdict(int)
+    for w in design.workloads:
+        if isinstance(w, ServingPlan):
+            for g in w.groups:
+                if g.role != "aggregated" and catalog.gpus[g.gpu].gpu_class == "datacenter":
+                    need[g.gpu] += g.cloud_replicas * g.tp * g.pp
+    for gpu, n in sorted(need.items()):
+        cap = sum(
+            x.gpus
+            for x in design.hardware
+            if x.kind == "cloud" and x.trains is None and x.gpu == gpu
+            and has_fabric(catalog, catalog.instances[x.offering.removeprefix("cloud:")])
+        )  # fmt: skip
+        if n > cap:
+            problems.append(
+                f"cloud {gpu}: {n} GPUs of prefill and decode pools, {cap} on instances with a fabric between them "
+                "(their KV stream crosses over RDMA)"
+            )
+
+
 def _gpus_in_use(priced: list[Priced], sequential: bool) -> int:
     owned = sum(p.line.gpus for p in priced if p.line.kind == "owned")
     serving = sum(p.line.gpus for p in priced if p.line.kind == "cloud" and p.line.trains is None)
@@ -169,11 +195,17 @@ def _gpus_in_use(priced: list[Priced], sequential: bool) -> int:
 
 
 def _totals(
-    design: Design, priced: list[Priced], one_off: float, horizon: float, tokens_per_s: float, problems: list[str]
+    design: Design,
+    priced: list[Priced],
+    one_off: float,
+    horizon: float,
+    tokens_per_s: float,
+    operations: pricing.Operations,
+    problems: list[str],
 ) -> None:
     """The design's costs against its hardware as this checker priced it, totalled by
-    :func:`clusterplan.evaluation.pricing.costs` (the planner's and estimate's arithmetic)."""
-    from clusterplan.evaluation import pricing
+    :func:`clusterplan.evaluation.pricing.costs` (the planner's and estimate's arithmetic), with the operations of
+    the GPU types and serving pools the design's own lines and groups show."""
 
     for p in priced:  # every line re-derived from catalog rows: none below zero, each as stated
         x = p.line
@@ -201,8 +233,17 @@ def _totals(
         if not math.isfinite(stated_cost) or stated_cost < 0:
             problems.append(f"{label} cost is {stated_cost:,.2f}; a plan's cost is never negative")
     lines = [p.line.model_copy(update={"capital_usd": p.capital_usd, "monthly_usd": p.monthly_usd}) for p in priced]
-    mine = pricing.costs(lines, horizon_months=horizon, one_off_usd=one_off, output_tokens_per_s=tokens_per_s)
+    mine = pricing.costs(
+        lines,
+        horizon_months=horizon,
+        one_off_usd=one_off,
+        output_tokens_per_s=tokens_per_s,
+        operations=operations,
+        pools=pricing.serving_pools(design.workloads),
+    )
     for label, got, stated in (
+        ("GPU types' operations", mine.gpu_type_operations_usd_per_month, c.gpu_type_operations_usd_per_month),
+        ("pools' operations", mine.pool_operations_usd_per_month, c.pool_operations_usd_per_month),
         ("capital", mine.capital_usd, c.capital_usd),
         ("monthly", mine.monthly_usd, c.monthly_usd),
         ("one-off", mine.one_off_usd, c.one_off_usd),
@@ -316,14 +357,16 @@ def _serving_capacity(
 # ------------------------------------------------------------------------------------------------
 
 
-def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[list[Priced], list[str]]:
+def _catalog_units(
+    design: Design, catalog: Catalog, req_pricing: str, owned: OwnedCosts
+) -> tuple[list[Priced], list[str]]:
     """Each hardware line re-priced from the catalog (owned servers by
-    :func:`clusterplan.evaluation.pricing.owned_server`, as the planner's offerings are)."""
+    :func:`clusterplan.evaluation.pricing.owned_server` on ``owned``, the catalog's figures with the requirement's
+    owned block, as the planner's offerings are)."""
     from clusterplan.evaluation.pricing import owned_server
 
     problems: list[str] = []
     priced: list[Priced] = []
-    owned = catalog.owned
     for x in design.hardware:
         gpu = catalog.gpus.get(x.gpu)
         if gpu is None:
@@ -377,7 +420,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
     req = resolved.requirement
     c = req.constraints
     problems: list[str] = []
-    priced, more = _catalog_units(design, catalog, c.pricing)
+    priced, more = _catalog_units(design, catalog, c.pricing, req.owned_costs(catalog.owned))
     problems += more
     _clouds_and_regions(priced, c.clouds, c.regions, problems)
     by_name = {w.name: (i, w) for i, w in enumerate(req.workloads)}
@@ -394,8 +437,10 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             assert isinstance(wp, TrainingPlan) and w.kind != "serving"
             one_off += _check_training(wp, w, ctx, priced, problems)
     _placement(design, priced, req.schedule == "sequential", problems)
+    _pools_on_a_fabric(design, catalog, problems)
     tokens = sum(w.requests_per_s * w.output_tokens for w in req.workloads if isinstance(w, ServingWorkload))
-    _totals(design, priced, one_off, req.budget.horizon, tokens, problems)
+    ops = pricing.Operations.of(req.owned_costs(catalog.owned))
+    _totals(design, priced, one_off, req.budget.horizon, tokens, ops, problems)
     _limits(design, priced, _limits_view(resolved, catalog), problems)
     return problems
 
@@ -486,6 +531,9 @@ def _group_rates(
         from clusterplan.evaluation import pools
 
         pr = pools.prefill_rates(est, arch, spec, w, a) if g.role == "prefill" else pools.decode_rates(est, w, a)
+        if not pr.kv_stream_fits:
+            reason = KvStreamOverLink(spec.name, pools.kv_link(spec), pr.kv_stream_gb_per_s, pr.kv_link_gb_per_s)
+            problems.append(f"{wp.workload}: {render_reason(reason)}")
         return (g.replicas, pr.rate_rps, pr.rate_no_targets_rps), est
     r, r0 = _replica_rates(est, w, ctx)
     return (g.replicas, r, r0), est
@@ -762,7 +810,8 @@ def check_design_on_table(design: Design, table: CandidateTable) -> list[str]:
                     problems.append(f"{wp.workload}: runs on a forbidden cloud offering")
     _placement(design, priced, lim.schedule == "sequential", problems)
     tokens = sum(wc.average_rps * wc.output_tokens for wc in table.workloads if wc.is_serving)
-    _totals(design, priced, one_off, lim.horizon_months, tokens, problems)
+    ops = pricing.Operations(lim.operations_usd_per_gpu_type_month, lim.operations_usd_per_pool_month)
+    _totals(design, priced, one_off, lim.horizon_months, tokens, ops, problems)
     view = LimitsView(
         lim.horizon_months,
         lim.budget_capital_usd,

@@ -311,18 +311,35 @@ def offerings_for(catalog: Catalog, req: Requirement, gpu: GpuSpec) -> list[Offe
 
 
 def horizon_costs(
-    req: Requirement, lines: list[HardwareLine], *, one_off_usd: float = 0.0, tokens_per_s: float = 0.0
+    req: Requirement,
+    lines: list[HardwareLine],
+    *,
+    operations: pricing.Operations,
+    serves: str | None,
+    one_off_usd: float = 0.0,
+    tokens_per_s: float = 0.0,
 ) -> Costs:
+    """One pinned configuration's costs (:func:`clusterplan.evaluation.pricing.costs`): ``serves`` names the serving
+    workload whose one aggregated pool it runs (None: a training run, no serving pool)."""
+    pools: set[pricing.PoolKey] = set()
+    if serves is not None:
+        pools = {(serves, "aggregated", line.gpu, line.kind) for line in lines}
     return pricing.costs(
-        lines, horizon_months=req.budget.horizon, one_off_usd=one_off_usd, output_tokens_per_s=tokens_per_s
+        lines,
+        horizon_months=req.budget.horizon,
+        one_off_usd=one_off_usd,
+        output_tokens_per_s=tokens_per_s,
+        operations=operations,
+        pools=pools,
     )
 
 
 def owned_cost(
     req: Requirement, catalog: Catalog, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int,
-    tokens_per_s: float = 0.0,
+    tokens_per_s: float = 0.0, serves: str | None = None,
 ) -> tuple[OwnedCost | None, str | None]:  # fmt: skip
-    """The cheapest owned server size hosting ``groups`` TP groups, over the horizon; or why it cannot be owned."""
+    """The cheapest owned server size hosting ``groups`` TP groups, over the horizon; or why it cannot be owned.
+    ``serves``: the serving workload it runs as one pool (None: a training run)."""
     found = pricing.cheapest_hosting(
         offerings, gpu_id=gpu.id, kind="owned", tp=tp, groups=groups, horizon_months=req.budget.horizon
     )
@@ -333,8 +350,11 @@ def owned_cost(
         )
     o, bought, inventory = found
     line = pricing.owned_line(o, bought=bought, from_inventory=inventory, gpu_name=gpu.name)
-    c = horizon_costs(req, [line], tokens_per_s=tokens_per_s)
-    months = catalog.owned.amortisation_months.value
+    c = horizon_costs(
+        req, [line], operations=pricing.Operations.of(req.owned_costs(catalog.owned)), serves=serves,
+        tokens_per_s=tokens_per_s,
+    )  # fmt: skip
+    months = req.owned_costs(catalog.owned).amortisation_months.value
     notes = [f"{inventory} server(s) from the inventory: power only, no capital"] if inventory else []
     owned = OwnedCost(
         nodes=line.units, gpus_per_node=o.gpus_per_unit, capital_usd=c.capital_usd, power_w=line.power_w,

@@ -92,9 +92,11 @@ def _default_kv(quant: str, gpu: GpuSpec, workload: ServingWorkload, choices: li
 
 
 def _cloud_serving(
-    req: Requirement, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int, tokens_per_s: float
-) -> CloudCost | None:
-    """The cheapest instance type hosting ``groups`` TP groups, rented around the clock over the horizon."""
+    req: Requirement, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int, tokens_per_s: float,
+    operations: pricing.Operations, workload: str,
+) -> CloudCost | None:  # fmt: skip
+    """The cheapest instance type hosting ``groups`` TP groups, rented around the clock over the horizon, run as
+    ``workload``'s one pool."""
     found = pricing.cheapest_hosting(
         offerings, gpu_id=gpu.id, kind="cloud", tp=tp, groups=groups, horizon_months=req.budget.horizon
     )
@@ -102,7 +104,7 @@ def _cloud_serving(
         return None
     o, n, _ = found
     line = pricing.cloud_line(o, n, gpu_name=gpu.name)
-    c = horizon_costs(req, [line], tokens_per_s=tokens_per_s)
+    c = horizon_costs(req, [line], operations=operations, serves=workload, tokens_per_s=tokens_per_s)
     return CloudCost(
         instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=req.constraints.pricing,
         usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
@@ -254,12 +256,15 @@ def estimate_serving(
     tokens_per_s = average * w.output_tokens
     cloud = owned = None
     if want_cloud:
-        cloud = _cloud_serving(req, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s)
+        cloud = _cloud_serving(
+            req, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s,
+            operations=pricing.Operations.of(req.owned_costs(catalog.owned)), workload=w.name,
+        )  # fmt: skip
         if cloud is None:
             notes.append(f"no cloud instance in the catalog hosts a TP {tp} group of {gpu.name}")
     if want_owned:
         owned, unowned = owned_cost(
-            req, catalog, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s
+            req, catalog, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s, serves=w.name
         )
         if unowned:
             notes.append(unowned)

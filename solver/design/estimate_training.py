@@ -46,7 +46,8 @@ def _cloud_training(
     if o is None:
         return None
     line = pricing.training_cloud_line(o, n, gpu_name=gpu.name, workload=workload, seconds=est.time_to_train_s)
-    c = horizon_costs(req, [line], one_off_usd=run_usd)
+    # a cloud run is billed once and holds nothing for the horizon: no GPU type operated, no serving pool
+    c = horizon_costs(req, [line], operations=pricing.Operations(), serves=None, one_off_usd=run_usd)
     return CloudCost(
         instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=req.constraints.pricing,
         usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,

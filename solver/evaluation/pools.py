@@ -36,6 +36,13 @@ class PoolRates:
     ttft_s: float  # unloaded
     tpot_s: float  # unloaded (decode)
     kv_transfer_s: float = 0.0  # prefill: the prompt's KV cache to the decode pool
+    kv_stream_gb_per_s: float = 0.0  # prefill: the KV stream at the rated rate (the targets', else the ceiling's)
+    kv_link_gb_per_s: float = 0.0  # prefill: what the link between the pools carries from this replica
+
+    @property
+    def kv_stream_fits(self) -> bool:
+        """The link between the pools carries this replica's KV stream at its rated rate (decode: nothing to send)."""
+        return self.kv_stream_gb_per_s <= self.kv_link_gb_per_s or self.kv_link_gb_per_s == 0.0
 
 
 def kv_link(spec: GpuSpec) -> disagg.KvLink:
@@ -79,7 +86,16 @@ def prefill_rates(
     p95 = at(rate if rate > 0 else ceiling).p95_ttft_s * derate.latency_factor
     f = derate.rate_factor
     unloaded = est.prefill_s + transfer
-    return PoolRates(rate * f, ceiling * f, p95, 0.0, p95, unloaded, 0.0, transfer)
+    # The stream the link must carry: the row's rated rate, the targets' where there are targets (the latency family
+    # holds each replica to it), else the ceiling's.
+    stream = disagg.kv_stream_gb_per_s(
+        arch,
+        input_tokens=w.input_tokens,
+        kv_precision=est.kv_precision,
+        rate_rps=(rate if budget is not None else ceiling),
+    )
+    link = disagg.kv_link_gb_per_s(spec, kv_link(spec), est.tp * est.pp, assumptions)
+    return PoolRates(rate * f, ceiling * f, p95, 0.0, p95, unloaded, 0.0, transfer, stream, link)
 
 
 def prefill_ceiling_rps(

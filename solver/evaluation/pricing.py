@@ -9,12 +9,12 @@ Formulas and their sources are in :mod:`clusterplan.physics.cost`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clusterplan.physics import cost
-from clusterplan.plan import Costs, HardwareLine
+from clusterplan.plan import Costs, HardwareLine, ServingPlan, TrainingPlan
 from clusterplan.units import HOURS_PER_MONTH, SECONDS_PER_HOUR
 
 if TYPE_CHECKING:
@@ -42,6 +42,42 @@ class ServerPrice:
             self.support_usd_per_month,
             self.operations_usd_per_month,
         )
+
+
+PoolKey = tuple[str, str, str, str]  # (workload, role, GPU type, "cloud" | "owned")
+
+
+@dataclass(frozen=True, slots=True)
+class Operations:
+    """What running the fleet costs beyond its servers, per month: each distinct GPU type held and each serving
+    pool (catalog ``owned.operations_usd_per_gpu_type_month`` and ``operations_usd_per_pool_month``)."""
+
+    usd_per_gpu_type_month: float = 0.0
+    usd_per_pool_month: float = 0.0
+
+    @classmethod
+    def of(cls, owned: OwnedCosts) -> Operations:
+        return cls(owned.gpu_type_operations_rate(), owned.pool_operations_rate())
+
+
+def operated_gpu_types(hardware: Sequence[HardwareLine]) -> set[str]:
+    """The GPU types a design holds for the horizon: any owned server or cloud serving instance of the type (a cloud
+    training run is billed once and not operated). The planner's ``operated[g]`` (planner/families/structure.py)."""
+    return {line.gpu for line in hardware if line.trains is None}
+
+
+def serving_pools(workloads: Sequence[ServingPlan | TrainingPlan]) -> set[PoolKey]:
+    """A design's serving pools: per workload, its aggregated, prefill or decode replicas of one GPU type on cloud or
+    on owned servers (the planner's ``pool[w,role,g,kind]``); layouts of one GPU type in one role share a pool."""
+    pools: set[PoolKey] = set()
+    for w in workloads:
+        if not isinstance(w, ServingPlan):
+            continue
+        for g in w.groups:
+            for kind, replicas in (("cloud", g.cloud_replicas), ("owned", g.owned_replicas)):
+                if replicas > 0:
+                    pools.add((w.workload, g.role, g.gpu, kind))
+    return pools
 
 
 def owned_server(
@@ -135,14 +171,25 @@ def owned_line(o: Offering, *, bought: int, from_inventory: int, gpu_name: str) 
 
 
 def costs(
-    hardware: Sequence[HardwareLine], *, horizon_months: float, one_off_usd: float, output_tokens_per_s: float
+    hardware: Sequence[HardwareLine],
+    *,
+    horizon_months: float,
+    one_off_usd: float,
+    output_tokens_per_s: float,
+    operations: Operations,
+    pools: Collection[PoolKey],
 ) -> Costs:
     """Capital, monthly, one-off and total over the horizon; $ per million output tokens at average demand.
 
-    ``total = capital + horizon x monthly + one-off``; ``$/M = total / (tokens/s x horizon seconds / 1e6)``.
+    ``monthly = sum of the lines' months + ops_g x GPU types operated + ops_p x pools`` (:func:`operated_gpu_types`,
+    :func:`serving_pools`); ``total = capital + horizon x monthly + one-off``;
+    ``$/M = total / (tokens/s x horizon seconds / 1e6)``.
     """
     capital = sum(line.capital_usd for line in hardware)
-    monthly = sum(line.monthly_usd for line in hardware)
+    types = len(operated_gpu_types(hardware))
+    type_ops = types * operations.usd_per_gpu_type_month
+    pool_ops = len(pools) * operations.usd_per_pool_month
+    monthly = sum(line.monthly_usd for line in hardware) + type_ops + pool_ops
     total = capital + monthly * horizon_months + one_off_usd
     seconds = horizon_months * HOURS_PER_MONTH * SECONDS_PER_HOUR
     per_m = total / (output_tokens_per_s * seconds / 1e6) if output_tokens_per_s > 0 else None
@@ -153,6 +200,10 @@ def costs(
         total_usd=total,
         horizon_months=horizon_months,
         usd_per_million_output_tokens=per_m,
+        gpu_types_operated=types,
+        pools=len(pools),
+        gpu_type_operations_usd_per_month=type_ops,
+        pool_operations_usd_per_month=pool_ops,
     )
 
 

@@ -166,16 +166,30 @@ def hardware_lines(table: CandidateTable, sol: Solution) -> list[HardwareLine]:
     return lines
 
 
+def operations_of(table: CandidateTable) -> pricing.Operations:
+    """The operations figures the table's model charged (catalog owned.yaml, through the limits)."""
+    return pricing.Operations(
+        table.limits.operations_usd_per_gpu_type_month, table.limits.operations_usd_per_pool_month
+    )
+
+
 def costs_of(table: CandidateTable, sol: Solution, hardware: list[HardwareLine]) -> Costs:
-    """The solution's costs over the horizon (:func:`clusterplan.evaluation.pricing.costs`)."""
+    """The solution's costs over the horizon (:func:`clusterplan.evaluation.pricing.costs`), its serving pools'
+    and GPU types' operations included."""
     one_off = 0.0
     for wc in table.workloads:
         a = sol.training_of(wc.index) if not wc.is_serving else None
         if a is not None and a.where == "cloud":
             one_off += wc.training_rows()[a.row].cloud_cost_usd
     tokens = sum(wc.average_rps * wc.output_tokens for wc in table.workloads if wc.is_serving)
+    serving = [serving_plan(table, wc, sol) for wc in table.workloads if wc.is_serving]
     return pricing.costs(
-        hardware, horizon_months=table.limits.horizon_months, one_off_usd=one_off, output_tokens_per_s=tokens
+        hardware,
+        horizon_months=table.limits.horizon_months,
+        one_off_usd=one_off,
+        output_tokens_per_s=tokens,
+        operations=operations_of(table),
+        pools=pricing.serving_pools(serving),
     )
 
 

@@ -25,7 +25,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from clusterplan.candidates.table import AVAILABILITY, CandidateTable, WorkloadCandidates, most_common_reason
+from clusterplan.candidates.table import (
+    AVAILABILITY,
+    CandidateTable,
+    ServingRow,
+    TrainingRow,
+    WorkloadCandidates,
+    most_common_reason,
+)
 from clusterplan.explain.designs import facts, hardware_lines, summary_text
 from clusterplan.physics.reasons import Reason
 from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
@@ -402,11 +409,14 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
             text="the conflict analysis ran out of time before proving which constraints conflict",
         )
     if not conflict:
+        # Nothing to relax: the causes found before the conflict search are the whole answer, where there are any.
         return Infeasibility(
             conflict=[],
             relaxations=[],
             unplaceable=[],
-            text="no design exists even with every stated constraint relaxed",
+            causes=causes.sentences,
+            text=" ".join(_sentence(c) for c in causes.sentences)
+            or "no design exists even with every stated constraint relaxed",
         )
     refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
     relax = [least_relaxation(planner, f, retarget=retarget) for f in conflict]
@@ -467,11 +477,16 @@ def real_causes(planner: Planner) -> Causes:
 
 
 def _allowed_rows(table: CandidateTable, wc: WorkloadCandidates, usable: list[str]) -> bool:
-    """Some candidate of ``wc`` runs on a GPU the requirement lets a plan obtain, in a layout its
-    layout rules (GPU types, precisions, NVLink) allow."""
-    return any(
-        row.gpu_id in usable and not any(family(f).layout_rule for f in row.forbidding_families) for row in wc.rows
-    )
+    """Every side of a request of ``wc`` (one, or prefill and decode where it has pool rows) has a candidate that
+    runs on a GPU the requirement lets a plan obtain, in a layout its layout rules (GPU types, precisions, NVLink)
+    allow (a disaggregated workload whose prefill rows were all ruled out, e.g. ``kv_stream_over_link``, has none)."""
+
+    def allowed(row: ServingRow | TrainingRow) -> bool:
+        return row.gpu_id in usable and not any(family(f).layout_rule for f in row.forbidding_families)
+
+    if not wc.is_serving:
+        return any(allowed(row) for row in wc.rows)
+    return all(any(allowed(row) and row.serves(side) for row in wc.serving_rows()) for side in wc.sides())
 
 
 def _closest(table: CandidateTable, usable: list[str]) -> list[str]:

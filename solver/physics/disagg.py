@@ -107,6 +107,12 @@ def kv_transfer_s(
     return kv_bytes(arch, input_tokens, kv_precision) / bw + assumptions.network_latency_s
 
 
+def kv_stream_gb_per_s(arch: ModelArchitecture, *, input_tokens: float, kv_precision: str, rate_rps: float) -> float:
+    """The KV stream a prefill replica sends at ``rate_rps`` prompts/s, GB/s: ``rate x input tokens x KV bytes per
+    token / 1e9`` (each prompt's whole KV cache crosses to the decode pool once; DistServe §4.3, Splitwise §IV-C)."""
+    return rate_rps * kv_bytes(arch, input_tokens, kv_precision) / BYTES_PER_GB
+
+
 def prefill_passes(input_tokens: float, chunk_tokens: int) -> float:
     """Forward passes a prompt takes on a prefill-only replica: whole chunks for a long prompt, a share of one
     pass for a short one (prompts are packed into a chunk, vLLM ``max_num_batched_tokens``)."""

@@ -46,6 +46,7 @@ class ReasonCode(StrEnum):
     NOT_OBTAINABLE = "not_obtainable"
     TIER_NOT_ALLOWED = "tier_not_allowed"
     NO_FABRIC = "no_fabric"
+    KV_STREAM_OVER_LINK = "kv_stream_over_link"
     CONSUMER_LICENCE = "consumer_licence"
     FRAMEWORK_CANNOT_RUN = "framework_cannot_run"
     STATED = "stated"
@@ -96,6 +97,7 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.NOT_OBTAINABLE: ReasonCategory.AVAILABILITY,
     ReasonCode.TIER_NOT_ALLOWED: ReasonCategory.PROVIDER_TIER,
     ReasonCode.NO_FABRIC: ReasonCategory.FABRIC,
+    ReasonCode.KV_STREAM_OVER_LINK: ReasonCategory.FABRIC,
     ReasonCode.CONSUMER_LICENCE: ReasonCategory.LICENCE,
     ReasonCode.FRAMEWORK_CANNOT_RUN: ReasonCategory.LAYOUT,
     ReasonCode.STATED: ReasonCategory.HARDWARE,  # a record overrides it with its own (see Stated)
@@ -439,6 +441,18 @@ class FrameworkCannotRun(Reason):
     framework: str
     feature: FrameworkFeature
     value: str
+
+
+@dataclass(frozen=True, slots=True)
+class KvStreamOverLink(Reason):
+    """A disaggregated prefill replica's KV stream at its rated rate (prompts/s x each prompt's KV cache) is more
+    than the link between the pools carries (physics/disagg.py ``kv_link_gb_per_s``): the pool pair is ruled out."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.KV_STREAM_OVER_LINK
+    gpu: str
+    link: str  # rdma | tcp | nvlink
+    stream_gb_per_s: float
+    link_gb_per_s: float
 
 
 @dataclass(frozen=True, slots=True)

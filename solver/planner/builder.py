@@ -69,13 +69,18 @@ Constraints
     ``n[s] <= k - 1``, so of equal-cost designs the plan holds the fewer machines.
 14. ``budget_capital`` (l): ``capital <= B``; ``budget_monthly`` (l): ``monthly <= B``;
     ``budget_total`` (l): ``total <= B`` (cents, budgets rounded down, costs rounded up).
+4d. KV fabric (structural): a disaggregated workload's prefill and decode replicas of a datacenter GPU type g on
+    cloud sit on instances with a fabric between them: ``sum_{pool r: g} gpus x xc <= sum_{c: g, fabric} k_c x n[c]``.
 15. ``max_gpu_types`` (l): ``sum_g used[g] <= max_gpu_types``, where ``used[g]`` (structural) is implied
     by every selected row, training choice and unit of GPU type g (``units(o) <= U*used[g(o)]``).
 
 Cost (integer cents)
 
     capital = sum_o m[o]*capital_o
-    monthly = sum_c n[c]*$/h_c*730 + sum_o (m[o]+u[o])*energy_o
+    monthly = sum_c n[c]*$/h_c*730 + sum_o (m[o]+u[o])*running_o
+              + ops_g * sum_g operated[g] + ops_p * sum_k pool[k]
+    (operated[g]: a unit of GPU type g is held; pool[k]: pool k = (workload, role, GPU type, cloud | owned) has a
+    replica; each a boolean tied both ways to its units / replicas, (6c) in families/structure.py)
     one_off = sum_{w in T, r} yc[w,r]*cloud_cost[r]
     total   = capital + horizon*monthly + one_off
 
@@ -131,7 +136,12 @@ class BuiltModel:
 
 # The limits the variables and the structural constraints read (structure.add: the schedule, and the
 # horizon in the total cost). Every other limit is read by its family's constraints alone.
-STRUCTURE_LIMITS = ("schedule", "horizon_months")
+STRUCTURE_LIMITS = (
+    "schedule",
+    "horizon_months",
+    "operations_usd_per_gpu_type_month",
+    "operations_usd_per_pool_month",
+)
 STEMS_KEPT = 4  # a sweep point's table, and those its infeasibility analysis builds beside it
 
 

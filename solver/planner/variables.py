@@ -20,6 +20,7 @@ from clusterplan.planner.cpsat import cp_model
 # (cp_model.LinearExprT also admits numpy integers, which never occur here and make ``0 - expr`` untypable.)
 LinearExpr = cp_model.LinearExpr | int
 IntVar = cp_model.IntVar
+PoolKey = tuple[int, str, str, str]  # (workload index, role, GPU type, "cloud" | "owned")
 
 
 @dataclass
@@ -56,6 +57,10 @@ class PlanVariables:
     _uses_cloud: dict[int, IntVar] = field(default_factory=dict)
     _uses_owned: dict[int, IntVar] = field(default_factory=dict)
     _gpu_used: dict[str, IntVar] = field(default_factory=dict)  # GPU type -> the design runs on it
+    # operations indicators (only where the table charges operations): a GPU type held (a unit of it bought,
+    # from inventory or rented for serving) and a serving pool (workload, role, GPU type, cloud | owned) in use
+    _gpu_operated: dict[str, IntVar] = field(default_factory=dict)
+    _pool_used: dict[PoolKey, IntVar] = field(default_factory=dict)
     # family literals
     _literals: dict[str, IntVar] = field(default_factory=dict)
     # per-workload integer scales
@@ -136,9 +141,25 @@ class PlanVariables:
             else:
                 v._bought[o.key] = model.new_int_var(0, ub if o.purchasable else 0, f"m_{o.key}")
                 v._from_inventory[o.key] = model.new_int_var(0, max(ub, o.inventory_units), f"u_{o.key}")
+        v._operations_indicators(table)
         for f in families:
             v._literals[f] = model.new_bool_var(f"on_{f}")
         return v
+
+    def _operations_indicators(self, table: CandidateTable) -> None:
+        """A boolean per GPU type with an offering and per serving pool that can hold a replica, where the table
+        charges operations for it (a rate of 0 adds nothing: the model stays as it was without them)."""
+        if table.limits.operations_usd_per_gpu_type_month > 0:
+            for gid in sorted({o.gpu_id for o in table.offerings}):
+                self._gpu_operated[gid] = self.model.new_bool_var(f"operated_{gid}")
+        if table.limits.operations_usd_per_pool_month > 0:
+            for wc, r, row in self.serving_rows():
+                for kind, xs in (("cloud", self._xc), ("owned", self._xo)):
+                    key = (wc.index, row.role, row.gpu_id, kind)
+                    if (wc.index, r) in xs and key not in self._pool_used:
+                        self._pool_used[key] = self.model.new_bool_var(
+                            f"pool_{wc.index}_{row.role}_{row.gpu_id}_{kind}"
+                        )
 
     def _new_shape(self, w: int, shape: tuple[object, ...]) -> None:
         if (w, shape) not in self._shape:
@@ -240,6 +261,24 @@ class PlanVariables:
 
     def gpu_types(self) -> dict[str, IntVar]:
         return dict(self._gpu_used)
+
+    def gpu_operated(self) -> dict[str, IntVar]:
+        """GPU type -> the design holds a unit of it (owned, or rented for serving); only where operations are charged."""
+        return dict(self._gpu_operated)
+
+    def pools_used(self) -> dict[PoolKey, IntVar]:
+        """(workload, role, GPU type, cloud | owned) -> that pool has a replica; only where operations are charged."""
+        return dict(self._pool_used)
+
+    def pool_replicas(self, key: PoolKey) -> list[IntVar]:
+        """The replica variables of one pool: its workload's rows of that role and GPU type, on that side."""
+        w, role, gid, kind = key
+        xs = self._xc if kind == "cloud" else self._xo
+        return [
+            xs[w, r]
+            for wc, r, row in self.serving_rows()
+            if wc.index == w and row.role == role and row.gpu_id == gid and (w, r) in xs
+        ]
 
     def literal(self, family: str) -> IntVar:
         """The enforcement literal of a constraint family."""

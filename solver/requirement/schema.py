@@ -11,7 +11,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from clusterplan.catalog.schema import MAX_CONTEXT_TOKENS, Label, ModelArchitecture, Precision, ProviderTier
+from clusterplan.catalog.schema import (
+    MAX_CONTEXT_TOKENS,
+    GpuClass,
+    Label,
+    ModelArchitecture,
+    OwnedCosts,
+    OwnedFigure,
+    Precision,
+    ProviderTier,
+)
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.physics.optimizer_memory import MemoryOption
 from clusterplan.units import Count, Money, Months, Rate, StatedDuration, StatedPower, Tokens
@@ -369,6 +378,82 @@ class Fleet(Strict):
     )
 
 
+# The source an owned figure set in the requirement cites (catalog/README.md: each figure carries its source).
+REQUIREMENT_SOURCE = "requirement"
+
+
+class OwnedOverrides(Strict):
+    """Owned-hardware and operations figures that replace catalog/owned.yaml's for this requirement, as plain
+    numbers in each field's unit (catalog/README.md's owned field table). Unset: the catalog's figure."""
+
+    server_usd_per_node: dict[GpuClass, Annotated[Money, Field(ge=0, le=1e8)]] | None = Field(
+        None, description="host (chassis, CPUs, RAM, storage) per reference node without GPUs, USD, by GPU class"
+    )
+    network_usd_per_node: Money | None = Field(
+        None, ge=0, le=1e8, description="NICs, switch ports, cables per node, USD"
+    )
+    node_power_overhead_w: float | None = Field(None, ge=0, le=1e6, description="non-GPU power per node, W")
+    pue: float | None = Field(None, ge=1, le=10, description="facility power / IT power")
+    electricity_usd_per_kwh: float | None = Field(None, ge=0, le=100, description="energy price, USD per kWh")
+    amortisation_months: Months | None = Field(None, gt=0, le=1200, description="straight-line depreciation, months")
+    colocation_usd_per_kw_month: Money | None = Field(
+        None, ge=0, le=1e6, description="colocation per kW of IT capacity per month, USD (0: your own room)"
+    )
+    support_fraction_per_year: float | None = Field(
+        None, ge=0, le=10, description="support contract per year, fraction of the hardware price"
+    )
+    operations_usd_per_server_month: Money | None = Field(
+        None, ge=0, le=1e7, description="operations per reference server per month, USD"
+    )
+    operations_usd_per_gpu_type_month: Money | None = Field(
+        None, ge=0, le=1e7, description="operations of each distinct GPU type held, per month, USD"
+    )
+    operations_usd_per_pool_month: Money | None = Field(
+        None, ge=0, le=1e7, description="operations of each serving pool, per month, USD"
+    )
+
+    def applied_to(self, base: OwnedCosts) -> OwnedCosts:
+        """``base`` with every figure set here replaced (its unit kept, its source ``requirement``)."""
+        update: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, dict):
+                merged = dict(getattr(base, name))
+                for cls, v in value.items():
+                    merged[cls] = _figure(merged.get(cls), float(v), "USD per node")
+                update[name] = merged
+            else:
+                update[name] = _figure(getattr(base, name), float(value), _UNITS[name])
+        return base.model_copy(update=update)
+
+
+_UNITS = {  # each figure's unit where the catalog has none to keep (an optional figure it leaves out)
+    "network_usd_per_node": "USD per node",
+    "node_power_overhead_w": "W per node",
+    "pue": "dimensionless",
+    "electricity_usd_per_kwh": "USD per kWh",
+    "amortisation_months": "months",
+    "colocation_usd_per_kw_month": "USD per kW of IT capacity per month",
+    "support_fraction_per_year": "fraction of hardware price per year",
+    "operations_usd_per_server_month": "USD per server per month",
+    "operations_usd_per_gpu_type_month": "USD per distinct GPU type per month",
+    "operations_usd_per_pool_month": "USD per serving pool per month",
+}
+
+
+def _figure(was: OwnedFigure | None, value: float, unit: str) -> OwnedFigure:
+    """A figure set in the requirement: its value, the catalog's unit, the requirement as its source."""
+    return OwnedFigure(
+        value=value,
+        unit=was.unit if was is not None else unit,
+        source=REQUIREMENT_SOURCE,
+        as_of="n/a",  # the requirement's own figure: dated by whoever wrote it
+        notes="set in the requirement's owned block",
+    )
+
+
 class Quality(Strict):
     max_loss: MaxLoss = Field(
         "fp8_class",
@@ -443,6 +528,11 @@ class Requirement(Strict):
     )
     constraints: Constraints = Field(default_factory=Constraints, description="hardware, power and placement limits")
     fleet: Fleet = Field(default_factory=Fleet, description="rules for the fleet as a whole (GPU types to operate)")
+    owned: OwnedOverrides | None = Field(
+        None,
+        description="owned-hardware and operations figures replacing catalog/owned.yaml's for this requirement "
+        "(electricity, PUE, colocation, support, operations, server and network prices)",
+    )
     quality: Quality | None = Field(None, description="the quality loss accepted for cheaper precisions")
     assumptions: Assumptions = Field(
         default_factory=Assumptions, description="efficiency factors and defaults to override (docs/model.md)"
@@ -483,6 +573,10 @@ class Requirement(Strict):
         if listed is None:
             return gate
         return gate & frozenset("bf16" if q in ("bf16", "fp16") else q for q in listed)
+
+    def owned_costs(self, catalog_owned: OwnedCosts) -> OwnedCosts:
+        """The owned-hardware figures this requirement is priced with: the catalog's, with its ``owned`` block's."""
+        return catalog_owned if self.owned is None else self.owned.applied_to(catalog_owned)
 
     def model_of(self, index: int) -> Any:
         w = self.workloads[index]

@@ -107,10 +107,12 @@ def rent_buy_rows(estimates: Sequence[tuple[str, Any, str]], design: Design, hor
             if capital is not None and running is not None:
                 buy_total = capital + running * hours / cost.serving_hours_per_month()
         breakeven = None
-        if cloud is not None and capital is not None and running is not None:
+        if cloud is not None and owned is not None and capital is not None and running is not None:
+            # Rented, the same GPU type and pool are operated: the owned side's operations count on both sides.
+            ops = owned.costs.gpu_type_operations_usd_per_month + owned.costs.pool_operations_usd_per_month
             be = cost.rent_vs_buy_breakeven(
                 capital_usd=capital,
-                cloud_usd_per_hour=cloud.usd_per_hour,
+                cloud_usd_per_hour=cloud.usd_per_hour + ops / cost.serving_hours_per_month(),
                 owned_running_usd_per_hour=running / cost.serving_hours_per_month(),
                 horizon_months=horizon_months,
             )
@@ -247,7 +249,7 @@ def source_rows(catalog: Catalog, resolved: ResolvedRequirement, design: Design 
                     inst,
                 )
             )
-    o = catalog.owned
+    o = resolved.requirement.owned_costs(catalog.owned)  # the requirement's owned block over the catalog's
     for cls in owned_classes:
         server = o.server_usd_per_node.get(cls)  # type: ignore[call-overload]
         if server is not None:
@@ -269,4 +271,10 @@ def source_rows(catalog: Catalog, resolved: ResolvedRequirement, design: Design 
         if o.operations_usd_per_server_month is not None:
             ops = o.operations_usd_per_server_month
             rows.append(_source(catalog, "operations", f"{usd(ops.value)} {ops.unit}", ops))
+    for what, fig in (
+        ("operations per GPU type", o.operations_usd_per_gpu_type_month),
+        ("operations per pool", o.operations_usd_per_pool_month),
+    ):
+        if fig is not None and design.costs.gpu_types_operated + design.costs.pools:
+            rows.append(_source(catalog, what, f"{usd(fig.value)} {fig.unit}", fig))
     return rows

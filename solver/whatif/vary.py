@@ -264,6 +264,9 @@ def _unknown(name: str, data: dict[str, Any], why: str) -> SweepError:
 def resolve_field(name: str, data: dict[str, Any], catalog: Catalog) -> Target:
     """The :class:`Target` of a ``--vary`` field for this requirement document; SweepError if none."""
     text = name.strip()
+    owned = data.get("owned")
+    if text == "electricity_price" and isinstance(owned, dict) and "electricity_usd_per_kwh" in owned:
+        text = "owned.electricity_usd_per_kwh"  # the requirement's own figure wins over a catalog's: vary it there
     if text == "electricity_price":
         return Target(
             field=text,

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 from clusterplan.plan import (
+    Costs,
     Design,
     DisaggregationNote,
     HardwareLine,
@@ -44,13 +45,30 @@ def monthly_parts(x: HardwareLine) -> str:
     return " + ".join(f"{name} {usd(v)}" for name, v in parts if v or name == "energy")
 
 
+def operations_line(c: Costs) -> str | None:
+    """The fleet's operations a month: 'operations: 2 GPU types x $1,550 + 3 pools x $775 = $5,425/month'
+    (None: the catalog charges none)."""
+    total = c.gpu_type_operations_usd_per_month + c.pool_operations_usd_per_month
+    if total <= 0:
+        return None
+    parts = []
+    for n, one, word in ((c.gpu_types_operated, c.gpu_type_operations_usd_per_month, "GPU type"),
+                         (c.pools, c.pool_operations_usd_per_month, "pool")):  # fmt: skip
+        if one > 0:
+            parts.append(f"{n} {word}{'' if n == 1 else 's'} x {usd(one / n)}")
+    return f"operations: {' + '.join(parts)} = {usd(total)}/month"
+
+
 def monthly_lines(design: Design) -> list[str]:
-    """One sentence per owned hardware line: its monthly cost and what it is made of."""
-    return [
+    """One sentence per owned hardware line (its monthly cost and what it is made of), then the operations of the
+    design's GPU types and serving pools."""
+    out = [
         f"owned {x.label} x {x.units}: {usd(x.monthly_usd)}/month = {monthly_parts(x)}"
         for x in design.hardware
         if x.kind == "owned"
     ]
+    ops = operations_line(design.costs)
+    return [*out, ops] if ops is not None else out
 
 
 def usd_exact(x: float | None, *, missing: str = "-") -> str:

@@ -19,6 +19,7 @@ from clusterplan.physics.reasons import (
     FrameworkCannotRun,
     GlobalBatchTooSmall,
     KvCacheDoesNotFit,
+    KvStreamOverLink,
     MissesLatencyTargets,
     ModelDoesNotFit,
     NoFabric,
@@ -171,6 +172,13 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             )
         case FrameworkCannotRun():
             return r.framework, f"cannot run the plan's {_FRAMEWORK_FEATURE[r.feature]} {r.value}"
+        case KvStreamOverLink():
+            link = {"rdma": "RDMA fabric", "tcp": "Ethernet (TCP)", "nvlink": "NVLink"}.get(r.link, r.link)
+            return r.gpu, (
+                f"disaggregated: the prefill replica's KV stream, {r.stream_gb_per_s:,.1f} GB/s at its rated rate, "
+                f"is more than the {link} between the pools carries ({r.link_gb_per_s:,.1f} GB/s); the pool pair is "
+                "ruled out"
+            )
         case Stated():
             return None, r.text
     raise TypeError(f"no wording for reason {r.code.value} ({type(r).__name__})")

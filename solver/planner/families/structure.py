@@ -165,6 +165,7 @@ def add(
     add_capacity(model, v, table, min_t=1, max_t=1, enforce=None)
     _owned_symmetry(model, v, table)
     _cloud_symmetry(model, v, table)
+    _pools_on_a_fabric(model, v, table)
     # (5) without inventory no server is free.
     if not inventory_family:
         for o in table.offerings:
@@ -322,6 +323,25 @@ def _cloud_symmetry(model: cp_model.CpModel, v: PlanVariables, table: CandidateT
                 model.add(v.instances(o) <= min(multiples) - 1)
 
 
+def _pools_on_a_fabric(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
+    """(4d) a disaggregated workload's KV stream crosses between its pools over RDMA where its GPU is a datacenter
+    part (evaluation/pools.kv_link): on cloud, prefill and decode replicas of GPU type g sit on instances whose provider
+    sells a fabric between them, ``sum_{pool r: g} gpus x xc <= sum_{c: g, fabric} k_c x n[c]``; the design pays that
+    fabric's price. Owned servers pay their network share in their capital (owned.yaml ``network_usd_per_node``)."""
+    for gid in _gpus_with_rows(table):
+        g = table.gpus.get(gid)
+        if g is None or g.gpu_class != "datacenter":
+            continue  # workstation and consumer pools send their KV over TCP (Ethernet): no fabric asked for
+        need = [
+            row.gpus * v.cloud_replicas(wc.index, r)
+            for wc, r, row in v.serving_rows()
+            if row.gpu_id == gid and row.role != "both" and (wc.index, r) in v._xc
+        ]
+        if need:
+            fabric = [o.gpus_per_unit * v.instances(o) for o in table.offerings_of(gid, "cloud") if o.fabric]
+            model.add(sum(need) <= sum(fabric))
+
+
 def _define_gpu_types(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:
     """(6a) ``used[g]``: the design runs on GPU type g. ``sel[w,r] => used[g(r)]`` (serving),
     ``y[w,r] => used[g(r)]`` (training), ``used[g] => OR`` of those (no type held for nothing: a server of a type
@@ -365,6 +385,7 @@ def _define_costs(model: cp_model.CpModel, v: PlanVariables, table: CandidateTab
     builder's cost formulas), owned GPUs and power, inventory GPUs beyond the inventory, GPUs in use."""
     terms = _offering_terms(model, v, table, inventory_family=inventory_family)
     _training_terms(v, table, terms)
+    _operations_terms(model, v, table, terms)
     v.capital_cents = _define(model, "capital_cents", terms.capital)
     v.monthly_cents = _define(model, "monthly_cents", terms.monthly)
     v.one_off_cents = _define(model, "one_off_cents", terms.one_off)
@@ -456,6 +477,29 @@ def _training_terms(v: PlanVariables, table: CandidateTable, terms: _CostTerms) 
         terms.total.append((cost, yc))
         o = table.offering(trow.cloud_offering)
         terms.train_cloud[wc.index].append((trow.cloud_instances * o.gpus_per_unit, yc))
+
+
+def _operations_terms(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, terms: _CostTerms) -> None:
+    """(6c) operations, monthly and over the horizon: ``ops_g x operated[g] + ops_p x pool[w,role,g,kind]``.
+
+    ``operated[g]`` holds exactly when a unit of GPU type g is held (``units(o) <= U x operated[g]``,
+    ``operated[g] <= sum units``: cloud serving instances, owned servers bought or from inventory; a cloud
+    training run is billed once, not operated); ``pool[k]`` exactly when pool k has a replica (``x <= U x pool``,
+    ``pool <= sum x``). So a second GPU type or a second pool wins only when it saves more than it costs to run.
+    """
+    lim = table.limits
+    groups: list[tuple[float, cp_model.IntVar, list[cp_model.IntVar]]] = [
+        (lim.operations_usd_per_gpu_type_month, on, [x for o in table.offerings_of(gid) for x in v.unit_vars(o)])
+        for gid, on in sorted(v.gpu_operated().items())
+    ]
+    groups += [(lim.operations_usd_per_pool_month, on, v.pool_replicas(k)) for k, on in sorted(v.pools_used().items())]
+    for rate, on, xs in groups:
+        for x in xs:
+            model.add(x <= upper_bound(x) * on)
+        model.add(on <= sum(xs))
+        terms.monthly.append((scaling.cents_up(rate, what="operations"), on))
+        # a month's operations x the horizon
+        terms.total.append((scaling.cents_up(rate * lim.horizon_months, what="operations"), on))
 
 
 def _gpus_in_use(
