@@ -138,6 +138,12 @@ class HardwareLine(Out):
         0.0, description="owned: operations per server where the catalog gives a figure (none shipped), USD"
     )
     power_w: float = Field(description="owned servers at full power, W")
+    term: Literal["on_demand", "1y", "3y", "spot"] = Field(
+        "on_demand",
+        description="cloud: the term it is rented on: on demand, a 1- or 3-year commitment (owed for whole terms), "
+        "or spot (interruptible workloads only)",
+    )
+    term_months: int = Field(0, description="cloud: the commitment's length, months (0: on demand or spot)")
     purpose: str = Field("", description="serving, or the training workload it runs")
     trains: str | None = Field(
         None, description="the training or fine-tuning workload this cloud line runs, billed once (None: serving)"
@@ -150,7 +156,13 @@ class Costs(Out):
         description="recurring per month (cloud serving; owned energy, colocation, support, operations), USD/month"
     )
     one_off_usd: float = Field(description="cloud training runs, USD")
-    total_usd: float = Field(description="capital + horizon x monthly + one-off, USD")
+    total_usd: float = Field(
+        description="capital + horizon x monthly + one-off + commitment months owed beyond the horizon, USD"
+    )
+    unused_commitment_usd: float = Field(
+        0.0,
+        description="cloud commitments paid for months beyond the horizon (a commitment is owed for whole terms), USD",
+    )
     horizon_months: float
     usd_per_million_output_tokens: float | None = Field(
         description="total over the horizon / output tokens served at average demand, USD per 1e6 tokens"

@@ -34,12 +34,12 @@ from clusterplan.wording.reasons import render_reason
 if TYPE_CHECKING:
     from clusterplan.candidates.table import CandidateTable
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import ModelArchitecture
+    from clusterplan.catalog.schema import CloudInstance, ModelArchitecture
     from clusterplan.evaluation.uncertainty import Derate
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import ServingEstimate
     from clusterplan.requirement.load import ResolvedRequirement
-    from clusterplan.requirement.schema import FinetuneWorkload, ServingWorkload, TrainingWorkload
+    from clusterplan.requirement.schema import FinetuneWorkload, Requirement, ServingWorkload, TrainingWorkload
 
 USD_TOLERANCE = 0.05  # costs are recomputed in floats; the model works in whole cents
 REL_TOLERANCE = 1e-6
@@ -316,7 +316,27 @@ def _serving_capacity(
 # ------------------------------------------------------------------------------------------------
 
 
-def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[list[Priced], list[str]]:
+def _term_price(x: HardwareLine, inst: CloudInstance, req: Requirement, problems: list[str]) -> float | None:
+    """The catalog's hourly rate of a cloud line's term, and whether the requirement allows that term there: a
+    commitment only under ``pricing: auto`` and never for a training run; spot only for interruptible workloads
+    (serving: every serving workload)."""
+    pricing = req.constraints.pricing
+    if x.term == "spot":
+        workloads = [w for w in req.workloads if (w.name == x.trains if x.trains else w.kind == "serving")]
+        if pricing == "on_demand" or not workloads or not all(w.interruptible for w in workloads):
+            problems.append(f"{x.offering}: on spot, but its workloads do not all say interruptible: true")
+        return inst.spot_usd_per_hour
+    if pricing == "spot":
+        problems.append(f"{x.offering}: {x.term}, but constraints.pricing is spot")
+    if x.term == "on_demand":
+        return inst.on_demand_usd_per_hour
+    if pricing != "auto" or x.trains is not None:
+        problems.append(f"{x.offering}: a {x.term} commitment where the requirement allows none")
+    c = inst.commitment(x.term_months)
+    return c.usd_per_hour if c is not None else None
+
+
+def _catalog_units(design: Design, catalog: Catalog, req: Requirement) -> tuple[list[Priced], list[str]]:
     """Each hardware line re-priced from the catalog (owned servers by
     :func:`clusterplan.evaluation.pricing.owned_server`, as the planner's offerings are)."""
     from clusterplan.evaluation.pricing import owned_server
@@ -331,11 +351,12 @@ def _catalog_units(design: Design, catalog: Catalog, req_pricing: str) -> tuple[
             continue
         nvlink = gpu.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
         if x.kind == "cloud":
-            inst = catalog.instances.get(x.offering.removeprefix("cloud:"))
+            key = x.offering.removeprefix("cloud:")
+            inst = catalog.instances.get(key if x.term == "on_demand" else key.removesuffix(f":{x.term}"))
             if inst is None:
                 problems.append(f"{x.offering}: not in the catalog")
                 continue
-            price = inst.spot_usd_per_hour if req_pricing == "spot" else inst.on_demand_usd_per_hour
+            price = _term_price(x, inst, req, problems)
             if price is None or not _close(price, x.usd_per_hour, 1e-9):
                 problems.append(f"{x.offering}: priced ${x.usd_per_hour}/h, catalog says {price}")
                 price = x.usd_per_hour
@@ -377,7 +398,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
     req = resolved.requirement
     c = req.constraints
     problems: list[str] = []
-    priced, more = _catalog_units(design, catalog, c.pricing)
+    priced, more = _catalog_units(design, catalog, req)
     problems += more
     _clouds_and_regions(priced, c.clouds, c.regions, problems)
     by_name = {w.name: (i, w) for i, w in enumerate(req.workloads)}

@@ -136,7 +136,9 @@ def _detail(d: Design, console: Console) -> None:
     c = d.costs
     console.print(
         f"cost: capital {usd(c.capital_usd)}, monthly {usd(c.monthly_usd)}, one-off {usd(c.one_off_usd)}, "
-        f"total {usd(c.total_usd)} over {c.horizon_months:g} months; {d.gpus_total} GPUs in use",
+        f"total {usd(c.total_usd)} over {c.horizon_months:g} months"
+        + (f" (with {usd(c.unused_commitment_usd)} of commitment beyond it)" if c.unused_commitment_usd else "")
+        + f"; {d.gpus_total} GPUs in use",
         markup=False,
     )
 

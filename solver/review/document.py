@@ -99,6 +99,8 @@ def _recommendation(d: Design, doc: Document) -> None:
     ]
     if c.one_off_usd:
         rows.append(["one-off (cloud training)", usd(c.one_off_usd)])
+    if c.unused_commitment_usd:
+        rows.append(["cloud commitment owed beyond the horizon (whole terms)", usd(c.unused_commitment_usd)])
     rows.append([f"total over {c.horizon_months:g} months", Strong(usd(c.total_usd))])
     if c.usd_per_million_output_tokens is not None:
         rows.append(["per million output tokens", usd(c.usd_per_million_output_tokens)])
