@@ -149,6 +149,11 @@ class HardwareLine(Out):
         None, description="the training or fine-tuning workload this cloud line runs, billed once (None: serving)"
     )
 
+    @property
+    def instance_key(self) -> str:
+        """Cloud: the catalog instance ``provider:id`` the line rents (its offering without the term)."""
+        return self.offering.removeprefix("cloud:").removesuffix(f":{self.term}")
+
 
 class Costs(Out):
     capital_usd: float = Field(description="owned servers bought, USD")

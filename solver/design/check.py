@@ -351,8 +351,7 @@ def _catalog_units(design: Design, catalog: Catalog, req: Requirement) -> tuple[
             continue
         nvlink = gpu.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
         if x.kind == "cloud":
-            key = x.offering.removeprefix("cloud:")
-            inst = catalog.instances.get(key if x.term == "on_demand" else key.removesuffix(f":{x.term}"))
+            inst = catalog.instances.get(x.instance_key)
             if inst is None:
                 problems.append(f"{x.offering}: not in the catalog")
                 continue

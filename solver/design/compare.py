@@ -102,6 +102,9 @@ class DeploymentFigures(Result):
     kind: Literal["cloud", "owned"]
     offering: str = Field(description="catalog offering key: cloud:provider:instance or owned:gpu:size")
     label: str
+    term: Literal["on_demand", "1y", "3y", "spot"] = Field(
+        "on_demand", description="cloud: the term rented on (on demand, a 1- or 3-year commitment, spot)"
+    )
     units: int = Field(description="instances (cloud) or servers (owned)")
     gpus_per_unit: int
     usd_per_gpu_hour: float | None = Field(description="cloud: instance $/h / GPUs per instance, USD")
@@ -343,7 +346,7 @@ def _deployment(
     per_gpu = usd_per_gpu_hour(line) if kind == "cloud" else capital_usd_per_gpu(line)
     watts = power_w_per_gpu(line, spec.tdp_w)
     return DeploymentFigures(
-        kind=kind, offering=line.offering, label=line.label, units=line.units, gpus_per_unit=line.gpus_per_unit,
+        kind=kind, offering=line.offering, label=line.label, term=line.term, units=line.units, gpus_per_unit=line.gpus_per_unit,
         usd_per_gpu_hour=usd_per_gpu_hour(line), capital_usd_per_gpu=capital_usd_per_gpu(line), costs=costs,
         usd_per_million_tokens=per_million, usd_per_tb_per_s=usd_per_tb_per_s(per_gpu, spec.bandwidth_gb_per_s),
         usd_per_dense_tflops=usd_per_tflops(per_gpu, tflops), power_w_per_gpu=watts,
