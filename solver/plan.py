@@ -215,6 +215,17 @@ class TargetOdds(Out):
     within_error: bool = Field(description="the target lies between low and high: inside the model's error")
 
 
+class ProvisionalFigure(Out):
+    """A catalog figure a design rests on that the catalog marks provisional: recalled or derived, not read from a
+    stored copy of its source (``provisional: true``, † in the reference sheet)."""
+
+    figure: str = Field(description="which figure: 'instance hyperstack:8x-h200 3y rate', 'owned pue', ...")
+    value: str = Field(description="the figure with its unit, as the catalog gives it")
+    source: str = Field(description="the catalog source key (or URL) the figure cites")
+    as_of: str = Field(description="the date the catalog gives it")
+    notes: str = Field("", description="the catalog row's caveat, where it gives one")
+
+
 class Design(Out):
     rank: int
     summary: str
@@ -239,6 +250,11 @@ class Design(Out):
         default_factory=list,
         description="other layouts of the same hardware (GPU counts per type and deployment, aggregated or not), "
         "each as its layout line; the designs listed differ in hardware",
+    )
+    provisional: list[ProvisionalFigure] = Field(
+        default_factory=list,
+        description="the catalog figures this design's price or physics rests on that are recalled or derived "
+        "(provisional), each with its source; empty: every figure it uses was read from a stored source",
     )
 
 

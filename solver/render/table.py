@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
-from clusterplan.wording import odds
+from clusterplan.wording import odds, provisional
 from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
     also_runs_as,
@@ -141,6 +141,10 @@ def _detail(d: Design, console: Console) -> None:
         + f"; {d.gpus_total} GPUs in use",
         markup=False,
     )
+    if d.provisional:
+        console.print(provisional.HEADING, markup=False)
+        for f in d.provisional:
+            console.print(f"  - {provisional.line(f)}", markup=False)
 
 
 def _why(plan: Plan, console: Console) -> None:
