@@ -187,3 +187,15 @@ def test_the_checker_refuses_spot_for_a_steady_workload(tmp_path: Path, catalog:
     assert check_plan(d, load_requirement(spot_path, catalog), catalog) == []
     problems = check_plan(d, steady, catalog)
     assert any("interruptible" in p for p in problems), problems
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("interruptible", "term", "rate"), [(False, "on_demand", 27.44705), (True, "spot", 9.97)])
+def test_a_service_goes_on_spot_only_when_it_says_it_is_interruptible(
+    tmp_path: Path, interruptible: bool, term: str, rate: float
+) -> None:
+    doc = service(3)
+    doc["workloads"][0]["interruptible"] = interruptible
+    doc["constraints"] = {"clouds": ["aws"], "allowed_gpus": ["a100-80gb"]}
+    (line,) = _design(tmp_path, doc)["hardware"]
+    assert (line["term"], line["usd_per_hour"]) == (term, rate)
