@@ -239,6 +239,13 @@ def rows_json(rows: Sequence[BaseModel]) -> str:
     return json.dumps([r.model_dump(mode="json") for r in rows], indent=2, sort_keys=True)
 
 
+def show(catalog_files: list[Path] | None, render: Callable[[Catalog], None]) -> None:
+    """Load the catalog (with any --catalog files) and render it, errors as messages and exit codes."""
+    from clusterplan.console import guarded
+
+    guarded(lambda: render(load_catalog(catalog_files or [])))
+
+
 def register(app: typer.Typer) -> None:
     catalog_app = typer.Typer(
         name="catalog",
@@ -250,11 +257,7 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
     )
     app.add_typer(catalog_app, name="catalog")
-
-    def show(catalog_files: list[Path] | None, render: Callable[[Catalog], None]) -> None:
-        from clusterplan.console import guarded
-
-        guarded(lambda: render(load_catalog(catalog_files or [])))
+    catalog_app.command("refresh")(refresh_cmd)
 
     @catalog_app.command("gpus")
     def gpus(
@@ -343,30 +346,6 @@ def register(app: typer.Typer) -> None:
 
         show(catalog, render)
 
-    @catalog_app.command("refresh")
-    def refresh_cmd(
-        folder: Path = typer.Argument(
-            ..., help="A checkout of github.com/skypilot-org/skypilot-catalog (or a folder of <cloud>/vms.csv files)."
-        ),
-        out: Path | None = typer.Option(None, "--out", "-o", help="Write the overlay here (default: print it)."),
-        region: str | None = typer.Option(
-            None, "--region", help="Price every instance in this region (default: each instance's cheapest)."
-        ),
-        as_of: str | None = typer.Option(
-            None, "--as-of", help="The overlay's date, YYYY-MM-DD (default: the checkout's last commit date)."
-        ),
-        force: bool = typer.Option(False, "--force", help="Replace the --out file if it exists."),
-        catalog: Catalogs = None,
-    ) -> None:
-        """Cloud prices from a checkout of SkyPilot's public catalog, as a dated overlay to use with --catalog.
-
-        Each vms.csv's on-demand and spot prices replace those of the catalog's rows of the same cloud and instance
-        type (override: true), in one region; the overlay cites the CSV, the checkout's commit and the date.
-        """
-        from clusterplan.console import guarded
-
-        guarded(lambda: _refresh(folder, out, region, as_of, force, catalog or []))
-
     @catalog_app.command("sources")
     def sources(
         as_json: bool = JsonOption,
@@ -383,6 +362,30 @@ def register(app: typer.Typer) -> None:
                 _emit(f"catalog fingerprint sha256:{cat.fingerprint()}")
 
         show(catalog, render)
+
+
+def refresh_cmd(
+    folder: Path = typer.Argument(
+        ..., help="A checkout of github.com/skypilot-org/skypilot-catalog (or a folder of <cloud>/vms.csv files)."
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the overlay here (default: print it)."),
+    region: str | None = typer.Option(
+        None, "--region", help="Price every instance in this region (default: each instance's cheapest)."
+    ),
+    as_of: str | None = typer.Option(
+        None, "--as-of", help="The overlay's date, YYYY-MM-DD (default: the checkout's last commit date)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace the --out file if it exists."),
+    catalog: Catalogs = None,
+) -> None:
+    """Cloud prices from a checkout of SkyPilot's public catalog, as a dated overlay to use with --catalog.
+
+    Each vms.csv's on-demand and spot prices replace those of the catalog's rows of the same cloud and instance
+    type (override: true), in one region; the overlay cites the CSV, the checkout's commit and the date.
+    """
+    from clusterplan.console import guarded
+
+    guarded(lambda: _refresh(folder, out, region, as_of, force, catalog or []))
 
 
 def _git(folder: Path, *args: str) -> str | None:
