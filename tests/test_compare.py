@@ -24,15 +24,16 @@ def _row(doc: dict[str, Any], gpu: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_without_precision_the_row_is_solves_choice_within_the_quality_gate() -> None:
-    """The 70B example's best aggregated design (design 1 is disaggregated: its plan compares the two) is 4x
-    h200 TP2 fp8 on one owned server: compare's h200 row, with no --precision, is that layout at that total
-    (fp8 is inside the default gate; int4 is not tried)."""
+    """The 70B example's best aggregated design is 4x h200 TP2 fp8 on one Hyperstack 8x H200 instance on a 3-year
+    term: compare's h200 row, with no --precision, is that layout and its cloud figures that total (fp8 is inside the
+    default gate; int4 is not tried)."""
     plan = json.loads(run_cli("solve", str(example("70b-serving")), "--json").stdout)
     (note,) = plan["disaggregation"]
     assert note["aggregated_design"] == "4x NVIDIA H200 SXM 141GB TP2 PP1 fp8"
     row = _row(_compare(str(example("70b-serving")), "--gpus", "h200"), "h200")
     assert (row["tp"], row["pp"], row["quant"]) == (2, 1, "fp8")
-    assert row["owned"]["costs"]["total_usd"] == pytest.approx(note["aggregated_total_usd"], abs=CENT)
+    assert row["cloud"]["term"] == "3y"
+    assert row["cloud"]["costs"]["total_usd"] == pytest.approx(note["aggregated_total_usd"], abs=CENT)
 
 
 def test_h100_metrics_by_hand_from_catalog_rows(catalog: Any) -> None:
