@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def _overlay(tmp_path: Path, *extra: str, folder: Path = SAMPLE) -> Path:
     return out
 
 
-def _instances(overlay: Path) -> dict[str, dict[str, object]]:
+def _instances(overlay: Path) -> dict[str, dict[str, Any]]:
     r = run_cli("catalog", "instances", "--json", "--catalog", str(overlay), "--provider", "aws")
     assert r.exit_code == 0, r.output
     return {f"{row['provider']}:{row['id']}": row for row in json.loads(r.stdout)}
@@ -77,12 +78,12 @@ def test_a_plan_priced_with_the_overlay_moves(tmp_path: Path) -> None:
     path = write_doc(tmp_path, doc)
     overlay = _overlay(tmp_path)
 
-    def line(*extra: str) -> dict[str, object]:
+    def line(*extra: str) -> dict[str, Any]:
         r = run_cli("solve", str(path), "--json", *extra)
         assert r.exit_code == 0, r.output
         (hw,) = json.loads(r.stdout)["designs"][0]["hardware"]
         assert hw["offering"] == "cloud:aws:p4de.24xlarge"
-        return hw  # type: ignore[no-any-return]
+        return hw
 
     assert line()["usd_per_hour"] == 27.44705
     assert line("--catalog", str(overlay))["usd_per_hour"] == 25.0

@@ -15,7 +15,7 @@ from clusterplan.plan import Design, ProvisionalFigure, ServingPlan
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import OwnedFigure, Provenance
+    from clusterplan.catalog.schema import CatalogModel, OwnedFigure, Provenance
 
 
 def _marked(row: Provenance, field: str | None = None) -> bool:
@@ -25,7 +25,7 @@ def _marked(row: Provenance, field: str | None = None) -> bool:
     return field is None or not row.provisional_fields or field in row.provisional_fields
 
 
-def _fig(figure: str, value: str, row: Provenance) -> ProvisionalFigure:
+def _fig(figure: str, value: str, row: Provenance | CatalogModel) -> ProvisionalFigure:
     return ProvisionalFigure(figure=figure, value=value, source=row.source, as_of=row.as_of, notes=row.notes or "")
 
 
@@ -88,9 +88,8 @@ def _specs(design: Design, catalog: Catalog) -> list[ProvisionalFigure]:
         if not isinstance(w, ServingPlan):
             continue
         model = catalog.models.get(w.model)
-        if model is not None and model.provisional:
-            fields = ", ".join(model.provisional_fields) or "its shape"
-            out.append(_fig(f"model {model.id} ({fields})", "see catalog models", model))
+        if model is not None and model.provisional:  # a model row marks the whole row (usually published_params)
+            out.append(_fig(f"model {model.id}", "see catalog models", model))
     return out
 
 
