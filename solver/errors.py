@@ -247,3 +247,14 @@ class NoDesign(ClusterplanError):
     """The requirement has no feasible design to price (exit 1: a well-formed question with no answer)."""
 
     exit_code = 1
+
+
+class NotExportable(ClusterplanError):
+    """Every workload of the design needs a layout its framework cannot run (exit 1: a valid question with no
+    answer); ``reasons`` says why, one line per refusal."""
+
+    exit_code = 1
+
+    def __init__(self, reasons: list[str], *, fix: str | None = None) -> None:
+        self.reasons = reasons
+        super().__init__("nothing to export:\n" + "\n".join(f"  - {r}" for r in reasons), fix=fix)

@@ -382,6 +382,11 @@ class ModelArchitecture(Row):
     published_params: float | None = Field(
         None, gt=0, le=MAX_PUBLISHED_PARAMS, description="parameter count the publisher states"
     )
+    chat_checkpoint: str | None = Field(
+        None,
+        description="the instruct/chat checkpoint of this architecture a chat service serves (a Hugging Face "
+        "repository; `clusterplan export` launches it); None: the checkpoint in `source` is the one served",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelArchitecture:
