@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from clusterplan.candidates.build import CandidateCache, build_candidates
 from clusterplan.candidates.table import CandidateTable
+from clusterplan.evaluation.provisional import with_provisional
 from clusterplan.evaluation.simulated import with_simulation
 from clusterplan.evaluation.uncertainty import with_odds
 from clusterplan.explain import designs as report
@@ -335,6 +336,8 @@ def plan_requirement(
     designs = with_odds(plan.designs, resolved, catalog)
     # Each design's replicas simulated at peak load: targets the analytical model meets and the scheduler misses.
     designs = with_simulation(designs, resolved, catalog)
+    # ... and the catalog figures it rests on that are recalled or derived (evaluation/provisional.py).
+    designs = with_provisional(designs, catalog)
     plan = plan.model_copy(update={"designs": designs, "confidence": resolved.requirement.confidence})
     tm.candidates_s += t1 - t0
     tm.total_s += time.perf_counter() - t0

@@ -138,10 +138,21 @@ class HardwareLine(Out):
         0.0, description="owned: operations per server where the catalog gives a figure (none shipped), USD"
     )
     power_w: float = Field(description="owned servers at full power, W")
+    term: Literal["on_demand", "1y", "3y", "spot"] = Field(
+        "on_demand",
+        description="cloud: the term it is rented on: on demand, a 1- or 3-year commitment (owed for whole terms), "
+        "or spot (interruptible workloads only)",
+    )
+    term_months: int = Field(0, description="cloud: the commitment's length, months (0: on demand or spot)")
     purpose: str = Field("", description="serving, or the training workload it runs")
     trains: str | None = Field(
         None, description="the training or fine-tuning workload this cloud line runs, billed once (None: serving)"
     )
+
+    @property
+    def instance_key(self) -> str:
+        """Cloud: the catalog instance ``provider:id`` the line rents (its offering without the term)."""
+        return self.offering.removeprefix("cloud:").removesuffix(f":{self.term}")
 
 
 class Costs(Out):
@@ -151,7 +162,13 @@ class Costs(Out):
         "each GPU type and serving pool), USD/month"
     )
     one_off_usd: float = Field(description="cloud training runs, USD")
-    total_usd: float = Field(description="capital + horizon x monthly + one-off, USD")
+    total_usd: float = Field(
+        description="capital + horizon x monthly + one-off + commitment months owed beyond the horizon, USD"
+    )
+    unused_commitment_usd: float = Field(
+        0.0,
+        description="cloud commitments paid for months beyond the horizon (a commitment is owed for whole terms), USD",
+    )
     horizon_months: float
     usd_per_million_output_tokens: float | None = Field(
         description="total over the horizon / output tokens served at average demand, USD per 1e6 tokens"
@@ -221,6 +238,17 @@ class SimulatedMiss(Out):
     target_s: float = Field(description="the workload's p95 target, s")
 
 
+class ProvisionalFigure(Out):
+    """A catalog figure a design rests on that the catalog marks provisional: recalled or derived, not read from a
+    stored copy of its source (``provisional: true``, † in the reference sheet)."""
+
+    figure: str = Field(description="which figure: 'instance hyperstack:8x-h200 3y rate', 'owned pue', ...")
+    value: str = Field(description="the figure with its unit, as the catalog gives it")
+    source: str = Field(description="the catalog source key (or URL) the figure cites")
+    as_of: str = Field(description="the date the catalog gives it")
+    notes: str = Field("", description="the catalog row's caveat, where it gives one")
+
+
 class Design(Out):
     rank: int
     summary: str
@@ -251,6 +279,11 @@ class Design(Out):
         exclude_if=lambda v: not v,
         description="p95 targets an aggregated replica misses when its scheduler is simulated at peak load (absent "
         "when every simulated p95 meets its target): planned as meeting them by the analytical model only",
+    )
+    provisional: list[ProvisionalFigure] = Field(
+        default_factory=list,
+        description="the catalog figures this design's price or physics rests on that are recalled or derived "
+        "(provisional), each with its source; empty: every figure it uses was read from a stored source",
     )
 
 

@@ -132,10 +132,15 @@ def test_h100_metrics_by_hand_from_catalog_rows(catalog: Any) -> None:
     assert row["dense_tflops"] == pytest.approx(989.5)
     assert row["compute_precision"] == "bf16"
 
-    # Cloud: the instance the row names, at its catalog price per GPU-hour.
+    # Cloud: the instance the row names, at its catalog price per GPU-hour. Over the example's 36 months the
+    # cheapest is a 3-year commitment (instances.yaml hyperstack 8x-h100-sxm: 2.72 x 8 = $21.76/h against $25.60
+    # on demand), owed for exactly one term.
     cloud = row["cloud"]
-    inst = catalog.instances[cloud["label"]]
-    per_gpu_hour = inst.on_demand_usd_per_hour / inst.gpus_per_instance
+    assert (cloud["offering"], cloud["term"]) == ("cloud:hyperstack:8x-h100-sxm:3y", "3y")
+    inst = catalog.instances["hyperstack:8x-h100-sxm"]
+    committed = inst.commitment(36)
+    assert committed is not None and committed.usd_per_hour == 21.76
+    per_gpu_hour = committed.usd_per_hour / inst.gpus_per_instance
     assert cloud["usd_per_gpu_hour"] == pytest.approx(per_gpu_hour)
     assert cloud["usd_per_tb_per_s"] == pytest.approx(per_gpu_hour / 3.35)
     assert cloud["usd_per_dense_tflops"] == pytest.approx(per_gpu_hour / 989.5)

@@ -18,7 +18,7 @@ import yaml
 from clusterplan.catalog.load import Catalog, load_catalog_text
 from clusterplan.evaluation.pricing import owned_server
 from clusterplan.physics import cost
-from conftest import example, plan_file, run_cli
+from conftest import example, plan_file, run_cli, write_doc
 
 CENT = 0.005
 H100_CAPITAL = 8 * 27_500 + 93_500 + 15_000
@@ -120,10 +120,11 @@ def test_solve_shows_each_owned_lines_month() -> None:
 
 
 @pytest.mark.slow
-def test_the_planner_prices_colocation_and_support(catalog: Catalog) -> None:
-    """The objective sees them: the 70B example's design 1 is one owned 8x H200 server either way, and CP-SAT's own
-    objective (in cents) is its total with colocation and support, $183,085.63 (36 x their $5,085.71 a month) above
-    the same server's with both set to zero in a user catalog (tests/test_planner_examples.golden.json)."""
+def test_the_planner_prices_colocation_and_support(catalog: Catalog, tmp_path: Path) -> None:
+    """The objective sees them: the 70B example held to owned hardware (it rents on a 3-year term when it may) is
+    one owned 8x H200 server either way, and CP-SAT's own objective (in cents) is its total with colocation and
+    support, $183,085.63 (36 x their $5,085.71 a month) above the same server's with both set to zero in a user
+    catalog."""
     zero = """
 sources:
   none:
@@ -133,8 +134,11 @@ owned:
   colocation_usd_per_kw_month: {value: 0, unit: USD per kW-month, source: none, as_of: 2026-10}
   support_fraction_per_year: {value: 0, unit: fraction per year, source: none, as_of: 2026-10}
 """
-    without = plan_file(example("70b-serving"), load_catalog_text(zero), explain=False)
-    with_them = plan_file(example("70b-serving"), catalog, explain=False)
+    doc = yaml.safe_load(example("70b-serving").read_text())
+    assert doc["deployment"] == "either"
+    owned = write_doc(tmp_path, {**doc, "deployment": "owned"})
+    without = plan_file(owned, load_catalog_text(zero), explain=False)
+    with_them = plan_file(owned, catalog, explain=False)
     for plan in (without, with_them):
         d = plan.designs[0]
         assert {x.kind for x in d.hardware} == {"owned"} and d.gpus_by_type == {"h200": 8}

@@ -221,6 +221,12 @@ def _output_tokens_per_s(stem: str) -> float:
     return total
 
 
+def _instance_offering(offering: str) -> tuple[str, str]:
+    """``cloud:PROVIDER:ID[:TERM]`` -> (``cloud:PROVIDER:ID``, TERM or '' for on demand)."""
+    parts = offering.split(":")
+    return ":".join(parts[:3]), parts[3] if len(parts) > 3 else ""
+
+
 def _operations_usd_per_month(entry: dict[str, Any], owned: dict[str, Any]) -> float:
     """owned.yaml's operations a month: each GPU type held (any hardware line but a training run's) and each serving
     pool (a layout line's workload, role and GPU, on each side its GPU's lines sit on)."""
@@ -228,9 +234,9 @@ def _operations_usd_per_month(entry: dict[str, Any], owned: dict[str, Any]) -> f
     for line in entry["hardware"]:
         if "billed_hours" not in line:
             kind, gpu = line["offering"].split(":")[:2] if line["offering"].startswith("owned:") else ("cloud", "")
-            if kind == "cloud":
+            if kind == "cloud":  # the instance, without a commitment's or spot's term suffix
                 gpu = next(i["gpu_id"] for i in _yaml("instances.yaml")["instances"]
-                           if f"cloud:{i['provider']}:{i['id']}" == line["offering"])  # fmt: skip
+                           if f"cloud:{i['provider']}:{i['id']}" == _instance_offering(line["offering"])[0])  # fmt: skip
             held.setdefault(gpu, set()).add(kind)
     pools = 0
     for text in entry["layout"]:
@@ -248,7 +254,7 @@ def catalog_costs(stem: str, entry: dict[str, Any]) -> dict[str, float | None]:
     gpus = {g["id"]: g for g in _yaml("gpus.yaml")["gpus"]}
     instances = {f"cloud:{i['provider']}:{i['id']}": i for i in _yaml("instances.yaml")["instances"]}
     owned = _yaml("owned.yaml")["owned"]
-    capital = monthly = one_off = 0.0
+    capital = monthly = one_off = unused = 0.0
     for line in entry["hardware"]:
         if line["offering"].startswith("owned:"):
             _, gpu_id, size = line["offering"].split(":")
@@ -271,14 +277,28 @@ def catalog_costs(stem: str, entry: dict[str, Any]) -> dict[str, float | None]:
             monthly += line["units"] * watts / 1000.0 * owned["colocation_usd_per_kw_month"]["value"]  # IT kW
             monthly += line["units"] * per_server * owned["support_fraction_per_year"]["value"] / 12.0
         else:
-            usd_per_hour = instances[line["offering"]]["on_demand_usd_per_hour"]
+            offering, term = _instance_offering(line["offering"])
+            inst = instances[offering]
+            usd_per_hour = inst["on_demand_usd_per_hour"]
+            if term == "spot":
+                usd_per_hour = inst["spot_usd_per_hour"]
+            elif term:  # a 1- or 3-year commitment (instances.yaml `commitments`), owed for whole terms
+                (c,) = [c for c in inst["commitments"] if c["term_months"] == {"1y": 12, "3y": 36}[term]]
+                usd_per_hour = c["usd_per_hour"]
+                h = entry["costs"]["horizon_months"]
+                unused += (
+                    line["units"]
+                    * usd_per_hour
+                    * HOURS_PER_MONTH
+                    * (c["term_months"] * math.ceil(h / c["term_months"]) - h)
+                )
             if "billed_hours" in line:  # a training run, billed in whole hours
                 one_off += line["units"] * usd_per_hour * line["billed_hours"]
             else:
                 monthly += line["units"] * usd_per_hour * HOURS_PER_MONTH
     monthly += _operations_usd_per_month(entry, owned)
     horizon = entry["costs"]["horizon_months"]
-    total = capital + horizon * monthly + one_off
+    total = capital + horizon * monthly + one_off + unused
     tokens = _output_tokens_per_s(stem) * 3600.0 * HOURS_PER_MONTH * horizon
     return {
         "capital_usd": capital,

@@ -139,7 +139,7 @@ def test_sweep_rows_equal_each_point_planned_alone(vary: str) -> None:
 @pytest.mark.parametrize(
     ("vary", "before", "after"),
     [
-        ("budget=300k,700k", "infeasible", "design"),  # where the least-cost design ($608.9k) becomes affordable
+        ("budget=300k,700k", "infeasible", "design"),  # where the least-cost design ($586.6k) becomes affordable
         # where a cheaper layout meets the target (B200 TP4 -> TP2 near 3.2 s; between 5 s and 6.5 s, where owned
         # RTX PRO 6000 + H100 once gave way to H200 servers, the cloud design now wins on both sides)
         ("p95_latency=3s,5s", "design", "design"),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from clusterplan.physics import cost
 from clusterplan.physics.reasons import NoFabric, Reason, TierNotAllowed, TpExceedsNvlinkDomain, TpNeedsNvlink
 from clusterplan.wording.reasons import render_reason
 
@@ -135,6 +137,94 @@ def fabric_exclusion(o: Offering, gpu_name: str, gpus: int) -> Exclusion | None:
     return excluded(o.gpu_id, NoFabric(gpu=gpu_name, offer=o.label, instances=-(-gpus // o.gpus_per_unit)))
 
 
+def serving_on_spot(req: Requirement) -> bool:
+    """Serving replicas may run on spot: every serving workload says it is interruptible (the model pools a GPU
+    type's cloud instances across serving workloads, so one that is not would share them)."""
+    serving = [w for w in req.workloads if w.kind == "serving"]
+    return bool(serving) and all(w.interruptible for w in serving)
+
+
+def _terms_of(
+    catalog: Catalog, req: Requirement, inst: CloudInstance, g: GpuType, limits: Limits
+) -> Iterator[Offering]:
+    """The offerings one instance row gives under the requirement's pricing: on demand; each commitment the row
+    prices (``auto`` only; for serving, since a training run is billed by the hour); spot where some workload is
+    interruptible (``auto``) or always (``spot``, every workload interruptible)."""
+    pricing = req.constraints.pricing
+    domain = 1 if inst.gpu_link == "pcie" else _pow2_floor(min(inst.gpus_per_instance, g.nvlink_domain))
+    span = 1 if inst.gpu_link == "pcie" else min(inst.gpus_per_instance, catalog.gpus[inst.gpu_id].scale_up_domain)
+    forbidden = ((DEPLOYMENT, "deployment: owned excludes cloud instances"),) if limits.deployment == "owned" else ()
+    base = Offering(
+        key=f"cloud:{inst.key}",
+        kind="cloud",
+        gpu_id=inst.gpu_id,
+        gpus_per_unit=inst.gpus_per_instance,
+        tp_domain=domain,
+        usd_per_hour=inst.on_demand_usd_per_hour,
+        provider=inst.provider,
+        region=inst.region,
+        instance_id=inst.id,
+        tier=catalog.tier_of(inst),
+        fabric=has_fabric(catalog, inst),
+        forbidden_by=forbidden,
+        domain_gpus=span,
+    )
+    if pricing != "spot":
+        yield base
+    if pricing == "auto":
+        for c in inst.commitments:
+            term = cost.term_of(c.term_months)
+            yield replace(
+                base, key=f"{base.key}:{term}", usd_per_hour=c.usd_per_hour, term=term, term_months=c.term_months
+            )
+    interruptible = any(w.interruptible for w in req.workloads)
+    if inst.spot_usd_per_hour is not None and (pricing == "spot" or (pricing == "auto" and interruptible)):
+        yield replace(
+            base, key=f"{base.key}:spot", usd_per_hour=inst.spot_usd_per_hour, term="spot", serves=serving_on_spot(req)
+        )
+
+
+def _without_dominated_commitments(offerings: list[Offering], horizon_months: float) -> list[Offering]:
+    """Drop a commitment that another offer of the same GPU, size, TP domain and fabric beats both over the horizon
+    and by the month (a 3-year term on a 3-month horizon costs 36 months: on demand beats it on both)."""
+    kept: list[Offering] = []
+    for o in offerings:
+        if o.term_months:
+            shape = (o.gpu_id, o.gpus_per_unit, o.tp_domain, o.fabric)
+            rivals = [
+                x
+                for x in offerings
+                if x is not o
+                and x.serves
+                and x.term != "spot"
+                and (x.gpu_id, x.gpus_per_unit, x.tp_domain, x.fabric) == shape
+            ]
+            if any(
+                x.horizon_usd(horizon_months) <= o.horizon_usd(horizon_months) and x.usd_per_hour <= o.usd_per_hour
+                for x in rivals
+            ):
+                continue
+        kept.append(o)
+    return kept
+
+
+def _term_notes(req: Requirement, offerings: list[Offering]) -> list[str]:
+    """The pricing rules the plan rests on, stated when they applied."""
+    notes: list[str] = []
+    if any(o.term_months for o in offerings):
+        notes.append(
+            "a cloud commitment (1- or 3-year) is paid for whole terms, term x ceil(horizon / term) months, whether "
+            "used or not; it is offered for serving only (a training run is billed by the hour)"
+        )
+    spot = any(o.term == "spot" for o in offerings) and req.constraints.pricing == "auto"
+    if spot and not serving_on_spot(req) and any(w.kind == "serving" and w.interruptible for w in req.workloads):
+        notes.append(
+            "spot instances are planned for interruptible training only: serving replicas share a GPU type's "
+            "cloud instances across serving workloads, and not every serving workload is interruptible"
+        )
+    return notes
+
+
 def build_offerings(
     catalog: Catalog, req: Requirement, gpus: dict[str, GpuType], limits: Limits
 ) -> tuple[list[Offering], list[str]]:
@@ -144,41 +234,18 @@ def build_offerings(
     lists them); each cloud offering records its tier and whether it has a fabric between instances.
     """
     notes: list[str] = []
-    c = req.constraints
-    cheapest: dict[tuple[str, int, int, bool], Offering] = {}
+    cheapest: dict[tuple[str, int, int, bool, str], Offering] = {}
     for inst in _instances_in_scope(catalog, req, gpus):
         if not _tier_allowed(catalog, req, inst):
             continue
-        price = inst.on_demand_usd_per_hour
-        if c.pricing == "spot":
-            assert inst.spot_usd_per_hour is not None  # _instances_in_scope keeps priced rows only
-            price = inst.spot_usd_per_hour
-        g = gpus[inst.gpu_id]
-        domain = 1 if inst.gpu_link == "pcie" else _pow2_floor(min(inst.gpus_per_instance, g.nvlink_domain))
-        span = 1 if inst.gpu_link == "pcie" else min(inst.gpus_per_instance, catalog.gpus[inst.gpu_id].scale_up_domain)
-        forbidden = (
-            ((DEPLOYMENT, "deployment: owned excludes cloud instances"),) if limits.deployment == "owned" else ()
-        )
-        off = Offering(
-            key=f"cloud:{inst.key}",
-            kind="cloud",
-            gpu_id=inst.gpu_id,
-            gpus_per_unit=inst.gpus_per_instance,
-            tp_domain=domain,
-            usd_per_hour=price,
-            provider=inst.provider,
-            region=inst.region,
-            instance_id=inst.id,
-            tier=catalog.tier_of(inst),
-            fabric=has_fabric(catalog, inst),
-            forbidden_by=forbidden,
-            domain_gpus=span,
-        )
-        # A fabric offer is kept beside a cheaper fabric-less one of the same shape: only it can train across instances.
-        k = (inst.gpu_id, inst.gpus_per_instance, domain, off.fabric)
-        if k not in cheapest or price < cheapest[k].usd_per_hour:
-            cheapest[k] = off
-    offerings = [cheapest[k] for k in sorted(cheapest)]
+        for off in _terms_of(catalog, req, inst, gpus[inst.gpu_id], limits):
+            # A fabric offer is kept beside a cheaper fabric-less one of the same shape: only it can train across
+            # instances; each term keeps its cheapest offer of a shape.
+            k = (inst.gpu_id, inst.gpus_per_instance, off.tp_domain, off.fabric, off.term)
+            if k not in cheapest or off.usd_per_hour < cheapest[k].usd_per_hour:
+                cheapest[k] = off
+    offerings = _without_dominated_commitments([cheapest[k] for k in sorted(cheapest)], limits.horizon_months)
+    notes += _term_notes(req, offerings)
 
     from clusterplan.evaluation.pricing import owned_server
 

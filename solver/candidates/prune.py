@@ -105,8 +105,9 @@ def prune_training_rows(rows: Sequence[TrainingRow]) -> list[TrainingRow]:
 
 
 def _offering_cost_usd(o: Offering, horizon_months: float) -> float | None:
-    """One unit over the horizon: instance-hours (cloud), or capital plus energy (owned; None: cannot be bought)."""
-    if o.kind != "cloud" and not o.purchasable:
+    """One unit over the horizon: instance-hours (cloud; None: a spot offer kept for training only), or capital plus
+    energy (owned; None: cannot be bought)."""
+    if (o.kind != "cloud" and not o.purchasable) or not o.serves:
         return None
     return o.horizon_usd(horizon_months)
 

@@ -149,12 +149,20 @@ class Offering:
     fabric: bool = False  # cloud: several instances can train together (InfiniBand, RoCE or EFA)
     forbidden_by: tuple[tuple[str, str], ...] = ()
     domain_gpus: int = 0
+    term: str = "on_demand"  # cloud: on_demand, 1y, 3y (a commitment owed for whole terms) or spot
+    term_months: int = 0  # cloud: the commitment's length (0: on demand or spot)
+    serves: bool = True  # cloud: may host serving replicas (False: spot kept only for interruptible training)
 
     @property
     def label(self) -> str:
         if self.kind == "cloud":
-            return f"{self.provider}:{self.instance_id}" if self.provider else self.key
+            name = f"{self.provider}:{self.instance_id}" if self.provider else self.key
+            return name if self.term == "on_demand" else f"{name} ({self.term})"
         return f"{self.gpu_id} server, {self.gpus_per_unit} GPU{'s' if self.gpus_per_unit > 1 else ''}"
+
+    def paid_months(self, horizon_months: float) -> float:
+        """Months this offering bills over the horizon: the horizon, or whole commitment terms (physics/cost.py)."""
+        return cost.paid_months(horizon_months, self.term_months)
 
     @property
     def running_usd_per_month(self) -> float:
@@ -167,10 +175,11 @@ class Offering:
         )
 
     def horizon_usd(self, horizon_months: float, *, capital: bool = True) -> float:
-        """One unit over the horizon as the model's total counts it: instance-hours (cloud), or capital plus its
-        running cost (owned; ``capital=False``: a server already owned, its running cost only)."""
+        """One unit over the horizon as the model's total counts it: instance-hours (cloud; a commitment for whole
+        terms), or capital plus its running cost (owned; ``capital=False``: a server already owned, its running cost
+        only)."""
         if self.kind == "cloud":
-            return self.usd_per_hour * HOURS_PER_MONTH * horizon_months
+            return self.usd_per_hour * HOURS_PER_MONTH * self.paid_months(horizon_months)
         return (self.capital_usd if capital else 0.0) + self.running_usd_per_month * horizon_months
 
     def tp_capacity(self, t: int) -> int:
@@ -446,8 +455,12 @@ class CandidateTable:
         for o in self.offerings_of(gpu_id):
             if o.forbidden_by:
                 continue
-            if o.kind == "cloud":
+            if o.kind == "cloud" and not o.serves:
+                continue
+            if o.kind == "cloud" and not o.term_months:
                 c = o.usd_per_hour / o.gpus_per_unit
+            elif o.kind == "cloud":
+                c = o.horizon_usd(self.limits.horizon_months) / o.gpus_per_unit / hours
             elif o.purchasable or o.inventory_units:
                 c = o.horizon_usd(self.limits.horizon_months, capital=not o.inventory_units) / o.gpus_per_unit / hours
             else:

@@ -221,7 +221,7 @@ class _Layouts:
             if no_fabric is not None:
                 self.exclusions.append(no_fabric)
         cloud, n_inst, cost, within = pricing.cheapest_training_cloud(
-            self.offerings, self.g.id, self.tp, n, est.time_to_train_s
+            self.offerings, self.g.id, self.tp, n, est.time_to_train_s, interruptible=self.w.interruptible
         )
         fb = list(self.forbidden)
         if not within and not any(f == TP_NVLINK for f, _ in fb):

@@ -775,7 +775,7 @@ class _Reporter:
         loc, path = self.here(section, key, *sub)
         self.problems.add_at(loc, path, message)
 
-    def check_refs(self, section: str, key: str, row: BaseModel, prefix: tuple[str, ...] = ()) -> None:
+    def check_refs(self, section: str, key: str, row: BaseModel, prefix: tuple[str | int, ...] = ()) -> None:
         """A row's sources are keys of ``sources`` or URLs, its ``as_of`` a real date, its provisional
         fields its own and flagged provisional."""
         refs: list[tuple[str, str]] = []
@@ -881,6 +881,23 @@ def _check_instance(tables: _Tables, key: str, inst: CloudInstance, rep: _Report
                 "plans with (its integer cents cannot represent a month of it); check the unit",
                 price_field,
             )
+    terms: set[int] = set()
+    for i, c in enumerate(inst.commitments):
+        rep.check_refs("instances", key, c, ("commitments", i))
+        if c.term_months in terms:
+            rep.report("instances", key, f"two commitments of {c.term_months} months; keep one", "commitments", i)
+        terms.add(c.term_months)
+        if c.usd_per_hour > MAX_INSTANCE_USD_PER_HOUR:
+            rep.report(
+                "instances", key, f"a commitment costs ${c.usd_per_hour:,.4g} an hour; check the unit",
+                "commitments", i, "usd_per_hour",
+            )  # fmt: skip
+        if c.usd_per_hour < MIN_INSTANCE_USD_PER_HOUR:
+            rep.report(
+                "instances", key, f"a commitment costs ${c.usd_per_hour:,.4g} an hour, below the "
+                f"${MIN_INSTANCE_USD_PER_HOUR:,.2f} clusterplan plans with; check the unit",
+                "commitments", i, "usd_per_hour",
+            )  # fmt: skip
     if inst.provider not in tables.providers:
         rep.report(
             "instances",

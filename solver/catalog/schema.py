@@ -216,6 +216,22 @@ class GpuSpec(Provenance):
         return value
 
 
+# The commitment terms a cloud sells beside on-demand and spot, in months: AWS Savings Plans and Reserved Instances,
+# Azure Reserved VM Instances and GCP committed-use discounts all come in 1- and 3-year terms (providers.yaml).
+CommitmentMonths = Literal[12, 36]
+Payment = Literal["no_upfront", "partial_upfront", "all_upfront"]
+
+
+class CommittedPrice(Provenance):
+    """One commitment term of a cloud instance: its effective hourly rate, owed for the whole term."""
+
+    term_months: CommitmentMonths = Field(description="length of the commitment, months (12 or 36)")
+    usd_per_hour: float = Field(
+        gt=0, description="whole instance, USD/hour, effective over the term (an upfront payment spread over its hours)"
+    )
+    payment: Payment = Field("no_upfront", description="how the provider bills it: no, partial or all upfront")
+
+
 class CloudInstance(Provenance):
     id: Label = Field(description="provider's instance name, e.g. 'p5.48xlarge' (unique per provider)")
     provider: Label
@@ -227,6 +243,9 @@ class CloudInstance(Provenance):
     )
     on_demand_usd_per_hour: float = Field(gt=0, description="whole instance, USD/hour")
     spot_usd_per_hour: float | None = Field(None, gt=0, description="whole instance, USD/hour, point-in-time")
+    commitments: list[CommittedPrice] = Field(
+        default_factory=list, description="1- and 3-year committed or reserved rates, each with its own source"
+    )
     region: Label
     per_gpu_pricing: bool = Field(False, description="price derived from a per-GPU-hour list price")
     tier: ProviderTier | None = Field(
@@ -236,6 +255,10 @@ class CloudInstance(Provenance):
     @property
     def key(self) -> str:
         return f"{self.provider}:{self.id}"
+
+    def commitment(self, term_months: int) -> CommittedPrice | None:
+        """The row's committed rate of ``term_months`` (None: the catalog holds none)."""
+        return next((c for c in self.commitments if c.term_months == term_months), None)
 
 
 class ProviderSpec(Provenance):

@@ -1,4 +1,5 @@
-"""``clusterplan catalog gpus|instances|models|providers|quality|sources``: show the catalog, as tables or as JSON.
+"""``clusterplan catalog gpus|instances|models|providers|quality|sources``: show the catalog, as tables or as JSON;
+``clusterplan catalog refresh DIR``: cloud prices from a checkout of SkyPilot's catalog, as an overlay.
 
 A thin layer: it loads the catalog (shipped data plus any ``--catalog FILE``), picks the rows and
 renders them. Tables are for people; ``--json`` prints a stable list of the rows (sorted by id) with
@@ -240,6 +241,13 @@ def rows_json(rows: Sequence[BaseModel]) -> str:
     return json.dumps([r.model_dump(mode="json") for r in rows], indent=2, sort_keys=True)
 
 
+def show(catalog_files: list[Path] | None, render: Callable[[Catalog], None]) -> None:
+    """Load the catalog (with any --catalog files) and render it, errors as messages and exit codes."""
+    from clusterplan.console import guarded
+
+    guarded(lambda: render(load_catalog(catalog_files or [])))
+
+
 def register(app: typer.Typer) -> None:
     catalog_app = typer.Typer(
         name="catalog",
@@ -251,11 +259,7 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
     )
     app.add_typer(catalog_app, name="catalog")
-
-    def show(catalog_files: list[Path] | None, render: Callable[[Catalog], None]) -> None:
-        from clusterplan.console import guarded
-
-        guarded(lambda: render(load_catalog(catalog_files or [])))
+    catalog_app.command("refresh")(refresh_cmd)
 
     @catalog_app.command("gpus")
     def gpus(
@@ -360,6 +364,82 @@ def register(app: typer.Typer) -> None:
                 _emit(f"catalog fingerprint sha256:{cat.fingerprint()}")
 
         show(catalog, render)
+
+
+def refresh_cmd(
+    folder: Path = typer.Argument(
+        ..., help="A checkout of github.com/skypilot-org/skypilot-catalog (or a folder of <cloud>/vms.csv files)."
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the overlay here (default: print it)."),
+    region: str | None = typer.Option(
+        None, "--region", help="Price every instance in this region (default: each instance's cheapest)."
+    ),
+    as_of: str | None = typer.Option(
+        None, "--as-of", help="The overlay's date, YYYY-MM-DD (default: the checkout's last commit date)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace the --out file if it exists."),
+    catalog: Catalogs = None,
+) -> None:
+    """Cloud prices from a checkout of SkyPilot's public catalog, as a dated overlay to use with --catalog.
+
+    Each vms.csv's on-demand and spot prices replace those of the catalog's rows of the same cloud and instance
+    type (override: true), in one region; the overlay cites the CSV, the checkout's commit and the date.
+    """
+    from clusterplan.console import guarded
+
+    guarded(lambda: _refresh(folder, out, region, as_of, force, catalog or []))
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    """``git -C folder ARGS``'s output, or None (not a checkout, or no git)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = done.stdout.strip()
+    return text if done.returncode == 0 and text else None
+
+
+def _refresh(
+    folder: Path, out: Path | None, region: str | None, as_of: str | None, force: bool, catalogs: list[Path]
+) -> None:
+    """Read the folder's vms.csv files against the catalog and write (or print) the overlay and a summary."""
+    import datetime
+
+    from clusterplan.catalog.refresh import overlay_yaml, refresh
+    from clusterplan.console import err_console
+    from clusterplan.errors import FieldProblem, InputError, Location
+    from clusterplan.outputs import check_outputs, write_text
+
+    where = Location("command line")
+    if not folder.is_dir():
+        raise InputError([FieldProblem(where, "FOLDER", f"{folder}: no such folder")], fix="give a checkout of "
+                         "github.com/skypilot-org/skypilot-catalog")  # fmt: skip
+    check_outputs([("--out", out)], force)
+    cat = load_catalog(catalogs)
+    found = refresh(cat, folder, region=region)
+    if not found.files:
+        raise InputError([FieldProblem(where, "FOLDER", f"{folder}: no <cloud>/vms.csv file under it")])
+    commit = _git(folder, "rev-parse", "HEAD") if (folder / ".git").exists() else None
+    date = as_of or (_git(folder, "log", "-1", "--format=%cs") if commit else None)
+    date = date or datetime.datetime.now(datetime.UTC).date().isoformat()
+    text = overlay_yaml(found, as_of=date, commit=commit, folder_name=folder.resolve().name)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        write_text(out, text, force=force, flag="--out")
+    skipped = ", ".join(f"{n} ({c} rows)" for n, c in sorted(found.not_in_catalog.items()))
+    err_console.print(
+        f"{len(found.rows)} instance prices from {', '.join(f for _, f in found.files)}"
+        + (f"; accelerators not in the catalog: {skipped}" if skipped else "")
+        + (f"; {found.new_instances} instance types of catalog GPUs the catalog does not hold (not added)"
+           if found.new_instances else ""),
+        markup=False,
+    )  # fmt: skip
 
 
 def _emit(thing: Table | str) -> None:

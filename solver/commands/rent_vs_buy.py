@@ -74,7 +74,7 @@ def rent_vs_buy(o: RentVsBuyOptions) -> None:
             source = f"{o.count} x {spec.name} in TP groups of {o.tp}, around the clock"
         else:
             design = plan_design_1(resolved, cat)
-            needs = breakeven.needs_of_design(design)
+            needs = breakeven.needs_of_design(design, frozenset(w.name for w in req.workloads if w.interruptible))
             tokens_per_s = design_tokens_per_s(design)
             source = f"design 1 ({design.summary})"
         offerings = breakeven.offerings_for(cat, req, [n.gpu_id for n in needs])

@@ -69,6 +69,7 @@ class Need:
     workload: str
     training_s: float | None = None  # a training run's modelled time: rented once, billed in whole hours
     role: str = "aggregated"  # serving: aggregated, prefill or decode; training: training
+    interruptible: bool = False  # the workload may run on spot (requirement ``interruptible``)
 
 
 class Side(Result):
@@ -140,14 +141,20 @@ class RentVsBuy(Result):
 # ------------------------------------------------------------------------------------------------
 
 
-def needs_of_design(design: Design) -> list[Need]:
-    """Each serving replica group and each training layout of a design, as TP groups to host."""
+def needs_of_design(design: Design, interruptible: frozenset[str] = frozenset()) -> list[Need]:
+    """Each serving replica group and each training layout of a design, as TP groups to host (``interruptible``:
+    the workloads that may run on spot)."""
     out: list[Need] = []
     for w in design.workloads:
+        spot = w.workload in interruptible
         if isinstance(w, ServingPlan):
-            out += [Need(g.gpu, g.gpu_name, g.tp, g.replicas * g.pp, w.workload, role=g.role) for g in w.groups]
+            out += [
+                Need(g.gpu, g.gpu_name, g.tp, g.replicas * g.pp, w.workload, role=g.role, interruptible=spot)
+                for g in w.groups
+            ]
         else:
-            out.append(Need(w.gpu, w.gpu_name, w.tp, w.cp * w.pp * w.dp, w.workload, w.time_to_train_s, "training"))
+            gpus = w.cp * w.pp * w.dp
+            out.append(Need(w.gpu, w.gpu_name, w.tp, gpus, w.workload, w.time_to_train_s, "training", spot))
     return out
 
 
@@ -184,7 +191,9 @@ def rent_need(
     the exact packaging is not sold, why the line is only the nearest; None: no cloud offer of the GPU at all."""
     gpus = n.tp * n.groups
     if n.training_s is not None:
-        o, units, run_usd, tp_fits = pricing.cheapest_training_cloud(offerings, n.gpu_id, n.tp, gpus, n.training_s)
+        o, units, run_usd, tp_fits = pricing.cheapest_training_cloud(
+            offerings, n.gpu_id, n.tp, gpus, n.training_s, interruptible=n.interruptible
+        )
         gap: NearestGap | None = None if tp_fits else "tp_exceeds_instance_domain"
         if o is None and nearest:  # every offer of the GPU lacks a fabric between instances
             gap = "no_fabric"
@@ -192,7 +201,10 @@ def rent_need(
             priced = [
                 (pricing.training_run_usd(x, -(-gpus // x.gpus_per_unit), n.training_s), -x.gpus_per_unit, x.key, x)
                 for x in offerings
-                if x.kind == "cloud" and x.gpu_id == n.gpu_id
+                if x.kind == "cloud"
+                and x.gpu_id == n.gpu_id
+                and not x.term_months
+                and (x.term != "spot" or n.interruptible)
             ]
             if priced:
                 run_usd, _, _, o = min(priced)
@@ -211,14 +223,9 @@ def rent_need(
     # No instance's NVLink domain holds the TP group: the same GPUs on the cheapest instance type of that GPU.
     # ceil(GPUs / GPUs per instance) instances a month; of equal cost, the fewest (the largest instances).
     priced_units = [
-        (
-            pricing.cloud_line(x, -(-gpus // x.gpus_per_unit), gpu_name=n.gpu_name).monthly_usd,
-            -x.gpus_per_unit,
-            x.key,
-            x,
-        )
+        (-(-gpus // x.gpus_per_unit) * x.horizon_usd(horizon_months), -x.gpus_per_unit, x.key, x)
         for x in offerings
-        if x.kind == "cloud" and x.gpu_id == n.gpu_id
+        if x.kind == "cloud" and x.gpu_id == n.gpu_id and x.serves
     ]
     if not priced_units:
         return None

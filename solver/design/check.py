@@ -35,12 +35,12 @@ from clusterplan.wording.reasons import render_reason
 if TYPE_CHECKING:
     from clusterplan.candidates.table import CandidateTable
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import ModelArchitecture, OwnedCosts
+    from clusterplan.catalog.schema import CloudInstance, ModelArchitecture, OwnedCosts
     from clusterplan.evaluation.uncertainty import Derate
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import ServingEstimate
     from clusterplan.requirement.load import ResolvedRequirement
-    from clusterplan.requirement.schema import FinetuneWorkload, ServingWorkload, TrainingWorkload
+    from clusterplan.requirement.schema import FinetuneWorkload, Requirement, ServingWorkload, TrainingWorkload
 
 USD_TOLERANCE = 0.05  # costs are recomputed in floats; the model works in whole cents
 REL_TOLERANCE = 1e-6
@@ -357,8 +357,28 @@ def _serving_capacity(
 # ------------------------------------------------------------------------------------------------
 
 
+def _term_price(x: HardwareLine, inst: CloudInstance, req: Requirement, problems: list[str]) -> float | None:
+    """The catalog's hourly rate of a cloud line's term, and whether the requirement allows that term there: a
+    commitment only under ``pricing: auto`` and never for a training run; spot only for interruptible workloads
+    (serving: every serving workload)."""
+    pricing = req.constraints.pricing
+    if x.term == "spot":
+        workloads = [w for w in req.workloads if (w.name == x.trains if x.trains else w.kind == "serving")]
+        if pricing == "on_demand" or not workloads or not all(w.interruptible for w in workloads):
+            problems.append(f"{x.offering}: on spot, but its workloads do not all say interruptible: true")
+        return inst.spot_usd_per_hour
+    if pricing == "spot":
+        problems.append(f"{x.offering}: {x.term}, but constraints.pricing is spot")
+    if x.term == "on_demand":
+        return inst.on_demand_usd_per_hour
+    if pricing != "auto" or x.trains is not None:
+        problems.append(f"{x.offering}: a {x.term} commitment where the requirement allows none")
+    c = inst.commitment(x.term_months)
+    return c.usd_per_hour if c is not None else None
+
+
 def _catalog_units(
-    design: Design, catalog: Catalog, req_pricing: str, owned: OwnedCosts
+    design: Design, catalog: Catalog, req: Requirement, owned: OwnedCosts
 ) -> tuple[list[Priced], list[str]]:
     """Each hardware line re-priced from the catalog (owned servers by
     :func:`clusterplan.evaluation.pricing.owned_server` on ``owned``, the catalog's figures with the requirement's
@@ -374,11 +394,11 @@ def _catalog_units(
             continue
         nvlink = gpu.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
         if x.kind == "cloud":
-            inst = catalog.instances.get(x.offering.removeprefix("cloud:"))
+            inst = catalog.instances.get(x.instance_key)
             if inst is None:
                 problems.append(f"{x.offering}: not in the catalog")
                 continue
-            price = inst.spot_usd_per_hour if req_pricing == "spot" else inst.on_demand_usd_per_hour
+            price = _term_price(x, inst, req, problems)
             if price is None or not _close(price, x.usd_per_hour, 1e-9):
                 problems.append(f"{x.offering}: priced ${x.usd_per_hour}/h, catalog says {price}")
                 price = x.usd_per_hour
@@ -420,7 +440,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
     req = resolved.requirement
     c = req.constraints
     problems: list[str] = []
-    priced, more = _catalog_units(design, catalog, c.pricing, req.owned_costs(catalog.owned))
+    priced, more = _catalog_units(design, catalog, req, req.owned_costs(catalog.owned))
     problems += more
     _clouds_and_regions(priced, c.clouds, c.regions, problems)
     by_name = {w.name: (i, w) for i, w in enumerate(req.workloads)}

@@ -133,6 +133,9 @@ class DeploymentFigures(Result):
     kind: DeploymentKind
     offering: str = Field(description="catalog offering key of the first hardware line: cloud:... or owned:gpu:size")
     label: str = Field(description="the first hardware line's instance type or server")
+    term: Literal["on_demand", "1y", "3y", "spot"] = Field(
+        "on_demand", description="cloud: the first hardware line's term (on demand, a 1- or 3-year commitment, spot)"
+    )
     units: int = Field(description="instances (cloud) or servers (owned), all lines")
     gpus_per_unit: int = Field(description="the first hardware line's GPUs per instance or server")
     hardware: str = Field("", description="every hardware line, 'units x label', joined by ' + '")
@@ -526,7 +529,7 @@ def _deployment(
     watts = power_w_per_gpu(lines, spec.tdp_w)
     line = lines[0]
     return DeploymentFigures(
-        kind=kind, offering=line.offering, label=line.label, units=sum(x.units for x in lines),
+        kind=kind, offering=line.offering, label=line.label, term=line.term, units=sum(x.units for x in lines),
         gpus_per_unit=line.gpus_per_unit, hardware=" + ".join(f"{x.units} x {x.label}" for x in lines),
         gpus=planned.gpus or sum(x.gpus for x in lines), gpus_per_replica=planned.gpus_per_replica,
         layout=planned.layout, usd_per_gpu_hour=usd_per_gpu_hour(lines), capital_usd_per_gpu=capital_usd_per_gpu(lines),

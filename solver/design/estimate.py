@@ -98,7 +98,9 @@ class CloudCost(Result):
     instance: str = Field(description="provider:id")
     gpus_per_instance: int
     instances: int
-    pricing: Literal["on_demand", "spot"]
+    pricing: Literal["on_demand", "1y", "3y", "spot"] = Field(
+        description="the term the instances are rented on (on demand, a 1- or 3-year commitment, spot)"
+    )
     usd_per_hour: float = Field(description="all instances")
     usd_per_month: float = Field(description="recurring per month (serving: 730 h; training: 0)")
     usd_total: float = Field(description="serving: total over the horizon; training: the run, whole billed hours")

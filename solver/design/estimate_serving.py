@@ -106,7 +106,7 @@ def _cloud_serving(
     line = pricing.cloud_line(o, n, gpu_name=gpu.name)
     c = horizon_costs(req, [line], operations=operations, serves=workload, tokens_per_s=tokens_per_s)
     return CloudCost(
-        instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=req.constraints.pricing,
+        instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=o.term,
         usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
         usd_per_million_tokens=c.usd_per_million_output_tokens, costs=c, hardware=[line],
     )  # fmt: skip

@@ -42,14 +42,17 @@ def _cloud_training(
     req: Requirement, gpu: GpuSpec, offerings: list[Offering], est: TrainingEstimate, workload: str
 ) -> CloudCost | None:
     """The run on the cheapest instance type the planner would rent for it, billed in whole hours."""
-    o, n, run_usd, _ = pricing.cheapest_training_cloud(offerings, gpu.id, est.tp, est.gpus, est.time_to_train_s)
+    spot = any(w.interruptible for w in req.workloads if w.name == workload)
+    o, n, run_usd, _ = pricing.cheapest_training_cloud(
+        offerings, gpu.id, est.tp, est.gpus, est.time_to_train_s, interruptible=spot
+    )
     if o is None:
         return None
     line = pricing.training_cloud_line(o, n, gpu_name=gpu.name, workload=workload, seconds=est.time_to_train_s)
     # a cloud run is billed once and holds nothing for the horizon: no GPU type operated, no serving pool
     c = horizon_costs(req, [line], operations=pricing.Operations(), serves=None, one_off_usd=run_usd)
     return CloudCost(
-        instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=req.constraints.pricing,
+        instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=o.term,
         usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
         billed_hours=cost.billed_hours(est.time_to_train_s), costs=c, hardware=[line],
     )  # fmt: skip

@@ -125,6 +125,8 @@ def cloud_line(
         capital_usd=0.0,
         monthly_usd=units * o.usd_per_hour * HOURS_PER_MONTH if trains is None else 0.0,
         power_w=0.0,
+        term=o.term,
+        term_months=o.term_months,
         purpose=purpose,
         trains=trains,
     )
@@ -182,15 +184,21 @@ def costs(
     """Capital, monthly, one-off and total over the horizon; $ per million output tokens at average demand.
 
     ``monthly = sum of the lines' months + ops_g x GPU types operated + ops_p x pools`` (:func:`operated_gpu_types`,
-    :func:`serving_pools`); ``total = capital + horizon x monthly + one-off``;
-    ``$/M = total / (tokens/s x horizon seconds / 1e6)``.
+    :func:`serving_pools`); ``total = capital + horizon x monthly + one-off + unused``, where ``unused`` is each
+    commitment's months owed beyond the horizon (whole terms, :func:`clusterplan.physics.cost.paid_months`) x its
+    monthly cost; ``$/M = total / (tokens/s x horizon seconds / 1e6)``.
     """
     capital = sum(line.capital_usd for line in hardware)
     types = len(operated_gpu_types(hardware))
     type_ops = types * operations.usd_per_gpu_type_month
     pool_ops = len(pools) * operations.usd_per_pool_month
     monthly = sum(line.monthly_usd for line in hardware) + type_ops + pool_ops
-    total = capital + monthly * horizon_months + one_off_usd
+    unused = sum(
+        line.monthly_usd * (cost.paid_months(horizon_months, line.term_months) - horizon_months)
+        for line in hardware
+        if line.term_months
+    )
+    total = capital + monthly * horizon_months + one_off_usd + unused
     seconds = horizon_months * HOURS_PER_MONTH * SECONDS_PER_HOUR
     per_m = total / (output_tokens_per_s * seconds / 1e6) if output_tokens_per_s > 0 else None
     return Costs(
@@ -204,6 +212,7 @@ def costs(
         pools=len(pools),
         gpu_type_operations_usd_per_month=type_ops,
         pool_operations_usd_per_month=pool_ops,
+        unused_commitment_usd=unused,
     )
 
 
@@ -233,14 +242,14 @@ def cheapest_hosting(
     of equal totals (to the cent: server figures scale with the GPU slots), the fewest, largest units."""
     best: tuple[float, int, str, Offering, int, int] | None = None
     for o in offerings:
-        if o.kind != kind or o.gpu_id != gpu_id:
+        if o.kind != kind or o.gpu_id != gpu_id or not o.serves:
             continue
         n = units_for(o, tp, groups)
         if n is None:
             continue
         if kind == "cloud":
             inv, paid = 0, n
-            total = n * o.usd_per_hour * HOURS_PER_MONTH * horizon_months
+            total = n * o.usd_per_hour * HOURS_PER_MONTH * o.paid_months(horizon_months)
         else:
             inv = min(n, o.inventory_units)
             paid = n - inv
@@ -254,18 +263,19 @@ def cheapest_hosting(
 
 
 def cheapest_training_cloud(
-    offerings: Sequence[Offering], gpu_id: str, tp: int, gpus: int, seconds: float
+    offerings: Sequence[Offering], gpu_id: str, tp: int, gpus: int, seconds: float, *, interruptible: bool = False
 ) -> tuple[Offering | None, int, float, bool]:
     """Cheapest cloud instance type for a training layout: (offering, instances, cost, TP fits inside it).
 
-    Billed in whole hours (:func:`training_run_usd`); a run on several instances only on an offer with a
+    On demand, or spot where the workload is ``interruptible``; never a commitment (a run billed by the hour would
+    owe the whole term). Billed in whole hours (:func:`training_run_usd`); a run on several instances only on an offer with a
     fabric between them (``Offering.fabric``); an instance type whose NVLink domain holds the TP
     group is preferred; failing that, the cheapest of any (the tp_nvlink family decides whether it may run).
     """
     best: tuple[float, str, Offering, int] | None = None
     best_any: tuple[float, str, Offering, int] | None = None
     for o in offerings:
-        if o.kind != "cloud" or o.gpu_id != gpu_id:
+        if o.kind != "cloud" or o.gpu_id != gpu_id or o.term_months or (o.term == "spot" and not interruptible):
             continue
         n = math.ceil(gpus / o.gpus_per_unit)
         if n > 1 and not o.fabric:

@@ -270,7 +270,8 @@ def summary_text(table: CandidateTable, hardware: list[HardwareLine]) -> str:
     parts: list[str] = []
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for line in hardware:
-        counts[line.provider or line.kind, line.gpu_name] += line.gpus  # cloud lines name their provider
+        where = line.provider or line.kind  # cloud lines name their provider, and a term other than on demand
+        counts[where if line.term == "on_demand" else f"{where}, {line.term}", line.gpu_name] += line.gpus
     for (kind, name), n in sorted(counts.items()):
         parts.append(f"{n}x {name} ({kind})")
     return ", ".join(parts)

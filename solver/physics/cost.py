@@ -31,6 +31,25 @@ def billed_hours(seconds: float) -> int:
     return max(1, math.ceil(seconds / SECONDS_PER_HOUR - 1e-9))
 
 
+# The terms a cloud instance is rented on: on demand, a 1- or 3-year commitment, or spot (interruptible).
+TERM_MONTHS: dict[str, int] = {"on_demand": 0, "1y": 12, "3y": 36, "spot": 0}
+
+
+def term_of(term_months: int) -> str:
+    """The term's name for a commitment of ``term_months`` (``1y``, ``3y``)."""
+    return f"{term_months // 12}y"
+
+
+def paid_months(horizon_months: float, term_months: int) -> float:
+    """Months a cloud term bills over a horizon: the horizon itself on demand or spot (``term_months`` 0); a
+    commitment is owed for whole terms, ``term x ceil(horizon / term)`` (AWS Savings Plans, Azure reservations and
+    GCP committed use are billed for the whole term whether used or not), so a 1-year commitment on a 6-month
+    horizon pays 12 months."""
+    if term_months <= 0:
+        return horizon_months
+    return term_months * math.ceil(horizon_months / term_months - 1e-9)
+
+
 def cloud_cost_usd(usd_per_hour: float, instances: int | float, hours: float) -> float:
     """``usd_per_hour x instances x hours``."""
     return usd_per_hour * instances * hours

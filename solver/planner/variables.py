@@ -137,7 +137,8 @@ class PlanVariables:
             need = gpu_need.get(o.gpu_id, 0)
             ub = max(0, math.ceil(need / o.gpus_per_unit))
             if o.kind == "cloud":
-                v._instances[o.key] = model.new_int_var(0, ub, f"n_{o.key}")
+                # a spot offer kept for interruptible training only hosts no serving replica (Offering.serves)
+                v._instances[o.key] = model.new_int_var(0, ub if o.serves else 0, f"n_{o.key}")
             else:
                 v._bought[o.key] = model.new_int_var(0, ub if o.purchasable else 0, f"m_{o.key}")
                 v._from_inventory[o.key] = model.new_int_var(0, max(ub, o.inventory_units), f"u_{o.key}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
-from clusterplan.wording import odds, simulated
+from clusterplan.wording import odds, provisional, simulated
 from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
     also_runs_as,
@@ -93,6 +93,8 @@ def render(plan: Plan) -> str:
         out += [f"- {line}" for line in precision_lines(plan.precision, d)]
         if d.rank == 1:
             out += [f"- {line}" for line in disaggregation_lines(plan.disaggregation)]
+        if d.provisional:
+            out += ["", provisional.HEADING, ""] + [f"- {provisional.line(f)}" for f in d.provisional]
     e = plan.explanation
     if e is not None:
         out += [

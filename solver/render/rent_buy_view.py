@@ -43,6 +43,8 @@ def _side(s: Side) -> str:
     money = f"capital {usd_exact(c.capital_usd)}, {usd_exact(c.monthly_usd)}/month{_owned_month(s.hardware)}"
     if c.one_off_usd:
         money += f", one-off {usd_exact(c.one_off_usd)}"
+    if c.unused_commitment_usd:
+        money += f", commitment beyond the horizon {usd_exact(c.unused_commitment_usd)}"
     mark = " (the design's own)" if s.from_design else ""
     if s.nearest:
         mark += f" (nearest rentable packaging for {', '.join(s.nearest)})"

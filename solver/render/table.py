@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
-from clusterplan.wording import odds, simulated
+from clusterplan.wording import odds, provisional, simulated
 from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
     also_runs_as,
@@ -140,9 +140,15 @@ def _detail(d: Design, console: Console) -> None:
     c = d.costs
     console.print(
         f"cost: capital {usd(c.capital_usd)}, monthly {usd(c.monthly_usd)}, one-off {usd(c.one_off_usd)}, "
-        f"total {usd(c.total_usd)} over {c.horizon_months:g} months; {d.gpus_total} GPUs in use",
+        f"total {usd(c.total_usd)} over {c.horizon_months:g} months"
+        + (f" (with {usd(c.unused_commitment_usd)} of commitment beyond it)" if c.unused_commitment_usd else "")
+        + f"; {d.gpus_total} GPUs in use",
         markup=False,
     )
+    if d.provisional:
+        console.print(provisional.HEADING, markup=False)
+        for f in d.provisional:
+            console.print(f"  - {provisional.line(f)}", markup=False)
 
 
 def _why(plan: Plan, console: Console) -> None:

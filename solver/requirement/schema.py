@@ -28,7 +28,10 @@ from clusterplan.units import Count, Money, Months, Rate, StatedDuration, Stated
 Quantization = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 KvPrecision = Literal["bf16", "fp16", "fp8", "int8"]
 Deployment = Literal["cloud", "owned", "either"]
-Pricing = Literal["on_demand", "spot"]
+# auto: on demand, or a 1- or 3-year commitment where it costs less over the horizon (paid for whole terms), and spot
+# for workloads marked interruptible; on_demand: on-demand prices only; spot: spot prices only (every workload must
+# be interruptible).
+Pricing = Literal["auto", "on_demand", "spot"]
 # The quality a requirement gives up for speed, as the most lossy precision class it accepts (quality.max_loss):
 # none: 16-bit only; fp8_class: + FP8 (published loss about 0-0.5%); int8_class: + INT8 and FP4 (1-3%);
 # any: + weight-only INT4 (AWQ/GPTQ). The evidence per model family is catalog/quality.yaml. FP4 (NVFP4 /
@@ -210,6 +213,12 @@ class ServingWorkload(Strict):
         "is cheaper; off: aggregated replicas only; required: prefill and decode pools only",
     )
 
+    interruptible: bool = Field(
+        False,
+        description="the workload tolerates losing its cloud instances at short notice (it checkpoints and resumes, or "
+        "retries requests): spot capacity may be planned for it; default false: never on spot",
+    )
+
     @field_validator("disaggregation", mode="before")
     @classmethod
     def _off(cls, value: Any) -> Any:
@@ -305,6 +314,11 @@ class TrainingWorkload(Strict):
     virtual_stages: VirtualStages = None
     recompute_layers: RecomputeLayers = None
     memory_options: MemoryOptions = None
+    interruptible: bool = Field(
+        False,
+        description="the workload tolerates losing its cloud instances at short notice (it checkpoints and resumes, or "
+        "retries requests): spot capacity may be planned for it; default false: never on spot",
+    )
 
 
 class FinetuneWorkload(Strict):
@@ -329,6 +343,11 @@ class FinetuneWorkload(Strict):
     virtual_stages: VirtualStages = None
     recompute_layers: RecomputeLayers = None
     memory_options: MemoryOptions = None
+    interruptible: bool = Field(
+        False,
+        description="the workload tolerates losing its cloud instances at short notice (it checkpoints and resumes, or "
+        "retries requests): spot capacity may be planned for it; default false: never on spot",
+    )
 
 
 Workload = Annotated[ServingWorkload | TrainingWorkload | FinetuneWorkload, Field(discriminator="kind")]
@@ -361,7 +380,12 @@ class Constraints(Strict):
         description="plan consumer (GeForce) cards, whose driver licence excludes datacenter deployment; a card "
         "named in allowed_gpus or the inventory is planned without it",
     )
-    pricing: Pricing = Field("on_demand", description="cloud price kind")
+    pricing: Pricing = Field(
+        "auto",
+        description="cloud price terms: auto (on demand, or a 1- or 3-year commitment where it costs less over the "
+        "horizon, paid for whole terms; spot for interruptible workloads), on_demand (on-demand only), spot (spot "
+        "prices only; every workload must say interruptible: true)",
+    )
     provider_tiers: list[ProviderTier] | None = Field(
         None,
         min_length=1,
@@ -555,6 +579,13 @@ class Requirement(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"workload names must be unique; repeated: {', '.join(sorted(dup))}")
+        steady = [w.name for w in self.workloads if not w.interruptible]
+        if self.constraints.pricing == "spot" and steady:
+            raise ValueError(
+                f"constraints.pricing: spot plans every workload on spot capacity, but {', '.join(steady)} does not "
+                "say interruptible: true; mark the workloads that tolerate losing their instances, or use "
+                "pricing: auto (spot only for interruptible workloads)"
+            )
         return self
 
     @property

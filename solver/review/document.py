@@ -14,6 +14,7 @@ from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
 from clusterplan.review.records import ReviewReport, Risk
 from clusterplan.whatif.sweep import format_value
 from clusterplan.wording import odds as odds_words
+from clusterplan.wording import provisional as provisional_words
 from clusterplan.wording import selfhost as api_words
 from clusterplan.wording.fmt import also_runs_as, group_layout, layout, margin, seconds, usd, usd_per_m
 
@@ -99,6 +100,8 @@ def _recommendation(d: Design, doc: Document) -> None:
     ]
     if c.one_off_usd:
         rows.append(["one-off (cloud training)", usd(c.one_off_usd)])
+    if c.unused_commitment_usd:
+        rows.append(["cloud commitment owed beyond the horizon (whole terms)", usd(c.unused_commitment_usd)])
     rows.append([f"total over {c.horizon_months:g} months", Strong(usd(c.total_usd))])
     if c.usd_per_million_output_tokens is not None:
         rows.append(["per million output tokens", usd(c.usd_per_million_output_tokens)])
@@ -154,6 +157,8 @@ def _recommendation(d: Design, doc: Document) -> None:
             numeric=frozenset({2, 3, 4, 5, 6, 7}),
         )
     )
+    if d.provisional:
+        doc.add(Paragraph([provisional_words.HEADING]), Bullets([[provisional_words.line(f)] for f in d.provisional]))
 
 
 def _self_host_vs_api(v: SelfHostVsApi, doc: Document) -> None:

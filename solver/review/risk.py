@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 
 from clusterplan.errors import ClusterplanError
 from clusterplan.evaluation.uncertainty import INTERVAL, ErrorKind, error_quantile, model_error
+from clusterplan.physics.cost import TERM_MONTHS, paid_months
 from clusterplan.plan import Design, Plan, ServingPlan
 from clusterplan.review.records import AccuracyRow, PriceRisk, Risk, SinglePoint
 from clusterplan.units import HOURS_PER_MONTH
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import Provenance
+    from clusterplan.catalog.schema import CloudInstance, Provenance
     from clusterplan.planner.solve import SolverSettings
     from clusterplan.whatif.points import Base
 
@@ -63,10 +64,17 @@ def _exposure(d: Design, horizon_months: float) -> dict[tuple[str, str], float]:
         if h.kind == "owned" and h.bought:
             key = ("purchase", h.gpu)
             out[key] = out.get(key, 0.0) + h.bought * h.gpus_per_unit
-        elif h.kind == "cloud" and h.trains is None:
+        elif h.kind == "cloud" and h.trains is None:  # a commitment is paid for whole terms
             key = ("instance", h.offering.removeprefix("cloud:"))
-            out[key] = out.get(key, 0.0) + h.units * HOURS_PER_MONTH * horizon_months
+            out[key] = out.get(key, 0.0) + h.units * HOURS_PER_MONTH * paid_months(horizon_months, h.term_months)
     return out
+
+
+def _instance_and_term(catalog: Catalog, key: str) -> tuple[CloudInstance, str]:
+    """A cloud offering's key (``provider:id`` or ``provider:id:term``) as its catalog row and term."""
+    provider, _, rest = key.partition(":")
+    inst_id, _, term = rest.partition(":")
+    return catalog.instance(f"{provider}:{inst_id}"), term or "on_demand"
 
 
 def _provisional(row: Provenance, field: str) -> bool:
@@ -100,15 +108,16 @@ def price_risks(plan: Plan, catalog: Catalog) -> tuple[list[PriceRisk], float | 
             )
             what = f"purchase price {g.name}"
         else:
-            inst = catalog.instance(key)
-            value, unit, prov, as_of, gpu = (
-                inst.on_demand_usd_per_hour,
-                "USD/h",
-                inst.provisional,
-                inst.as_of,
-                inst.gpu_id,
-            )
-            what = f"instance {inst.key}"
+            inst, term = _instance_and_term(catalog, key)
+            committed = inst.commitment(TERM_MONTHS[term]) if TERM_MONTHS[term] else None
+            if committed is not None:
+                value, prov, as_of = committed.usd_per_hour, committed.provisional, committed.as_of
+            elif term == "spot" and inst.spot_usd_per_hour is not None:
+                value, prov, as_of = inst.spot_usd_per_hour, _provisional(inst, "spot_usd_per_hour"), inst.as_of
+            else:
+                value, prov, as_of = inst.on_demand_usd_per_hour, inst.provisional, inst.as_of
+            unit, gpu = "USD/h", inst.gpu_id
+            what = f"instance {inst.key}" + ("" if term == "on_demand" else f" ({term})")
         switch = value + gap / net  # totals are linear in each price: d1 + net x change = d2
         if switch <= 0:
             continue

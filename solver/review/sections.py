@@ -239,13 +239,19 @@ def source_rows(catalog: Catalog, resolved: ResolvedRequirement, design: Design 
                 )
     for h in design.hardware:
         if h.kind == "cloud":
-            key = h.offering.removeprefix("cloud:")
-            inst = catalog.instance(key)
+            inst = catalog.instance(h.instance_key)
+            committed = inst.commitment(h.term_months) if h.term_months else None
+            if committed is not None:  # the commitment's own figure and source
+                what = f"{usd(committed.usd_per_hour)}/h on a {h.term_months}-month commitment ({committed.payment})"
+                rows.append(_source(catalog, f"instance {inst.key} ({h.term})", what, committed))
+                continue
+            rate = inst.spot_usd_per_hour if h.term == "spot" else inst.on_demand_usd_per_hour
+            term = "spot" if h.term == "spot" else "on demand"
             rows.append(
                 _source(
                     catalog,
                     f"instance {inst.key}",
-                    f"{usd(inst.on_demand_usd_per_hour)}/h on demand, {inst.gpus_per_instance} GPUs, {inst.region}",
+                    f"{usd(rate or 0.0)}/h {term}, {inst.gpus_per_instance} GPUs, {inst.region}",
                     inst,
                 )
             )

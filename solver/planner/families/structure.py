@@ -116,7 +116,8 @@ def _cloud_pro_rata(small: Offering, big: Offering) -> bool:
     if big.gpus_per_unit <= small.gpus_per_unit or big.gpus_per_unit % small.gpus_per_unit:
         return False
     return (
-        (big.provider, big.region, big.forbidden_by) == (small.provider, small.region, small.forbidden_by)
+        (big.provider, big.region, big.forbidden_by, big.term, big.serves)
+        == (small.provider, small.region, small.forbidden_by, small.term, small.serves)
         and _pro_rata(small, big)
         and big.domain_gpus >= small.domain_gpus
         and (big.fabric or not small.fabric)
@@ -444,7 +445,8 @@ def _offering_terms(
             n = v.instances(o)
             # monthly = $/h x hours a month; total = that x the horizon in months
             terms.monthly.append((scaling.cents_up(o.usd_per_hour * HOURS_PER_MONTH, what=o.key), n))
-            terms.total.append((scaling.cents_up(o.usd_per_hour * HOURS_PER_MONTH * h, what=o.key), n))
+            # a commitment's total counts whole terms (Offering.horizon_usd; the horizon itself on demand)
+            terms.total.append((scaling.cents_up(o.horizon_usd(h), what=o.key), n))
             terms.cloud_gpus.append((o.gpus_per_unit, n))
         else:
             m, u = v.bought(o), v.from_inventory(o)
