@@ -80,14 +80,14 @@ def _group_figures(g: Any, part: Any, tag: str, bad: Mismatches) -> None:
     assert (part.config.batch, part.config.count, part.config.role) == (g.batch, g.gpus, g.role), tag
     if g.role != "aggregated":
         pool = part.pool
-        prefill = g.role == "prefill"
         for what, got, want in (
             ("rate within targets", g.rate_rps, pool.rate_rps),
             ("rate at the ceiling", g.rate_no_targets_rps, pool.rate_no_targets_rps),
             ("TTFT", g.ttft_s, pool.ttft_s),
-            ("TPOT", g.tpot_s, 0.0 if prefill else pool.tpot_s),  # the plan's prefill group: 0.0, no output tokens
+            ("TPOT", g.tpot_s, pool.tpot_s),  # a prefill pool's: None, it emits no output tokens
             ("p95 TTFT", g.p95_ttft_s, pool.rated_p95_ttft_s),
-            ("p95 TPOT", g.p95_tpot_s, 0.0 if prefill else pool.rated_p95_tpot_s),
+            ("p95 TPOT", g.p95_tpot_s, pool.rated_p95_tpot_s),
+            ("mean TTFT", g.mean_ttft_s, None),  # a pool's means are not modelled: absent in both
             ("p95 latency", g.p95_latency_s, pool.rated_p95_e2e_s),
             ("memory per GPU", g.memory_gib_per_gpu, s.memory.total_gib),
         ):

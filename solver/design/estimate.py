@@ -27,6 +27,7 @@ Choices for omitted knobs:
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -198,6 +199,10 @@ class EstimateResult(Result):
         for key, judged in (("serving", self.serving), ("training", self.training)):
             if judged is not None and isinstance(data.get(key), dict):
                 data[key] = _with_reasons(data[key], judged)
+        unbounded: list[dict[str, str]] = []
+        data = _finite_or_none(data, "", unbounded)
+        if unbounded:
+            data["unbounded"] = unbounded
         return data
 
     @property
@@ -205,6 +210,25 @@ class EstimateResult(Result):
         if self.serving is not None:
             return self.serving.bound
         return self.training.bound if self.training is not None else "compute"
+
+
+# Why a figure is unbounded (None in the JSON, "unbounded" in the text view), by where it sits.
+UNBOUNDED_QUEUE = "queue_grows_without_bound"  # a latency at a load at or above the replica's capacity
+NOT_FINITE = "no_finite_value"  # any other figure the model cannot bound (e.g. a layout that cannot run)
+
+
+def _finite_or_none(value: Any, path: str, unbounded: list[dict[str, str]]) -> Any:
+    """``value`` with every infinite or NaN float replaced by None, each recorded in ``unbounded`` with its path and
+    a reason code: JSON has no infinity, and an unbounded figure is absent, not a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        latency = path.startswith(("load.", "pool.")) or ".rated" in path
+        unbounded.append({"field": path, "reason": UNBOUNDED_QUEUE if latency else NOT_FINITE})
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v, f"{path}.{k}" if path else k, unbounded) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_none(v, f"{path}[{i}]", unbounded) for i, v in enumerate(value)]
+    return value
 
 
 def _with_reasons(dumped: dict[str, Any], judged: Judged) -> dict[str, Any]:
