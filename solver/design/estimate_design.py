@@ -92,6 +92,11 @@ def read_design(path: Path, index: int) -> Design:
         raise InputError(
             problems, fix=f"--design takes a plan as clusterplan solve --json writes it; {WRITE_A_PLAN}"
         ) from None
+    return pick_design(plan, index, where)
+
+
+def pick_design(plan: Plan, index: int, where: Location) -> Design:
+    """Design ``index`` (1 = the best) of ``plan``; a located error (exit 2) where the plan holds no such design."""
     if not plan.designs:
         raise InputError(
             [FieldProblem(where, "designs", f"the plan holds no design (its status is {plan.status})")],
