@@ -35,6 +35,7 @@ from clusterplan.requirement.schema import (
     ServingWorkload,
     quality_class_of,
 )
+from clusterplan.wording import fmt
 
 if TYPE_CHECKING:
     from clusterplan.candidates.table import Offering
@@ -229,6 +230,13 @@ def estimate_serving(
         notes.append(
             f"peak load is {utilisation:.0%} of a replica's capacity, above the {a.utilisation_ceiling:.0%} "
             "ceiling: add replicas"
+        )
+    if load is not None and load.latency.mean_ttft_s > load.latency.p95_ttft_s:
+        lat = load.latency
+        notes.append(
+            f"fewer than 5% of requests wait for one of the {batch:,} batch slots, and those wait long: the mean "
+            f"TTFT ({fmt.seconds(lat.mean_ttft_s)}) carries their wait, its p95 ({fmt.seconds(lat.p95_ttft_s)}) "
+            "does not (the model's wait is a rare long one, not a spread over every request)"
         )
     want_cloud, want_owned = deployments_wanted(req, cfg)
     offerings = offerings_for(catalog, req, gpu)
