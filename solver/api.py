@@ -76,8 +76,8 @@ def estimate(
     resolved = req.requirement
     models = list(resolved.models)
     if design is None:
-        pins = PinnedConfig.model_validate(config) if isinstance(config, dict) else config
-        return estimate_requirement(resolved.requirement, models, req.catalog, pins)
+        pinned = PinnedConfig.model_validate(config) if isinstance(config, dict) else config
+        return estimate_requirement(resolved.requirement, models, req.catalog, pinned)
     if isinstance(design, (str, Path)):
         chosen, source = read_design(Path(design), index), f"{design} design {index}"
     elif isinstance(design, Plan):

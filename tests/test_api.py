@@ -48,13 +48,14 @@ def test_plan_and_estimate_are_the_commands_answers(tmp_path: Path) -> None:
     assert by_api == by_cli
 
 
+@pytest.mark.slow
 def test_an_index_a_plan_does_not_hold_is_a_located_error() -> None:
     from clusterplan import api
     from clusterplan.errors import ClusterplanError
-    from clusterplan.plan import Plan
 
     req = api.load(EXAMPLES_DIR / "7b-chat-serving.yaml")
-    empty = Plan.model_construct(designs=[], status="infeasible")
+    solved = api.plan(req, top=1, explain=False)
+    empty = solved.model_copy(update={"designs": []})
     with pytest.raises(ClusterplanError) as caught:
         api.estimate(req, design=empty)
     assert caught.value.exit_code == 2 and "no design" in str(caught.value.render())

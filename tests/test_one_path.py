@@ -118,9 +118,9 @@ def _training_figures(wp: Any, part: Any, bad: Mismatches) -> None:
 def _flags(wp: Any) -> list[str] | None:
     """The ``clusterplan estimate`` flags a user types for one workload of a design (None: several aggregated groups,
     which the flags cannot name: ``--design`` can)."""
-    from clusterplan.plan import TrainingPlan
+    from clusterplan.plan import ServingPlan
 
-    if isinstance(wp, TrainingPlan):
+    if not isinstance(wp, ServingPlan):
         opts = set(wp.memory_options)
         args = ["--gpu", wp.gpu, "--tp", wp.tp, "--pp", wp.pp, "--dp", wp.dp, "--zero", wp.zero_stage]
         args += ["--recompute", wp.recompute, "--batch", wp.micro_batch, "--deployment", wp.deployment]
@@ -179,7 +179,7 @@ def test_estimate_reproduces_design_1(case: str, catalog: Any, tmp_path: Path) -
     assert plan.designs, f"{path.name}: no design"
     design = plan.designs[0]
     if case == POOLED_70B:
-        assert all(w.disaggregated for w in design.workloads)
+        assert all(isinstance(w, ServingPlan) and w.disaggregated for w in design.workloads)
     if case == str(EP_CASE):
         assert any(g.ep > 1 and g.attention_dp for w in design.workloads for g in getattr(w, "groups", []))
     plan_file = tmp_path / "plan.json"

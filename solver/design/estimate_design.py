@@ -290,8 +290,8 @@ def _shares(parts: list[EstimateResult]) -> list[float]:
 
 def _serving_figures(parts: list[EstimateResult], disaggregated: bool) -> tuple[float, float, float | None]:
     """(peak demand, capacity within the targets, rated p95 end to end) of the groups together."""
-    first = parts[0]
-    demand = (first.load or first.pool).peak_requests_per_s
+    summary = parts[0].load or parts[0].pool
+    demand = summary.peak_requests_per_s if summary is not None else 0.0
     if not disaggregated:
         capacity = sum(p.config.dp * p.load.max_rate_for_targets_per_replica for p in parts if p.load)
         return demand, capacity, max(p.load.rated.p95_e2e_s for p in parts if p.load)
