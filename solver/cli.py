@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 a well-formed question with no answer (infeasible requirement, impossible
 configuration); 2 bad input (located message, never a traceback; ``--debug`` shows one), including an
-output path that is refused or cannot be written (:mod:`clusterplan.outputs`).
+output path that is refused or cannot be written (:mod:`clusterplan.outputs`); 130 interrupted (Ctrl-C,
+SIGINT), 143 terminated (SIGTERM), each with one line, its pool workers stopped and no partial output.
 
 Standard output and error never fail on a character their encoding lacks (an ASCII or Latin-1
 locale, ``PYTHONIOENCODING=ascii``): such a character is written as a backslash escape.
@@ -12,16 +13,42 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import signal
 import sys
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-import typer
-import typer.main
-from typer.core import TyperGroup
-from typer.models import CommandInfo, TyperInfo
 
-from clusterplan import __version__
-from clusterplan.console import err_console, out_console, safe_streams, state
+def _exit_at_once(signum: int, frame: Any) -> None:
+    """An interrupt while the command is still starting: nothing to stop or remove yet, one line and out."""
+    os.write(2, b"interrupted\n" if signum == signal.SIGINT else b"terminated\n")
+    os._exit(128 + signum)
+
+
+# In the clusterplan process itself (not a program importing this module), an interrupt while the imports below
+# run ends it with one line: a Ctrl-C there gave a traceback, or exit 3 when it cut an import short.
+if os.path.basename(sys.argv[0]) == "clusterplan" and threading.current_thread() is threading.main_thread():
+    for _signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signal, _exit_at_once)
+
+import typer  # noqa: E402 - after the handlers above
+import typer.main  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+from typer.models import CommandInfo, TyperInfo  # noqa: E402
+
+from clusterplan import __version__  # noqa: E402
+from clusterplan.console import (  # noqa: E402
+    EXIT_INTERRUPTED,
+    Terminated,
+    err_console,
+    interruption,
+    out_console,
+    report_interruption,
+    safe_streams,
+    state,
+)
 
 if TYPE_CHECKING:
     from typer import _click  # the click typer vendors: the types TyperGroup's methods take
@@ -118,44 +145,92 @@ _register_commands()
 GC_THRESHOLD = 100_000
 
 
-def main() -> None:
-    # A command is one short process: what it has imported lives until it exits, so the cyclic collector need
-    # not walk it again (freeze), and collecting every 700 allocations cost ~3% of a solve (320 collections).
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _interrupts_raise() -> Iterator[None]:
+    """Within the block, SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`~clusterplan.console.Terminated` in
+    the main thread, so a command unwinds (workers stopped, temporary files removed); the caller's handlers are
+    put back after. Elsewhere than the main thread, signals are not this function's to take."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+def _exit_code(code: object) -> int:
+    """A ``SystemExit`` code as a process's exit status (``sys.exit``'s rules: None is 0, a message is 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    err_console.print(str(code), markup=False)
+    return 1
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """One ``clusterplan`` command in-process (``argv`` without the program name; default ``sys.argv[1:]``) and its
+    exit code: 0, 1, 2, 4, 130 or 143, or 3 for a bug, which is reported in one line. It never raises
+    ``SystemExit`` and never ends the process, so a harness or a fuzzer can call it again and again."""
     safe_streams()
     try:
-        app()
-    except SystemExit:
-        raise
-    except Exception:  # a bug, not a user error: say so plainly
+        with _interrupts_raise():
+            app(args=None if argv is None else list(argv), prog_name="clusterplan")
+    except SystemExit as exc:
+        return _exit_code(exc.code)
+    except (KeyboardInterrupt, Terminated) as exc:  # outside a command's guard: the same one line
+        code = interruption(exc) or EXIT_INTERRUPTED
+        report_interruption(code)
+        return code
+    except Exception as exc:  # a bug, not a user error: say so plainly
+        interrupted = interruption(exc)
+        if interrupted is not None:  # an interrupt that surfaced as another error (an import cut short)
+            report_interruption(interrupted)
+            return interrupted
         if state["debug"]:
             raise
         import traceback
 
         err_console.print("internal error (a bug in clusterplan; rerun with --debug for the traceback):", markup=False)
         err_console.print(traceback.format_exc().strip().splitlines()[-1], markup=False)
-        sys.exit(3)
+        return 3
+    return 0
+
+
+def main() -> None:
+    """:func:`run` on ``sys.argv``, ending in ``sys.exit`` with its code (a ``SystemExit`` an in-process caller can
+    catch)."""
+    sys.exit(run())
 
 
 def entry() -> None:
-    """The ``clusterplan`` console script: :func:`main`, then an exit that skips tearing the interpreter down.
+    """The ``clusterplan`` console script: :func:`run`, then an exit that skips tearing the interpreter down.
 
     Unloading what a command imported (pydantic, numpy, OR-Tools) took ~40 ms of a 1.5 s ``solve`` and does
-    nothing a finished command needs: the output is flushed and every file it wrote is closed by then. The
-    usual exit is kept wherever exit hooks still have work: Ray (its driver disconnects at exit), a thread
-    still running, or an exit status that is not a number.
+    nothing a finished command needs: the output is flushed and every file it wrote is closed by then. The fast
+    exit (and the collector settings that go with it) is taken only when this process is the ``clusterplan``
+    command itself: called from another program (a test harness, a fuzzer) it raises ``SystemExit`` like
+    :func:`main`. The usual exit is kept too wherever exit hooks still have work: Ray (its driver disconnects at
+    exit) or a thread still running.
     """
-    import os
-    import threading
-
-    try:
-        main()
-        code: object = 0
-    except SystemExit as exc:
-        code = 0 if exc.code is None else exc.code
-    if not isinstance(code, int) or "ray" in sys.modules or threading.active_count() > 1:
-        sys.exit(code)  # type: ignore[arg-type]
+    console_script = os.path.basename(sys.argv[0]) == "clusterplan"
+    if console_script:
+        # A command is one short process: what it has imported lives until it exits, so the cyclic collector need
+        # not walk it again (freeze), and collecting every 700 allocations cost ~3% of a solve (320 collections).
+        gc.freeze()
+        gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    code = run()
+    if not console_script or "ray" in sys.modules or threading.active_count() > 1:
+        sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe: nothing left to write to
             stream.flush()

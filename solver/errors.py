@@ -32,9 +32,17 @@ _QUOTED_INT_BITS = 1024
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
 _CONTROL.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
 _CONTROL_KEEP_NEWLINES = {c: e for c, e in _CONTROL.items() if c != 0x0A}
-# Unicode bidirectional overrides and isolates reorder what a terminal shows (CVE-2021-42574).
-_CONTROL.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
-_CONTROL_KEEP_NEWLINES.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+# Unicode bidirectional overrides and isolates reorder what a terminal shows (CVE-2021-42574); zero-width and
+# invisible format characters (zero-width space and joiners, marks, word joiner, soft hyphen, byte-order mark) and
+# the Unicode line and paragraph separators hide or split text without showing anything.
+INVISIBLE = (
+    *range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0x200B, 0x2010), *range(0x2060, 0x2065),
+    0x00AD, 0x061C, 0x180E, 0x2028, 0x2029, 0xFEFF,
+)  # fmt: skip
+_CONTROL.update({c: f"\\u{c:04x}" for c in INVISIBLE})
+_CONTROL_KEEP_NEWLINES.update({c: f"\\u{c:04x}" for c in INVISIBLE})
+# Every character printable() escapes: refused in names (catalog/schema.py Label), escaped in every output.
+CONTROL_CHARACTERS = frozenset(chr(c) for c in _CONTROL)
 
 
 def printable(text: str, *, keep_newlines: bool = False) -> str:
@@ -247,3 +255,19 @@ class NoDesign(ClusterplanError):
     """The requirement has no feasible design to price (exit 1: a well-formed question with no answer)."""
 
     exit_code = 1
+
+
+class NotExportable(ClusterplanError):
+    """Every workload of the design needs a layout its framework cannot run (exit 1: a valid question with no
+    answer); ``reasons`` says why, one line per refusal."""
+
+    exit_code = 1
+
+    def __init__(self, reasons: list[str], *, fix: str | None = None) -> None:
+        self.reasons = reasons
+        super().__init__("nothing to export:\n" + "\n".join(f"  - {r}" for r in reasons), fix=fix)
+
+
+class CalibrationError(ClusterplanError):
+    """A benchmark run ``clusterplan calibrate`` cannot predict (the model does not fit the GPU at the run's layout,
+    a setting the file and the flags both lack, runs that mix engines or GPUs): exit code 2."""

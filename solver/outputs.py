@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Sequence
@@ -266,3 +267,28 @@ def make_folder(path: Path, *, flag: str = "") -> None:
         path.mkdir(exist_ok=True)
     except OSError as exc:
         raise _refuse(flag, path, f"the folder could not be created: {exc.strerror}", "choose another path") from None
+
+
+def write_new_folder(path: Path, files: dict[str, bytes], *, flag: str = "") -> Path:
+    """Create the folder ``path`` whole, holding ``files`` (name -> bytes): written into a temporary folder beside
+    it, then renamed into place, so a reader (or an interrupted command) never leaves a part of it. Refused if
+    ``path`` exists by then; the temporary folder is removed on any failure."""
+    try:
+        staging = tempfile.mkdtemp(dir=_folder(path), prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX)
+    except OSError as exc:
+        raise _refuse(flag, path, f"the folder could not be created: {exc.strerror}", "choose another path") from None
+    try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it 0700
+        for name, data in files.items():
+            with open(os.path.join(staging, name), "wb") as f:
+                f.write(data)
+                os.fsync(f.fileno())
+        os.rename(staging, path)  # fails if a folder appeared meanwhile: never merged into
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise _refuse(flag, path, f"could not be written: {exc.strerror}", "choose another path") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fsync_folder(_folder(path))
+    return path

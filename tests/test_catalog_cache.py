@@ -1,5 +1,7 @@
 """The shipped catalog's on-disk cache (issue 17): a hit skips the YAML, a stale or corrupt cache is
-ignored and rewritten, never an error, and user catalogs are still validated and located."""
+ignored and rewritten, never an error, and user catalogs are still validated and located. It owns only its
+own files (issue 32): its own folder, its own names, a marker it checks before pruning, and a seal under a
+private secret, so an edited cache is never trusted."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 
 from clusterplan.catalog import cache as disk
 from clusterplan.catalog import load
-from clusterplan.catalog.cache import CACHE_ENV, CACHE_KEEP, cache_file
+from clusterplan.catalog.cache import CACHE_ENV, CACHE_FOLDER, CACHE_KEEP, NO_CACHE_ENV, cache_file
 from clusterplan.catalog.load import load_catalog
 from clusterplan.errors import CatalogInputError
 from conftest import ROOT
@@ -28,11 +30,29 @@ def _clear() -> None:
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh cache directory, and no shipped catalog held in memory before or after."""
-    directory = tmp_path / "cache"
-    monkeypatch.setenv(CACHE_ENV, str(directory))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(NO_CACHE_ENV, raising=False)
     _clear()
-    yield directory
+    yield tmp_path / "cache" / CACHE_FOLDER
     _clear()
+
+
+def _header(path: Path) -> dict[str, object]:
+    """The first line of a cache file: marker, format, key, seal."""
+    header = json.loads(path.read_bytes().partition(b"\n")[0])
+    assert isinstance(header, dict)
+    return header
+
+
+def _body(path: Path) -> dict[str, list[list[object]]]:
+    body = json.loads(path.read_bytes().partition(b"\n")[2])
+    assert isinstance(body, dict)
+    return body
+
+
+def _rewrite_body(path: Path, body: object) -> None:
+    """The catalog in a cache file replaced, its first line (and seal) kept."""
+    path.write_bytes(path.read_bytes().partition(b"\n")[0] + b"\n" + json.dumps(body).encode())
 
 
 def _no_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,7 +99,7 @@ def test_stale_cache_is_rebuilt_when_a_shipped_file_changes(
     )
     load_catalog()
     old_key = disk.shipped_key()
-    assert json.loads((cache / cache_file(old_key)).read_text())["key"] == old_key
+    assert _header(cache / cache_file(old_key))["key"] == old_key
     gpus = shipped / "gpus.yaml"
     gpus.write_text(gpus.read_text().replace("    usd: 27500\n", "    usd: 26500\n", 1))
     assert disk.shipped_key() != old_key
@@ -88,7 +108,7 @@ def test_stale_cache_is_rebuilt_when_a_shipped_file_changes(
     rebuilt = load_catalog()
     price = rebuilt.gpus["h100-sxm"].price
     assert price is not None and price.usd == 26500
-    assert json.loads((cache / cache_file(disk.shipped_key())).read_text())["key"] == disk.shipped_key()
+    assert _header(cache / cache_file(disk.shipped_key()))["key"] == disk.shipped_key()
     # The old catalog's cache stays: two checkouts (or versions) side by side do not evict each other.
     assert disk.read_cached_catalog(cache, old_key) is not None
 
@@ -113,13 +133,13 @@ def test_only_the_newest_caches_are_kept(cache: Path) -> None:
 def test_corrupt_cache_is_ignored_and_rewritten(cache: Path, damage: str) -> None:
     good = load_catalog()
     path = cache / cache_file(disk.shipped_key())
-    doc = json.loads(path.read_text())
-    if damage == "tampered-figure":  # rows that validate, but not the catalog its fingerprint names
-        doc["gpus"][0][1]["memory_gib"] -= 0.5
-        path.write_text(json.dumps(doc))
+    doc = _body(path)
+    if damage == "tampered-figure":  # rows that validate, but not the catalog its seal covers
+        doc["gpus"][0][1]["memory_gib"] -= 0.5  # type: ignore[index]
+        _rewrite_body(path, doc)
     elif damage == "invalid-row":  # a row its schema refuses
-        doc["gpus"][0][1]["memory_gib"] = "lots"
-        path.write_text(json.dumps(doc))
+        doc["gpus"][0][1]["memory_gib"] = "lots"  # type: ignore[index]
+        _rewrite_body(path, doc)
     elif damage == "\udcff":
         path.write_bytes(b"\xff\xfe{")
     else:
@@ -140,8 +160,10 @@ def test_unusable_cache_directory_is_no_error(tmp_path: Path, monkeypatch: pytes
         _clear()
 
 
-def test_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(CACHE_ENV, "off")
+@pytest.mark.parametrize("env", [(CACHE_ENV, "off"), (NO_CACHE_ENV, "1")])
+def test_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: tuple[str, str]) -> None:
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv(*env)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path))
     assert disk.cache_dir() is None
@@ -156,9 +178,10 @@ def test_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_default_directory_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert disk.cache_dir() == tmp_path / "clusterplan"
+    monkeypatch.delenv(NO_CACHE_ENV, raising=False)
+    assert disk.cache_dir() == tmp_path / "clusterplan" / CACHE_FOLDER
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # ignored, as the XDG spec says
-    assert disk.cache_dir() == Path.home() / ".cache" / "clusterplan"
+    assert disk.cache_dir() == Path.home() / ".cache" / "clusterplan" / CACHE_FOLDER
 
 
 def test_user_catalog_is_still_validated_and_located(
@@ -170,3 +193,49 @@ def test_user_catalog_is_still_validated_and_located(
     with pytest.raises(CatalogInputError) as err:
         load_catalog([user])
     assert any(p.location.file == str(user) and p.location.line == 2 for p in err.value.problems)
+
+
+def test_pruning_leaves_files_the_cache_did_not_write(cache: Path, tmp_path: Path) -> None:
+    """With ``CLUSTERPLAN_CACHE_DIR`` at a folder of the user's, prune once deleted three of six
+    ``catalog-user*.json``; now the cache writes into its own folder and removes only its own files."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    users = [root / f"catalog-user{i}.json" for i in range(6)]
+    for path in users:
+        path.write_text("{}")
+    cat = load_catalog()
+    lookalike = cache / cache_file("f" * 64)  # the cache's own name, not its marker
+    lookalike.write_text('{"mine": true}')
+    for i in range(CACHE_KEEP + 3):
+        disk.write_cached_catalog(cache, f"{i:02x}".ljust(64, "0"), cat)
+    assert all(path.read_text() == "{}" for path in users)
+    assert lookalike.read_text() == '{"mine": true}'
+    assert sorted(p.name for p in root.iterdir()) == sorted([CACHE_FOLDER, *(p.name for p in users)])
+
+
+def test_an_edited_cache_is_not_trusted(cache: Path) -> None:
+    """Making GH200 five times dearer in the cache (with the old inner fingerprint recomputed) once moved the 7B
+    example's design 1; the seal over the catalog refuses any edit, and the next load rewrites it."""
+    good = load_catalog()
+    path = cache / cache_file(disk.shipped_key())
+    doc = _body(path)
+    edited = [row for row in doc["instances"] if row[1]["gpu_id"] == "gh200"]  # type: ignore[index]
+    assert edited
+    for row in edited:
+        row[1]["on_demand_usd_per_hour"] *= 5  # type: ignore[index]
+    _rewrite_body(path, doc)
+    _clear()
+    assert load_catalog() == good
+    assert disk.read_cached_catalog(cache, disk.shipped_key()) == good  # rewritten
+
+
+def test_a_cache_sealed_under_another_secret_or_an_open_secret_is_not_trusted(cache: Path) -> None:
+    good = load_catalog()
+    key = disk.shipped_key()
+    assert disk.read_cached_catalog(cache, key) == good
+    secret = cache / disk.SECRET_FILE
+    secret.chmod(0o644)  # readable by others: anyone could have sealed with it
+    assert disk.read_cached_catalog(cache, key) is None
+    secret.chmod(0o600)
+    secret.write_text("00" * disk.SECRET_BYTES)  # another secret
+    assert disk.read_cached_catalog(cache, key) is None

@@ -30,6 +30,7 @@ CASES: dict[str, list[str]] = {
     "report": [REQ, "-o", "review.md", "--jobs", "1"],
     "export": [REQ],
     "validate": [REQ],
+    "calibrate": [str(DATA / "bench" / "vllm-bench-serve-c16.json"), "-o", "review.md"],
 }
 
 

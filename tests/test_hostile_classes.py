@@ -101,6 +101,11 @@ HF_CONFIGS = {
     "5000-digits": '{"num_hidden_layers": 32, "hidden_size": 1' + "0" * 5000 + ', "num_attention_heads": 32}',
     "1e400": '{"num_hidden_layers": 32, "hidden_size": 1e400, "num_attention_heads": 32}',
     "huge": '{"num_hidden_layers": 32, "hidden_size": 1e200, "num_attention_heads": 32}',
+    # values that contradict each other: once read as a dense model, or the nested text model ignored
+    "zero-experts-routed": '{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, '
+    '"num_local_experts": 0, "num_experts_per_tok": 2}',
+    "text-config-string": '{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, '
+    '"text_config": "llama"}',
 }
 
 
@@ -246,11 +251,11 @@ def test_control_characters_are_escaped(command: str, tmp_path: Path) -> None:
     assert "\\x1b[2Jx\\u202e" in result.output
 
 
-def test_validate_output_escapes_names(tmp_path: Path) -> None:
+def test_validate_refuses_names_with_control_characters_escaped(tmp_path: Path) -> None:
     path = tmp_path / "hostile.yaml"
     path.write_text(requirement().replace("name: chat", 'name: "\\e[31mRED\\e[0m"'))
     result = run_cli("validate", str(path))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
     assert "\x1b" not in result.output and "\\x1b[31mRED\\x1b[0m" in result.output
 
 

@@ -160,6 +160,10 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         "NVIDIA GeForce RTX 4090 24GB: a consumer (GeForce) card: NVIDIA's GeForce driver licence excludes datacenter "
         "deployment (section 2.1.3); set constraints.allow_consumer_gpus: true, or name it in allowed_gpus, to plan it",
     ),
+    ReasonCode.FRAMEWORK_CANNOT_RUN: (
+        R.FrameworkCannotRun(framework="torchtune", feature="pipeline", value="2 (20 virtual stages)"),
+        "torchtune: cannot run the plan's pipeline parallel 2 (20 virtual stages)",
+    ),
     ReasonCode.STATED: (R.Stated("anything at all"), "anything at all"),
 }
 

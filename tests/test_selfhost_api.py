@@ -68,6 +68,7 @@ def _compare_json(*extra: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 def test_compare_shows_the_design_beside_the_apis_for_the_70b_example() -> None:
     doc = _compare_json()
     v = doc["self_host_vs_api"]
@@ -83,6 +84,7 @@ def test_compare_shows_the_design_beside_the_apis_for_the_70b_example() -> None:
     assert "Self-host versus API" in text and "vs DeepInfra $0.26/M" in text
 
 
+@pytest.mark.slow
 def test_an_overlay_price_moves_the_break_even(tmp_path: Path) -> None:
     before = _compare_json()["self_host_vs_api"]
     overlay = tmp_path / "api.yaml"
@@ -101,6 +103,7 @@ def test_an_overlay_price_moves_the_break_even(tmp_path: Path) -> None:
     assert b1["requests_per_s"] == pytest.approx(b0["requests_per_s"] / 2)
 
 
+@pytest.mark.slow
 def test_a_model_without_an_api_price_says_so_in_one_line() -> None:
     result = run_cli(
         "compare", "--model", "llama-2-13b", "--input-tokens", "500", "--output-tokens", "200",
@@ -151,6 +154,7 @@ def test_rent_vs_buy_sets_each_priced_side_beside_the_apis() -> None:
     assert "self-host versus API at 16.00 req/s" in text and "vs Amazon Bedrock $0.22/M" in text
 
 
+@pytest.mark.slow
 def test_without_a_design_that_meets_its_targets_compare_sets_none_beside_the_apis() -> None:
     result = run_cli("compare", str(example("70b-serving")), "--gpus", "t4")  # 70B does not fit a T4
     assert result.exit_code == 0, result.output

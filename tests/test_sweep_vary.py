@@ -50,3 +50,13 @@ def test_catalog_overrides_load_and_keep_provenance(catalog: Any) -> None:
     assert gpu.source == catalog.gpu("h100-sxm").source and gpu.memory_gib == catalog.gpu("h100-sxm").memory_gib
     assert over.owned.electricity_usd_per_kwh.value == 0.25
     assert catalog_override(catalog, []) is None
+
+
+@pytest.mark.parametrize("option", ["p95_latency=,,,", "p95_latency=,", "budget=,"])
+def test_a_vary_of_separators_only_is_refused(option: str) -> None:
+    """``--vary 'p95_latency=,,,'`` once exited 3 (``range() arg 3 must not be zero``): no value, exit 2."""
+    from conftest import run_cli
+
+    result = run_cli("sweep", str(example("7b-chat-serving")), "--vary", option)
+    assert result.exit_code == 2, result.output
+    assert "holds no value" in result.output

@@ -9,7 +9,7 @@ table built with a cache equals one built without (``tests/test_sweep_reuse.py``
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ from clusterplan.physics.reasons import (
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import ModelArchitecture
+    from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.load import ResolvedRequirement
     from clusterplan.requirement.schema import Requirement, ServingWorkload
@@ -72,6 +72,8 @@ class CandidateCache:
         if held is None or held[0] is not catalog:
             text = "\n".join(
                 spec.model_dump_json(exclude=set(_NOT_PHYSICS)) for _, spec in sorted(catalog.gpus.items())
+            ) + "".join(  # the engine rows too: a --catalog engine override is physics (requirement/load.py)
+                "\n" + engine.model_dump_json() for _, engine in sorted(catalog.engines.items())
             )
             held = (catalog, text)
             self._catalogs[id(catalog)] = held
@@ -202,6 +204,7 @@ def build_candidates(
                 *resolved.model_notes,
                 *assumption_lines(req.assumptions),
                 *engine_lines(req.workloads, req.assumptions),
+                *measured_lines(req.workloads, req.assumptions, [catalog.gpus[g] for g in gpus]),
                 *confidence_lines(derate),
             ]
         ),
@@ -296,6 +299,32 @@ def engine_lines(workloads: Sequence[Any], assumptions: Assumptions) -> list[str
                 f"{sp.acceptance_length:g}, proposer cost {sp.cost:g}"
             )
         out.append(line)
+    return out
+
+
+def measured_lines(workloads: Sequence[Any], assumptions: Assumptions, gpus: Iterable[GpuSpec]) -> list[str]:
+    """The factors measured on a GPU that the plan's physics ran in place of the class's (a `clusterplan calibrate`
+    overlay: engines.yaml ``measured``, gpus.yaml ``measured_training_mfu``), one line each; none without them."""
+    from clusterplan.evaluation.evaluate import serving_assumptions
+
+    rows = list(gpus)
+    out: list[str] = []
+    engines = {
+        (spec := serving_assumptions(assumptions, w).engine_spec).id: spec for w in workloads if w.kind == "serving"
+    }
+    for _, spec in sorted(engines.items()):
+        for gpu in rows:
+            m = spec.measured.get(gpu.id)
+            if m is None:
+                continue
+            figures = ", ".join(
+                f"{k} {v:g}" for k, v in m.model_dump(exclude={"measured_by"}, exclude_none=True).items()
+            )
+            out.append(f"{spec.id} on {gpu.id}: measured {figures} ({spec.source}: {m.measured_by})")
+    if any(w.kind != "serving" for w in workloads):
+        for gpu in rows:
+            if gpu.measured_training_mfu is not None:
+                out.append(f"training on {gpu.id}: measured training_mfu {gpu.measured_training_mfu:g} ({gpu.source})")
     return out
 
 

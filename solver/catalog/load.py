@@ -95,6 +95,10 @@ GPU_CLASSES = ("datacenter", "workstation", "consumer")
 # (a user catalog pricing a GPU at $1e15 crashed the model builder), and no real figure comes close.
 MAX_GPU_USD = 1e7
 MAX_INSTANCE_USD_PER_HOUR = 1e5
+# Floors: below them a month of the figure is a few cents or less, which integer cents round away (a
+# $1e-12/h instance planned three 16-GPU designs at $5.3e-8); shipped cheapest: $0.0627/h (spot), $299/GPU.
+MIN_GPU_USD = 1.0
+MIN_INSTANCE_USD_PER_HOUR = 0.01
 MAX_OWNED_VALUE = {
     "server_usd_per_node": 1e8,
     "network_usd_per_node": 1e8,
@@ -726,6 +730,9 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
 
     for engine_id, engine in tables.engines.items():
         rep.check_refs("engines", engine_id, engine)
+        for gpu_id in engine.measured:
+            if gpu_id not in tables.gpus:
+                rep.report("engines", engine_id, f"measured on GPU '{gpu_id}', which is no catalog GPU id", "measured")
     _check_kernels(tables, rep)
 
     for key, inst in tables.instances.items():
@@ -816,6 +823,15 @@ def _check_gpu(gpu_id: str, gpu: GpuSpec, rep: _Reporter) -> None:
                 "price",
                 "usd",
             )
+        if gpu.price.usd < MIN_GPU_USD:
+            rep.report(
+                "gpus",
+                gpu_id,
+                f"GPU '{gpu_id}' is priced at ${gpu.price.usd:,.4g}, below the ${MIN_GPU_USD:,.2f} per GPU clusterplan "
+                "plans with (its integer cents cannot represent it); check the unit",
+                "price",
+                "usd",
+            )
     for precision in gpu.native_precisions:
         if gpu.tflops(precision) is None:
             rep.report("gpus", gpu_id, f"'{precision}' is listed as native but dense has no figure for it", "dense")
@@ -853,6 +869,14 @@ def _check_instance(tables: _Tables, key: str, inst: CloudInstance, rep: _Report
                 key,
                 f"instance '{key}' costs ${price:,.4g} an hour, beyond the ${MAX_INSTANCE_USD_PER_HOUR:,.0f} "
                 "clusterplan plans with; check the unit",
+                price_field,
+            )
+        if price is not None and price < MIN_INSTANCE_USD_PER_HOUR:
+            rep.report(
+                "instances",
+                key,
+                f"instance '{key}' costs ${price:,.4g} an hour, below the ${MIN_INSTANCE_USD_PER_HOUR:,.2f} clusterplan "
+                "plans with (its integer cents cannot represent a month of it); check the unit",
                 price_field,
             )
     if inst.provider not in tables.providers:

@@ -8,10 +8,13 @@ map, or a URL) and ``as_of`` (the date the figure was read, ISO ``YYYY-MM-DD`` o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from clusterplan.errors import CONTROL_CHARACTERS, printable, quoted
 
 # fp4: 4-bit floating point (E2M1) with block scales: NVFP4 (an FP8 E4M3 scale per 16 values) on NVIDIA
 # Blackwell, MXFP4 (an E8M0 scale per 32, OCP Microscaling v1.0) on AMD CDNA 4 and, weight-only, elsewhere.
@@ -56,7 +59,22 @@ MAX_MTP_LAYERS = 16  # multi-token-prediction modules; shipped largest: 1 (DeepS
 MAX_LABEL_CHARS = 200  # ids and names are labels in tables; a 3,000,000-character name took 41 s to render
 
 NodeGpus = Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)]
-Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS)]
+_CONTROL_IN_NAME = re.compile("[" + re.escape("".join(sorted(CONTROL_CHARACTERS))) + "]")
+
+
+def visible_name(value: str) -> str:
+    """A name without control, bidirectional or zero-width characters: names become table labels, script comments
+    and file names, where a newline ran code (``chat\\ntouch x`` in an exported script) and ESC drove the terminal."""
+    bad = _CONTROL_IN_NAME.search(value)
+    if bad is not None:
+        raise ValueError(
+            f"the name {quoted(value)} holds a control or invisible character ({printable(bad.group())} at character"
+            f" {bad.start() + 1}): write it in visible characters (letters, digits, spaces, punctuation)"
+        )
+    return value
+
+
+Label = Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS), AfterValidator(visible_name)]
 
 
 class Row(BaseModel):
@@ -147,6 +165,13 @@ class GpuSpec(Provenance):
         "default: the owned node_sizes up to max_gpus_per_node",
     )
     price: PurchasePrice | None = None
+    measured_training_mfu: float | None = Field(
+        None,
+        gt=0,
+        le=1.5,
+        description="training_mfu measured on this GPU (a `clusterplan calibrate` overlay from a step-time log); "
+        "None: the GPU class's Assumptions training_mfu. A requirement's own training_mfu wins",
+    )
     # The kernels.yaml row of this GPU's architecture, set by the catalog that holds the row (Catalog.__post_init__);
     # not a field: a GPU row does not name it, and it is not part of the row's data or its fingerprint.
     _kernels: ArchitectureKernels | None = PrivateAttr(default=None)
@@ -358,6 +383,11 @@ class ModelArchitecture(Row):
     max_context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="tokens")
     published_params: float | None = Field(
         None, gt=0, le=MAX_PUBLISHED_PARAMS, description="parameter count the publisher states"
+    )
+    chat_checkpoint: str | None = Field(
+        None,
+        description="the instruct/chat checkpoint of this architecture a chat service serves (a Hugging Face "
+        "repository; `clusterplan export` launches it); None: the checkpoint in `source` is the one served",
     )
 
     @model_validator(mode="after")
@@ -599,6 +629,16 @@ class ClassFactors(Row):
     consumer: float = Field(gt=0, le=1.5)
 
 
+class MeasuredEngineFactors(Row):
+    """An engine's kernel factors measured on one GPU (`clusterplan calibrate` from benchmark results); a factor
+    left out keeps the engine's per-class value. A requirement's own factor wins over both."""
+
+    memory_bandwidth_efficiency: float | None = Field(None, gt=0, le=1.5, description="share of peak bandwidth")
+    compute_efficiency: float | None = Field(None, gt=0, le=1.5, description="share of dense tensor peak")
+    decode_step_overhead_s: float | None = Field(None, ge=0, le=1.5, description="fixed cost of one step, seconds")
+    measured_by: str = Field(max_length=2000, description="the result files, tool and version the fit read")
+
+
 class HostFactors(Row):
     """A per-step host (CPU) time of an engine, per host CPU class (:attr:`GpuSpec.host_cpu`)."""
 
@@ -806,6 +846,11 @@ class EngineSpec(Provenance):
         "architecture name then weight precision (physics/step.py expert_parts_s); unlisted: 0, not modelled",
     )
     fitted_to: str = Field(max_length=2000, description="the measurements the factors come from")
+    measured: dict[str, MeasuredEngineFactors] = Field(
+        default_factory=dict,
+        description="factors measured on one GPU, by catalog GPU id (a `clusterplan calibrate` overlay); they win "
+        "over the per-class factors on that GPU",
+    )
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")
 
     def fraction_at(self, tp: int) -> float:

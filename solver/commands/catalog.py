@@ -361,17 +361,16 @@ def register(app: typer.Typer) -> None:
 
 
 def _emit(thing: Table | str) -> None:
-    from clusterplan.console import out_console
+    from clusterplan.console import SafeConsole, out_console
 
     if isinstance(thing, str):
         typer.echo(thing)
     else:
         # Never truncate ids or prices to fit a narrow terminal or a pipe: print the table at its natural width.
-        from rich.console import Console
         from rich.measure import Measurement
 
         natural = Measurement.get(out_console, out_console.options.update(width=10_000), thing).maximum
         if natural <= out_console.width:
             out_console.print(thing)
         else:
-            Console(file=out_console.file, width=natural, highlight=False).print(thing)
+            SafeConsole(file=out_console.file, width=natural, highlight=False).print(thing)

@@ -89,7 +89,7 @@ def compare(o: CompareOptions) -> None:
             resolved = load_requirement_arg(o.file, cat)
         which = workload_ref(o.workload) if o.workload is not None else None
         result = compare_requirement(
-            resolved.requirement, list(resolved.models), cat, workload=which, gpus=_gpu_names(o.gpus),
+            resolved, cat, workload=which, gpus=_gpu_names(o.gpus),
             precision=o.precision,
         )  # fmt: skip
         if o.as_json:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from clusterplan.physics.layout import Layout, Recompute
@@ -470,8 +470,7 @@ def _group_rates(
         problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
     layout = evaluate.replica_layout(g)
     est = evaluate.serving_estimate(arch, spec, w, layout, batch=g.batch, assumptions=a)
-    # the batch the engine runs is read at the dense layout of the group's TP and PP (no EP, attention TP)
-    runs = evaluate.max_batch(arch, spec, w, replace(layout, ep=1, attention_dp=False), a)
+    runs = evaluate.group_batch(arch, spec, w, g, a)  # at the group's own layout, EP and attention DP included
     if g.batch > max(runs, 1):
         engine = evaluate.serving_assumptions(a, w).engine
         problems.append(f"{wp.workload}: {g.gpu} batch {g.batch} exceeds the {runs} the {engine} engine runs")

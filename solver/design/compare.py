@@ -1,53 +1,77 @@
-"""``clusterplan compare``: GPU types side by side for one model and workload, without the solver.
+"""``clusterplan compare``: GPU types side by side for one model and workload.
 
-Each GPU is described by ``clusterplan estimate``'s path (:func:`clusterplan.design.estimate.estimate_requirement`
-with the GPU pinned). Serving: one estimate per replica shape the planner tries
-(:func:`clusterplan.candidates.serving.serving_shapes`, TP within the NVLink domain), each at the planner's batch
-policy with the replicas the demand needs; the row keeps the one that runs, meets the p95 targets and costs least
-(:func:`_layout_key`). Training: estimate's own search (the fastest layout of the smallest count that meets the
-deadline). Each deployment is priced on the cheapest offering of that kind by :mod:`clusterplan.evaluation.pricing`
-over the requirement's horizon, as ``solve`` prices it. The figures this module adds are ratios of those figures
-and catalog rows (the functions below); no cost or speed is computed twice. Weight precision: the best of those
-the requirement's quality gate allows (``quality.max_loss``, narrowed by ``constraints.quantizations``), as the
-planner chooses, unless ``--precision`` names one.
+Serving: each GPU's row is ``solve``'s answer with the GPU list narrowed to that GPU
+(:func:`narrowed`: ``constraints.allowed_gpus: [gpu]``, the chosen workload alone), planned by
+:func:`clusterplan.pipeline.plan_requirement` from the same candidate rows and CP-SAT model: expert parallelism,
+attention data-parallelism and disaggregated pools wherever the requirement allows them, replica counts chosen by
+CP-SAT. Each deployment column is that solve with ``deployment`` set to ``cloud`` or ``owned`` (both are shown,
+whatever the requirement asks); the row's design is the one under the requirement's own deployment (``either``:
+the cheaper, or a mix of both where CP-SAT finds one cheaper still). A GPU with no design says why with the
+planner's own cause (:class:`clusterplan.plan.Infeasibility`). The planner's candidate rows are shared across the
+GPUs' solves (:class:`clusterplan.candidates.build.CandidateCache`), so each GPU after the first costs a solve.
+
+Training: estimate's own search (the fastest layout of the smallest count that meets the deadline,
+:func:`clusterplan.design.estimate.estimate_requirement` with the GPU pinned), priced on the cheapest offering of
+each kind by :mod:`clusterplan.evaluation.pricing` over the requirement's horizon, as ``solve`` prices it.
+
+The figures this module adds are ratios of the planned or estimated figures and catalog rows (the functions
+below); no cost or speed is computed twice. Weight precision: the best of those the requirement's quality gate
+allows (``quality.max_loss``, narrowed by ``constraints.quantizations``), as the planner chooses, unless
+``--precision`` names one.
 
 Derived metrics, per GPU and deployment:
 
 * ``usd_per_tb_per_s``: the price of one GPU over its memory bandwidth in TB/s. Cloud: $/GPU-hour of the
-  chosen instance type; owned: capital per GPU slot of the chosen server (GPU + its share of chassis and
+  chosen instance types; owned: capital per GPU slot of the chosen servers (GPU + its share of chassis and
   network, :func:`clusterplan.evaluation.pricing.owned_server`).
 * ``usd_per_dense_tflops``: the same price over dense tensor TFLOPS at the compute precision
   (:func:`clusterplan.physics.serving.peak_tflops`, the figure the physics uses).
 * ``usd_per_million_tokens``: serving: solve's figure (total over the horizon / the workload's average output
   tokens, :func:`clusterplan.evaluation.pricing.costs`); training: the cost of the hardware / million trained tokens.
-* ``self_host_vs_api`` (serving): each row that meets its targets, per deployment, beside the catalog's hosted API
+* ``self_host_vs_api`` (serving): each row's design per deployment, beside the catalog's hosted API
   prices for the model, per month and per million tokens (input and output together), with the break-even demand
   (:mod:`clusterplan.design.selfhost`).
-* power: W per GPU (cloud: the board's TDP; owned: the server at full power with its overhead, per GPU slot)
+* power: W per GPU (cloud: the board's TDP; owned: the servers at full power with their overhead, per GPU slot)
   and per replica (x GPUs per replica).
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import Field
 
-from clusterplan.design.estimate import EstimateResult, Result, estimate_requirement
+from clusterplan.candidates.build import CandidateCache
+from clusterplan.design.estimate import EstimateResult, Result, estimate_requirement, workload_index
 from clusterplan.design.selfhost import SelfHostVsApi, api_quotes, catalog_model_id, with_designs
 from clusterplan.errors import FieldProblem, InputError, Location, UnknownNameError, quoted
+from clusterplan.evaluation import evaluate
 from clusterplan.physics.serving import peak_tflops
-from clusterplan.plan import Costs, HardwareLine
-from clusterplan.requirement.schema import PinnedConfig, Requirement, ServingWorkload
+from clusterplan.pipeline import PlanOptions, plan_requirement
+from clusterplan.plan import Costs, Design, HardwareLine, Plan, ReplicaGroup, ServingPlan
+from clusterplan.requirement.schema import (
+    PinnedConfig,
+    Quality,
+    Requirement,
+    ServingWorkload,
+    quality_class_of,
+)
+from clusterplan.wording.fmt import layout as layout_text
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+    from clusterplan.requirement.load import ResolvedRequirement
 
 GB_PER_TB = 1000.0  # decimal units, as GPU datasheets state bandwidth
 TOKENS_PER_MILLION = 1e6
 COMMAND_LINE = Location("command line")
+DeploymentKind = Literal["cloud", "owned", "cloud+owned"]
+# One design per solve, and no explanation of it: what a sweep's bisection plans with (pipeline.PlanOptions).
+DESIGN_ONLY = PlanOptions(top=1, explain="design")
+# A GPU (or deployment) with no design: the solve again with the analysis of why (its real cause first).
+WHY_NOT = PlanOptions(top=1, explain=False)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -74,21 +98,28 @@ def usd_per_million_trained_tokens(total_usd: float, tokens: float) -> float | N
     return total_usd / (tokens / TOKENS_PER_MILLION) if tokens > 0 else None
 
 
-def usd_per_gpu_hour(line: HardwareLine) -> float | None:
-    """A cloud line's instance price over its GPUs per instance (``$/h / GPUs``); None for owned lines."""
-    return line.usd_per_hour / line.gpus_per_unit if line.kind == "cloud" else None
-
-
-def capital_usd_per_gpu(line: HardwareLine) -> float | None:
-    """An owned line's capital per GPU slot bought (``capital / (bought x GPUs per server)``); None if none bought."""
-    if line.kind != "owned" or line.bought <= 0:
+def usd_per_gpu_hour(lines: list[HardwareLine]) -> float | None:
+    """Cloud lines' instance prices over their GPUs (``sum(units x $/h) / sum(units x GPUs per unit)``); None
+    when any line is owned."""
+    if not lines or any(x.kind != "cloud" for x in lines):
         return None
-    return line.capital_usd / (line.bought * line.gpus_per_unit)
+    return sum(x.units * x.usd_per_hour for x in lines) / sum(x.units * x.gpus_per_unit for x in lines)
 
 
-def power_w_per_gpu(line: HardwareLine, tdp_w: float) -> float:
+def capital_usd_per_gpu(lines: list[HardwareLine]) -> float | None:
+    """Owned lines' capital per GPU slot bought (``sum(capital) / sum(bought x GPUs per server)``); None when any
+    line is cloud or none is bought."""
+    slots = sum(x.bought * x.gpus_per_unit for x in lines)
+    if not lines or any(x.kind != "owned" for x in lines) or slots <= 0:
+        return None
+    return sum(x.capital_usd for x in lines) / slots
+
+
+def power_w_per_gpu(lines: list[HardwareLine], tdp_w: float) -> float:
     """Owned: the servers' power at full load over their GPUs (with the node overhead); cloud: the board's TDP."""
-    return line.power_w / line.gpus if line.kind == "owned" and line.gpus else tdp_w
+    owned = [x for x in lines if x.kind == "owned"]
+    gpus = sum(x.gpus for x in owned)
+    return sum(x.power_w for x in owned) / gpus if gpus else tdp_w
 
 
 # ------------------------------------------------------------------------------------------------
@@ -97,14 +128,18 @@ def power_w_per_gpu(line: HardwareLine, tdp_w: float) -> float:
 
 
 class DeploymentFigures(Result):
-    """One GPU on one deployment: the cheapest offering of that kind hosting the layout, as solve prices it."""
+    """One GPU on one deployment: the cheapest design of that kind, as solve plans and prices it."""
 
-    kind: Literal["cloud", "owned"]
-    offering: str = Field(description="catalog offering key: cloud:provider:instance or owned:gpu:size")
-    label: str
-    units: int = Field(description="instances (cloud) or servers (owned)")
-    gpus_per_unit: int
-    usd_per_gpu_hour: float | None = Field(description="cloud: instance $/h / GPUs per instance, USD")
+    kind: DeploymentKind
+    offering: str = Field(description="catalog offering key of the first hardware line: cloud:... or owned:gpu:size")
+    label: str = Field(description="the first hardware line's instance type or server")
+    units: int = Field(description="instances (cloud) or servers (owned), all lines")
+    gpus_per_unit: int = Field(description="the first hardware line's GPUs per instance or server")
+    hardware: str = Field("", description="every hardware line, 'units x label', joined by ' + '")
+    gpus: int = Field(0, description="GPUs the design uses for the workload")
+    gpus_per_replica: int = Field(0, description="serving: tp x pp of the design's first decoding replica group")
+    layout: str = Field("", description="the design's layout as solve writes it (serving)")
+    usd_per_gpu_hour: float | None = Field(description="cloud: instances' $/h over their GPUs, USD")
     capital_usd_per_gpu: float | None = Field(description="owned: capital per GPU slot bought, USD")
     costs: Costs = Field(description="over the requirement's horizon (pricing.costs, solve's figures)")
     usd_per_million_tokens: float | None = Field(
@@ -126,20 +161,32 @@ class GpuComparison(Result):
     gpu_id: str
     gpu_name: str
     feasible: bool
-    reasons: list[str] = Field(default_factory=list)
-    count: int = Field(description="GPUs in total")
-    tp: int
-    pp: int
-    dp: int = Field(description="replicas (serving) or data-parallel degree (training)")
-    gpus_per_replica: int = Field(description="serving: tp x pp; training: the whole layout")
+    reasons: list[str] = Field(default_factory=list, description="why no design: the planner's cause (serving)")
+    deployment: DeploymentKind | None = Field(
+        None, description="serving: the deployment of the row's design (solve's answer on this GPU)"
+    )
+    total_usd: float | None = Field(None, description="the row's design's total over the horizon, USD")
+    layout: str = Field("", description="serving: the row's design's layout as solve writes it")
+    count: int | None = Field(description="GPUs in total")
+    tp: int | None
+    pp: int | None
+    dp: int | None = Field(description="replicas (serving; every pool's) or data-parallel degree (training)")
+    ep: int = Field(1, description="serving: expert-parallel degree of each stage (MoE)")
+    attention_dp: bool = Field(False, description="serving: attention data-parallel over each stage's GPUs (MoE)")
+    disaggregated: bool = Field(False, description="serving: a prefill pool and a decode pool")
+    gpus_per_replica: int | None = Field(
+        description="serving: tp x pp of the first decoding replica group (_lead_group); training: all"
+    )
     quant: str | None = Field(description="serving: weight precision")
     kv_quant: str | None = None
     compute_precision: str = Field(description="precision the matmuls run at")
     batch: int | None = Field(description="serving: concurrency per replica (the batch policy); training: micro-batch")
-    memory_capacity_gib: float
-    weights_gib: float = Field(description="per GPU (most loaded), GiB")
-    kv_cache_gib: float = Field(description="per GPU at the batch, GiB (serving)")
-    memory_total_gib: float = Field(description="per GPU (most loaded), GiB")
+    memory_capacity_gib: float | None
+    weights_gib: float | None = Field(description="per GPU (most loaded), GiB")
+    kv_cache_gib: float | None = Field(description="per GPU at the batch, GiB (serving)")
+    memory_total_gib: float | None = Field(
+        description="per GPU (most loaded; serving: of the replica the row describes, _lead_group), GiB"
+    )
     max_batch_by_memory: int | None = Field(description="serving: sequences whose KV cache fits beside the weights")
     bandwidth_tb_per_s: float = Field(description="catalog memory bandwidth, TB/s")
     dense_tflops: float = Field(description="catalog dense TFLOPS at the compute precision")
@@ -153,11 +200,16 @@ class GpuComparison(Result):
     meets_targets: bool | None = Field(description="serving: peak demand within targets; training: the deadline")
     cloud: DeploymentFigures | None = None
     owned: DeploymentFigures | None = None
-    layouts_tried: int = Field(1, description="serving: the planner's replica shapes estimated; the best is shown")
+    mixed: DeploymentFigures | None = Field(
+        None, description="serving, deployment either: a design on cloud and owned together, where it is cheapest"
+    )
     notes: list[str] = Field(default_factory=list)
 
+    def deployments(self) -> list[DeploymentFigures]:
+        return [d for d in (self.cloud, self.owned, self.mixed) if d is not None]
+
     def cheapest_total_usd(self) -> float | None:
-        totals = [d.costs.total_usd for d in (self.cloud, self.owned) if d is not None]
+        totals = [d.costs.total_usd for d in self.deployments()]
         return min(totals) if totals else None
 
 
@@ -167,7 +219,7 @@ class Comparison(Result):
     kind: Literal["serving", "training", "finetune"]
     model: str
     horizon_months: float
-    precision: str | None = Field(description="the precision asked for (--precision); None: estimate's default")
+    precision: str | None = Field(description="the precision asked for (--precision); None: the planner's choice")
     rows: list[GpuComparison]
     notes: list[str] = Field(default_factory=list)
     self_host_vs_api: SelfHostVsApi | None = Field(
@@ -209,108 +261,233 @@ def gpus_to_compare(names: list[str] | None, req: Requirement, catalog: Catalog)
 
 
 def compare_requirement(
-    req: Requirement,
-    models: list[ModelArchitecture],
+    resolved: ResolvedRequirement,
     catalog: Catalog,
     *,
     workload: int | str | None = None,
     gpus: list[str] | None = None,
     precision: str | None = None,
 ) -> Comparison:
-    """Every GPU of ``gpus_to_compare`` through estimate's path, both deployments, in :func:`_row_order`."""
-    both = req.model_copy(update={"deployment": "either"})  # both deployments, whatever the requirement asks
+    """Every GPU of ``gpus_to_compare``, both deployments, in :func:`_row_order`: serving as ``solve`` narrowed to
+    the GPU (:func:`_serving_row`), training through estimate's path (:func:`_training_row`)."""
+    req = resolved.requirement
+    index = workload_index(req, workload, [])
+    w = req.workloads[index]
+    arch = resolved.model_for(index)
     specs = gpus_to_compare(gpus, req, catalog)
+    if not specs:
+        raise InputError([FieldProblem(COMMAND_LINE, "--gpus", "no GPU to compare")])
     notes: list[str] = []
     if req.deployment != "either":
         notes.append(f"the requirement asks for deployment: {req.deployment}; both deployments are shown")
-    rows: list[GpuComparison] = []
-    first: EstimateResult | None = None
-    for spec in specs:
-        pins = PinnedConfig(workload=workload, gpu=spec.id)
-        work = both
-        if precision is not None:
-            pins, work = _with_precision(both, pins, workload, precision)
-        result, tried = _best_estimate(work, models, catalog, spec, pins)
-        first = first or result
-        rows.append(_row(result, spec, work, layouts_tried=tried))
-    if first is None:
-        raise InputError([FieldProblem(COMMAND_LINE, "--gpus", "no GPU to compare")])
+    pins = PinnedConfig(workload=index)
+    work = req
+    if precision is not None:
+        pins, work = _with_precision(req, pins, index, precision)
+    if isinstance(w, ServingWorkload):
+        if len(req.workloads) > 1:
+            notes.append(f"planned for workload '{w.name}' alone (the requirement's other workloads left out)")
+        notes += _precision_notes(req, pins.quant)
+        cache = CandidateCache()  # the candidate rows and physics every GPU's solves share
+        rows = [_serving_row(resolved, catalog, spec, index, pins.quant, cache) for spec in specs]
+    else:
+        both = work.model_copy(update={"deployment": "either"})  # both deployments, whatever the requirement asks
+        rows = [
+            _training_row(
+                estimate_requirement(both, list(resolved.models), catalog, pins.model_copy(update={"gpu": spec.id})),
+                spec,
+                both,
+            )
+            for spec in specs
+        ]
     rows.sort(key=_row_order)
-    c = first.config
     return Comparison(
-        requirement=req.name, workload=c.workload, kind=c.kind, model=c.model, horizon_months=req.budget.horizon,
-        precision=precision, rows=rows, notes=notes, self_host_vs_api=_versus_api(req, catalog, c, rows),
+        requirement=req.name, workload=w.name, kind=w.kind, model=arch.name, horizon_months=req.budget.horizon,
+        precision=precision, rows=rows, notes=notes, self_host_vs_api=_versus_api(req, catalog, index, arch, rows),
     )  # fmt: skip
 
 
-def _versus_api(req: Requirement, catalog: Catalog, c: Any, rows: list[GpuComparison]) -> SelfHostVsApi | None:
+def _versus_api(
+    req: Requirement, catalog: Catalog, index: int, arch: ModelArchitecture, rows: list[GpuComparison]
+) -> SelfHostVsApi | None:
     """Serving: each row meeting its targets, per deployment priced, beside the model's hosted API prices."""
-    w = req.workloads[c.workload_index]
+    w = req.workloads[index]
     if not isinstance(w, ServingWorkload):
         return None
     base = api_quotes(
-        catalog, catalog_model_id(catalog, c.model), workload=w.name, requests_per_s=w.requests_per_s,
+        catalog, catalog_model_id(catalog, arch.name), workload=w.name, requests_per_s=w.requests_per_s,
         input_tokens=w.input_tokens, output_tokens=w.output_tokens,
     )  # fmt: skip
     designs = [
-        (f"{r.gpu_name} {d.kind}", d.costs)
-        for r in rows
-        if r.feasible and r.meets_targets
-        for d in (r.cloud, r.owned)
-        if d is not None
+        (f"{r.gpu_name} {d.kind}", d.costs) for r in rows if r.feasible and r.meets_targets for d in r.deployments()
     ]
     return with_designs(base, designs)
 
 
 def _row_order(r: GpuComparison) -> tuple[bool, bool, bool, float]:
     """Runs and meets its targets first, then runs, then impossible; each cheapest first, unpriced last."""
-    total = r.cheapest_total_usd()
+    total = r.total_usd if r.total_usd is not None else r.cheapest_total_usd()
     return (not r.feasible, r.meets_targets is False, total is None, total or 0.0)
 
 
-def _layout_key(result: EstimateResult) -> tuple[bool, bool, float, int]:
-    """A serving layout's rank: runs first, then serves the peak within the p95 targets, then the cheapest total
-    of either deployment, then the fewest GPUs."""
-    totals = [p.costs.total_usd for p in (result.cloud, result.owned) if p is not None]
-    meets = result.load is not None and result.load.serves_peak
-    return (not result.feasible, not meets, min(totals) if totals else math.inf, result.config.count)
+# ------------------------------------------------------------------------------------------------
+# Serving: solve narrowed to one GPU
+# ------------------------------------------------------------------------------------------------
 
 
-def _best_estimate(
-    req: Requirement, models: list[ModelArchitecture], catalog: Catalog, spec: GpuSpec, pins: PinnedConfig
-) -> tuple[EstimateResult, int]:
-    """Serving: estimate at each of the planner's replica shapes (:func:`clusterplan.candidates.serving.serving_shapes`,
-    TP within the NVLink domain) and keep the best by :func:`_layout_key`; training: estimate's own layout search
-    (the fastest layout of the smallest count that meets the deadline). Returns the estimate and the layouts tried."""
-    from clusterplan.candidates.offerings import gpu_type_of
-    from clusterplan.candidates.serving import serving_shapes
-    from clusterplan.candidates.table import SERVING_QUANTS
-    from clusterplan.design.estimate import workload_index
+def narrowed(
+    resolved: ResolvedRequirement, index: int, gpu_id: str, deployment: str, quant: str | None = None
+) -> ResolvedRequirement:
+    """``resolved`` as compare plans it for one GPU: workload ``index`` alone, ``constraints.allowed_gpus: [gpu]``
+    (``excluded_gpus`` cleared: the GPU was asked for by name), ``deployment`` as given; ``quant`` (``--precision``):
+    ``constraints.quantizations: [quant]``, the quality gate widened to admit it where it does not
+    (:func:`_precision_notes` says so)."""
+    req = resolved.requirement
+    constraints = req.constraints.model_copy(update={"allowed_gpus": [gpu_id], "excluded_gpus": []})
+    update: dict[str, Any] = {"deployment": deployment, "workloads": [req.workloads[index]]}
+    if quant is not None:
+        constraints = constraints.model_copy(update={"quantizations": [quant]})
+        if ("bf16" if quant == "fp16" else quant) not in req.allowed_precisions():
+            update["quality"] = Quality(max_loss=quality_class_of(quant))
+    update["constraints"] = constraints
+    return replace(resolved, requirement=req.model_copy(update=update), models=(resolved.model_for(index),))
 
-    w = req.workloads[workload_index(req, pins.workload, [])]
-    if not isinstance(w, ServingWorkload):
-        return estimate_requirement(req, models, catalog, pins), 1
-    g = gpu_type_of(spec)
-    shapes = [(tp, pp) for tp, pp in serving_shapes(g) if tp <= g.nvlink_domain]
-    # Without --precision, every weight precision the quality gate allows, as the planner's rows do
-    # (None: estimate's 16-bit default; the quantized ones in SERVING_QUANTS order).
-    allowed = req.allowed_precisions()
-    quants = [pins.quant] if pins.quant is not None else [None, *(q for q in SERVING_QUANTS[1:] if q in allowed)]
-    results = [
-        estimate_requirement(req, models, catalog, pins.model_copy(update={"tp": tp, "pp": pp, "quant": q}))
-        for q in quants
-        for tp, pp in shapes
+
+def _precision_notes(req: Requirement, quant: str | None) -> list[str]:
+    """``--precision`` beyond the requirement's quality gate: planned as asked, and said (solve would not)."""
+    if quant is None or ("bf16" if quant == "fp16" else quant) in req.allowed_precisions():
+        return []
+    return [
+        f"weights {quant} are outside this requirement's quality gate (quality.max_loss {req.max_loss}): planned "
+        f"as --precision asks; solve would not choose them (set quality.max_loss: {quality_class_of(quant)})"
     ]
-    return min(results, key=_layout_key), len(results)
+
+
+def _solves(
+    resolved: ResolvedRequirement, catalog: Catalog, gpu_id: str, index: int, quant: str | None, cache: CandidateCache
+) -> dict[str, Plan]:
+    """The GPU's plans: ``cloud`` and ``owned``, and the requirement's own deployment when it is ``either`` (its
+    optimum may put cloud and owned hardware together). An ``either`` optimum on one kind of hardware is that
+    kind's optimum too (any design of that kind is an ``either`` design), so only the other kind is solved again."""
+
+    def solve(deployment: str) -> Plan:
+        return plan_requirement(narrowed(resolved, index, gpu_id, deployment, quant), catalog, DESIGN_ONLY, cache=cache)
+
+    plans: dict[str, Plan] = {}
+    if resolved.requirement.deployment == "either":
+        plans["either"] = solve("either")
+        if plans["either"].designs and (kind := _kind_of(plans["either"].designs[0])) != "cloud+owned":
+            plans[kind] = plans["either"]
+    for kind in ("cloud", "owned"):
+        if kind not in plans:
+            plans[kind] = solve(kind)
+    return plans
+
+
+def _why_not(
+    resolved: ResolvedRequirement, catalog: Catalog, gpu_id: str, index: int, quant: str | None, cache: CandidateCache
+) -> list[str]:
+    """The planner's cause for no design on this GPU under the requirement's deployment (the infeasibility
+    analysis's real cause where it names one, else its conflict and least relaxations)."""
+    deployment = resolved.requirement.deployment
+    plan = plan_requirement(narrowed(resolved, index, gpu_id, deployment, quant), catalog, WHY_NOT, cache=cache)
+    info = plan.infeasibility
+    if info is None:
+        return [f"no design: the solve ended {plan.status}"]
+    return list(info.causes) or [info.text]
+
+
+def _kind_of(d: Design) -> DeploymentKind:
+    kinds = {x.kind for x in d.hardware}
+    return "cloud+owned" if len(kinds) > 1 else "cloud" if kinds == {"cloud"} else "owned"
+
+
+def _serving_row(
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    spec: GpuSpec,
+    index: int,
+    quant: str | None,
+    cache: CandidateCache,
+) -> GpuComparison:
+    """One GPU's row: each deployment's cheapest design, and the row's figures from the design ``solve`` returns
+    on this GPU under the requirement's deployment (the cheapest column where that deployment has none)."""
+    plans = _solves(resolved, catalog, spec.id, index, quant, cache)
+    best = {k: p.designs[0] for k, p in plans.items() if p.designs}
+    asked = resolved.requirement.deployment
+    design = best.get(asked)
+    mixed = best["either"] if "either" in best and _kind_of(best["either"]) == "cloud+owned" else None
+    columns = {k: best[k] for k in ("cloud", "owned") if k in best}
+    notes = [f"no {k} design on this GPU" for k in ("cloud", "owned") if k not in best and best]
+    if design is None and columns:
+        design = min(columns.values(), key=lambda d: d.costs.total_usd)
+        notes.insert(0, f"no design under the requirement's deployment ({asked}); the cheapest other is shown")
+    if design is None:
+        return _no_design(spec, _why_not(resolved, catalog, spec.id, index, quant, cache))
+    sp = design.workloads[0]
+    assert isinstance(sp, ServingPlan)  # the narrowed requirement's one workload is this serving workload
+    w = resolved.requirement.workloads[index]
+    assert isinstance(w, ServingWorkload)
+    first = _lead_group(sp)
+    est = evaluate.serving_estimate(
+        resolved.model_for(index), spec, w, evaluate.replica_layout(first), batch=first.batch,
+        assumptions=resolved.requirement.assumptions,
+    )  # fmt: skip
+    precision = est.compute_precision or first.quant
+    tflops = peak_tflops(spec, precision)
+
+    def figures(kind: DeploymentKind, d: Design) -> DeploymentFigures:
+        plan = d.workloads[0]
+        assert isinstance(plan, ServingPlan)
+        lead = _lead_group(plan)
+        planned = Planned(d.costs, d.hardware, lead.tp * lead.pp, gpus=plan.gpus, layout=layout_text(plan))
+        return _deployment(kind, planned, spec, tflops=tflops, per_million=d.costs.usd_per_million_output_tokens)
+
+    return GpuComparison(
+        gpu_id=spec.id, gpu_name=spec.name, feasible=True, deployment=_kind_of(design),
+        total_usd=design.costs.total_usd, layout=layout_text(sp), count=sp.gpus, tp=first.tp, pp=first.pp,
+        dp=sum(g.replicas for g in sp.groups), ep=first.ep, attention_dp=first.attention_dp,
+        disaggregated=sp.disaggregated, gpus_per_replica=first.tp * first.pp, quant=first.quant,
+        kv_quant=first.kv_cache, compute_precision=precision, batch=first.batch,
+        memory_capacity_gib=first.gpu_memory_gib, weights_gib=est.memory.weights_gib,
+        kv_cache_gib=est.memory.kv_cache_gib, memory_total_gib=first.memory_gib_per_gpu,
+        max_batch_by_memory=est.max_batch_by_memory, bandwidth_tb_per_s=spec.bandwidth_gb_per_s / GB_PER_TB,
+        dense_tflops=tflops, tdp_w=spec.tdp_w, output_tokens_per_s_per_replica=first.output_tokens_per_s,
+        output_tokens_per_s_within_targets=first.rate_rps * w.output_tokens, tokens_per_s=None,
+        time_to_train_s=None, meets_targets=True,
+        cloud=figures("cloud", columns["cloud"]) if "cloud" in columns else None,
+        owned=figures("owned", columns["owned"]) if "owned" in columns else None,
+        mixed=figures("cloud+owned", mixed) if mixed is not None else None, notes=notes,
+    )  # fmt: skip
+
+
+def _lead_group(sp: ServingPlan) -> ReplicaGroup:
+    """The replica group a row's per-replica figures describe: the first that decodes (an aggregated replica, or
+    the decode pool of a disaggregated design; a prefill replica emits no output tokens)."""
+    return next((g for g in sp.groups if g.role != "prefill"), sp.groups[0])
+
+
+def _no_design(spec: GpuSpec, reasons: list[str]) -> GpuComparison:
+    """A GPU the planner finds no design on: the catalog's figures and the planner's reason, nothing planned."""
+    return GpuComparison(
+        gpu_id=spec.id, gpu_name=spec.name, feasible=False, reasons=reasons, count=None, tp=None, pp=None, dp=None,
+        gpus_per_replica=None, quant=None, compute_precision="bf16", batch=None, memory_capacity_gib=None,
+        weights_gib=None, kv_cache_gib=None, memory_total_gib=None, max_batch_by_memory=None,
+        bandwidth_tb_per_s=spec.bandwidth_gb_per_s / GB_PER_TB, dense_tflops=peak_tflops(spec, "bf16"),
+        tdp_w=spec.tdp_w, output_tokens_per_s_per_replica=None, output_tokens_per_s_within_targets=None,
+        tokens_per_s=None, meets_targets=None,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# Training: estimate's layout search
+# ------------------------------------------------------------------------------------------------
 
 
 def _with_precision(
-    req: Requirement, pins: PinnedConfig, workload: int | str | None, precision: str
+    req: Requirement, pins: PinnedConfig, index: int, precision: str
 ) -> tuple[PinnedConfig, Requirement]:
     """Serving: the weights' precision (estimate's ``--quant``); training: the workload's ``precision``."""
-    from clusterplan.design.estimate import workload_index
-
-    index = workload_index(req, workload, [])
     w = req.workloads[index]
     field = "quant" if isinstance(w, ServingWorkload) else "precision"
     allowed = get_args(PinnedConfig.model_fields["quant"].annotation) if field == "quant" else ()
@@ -329,84 +506,65 @@ def _with_precision(
     return pins, req.model_copy(update={"workloads": workloads})
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One deployment's design as a column prices it: its costs and hardware lines, the GPUs it uses, one replica's
+    GPUs (serving; training: the layout's) and its layout as solve writes it (serving)."""
+
+    costs: Costs
+    lines: list[HardwareLine]
+    gpus_per_replica: int
+    gpus: int = 0
+    layout: str = ""
+
+
 def _deployment(
-    kind: Literal["cloud", "owned"],
-    costs: Costs,
-    lines: list[HardwareLine],
-    spec: GpuSpec,
-    *,
-    tflops: float,
-    gpus_per_replica: int,
-    per_million: float | None,
+    kind: DeploymentKind, planned: Planned, spec: GpuSpec, *, tflops: float, per_million: float | None
 ) -> DeploymentFigures:
-    line = lines[0]  # estimate prices a layout on one offering type
-    per_gpu = usd_per_gpu_hour(line) if kind == "cloud" else capital_usd_per_gpu(line)
-    watts = power_w_per_gpu(line, spec.tdp_w)
+    lines = planned.lines
+    per_gpu = usd_per_gpu_hour(lines) if kind == "cloud" else capital_usd_per_gpu(lines)
+    watts = power_w_per_gpu(lines, spec.tdp_w)
+    line = lines[0]
     return DeploymentFigures(
-        kind=kind, offering=line.offering, label=line.label, units=line.units, gpus_per_unit=line.gpus_per_unit,
-        usd_per_gpu_hour=usd_per_gpu_hour(line), capital_usd_per_gpu=capital_usd_per_gpu(line), costs=costs,
-        usd_per_million_tokens=per_million, usd_per_tb_per_s=usd_per_tb_per_s(per_gpu, spec.bandwidth_gb_per_s),
+        kind=kind, offering=line.offering, label=line.label, units=sum(x.units for x in lines),
+        gpus_per_unit=line.gpus_per_unit, hardware=" + ".join(f"{x.units} x {x.label}" for x in lines),
+        gpus=planned.gpus or sum(x.gpus for x in lines), gpus_per_replica=planned.gpus_per_replica,
+        layout=planned.layout, usd_per_gpu_hour=usd_per_gpu_hour(lines), capital_usd_per_gpu=capital_usd_per_gpu(lines),
+        costs=planned.costs, usd_per_million_tokens=per_million,
+        usd_per_tb_per_s=usd_per_tb_per_s(per_gpu, spec.bandwidth_gb_per_s),
         usd_per_dense_tflops=usd_per_tflops(per_gpu, tflops), power_w_per_gpu=watts,
-        power_w_per_replica=watts * gpus_per_replica,
+        power_w_per_replica=watts * planned.gpus_per_replica,
     )  # fmt: skip
 
 
-def _row(result: EstimateResult, spec: GpuSpec, req: Requirement, *, layouts_tried: int) -> GpuComparison:
+def _training_row(result: EstimateResult, spec: GpuSpec, req: Requirement) -> GpuComparison:
     c = result.config
-    notes = list(result.notes)
-    if result.serving is not None:
-        s = result.serving
-        load = result.load
-        assert load is not None  # a serving estimate always carries its load
-        w = req.workloads[c.workload_index]
-        assert isinstance(w, ServingWorkload)
-        precision = s.compute_precision or s.quant
-        memory = s.memory
-        group = s.gpus_per_replica
-        within = load.max_rate_for_targets_per_replica * w.output_tokens
-        speed: dict[str, Any] = dict(
-            output_tokens_per_s_per_replica=s.output_tokens_per_s, output_tokens_per_s_within_targets=within,
-            tokens_per_s=None, time_to_train_s=None, meets_targets=load.serves_peak,
-            max_batch_by_memory=s.max_batch_by_memory, kv_cache_gib=memory.kv_cache_gib,
-        )  # fmt: skip
-
-        def per_million(costs: Costs) -> float | None:
-            return costs.usd_per_million_output_tokens
-    else:
-        t = result.training
-        assert t is not None  # a training estimate always carries its layout
-        w_t = req.workloads[c.workload_index]
-        precision = c.precision or "bf16"
-        memory = t.memory
-        group = t.gpus
-        deadline = getattr(w_t, "deadline", None)
-        speed = dict(
-            output_tokens_per_s_per_replica=None, output_tokens_per_s_within_targets=None,
-            tokens_per_s=t.tokens_per_s, time_to_train_s=t.time_to_train_s,
-            meets_targets=deadline is None or t.time_to_train_s <= deadline, max_batch_by_memory=None,
-            kv_cache_gib=0.0,
-        )  # fmt: skip
-        tokens = float(getattr(w_t, "tokens", 0.0))
-
-        def per_million(costs: Costs) -> float | None:
-            return usd_per_million_trained_tokens(costs.total_usd, tokens)
-
+    t = result.training
+    assert t is not None  # a training estimate always carries its layout
+    w_t = req.workloads[c.workload_index]
+    precision = c.precision or "bf16"
+    deadline = getattr(w_t, "deadline", None)
+    tokens = float(getattr(w_t, "tokens", 0.0))
     tflops = peak_tflops(spec, precision)
     figures: dict[str, DeploymentFigures | None] = {"cloud": None, "owned": None}
     for kind, priced in (("cloud", result.cloud), ("owned", result.owned)):
         if result.feasible and priced is not None and priced.hardware:  # an impossible layout is not priced
             figures[kind] = _deployment(
                 kind,  # type: ignore[arg-type]
-                priced.costs, priced.hardware, spec, tflops=tflops, gpus_per_replica=group,
-                per_million=per_million(priced.costs),
+                Planned(priced.costs, priced.hardware, t.gpus), spec, tflops=tflops,
+                per_million=usd_per_million_trained_tokens(priced.costs.total_usd, tokens),
             )  # fmt: skip
+    memory = t.memory
     return GpuComparison(
         gpu_id=spec.id, gpu_name=spec.name, feasible=result.feasible, reasons=list(result.reasons), count=c.count,
-        tp=c.tp, pp=c.pp, dp=c.dp, gpus_per_replica=group, quant=c.quant, kv_quant=c.kv_quant,
+        tp=c.tp, pp=c.pp, dp=c.dp, gpus_per_replica=t.gpus, quant=c.quant, kv_quant=c.kv_quant,
         compute_precision=precision, batch=c.batch, memory_capacity_gib=memory.capacity_gib,
-        weights_gib=memory.weights_gib, memory_total_gib=memory.total_gib,
-        bandwidth_tb_per_s=spec.bandwidth_gb_per_s / GB_PER_TB, dense_tflops=tflops, tdp_w=spec.tdp_w,
-        cloud=figures["cloud"], owned=figures["owned"], layouts_tried=layouts_tried, notes=notes, **speed,
+        weights_gib=memory.weights_gib, memory_total_gib=memory.total_gib, kv_cache_gib=0.0,
+        max_batch_by_memory=None, bandwidth_tb_per_s=spec.bandwidth_gb_per_s / GB_PER_TB, dense_tflops=tflops,
+        tdp_w=spec.tdp_w, output_tokens_per_s_per_replica=None, output_tokens_per_s_within_targets=None,
+        tokens_per_s=t.tokens_per_s, time_to_train_s=t.time_to_train_s,
+        meets_targets=deadline is None or t.time_to_train_s <= deadline, cloud=figures["cloud"],
+        owned=figures["owned"], notes=list(result.notes),
     )  # fmt: skip
 
 

@@ -1,28 +1,32 @@
-"""``clusterplan export``: one design of a plan as the engines run it, and what a benchmark should see.
+"""``clusterplan export``: one design of a plan as the engines run it, and what their benchmark will measure.
 
-For each replica group of each serving workload of the chosen design: the engine settings a launch needs
-(TP/PP sizes, weight and KV precision, memory fraction, batch cap, chunked prefill, context, speculative
-decoding, prefix caching) and the figures a benchmark replaying the requirement's workload should report.
-Every figure comes from :mod:`clusterplan.evaluation.evaluate` (one path per design): the engine is resolved by
-``evaluate.serving_assumptions``, the batch by ``evaluate.max_batch``, the latencies by the queueing model at the
-replica's share of the requirement's average request rate. Rendering (command lines, files) is
-:mod:`clusterplan.render.export_view`.
+For each replica group of each serving workload of the chosen design: the engine settings a launch needs, read from
+the group's own layout (TP/PP, expert parallelism and attention data-parallelism, weight and KV precision, memory
+fraction, batch cap, chunked prefill, context, speculative decoding, prefix caching) and the checkpoint served (a
+chat service serves the catalog's instruct/chat checkpoint, ``models.yaml`` ``chat_checkpoint``). Per workload:
+what the benchmark client the export writes (``vllm bench serve`` and its SGLang and TensorRT-LLM counterparts)
+will report, in that tool's own definitions (:class:`BenchExpected`). Every figure comes from
+:mod:`clusterplan.evaluation.evaluate` (one path per design): the engine is resolved by
+``evaluate.serving_assumptions``, the batch by ``evaluate.group_batch`` (the checker's), the latencies by the
+queueing model at the replica's share of the requirement's average request rate. Rendering (command lines, files)
+is :mod:`clusterplan.render.export_view`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from clusterplan.catalog.engine_args import engine_arguments
 from clusterplan.errors import ClusterplanError
 from clusterplan.evaluation import evaluate, pools
 from clusterplan.physics import disagg, queueing
 from clusterplan.physics.factors import SpeculativeDecoding
-from clusterplan.plan import ServingPlan
+from clusterplan.plan import ReplicaGroup, ServingPlan
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
@@ -33,24 +37,57 @@ if TYPE_CHECKING:
     from clusterplan.requirement.load import ResolvedRequirement
     from clusterplan.requirement.schema import ServingWorkload
 
-BENCH_PROMPTS_PER_RPS = 60  # a benchmark of one minute of requests at the average rate (at least 200 prompts)
+BENCH_MIN_PROMPTS = 200  # never fewer prompts than this
+BENCH_MIN_ARRIVALS_S = 60.0  # the arrivals span at least a minute
+# The arrivals span at least this many mean request lifetimes (end-to-end latency): requests arriving in the first
+# lifetime meet a filling replica and the last lifetime drains, so about 1/10 of the run is not steady state.
+BENCH_LIFETIMES = 10.0
 _HF_CONFIG = re.compile(r"https://huggingface\.co/([^/]+/[^/]+)/")
 
 
 class Expected(BaseModel):
-    """What a benchmark at the requirement's average rate should report if the plan is right (per replica)."""
+    """One replica's figures at its share of the requirement's average rate (the queueing model). None: not
+    modelled for this role (a prefill pool's mean wait, its output tokens)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     request_rate_rps: float = Field(description="requests/s one replica receives (its share of the average rate)")
-    output_tokens_per_s: float = Field(description="output tokens/s one replica delivers at that rate")
+    output_tokens_per_s: float | None = Field(description="output tokens/s one replica delivers at that rate")
+    utilisation: float = Field(description="arrivals over the replica's saturated rate")
     mean_ttft_s: float | None = Field(description="None: not modelled (a prefill pool's mean wait)")
     p95_ttft_s: float
     mean_tpot_s: float | None
-    p95_tpot_s: float
+    p95_tpot_s: float | None
     mean_e2e_s: float | None
     p95_e2e_s: float
-    saturated_output_tokens_per_s: float = Field(description="one replica kept full at its batch cap")
+    saturated_output_tokens_per_s: float | None = Field(description="one replica kept full at its batch cap")
+
+
+class BenchExpected(BaseModel):
+    """What the workload's benchmark command reports if the plan is right, in the tool's own definitions
+    (``vllm bench serve``, vllm/benchmarks/serve.py ``calculate_metrics``; SGLang's ``bench_serving`` and
+    TensorRT-LLM's ``benchmark_serving`` compute the same): TTFT from sending a request to its first token; TPOT
+    per request ``(latency - TTFT) / (output tokens - 1)`` (the first token excluded), its mean over requests; ITL
+    each gap between streamed chunks; E2EL from sending to the last token; request throughput completed requests
+    over the run (first send to last completion); output throughput output tokens over the same. Arrivals are
+    open-loop Poisson at ``--request-rate`` (burstiness 1), the queueing model's arrival process. None: a figure
+    the model does not give (a disaggregated design's means, the ITL under speculative decoding)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request_rate_rps: float = Field(description="--request-rate: the requirement's average, all replicas")
+    num_prompts: int
+    arrivals_s: float = Field(description="num_prompts / request_rate: how long requests keep arriving, s")
+    request_throughput_rps: float = Field(description="completed / (arrivals + the last request's lifetime)")
+    output_throughput_tokens_per_s: float
+    mean_ttft_s: float | None
+    p95_ttft_s: float
+    mean_tpot_s: float | None
+    p95_tpot_s: float | None
+    mean_itl_s: float | None
+    mean_e2el_s: float | None
+    p95_e2el_s: float
+    max_utilisation: float = Field(description="the busiest replica's arrivals over its saturated rate")
 
 
 class Launch(BaseModel):
@@ -59,32 +96,52 @@ class Launch(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str
+    workload_index: int = Field(0, description="the workload's place among the design's serving workloads, from 0")
     role: Literal["aggregated", "prefill", "decode"] = Field(
         "aggregated", description="aggregated replicas, or one pool of a disaggregated design (launched as such)"
     )
     engine: str = Field(description="engine id (catalog/engines.yaml)")
-    model: str = Field(description="Hugging Face repository or catalog id of the served model")
+    engine_version: str = Field(description="the release whose argument parsers the flags are checked against")
+    model: str = Field(description="Hugging Face repository served")
+    planned_model: str = Field(description="the checkpoint the catalog's architecture was read from")
     gpu: str
     gpu_name: str
+    gpus_per_node: int = Field(description="GPUs in one server of this GPU type (catalog max_gpus_per_node)")
     replicas: int
     tp: int
     pp: int
+    ep: int = Field(description="expert-parallel degree of each stage (1: experts tensor-parallel)")
+    attention_dp: bool = Field(description="attention data-parallel over each stage's GPUs (one rank per GPU)")
     quant: str
     kv_cache: str
     memory_fraction: float = Field(description="the engine's memory fraction (its own meaning: memory_policy)")
     memory_policy: str
-    max_batch: int = Field(description="cap on concurrent sequences per replica")
+    max_batch: int = Field(description="cap on concurrent sequences per replica (all attention-DP ranks)")
     prefill_chunk_tokens: int
     max_model_len: int = Field(description="context reserved per sequence, tokens")
     speculative: SpeculativeDecoding | None = None
     prefix_cache_hit_rate: float = 0.0
+    shared_prefix_tokens: int = Field(
+        0, description="prompt tokens every benchmark request shares, so the prefix cache hits at the planned rate"
+    )
     input_tokens: int
     output_tokens: int
     average_rate_rps: float = Field(description="the requirement's average request rate, all replicas")
     peak_rate_rps: float
     num_prompts: int
     expected: Expected
+    bench: BenchExpected = Field(description="what the workload's benchmark reports (the same for its groups)")
     targets: dict[str, float] = Field(description="p95 targets in seconds: latency, ttft, tpot (those given)")
+
+    @property
+    def dp_ranks(self) -> int:
+        """Attention data-parallel ranks per replica: one per GPU of a stage under attention DP, else 1."""
+        return self.tp if self.attention_dp else 1
+
+    @property
+    def rank_batch(self) -> int:
+        """Sequences each attention-DP rank schedules (the replica's cap over its ranks)."""
+        return max(1, self.max_batch // self.dp_ranks)
 
 
 def model_repo(source: str, fallback: str) -> str:
@@ -121,8 +178,29 @@ def export_design(
             from clusterplan.requirement.schema import EngineSettings
 
             w = w.model_copy(update={"engine": settings or EngineSettings(name=engine)})
-        out += _launches(resolved, catalog, i, w, wp)
+        served = len({x.workload for x in out})
+        out += [x.model_copy(update={"workload_index": served}) for x in _launches(resolved, catalog, i, w, wp)]
     return out
+
+
+def _checkpoints(catalog: Catalog, arch: ModelArchitecture) -> tuple[str, str]:
+    """(served, planned): the chat checkpoint the catalog names for ``arch``, else the planned one, and the
+    repository the architecture was read from."""
+    row = catalog.models.get(arch.name) or next((m for m in catalog.models.values() if m.name == arch.name), None)
+    planned = model_repo(row.source, row.id) if row is not None else arch.name
+    served = (row.chat_checkpoint if row is not None else None) or arch.chat_checkpoint or planned
+    return served, planned
+
+
+def _engine_version(engine: str, workload: str) -> str:
+    """The engine release whose arguments export writes (catalog/engine_args.yaml); refuses an engine without."""
+    known = engine_arguments()
+    if engine not in known:
+        raise ClusterplanError(
+            f"{workload}: export writes vLLM, SGLang and TensorRT-LLM commands, not {engine}'s",
+            fix="pass --engine " + ", --engine ".join(sorted(known)),
+        )
+    return known[engine].version
 
 
 def _launches(
@@ -131,8 +209,8 @@ def _launches(
     arch = resolved.model_for(index)
     req = resolved.requirement
     a = evaluate.serving_assumptions(req.assumptions, w)
-    cat_model = catalog.models.get(arch.name) or next((m for m in catalog.models.values() if m.name == arch.name), None)
-    repo = model_repo(cat_model.source, cat_model.id) if cat_model is not None else arch.name
+    version = _engine_version(a.engine, w.name)
+    served, planned = _checkpoints(catalog, arch)
     # Each side (aggregated, or a pool) takes the whole demand: its groups share it by their rated rates.
     weights: dict[str, float] = {}
     for g in wp.groups:
@@ -140,26 +218,31 @@ def _launches(
     targets = {
         k: v for k, v in (("latency", w.p95_latency), ("ttft", w.p95_ttft), ("tpot", w.p95_tpot)) if v is not None
     }
-    launches: list[Launch] = []
+    groups: list[tuple[ReplicaGroup, int, Expected]] = []
     for g in wp.groups:
         spec = catalog.gpus[g.gpu]
-        # the launch carries TP, PP and the precisions (no EP or attention-DP flag): its replica's dense layout
-        layout = replace(evaluate.replica_layout(g), ep=1, attention_dp=False)
-        batch = evaluate.serving_batch(evaluate.max_batch(arch, spec, w, layout, req.assumptions))
+        batch = evaluate.serving_batch(evaluate.group_batch(arch, spec, w, g, req.assumptions))
+        layout = evaluate.replica_layout(g)  # the design's own layout: EP and attention DP as planned
         est = evaluate.serving_estimate(arch, spec, w, layout, batch=batch, assumptions=req.assumptions)
         share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / (weights[g.role] or 1.0)
-        expected = _expected(est, arch, spec, w, req.assumptions, a, g.role, share)
+        groups.append((g, batch, _expected(est, arch, spec, w, req.assumptions, a, g.role, share)))
+    bench = bench_expected(w, [(g.role, g.replicas, e) for g, _, e in groups], speculative=a.speculative is not None)
+    launches: list[Launch] = []
+    for g, batch, expected in groups:
         policy, fraction, _ = a.memory_policy(g.tp)
         launches.append(
             Launch(
-                workload=w.name, engine=a.engine, model=repo, gpu=g.gpu, gpu_name=g.gpu_name, replicas=g.replicas,
-                tp=g.tp, pp=g.pp, quant=g.quant, kv_cache=g.kv_cache, memory_fraction=fraction, memory_policy=policy,
-                max_batch=batch, prefill_chunk_tokens=a.chunk_tokens, max_model_len=math.ceil(w.context_tokens),
-                speculative=a.speculative, prefix_cache_hit_rate=a.prefix_cache_hit_rate,
-                input_tokens=round(w.input_tokens), output_tokens=round(w.output_tokens),
-                average_rate_rps=w.requests_per_s, peak_rate_rps=w.requests_per_s * w.peak_to_average,
-                num_prompts=max(200, math.ceil(w.requests_per_s * BENCH_PROMPTS_PER_RPS)),
-                expected=expected, targets=targets, role=g.role,
+                workload=w.name, engine=a.engine, engine_version=version, model=served, planned_model=planned,
+                gpu=g.gpu, gpu_name=g.gpu_name, gpus_per_node=catalog.gpus[g.gpu].max_gpus_per_node,
+                replicas=g.replicas, tp=g.tp, pp=g.pp, ep=g.ep,
+                attention_dp=g.attention_dp, quant=g.quant, kv_cache=g.kv_cache, memory_fraction=fraction,
+                memory_policy=policy, max_batch=batch, prefill_chunk_tokens=a.chunk_tokens,
+                max_model_len=math.ceil(w.context_tokens), speculative=a.speculative,
+                prefix_cache_hit_rate=a.prefix_cache_hit_rate, input_tokens=round(w.input_tokens),
+                shared_prefix_tokens=round(a.prefix_cache_hit_rate * w.input_tokens),
+                output_tokens=round(w.output_tokens), average_rate_rps=w.requests_per_s,
+                peak_rate_rps=w.requests_per_s * w.peak_to_average, num_prompts=bench.num_prompts,
+                expected=expected, bench=bench, targets=targets, role=g.role,
             )
         )  # fmt: skip
     return launches
@@ -180,9 +263,9 @@ def _expected(
     if role == "prefill":
         p = pools.prefill_at(est, arch, spec, w, base, share)
         return Expected(
-            request_rate_rps=share, output_tokens_per_s=0.0, mean_ttft_s=None, p95_ttft_s=p.p95_ttft_s,
-            mean_tpot_s=None, p95_tpot_s=0.0, mean_e2e_s=None, p95_e2e_s=p.p95_ttft_s,
-            saturated_output_tokens_per_s=0.0,
+            request_rate_rps=share, output_tokens_per_s=None, utilisation=p.utilisation, mean_ttft_s=None,
+            p95_ttft_s=p.p95_ttft_s, mean_tpot_s=None, p95_tpot_s=None, mean_e2e_s=None, p95_e2e_s=p.p95_ttft_s,
+            saturated_output_tokens_per_s=None,
         )  # fmt: skip
     if role == "decode":
         dec = disagg.decode_only(est, output_tokens=w.output_tokens)
@@ -194,7 +277,59 @@ def _expected(
         )
         saturated = est.output_tokens_per_s
     return Expected(
-        request_rate_rps=share, output_tokens_per_s=share * w.output_tokens, mean_ttft_s=lat.mean_ttft_s,
-        p95_ttft_s=lat.p95_ttft_s, mean_tpot_s=lat.mean_tpot_s, p95_tpot_s=lat.p95_tpot_s, mean_e2e_s=lat.mean_e2e_s,
-        p95_e2e_s=lat.p95_e2e_s, saturated_output_tokens_per_s=saturated,
+        request_rate_rps=share, output_tokens_per_s=share * w.output_tokens, utilisation=lat.utilisation,
+        mean_ttft_s=lat.mean_ttft_s, p95_ttft_s=lat.p95_ttft_s, mean_tpot_s=lat.mean_tpot_s,
+        p95_tpot_s=lat.p95_tpot_s, mean_e2e_s=lat.mean_e2e_s, p95_e2e_s=lat.p95_e2e_s,
+        saturated_output_tokens_per_s=saturated,
     )  # fmt: skip
+
+
+def bench_expected(w: ServingWorkload, groups: list[tuple[str, int, Expected]], *, speculative: bool) -> BenchExpected:
+    """The workload's benchmark at its average rate, from its groups' (role, replicas, per-replica figures).
+
+    Aggregated: a request is served by one replica, so the run's mean is the replicas' means weighted by the
+    requests each receives, and its p95 at most the largest replica p95. Disaggregated: a request's first token
+    leaves the decode pool after its prefill and KV transfer, so TTFT and end-to-end p95 are at most the prefill
+    pool's p95 TTFT plus the decode pool's p95s (the checker's sum, evaluation/pools.py); their means are not
+    modelled. Request throughput: ``N / (N/λ + T)``, the run ending one request lifetime ``T`` (the mean
+    end-to-end latency, else its p95) after the last arrival (vllm/benchmarks/serve.py: completed / duration).
+    """
+    lam = w.requests_per_s
+    by_role: dict[str, list[tuple[int, Expected]]] = {}
+    for role, n, e in groups:
+        by_role.setdefault(role, []).append((n, e))
+    agg = by_role.get("aggregated", [])
+    if agg:
+        served = agg
+        first_p95 = max(e.p95_ttft_s for _, e in agg)
+        e2e_p95 = max(e.p95_e2e_s for _, e in agg)
+        means = [_weighted(agg, lambda e: e.mean_ttft_s), _weighted(agg, lambda e: e.mean_e2e_s)]
+    else:
+        served = by_role.get("decode", [])
+        prefill = max((e.p95_ttft_s for _, e in by_role.get("prefill", [])), default=0.0)
+        first_p95 = prefill + max((e.p95_ttft_s for _, e in served), default=0.0)
+        e2e_p95 = prefill + max((e.p95_e2e_s for _, e in served), default=0.0)
+        means = [None, None]
+    tpot_mean = _weighted(served, lambda e: e.mean_tpot_s)
+    lifetime = means[1] if means[1] is not None else e2e_p95
+    finite = math.isfinite(lifetime)
+    window = max(BENCH_MIN_ARRIVALS_S, BENCH_LIFETIMES * lifetime) if finite else BENCH_MIN_ARRIVALS_S
+    prompts = max(BENCH_MIN_PROMPTS, math.ceil(lam * window))
+    arrivals = prompts / lam if lam > 0 else 0.0
+    throughput = prompts / (arrivals + lifetime) if finite and arrivals + lifetime > 0 else 0.0
+    return BenchExpected(
+        request_rate_rps=lam, num_prompts=prompts, arrivals_s=arrivals, request_throughput_rps=throughput,
+        output_throughput_tokens_per_s=throughput * w.output_tokens, mean_ttft_s=means[0], p95_ttft_s=first_p95,
+        mean_tpot_s=tpot_mean, p95_tpot_s=max((e.p95_tpot_s or 0.0 for _, e in served), default=None),
+        mean_itl_s=None if speculative else tpot_mean, mean_e2el_s=means[1], p95_e2el_s=e2e_p95,
+        max_utilisation=max((e.utilisation for _, _, e in groups), default=0.0),
+    )  # fmt: skip
+
+
+def _weighted(groups: list[tuple[int, Expected]], figure: Callable[[Expected], float | None]) -> float | None:
+    """The request-weighted mean of one per-replica figure over ``groups`` (None if any replica lacks it)."""
+    values = [(n * e.request_rate_rps, figure(e)) for n, e in groups]
+    total = sum(r for r, _ in values)
+    if not values or total <= 0 or any(v is None for _, v in values):
+        return None
+    return sum(r * v for r, v in values if v is not None) / total

@@ -119,6 +119,15 @@ def replica_layout(g: ReplicaGroup) -> Layout:
     return Layout(tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache, ep=g.ep, attention_dp=g.attention_dp)
 
 
+def group_batch(
+    arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, g: ReplicaGroup, assumptions: Assumptions
+) -> int:
+    """The batch the engine runs for one planned replica group, read at the group's own layout
+    (:func:`replica_layout`: EP and attention DP included, as the planner's rows read it); the checker holds a
+    plan's batch to it and ``export`` launches it. 0: not one sequence fits."""
+    return max_batch(arch, spec, w, replica_layout(g), assumptions)
+
+
 def moe_layouts(arch: ModelArchitecture, tp: int) -> list[tuple[int, bool]]:
     """(ep, attention_dp) layouts the planner tries for a stage of ``tp`` GPUs, as the serving recipes run them.
 

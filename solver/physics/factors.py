@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -25,6 +26,7 @@ from clusterplan.catalog.schema import (
     ClassFactors,
     EngineSpec,
     GpuClass,
+    GpuSpec,
     HostCpu,
     MemoryPolicy,
     MoeTokenCost,
@@ -79,17 +81,24 @@ def engine_profiles() -> dict[str, EngineSpec]:
 def engine_profile(name: str) -> EngineSpec:
     """One shipped engine by id or alias (validated names only: :class:`Assumptions` checks them); memoised,
     since every memory and step evaluation asks for it."""
+    return _find_engine(engine_profiles(), name) or engine_profiles()[DEFAULT_ENGINE]
+
+
+def _find_engine(engines: Mapping[str, EngineSpec], name: str) -> EngineSpec | None:
+    """The engine of ``engines`` called ``name`` (its id or an alias, any case), or None."""
     from clusterplan.catalog.load import normalize_name
 
     key = normalize_name(name)
-    for spec in engine_profiles().values():
+    for spec in engines.values():
         if key in {normalize_name(n) for n in (spec.id, *spec.aliases)}:
             return spec
-    return engine_profiles()[DEFAULT_ENGINE]
+    return None
 
 
-def _engine_default(name: str, engine: str) -> PerClass:
-    figure: ClassFactors = getattr(engine_profile(engine), name)
+def _engine_default(name: str, engine: str | EngineSpec) -> PerClass:
+    """An engine factor's value per class: the given engine row's, or the shipped row of that name."""
+    spec = engine if isinstance(engine, EngineSpec) else engine_profile(engine)
+    figure: ClassFactors = getattr(spec, name)
     return PerClass(**figure.model_dump())
 
 
@@ -151,6 +160,10 @@ class Assumptions(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    # The catalog's engine rows these assumptions run under (a user catalog's overrides included), set by
+    # :meth:`with_catalog_engines`; None: the shipped rows.
+    _engines: dict[str, EngineSpec] | None = PrivateAttr(None)
 
     engine: str = Field(
         DEFAULT_ENGINE,
@@ -538,8 +551,45 @@ class Assumptions(BaseModel):
 
     @property
     def engine_spec(self) -> EngineSpec:
-        """The engine's profile (catalog/engines.yaml)."""
-        return engine_profile(self.engine)
+        """The engine's profile: the catalog's row (:meth:`with_catalog_engines`), else the shipped one."""
+        return self._engine_row(self.engine)
+
+    def _engine_row(self, name: str) -> EngineSpec:
+        """The row of engine ``name`` in the catalog these assumptions run under (the shipped one if unbound)."""
+        found = _find_engine(self._engines, name) if self._engines is not None else None
+        return found if found is not None else engine_profile(name)
+
+    def engine_factor(self, name: str, gpu: GpuSpec) -> float:
+        """An engine factor (one of ENGINE_FACTORS) on one GPU: the requirement's where it set one, else the
+        engine's value measured on this GPU (catalog/engines.yaml ``measured``: a `clusterplan calibrate` overlay),
+        else the GPU class's."""
+        if name not in self.model_fields_set:
+            measured = self.engine_spec.measured.get(gpu.id)
+            value = getattr(measured, name, None) if measured is not None else None
+            if value is not None:
+                return float(value)
+        per_class: PerClass = getattr(self, name)
+        return per_class.of(gpu.gpu_class)
+
+    def training_mfu_on(self, gpu: GpuSpec) -> float:
+        """``training_mfu`` on one GPU: the requirement's where it set it, else the catalog GPU row's measured
+        value (a `clusterplan calibrate` overlay of a step-time log), else the GPU class's."""
+        if "training_mfu" not in self.model_fields_set and gpu.measured_training_mfu is not None:
+            return gpu.measured_training_mfu
+        return self.training_mfu.of(gpu.gpu_class)
+
+    def with_catalog_engines(self, engines: Mapping[str, EngineSpec]) -> Assumptions:
+        """These assumptions under a catalog's engine rows (``--catalog`` overrides included): the engine's memory
+        policy, caps and kernel rows come from ``engines``, and so does every engine factor the requirement did
+        not set. requirement/load.py calls it for every requirement it resolves: the one place a catalog's
+        engines reach the physics."""
+        result = self.model_copy()
+        result._engines = dict(engines)
+        spec = result.engine_spec
+        filled = {name: _engine_default(name, spec) for name in ENGINE_FACTORS if name not in self.model_fields_set}
+        result = result.model_copy(update=filled)
+        result.__pydantic_fields_set__.difference_update(filled)
+        return result
 
     @property
     def chunk_tokens(self) -> int:
@@ -576,13 +626,12 @@ class Assumptions(BaseModel):
         engine settings (``None`` values keep the current ones). One function: every command resolves here."""
         update: dict[str, Any] = {k: v for k, v in settings.items() if v is not None}
         if engine is not None:
-            engine = engine_profile(engine).id
+            engine = self._engine_row(engine).id
         filled: dict[str, Any] = {}
         if engine is not None and engine != self.engine:
             update["engine"] = engine
-            filled = {
-                name: _engine_default(name, engine) for name in ENGINE_FACTORS if name not in self.model_fields_set
-            }
+            row = self._engine_row(engine)
+            filled = {name: _engine_default(name, row) for name in ENGINE_FACTORS if name not in self.model_fields_set}
         if not update:
             return self
         result = self.model_copy(update={**update, **filled})

@@ -47,6 +47,7 @@ class ReasonCode(StrEnum):
     TIER_NOT_ALLOWED = "tier_not_allowed"
     NO_FABRIC = "no_fabric"
     CONSUMER_LICENCE = "consumer_licence"
+    FRAMEWORK_CANNOT_RUN = "framework_cannot_run"
     STATED = "stated"
 
 
@@ -96,6 +97,7 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.TIER_NOT_ALLOWED: ReasonCategory.PROVIDER_TIER,
     ReasonCode.NO_FABRIC: ReasonCategory.FABRIC,
     ReasonCode.CONSUMER_LICENCE: ReasonCategory.LICENCE,
+    ReasonCode.FRAMEWORK_CANNOT_RUN: ReasonCategory.LAYOUT,
     ReasonCode.STATED: ReasonCategory.HARDWARE,  # a record overrides it with its own (see Stated)
 }
 
@@ -417,6 +419,26 @@ class NoFabric(Reason):
     gpu: str
     offer: str  # provider:instance
     instances: int  # the fewest instances a multi-instance layout needed
+
+
+# ------------------------------------------------------------------------------------------------
+# Export (clusterplan.design.export_training): a layout the target framework cannot run as planned
+# ------------------------------------------------------------------------------------------------
+
+FrameworkFeature = Literal[
+    "pipeline", "tensor", "context", "expert", "nodes", "memory_option", "optimizer", "model", "precision"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkCannotRun(Reason):
+    """The framework an export targets has no form of this part of the planned layout (torchtune's LoRA recipes:
+    no pipeline or tensor parallelism; Megatron-LM: no 8-bit or paged optimizer); ``value`` is the plan's."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.FRAMEWORK_CANNOT_RUN
+    framework: str
+    feature: FrameworkFeature
+    value: str
 
 
 @dataclass(frozen=True, slots=True)

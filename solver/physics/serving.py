@@ -328,7 +328,7 @@ def _rate_at(gpu: GpuSpec, precision: str, a: Assumptions) -> float:
     return (
         peak_tflops(gpu, precision)
         * 1e12
-        * a.compute_efficiency.of(cls)
+        * a.engine_factor("compute_efficiency", gpu)
         * a.sustained_clock_fraction.of(cls)
         * a.compute_fraction(gpu.architecture, precision)
     )
@@ -337,8 +337,7 @@ def _rate_at(gpu: GpuSpec, precision: str, a: Assumptions) -> float:
 def _rates(arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, a: Assumptions) -> _Rates:
     """Rates of this GPU class: bytes at ``bandwidth x mem_eff``, FLOPs at ``peak x compute_eff x clock_fraction``
     at each kernel kind's precision."""
-    cls = gpu.gpu_class
-    bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.memory_bandwidth_efficiency.of(cls)
+    bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.engine_factor("memory_bandwidth_efficiency", gpu)
     cprec = compute_precision_for_weights(gpu, layout.quant, a.fp4_activations)
     flops_rate = _rate_at(gpu, cprec, a)
     no_tensor: Reason | None = None
@@ -542,7 +541,7 @@ def _step_model(
         tp_allreduce_per_seq_s=[hidden_bytes * per_byte for _, per_byte in links.allreduce_terms],
         pp_hop_fixed_s=links.pp.latency_s if pp > 1 else 0.0,
         pp_hop_per_seq_s=(p2p_s(hidden_bytes, links.pp, links.efficiency) - links.pp.latency_s) if pp > 1 else 0.0,
-        overhead_s=a.decode_step_overhead_s.of(gpu.gpu_class),
+        overhead_s=a.engine_factor("decode_step_overhead_s", gpu),
         host_per_seq_s=a.host_per_sequence_layer_s(gpu.host_cpu) * s.layers,  # per decoder layer the rank runs
         host_rank_share=1.0 / tp if attention_dp else 1.0,
         expert_parallel=max(ep, 1),

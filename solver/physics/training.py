@@ -687,7 +687,7 @@ def compute_rate(gpu: GpuSpec, a: Assumptions, precision: str) -> ComputeRate:
     cprec = _compute_precision(gpu, precision)
     peak = peak_tflops(gpu, cprec)
     clock = a.sustained_clock_fraction.of(cls)
-    rate = peak * 1e12 * a.training_mfu.of(cls) * clock * a.training_compute_fraction(gpu.architecture, cprec)
+    rate = peak * 1e12 * a.training_mfu_on(gpu) * clock * a.training_compute_fraction(gpu.architecture, cprec)
     return ComputeRate(cprec, peak, clock, rate)
 
 

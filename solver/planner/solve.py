@@ -233,6 +233,9 @@ class Planner:
         s.parameters.max_deterministic_time = meter.units_left()
         s.parameters.max_time_in_seconds = meter.wall_left_s()
         s.parameters.log_search_progress = False
+        # Ctrl-C and SIGTERM are the command's (cli.run): CP-SAT's own SIGINT handler stopped the search and let the
+        # command finish with exit 0 as if the limit had passed, and put the default handler back after each solve.
+        s.parameters.catch_sigint_signal = False
         # The LP relaxation with every linear constraint (level 2) closes these knapsack-like models
         # in a handful of conflicts; the default level needs thousands once GPU types may mix.
         s.parameters.linearization_level = 2

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from clusterplan.design.compare import Comparison, DeploymentFigures, GpuComparison
 from clusterplan.errors import printable
 from clusterplan.wording import selfhost as api_words
 from clusterplan.wording.fmt import seconds, usd, usd_3sf, usd_per_m
+from clusterplan.wording.safe import visible_lines
 
 FIT_COLUMNS = ("GPU", "fits", "layout", "memory / GPU", "speed", "W / GPU", "W / replica")
 COST_COLUMNS = ("GPU", "deployment", "offering", "per GPU", "total", "$/M tok", "$ per TB/s", "$ per dense TFLOPS")
@@ -19,21 +21,26 @@ def _num(x: float | None, fmt: str = ",.0f") -> str:
 
 
 def _layout(r: GpuComparison, kind: str) -> str:
-    dp = "replicas" if kind == "serving" else "dp"
-    text = f"{r.count} GPUs: TP{r.tp} PP{r.pp} x {dp} {r.dp}"
+    if not r.feasible and r.count is None:
+        return "-"
     if kind == "serving":
-        text += f", {r.quant}, batch {r.batch}"
-    return text
+        return f"{r.count} GPUs: {r.layout}"
+    return f"{r.count} GPUs: TP{r.tp} PP{r.pp} x dp {r.dp}"
 
 
 def _memory(r: GpuComparison) -> str:
-    if r.kv_cache_gib:
+    if r.memory_total_gib is None or r.memory_capacity_gib is None:
+        return "-"
+    if r.kv_cache_gib and r.weights_gib is not None:
         kv = f"weights {r.weights_gib:,.1f} + KV {r.kv_cache_gib:,.1f}"
         return f"{kv} = {r.memory_total_gib:,.1f} of {r.memory_capacity_gib:,.1f} GiB"
-    return f"{r.memory_total_gib:,.1f} of {r.memory_capacity_gib:,.1f} GiB (weights {r.weights_gib:,.1f})"
+    weights = "" if r.weights_gib is None else f" (weights {r.weights_gib:,.1f})"
+    return f"{r.memory_total_gib:,.1f} of {r.memory_capacity_gib:,.1f} GiB{weights}"
 
 
 def _speed(r: GpuComparison) -> str:
+    if not r.feasible and r.count is None:
+        return "-"
     if r.output_tokens_per_s_per_replica is not None:
         within = _num(r.output_tokens_per_s_within_targets)
         return f"{_num(r.output_tokens_per_s_per_replica)} tok/s per replica ({within} within targets)"
@@ -44,7 +51,8 @@ def _power(r: GpuComparison) -> tuple[str, str]:
     """Owned figures (with the server overhead) when owned, else the board's TDP."""
     d = r.owned or r.cloud
     if d is None:
-        return f"{r.tdp_w:,.0f}", f"{r.tdp_w * r.gpus_per_replica:,.0f}"
+        per_replica = "-" if r.gpus_per_replica is None else f"{r.tdp_w * r.gpus_per_replica:,.0f}"
+        return f"{r.tdp_w:,.0f}", per_replica
     return f"{d.power_w_per_gpu:,.0f}", f"{d.power_w_per_replica:,.0f}"
 
 
@@ -63,21 +71,21 @@ def _per_gpu(d: DeploymentFigures) -> tuple[str, str]:
     """The price the ratios divide (cloud: $/GPU-hour; owned: capital per GPU slot) and its unit suffix."""
     if d.kind == "cloud":
         return f"{usd(d.usd_per_gpu_hour)}/h", "/h"
-    return usd(d.capital_usd_per_gpu), ""
+    if d.kind == "owned":
+        return usd(d.capital_usd_per_gpu), ""
+    return "-", ""
 
 
 def cost_rows(c: Comparison) -> list[list[str]]:
     rows = []
     for r in c.rows:
-        for d in (r.cloud, r.owned):
-            if d is None:
-                continue
+        for d in r.deployments():
             price, suffix = _per_gpu(d)
             rows.append(
                 [
                     r.gpu_name,
                     d.kind,
-                    f"{d.units} x {d.label}",
+                    d.hardware or f"{d.units} x {d.label}",
                     price,
                     usd(d.costs.total_usd),
                     usd(d.usd_per_million_tokens),
@@ -146,7 +154,7 @@ def table(c: Comparison) -> list[Table | str]:
             left = col in ("GPU", "offering", "layout", "design")
             t.add_column(col, overflow="fold", justify="left" if left else "right")
         for row in rows:
-            t.add_row(*(printable(x) for x in row))
+            t.add_row(*(escape(printable(x)) for x in row))
         out.append(t)
     out += [f"  - {printable(x)}" for x in footnotes(c)]
     return out
@@ -163,4 +171,4 @@ def markdown(c: Comparison) -> str:
         out += ["| " + " | ".join(_cell(x) for x in row) + " |" for row in rows]
         out.append("")
     out += [f"- {_cell(x)}" for x in footnotes(c)]
-    return "\n".join(out) + "\n"
+    return visible_lines("\n".join(out) + "\n")

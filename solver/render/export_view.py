@@ -14,19 +14,34 @@ import shlex
 
 from clusterplan.design.export import Launch
 from clusterplan.wording.fmt import seconds
+from clusterplan.wording.safe import file_slug, shell_comment, visible_lines
 
+# Ports of the w-th served workload (from 0), so that workloads and pools can share a host: its endpoint (the one
+# group's server, or the router of a disaggregated workload: what the benchmark calls) PORT + w; its prefill replica i
+# PREFILL_PORT + 200 w + i, decode replica i DECODE_PORT + 200 w + i; SGLang's bootstrap port of prefill replica i
+# SGLANG_BOOTSTRAP_PORT + 100 w + i; vLLM's NIXL side channel of the k-th pool instance of the design
+# NIXL_SIDE_CHANNEL_PORT + 100 k (an instance uses its base + DP rank x TP: docs/features/nixl_connector_usage.md).
 PORT = 8000
+# Every engine listens on all interfaces, as vLLM does by default (SGLang and trtllm-serve default to loopback), so a
+# router on another host or a Kubernetes Service reaches it.
+SERVE_HOST = "0.0.0.0"
+PREFILL_PORT = 9000
+DECODE_PORT = 9100
+SGLANG_BOOTSTRAP_PORT = 7000
+NIXL_SIDE_CHANNEL_PORT = 5600
+VLLM_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in a vLLM checkout (its NIXL guide)
 _VLLM_QUANT = {"fp8": "fp8", "int8": "compressed-tensors", "int4": "awq"}  # bf16/fp16: none (the checkpoint's dtype)
 _SGLANG_QUANT = {"fp8": "fp8", "int8": "w8a8_int8", "int4": "awq"}
 _KV_DTYPE = {"fp8": "fp8", "int8": "int8"}  # bf16/fp16 KV: the engine's default ("auto")
 _VLLM_SPEC = {"draft": "draft_model", "eagle": "eagle", "mtp": "deepseek_mtp"}
 _SGLANG_SPEC = {"draft": "STANDALONE", "eagle": "EAGLE", "mtp": "NEXTN"}
 _TRT_SPEC = {"draft": "Draft_Target", "eagle": "Eagle", "mtp": "MTP"}
-# Disaggregated pools. vLLM: a NixlConnector on both pools, a proxy in front routing prefill then decode
-# (docs.vllm.ai "Disaggregated Prefilling", examples/online_serving/disaggregated_serving); SGLang:
-# --disaggregation-mode prefill|decode behind sglang_router --pd-disaggregation; TensorRT-LLM: a cache
+# Disaggregated pools. vLLM: a NixlConnector on both pools, the NIXL guide's proxy in front routing prefill then
+# decode (docs/features/nixl_connector_usage.md); SGLang: --disaggregation-mode prefill|decode behind
+# sglang_router --pd-disaggregation (docs/advanced_features/pd_disaggregation.md); TensorRT-LLM: a cache
 # transceiver in each server's options, trtllm-serve disaggregated in front (docs/source/advanced/disaggregated-service.md).
 _VLLM_KV_TRANSFER = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+BENCH_PERCENTILES = "95"  # the requirement's targets are p95s
 
 
 def _join(argv: list[str]) -> str:
@@ -37,9 +52,32 @@ def _dtype(quant: str) -> str:
     return "float16" if quant == "fp16" else "bfloat16"
 
 
-def vllm_launch(x: Launch) -> list[str]:
-    """``vllm serve`` for one replica."""
-    argv = ["vllm", "serve", x.model, "--tensor-parallel-size", str(x.tp), "--pipeline-parallel-size", str(x.pp)]
+def replica_port(x: Launch, replica: int) -> int:
+    """The port replica ``replica`` (0-based) of ``x`` listens on."""
+    if x.role == "aggregated":
+        return _endpoint(x)
+    return {"prefill": PREFILL_PORT, "decode": DECODE_PORT}[x.role] + 200 * x.workload_index + replica
+
+
+def _endpoint(x: Launch) -> int:
+    """The port ``x``'s workload is served on: its aggregated replicas' or its router's (the benchmark's)."""
+    return PORT + x.workload_index
+
+
+def _bootstrap_port(x: Launch, replica: int) -> int:
+    """SGLang's bootstrap port of prefill replica ``replica`` of ``x``."""
+    return SGLANG_BOOTSTRAP_PORT + 100 * x.workload_index + replica
+
+
+def vllm_launch(x: Launch, replica: int = 0) -> list[str]:
+    """``vllm serve`` for one replica. Attention DP: one engine per GPU (``--data-parallel-size``, TP 1 inside
+    it), ``--max-num-seqs`` per engine; experts over every GPU of the replica with ``--enable-expert-parallel``."""
+    tp = ["--tensor-parallel-size", "1", "--data-parallel-size", str(x.tp)] if x.attention_dp else [
+        "--tensor-parallel-size", str(x.tp)
+    ]  # fmt: skip
+    argv = ["vllm", "serve", x.model, *tp, "--pipeline-parallel-size", str(x.pp)]
+    if x.ep > 1:
+        argv += ["--enable-expert-parallel"]
     if x.quant in _VLLM_QUANT:
         argv += ["--quantization", _VLLM_QUANT[x.quant]]
     else:
@@ -47,9 +85,9 @@ def vllm_launch(x: Launch) -> list[str]:
     if x.kv_cache in _KV_DTYPE:
         argv += ["--kv-cache-dtype", _KV_DTYPE[x.kv_cache]]
     argv += [
-        "--gpu-memory-utilization", f"{x.memory_fraction:g}", "--max-num-seqs", str(x.max_batch),
+        "--gpu-memory-utilization", f"{x.memory_fraction:g}", "--max-num-seqs", str(x.rank_batch),
         "--max-num-batched-tokens", str(x.prefill_chunk_tokens), "--enable-chunked-prefill",
-        "--max-model-len", str(x.max_model_len), "--port", str(PORT),
+        "--max-model-len", str(x.max_model_len), "--port", str(replica_port(x, replica)),
     ]  # fmt: skip
     argv += ["--enable-prefix-caching"] if x.prefix_cache_hit_rate > 0 else ["--no-enable-prefix-caching"]
     if x.role != "aggregated":
@@ -65,10 +103,16 @@ def vllm_launch(x: Launch) -> list[str]:
     return argv
 
 
-def sglang_launch(x: Launch) -> list[str]:
-    """``python -m sglang.launch_server`` for one replica."""
+def sglang_launch(x: Launch, replica: int = 0) -> list[str]:
+    """``python -m sglang.launch_server`` for one replica. Attention DP: ``--enable-dp-attention --dp-size`` (one
+    attention rank per GPU of the TP group); experts over ``--ep-size`` GPUs; ``--max-running-requests`` is the
+    replica's total (the scheduler splits it over the DP ranks)."""
     argv = ["python", "-m", "sglang.launch_server", "--model-path", x.model, "--tp-size", str(x.tp)]
     argv += ["--pp-size", str(x.pp)]
+    if x.attention_dp:
+        argv += ["--dp-size", str(x.tp), "--enable-dp-attention"]
+    if x.ep > 1:
+        argv += ["--ep-size", str(x.ep)]
     if x.quant in _SGLANG_QUANT:
         argv += ["--quantization", _SGLANG_QUANT[x.quant]]
     else:
@@ -78,12 +122,14 @@ def sglang_launch(x: Launch) -> list[str]:
     argv += [
         "--mem-fraction-static", f"{x.memory_fraction:g}", "--max-running-requests", str(x.max_batch),
         "--chunked-prefill-size", str(x.prefill_chunk_tokens), "--context-length", str(x.max_model_len),
-        "--port", str(PORT),
+        "--host", SERVE_HOST, "--port", str(replica_port(x, replica)),
     ]  # fmt: skip
     if x.prefix_cache_hit_rate == 0:
         argv += ["--disable-radix-cache"]
     if x.role != "aggregated":
-        argv += ["--disaggregation-mode", x.role]
+        argv += ["--disaggregation-mode", x.role, "--disaggregation-transfer-backend", "nixl"]
+    if x.role == "prefill":
+        argv += ["--disaggregation-bootstrap-port", str(_bootstrap_port(x, replica))]
     if x.speculative is not None:
         argv += [
             "--speculative-algorithm", _SGLANG_SPEC[x.speculative.method],
@@ -97,7 +143,8 @@ def sglang_launch(x: Launch) -> list[str]:
 
 
 def trtllm_options(x: Launch) -> dict[str, object]:
-    """``--extra_llm_api_options`` YAML for trtllm-serve (KV cache, chunked prefill, speculative decoding)."""
+    """``--extra_llm_api_options`` YAML for trtllm-serve (KV cache, chunked prefill, attention DP, the cache
+    transceiver of a disaggregated pool, speculative decoding)."""
     options: dict[str, object] = {
         "kv_cache_config": {
             "free_gpu_memory_fraction": x.memory_fraction,
@@ -106,6 +153,8 @@ def trtllm_options(x: Launch) -> dict[str, object]:
         },
         "enable_chunked_prefill": True,
     }
+    if x.attention_dp:
+        options["enable_attention_dp"] = True
     if x.role != "aggregated":
         options["cache_transceiver_config"] = {"backend": "DEFAULT"}
     if x.speculative is not None:
@@ -121,75 +170,180 @@ def trtllm_options(x: Launch) -> dict[str, object]:
     return options
 
 
-def trtllm_launch(x: Launch, options_file: str) -> list[str]:
-    """``trtllm-serve`` for one replica (quantization: serve the pre-quantized checkpoint, e.g. an FP8 one)."""
+def trtllm_launch(x: Launch, options_file: str, replica: int = 0) -> list[str]:
+    """``trtllm-serve`` for one replica (quantization: serve the pre-quantized checkpoint, e.g. an FP8 one).
+    Attention DP: ``enable_attention_dp`` in the options, ``--max_batch_size`` per rank; experts over ``--ep_size``."""
+    argv = ["trtllm-serve", x.model, "--backend", "pytorch", "--tp_size", str(x.tp), "--pp_size", str(x.pp)]
+    if x.ep > 1:
+        argv += ["--ep_size", str(x.ep)]
     return [
-        "trtllm-serve", x.model, "--backend", "pytorch", "--tp_size", str(x.tp), "--pp_size", str(x.pp),
-        "--max_batch_size", str(x.max_batch), "--max_num_tokens", str(x.prefill_chunk_tokens),
+        *argv, "--max_batch_size", str(x.rank_batch), "--max_num_tokens", str(x.prefill_chunk_tokens),
         "--max_seq_len", str(x.max_model_len), "--kv_cache_free_gpu_memory_fraction", f"{x.memory_fraction:g}",
-        "--port", str(PORT), "--extra_llm_api_options", options_file,
+        "--host", SERVE_HOST, "--port", str(replica_port(x, replica)), "--extra_llm_api_options", options_file,
     ]  # fmt: skip
 
 
-def launch_argv(x: Launch, options_file: str = "extra-llm-api-options.yaml") -> list[str]:
+def launch_argv(x: Launch, options_file: str = "extra-llm-api-options.yaml", replica: int = 0) -> list[str]:
     """The launch command of one replica in its engine's own CLI."""
     if x.engine == "sglang":
-        return sglang_launch(x)
+        return sglang_launch(x, replica)
     if x.engine == "tensorrt-llm":
-        return trtllm_launch(x, options_file)
-    return vllm_launch(x)
+        return trtllm_launch(x, options_file, replica)
+    return vllm_launch(x, replica)
 
 
-def bench_argv(x: Launch, host: str = "localhost") -> list[str]:
-    """The engine's own benchmark client, replaying the requirement's lengths at its average request rate."""
+def _pool_ports(pools: list[Launch], role: str) -> list[int]:
+    """The ports of every replica of the ``role`` pool, in launch order."""
+    return [replica_port(x, i) for x in pools if x.role == role for i in range(x.replicas)]
+
+
+def router_argv(pools: list[Launch], config_file: str = "disagg-config.yaml") -> list[str]:
+    """The router in front of a disaggregated workload's pools, listening on the workload's endpoint port: vLLM's NIXL proxy, SGLang's
+    ``sglang_router --pd-disaggregation`` or ``trtllm-serve disaggregated`` (its pools in ``config_file``)."""
+    engine = pools[0].engine
+    prefill, decode = _pool_ports(pools, "prefill"), _pool_ports(pools, "decode")
+    if engine == "sglang":
+        argv = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+        for i, p in enumerate(prefill):
+            argv += ["--prefill", f"http://localhost:{p}", str(_bootstrap_port(pools[0], i))]
+        for p in decode:
+            argv += ["--decode", f"http://localhost:{p}"]
+        return [*argv, "--host", "0.0.0.0", "--port", str(_endpoint(pools[0]))]
+    if engine == "tensorrt-llm":
+        return ["trtllm-serve", "disaggregated", "--config_file", config_file]
+    return [
+        "python", VLLM_PROXY, "--host", "0.0.0.0", "--port", str(_endpoint(pools[0])),
+        "--prefiller-hosts", *(["localhost"] * len(prefill)), "--prefiller-ports", *map(str, prefill),
+        "--decoder-hosts", *(["localhost"] * len(decode)), "--decoder-ports", *map(str, decode),
+    ]  # fmt: skip
+
+
+def trtllm_disagg_config(pools: list[Launch]) -> dict[str, object]:
+    """``trtllm-serve disaggregated -c``: the router's port and its context (prefill) and generation servers."""
+    prefill, decode = _pool_ports(pools, "prefill"), _pool_ports(pools, "decode")
+    return {
+        "hostname": "0.0.0.0",
+        "port": _endpoint(pools[0]),
+        "backend": "pytorch",
+        "context_servers": {"num_instances": len(prefill), "urls": [f"localhost:{p}" for p in prefill]},
+        "generation_servers": {"num_instances": len(decode), "urls": [f"localhost:{p}" for p in decode]},
+    }
+
+
+def bench_argv(x: Launch, host: str = "localhost", result_file: str = "bench-result.json") -> list[str]:
+    """The engine's own benchmark client: the requirement's lengths (every request exactly that long: EOS ignored),
+    open-loop Poisson arrivals at its average request rate, enough prompts for a steady state, the result saved."""
     rate = f"{x.average_rate_rps:.4g}"
     lengths = ["--random-input-len", str(x.input_tokens), "--random-output-len", str(x.output_tokens)]
-    if x.engine == "sglang":
-        return [
-            "python", "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", str(PORT),
+    if x.engine == "sglang":  # ignores EOS unless --disable-ignore-eos; --random-range-ratio 1: fixed lengths; no
+        return [  # shared-prefix option in its random dataset
+            "python", "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", str(_endpoint(x)),
             "--dataset-name", "random", *lengths, "--random-range-ratio", "1", "--request-rate", rate,
-            "--num-prompts", str(x.num_prompts),
+            "--num-prompts", str(x.num_prompts), "--output-file", result_file,
         ]  # fmt: skip
+    head = ["vllm", "bench", "serve"]
     if x.engine == "tensorrt-llm":
-        return [
-            "python", "-m", "tensorrt_llm.serve.scripts.benchmark_serving", "--model", x.model, "--backend",
-            "openai", "--host", host, "--port", str(PORT), "--dataset-name", "random", *lengths,
-            "--random-range-ratio", "1", "--request-rate", rate, "--num-prompts", str(x.num_prompts),
-            "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "95",
+        head = ["python", "-m", "tensorrt_llm.serve.scripts.benchmark_serving"]
+    if x.shared_prefix_tokens:  # a prefix every prompt shares, then the rest random: the planned hit rate
+        lengths = [
+            "--random-prefix-len", str(x.shared_prefix_tokens),
+            "--random-input-len", str(x.input_tokens - x.shared_prefix_tokens),
+            "--random-output-len", str(x.output_tokens),
         ]  # fmt: skip
     return [
-        "vllm", "bench", "serve", "--model", x.model, "--host", host, "--port", str(PORT), "--dataset-name",
-        "random", *lengths, "--random-range-ratio", "0", "--request-rate", rate, "--num-prompts",
-        str(x.num_prompts), "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,95",
+        *head, "--model", x.model, "--backend", "openai", "--host", host, "--port", str(_endpoint(x)), "--dataset-name",
+        "random", *lengths, "--random-range-ratio", "0", "--ignore-eos", "--request-rate", rate, "--burstiness", "1",
+        "--num-prompts", str(x.num_prompts), "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles",
+        BENCH_PERCENTILES, "--save-result", "--result-filename", result_file,
     ]  # fmt: skip
+
+
+DEFINITIONS = [
+    "What the benchmark reports, in its own definitions (vllm bench serve: vllm/benchmarks/serve.py calculate_metrics;",
+    "SGLang's bench_serving and TensorRT-LLM's benchmark_serving compute the same):",
+    "  TTFT: from sending a request to its first streamed token. TPOT: per request, (latency - TTFT) / (output tokens",
+    "  - 1), the first token excluded; the mean is over requests. ITL: every gap between streamed chunks. E2EL: from",
+    "  sending a request to its last token. Request throughput: completed requests / the run's duration (first send to",
+    "  last completion); output throughput: output tokens / the same duration.",
+    "  Arrivals: open loop, Poisson (--request-rate at --burstiness 1) at the requirement's average rate, every prompt",
+    "  and answer exactly the requirement's lengths (EOS ignored). Not closed loop: no --max-concurrency cap.",
+    "  The expected figures are the steady state of the queueing model (docs/model.md); the run spans at least ten",
+    "  request lifetimes so that the first (filling) and last (draining) lifetime weigh little. p95s are upper bounds",
+    "  where a workload has several replica shapes. '-': not modelled. SGLang's bench_serving prints mean, median and",
+    "  p99 only: compare its means.",
+    "",
+]
+
+
+def _layout(x: Launch) -> str:
+    parts = [f"TP {x.tp}", f"PP {x.pp}"]
+    if x.ep > 1:
+        parts.append(f"EP {x.ep}")
+    if x.attention_dp:
+        parts.append(f"attention DP {x.dp_ranks} ranks")
+    return ", ".join([*parts, f"{x.quant} weights", f"{x.kv_cache} KV"])
+
+
+def _checkpoint(x: Launch) -> str:
+    if x.model != x.planned_model:
+        return f"  serves {x.model}: the instruct/chat checkpoint of {x.planned_model} (same architecture; catalog/models.yaml chat_checkpoint)"
+    return f"  serves {x.model}: the catalog names no separate chat checkpoint for it"
 
 
 def expectations(x: Launch) -> list[str]:
-    """What the benchmark should report if the plan is right, and the targets to check."""
+    """One replica group: its layout, the checkpoint it serves, and each replica's figures at its share of the rate."""
     e = x.expected
     pool = "" if x.role == "aggregated" else f" {x.role} pool:"
+    per_rank = f" ({x.rank_batch} per attention-DP rank)" if x.attention_dp else ""
     lines = [
-        f"{x.workload}:{pool} {x.replicas} x {x.engine} on {x.tp * x.pp} x {x.gpu_name} (TP {x.tp}, PP {x.pp}, "
-        f"{x.quant} weights, {x.kv_cache} KV), batch cap {x.max_batch}",
-        f"  the benchmark sends {x.average_rate_rps:,.2f} req/s (the requirement's average; peak "
-        f"{x.peak_rate_rps:,.2f}) of {x.input_tokens:,} in / {x.output_tokens:,} out to the {x.replicas} "
-        f"replica(s) behind one endpoint: each gets {e.request_rate_rps:,.2f} req/s",
-        f"  expected per replica: {e.output_tokens_per_s:,.0f} output tok/s; TTFT mean {seconds(e.mean_ttft_s)}, "
-        f"p95 {seconds(e.p95_ttft_s)}; TPOT mean {seconds(e.mean_tpot_s)}, p95 {seconds(e.p95_tpot_s)}; "
-        f"end-to-end mean {seconds(e.mean_e2e_s)}, p95 {seconds(e.p95_e2e_s)}",
-        f"  saturated (every slot busy): {e.saturated_output_tokens_per_s:,.0f} output tok/s per replica",
+        f"{x.workload}:{pool} {x.replicas} x {x.engine} {x.engine_version} on {x.tp * x.pp} x {x.gpu_name} "
+        f"({_layout(x)}), batch cap {x.max_batch}{per_rank}",
+        _checkpoint(x),
+        f"  each replica receives {e.request_rate_rps:,.2f} req/s, {e.utilisation:.0%} of its saturated rate: "
+        f"TTFT mean {seconds(e.mean_ttft_s)}, p95 {seconds(e.p95_ttft_s)}; TPOT mean {seconds(e.mean_tpot_s)}, "
+        f"p95 {seconds(e.p95_tpot_s)}; end-to-end mean {seconds(e.mean_e2e_s)}, p95 {seconds(e.p95_e2e_s)}",
     ]
-    if x.role == "prefill":  # prompts only: no output tokens, no saturated decode
-        lines[1:4] = [
-            f"  every request's prompt reaches this pool through the router in front of both pools: each replica "
-            f"gets {e.request_rate_rps:,.2f} prompts/s",
-            f"  expected per replica: p95 TTFT {seconds(e.p95_ttft_s)} (queueing, prefill and the KV transfer to the "
-            "decode pool)",
-        ]
+    if x.role == "prefill":
+        lines[2] = (
+            f"  each replica receives {e.request_rate_rps:,.2f} prompts/s through the router, {e.utilisation:.0%} of "
+            f"its saturated rate: p95 TTFT {seconds(e.p95_ttft_s)} (queueing, prefill and the KV transfer)"
+        )
     elif x.role == "decode":
-        lines[1] = (
-            f"  the benchmark sends {x.average_rate_rps:,.2f} req/s to the router in front of both pools; "
-            f"each decode replica gets {e.request_rate_rps:,.2f} req/s (TTFT here: from the KV's arrival)"
+        lines[2] += " (TTFT here: from the KV's arrival)"
+    if e.saturated_output_tokens_per_s is not None:
+        lines.append(f"  saturated (every slot busy): {e.saturated_output_tokens_per_s:,.0f} output tok/s per replica")
+    return lines
+
+
+def bench_expectations(x: Launch, script: str) -> list[str]:
+    """What the workload's benchmark command (``script``) reports if the plan is right, and the targets to check."""
+    b = x.bench
+    where = "the one endpoint" if x.role == "aggregated" else "the router in front of the prefill and decode pools"
+    lines = [
+        f"{x.workload}: {script} sends {b.num_prompts:,} requests of {x.input_tokens:,} in / {x.output_tokens:,} out "
+        f"to {where} at {b.request_rate_rps:,.2f} req/s (the requirement's average; peak {x.peak_rate_rps:,.2f}), "
+        f"arriving over {seconds(b.arrivals_s)}",
+        f"  expected: request throughput {b.request_throughput_rps:,.2f} req/s, output throughput "
+        f"{b.output_throughput_tokens_per_s:,.0f} tok/s",
+        f"  TTFT mean {seconds(b.mean_ttft_s)}, p95 {seconds(b.p95_ttft_s)}; TPOT mean {seconds(b.mean_tpot_s)}, "
+        f"p95 {seconds(b.p95_tpot_s)}; ITL mean {seconds(b.mean_itl_s)}; E2EL mean {seconds(b.mean_e2el_s)}, "
+        f"p95 {seconds(b.p95_e2el_s)}",
+        f"  the busiest replica runs at {b.max_utilisation:.0%} of its saturated rate",
+    ]
+    if x.shared_prefix_tokens and x.engine == "sglang":
+        lines.append(
+            f"  the plan assumes {x.prefix_cache_hit_rate:.0%} of prompt tokens hit the prefix cache; SGLang's random "
+            "dataset shares no prefix, so its TTFT will run above these"
+        )
+    elif x.shared_prefix_tokens:
+        lines.append(
+            f"  every prompt shares its first {x.shared_prefix_tokens:,} tokens: the planned prefix-cache hit rate "
+            f"{x.prefix_cache_hit_rate:.0%}"
+        )
+    if x.speculative is not None:
+        lines.append(
+            f"  speculative decoding ({x.speculative.method}): the figures assume {x.speculative.acceptance_length:g} "
+            "tokens kept per step, stated for real text; random prompts may keep fewer (a slower TPOT)"
         )
     if x.targets:
         lines.append(
@@ -198,23 +352,97 @@ def expectations(x: Launch) -> list[str]:
     return lines
 
 
+def _placed(x: Launch, first_gpu: int) -> tuple[list[int], int]:
+    """Each replica's first GPU on its server, the workload's pool GPUs numbered from ``first_gpu`` over servers of
+    ``gpus_per_node`` (a replica that would straddle two servers starts on the next), and where the next pool starts."""
+    n, width, pos, out = x.gpus_per_node, x.tp * x.pp, first_gpu, []
+    for _ in range(x.replicas):
+        if pos % n and pos % n + width > n:
+            pos += n - pos % n
+        out.append(pos % n)
+        pos += width
+    return out, pos
+
+
+def _launch_script(x: Launch, options: str, first_gpu: int, first_instance: int) -> str:
+    """One group's launch script: one command for aggregated replicas (each on its own GPUs, behind one endpoint),
+    one per replica for a pool, each on its own port and GPUs (``CUDA_VISIBLE_DEVICES``, counted from
+    ``first_gpu`` over servers of ``gpus_per_node``) and, for vLLM, its own NIXL side-channel port."""
+    head = (
+        "#!/bin/sh\n"
+        + shell_comment(f"{x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)")
+        + "\n"
+    )
+    if x.role == "aggregated":
+        return head + _join(launch_argv(x, options)) + "\n"
+    head += (
+        f"# one line per replica, each on its own port; GPUs numbered over servers of {x.gpus_per_node}: a line whose\n"
+        "# GPUs fall on the next server runs there (then name that host instead of localhost in the router)\n"
+    )
+    lines = []
+    for i, start in enumerate(_placed(x, first_gpu)[0]):
+        devices = range(start, start + min(x.tp * x.pp, x.gpus_per_node))
+        env = [f"CUDA_VISIBLE_DEVICES={','.join(map(str, devices))}"]
+        if x.engine == "vllm":
+            env.append(f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_SIDE_CHANNEL_PORT + 100 * (first_instance + i)}")
+        lines.append(_join([*env, *launch_argv(x, options, i)]) + " &")
+    return head + "\n".join(lines) + "\nwait\n"
+
+
+def _stem(n: int, x: Launch) -> str:
+    """The file-name stem of the ``n``-th launch: its number, workload and engine as safe slugs."""
+    return f"{n}-{file_slug(x.workload, 'workload')}-{file_slug(x.engine, 'engine')}"
+
+
 def export_files(launches: list[Launch]) -> dict[str, str]:
-    """File name -> text: a launch script per replica group, a benchmark script per group, the expectations."""
+    """File name -> text: a launch script per replica group, a router per disaggregated workload, a benchmark per
+    workload, the expectations (text and JSON)."""
     files: dict[str, str] = {}
-    notes: list[str] = []
+    notes: list[str] = list(DEFINITIONS)
+    benches: list[str] = []
+    instances = 0  # pool replicas launched so far (each its own NIXL side-channel port)
+    gpus: dict[tuple[str, str], int] = {}  # per workload and GPU type (its own servers): pool GPUs numbered so far
     for n, x in enumerate(launches, start=1):
-        stem = f"{n}-{x.workload}-{x.engine}"
+        stem = _stem(n, x)
         options = f"{stem}-llm-api-options.yaml"
-        launch = _join(launch_argv(x, options))
-        files[f"{stem}-launch.sh"] = (
-            f"#!/bin/sh\n# {x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)\n"
-            f"{launch}\n"
-        )
+        files[f"{stem}-launch.sh"] = _launch_script(x, options, gpus.get((x.workload, x.gpu), 0), instances)
+        instances += 0 if x.role == "aggregated" else x.replicas
+        gpus[x.workload, x.gpu] = _placed(x, gpus.get((x.workload, x.gpu), 0))[1]
         if x.engine == "tensorrt-llm":
             files[options] = json.dumps(trtllm_options(x), indent=2) + "\n"  # JSON is YAML
-        if x.role != "prefill":  # a disaggregated design is benchmarked once, through its router
-            where = "" if x.role == "aggregated" else "# through the router in front of the prefill and decode pools\n"
-            files[f"{stem}-bench.sh"] = f"#!/bin/sh\n{where}{_join(bench_argv(x))}\n"
         notes += [*expectations(x), ""]
-    files["expected.txt"] = "\n".join(notes)
-    return files
+    seen: set[str] = set()
+    for n, x in enumerate(launches, start=1):
+        if x.workload in seen or x.role == "prefill":
+            continue
+        seen.add(x.workload)
+        stem = _stem(n, x)
+        mine = [y for y in launches if y.workload == x.workload]
+        if x.role != "aggregated":
+            config = f"{stem}-disagg-config.yaml"
+            files[f"{stem}-router.sh"] = (
+                "#!/bin/sh\n"
+                + shell_comment(
+                    f"{x.workload}: the router in front of the prefill and decode pools, on port {_endpoint(x)}"
+                )
+                + "\n"
+                f"{_join(router_argv(mine, config))}\n"
+            )
+            if x.engine == "tensorrt-llm":
+                files[config] = json.dumps(trtllm_disagg_config(mine), indent=2) + "\n"
+        files[f"{stem}-bench.sh"] = f"#!/bin/sh\n{_join(bench_argv(x, result_file=f'{stem}-bench-result.json'))}\n"
+        benches += [*bench_expectations(x, f"{stem}-bench.sh"), ""]
+    files["expected.txt"] = "\n".join([*notes[: len(DEFINITIONS)], *benches, *notes[len(DEFINITIONS) :]])
+    files["expected.json"] = expected_json(launches)
+    return {name: visible_lines(text) for name, text in files.items()}
+
+
+def expected_json(launches: list[Launch]) -> str:
+    """The launches and each workload's benchmark expectations as JSON (seconds; null: not modelled)."""
+    by_workload: dict[str, dict[str, object]] = {}
+    for x in launches:
+        entry = by_workload.setdefault(x.workload, {"bench": x.bench.model_dump(mode="json"), "groups": []})
+        groups = entry["groups"]
+        assert isinstance(groups, list)
+        groups.append(x.model_dump(mode="json", exclude={"bench"}))
+    return json.dumps({"workloads": by_workload}, indent=2) + "\n"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from clusterplan.plan import Plan
+from clusterplan.wording.safe import json_text
 
 
 def render(plan: Plan) -> str:
-    return plan.model_dump_json(indent=2) + "\n"
+    return json_text(plan.model_dump_json(indent=2) + "\n")

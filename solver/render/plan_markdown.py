@@ -17,6 +17,7 @@ from clusterplan.wording.fmt import (
     usd,
 )
 from clusterplan.wording.reasons import render_relaxed, render_warning
+from clusterplan.wording.safe import visible_lines
 
 
 def _cell(text: str) -> str:
@@ -130,4 +131,4 @@ def render(plan: Plan) -> str:
             f"No answer within the time limit ({s.time_limit_s:g} s for the whole command): neither a design nor a "
             "proof that none exists.",
         ]
-    return "\n".join(out) + "\n"
+    return visible_lines("\n".join(out) + "\n")

@@ -13,9 +13,14 @@ and a command imports this module to check a ``--plot`` file name whether or not
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import math
+import os
+import sys
+import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
@@ -58,13 +63,42 @@ RC: dict[str, Any] = {
 }  # and "axes.prop_cycle": PALETTE, set in style (a cycler needs matplotlib's import)
 
 
+MATPLOTLIB_FOLDER = "matplotlib"  # matplotlib's font cache and configuration, inside clusterplan's cache folder
+
+
+def prepare_matplotlib() -> None:
+    """Keep matplotlib's files under clusterplan's cache folder (``matplotlib`` in ``catalog.cache.cache_root``), or,
+    with caching off, in a temporary folder removed once its font list is built: never ``~/.cache/matplotlib`` or
+    ``~/.config/matplotlib``. A ``MPLCONFIGDIR`` the user set is theirs and kept. Call before importing matplotlib."""
+    if "matplotlib" in sys.modules or os.environ.get("MPLCONFIGDIR"):
+        return
+    from clusterplan.catalog.cache import cache_root
+
+    root = cache_root()
+    if root is not None:
+        with contextlib.suppress(OSError):
+            (root / MATPLOTLIB_FOLDER).mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.environ["MPLCONFIGDIR"] = str(root / MATPLOTLIB_FOLDER)
+            return
+    with tempfile.TemporaryDirectory(prefix="clusterplan-matplotlib-") as folder:
+        os.environ["MPLCONFIGDIR"] = folder
+        try:
+            import matplotlib.font_manager  # noqa: F401 - builds the font list, the one file matplotlib writes
+        finally:
+            del os.environ["MPLCONFIGDIR"]
+
+
 @contextmanager
 def style() -> Iterator[None]:
+    """matplotlib's settings for every figure, its warnings kept off the terminal (a warning line names a file of
+    the installed package, not anything a user can act on)."""
+    prepare_matplotlib()
     import matplotlib
     from cycler import cycler
 
     rc: Any = {**RC, "axes.prop_cycle": cycler(color=list(PALETTE))}
-    with matplotlib.rc_context(rc):
+    with matplotlib.rc_context(rc), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         yield
 
 

@@ -130,10 +130,11 @@ def table(r: RentVsBuy) -> Table:
 def figure(r: RentVsBuy) -> bytes:
     """The two cumulative curves, the horizon and the break-even month, PNG. matplotlib is imported here only
     (through :mod:`clusterplan.render.plots`, whose style and deterministic saving it shares)."""
+    from clusterplan.render import plots
+
+    plots.prepare_matplotlib()
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
-
-    from clusterplan.render import plots
 
     months = [p.month for p in r.curve]
     with plots.style():

@@ -22,6 +22,7 @@ from clusterplan.review.document import (
     Strong,
     Table,
 )
+from clusterplan.wording.safe import visible_lines
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;max-width:64rem;
@@ -96,7 +97,7 @@ def _block(b: Block, images: dict[str, bytes]) -> str:
 def render(doc: Document, images: dict[str, bytes]) -> str:
     """The whole page; ``images`` maps image names to PNG bytes."""
     body = "\n".join(x for x in (_block(b, images) for b in doc.blocks) if x)
-    return (
+    return visible_lines(
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'

@@ -27,6 +27,7 @@ from clusterplan.review.document import (
     Strong,
     Table,
 )
+from clusterplan.wording.safe import visible_lines
 
 _PUNCT = re.compile(r"([\\`*_\[\]{}()|~#!])")
 _LEADING = re.compile(r"^([-+*=])(?=\s|$)|^(\d{1,9})([.)])(?=\s|$)")
@@ -105,4 +106,4 @@ def render(doc: Document, image_paths: dict[str, str]) -> str:
         lines = _block(b, image_paths)
         if lines:
             out += ["", *lines]
-    return "\n".join(out) + "\n"
+    return visible_lines("\n".join(out) + "\n")

@@ -15,6 +15,7 @@ from clusterplan.whatif.frontier import FrontierResult
 from clusterplan.whatif.sweep import SweepResult
 from clusterplan.whatif.vary import format_value
 from clusterplan.wording.fmt import seconds, usd
+from clusterplan.wording.safe import json_text, visible_lines
 
 
 def _num(x: float | None, unit: str = "") -> str:
@@ -108,7 +109,7 @@ def _csv(header: list[str], rows: list[list[object]]) -> str:
     w.writerow(header)
     for row in rows:
         w.writerow([_cell(c) for c in row])
-    return buf.getvalue()
+    return visible_lines(buf.getvalue())
 
 
 def sweep_csv(result: SweepResult) -> str:
@@ -209,11 +210,11 @@ def sweep_markdown(result: SweepResult) -> str:
         )
     if result.notes:
         out += ["", *(f"- {_md(n)}" for n in result.notes)]
-    return "\n".join(out) + "\n"
+    return visible_lines("\n".join(out) + "\n")
 
 
 def sweep_json(result: SweepResult) -> str:
-    return json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+    return json_text(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=False) + "\n")
 
 
 def frontier_table(result: FrontierResult, console: Console) -> None:
@@ -270,4 +271,4 @@ def frontier_csv(result: FrontierResult) -> str:
 
 
 def frontier_json(result: FrontierResult) -> str:
-    return json.dumps(result.model_dump(mode="json"), indent=2) + "\n"
+    return json_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")

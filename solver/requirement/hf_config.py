@@ -161,6 +161,12 @@ def parse_hf_config(text: str, *, where: str, name: str | None = None, stem: str
     src = _Source(where, text)
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
+    elif cfg.get("text_config") is not None:  # a string or a list once passed unread: the text model is in there
+        raise _refuse(
+            src,
+            "text_config",
+            f"expected a JSON object (the language model's config), got {quoted(cfg['text_config'])}",
+        )
     _check_keys(cfg, src)
     ignored = tuple(sorted(k for k in cfg if k not in READ_KEYS and k not in HARMLESS_KEYS))
     return HfConfigRead(_architecture(cfg, src, name=name, stem=stem), where, ignored)
@@ -274,6 +280,9 @@ def _moe(cfg: dict[str, Any], src: _Source, model_type: str, layers: int, ffn: i
         if other != top_k:
             raise _refuse(src, "experts_per_token", f"disagrees with num_experts_per_tok ({top_k})")
     if experts <= 1:
+        if top_k > 1:  # num_local_experts: 0 beside num_experts_per_tok: 2 was read as a dense model
+            key, _ = _whole(cfg, src, "num_experts_per_tok", "moe_topk", "experts_per_token")
+            raise _refuse(src, key, f"routes each token to {top_k} experts, but the config has {experts}")
         for key in ("moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "moe_layers"):
             if cfg.get(key):
                 raise _refuse(src, key, "describes experts, but the config has none")

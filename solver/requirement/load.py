@@ -180,8 +180,22 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
     if problems:
         raise InputError(problems)
     return ResolvedRequirement(
-        requirement=req, path=doc.file, document=doc, models=tuple(models), model_notes=tuple(model_notes)
+        requirement=_under_catalog_engines(req, catalog),
+        path=doc.file,
+        document=doc,
+        models=tuple(models),
+        model_notes=tuple(model_notes),
     )
+
+
+def _under_catalog_engines(req: Requirement, catalog: Catalog) -> Requirement:
+    """``req`` with its assumptions bound to the catalog's engine rows (a ``--catalog`` override of an engine is
+    the row the physics runs; factors the requirement set keep their values)."""
+    bound = req.assumptions.with_catalog_engines(catalog.engines)
+    out = req.model_copy(update={"assumptions": bound})
+    if "assumptions" not in req.model_fields_set:
+        out.__pydantic_fields_set__.discard("assumptions")
+    return out
 
 
 def _check_ranges(req: Requirement, problem: Any) -> None:

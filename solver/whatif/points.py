@@ -22,8 +22,10 @@ Pure data in and out; no printing. What sweeps and frontiers share:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import signal
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -284,8 +286,49 @@ _WORKER_CACHE: PointCache | None = None  # a pool worker's own, made by _start_w
 
 
 def _start_worker() -> None:
+    """A pool worker's start: its own cache; Ctrl-C is the parent's to handle (a terminal sends it to the whole
+    process group), SIGTERM ends the worker at once (the parent sends it when the command stops early)."""
     global _WORKER_CACHE
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # forked while the parent held them back (_signals_held)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)
     _WORKER_CACHE = PointCache()
+
+
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while the pool forks its workers, delivered when the block ends: one arriving
+    during a fork landed in logging's after-fork hook, where it was printed and ignored, and the report then
+    finished with exit 0."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _stop_pool(pool: Any) -> None:
+    """Stop a process pool now: queued tasks cancelled, every worker terminated and reaped, so none outlives an
+    interrupted command (shutting down with ``wait`` let running points finish first, and Ctrl-C once left two
+    workers sleeping for good, holding the caller's stderr open)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # the executor's own table of its workers
+    manager = getattr(pool, "_executor_manager_thread", None)  # the thread that feeds them (shutdown forgets it)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.terminate()
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.join(timeout=10)
+    if manager is not None:  # it sees its workers gone and closes its pipe; at exit Python then has nothing to wake
+        manager.join(timeout=10)
 
 
 def _run_in_worker(task: PointTask) -> PointOutcome:
@@ -337,13 +380,19 @@ def run_tasks(
     else:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker) as pool:
-            futures = [pool.submit(_run_in_worker, t) for t in tasks]
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker)
+        try:
+            with _signals_held():
+                futures = [pool.submit(_run_in_worker, t) for t in tasks]
             for fut in as_completed(futures):
                 out = fut.result()
                 results[out.index] = out
                 if on_done is not None:
                     on_done(len(results))
+        except BaseException:  # an interrupt, SIGTERM (console.Terminated) or an error: no worker is left behind
+            _stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
     return [results[t.index] for t in tasks]
 
 

@@ -409,6 +409,8 @@ def parse_spec(
             values = [tidy(lo + (hi - lo) * i / (steps - 1)) for i in range(steps)]
     else:  # a comma always separates values: 100,200,300 is three (write 1.2M, not 1,200,000)
         values = [parse_value(part, quantity, field=field) for part in text.split(",") if part.strip()]
+        if not values:  # ',,,': separators only (an empty axis once reached range() with a zero step)
+            raise SweepError(f"--vary {field}={spec} holds no value", fix="e.g. --vary budget=200k,500k,1M")
     if quantity == "integer":
         values = [float(round(v)) for v in values]
     return list(dict.fromkeys(values))  # a repeated value is planned once

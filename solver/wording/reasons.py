@@ -16,6 +16,7 @@ from clusterplan.physics.reasons import (
     CpSplitsSequence,
     EpSplitsExperts,
     Fp8Unsupported,
+    FrameworkCannotRun,
     GlobalBatchTooSmall,
     KvCacheDoesNotFit,
     MissesLatencyTargets,
@@ -53,6 +54,18 @@ _BF16_NEED = {
     "weights": "bf16 needs compute capability 8.0 or later; use fp16",
     "kv_cache": "a bf16 KV cache needs compute capability 8.0 or later; use fp16",
     "training": "bf16 needs compute capability 8.0 or later; train in fp16 with loss scaling",
+}
+
+_FRAMEWORK_FEATURE = {
+    "pipeline": "pipeline parallel",
+    "tensor": "tensor parallel",
+    "context": "context parallel",
+    "expert": "expert parallel",
+    "nodes": "spread over",
+    "memory_option": "memory option",
+    "optimizer": "optimizer",
+    "model": "model",
+    "precision": "precision",
 }
 
 
@@ -156,6 +169,8 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
                 f"no fabric (InfiniBand, RoCE or EFA) between instances: not used for training across {r.instances} "
                 "or more of them"
             )
+        case FrameworkCannotRun():
+            return r.framework, f"cannot run the plan's {_FRAMEWORK_FEATURE[r.feature]} {r.value}"
         case Stated():
             return None, r.text
     raise TypeError(f"no wording for reason {r.code.value} ({type(r).__name__})")

@@ -1,0 +1,268 @@
+"""Training and fine-tuning launch scripts for ``clusterplan export`` (no logic: every setting comes from a
+:class:`clusterplan.design.export_training.TrainingLaunch`).
+
+Megatron-LM: ``torchrun ... pretrain_gpt.py`` with the arguments of megatron/training/arguments.py (the layout's
+``--tensor-model-parallel-size``, ``--context-parallel-size``, ``--pipeline-model-parallel-size``,
+``--num-layers-per-virtual-pipeline-stage``, ``--recompute-granularity/--recompute-method/--recompute-num-layers``,
+``--use-distributed-optimizer`` or Megatron-FSDP, ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
+``--bf16``/``--fp8-format``); torchtune: ``tune run`` of a LoRA recipe with a shipped config and ``key=value``
+overrides (its own command-line form). Every option and key is in ``catalog/launchers.yaml``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from clusterplan.design.export_training import TrainingLaunch
+from clusterplan.wording.reasons import render_reason
+from clusterplan.wording.safe import file_slug, shell_comment, visible_lines
+
+MASTER_PORT = 29500
+_ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}  # Megatron-FSDP's --data-parallel-sharding-strategy
+
+
+class Env(str):
+    """A shell variable the user sets (written ``"$NAME"``, with ``suffix`` after it), not a literal."""
+
+    suffix: str = ""
+
+    @classmethod
+    def of(cls, name: str, suffix: str = "") -> Env:
+        env = cls(name)
+        env.suffix = suffix
+        return env
+
+
+Arg = str | Env
+NEEDS = {
+    "NODE_RANK": "the rank of this node, 0 to {last}",
+    "MASTER_ADDR": "the address of node 0",
+    "DATA_PATH": "a Megatron-preprocessed dataset prefix (tools/preprocess_data.py)",
+    "CHECKPOINT_DIR": "where checkpoints are written",
+    "LOAD_DIR": "the base model's Megatron checkpoint",
+    "LR": "the peak learning rate (not planned)",
+}
+
+
+def file_stem(n: int, workload: str, tool: str) -> str:
+    """An exported file's stem, as export_view names the serving launches: ``N-WORKLOAD-TOOL``, names as safe slugs."""
+    return f"{n}-{file_slug(workload, 'workload')}-{file_slug(tool, 'tool')}"
+
+
+def _word(a: Arg) -> str:
+    return f'"${a}{a.suffix}"' if isinstance(a, Env) else shlex.quote(a)
+
+
+def join_lines(head: list[Arg], args: list[Arg], indent: str = "  ") -> str:
+    """``head`` on the first line, then each option with its values on a continuation line of its own."""
+    lines = [" ".join(_word(a) for a in head)]
+    for a in args:
+        starts_option = not isinstance(a, Env) and (a.startswith("-") or "=" in a)
+        if starts_option or len(lines) == 1:
+            lines.append(indent + _word(a))
+        else:  # a value: on its option's line
+            lines[-1] += " " + _word(a)
+    return " \\\n".join(lines) + "\n"
+
+
+def megatron_args(x: TrainingLaunch) -> list[Arg]:
+    """``pretrain_gpt.py``'s arguments: the model's shape, the plan's layout, batch, precision, data and steps."""
+    p, m = x.plan, x.arch
+    args: list[Arg] = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden_size)]
+    args += ["--num-attention-heads", str(m.attention_heads), "--ffn-hidden-size", str(m.ffn_size)]
+    if m.kv_heads < m.attention_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
+    if m.head_dim is not None:
+        args += ["--kv-channels", str(m.head_dim)]
+    if m.kv_lora_rank is not None:
+        args += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank)]
+        args += ["--q-lora-rank", str(m.q_lora_rank)] if m.q_lora_rank is not None else []
+        for flag, v in (("--qk-head-dim", m.qk_nope_head_dim), ("--qk-pos-emb-head-dim", m.qk_rope_head_dim)):
+            args += [flag, str(v)] if v is not None else []
+        args += ["--v-head-dim", str(m.v_head_dim)] if m.v_head_dim is not None else []
+    if m.moe_experts > 1:
+        args += ["--num-experts", str(m.moe_experts), "--moe-router-topk", str(m.experts_per_token)]
+        args += ["--moe-ffn-hidden-size", str(m.moe_intermediate_size)] if m.moe_intermediate_size else []
+    args += ["--seq-length", str(x.sequence_length), "--max-position-embeddings", str(max(x.sequence_length, 1))]
+    args += ["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--disable-bias-linear"]
+    args += ["--untie-embeddings-and-output-weights"] + (["--swiglu"] if m.gated_mlp else [])
+    args += [
+        "--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp),
+        "--context-parallel-size", str(p.cp),
+    ]  # fmt: skip
+    args += ["--expert-model-parallel-size", str(p.ep)] if p.ep > 1 else []
+    args += ["--sequence-parallel"] if p.tp > 1 else []
+    if x.layers_per_virtual_stage is not None:
+        args += ["--num-layers-per-virtual-pipeline-stage", str(x.layers_per_virtual_stage)]
+    if p.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif p.recompute == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "block"]
+        args += ["--recompute-num-layers", str(x.recompute_layers_per_chunk)]
+    if p.zero_stage == 1:
+        args += ["--use-distributed-optimizer"]
+    elif p.zero_stage in _ZERO_SHARDING:
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _ZERO_SHARDING[p.zero_stage]]
+    args += ["--micro-batch-size", str(p.micro_batch), "--global-batch-size", str(x.global_batch_sequences)]
+    args += ["--train-samples", str(x.train_samples)]
+    args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(x.precision, [])
+    args += ["--optimizer", {"adamw": "adam"}.get(x.optimizer, x.optimizer), "--lr", Env.of("LR")]
+    args += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", x.model]
+    args += ["--data-path", Env.of("DATA_PATH"), "--split", "99,1,0", "--save", Env.of("CHECKPOINT_DIR")]
+    if x.method == "full" and x.plan.kind == "finetune":
+        args += ["--load", Env.of("LOAD_DIR"), "--finetune"]
+    return args
+
+
+def _nproc(x: TrainingLaunch) -> Arg:
+    return str(x.nodes.gpus[0]) if x.nodes.uniform else Env.of("NPROC_PER_NODE")
+
+
+def torchrun_args(x: TrainingLaunch) -> list[Arg]:
+    """torchrun's options: one node standalone, else static rendezvous on node 0."""
+    nproc = _nproc(x)
+    if x.nodes.count == 1:
+        return ["--standalone", "--nproc-per-node", nproc]
+    return [
+        "--nnodes", str(x.nodes.count), "--nproc-per-node", nproc, "--node-rank", Env.of("NODE_RANK"),
+        "--master-addr", Env.of("MASTER_ADDR"), "--master-port", str(MASTER_PORT),
+    ]  # fmt: skip
+
+
+def torchtune_overrides(x: TrainingLaunch) -> list[str]:
+    """``key=value`` overrides of the shipped LoRA config: the plan's builder, rank, batch, steps and memory."""
+    assert x.recipe is not None
+    p = x.plan
+    out = [f"model._component_={x.recipe[1]}", f"model.lora_rank={x.lora_rank}"]
+    out += [f"batch_size={p.micro_batch}", f"gradient_accumulation_steps={x.micro_batches}"]
+    out += ["epochs=1", f"max_steps_per_epoch={x.train_steps}", f"tokenizer.max_seq_len={x.sequence_length}"]
+    out += [f"dtype={x.precision}", f"enable_activation_checkpointing={p.recompute != 'none'}"]
+    out += [f"enable_activation_offloading={'activation_offload' in p.memory_options}"]
+    if p.gpus > 1:
+        out += [f"data_parallel_shard_dim={p.dp}", f"context_parallel_dim={p.cp}", "tensor_parallel_dim=1"]
+        out += [f"fsdp_cpu_offload={'optimizer_offload' in p.memory_options}"]
+    out += [f"output_dir=./{file_slug(x.workload, 'workload')}-torchtune"]
+    return out
+
+
+def torchtune_args(x: TrainingLaunch) -> tuple[list[Arg], list[Arg]]:
+    """``tune run``'s launcher options (torchrun's) and the recipe with its config."""
+    if x.plan.gpus == 1:
+        return [], ["lora_finetune_single_device", "--config", x.recipe[0] if x.recipe else ""]
+    launcher: list[Arg] = ["--nproc_per_node", _nproc(x)]
+    if x.nodes.count > 1:  # tune run hands torchrun a c10d rendezvous on node 0
+        launcher = [
+            "--nnodes", str(x.nodes.count), *launcher, "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", Env.of("MASTER_ADDR", f":{MASTER_PORT}"),
+        ]  # fmt: skip
+    return launcher, ["lora_finetune_distributed", "--config", x.recipe[0] if x.recipe else ""]
+
+
+def layout_line(x: TrainingLaunch) -> str:
+    p = x.plan
+    vpp = f" x {p.virtual_stages} virtual stages" if p.virtual_stages > 1 else ""
+    recompute = {"none": "no recompute", "selective": "selective recompute"}.get(
+        p.recompute, f"full recompute of {p.recompute_layers} layers per stage"
+    )
+    return (
+        f"TP {p.tp}, PP {p.pp}{vpp}, CP {p.cp}, EP {p.ep}, DP {p.dp}; ZeRO {p.zero_stage}; {recompute}; "
+        f"micro-batch {p.micro_batch}; {x.precision}"
+    )
+
+
+def _header(x: TrainingLaunch, what: str) -> list[str]:
+    p = x.plan
+    nodes = (
+        f"{x.nodes.count} node(s) x {x.nodes.gpus[0]} GPUs"
+        if x.nodes.uniform
+        else "nodes of " + ", ".join(str(g) for g in x.nodes.gpus) + " GPUs (set NPROC_PER_NODE on each)"
+    )
+    tokens = x.global_batch_sequences * x.sequence_length
+    rounded = (
+        f" (the requirement's {x.requested_batch_tokens:,.0f} tokens rounded up to whole rounds of DP {p.dp} x "
+        f"micro-batch {p.micro_batch}, as the plan ran it)"
+        if tokens > x.requested_batch_tokens * 1.001
+        else ""
+    )
+    return [
+        "#!/bin/sh",
+        shell_comment(f"{x.workload}: {what} of {x.arch.name} on {p.gpus} x {p.gpu_name}, {nodes}"),
+        f"# the plan's layout: {layout_line(x)}",
+        f"# global batch: {x.global_batch_sequences:,} sequences of {x.sequence_length:,} tokens = {tokens:,} tokens"
+        f"{rounded}; {x.micro_batches} micro-batches per step, {x.train_steps:,} steps",
+    ]
+
+
+def _needs(names: list[str], last_rank: int) -> list[str]:
+    # no quote characters in the messages: bash reads a single quote inside "${VAR:?...}" as quoting
+    return [f': "${{{n}:?set {n}: {NEEDS[n].format(last=last_rank)}}}"' for n in names]
+
+
+def megatron_script(x: TrainingLaunch) -> str:
+    """The launch script: run on every node (Megatron-LM's pretrain_gpt.py from its repository root)."""
+    head = _header(x, "Megatron-LM pretrain_gpt.py")
+    envs = ["LR", "DATA_PATH", "CHECKPOINT_DIR"]
+    envs += ["LOAD_DIR"] if x.plan.kind == "finetune" else []
+    envs = (["NODE_RANK", "MASTER_ADDR"] if x.nodes.count > 1 else []) + envs
+    where = "# run it from Megatron-LM's repository root" + (" on every node" if x.nodes.count > 1 else "")
+    where += (
+        "\n# the model's shape is the catalog's (layers, widths, heads); RMSNorm, RoPE, SwiGLU, no biases and untied"
+        "\n# embeddings are assumed: check them, and the rotary base, against the model's config"
+    )
+    body = join_lines(["torchrun", *torchrun_args(x), "pretrain_gpt.py"], megatron_args(x))
+    return "\n".join([*head, where, "set -eu", *_needs(envs, x.nodes.count - 1)]) + "\n" + body
+
+
+def torchtune_script(x: TrainingLaunch) -> str:
+    """``tune run`` of the LoRA recipe with the plan's overrides (the config's dataset is torchtune's example)."""
+    method = "QLoRA" if x.method == "qlora" else "LoRA"
+    head = _header(x, f"torchtune {method}")
+    config = x.recipe[0] if x.recipe else ""
+    notes = [
+        f"# first: tune download {x.model} (to the checkpoint_dir the config {config} names); the config trains on",
+        "# torchtune's example dataset: set dataset._component_ to yours",
+    ]
+    envs = ["MASTER_ADDR"] if x.nodes.count > 1 else []
+    launcher, recipe = torchtune_args(x)
+    body = join_lines(["tune", "run", *launcher, *recipe], list(torchtune_overrides(x)))
+    return "\n".join([*head, *notes, "set -eu", *_needs(envs, x.nodes.count - 1)]) + "\n" + body
+
+
+def training_notes(x: TrainingLaunch) -> list[str]:
+    """What the run should log if the plan is right, or why no launch was written."""
+    p = x.plan
+    lines = [f"{x.workload}: {x.framework_name} on {p.gpus} x {p.gpu_name} ({layout_line(x)})"]
+    if x.refusals:
+        lines += [f"  not exported: {render_reason(r)}" for r in x.refusals]
+        lines.append(f"  {x.framework_name} would run a different layout than the one planned and priced")
+        return lines
+    step_s = x.global_batch_sequences * x.sequence_length / p.tokens_per_s
+    lines += [
+        f"  expected: {p.tokens_per_s:,.0f} tokens/s over all GPUs (MFU {p.mfu:.0%}), {step_s:,.2f} s per step of "
+        f"{x.global_batch_sequences:,} sequences; {x.train_steps:,} steps in {p.time_to_train_s / 86400:,.1f} days",
+        f"  memory: {p.memory_gib_per_gpu:,.1f} GiB of {p.gpu_memory_gib:,.1f} GiB per GPU",
+    ]
+    if p.deadline_s is not None:
+        lines.append(f"  deadline: {p.deadline_s / 86400:,.1f} days")
+    if x.framework == "torchtune" and p.recompute == "full":
+        lines.append(
+            f"  torchtune checkpoints every layer where the plan recomputed {p.recompute_layers} per stage: "
+            "slower than planned, never short of memory"
+        )
+    return lines
+
+
+def training_files(launches: list[TrainingLaunch], first: int = 1) -> dict[str, str]:
+    """File name -> text: a launch script per exportable workload, and ``training.txt`` (what to expect, or why
+    a workload was not exported)."""
+    files: dict[str, str] = {}
+    notes: list[str] = []
+    for n, x in enumerate(launches, start=first):
+        if not x.refusals:
+            stem = file_stem(n, x.workload, x.framework)
+            script = megatron_script(x) if x.framework == "megatron-lm" else torchtune_script(x)
+            files[f"{stem}-launch.sh"] = script
+        notes += [*training_notes(x), ""]
+    if notes:
+        files["training.txt"] = "\n".join(notes)
+    return {name: visible_lines(text) for name, text in files.items()}
