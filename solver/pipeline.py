@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from clusterplan.candidates.build import CandidateCache, build_candidates
 from clusterplan.candidates.table import CandidateTable
+from clusterplan.evaluation.simulated import with_simulation
 from clusterplan.evaluation.uncertainty import with_odds
 from clusterplan.explain import designs as report
 from clusterplan.explain import disagg
@@ -331,9 +332,10 @@ def plan_requirement(
         budget=budget,
     )
     # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
-    plan = plan.model_copy(
-        update={"designs": with_odds(plan.designs, resolved, catalog), "confidence": resolved.requirement.confidence}
-    )
+    designs = with_odds(plan.designs, resolved, catalog)
+    # Each design's replicas simulated at peak load: targets the analytical model meets and the scheduler misses.
+    designs = with_simulation(designs, resolved, catalog)
+    plan = plan.model_copy(update={"designs": designs, "confidence": resolved.requirement.confidence})
     tm.candidates_s += t1 - t0
     tm.total_s += time.perf_counter() - t0
     return plan

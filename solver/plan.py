@@ -206,6 +206,20 @@ class TargetOdds(Out):
     within_error: bool = Field(description="the target lies between low and high: inside the model's error")
 
 
+class SimulatedMiss(Out):
+    """A target the design's replica misses when its scheduler is simulated (evaluation/simulated.py): Poisson
+    arrivals at the load the replica receives at peak demand, statistics as ``vllm bench serve`` reports them."""
+
+    workload: str
+    figure: Literal["p95_latency", "p95_ttft", "p95_tpot"]
+    group: str = Field(description="the replica group simulated, as 'h200 TP2 fp8'")
+    load_rps: float = Field(description="requests/s one replica receives at peak demand (the Poisson rate)")
+    requests: int = Field(description="requests simulated")
+    simulated_s: float = Field(description="the simulated p95, s")
+    planned_s: float = Field(description="the analytical p95 at the group's rated load, as planned, s")
+    target_s: float = Field(description="the workload's p95 target, s")
+
+
 class Design(Out):
     rank: int
     summary: str
@@ -230,6 +244,12 @@ class Design(Out):
         default_factory=list,
         description="other layouts of the same hardware (GPU counts per type and deployment, aggregated or not), "
         "each as its layout line; the designs listed differ in hardware",
+    )
+    simulation_misses: list[SimulatedMiss] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="p95 targets an aggregated replica misses when its scheduler is simulated at peak load (absent "
+        "when every simulated p95 meets its target): planned as meeting them by the analytical model only",
     )
 
 

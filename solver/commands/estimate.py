@@ -480,6 +480,15 @@ class EstimateOptions:
     ] = None
     as_json: Annotated[bool, typer.Option("--json", help="Print the estimate as JSON for tools.")] = False
     catalog: Catalogs = None
+    arrival: Annotated[
+        str | None,
+        typer.Option(
+            "--arrival",
+            help="Simulate one replica's scheduler under a benchmark's traffic: closed:64 (64 clients, synchronized "
+            "start), poisson:20/s, gamma:20/s:cv=2 (bursty) or trace:FILE (CSV/JSONL arrival_s,input_tokens,"
+            "output_tokens); append :n=N (requests, default 1000), :range=R (lengths uniform within +-R) or :seed=S.",
+        ),
+    ] = None
 
 
 def _flag(role: str, key: str) -> str:
@@ -561,6 +570,9 @@ def estimate(o: EstimateOptions) -> None:
         if o.design is None and o.index != 1:
             raise InputError([FieldProblem(LOCATION, "--index", "needs --design")], fix="give --design PLAN.json")
         cat = load_catalog(o.catalog or [])
+        if o.arrival is not None:
+            _simulated(o, cat, _pinned({name: getattr(o, name) for name in _FLAGS}))
+            return
         if o.design is not None or _pools_given(o):
             design = _design_result(o, cat)
             parts, results = render_design(design), design.parts
@@ -578,6 +590,47 @@ def estimate(o: EstimateOptions) -> None:
             check_feasible(result)
 
     guarded(run)
+
+
+def _simulated(o: EstimateOptions, cat: Any, overrides: Any) -> None:
+    """``--arrival``: the estimate and its replica's simulated run, as a table or under ``simulation`` in JSON."""
+    from clusterplan.console import out_console
+    from clusterplan.design.estimate import check_feasible
+    from clusterplan.design.estimate_sim import simulate_file
+
+    assert o.arrival is not None
+    result, simulated = simulate_file(o.file, cat, overrides, o.arrival)
+    if o.as_json:
+        dumped = result.model_dump(mode="json")
+        dumped["simulation"] = simulated.model_dump(mode="json") if simulated is not None else None
+        typer.echo(json.dumps(dumped, indent=2, allow_nan=False, default=str))
+    else:
+        parts = render(result)
+        if simulated is not None:
+            parts.insert(-len(_closing_lines(result)) or len(parts), _simulation_table(simulated))
+        for part in parts:
+            out_console.print(part, markup=False) if isinstance(part, str) else out_console.print(part)
+    check_feasible(result)
+
+
+def _simulation_table(s: Any) -> Table:
+    """The simulated run's statistics (definitions: physics/schedule_sim.py)."""
+    st = _table(f"\nSimulated one replica under {s.arrival} ({s.requests:,} requests, {s.definitions} definitions)")
+    st.add_row(
+        "scheduler",
+        f"max_num_seqs {s.max_num_seqs:,}, token budget {s.chunk_tokens:,}, KV pool {s.kv_pool_tokens:,} tokens",
+    )
+    st.add_row("", "mean / p50 / p90 / p95 / p99")
+    for name, d in (("TTFT", s.ttft), ("TPOT (first token excluded)", s.tpot), ("ITL", s.itl), ("end-to-end", s.e2e)):
+        st.add_row(name, " / ".join(fmt.seconds(x) for x in (d.mean_s, d.p50_s, d.p90_s, d.p95_s, d.p99_s)))
+    st.add_row("requests/s", f"{s.requests_per_s:,.2f}")
+    st.add_row("output tokens/s", f"{s.output_tokens_per_s:,.0f}")
+    st.add_row("goodput (meeting every target)", f"{s.goodput_requests_per_s:,.2f} req/s")
+    st.add_row("mean running batch", f"{s.mean_running:,.1f}")
+    st.add_row("preemptions", f"{s.preemptions:,}")
+    for check in s.targets:
+        st.add_row(f"target {check.name}", f"{'meets' if check.met else 'MISSES'} {fmt.seconds(check.target_s)}")
+    return st
 
 
 def register(app: typer.Typer) -> None:

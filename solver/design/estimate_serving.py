@@ -167,6 +167,17 @@ def _moe_layout(arch: ModelArchitecture, cfg: PinnedConfig, tp: int) -> tuple[in
     return ep, attention_dp
 
 
+def workload_assumptions(
+    req: Requirement, w: ServingWorkload, engine: str | None
+) -> tuple[ServingWorkload, Assumptions]:
+    """The workload under ``--engine`` (its engine block under another engine name) and the assumptions it runs
+    under (:func:`clusterplan.evaluation.evaluate.serving_assumptions`)."""
+    if engine is not None:
+        settings = w.engine.model_copy(update={"name": engine}) if w.engine is not None else None
+        w = w.model_copy(update={"engine": settings or EngineSettings(name=engine)})
+    return w, evaluate.serving_assumptions(req.assumptions, w)
+
+
 def estimate_serving(
     req: Requirement,
     index: int,
@@ -178,10 +189,7 @@ def estimate_serving(
     choices: list[str],
 ) -> EstimateResult:
     """One pinned serving configuration under the requirement's assumptions and the workload's engine."""
-    if cfg.engine is not None:  # --engine: the workload's engine block under another engine name
-        settings = w.engine.model_copy(update={"name": cfg.engine}) if w.engine is not None else None
-        w = w.model_copy(update={"engine": settings or EngineSettings(name=cfg.engine)})
-    a = evaluate.serving_assumptions(req.assumptions, w)
+    w, a = workload_assumptions(req, w, cfg.engine)
     quant = cfg.quant or _default_quant(gpu, req, choices)
     kv = cfg.kv_quant or _default_kv(quant, gpu, w, choices)
     context = w.context_tokens

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
-from clusterplan.wording import odds
+from clusterplan.wording import odds, simulated
 from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
     also_runs_as,
@@ -74,6 +74,9 @@ def render(plan: Plan) -> str:
         if d.odds:
             out += ["", "Chance of meeting each target (the model's measured error, `catalog/model_error.yaml`):", ""]
             out += [f"- {odds.sentence(o)}" for o in d.odds]
+        if d.simulation_misses:
+            out += ["", simulated.HEADING, ""]
+            out += [f"- {simulated.sentence(m)}" for m in d.simulation_misses]
         out += [
             "",
             "| kind | what | units | GPUs | buy | $/h | capital | monthly |",

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clusterplan.plan import Design, Plan, ServingPlan, TrainingPlan
-from clusterplan.wording import odds
+from clusterplan.wording import odds, simulated
 from clusterplan.wording.fmt import (
     INCOMPLETE_NOTE,
     also_runs_as,
@@ -133,6 +133,10 @@ def _detail(d: Design, console: Console) -> None:
         console.print("Chance of meeting each target (the model's measured error, catalog/model_error.yaml):")
         for o in d.odds:
             console.print(f"  - {odds.sentence(o)}", markup=False)
+    if d.simulation_misses:
+        console.print(simulated.HEADING, markup=False)
+        for m in d.simulation_misses:
+            console.print(f"  - {simulated.sentence(m)}", markup=False)
     c = d.costs
     console.print(
         f"cost: capital {usd(c.capital_usd)}, monthly {usd(c.monthly_usd)}, one-off {usd(c.one_off_usd)}, "

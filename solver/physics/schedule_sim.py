@@ -1,0 +1,477 @@
+"""One serving replica's scheduler simulated step by step, driven by the tabulated step time.
+
+The analytical model (:mod:`clusterplan.physics.queueing`) prices a replica at a mean operating point; a benchmark
+measures the distribution that the engine's scheduler produces. This module runs that scheduler, one engine step
+at a time, as vLLM V1 (``v1/core/sched/scheduler.py``), SGLang and TensorRT-LLM's in-flight batching do:
+
+* **continuous batching with chunked prefill**: each step first gives every running (decoding) sequence its token,
+  then fills the rest of the token budget (``max_num_batched_tokens``, the engine's ``prefill_chunk_tokens``) with
+  prompt chunks, first-come first-served: a prompt partly prefilled continues before a new one starts;
+* **the batch cap**: at most ``max_num_seqs`` sequences run (decoding or prefilling);
+* **KV blocks**: a request is admitted only when the KV pool has the blocks of its prompt (whole blocks of
+  ``kv_block_tokens``); decoding grows each sequence one token a step; when the pool runs out the most recently
+  admitted sequence is preempted (vLLM's recompute preemption): its blocks are freed and it goes back to the front
+  of the queue, to prefill its prompt and the tokens it had generated again;
+* **prefix-cache hits**: a request computes only ``1 - hit rate`` of its prompt (vLLM automatic prefix caching,
+  SGLang RadixAttention); its KV still takes the whole prompt's blocks;
+* **speculative decoding**: a verification step keeps ``acceptance_length`` tokens on average (EAGLE's tau), so a
+  request needs ``ceil((output - 1) / tau)`` decode steps; the step's time is the verification's.
+
+A step with ``n`` decoding sequences and ``k`` prompt tokens takes
+``decode_step_s(model, n) · tau + k · prefill_token_busy_s`` (:func:`clusterplan.physics.step.decode_step_s`: the
+step model's time per kept token, times the tokens a step keeps; a prompt's tokens riding a running step cost
+the replica their share of the prompt's busy time), and ``k · prefill_token_alone_s`` when nothing decodes (a lone
+prompt of ``p`` computed tokens takes the unloaded prefill time). The step model is evaluated at the workload's mean
+context, so a step's time depends on how many sequences run, not on how long each one is.
+
+Time runs forward event by event: a stretch of decode-only steps with the same sequences is taken in one move, up
+to the next completion, arrival or KV exhaustion; a step with prompt tokens is taken alone. Thousands of requests
+take a few thousand moves.
+
+Statistics, in the definitions of ``vllm bench serve`` (``vllm/benchmarks/serve.py``; SGLang's ``bench_serving``
+and genai-perf/aiperf use the same ones):
+
+* **TTFT**: from a request's arrival (send) to its first output token, queueing and the prefill steps included;
+* **TPOT**: ``(e2e - TTFT) / (output_tokens - 1)`` per request, over requests of more than one output token: the
+  first token is **excluded**;
+* **ITL**: every gap between two consecutive output chunks of a request (one engine step; under speculative
+  decoding a chunk holds the tokens one verification step kept), all requests' gaps pooled;
+* **E2E latency**: arrival to last token;
+* **duration**: first arrival to last completion; request throughput = requests / duration, output throughput =
+  output tokens / duration;
+* **goodput**: requests meeting every given target (TTFT, TPOT, E2E; vLLM's ``--goodput``) per second of duration.
+
+Arrivals: closed-loop concurrency (``C`` clients starting together, each sending its next request when the last
+one ends: ``vllm bench serve --max-concurrency``, SGLang ``bench_serving --max-concurrency``, genai-perf
+``--concurrency``), Poisson at a rate, Gamma-distributed gaps (vLLM's ``--burstiness b``: shape ``b``, CV
+``1/sqrt(b)``), or a trace's arrival times. Lengths: fixed, or uniform within ``[L·(1 - r), L·(1 + r)]`` (vLLM's
+random dataset ``--random-range-ratio r``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from clusterplan.physics.step import decode_step_s
+from clusterplan.physics.types import DecodeStepModel
+
+ArrivalKind = Literal["closed", "poisson", "gamma", "trace"]
+PERCENTILES = (50, 90, 95, 99)
+
+
+@dataclass(frozen=True, slots=True)
+class SimReplica:
+    """What the scheduler of one replica runs on: its step model and the engine's scheduling settings."""
+
+    step_model: DecodeStepModel  # per kept token (speculative decoding folded in, physics/step.py)
+    prefill_token_busy_s: float  # replica seconds per computed prompt token riding a running step
+    prefill_token_alone_s: float  # seconds per computed prompt token when nothing decodes
+    chunk_tokens: int  # the step's token budget (max_num_batched_tokens)
+    max_seqs: int  # max_num_seqs: sequences running at once
+    kv_pool_tokens: int  # the KV pool, in tokens of context
+    kv_block_tokens: int  # paging granularity
+    prefix_hit_rate: float = 0.0  # share of each prompt found in the prefix cache
+    acceptance_length: float = 1.0  # tokens a decode step keeps (speculative decoding's tau; 1 without)
+
+    def step_s(self, n: int, k: int) -> float:
+        """One engine step with ``n`` decoding sequences and ``k`` computed prompt tokens, seconds."""
+        if n <= 0:
+            return k * self.prefill_token_alone_s
+        return decode_step_s(self.step_model, n) * self.acceptance_length + k * self.prefill_token_busy_s
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """One request: when it is sent (ignored in a closed loop) and its prompt and output tokens."""
+
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """How requests arrive: ``closed`` (``concurrency`` clients), ``poisson`` / ``gamma`` (``rate_per_s``, gamma's
+    gaps with coefficient of variation ``cv``), or ``trace`` (the requests' own arrival times)."""
+
+    kind: ArrivalKind
+    concurrency: int = 0
+    rate_per_s: float = 0.0
+    cv: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths:
+    """Prompt and output lengths: ``input_tokens`` and ``output_tokens`` each uniform within ``±range_ratio``."""
+
+    input_tokens: int
+    output_tokens: int
+    range_ratio: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """The latency targets a request must meet to count in goodput (None: not a target), seconds."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Mean and percentiles of one latency, seconds."""
+
+    mean_s: float
+    p50_s: float
+    p90_s: float
+    p95_s: float
+    p99_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """A simulated run's statistics (definitions in the module docstring)."""
+
+    requests: int
+    duration_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    goodput_requests_per_s: float
+    ttft: Distribution
+    tpot: Distribution
+    itl: Distribution
+    e2e: Distribution
+    preemptions: int
+    mean_running: float  # time-averaged sequences decoding
+    ttft_s: tuple[float, ...]  # each request's TTFT, in the order given
+
+
+@dataclass(slots=True)
+class _Req:
+    """A request's state in the scheduler."""
+
+    arrival_s: float
+    prompt: int  # prompt tokens (KV it needs to start)
+    to_compute: int  # prompt tokens still to prefill in this admission
+    output: int
+    emitted: int = 0  # output tokens so far
+    first_s: float = -1.0
+    done_s: float = -1.0
+    admitted: int = -1  # admission order (preemption takes the latest)
+    start_tick: int = 0
+    finish_tick: int = 0
+    kv_tokens: int = 0  # KV held at start_tick
+
+
+@dataclass(slots=True)
+class _State:
+    """The replica's scheduler state."""
+
+    now: float = 0.0
+    tick: int = 0  # decode steps taken
+    kv_used: float = 0.0
+    admissions: int = 0
+    preemptions: int = 0
+    waiting: deque[int] = field(default_factory=deque)
+    prefilling: list[int] = field(default_factory=list)
+    finishes: list[tuple[int, int]] = field(default_factory=list)  # (finish tick, id) heap, lazy
+    latest: list[tuple[int, int]] = field(default_factory=list)  # (-admission, id) heap, lazy
+    decoding: set[int] = field(default_factory=set)
+    itl: list[tuple[float, int]] = field(default_factory=list)  # (gap s, count)
+    decode_s: dict[int, float] = field(default_factory=dict)  # the decode part of a step, by sequences running
+    busy_seq_s: float = 0.0
+
+
+def draw_requests(arrival: Arrival, lengths: Lengths, count: int, seed: int) -> list[SimRequest]:
+    """``count`` requests with seeded lengths and arrival times (all 0 for a closed loop)."""
+    rng = random.Random(seed)
+    r = lengths.range_ratio
+
+    def length(mean: int) -> int:
+        if r <= 0:
+            return max(1, mean)
+        return max(1, rng.randint(math.floor(mean * (1 - r)), math.ceil(mean * (1 + r))))
+
+    t = 0.0
+    out: list[SimRequest] = []
+    for _ in range(count):
+        if arrival.kind in ("poisson", "gamma"):
+            # gaps Gamma(shape = 1/cv², mean 1/rate): vLLM's --burstiness is the shape; Poisson is shape 1
+            shape = 1.0 if arrival.kind == "poisson" else 1.0 / (arrival.cv * arrival.cv)
+            t += rng.gammavariate(shape, 1.0 / (arrival.rate_per_s * shape))
+        out.append(
+            SimRequest(
+                t if arrival.kind != "closed" else 0.0, length(lengths.input_tokens), length(lengths.output_tokens)
+            )
+        )
+    return out
+
+
+def simulate(
+    replica: SimReplica, requests: Sequence[SimRequest], arrival: Arrival, targets: Targets | None = None
+) -> SimResult:
+    """Run ``requests`` through one replica's scheduler; statistics as ``vllm bench serve`` reports them.
+
+    Closed loop: the first ``arrival.concurrency`` requests are sent at 0, and each completion sends the next one
+    at that moment (the requests' own arrival times are ignored). Otherwise each request is sent at its
+    ``arrival_s``.
+    """
+    reqs = [_new_req(replica, r) for r in requests]
+    if not reqs:
+        raise ValueError("no requests to simulate")
+    s = _State()
+    closed = arrival.kind == "closed"
+    order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_s) if not closed else list(range(len(reqs)))
+    sent = 0
+    if closed:
+        sent = min(max(arrival.concurrency, 1), len(reqs))
+        for i in range(sent):
+            reqs[i].arrival_s = 0.0
+            s.waiting.append(i)
+    done = 0
+    while done < len(reqs):
+        if not closed:
+            while sent < len(order) and reqs[order[sent]].arrival_s <= s.now:
+                s.waiting.append(order[sent])
+                sent += 1
+        if not s.waiting and not s.prefilling and not s.decoding:
+            s.now = max(s.now, reqs[order[sent]].arrival_s)  # idle until the next request
+            continue
+        next_arrival = reqs[order[sent]].arrival_s if not closed and sent < len(order) else math.inf
+        finished = _step(replica, s, reqs, next_arrival)
+        done += len(finished)
+        if closed:
+            for _ in finished:
+                if sent < len(reqs):
+                    reqs[sent].arrival_s = s.now
+                    s.waiting.append(sent)
+                    sent += 1
+    return _result(reqs, s, targets or Targets())
+
+
+def _new_req(replica: SimReplica, r: SimRequest) -> _Req:
+    """A request's scheduler state; a prefix-cache hit leaves only the rest of its prompt to compute."""
+    computed = max(1, r.input_tokens - math.floor(r.input_tokens * replica.prefix_hit_rate))
+    return _Req(arrival_s=r.arrival_s, prompt=r.input_tokens, to_compute=computed, output=max(1, r.output_tokens))
+
+
+def _blocks(replica: SimReplica, tokens: float) -> int:
+    """KV tokens of ``tokens`` rounded up to whole blocks."""
+    block = replica.kv_block_tokens
+    return math.ceil(tokens / block) * block
+
+
+def _schedule(replica: SimReplica, s: _State, reqs: list[_Req]) -> dict[int, int]:
+    """This step's prompt tokens per request: partly prefilled prompts first, then the queue, FCFS, within the
+    token budget left by the decoding sequences, the batch cap and the KV pool."""
+    budget = replica.chunk_tokens - len(s.decoding)
+    chunks: dict[int, int] = {}
+    for i in s.prefilling:
+        if budget <= 0:
+            break
+        take = min(reqs[i].to_compute, budget)
+        chunks[i] = take
+        budget -= take
+    while s.waiting and budget > 0 and len(s.decoding) + len(s.prefilling) < replica.max_seqs:
+        i = s.waiting[0]
+        r = reqs[i]
+        need = _blocks(replica, r.prompt + r.emitted)
+        nothing_runs = not s.decoding and not s.prefilling
+        if s.kv_used + need > replica.kv_pool_tokens and not nothing_runs:
+            break  # no blocks: it waits (a prompt larger than the pool still runs alone)
+        s.waiting.popleft()
+        s.kv_used += need
+        r.kv_tokens = need
+        r.admitted = s.admissions
+        s.admissions += 1
+        s.prefilling.append(i)
+        take = min(r.to_compute, budget)
+        chunks[i] = take
+        budget -= take
+    return chunks
+
+
+def _step(replica: SimReplica, s: _State, reqs: list[_Req], next_arrival: float) -> list[int]:
+    """One engine step, or a stretch of identical decode-only steps; returns the requests it completed."""
+    chunks = _schedule(replica, s, reqs)
+    n = len(s.decoding)
+    k = sum(chunks.values())
+    tau = replica.acceptance_length
+    if n and n not in s.decode_s:  # a step's decode part depends on n alone: evaluated once per n
+        s.decode_s[n] = replica.step_s(n, 0)
+    dt = s.decode_s[n] + k * replica.prefill_token_busy_s if n else replica.step_s(0, k)
+    steps = 1
+    if not chunks and n:
+        _drop_stale(s, reqs)
+        steps = s.finishes[0][0] - s.tick if s.finishes else 1
+        if next_arrival < math.inf:
+            steps = min(steps, max(1, math.ceil((next_arrival - s.now) / dt)))
+        room = replica.kv_pool_tokens - s.kv_used
+        steps = max(1, min(steps, math.floor(room / (n * tau)) if room > 0 else 1))
+    s.now += steps * dt
+    s.busy_seq_s += steps * dt * n
+    if n:
+        s.tick += steps
+        s.kv_used += steps * n * tau
+        s.itl.append((dt, steps * n))
+    elif not chunks:  # nothing could run (cannot happen: a lone request is always admitted)
+        if next_arrival == math.inf:
+            raise RuntimeError("the scheduler simulation stalled: nothing runs and nothing arrives")
+        s.now = max(s.now, next_arrival)
+    finished = _finish_prefills(replica, s, reqs, chunks)
+    finished += _finish_decodes(replica, s, reqs)
+    while s.kv_used > replica.kv_pool_tokens and len(s.decoding) > 1:
+        _preempt(replica, s, reqs)
+    return finished
+
+
+def _finish_prefills(replica: SimReplica, s: _State, reqs: list[_Req], chunks: dict[int, int]) -> list[int]:
+    """Prompts whose last chunk ran: a first token (on the first admission) and the decode steps they need."""
+    finished: list[int] = []
+    for i, take in chunks.items():
+        r = reqs[i]
+        r.to_compute -= take
+        if r.to_compute > 0:
+            continue
+        s.prefilling.remove(i)
+        if r.emitted == 0:
+            r.emitted = 1  # the prefill step samples the first token
+            r.first_s = s.now
+        left = r.output - r.emitted
+        if left <= 0:
+            r.done_s = s.now
+            s.kv_used -= r.kv_tokens
+            finished.append(i)
+            continue
+        r.start_tick = s.tick
+        r.finish_tick = s.tick + math.ceil(left / replica.acceptance_length)
+        s.decoding.add(i)
+        heapq.heappush(s.finishes, (r.finish_tick, i))
+        heapq.heappush(s.latest, (-r.admitted, i))
+    return finished
+
+
+def _finish_decodes(replica: SimReplica, s: _State, reqs: list[_Req]) -> list[int]:
+    """Sequences whose last decode step ran: done, their KV blocks (prompt and grown part) freed."""
+    finished: list[int] = []
+    _drop_stale(s, reqs)
+    while s.finishes and s.finishes[0][0] <= s.tick:
+        _, i = heapq.heappop(s.finishes)
+        r = reqs[i]
+        s.decoding.discard(i)
+        r.emitted = r.output
+        r.done_s = s.now
+        s.kv_used -= r.kv_tokens + (s.tick - r.start_tick) * replica.acceptance_length
+        finished.append(i)
+        _drop_stale(s, reqs)
+    return finished
+
+
+def _drop_stale(s: _State, reqs: list[_Req]) -> None:
+    """Pop the finish entries of sequences no longer decoding (preempted, or readmitted since) off the heap's top."""
+    while s.finishes and (s.finishes[0][1] not in s.decoding or reqs[s.finishes[0][1]].finish_tick != s.finishes[0][0]):
+        heapq.heappop(s.finishes)
+
+
+def _preempt(replica: SimReplica, s: _State, reqs: list[_Req]) -> None:
+    """Recompute preemption of the latest admitted decoding sequence: blocks freed, back to the queue's front."""
+    while s.latest:
+        admitted, i = heapq.heappop(s.latest)
+        if i in s.decoding and reqs[i].admitted == -admitted:
+            break
+    else:
+        return
+    r = reqs[i]
+    tau = replica.acceptance_length
+    steps = s.tick - r.start_tick
+    s.kv_used -= r.kv_tokens + steps * tau
+    s.decoding.discard(i)
+    r.emitted = min(r.output - 1, r.emitted + math.floor(steps * tau))
+    r.to_compute = r.prompt + r.emitted  # the prompt and the tokens generated so far, prefilled again
+    s.preemptions += 1
+    s.waiting.appendleft(i)
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """numpy's default (linear) percentile of sorted values, as ``vllm bench serve`` computes it."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def distribution(values: Sequence[float]) -> Distribution:
+    """Mean and p50/p90/p95/p99 of ``values`` (all 0 when empty)."""
+    v = sorted(values)
+    mean = sum(v) / len(v) if v else 0.0
+    p50, p90, p95, p99 = (_percentile(v, q) for q in PERCENTILES)
+    return Distribution(mean_s=mean, p50_s=p50, p90_s=p90, p95_s=p95, p99_s=p99)
+
+
+def _weighted_distribution(pairs: list[tuple[float, int]]) -> Distribution:
+    """:func:`distribution` of values given as (value, count) runs, without expanding them."""
+    pairs = sorted(p for p in pairs if p[1] > 0)
+    total = sum(c for _, c in pairs)
+    if not total:
+        return distribution([])
+    mean = sum(v * c for v, c in pairs) / total
+
+    def at(q: float) -> float:
+        pos = (total - 1) * q / 100.0
+        lo, frac = math.floor(pos), pos - math.floor(pos)
+        return _nth(pairs, lo) + (_nth(pairs, min(lo + 1, total - 1)) - _nth(pairs, lo)) * frac
+
+    p50, p90, p95, p99 = (at(q) for q in PERCENTILES)
+    return Distribution(mean_s=mean, p50_s=p50, p90_s=p90, p95_s=p95, p99_s=p99)
+
+
+def _nth(pairs: list[tuple[float, int]], index: int) -> float:
+    """The ``index``-th value (0-based) of sorted (value, count) runs."""
+    seen = 0
+    for value, count in pairs:
+        seen += count
+        if index < seen:
+            return value
+    return pairs[-1][0]
+
+
+def _result(reqs: list[_Req], s: _State, targets: Targets) -> SimResult:
+    """The run's statistics in ``vllm bench serve``'s definitions (module docstring)."""
+    ttft = [r.first_s - r.arrival_s for r in reqs]
+    e2e = [r.done_s - r.arrival_s for r in reqs]
+    tpot = [(e - t) / (r.output - 1) for r, t, e in zip(reqs, ttft, e2e, strict=True) if r.output > 1]
+    start = min(r.arrival_s for r in reqs)
+    duration = max(max(r.done_s for r in reqs) - start, 1e-12)
+    good = sum(1 for r, t, e in zip(reqs, ttft, e2e, strict=True) if _meets(r, t, e, targets))
+    return SimResult(
+        requests=len(reqs),
+        duration_s=duration,
+        requests_per_s=len(reqs) / duration,
+        output_tokens_per_s=sum(r.output for r in reqs) / duration,
+        goodput_requests_per_s=good / duration,
+        ttft=distribution(ttft),
+        tpot=distribution(tpot),
+        itl=_weighted_distribution(s.itl),
+        e2e=distribution(e2e),
+        preemptions=s.preemptions,
+        mean_running=s.busy_seq_s / duration,
+        ttft_s=tuple(ttft),
+    )
+
+
+def _meets(r: _Req, ttft_s: float, e2e_s: float, targets: Targets) -> bool:
+    """Whether one request meets every given target (vLLM ``--goodput``: TTFT, TPOT, E2E)."""
+    tpot = (e2e_s - ttft_s) / (r.output - 1) if r.output > 1 else 0.0
+    return all(
+        limit is None or value <= limit
+        for value, limit in ((ttft_s, targets.ttft_s), (tpot, targets.tpot_s), (e2e_s, targets.e2e_s))
+    )
