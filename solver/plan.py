@@ -43,13 +43,21 @@ class ReplicaGroup(Out):
     rate_no_targets_rps: float = Field(description="requests/s one replica takes at the utilisation ceiling")
     output_tokens_per_s: float = Field(description="saturated output tokens/s of one replica")
     ttft_s: float = Field(description="unloaded time to first token, s")
-    tpot_s: float = Field(description="time per output token at the batch cap, s")
+    tpot_s: float | None = Field(description="time per output token at the batch cap, s (None: a prefill pool's)")
     p95_ttft_s: float = Field(description="p95 TTFT of one replica at its rated load, s")
-    p95_tpot_s: float = Field(description="p95 TPOT of one replica at its rated load, s")
+    p95_tpot_s: float | None = Field(
+        description="p95 TPOT of one replica at its rated load, s (None: a prefill pool's)"
+    )
     p95_latency_s: float = Field(description="p95 end-to-end latency of one replica at its rated load, s")
-    mean_ttft_s: float = Field(0.0, description="mean TTFT of one replica at its rated load, s")
-    mean_tpot_s: float = Field(0.0, description="mean TPOT of one replica at its rated load, s")
-    mean_latency_s: float = Field(0.0, description="mean end-to-end latency of one replica at its rated load, s")
+    mean_ttft_s: float | None = Field(
+        None, description="mean TTFT of one replica at its rated load, s (None: not modelled, a pool's)"
+    )
+    mean_tpot_s: float | None = Field(
+        None, description="mean TPOT of one replica at its rated load, s (None: not modelled, a pool's)"
+    )
+    mean_latency_s: float | None = Field(
+        None, description="mean end-to-end latency of one replica at its rated load, s (None: not modelled, a pool's)"
+    )
     memory_gib_per_gpu: float = Field(description="memory used on the most loaded GPU, GiB")
     gpu_memory_gib: float = Field(description="usable capacity of one GPU, GiB")
     bound: str = Field(description="resource bounding decode: memory_bandwidth, compute, ...")

@@ -1,28 +1,38 @@
-"""One path per design: ``estimate`` pinned to ``solve``'s top design reports the same figures.
+"""One path per design: ``estimate`` given ``solve``'s top design reports the same figures.
 
-For every example: plan it through the entry point ``clusterplan solve`` uses, take design 1, run
-``estimate`` pinned to each replica group's (or training workload's) layout and deployment, and
-compare throughput, latencies, memory per GPU and every cost. Costs are compared to the cent; the
-physics to a relative 1e-9 (they come from the same functions, so any difference is a second path).
+For every example (and the shared cases beside the checkout, where present), a disaggregated variant of the 70B
+example and an MoE expert-parallel case: plan it through the entry point ``clusterplan solve`` uses, take design 1,
+and estimate each of its workloads three ways:
 
-Costs: a single-workload design's costs are the sum of its replica groups' estimates (cloud lines are
-per group; per-million-token figures are over the workload's average demand, so they add up too). In
-a multi-workload design the hardware may be shared (``schedule: sequential`` trains, then serves, on
-the same owned servers): there each workload whose own hardware is the whole design's is compared.
+* the service: :func:`clusterplan.design.estimate_design.design_pins` of the design, through
+  :func:`~clusterplan.design.estimate_design.estimate_design`;
+* ``clusterplan estimate FILE --design PLAN.json --workload W --json``, the plan written as ``solve --json`` writes it;
+* ``clusterplan estimate`` with the flags a user would type for the same design (``--prefill-*`` / ``--decode-*``
+  per pool group).
+
+Each replica group (or pool) is compared with the plan's group: throughput, latencies, rates and memory per GPU
+to a relative 1e-9 (they come from the same functions, so any difference is a second path); the design's costs to
+the cent. The three ways must give the same figures.
+
+Costs: in a multi-workload design the hardware may be shared (``schedule: sequential`` trains, then serves, on the
+same owned servers): there each workload whose own hardware is the whole design's is compared.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, shared_plan
+from conftest import EXAMPLES, EXAMPLES_DIR, ROOT, run_cli, shared_plan
 
 # Design 1 of this requirement is an MoE expert-parallel layout (EP with attention data-parallel).
 EP_CASE = ROOT / "tests" / "data" / "requirements" / "mixtral-h100-ep.yaml"
+SHARED_CASES = sorted((ROOT.parent / "shared" / "cases").glob("*.yaml"))
+POOLED_70B = "70b-serving-pools"  # the 70B example with disaggregation: required (written per test)
 
 CENT = 0.005
 REL = 1e-9
@@ -42,30 +52,6 @@ class Mismatches:
             self.found.append(f"{what}: solve {solve:,.6f}, estimate {estimate:,.6f}")
 
 
-def _plan(path: Path, catalog: Any) -> tuple[Any, Any]:
-    from clusterplan.requirement.load import load_requirement
-
-    resolved = load_requirement(path, catalog)
-    plan = shared_plan(path, catalog, top=1, explain=False)  # plan_requirement, the entry point solve uses
-    assert plan.designs, f"{path.name}: no design"
-    return resolved, plan.designs[0]
-
-
-def _estimate(resolved: Any, catalog: Any, **pins: Any) -> Any:
-    from clusterplan.design.estimate import estimate_requirement
-    from clusterplan.requirement.schema import PinnedConfig
-
-    return estimate_requirement(resolved.requirement, list(resolved.models), catalog, PinnedConfig(**pins))
-
-
-def _money(result: Any) -> tuple[float, float, float, float | None, Any]:
-    """(capital, monthly, total over the horizon, $ per million output tokens, hardware) of one estimate."""
-    priced = result.owned if result.owned is not None else result.cloud
-    assert priced is not None, "the estimate priced nothing"
-    c = priced.costs
-    return c.capital_usd, c.monthly_usd, c.total_usd, c.usd_per_million_output_tokens, priced.hardware
-
-
 def _hardware_key(lines: Any) -> list[tuple[str, str, int, int]]:
     """GPUs per (kind, GPU type), bought and in total: the same GPUs in servers of another size priced alike (30
     RTX 6000 Ada as 7 x 4 + 1 x 2 or as 15 x 2 GPUs, both at half a 4-GPU server per pair) are the same hardware."""
@@ -77,109 +63,178 @@ def _hardware_key(lines: Any) -> list[tuple[str, str, int, int]]:
     return sorted((kind, gpu, total, bought) for (kind, gpu), (total, bought) in gpus.items())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("example", [*EXAMPLES, EP_CASE], ids=lambda p: p.stem)
-def test_estimate_agrees_with_solve_on_design_1(example: Path, catalog: Any) -> None:
+def _case_path(case: str, tmp_path: Path) -> Path:
+    if case == POOLED_70B:
+        pooled = tmp_path / f"{POOLED_70B}.yaml"
+        text = (EXAMPLES_DIR / "70b-serving.yaml").read_text()
+        pooled.write_text(
+            text.replace("    peak_to_average: 1.2", "    peak_to_average: 1.2\n    disaggregation: required")
+        )
+        return pooled
+    return Path(case)
+
+
+def _group_figures(g: Any, part: Any, tag: str, bad: Mismatches) -> None:
+    """One planned replica group against its estimate (an aggregated group, or a pool through evaluation/pools.py)."""
+    s = part.serving
+    assert (part.config.batch, part.config.count, part.config.role) == (g.batch, g.gpus, g.role), tag
+    if g.role != "aggregated":
+        pool = part.pool
+        for what, got, want in (
+            ("rate within targets", g.rate_rps, pool.rate_rps),
+            ("rate at the ceiling", g.rate_no_targets_rps, pool.rate_no_targets_rps),
+            ("TTFT", g.ttft_s, pool.ttft_s),
+            ("TPOT", g.tpot_s, pool.tpot_s),  # a prefill pool's: None, it emits no output tokens
+            ("p95 TTFT", g.p95_ttft_s, pool.rated_p95_ttft_s),
+            ("p95 TPOT", g.p95_tpot_s, pool.rated_p95_tpot_s),
+            ("mean TTFT", g.mean_ttft_s, None),  # a pool's means are not modelled: absent in both
+            ("p95 latency", g.p95_latency_s, pool.rated_p95_e2e_s),
+            ("memory per GPU", g.memory_gib_per_gpu, s.memory.total_gib),
+        ):
+            bad.close(f"{tag} {what}", got, want)
+        return
+    load = part.load
+    bad.close(f"{tag} output tokens/s", g.output_tokens_per_s, s.output_tokens_per_s)
+    bad.close(f"{tag} TTFT", g.ttft_s, s.ttft_s)
+    bad.close(f"{tag} TPOT", g.tpot_s, s.tpot_s)
+    bad.close(f"{tag} rate within targets", g.rate_rps, load.max_rate_for_targets_per_replica)
+    bad.close(f"{tag} p95 TTFT", g.p95_ttft_s, load.rated.p95_ttft_s)
+    bad.close(f"{tag} p95 TPOT", g.p95_tpot_s, load.rated.p95_tpot_s)
+    bad.close(f"{tag} p95 latency", g.p95_latency_s, load.rated.p95_e2e_s)
+    bad.close(f"{tag} mean TTFT", g.mean_ttft_s, load.rated.mean_ttft_s)
+    bad.close(f"{tag} memory per GPU", g.memory_gib_per_gpu, s.memory.total_gib)
+
+
+def _training_figures(wp: Any, part: Any, bad: Mismatches) -> None:
+    tag = f"{wp.workload} {wp.gpu} TP{wp.tp} PP{wp.pp} DP{wp.dp}"
+    t = part.training
+    assert part.feasible, part.reasons
+    bad.close(f"{tag} time to train", wp.time_to_train_s, t.time_to_train_s)
+    bad.close(f"{tag} tokens/s", wp.tokens_per_s, t.tokens_per_s)
+    bad.close(f"{tag} MFU", wp.mfu, t.mfu)
+    bad.close(f"{tag} memory per GPU", wp.memory_gib_per_gpu, t.memory.total_gib)
+
+
+def _flags(wp: Any) -> list[str] | None:
+    """The ``clusterplan estimate`` flags a user types for one workload of a design (None: several aggregated groups,
+    which the flags cannot name: ``--design`` can)."""
     from clusterplan.plan import ServingPlan
 
-    resolved, design = _plan(example, catalog)
-    if example == EP_CASE:
-        from clusterplan.design.check import check_plan
+    if not isinstance(wp, ServingPlan):
+        opts = set(wp.memory_options)
+        args = ["--gpu", wp.gpu, "--tp", wp.tp, "--pp", wp.pp, "--dp", wp.dp, "--zero", wp.zero_stage]
+        args += ["--recompute", wp.recompute, "--batch", wp.micro_batch, "--deployment", wp.deployment]
+        args += ["--cp", wp.cp, "--vpp", wp.virtual_stages, "--ep", wp.ep]
+        args += ["--recompute-layers", wp.recompute_layers] if wp.recompute_layers else []
+        if "adamw8bit" in opts:
+            args += ["--optimizer", "paged_adamw8bit" if "paged_optimizer" in opts else "adamw8bit"]
+        offload = {"optimizer_offload", "activation_offload"} & opts
+        args += ["--offload", "both" if len(offload) == 2 else "none" if not offload else offload.pop().split("_")[0]]
+        return [str(a) for a in args]
+    if not wp.disaggregated:
+        if len(wp.groups) > 1:
+            return None
+        g = wp.groups[0]
+        where = "owned" if g.owned_replicas else "cloud"
+        args = ["--gpu", g.gpu, "--dp", g.replicas, "--tp", g.tp, "--pp", g.pp, "--quant", g.quant]
+        args += ["--kv-quant", g.kv_cache, "--batch", g.batch, "--deployment", where, "--ep", g.ep]
+        return [str(a) for a in args] + (["--attention-dp"] if g.attention_dp else [])
+    args = []
+    for g in wp.groups:
+        r = g.role
+        where = "owned" if g.owned_replicas else "cloud"
+        args += [f"--{r}-gpu", g.gpu, f"--{r}-count", g.gpus, f"--{r}-tp", g.tp, f"--{r}-pp", g.pp]
+        args += [f"--{r}-quant", g.quant, f"--{r}-kv-quant", g.kv_cache, f"--{r}-batch", g.batch]
+        args += [f"--{r}-deployment", where, f"--{r}-ep", g.ep]
+    return [str(a) for a in args]
 
-        assert any(g.ep > 1 and g.attention_dp for w in design.workloads for g in getattr(w, "groups", []))
-        assert check_plan(design, resolved, catalog) == []  # the checker reprices the EP layout as solve did
-    names = [w.name for w in resolved.requirement.workloads]
-    bad = Mismatches()
-    priced: list[tuple[str, tuple[float, float, float, float | None, Any]]] = []
-    for wp in design.workloads:
-        index = names.index(wp.workload)
-        if isinstance(wp, ServingPlan):
-            group_money = []
-            for g in wp.groups:
-                where = "owned" if g.owned_replicas else "cloud"
-                assert g.owned_replicas == 0 or g.cloud_replicas == 0, "a group on both cloud and owned"
-                tag = f"{wp.workload} {g.gpu} TP{g.tp} PP{g.pp} EP{g.ep} {g.quant}"
-                est = _estimate(
-                    resolved, catalog, workload=index, gpu=g.gpu, dp=g.replicas, tp=g.tp, pp=g.pp, quant=g.quant,
-                    kv_quant=g.kv_cache, deployment=where, ep=g.ep, attention_dp=g.attention_dp,
-                )  # fmt: skip
-                s, load = est.serving, est.load
-                assert est.feasible, est.reasons
-                assert (est.config.batch, est.config.count) == (g.batch, g.gpus), tag
-                if g.role != "aggregated":
-                    # A pool replica: the estimate's replica through evaluation/pools.py, as the candidate rows are.
-                    from clusterplan.evaluation import pools
 
-                    w = resolved.requirement.workloads[index]
-                    a = resolved.requirement.assumptions
-                    pr = (
-                        pools.prefill_rates(s, resolved.model_for(index), catalog.gpus[g.gpu], w, a)
-                        if g.role == "prefill"
-                        else pools.decode_rates(s, w, a)
-                    )
-                    tag = f"{tag} {g.role}"
-                    for what, got, want in (
-                        ("rate within targets", g.rate_rps, pr.rate_rps),
-                        ("rate at the ceiling", g.rate_no_targets_rps, pr.rate_no_targets_rps),
-                        ("TTFT", g.ttft_s, pr.ttft_s),
-                        ("TPOT", g.tpot_s, pr.tpot_s),
-                        ("p95 TTFT", g.p95_ttft_s, pr.p95_ttft_s),
-                        ("p95 TPOT", g.p95_tpot_s, pr.p95_tpot_s),
-                        ("p95 latency", g.p95_latency_s, pr.p95_e2e_s),
-                        ("memory per GPU", g.memory_gib_per_gpu, s.memory.total_gib),
-                    ):
-                        bad.close(f"{tag} {what}", got, want)
-                    group_money.append(_money(est))
-                    continue
-                bad.close(f"{tag} output tokens/s", g.output_tokens_per_s, s.output_tokens_per_s)
-                bad.close(f"{tag} TTFT", g.ttft_s, s.ttft_s)
-                bad.close(f"{tag} TPOT", g.tpot_s, s.tpot_s)
-                bad.close(f"{tag} rate within targets", g.rate_rps, load.max_rate_for_targets_per_replica)
-                rated = load.rated
-                bad.close(f"{tag} p95 TTFT", g.p95_ttft_s, rated.p95_ttft_s)
-                bad.close(f"{tag} p95 TPOT", g.p95_tpot_s, rated.p95_tpot_s)
-                bad.close(f"{tag} p95 latency", g.p95_latency_s, rated.p95_e2e_s)
-                bad.close(f"{tag} memory per GPU", g.memory_gib_per_gpu, s.memory.total_gib)
-                group_money.append(_money(est))
-            hardware = [x for m in group_money for x in (m[4] or [])]
-            group_per_m = [m[3] for m in group_money]
-            priced.append(
-                (
-                    wp.workload,
-                    (
-                        sum(m[0] for m in group_money),
-                        sum(m[1] for m in group_money),
-                        sum(m[2] for m in group_money),
-                        None if None in group_per_m else sum(x for x in group_per_m if x is not None),
-                        hardware,
-                    ),
-                )
-            )
-        else:
-            tag = f"{wp.workload} {wp.gpu} TP{wp.tp} PP{wp.pp} DP{wp.dp}"
-            est = _estimate(
-                resolved, catalog, workload=index, gpu=wp.gpu, tp=wp.tp, pp=wp.pp, dp=wp.dp, zero=wp.zero_stage,
-                recompute=wp.recompute, batch=wp.micro_batch, deployment=wp.deployment, cp=wp.cp,
-                vpp=wp.virtual_stages, recompute_layers=wp.recompute_layers or None,
-            )  # fmt: skip
-            t = est.training
-            assert est.feasible, est.reasons
-            bad.close(f"{tag} time to train", wp.time_to_train_s, t.time_to_train_s)
-            bad.close(f"{tag} tokens/s", wp.tokens_per_s, t.tokens_per_s)
-            bad.close(f"{tag} MFU", wp.mfu, t.mfu)
-            bad.close(f"{tag} memory per GPU", wp.memory_gib_per_gpu, t.memory.total_gib)
-            priced.append((wp.workload, _money(est)))
-    c = design.costs
-    compared = 0
-    for name, (capital, monthly, total, per_m, hardware) in priced:
-        whole = len(priced) == 1 or _hardware_key(hardware) == _hardware_key(design.hardware)
-        if not whole:
+def _without(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """``data`` less ``keys`` at any depth (what differs by how the design was given: its source, the choices)."""
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if k in keys:
             continue
+        if isinstance(v, dict):
+            v = _without(v, *keys)
+        elif isinstance(v, list):
+            v = [_without(x, *keys) if isinstance(x, dict) else x for x in v]
+        out[k] = v
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case", [*map(str, EXAMPLES), POOLED_70B, str(EP_CASE), *map(str, SHARED_CASES)], ids=lambda p: Path(p).stem
+)
+def test_estimate_reproduces_design_1(case: str, catalog: Any, tmp_path: Path) -> None:
+    from clusterplan.design.estimate_design import design_pins, estimate_design
+    from clusterplan.plan import ServingPlan
+    from clusterplan.render import jsonout
+    from clusterplan.requirement.load import load_requirement
+
+    path = _case_path(case, tmp_path)
+    resolved = load_requirement(path, catalog)
+    plan = shared_plan(path, catalog, top=1, explain=False)  # plan_requirement, the entry point solve uses
+    assert plan.designs, f"{path.name}: no design"
+    design = plan.designs[0]
+    if case == POOLED_70B:
+        assert all(isinstance(w, ServingPlan) and w.disaggregated for w in design.workloads)
+    if case == str(EP_CASE):
+        assert any(g.ep > 1 and g.attention_dp for w in design.workloads for g in getattr(w, "groups", []))
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(jsonout.render(plan))
+    bad = Mismatches()
+    compared = 0
+    every: list[tuple[Any, Any]] = []
+    for wp in design.workloads:
+        est = estimate_design(
+            resolved.requirement, list(resolved.models), catalog, design_pins(design, resolved.requirement, wp.workload),
+            "plan.json design 1",
+        )  # fmt: skip
+        assert est.feasible, [p.reasons for p in est.parts]
+        if isinstance(wp, ServingPlan):
+            groups = [g for g in wp.groups for n in (g.owned_replicas, g.cloud_replicas) if n > 0]
+            assert len(groups) == len(est.parts)
+            for g, part in zip(groups, est.parts, strict=True):
+                _group_figures(g, part, f"{wp.workload} {g.gpu} TP{g.tp} PP{g.pp} EP{g.ep} {g.quant} {g.role}", bad)
+            bad.close(f"{wp.workload} capacity", wp.capacity_rps, est.capacity_rps)
+        else:
+            _training_figures(wp, est.parts[0], bad)
+        c, e = design.costs, est.costs
+        assert e is not None, f"{wp.workload}: the estimate priced nothing"
+        if len(design.workloads) == 1 or _hardware_key(est.hardware) == _hardware_key(design.hardware):
+            compared += 1
+            bad.close(f"{wp.workload} capital", c.capital_usd, e.capital_usd, money=True)
+            bad.close(f"{wp.workload} monthly", c.monthly_usd, e.monthly_usd, money=True)
+            bad.close(f"{wp.workload} total over {c.horizon_months:g} months", c.total_usd, e.total_usd, money=True)
+            if len(design.workloads) == 1:
+                per_m = (c.usd_per_million_output_tokens, e.usd_per_million_output_tokens)
+                bad.close(f"{wp.workload} $ per million output tokens", *per_m, money=True)
+
+        # The same design through the command: --design PLAN.json, then the flags a user would type.
+        wanted = est.model_dump(mode="json")
+        by_file = run_cli("estimate", str(path), "--design", str(plan_file), "--workload", wp.workload, "--json")
+        assert by_file.exit_code == 0, by_file.output
+        got = json.loads(by_file.stdout)
+        assert _without(got, "source") == _without(wanted, "source"), f"{wp.workload}: --design differs"
+        flags = _flags(wp)
+        if flags is not None:
+            by_flags = run_cli("estimate", str(path), "--workload", wp.workload, *flags, "--json")
+            assert by_flags.exit_code == 0, by_flags.output
+            typed = json.loads(by_flags.stdout)
+            if "parts" not in typed:  # one aggregated group or a training layout: the plain estimate
+                typed, wanted = {"parts": [typed]}, {"parts": wanted["parts"]}
+            assert _without(typed, "source", "choices") == _without(wanted, "source", "choices"), (
+                f"{wp.workload}: the flags {' '.join(flags)} differ from the design"
+            )
+        every.append((e, est.hardware))
+    if not compared:  # concurrent workloads on hardware of their own: the design is their sum
+        together = [x for _, lines in every for x in lines]
+        assert _hardware_key(together) == _hardware_key(design.hardware), f"{path.name}: hardware differs"
         compared += 1
-        bad.close(f"{name} capital", c.capital_usd, capital, money=True)
-        bad.close(f"{name} monthly", c.monthly_usd, monthly, money=True)
-        bad.close(f"{name} total over {c.horizon_months:g} months", c.total_usd, total, money=True)
-        if len(priced) == 1:
-            bad.close(f"{name} $ per million output tokens", c.usd_per_million_output_tokens, per_m, money=True)
-    assert compared, f"{example.name}: no workload's estimate covers the design's hardware"
-    assert not bad.found, f"{example.name}: estimate and solve disagree:\n  " + "\n  ".join(bad.found)
+        c = design.costs
+        for what in ("capital_usd", "monthly_usd", "total_usd"):
+            bad.close(f"design {what}", getattr(c, what), sum(getattr(e, what) for e, _ in every), money=True)
+    assert compared, f"{path.name}: no workload's estimate covers the design's hardware"
+    assert not bad.found, f"{path.name}: estimate and solve disagree:\n  " + "\n  ".join(bad.found)

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("planner",),
     ("explain", "pipeline"),
     ("design", "whatif", "review"),
-    ("render", "commands", "cli"),
+    ("render", "commands", "cli", "api"),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 # The issue that drew this floor plan named these: none of them may reach the edge writers.

@@ -216,9 +216,10 @@ class ServingRow:
     ceiling_p95_e2e_s: float = math.inf
     ceiling_p95_ttft_s: float = math.inf
     ceiling_p95_tpot_s: float = math.inf
-    mean_e2e_s: float = 0.0  # at its planned load, beside the p95s (benchmarks report means)
-    mean_ttft_s: float = 0.0
-    mean_tpot_s: float = 0.0
+    # at its planned load, beside the p95s (benchmarks report means); None: not modelled (a pool's rows)
+    mean_e2e_s: float | None = None
+    mean_ttft_s: float | None = None
+    mean_tpot_s: float | None = None
     ttft_s: float = 0.0  # unloaded
     tpot_s: float = 0.0
     output_tokens_per_s: float = 0.0  # saturated

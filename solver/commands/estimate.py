@@ -46,8 +46,28 @@ _FLAGS = {
 _usd = functools.partial(fmt.usd_exact, missing="unknown")
 
 
-def _pinned(values: dict[str, Any]) -> Any:
-    """Command-line knobs as a PinnedConfig; located errors name the flag."""
+ROLES = ("prefill", "decode")
+# A pool group's own flags (--prefill-tp, --decode-count, ...), each repeatable: the i-th of each is group i.
+POOL_KEYS = ("gpu", "count", "tp", "pp", "ep", "quant", "kv_quant", "batch", "deployment")
+# The plain flags a pool takes as its defaults (--count and --dp size one aggregated group: refused beside pools).
+POOL_DEFAULTS = (
+    "workload",
+    "gpu",
+    "tp",
+    "pp",
+    "ep",
+    "attention_dp",
+    "quant",
+    "kv_quant",
+    "batch",
+    "deployment",
+    "engine",
+)
+LOCATION = Location("command line")
+
+
+def _pinned(values: dict[str, Any], flags: dict[str, str] = _FLAGS) -> Any:
+    """Command-line knobs as a PinnedConfig; located errors name the flag (``flags``: field to flag)."""
     from clusterplan.design.estimate import workload_ref
     from clusterplan.requirement.schema import PinnedConfig
 
@@ -61,9 +81,7 @@ def _pinned(values: dict[str, Any]) -> Any:
         for err in exc.errors(include_url=False):
             key = str(err["loc"][0]) if err["loc"] else ""
             msg = str(err["msg"])
-            problems.append(
-                FieldProblem(Location("command line"), _FLAGS.get(key, key), f"{msg}, got {err.get('input')!r}")
-            )
+            problems.append(FieldProblem(LOCATION, flags.get(key, key), f"{msg}, got {err.get('input')!r}"))
         raise InputError(problems, fix="see clusterplan estimate --help") from None
 
 
@@ -83,13 +101,42 @@ def render(result: Any) -> list[Any]:
     """Rich renderables for an EstimateResult."""
     out: list[Any] = [*_status_lines(result), _memory_table(result)]
     if result.serving is not None:
-        out += [_serving_speed_table(result.serving), _load_table(result.load)]
+        out.append(_serving_speed_table(result.serving, pooled=result.pool is not None))
+        out.append(_pool_table(result.pool) if result.pool is not None else _load_table(result.load))
     else:
         out.append(_training_speed_table(result.training))
     costs = _cost_table(result)
     if costs.row_count:
         out.append(costs)
     out += _closing_lines(result)
+    return out
+
+
+def render_design(d: Any) -> list[Any]:
+    """Rich renderables for a DesignEstimate: each group's estimate, then the design as a whole."""
+    kind = "prefill and decode pools" if d.disaggregated else "replica group(s)"
+    out: list[Any] = [f"{d.requirement}: workload '{d.workload}' as {d.source}: {len(d.parts)} {kind}"]
+    for i, part in enumerate(d.parts, 1):
+        c = part.config
+        role = "" if c.role == "aggregated" else f" {c.role} pool"
+        share = f" taking {c.share:.0%} of the demand" if c.share < 1 else ""
+        role = f" ({role.strip()}{',' if role and share else ''}{share})" if role or share else ""
+        out.append(f"\n--- group {i} of {len(d.parts)}{role}: {c.count} x {c.gpu_name} ---")
+        out += render(part)
+    whole = _table("\nThe design as a whole")
+    if d.capacity_rps is not None:
+        whole.add_row("peak demand / capacity within targets", f"{d.demand_rps:,.2f} / {d.capacity_rps:,.2f} req/s")
+        whole.add_row("p95 end-to-end at the rated rates", fmt.seconds(d.p95_e2e_s))
+    if d.costs is not None:
+        c = d.costs
+        whole.add_row("capital", _usd(c.capital_usd))
+        whole.add_row("per month", _usd(c.monthly_usd))
+        if c.one_off_usd:
+            whole.add_row("one-off (training runs)", _usd(c.one_off_usd))
+        whole.add_row(f"total over {c.horizon_months:g} months", _usd(c.total_usd))
+        if c.usd_per_million_output_tokens is not None:
+            whole.add_row("per million output tokens", _usd(c.usd_per_million_output_tokens))
+    out.append(whole)
     return out
 
 
@@ -145,12 +192,18 @@ def _memory_table(result: Any) -> Table:
     return mem
 
 
-def _serving_speed_table(s: Any) -> Table:
+def _serving_speed_table(s: Any, *, pooled: bool = False) -> Table:
+    """One replica's speeds; a pool replica (``pooled``) without the saturated figures of a replica that both
+    prefills and decodes (its pool's own rates follow)."""
     sp = _table("\nSpeed of one replica")
     sp.add_row("prefill (unloaded TTFT)", fmt.seconds(s.prefill_s))
     sp.add_row(f"decode step at batch {s.batch}", fmt.seconds(s.decode_step_s))
     if s.ep > 1:
         sp.add_row(f"  of which MoE all-to-all (EP{s.ep})", fmt.seconds(s.all_to_all_s))
+    if pooled:
+        sp.add_row("max batch by memory", f"{s.max_batch_by_memory:,}")
+        sp.add_row("compute precision", s.compute_precision)
+        return sp
     sp.add_row("time per output token at saturation", fmt.seconds(s.tpot_s))
     sp.add_row("end-to-end, mean request", fmt.seconds(s.e2e_s))
     sp.add_row("output tokens/s (saturated)", f"{s.output_tokens_per_s:,.0f}")
@@ -179,6 +232,34 @@ def _load_table(load: Any) -> Table:
         f"{fmt.seconds(r.p95_ttft_s)} / {fmt.seconds(r.p95_tpot_s)} / {fmt.seconds(r.p95_e2e_s)}",
     )
     return lt
+
+
+def _pool_table(pool: Any) -> Table:
+    """A prefill or decode pool under its share of the demand (no means: the pools' are not modelled)."""
+    pt = _table(f"\nAt the requested load ({pool.role} pool)")
+
+    def seconds(x: float | None) -> str:  # a p95 at the requested load is None where the queue grows unbounded
+        return "unbounded" if x is None else fmt.seconds(x)
+
+    pt.add_row("demand average / peak", f"{pool.average_requests_per_s:,.2f} / {pool.peak_requests_per_s:,.2f} req/s")
+    pt.add_row("per replica", f"{pool.per_replica_requests_per_s:,.2f} req/s ({pool.utilisation:.0%} utilised)")
+    if pool.role == "prefill":
+        pt.add_row("KV transfer to the decode pool", fmt.seconds(pool.kv_transfer_s))
+        pt.add_row("p95 TTFT (wait, prefill, KV transfer)", seconds(pool.p95_ttft_s))
+    else:
+        pt.add_row("p95 first step / TPOT", f"{seconds(pool.p95_ttft_s)} / {seconds(pool.p95_tpot_s)}")
+        pt.add_row("p95 decode part of end-to-end", seconds(pool.p95_e2e_s))
+    for check in pool.targets:
+        mark = "meets" if check.met else "MISSES"
+        pt.add_row(f"target {check.name}", f"{mark} {fmt.seconds(check.target_s)}")
+    pt.add_row("max rate meeting its targets", f"{pool.rate_rps:,.2f} req/s per replica")
+    rated = fmt.seconds(pool.rated_p95_ttft_s)
+    if pool.role == "decode":
+        rated += f" / {fmt.seconds(pool.rated_p95_tpot_s)} / {fmt.seconds(pool.rated_p95_e2e_s)}"
+        pt.add_row("p95 first step / TPOT / decode part at that rate", rated)
+    else:
+        pt.add_row("p95 TTFT at that rate", rated)
+    return pt
 
 
 def _training_speed_table(t: Any) -> Table:
@@ -329,6 +410,86 @@ class EstimateOptions:
         str | None,
         typer.Option("--engine", help="Serving engine: vllm, sglang, tensorrt-llm (trtllm), exllamav2, llama.cpp."),
     ] = None
+    design: Annotated[
+        Path | None,
+        typer.Option(
+            "--design",
+            help="A plan written by 'clusterplan solve --json': estimate its design --index (every replica group "
+            "and pool, as solve chose them).",
+        ),
+    ] = None
+    index: Annotated[int, typer.Option("--index", help="With --design: which design (1 = the best).")] = 1
+    prefill_gpu: Annotated[
+        list[str] | None,
+        typer.Option("--prefill-gpu", help="Catalog GPU of each prefill group (repeat per group; default --gpu)."),
+    ] = None
+    prefill_count: Annotated[
+        list[int] | None, typer.Option("--prefill-count", help="GPUs in each prefill group (repeat per group).")
+    ] = None
+    prefill_tp: Annotated[
+        list[int] | None,
+        typer.Option("--prefill-tp", help="Tensor-parallel degree of each prefill group (default --tp)."),
+    ] = None
+    prefill_pp: Annotated[
+        list[int] | None, typer.Option("--prefill-pp", help="Pipeline stages of each prefill group (default --pp).")
+    ] = None
+    prefill_ep: Annotated[
+        list[int] | None,
+        typer.Option("--prefill-ep", help="Expert-parallel degree of each prefill group (default --ep)."),
+    ] = None
+    prefill_quant: Annotated[
+        list[str] | None, typer.Option("--prefill-quant", help="Weights of each prefill group (default --quant).")
+    ] = None
+    prefill_kv_quant: Annotated[
+        list[str] | None,
+        typer.Option("--prefill-kv-quant", help="KV cache of each prefill group (default --kv-quant)."),
+    ] = None
+    prefill_batch: Annotated[
+        list[int] | None,
+        typer.Option("--prefill-batch", help="Concurrency cap per prefill replica (default: the engine's largest)."),
+    ] = None
+    prefill_deployment: Annotated[
+        list[str] | None,
+        typer.Option("--prefill-deployment", help="cloud or owned, per prefill group (default --deployment)."),
+    ] = None
+    prefill_attention_dp: Annotated[
+        bool | None, typer.Option("--prefill-attention-dp", help="Attention data-parallel in the prefill pool (MoE).")
+    ] = None
+    decode_gpu: Annotated[
+        list[str] | None,
+        typer.Option("--decode-gpu", help="Catalog GPU of each decode group (repeat per group; default --gpu)."),
+    ] = None
+    decode_count: Annotated[
+        list[int] | None, typer.Option("--decode-count", help="GPUs in each decode group (repeat per group).")
+    ] = None
+    decode_tp: Annotated[
+        list[int] | None,
+        typer.Option("--decode-tp", help="Tensor-parallel degree of each decode group (default --tp)."),
+    ] = None
+    decode_pp: Annotated[
+        list[int] | None, typer.Option("--decode-pp", help="Pipeline stages of each decode group (default --pp).")
+    ] = None
+    decode_ep: Annotated[
+        list[int] | None,
+        typer.Option("--decode-ep", help="Expert-parallel degree of each decode group (default --ep)."),
+    ] = None
+    decode_quant: Annotated[
+        list[str] | None, typer.Option("--decode-quant", help="Weights of each decode group (default --quant).")
+    ] = None
+    decode_kv_quant: Annotated[
+        list[str] | None, typer.Option("--decode-kv-quant", help="KV cache of each decode group (default --kv-quant).")
+    ] = None
+    decode_batch: Annotated[
+        list[int] | None,
+        typer.Option("--decode-batch", help="Concurrency cap per decode replica (default: the engine's largest)."),
+    ] = None
+    decode_deployment: Annotated[
+        list[str] | None,
+        typer.Option("--decode-deployment", help="cloud or owned, per decode group (default --deployment)."),
+    ] = None
+    decode_attention_dp: Annotated[
+        bool | None, typer.Option("--decode-attention-dp", help="Attention data-parallel in the decode pool (MoE).")
+    ] = None
     as_json: Annotated[bool, typer.Option("--json", help="Print the estimate as JSON for tools.")] = False
     catalog: Catalogs = None
     arrival: Annotated[
@@ -342,6 +503,75 @@ class EstimateOptions:
     ] = None
 
 
+def _flag(role: str, key: str) -> str:
+    return f"--{role}-{key.replace('_', '-')}"
+
+
+def _pools_given(o: EstimateOptions) -> list[str]:
+    """The pool flags given, as written."""
+    keys = (*POOL_KEYS, "attention_dp")
+    return [_flag(r, k) for r in ROLES for k in keys if getattr(o, f"{r}_{k}") not in (None, [])]
+
+
+def _pool_pins(o: EstimateOptions, role: str) -> list[Any]:
+    """One PinnedConfig per group of one pool: its i-th flags (a flag given once applies to every group), the plain
+    flags as defaults."""
+    lists: dict[str, list[Any]] = {k: list(getattr(o, f"{role}_{k}") or []) for k in POOL_KEYS}
+    groups = max(len(v) for v in lists.values())
+    attention_dp = getattr(o, f"{role}_attention_dp")
+    if groups == 0 and attention_dp is None:
+        return []
+    for key, given in lists.items():
+        if len(given) not in (0, 1, groups):
+            problem = f"given {len(given)} times for {groups} {role} groups"
+            raise InputError(
+                [FieldProblem(LOCATION, _flag(role, key), problem)],
+                fix=f"give each --{role}-* flag once (every group) or once per group, in the same order",
+            )
+    flags = {k: _FLAGS[k] for k in POOL_DEFAULTS} | {k: _flag(role, k) for k in POOL_KEYS}
+    flags["attention_dp"] = _flag(role, "attention_dp") if attention_dp is not None else _FLAGS["attention_dp"]
+    pins = []
+    for i in range(max(groups, 1)):
+        values = {k: getattr(o, k) for k in POOL_DEFAULTS}
+        values |= {k: v[i] if len(v) == groups else v[0] for k, v in lists.items() if v}
+        if attention_dp is not None:
+            values["attention_dp"] = attention_dp
+        pins.append(_pinned({**values, "role": role}, flags))
+    return pins
+
+
+def _design_result(o: EstimateOptions, catalog: Any) -> Any:
+    """``--design PLAN.json`` (its design ``--index``) or the pool flags: every group estimated, the whole priced."""
+    from clusterplan.design.estimate_design import design_pins, estimate_design, read_design
+    from clusterplan.requirement.schema import PinnedConfig
+    from clusterplan.stdin import load_requirement_arg
+
+    resolved = load_requirement_arg(o.file, catalog)
+    if o.design is not None:
+        pinned = [flag for name, flag in _FLAGS.items() if name not in ("workload", "engine") and getattr(o, name)]
+        pinned += _pools_given(o)
+        if pinned:
+            raise InputError(
+                [FieldProblem(LOCATION, pinned[0], "the design file fixes the layout")],
+                fix=f"drop {', '.join(pinned)}, or drop --design to pin a layout by hand",
+            )
+        design = read_design(o.design, o.index)
+        pins = design_pins(design, resolved.requirement, o.workload)
+        if o.engine is not None:
+            pins = [PinnedConfig.model_validate(p.model_dump(exclude_none=True) | {"engine": o.engine}) for p in pins]
+        source = f"{o.design} design {o.index}"
+    else:
+        sized = [_FLAGS[k] for k in ("count", "dp") if getattr(o, k) is not None]
+        if sized:
+            raise InputError(
+                [FieldProblem(LOCATION, sized[0], "sizes aggregated replicas, not a pool")],
+                fix="size each pool with --prefill-count and --decode-count",
+            )
+        pins = _pool_pins(o, "prefill") + _pool_pins(o, "decode")
+        source = "command line"
+    return estimate_design(resolved.requirement, list(resolved.models), catalog, pins, source)
+
+
 def estimate(o: EstimateOptions) -> None:
     """Estimate memory, speed, latency and cost of one configuration; exit 1 if it cannot run."""
     from clusterplan.catalog.load import load_catalog
@@ -349,18 +579,27 @@ def estimate(o: EstimateOptions) -> None:
     from clusterplan.design.estimate import check_feasible, estimate_file
 
     def run() -> None:
-        overrides = _pinned({name: getattr(o, name) for name in _FLAGS})
+        if o.design is None and o.index != 1:
+            raise InputError([FieldProblem(LOCATION, "--index", "needs --design")], fix="give --design PLAN.json")
         cat = load_catalog(o.catalog or [])
         if o.arrival is not None:
-            _simulated(o, cat, overrides)
+            _simulated(o, cat, _pinned({name: getattr(o, name) for name in _FLAGS}))
             return
-        result = estimate_file(o.file, cat, overrides)
-        if o.as_json:
-            typer.echo(json.dumps(result.model_dump(mode="json"), indent=2, allow_nan=False, default=str))
+        if o.design is not None or _pools_given(o):
+            design = _design_result(o, cat)
+            parts, results = render_design(design), design.parts
+            data = design.model_dump(mode="json")
         else:
-            for part in render(result):
+            result = estimate_file(o.file, cat, _pinned({name: getattr(o, name) for name in _FLAGS}))
+            parts, results = render(result), [result]
+            data = result.model_dump(mode="json")
+        if o.as_json:
+            typer.echo(json.dumps(data, indent=2, allow_nan=False, default=str))
+        else:
+            for part in parts:
                 out_console.print(part, markup=False) if isinstance(part, str) else out_console.print(part)
-        check_feasible(result)
+        for result in results:
+            check_feasible(result)
 
     guarded(run)
 

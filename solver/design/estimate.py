@@ -27,6 +27,7 @@ Choices for omitted knobs:
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -83,6 +84,10 @@ class ChosenConfig(Result):
     engine: str | None = Field(default=None, description="serving engine (catalog/engines.yaml)")
     batch_cap: int | None = Field(default=None, description="the engine's cap on concurrent sequences (serving)")
     memory_options: list[str] = Field(default_factory=list, description="training memory options in use")
+    role: Literal["aggregated", "prefill", "decode"] = Field(
+        "aggregated", description="serving: aggregated replicas, or one pool of a disaggregated design"
+    )
+    share: float = Field(1.0, description="serving: the share of the workload's demand these replicas take")
 
 
 class TargetCheck(Result):
@@ -146,6 +151,32 @@ class LoadSummary(Result):
     serves_peak: bool
 
 
+class PoolSummary(Result):
+    """One pool of a disaggregated design (prefill or decode replicas) under the requirement's demand, through
+    :mod:`clusterplan.evaluation.pools`: the figures ``solve`` gives its pool groups. A prefill replica has no
+    output tokens (its TPOT is None), and the pools' means are not modelled (the plan's are None too)."""
+
+    role: Literal["prefill", "decode"]
+    average_requests_per_s: float
+    peak_requests_per_s: float
+    per_replica_requests_per_s: float = Field(description="peak demand / this pool's replicas")
+    utilisation: float = Field(description="at the requested load, of the replica's capacity")
+    stable: bool = Field(description="the requested load is within the utilisation ceiling")
+    p95_ttft_s: float | None = Field(description="at the requested load (None: unbounded, the queue grows)")
+    p95_tpot_s: float | None = Field(description="decode, at the requested load (None: prefill, or unbounded)")
+    p95_e2e_s: float | None = Field(description="this pool's part of end to end (None: unbounded)")
+    targets: list[TargetCheck] = Field(default_factory=list, description="this pool's share of the p95 targets")
+    rate_rps: float = Field(description="largest per-replica rate within the pool's share of the targets")
+    rate_no_targets_rps: float = Field(description="per-replica rate at the utilisation ceiling")
+    rated_p95_ttft_s: float = Field(description="p95 TTFT at the rated rate (prefill: with the KV transfer)")
+    rated_p95_tpot_s: float | None = Field(description="p95 TPOT at the rated rate (None: prefill)")
+    rated_p95_e2e_s: float = Field(description="this pool's part of end to end at the rated rate")
+    ttft_s: float = Field(description="unloaded: prefill + KV transfer (prefill), or the first step (decode)")
+    tpot_s: float | None = Field(description="unloaded decode step (None: prefill)")
+    kv_transfer_s: float | None = Field(description="prefill: the prompt's KV cache to the decode pool")
+    serves_peak: bool
+
+
 class EstimateResult(Result):
     requirement: str
     config: ChosenConfig
@@ -153,6 +184,7 @@ class EstimateResult(Result):
     reasons: list[str] = Field(default_factory=list)
     serving: ServingEstimate | None = None
     load: LoadSummary | None = None
+    pool: PoolSummary | None = Field(None, description="a prefill or decode pool: its share of the demand")
     training: TrainingEstimate | None = None
     cloud: CloudCost | None = None
     owned: OwnedCost | None = None
@@ -169,6 +201,10 @@ class EstimateResult(Result):
         for key, judged in (("serving", self.serving), ("training", self.training)):
             if judged is not None and isinstance(data.get(key), dict):
                 data[key] = _with_reasons(data[key], judged)
+        unbounded: list[dict[str, str]] = []
+        data = _finite_or_none(data, "", unbounded)
+        if unbounded:
+            data["unbounded"] = unbounded
         return data
 
     @property
@@ -176,6 +212,25 @@ class EstimateResult(Result):
         if self.serving is not None:
             return self.serving.bound
         return self.training.bound if self.training is not None else "compute"
+
+
+# Why a figure is unbounded (None in the JSON, "unbounded" in the text view), by where it sits.
+UNBOUNDED_QUEUE = "queue_grows_without_bound"  # a latency at a load at or above the replica's capacity
+NOT_FINITE = "no_finite_value"  # any other figure the model cannot bound (e.g. a layout that cannot run)
+
+
+def _finite_or_none(value: Any, path: str, unbounded: list[dict[str, str]]) -> Any:
+    """``value`` with every infinite or NaN float replaced by None, each recorded in ``unbounded`` with its path and
+    a reason code: JSON has no infinity, and an unbounded figure is absent, not a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        latency = path.startswith(("load.", "pool.")) or ".rated" in path
+        unbounded.append({"field": path, "reason": UNBOUNDED_QUEUE if latency else NOT_FINITE})
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v, f"{path}.{k}" if path else k, unbounded) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_none(v, f"{path}[{i}]", unbounded) for i, v in enumerate(value)]
+    return value
 
 
 def _with_reasons(dumped: dict[str, Any], judged: Judged) -> dict[str, Any]:
@@ -230,6 +285,11 @@ def estimate_requirement(
 
     if isinstance(workload, ServingWorkload):
         result = estimate_serving(req, index, workload, arch, gpu, cfg, catalog, choices)
+    elif cfg.role not in (None, "aggregated"):
+        raise ClusterplanError(
+            f"workload {workload.name!r} trains: it has no {cfg.role} pool",
+            fix="pools (--prefill-*, --decode-*, role:) apply to serving workloads only",
+        )
     else:
         result = estimate_training(req, index, workload, arch, gpu, cfg, catalog, choices)
     return result

@@ -4,7 +4,7 @@ configuration (the choices for omitted knobs are listed in :mod:`clusterplan.des
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
@@ -13,6 +13,7 @@ from clusterplan.design.estimate import (
     CloudCost,
     EstimateResult,
     LoadSummary,
+    PoolSummary,
     TargetCheck,
     check_count,
     deployments_wanted,
@@ -22,10 +23,11 @@ from clusterplan.design.estimate import (
     owned_cost,
 )
 from clusterplan.errors import ClusterplanError
-from clusterplan.evaluation import evaluate, pricing
+from clusterplan.evaluation import evaluate, pools, pricing
 from clusterplan.physics import moe, queueing, rules
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.types import ServingEstimate
 from clusterplan.requirement.schema import (
     EngineSettings,
     PinnedConfig,
@@ -33,6 +35,7 @@ from clusterplan.requirement.schema import (
     ServingWorkload,
     quality_class_of,
 )
+from clusterplan.wording import fmt
 
 if TYPE_CHECKING:
     from clusterplan.candidates.table import Offering
@@ -204,52 +207,46 @@ def estimate_serving(
         limit = "the engine's KV pool holds" if batch < cap else f"the engine's batch cap ({a.engine})"
         choices.append(f"batch {batch}: the largest {limit} (the planner's operating point)")
     est = evaluate.serving_estimate(arch, gpu, w, layout, batch=batch, assumptions=a)
-    tk: dict[str, Any] = dict(input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a)
-    rates = evaluate.serving_rates(est, w, a)
-    rate = rates.rate_rps
+    role = cfg.role or "aggregated"
+    rates: evaluate.ServingRates | None = None
+    pooled: pools.PoolRates | None = None
+    if role == "aggregated":
+        rates = evaluate.serving_rates(est, w, a)
+        rate, ceiling = rates.rate_rps, rates.rate_no_targets_rps
+    else:
+        pooled = _pool_rates(role, est, arch, gpu, w, req)
+        rate, ceiling = pooled.rate_rps, pooled.rate_no_targets_rps
     average = w.requests_per_s
-    peak = average * w.peak_to_average
+    peak = average * w.peak_to_average * (cfg.share or 1.0)  # this group's part of the peak demand
     group = tp * pp
     if cfg.dp is None and cfg.count is None:
-        usable = rate if rate > 0 else a.utilisation_ceiling * est.requests_per_s
-        needed = math.ceil(peak / usable - 1e-9) if usable > 0 else 1
-        replicas = max(1, needed) + w.redundancy
-        why = "meeting the p95 targets" if rate > 0 else "at the utilisation ceiling (targets out of reach)"
-        extra = f" + {w.redundancy} spare" if w.redundancy else ""
-        choices.append(f"{replicas} replica(s): peak {peak:,.2f} req/s at {usable:,.2f} req/s per replica {why}{extra}")
+        replicas = _default_replicas(peak, rate, ceiling, w.redundancy, choices)
     else:
         replicas = check_count(cfg.count, tp, pp, cfg.dp, "dp (replicas)")
     count = replicas * group
     per_replica = peak / replicas
-    lat = queueing.latency_at_load(est, per_replica, **tk)
-    checks = [
-        TargetCheck(name=name, target_s=target, estimate_s=value, met=value <= target)
-        for name, target, value in (
-            ("p95 latency", w.p95_latency, lat.p95_e2e_s),
-            ("p95 time to first token", w.p95_ttft, lat.p95_ttft_s),
-            ("p95 time per output token", w.p95_tpot, lat.p95_tpot_s),
-        )
-        if target is not None
-    ]
-    load = LoadSummary(
-        average_requests_per_s=average,
-        peak_requests_per_s=peak,
-        per_replica_requests_per_s=per_replica,
-        latency=lat,
-        targets=checks,
-        max_rate_for_targets_per_replica=rate,
-        rate_no_targets_per_replica=rates.rate_no_targets_rps,
-        rated=rates.rated,
-        serves_peak=lat.stable and all(c.met for c in checks),
-    )
     notes: list[str] = []
     outside = _outside_quality_gate(req, quant)
     if outside:
         notes.append(outside)
-    if not lat.stable:
+    load = pool = None
+    if pooled is not None:
+        pool = _pool_summary(est, arch, gpu, w, a, pooled, role, per_replica)
+        utilisation, stable = pool.utilisation, pool.stable
+    elif rates is not None:
+        load = _load_summary(est, w, a, rates, average, per_replica)
+        utilisation, stable = load.latency.utilisation, load.latency.stable
+    if not stable:
         notes.append(
-            f"peak load is {lat.utilisation:.0%} of a replica's capacity, above the {a.utilisation_ceiling:.0%} "
+            f"peak load is {utilisation:.0%} of a replica's capacity, above the {a.utilisation_ceiling:.0%} "
             "ceiling: add replicas"
+        )
+    if load is not None and load.latency.mean_ttft_s > load.latency.p95_ttft_s:
+        lat = load.latency
+        notes.append(
+            f"fewer than 5% of requests wait for one of the {batch:,} batch slots, and those wait long: the mean "
+            f"TTFT ({fmt.seconds(lat.mean_ttft_s)}) carries their wait, its p95 ({fmt.seconds(lat.p95_ttft_s)}) "
+            "does not (the model's wait is a rare long one, not a spread over every request)"
         )
     want_cloud, want_owned = deployments_wanted(req, cfg)
     offerings = offerings_for(catalog, req, gpu)
@@ -271,7 +268,8 @@ def estimate_serving(
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=count, tp=tp, pp=pp, dp=replicas, ep=ep, attention_dp=attention_dp, quant=quant, kv_quant=kv,
-        batch=batch, engine=a.engine, batch_cap=a.batch_cap(gpu.memory_gib, gpu.name),
+        batch=batch, engine=a.engine, batch_cap=a.batch_cap(gpu.memory_gib, gpu.name), role=role,
+        share=cfg.share or 1.0,
     )  # fmt: skip
     return estimate_result(
         req,
@@ -281,8 +279,121 @@ def estimate_serving(
         gpu.gpu_class,
         serving=est,
         load=load,
+        pool=pool,
         cloud=cloud,
         owned=owned,
         choices=choices,
         notes=notes,
+    )
+
+
+def _default_replicas(peak: float, rate: float, ceiling: float, redundancy: int, choices: list[str]) -> int:
+    """Replicas for the peak demand at the largest per-replica rate meeting the p95 targets (or, out of their
+    reach, at the utilisation ceiling), plus the spares."""
+    usable = rate if rate > 0 else ceiling
+    needed = math.ceil(peak / usable - 1e-9) if usable > 0 else 1
+    replicas = max(1, needed) + redundancy
+    why = "meeting the p95 targets" if rate > 0 else "at the utilisation ceiling (targets out of reach)"
+    extra = f" + {redundancy} spare" if redundancy else ""
+    choices.append(f"{replicas} replica(s): peak {peak:,.2f} req/s at {usable:,.2f} req/s per replica {why}{extra}")
+    return replicas
+
+
+def _load_summary(
+    est: ServingEstimate,
+    w: ServingWorkload,
+    a: Assumptions,
+    rates: evaluate.ServingRates,
+    average: float,
+    per_replica: float,
+) -> LoadSummary:
+    """An aggregated replica at ``per_replica`` requests/s: its latencies there and the targets they meet."""
+    lat = queueing.latency_at_load(
+        est, per_replica, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a
+    )
+    checks = [
+        TargetCheck(name=name, target_s=target, estimate_s=value, met=value <= target)
+        for name, target, value in (
+            ("p95 latency", w.p95_latency, lat.p95_e2e_s),
+            ("p95 time to first token", w.p95_ttft, lat.p95_ttft_s),
+            ("p95 time per output token", w.p95_tpot, lat.p95_tpot_s),
+        )
+        if target is not None
+    ]
+    return LoadSummary(
+        average_requests_per_s=average,
+        peak_requests_per_s=average * w.peak_to_average,
+        per_replica_requests_per_s=per_replica,
+        latency=lat,
+        targets=checks,
+        max_rate_for_targets_per_replica=rates.rate_rps,
+        rate_no_targets_per_replica=rates.rate_no_targets_rps,
+        rated=rates.rated,
+        serves_peak=lat.stable and all(c.met for c in checks),
+    )
+
+
+def _pool_rates(
+    role: str, est: ServingEstimate, arch: ModelArchitecture, gpu: GpuSpec, w: ServingWorkload, req: Requirement
+) -> pools.PoolRates:
+    """A pool replica's rated point, as the planner's pool rows rate it (:mod:`clusterplan.evaluation.pools`)."""
+    if role == "prefill":
+        return pools.prefill_rates(est, arch, gpu, w, req.assumptions)
+    return pools.decode_rates(est, w, req.assumptions)
+
+
+def _finite(value: float) -> float | None:
+    """A p95 at a load the replica cannot keep up with is unbounded: None, not infinity."""
+    return value if math.isfinite(value) else None
+
+
+def _pool_summary(
+    est: ServingEstimate,
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    w: ServingWorkload,
+    a: Assumptions,
+    rated: pools.PoolRates,
+    role: str,
+    per_replica: float,
+) -> PoolSummary:
+    """A pool replica at ``per_replica`` requests/s (:func:`clusterplan.evaluation.pools.pool_at_load`) and its
+    share of the p95 targets (:func:`clusterplan.evaluation.pools.targets`)."""
+    average = w.requests_per_s
+    at = pools.pool_at_load(est, arch, gpu, w, role, per_replica, a)
+    prefill = role == "prefill"
+    share = pools.targets(w)
+    wanted = (
+        [("p95 time to first token (prefill share)", share.ttft_s, at.p95_ttft_s)]
+        if prefill
+        else [
+            ("p95 time per output token", share.tpot_s, at.p95_tpot_s),
+            ("p95 latency (decode share)", share.decode_e2e_s, at.p95_e2e_s),
+        ]
+    )
+    checks = [
+        TargetCheck(name=name, target_s=target, estimate_s=value, met=value <= target)
+        for name, target, value in wanted
+        if target is not None
+    ]
+    return PoolSummary(
+        role="prefill" if prefill else "decode",
+        average_requests_per_s=average,
+        peak_requests_per_s=average * w.peak_to_average,
+        per_replica_requests_per_s=per_replica,
+        utilisation=at.utilisation,
+        stable=at.stable,
+        p95_ttft_s=_finite(at.p95_ttft_s),
+        p95_tpot_s=None if prefill else _finite(at.p95_tpot_s),
+        p95_e2e_s=_finite(at.p95_e2e_s),
+        targets=checks,
+        rate_rps=rated.rate_rps,
+        rate_no_targets_rps=rated.rate_no_targets_rps,
+        rated_p95_ttft_s=rated.p95_ttft_s,
+        rated_p95_tpot_s=None if prefill else rated.p95_tpot_s,
+        rated_p95_e2e_s=rated.p95_e2e_s,
+        ttft_s=rated.ttft_s,
+        tpot_s=None if prefill else rated.tpot_s,
+        kv_transfer_s=rated.kv_transfer_s if prefill else None,
+        serves_peak=at.stable and all(c.met for c in checks),
     )

@@ -115,14 +115,16 @@ def _group_misses(
         sim_replica(est, sw, a, g.batch), sim.draw_requests(arrival, lengths, VERIFY_REQUESTS, VERIFY_SEED), arrival
     )
     label = f"{g.gpu} TP{g.tp}" + (f" PP{g.pp}" if g.pp > 1 else "") + f" {g.quant}"
-    figures: tuple[tuple[SimFigure, float | None, float, float], ...] = (
+    # (figure, target, simulated, planned): an aggregated group's planned p95s are all set (a prefill pool's TPOT
+    # is None, but pools are not simulated here)
+    figures: tuple[tuple[SimFigure, float | None, float, float | None], ...] = (
         ("p95_latency", targets.e2e_s, run.e2e.p95_s, g.p95_latency_s),
         ("p95_ttft", targets.ttft_s, run.ttft.p95_s, g.p95_ttft_s),
         ("p95_tpot", targets.tpot_s, run.tpot.p95_s, g.p95_tpot_s),
     )
     out: list[SimulatedMiss] = []
     for figure, target, simulated, planned in figures:
-        if target is not None and math.isfinite(simulated) and simulated > target:
+        if target is not None and planned is not None and math.isfinite(simulated) and simulated > target:
             out.append(
                 SimulatedMiss(
                     workload=sw.name,

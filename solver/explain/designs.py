@@ -61,9 +61,9 @@ def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -
                 rate_no_targets_rps=row.rate_nolat_rps,
                 output_tokens_per_s=row.output_tokens_per_s,
                 ttft_s=row.ttft_s,
-                tpot_s=row.tpot_s,
+                tpot_s=None if row.role == "prefill" else row.tpot_s,  # a prefill replica emits no output tokens
                 p95_ttft_s=row.p95_ttft_s,
-                p95_tpot_s=row.p95_tpot_s,
+                p95_tpot_s=None if row.role == "prefill" else row.p95_tpot_s,
                 p95_latency_s=row.p95_e2e_s,
                 mean_ttft_s=row.mean_ttft_s,
                 mean_tpot_s=row.mean_tpot_s,

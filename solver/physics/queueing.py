@@ -5,9 +5,9 @@ Model (stated in ``docs/model.md``):
 * A replica holds up to ``B`` (its batch) sequences at once: ``B`` slots of an M/G/B queue with Poisson
   arrivals at ``λ`` requests/s. Its saturated rate ``μ`` (requests/s at batch ``B``, chunked prefill
   included) comes from :func:`clusterplan.physics.serving.estimate_serving`; utilisation ``ρ = λ/μ``.
-* Waiting for a slot: Erlang C for ``B`` servers of rate ``μ/B`` (Erlang 1917), ``P(W > t) =
-  C·exp(-(Bμ_slot - λ)t)``, scaled by Allen-Cunneen's ``(c_a² + c_s²)/2`` for non-exponential service
-  (Allen 1990, *Probability, Statistics and Queueing Theory*, §6).
+* Waiting for a slot: Erlang C for ``B`` servers (Erlang 1917), each held as long as the running batch says at this
+  load (``μ_slot = λ/n``, Little's law, below), ``P(W > t) = C·exp(-(Bμ_slot - λ)t)``, scaled by Allen-Cunneen's
+  ``(c_a² + c_s²)/2`` for non-exponential service (Allen 1990, *Probability, Statistics and Queueing Theory*, §6).
 * Running batch: Little's law ``n = λ·(TTFT + O·TPOT(n))`` solved by regula falsi; decode slows as
   ``n`` grows (the roofline step at ``n``), and prefill interleaved at rate ``λ`` takes a share ``λ·P_b``
   of the replica's time, stretching each step by ``1/(1 - λ·P_b)``.
@@ -175,11 +175,12 @@ def latency_at_load(
     tpot_mean = step_s(min(n + 1.0, batch)) * stretch
     n95 = min(n + 1.0 + P95_Z * math.sqrt(n), batch)
     tpot_p95 = step_s(n95) * stretch
-    wait = p95_wait_s(est.batch, lam, mu / est.batch, assumptions.service_time_scv)
+    slot_rate = lam / n if n > 0 else mu / est.batch  # a slot is held n / lam s at this load (Little's law)
+    wait = p95_wait_s(est.batch, lam, slot_rate, assumptions.service_time_scv)
     interleave = min(rho, 1.0) * est.prefill_chunks * step_s(n)
     ttft = wait + est.prefill_s + interleave
     e2e = ttft + max(output_tokens - 1.0, 0.0) * tpot_mean
-    mean_ttft = mean_wait_s(est.batch, lam, mu / est.batch, assumptions.service_time_scv) + est.prefill_s + interleave
+    mean_ttft = mean_wait_s(est.batch, lam, slot_rate, assumptions.service_time_scv) + est.prefill_s + interleave
     return LatencyAtLoad(
         arrival_requests_per_s=lam,
         utilisation=rho,

@@ -527,6 +527,18 @@ class PinnedConfig(Strict):
     engine: str | None = Field(
         None, max_length=200, description="serving engine to estimate under (replaces the workload's engine name)"
     )
+    role: Literal["aggregated", "prefill", "decode"] | None = Field(
+        None,
+        description="serving: aggregated replicas (default), or one pool of a disaggregated design: prefill "
+        "replicas (prompts, then the KV cache sent on) or decode replicas (the output tokens)",
+    )
+    share: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="serving: the share of the workload's demand routed to these replicas (one group of a larger "
+        "design: the router's weight), 0-1; unset: all of it",
+    )
 
     @model_validator(mode="after")
     def _known_engine(self) -> PinnedConfig:
