@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 
 
 def _requirement(tmp_path: Path, name: str, **serving: Any) -> Path:
-    """Llama 3.1 70B on cloud H100 SXM only (one GPU type keeps the solve small)."""
+    """Llama 3.1 70B on cloud H100 SXM only (one GPU type keeps the solve small), on demand: the pool arithmetic here
+    reads the instances' hourly rates (commitments are tests/test_cloud_terms.py's)."""
     doc = {
         "name": name,
         "model": "llama-3.1-70b",
         "deployment": "cloud",
-        "constraints": {"allowed_gpus": ["h100-sxm"]},
+        "constraints": {"allowed_gpus": ["h100-sxm"], "pricing": "on_demand"},
         "workloads": [{"kind": "serving", "name": "chat", **serving}],
     }
     path = tmp_path / f"{name}.yaml"

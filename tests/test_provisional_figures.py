@@ -14,7 +14,7 @@ import pytest
 
 from clusterplan.candidates.table import Offering
 from clusterplan.catalog.load import Catalog
-from clusterplan.evaluation.pricing import cloud_line, costs
+from clusterplan.evaluation.pricing import Operations, cloud_line, costs
 from clusterplan.evaluation.provisional import provisional_figures
 from clusterplan.plan import Design
 from conftest import example, run_cli
@@ -28,7 +28,7 @@ def _rented(instance: str, gpu: str, usd_per_hour: float, term: str = "on_demand
         usd_per_hour=usd_per_hour, provider=provider, instance_id=inst_id, term=term, term_months=months,
     )  # fmt: skip
     line = cloud_line(o, 1, gpu_name=gpu)
-    c = costs([line], horizon_months=36, one_off_usd=0.0, output_tokens_per_s=0.0)
+    c = costs([line], horizon_months=36, one_off_usd=0.0, output_tokens_per_s=0.0, operations=Operations(), pools=())
     return Design(
         rank=1, summary="", signature=[], costs=c, gpus_total=8, gpus_by_type={}, owned_power_w=0.0,
         hardware=[line], workloads=[], constraints=[],

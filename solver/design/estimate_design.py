@@ -216,6 +216,13 @@ def estimate_design(
             horizon_months=req.budget.horizon,
             one_off_usd=sum(c.costs.one_off_usd for c in chosen if c is not None),
             output_tokens_per_s=tokens_per_s,
+            operations=pricing.Operations.of(req.owned_costs(catalog.owned)),  # a cloud run holds no GPU type
+            pools={
+                (p.config.workload, p.config.role, line.gpu, line.kind)
+                for p, c in zip(parts, chosen, strict=True)
+                if serving and c is not None
+                for line in c.hardware
+            },
         )
     )
     demand, capacity, p95 = _serving_figures(parts, disaggregated) if serving else (None, None, None)
