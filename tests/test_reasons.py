@@ -155,6 +155,11 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         "lambda:gpu_8x_h100_sxm5: no fabric (InfiniBand, RoCE or EFA) between instances: not used for training "
         "across 2 or more of them",
     ),
+    ReasonCode.EP_NEEDS_FABRIC: (
+        R.EpNeedsFabric(gpu="H100 NVL 94GB", ep=16, gpus_per_domain=2),
+        "H100 NVL 94GB: expert parallelism 16 spans several instances (NVLink groups of 2 GPUs) and no offer has a "
+        "fabric (InfiniBand, RoCE or EFA) between them for its all-to-all",
+    ),
     ReasonCode.CONSUMER_LICENCE: (
         R.ConsumerLicence(gpu="NVIDIA GeForce RTX 4090 24GB"),
         "NVIDIA GeForce RTX 4090 24GB: a consumer (GeForce) card: NVIDIA's GeForce driver licence excludes datacenter "

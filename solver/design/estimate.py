@@ -320,12 +320,13 @@ def horizon_costs(
 
 def owned_cost(
     req: Requirement, catalog: Catalog, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int,
-    tokens_per_s: float = 0.0,
+    tokens_per_s: float = 0.0, needs_fabric: bool = False,
 ) -> tuple[OwnedCost | None, str | None]:  # fmt: skip
     """The cheapest owned server size hosting ``groups`` TP groups, over the horizon; or why it cannot be owned."""
     found = pricing.cheapest_hosting(
-        offerings, gpu_id=gpu.id, kind="owned", tp=tp, groups=groups, horizon_months=req.budget.horizon
-    )
+        offerings, gpu_id=gpu.id, kind="owned", tp=tp, groups=groups, horizon_months=req.budget.horizon,
+        needs_fabric=needs_fabric,
+    )  # fmt: skip
     if found is None:
         return None, (
             f"the catalog has no purchase price for {gpu.name} and the requirement lists too few of them in its "

@@ -26,6 +26,7 @@ from clusterplan.evaluation import evaluate, pricing
 from clusterplan.physics import moe, queueing, rules
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.reasons import EpNeedsFabric
 from clusterplan.requirement.schema import (
     EngineSettings,
     PinnedConfig,
@@ -92,12 +93,14 @@ def _default_kv(quant: str, gpu: GpuSpec, workload: ServingWorkload, choices: li
 
 
 def _cloud_serving(
-    req: Requirement, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int, tokens_per_s: float
-) -> CloudCost | None:
+    req: Requirement, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int, tokens_per_s: float,
+    needs_fabric: bool = False,
+) -> CloudCost | None:  # fmt: skip
     """The cheapest instance type hosting ``groups`` TP groups, rented around the clock over the horizon."""
     found = pricing.cheapest_hosting(
-        offerings, gpu_id=gpu.id, kind="cloud", tp=tp, groups=groups, horizon_months=req.budget.horizon
-    )
+        offerings, gpu_id=gpu.id, kind="cloud", tp=tp, groups=groups, horizon_months=req.budget.horizon,
+        needs_fabric=needs_fabric,
+    )  # fmt: skip
     if found is None:
         return None
     o, n, _ = found
@@ -245,16 +248,22 @@ def estimate_serving(
     offerings = offerings_for(catalog, req, gpu)
     tokens_per_s = average * w.output_tokens
     cloud = owned = None
+    host_tp, per_stage = moe.server_groups(layout, gpu)  # a wide-EP stage: one group per server
+    hosting: dict[str, Any] = dict(tp=host_tp, groups=replicas * pp * per_stage, tokens_per_s=tokens_per_s)
+    hosting["needs_fabric"] = per_stage > 1
     if want_cloud:
-        cloud = _cloud_serving(req, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s)
+        cloud = _cloud_serving(req, gpu, offerings, **hosting)
         if cloud is None:
             notes.append(f"no cloud instance in the catalog hosts a TP {tp} group of {gpu.name}")
     if want_owned:
-        owned, unowned = owned_cost(
-            req, catalog, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s
-        )
+        owned, unowned = owned_cost(req, catalog, gpu, offerings, **hosting)
         if unowned:
             notes.append(unowned)
+    if hosting["needs_fabric"] and cloud is None and owned is None:
+        if _cloud_serving(req, gpu, offerings, **(hosting | {"needs_fabric": False})) is not None:
+            # hosted only on instances without a fabric between them: the all-to-all has no network to ride
+            why = EpNeedsFabric(gpu=rules.short_name(gpu), ep=ep, gpus_per_domain=host_tp)
+            est = est.model_copy(update={"feasible": False, "why_not": [*est.why_not, why]})
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=count, tp=tp, pp=pp, dp=replicas, ep=ep, attention_dp=attention_dp, quant=quant, kv_quant=kv,

@@ -46,6 +46,7 @@ class ReasonCode(StrEnum):
     NOT_OBTAINABLE = "not_obtainable"
     TIER_NOT_ALLOWED = "tier_not_allowed"
     NO_FABRIC = "no_fabric"
+    EP_NEEDS_FABRIC = "ep_needs_fabric"
     CONSUMER_LICENCE = "consumer_licence"
     FRAMEWORK_CANNOT_RUN = "framework_cannot_run"
     STATED = "stated"
@@ -96,6 +97,7 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.NOT_OBTAINABLE: ReasonCategory.AVAILABILITY,
     ReasonCode.TIER_NOT_ALLOWED: ReasonCategory.PROVIDER_TIER,
     ReasonCode.NO_FABRIC: ReasonCategory.FABRIC,
+    ReasonCode.EP_NEEDS_FABRIC: ReasonCategory.FABRIC,
     ReasonCode.CONSUMER_LICENCE: ReasonCategory.LICENCE,
     ReasonCode.FRAMEWORK_CANNOT_RUN: ReasonCategory.LAYOUT,
     ReasonCode.STATED: ReasonCategory.HARDWARE,  # a record overrides it with its own (see Stated)
@@ -419,6 +421,16 @@ class NoFabric(Reason):
     gpu: str
     offer: str  # provider:instance
     instances: int  # the fewest instances a multi-instance layout needed
+
+
+@dataclass(frozen=True, slots=True)
+class EpNeedsFabric(Reason):
+    """A serving stage's expert parallelism spans servers and no offer of its GPU has a fabric between them."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.EP_NEEDS_FABRIC
+    gpu: str
+    ep: int
+    gpus_per_domain: int  # GPUs of the stage one NVLink domain holds (one group per server or domain)
 
 
 # ------------------------------------------------------------------------------------------------

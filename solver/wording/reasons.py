@@ -21,6 +21,7 @@ from clusterplan.physics.reasons import (
     KvCacheDoesNotFit,
     MissesLatencyTargets,
     ModelDoesNotFit,
+    EpNeedsFabric,
     NoFabric,
     NoLayoutFits,
     NoTensorThroughput,
@@ -168,6 +169,11 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             return r.offer, (
                 f"no fabric (InfiniBand, RoCE or EFA) between instances: not used for training across {r.instances} "
                 "or more of them"
+            )
+        case EpNeedsFabric():
+            return r.gpu, (
+                f"expert parallelism {r.ep} spans several instances (NVLink groups of {r.gpus_per_domain} GPUs) and no "
+                "offer has a fabric (InfiniBand, RoCE or EFA) between them for its all-to-all"
             )
         case FrameworkCannotRun():
             return r.framework, f"cannot run the plan's {_FRAMEWORK_FEATURE[r.feature]} {r.value}"
