@@ -190,3 +190,29 @@ def test_ep_across_instances_without_a_fabric_is_refused(tmp_path: Path) -> None
     data = _json([str(req), "--gpu", "h100-nvl", *wide])
     assert not data["feasible"]
     assert data["reasons"] and "no offer has a fabric" in data["reasons"][-1]  # wording of ep_needs_fabric
+
+
+EIGHT_B = """name: eightb
+model: llama-3.1-8b
+workloads:
+  - kind: serving
+    requests_per_min: 600
+    input_tokens: 512
+    output_tokens: 256
+budget: {horizon: 36}
+deployment: either
+"""
+
+
+def test_amd_cdna_carries_its_own_compute_share_against_blackwell(tmp_path: Path) -> None:
+    """MI355X against B200 on Llama-3.1-8B bf16: peak compute 1.12x, bandwidth 1.04x. Blackwell carries its fitted
+    share of the class compute factor, CDNA its own (MAMF-TABLE), so MI355X no longer comes out 1.44x B200."""
+    req = tmp_path / "8b.yaml"
+    req.write_text(EIGHT_B)
+
+    def tokens_per_s(gpu: str) -> float:
+        data = _json([str(req), "--gpu", gpu, "--tp", "1", "--quant", "bf16"])
+        return float(data["serving"]["output_tokens_per_s"])
+
+    ratio = tokens_per_s("mi355x") / tokens_per_s("b200")
+    assert 0.9 < ratio <= 1.12
