@@ -267,8 +267,8 @@ def estimate_serving(
         and _cloud_serving(req, gpu, offerings, **fabricless)
     ):
         # hosted only on instances without a fabric between them: the all-to-all has no network to ride
-        why = EpNeedsFabric(gpu=rules.short_name(gpu), ep=ep, gpus_per_domain=host_tp)
-        est = est.model_copy(update={"feasible": False, "why_not": [*est.why_not, why]})
+        no_fabric = EpNeedsFabric(gpu=rules.short_name(gpu), ep=ep, gpus_per_domain=host_tp)
+        est = est.model_copy(update={"feasible": False, "why_not": [*est.why_not, no_fabric]})
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=count, tp=tp, pp=pp, dp=replicas, ep=ep, attention_dp=attention_dp, quant=quant, kv_quant=kv,
