@@ -134,3 +134,14 @@ def test_wide_ep_across_four_servers_runs_and_exposes_the_network_all_to_all(cat
     exposed = est.step_model.all_to_alls * (20e-6 + 2048 * per_seq_s)
     assert est.all_to_all_s == pytest.approx(exposed, rel=1e-6)
     assert est.decode_step_s > est.all_to_all_s > 0.01
+
+
+def test_wide_ep_over_an_nvl72_rack_splits_no_attention_head(catalog: Catalog) -> None:
+    """EP 72 with attention DP on a GB200 NVL72 rack: 128 heads do not divide by 72, but no head is split (each GPU
+    runs whole attention), and the all-to-all stays on NVLink inside the rack's domain."""
+    r1, gb200 = catalog.model("deepseek-r1"), catalog.gpu("gb200")
+    layout = Layout(tp=72, ep=72, attention_dp=True, quant="fp8", kv_precision="fp8")
+    est = serving.estimate_serving(r1, gb200, layout, serving.RequestShape(1500, 1500, 8192), batch=512, assumptions=A)
+    assert est.feasible, est.why_not
+    assert moe.all_to_all_link_terms(gb200, 72, A)[2].kind == "nvlink"
+    assert moe.server_groups(layout, gb200) == (72, 1)

@@ -253,7 +253,7 @@ def estimate_serving(
     hosting["needs_fabric"] = per_stage > 1
     if want_cloud:
         cloud = _cloud_serving(req, gpu, offerings, **hosting)
-        if cloud is None:
+        if cloud is None and not hosting["needs_fabric"]:
             notes.append(f"no cloud instance in the catalog hosts a TP {tp} group of {gpu.name}")
     if want_owned:
         owned, unowned = owned_cost(req, catalog, gpu, offerings, **hosting)

@@ -121,7 +121,7 @@ def _parallel_rules(
 ) -> list[Reason]:
     """``expert_parallel_only``: the stage has no tensor-parallel collective (``Layout.expert_parallel_only``), so
     it is not held to one NVLink domain or one server where the GPU has a scale-up link: its all-to-all crosses the
-    network between servers (physics/moe.py ``all_to_all_link_terms``)."""
+    network between servers (physics/moe.py ``all_to_all_link_terms``), and it splits no attention head."""
     reasons: list[Reason] = []
     name = short_name(gpu)
     if tp > 1 and not (expert_parallel_only and gpu.scale_up != "pcie"):
@@ -132,9 +132,10 @@ def _parallel_rules(
             reasons.append(TpExceedsScaleUpDomain(gpu=name, tp=tp, link=link, domain_gpus=gpu.scale_up_domain))
         if tp > gpu.max_gpus_per_node:
             reasons.append(TpCrossesNodes(gpu=name, tp=tp, gpus_per_node=gpu.max_gpus_per_node))
-    if arch.attention_heads % tp:
+    split = 1 if expert_parallel_only else tp  # attention data-parallel: every GPU holds every head
+    if arch.attention_heads % split:
         reasons.append(TpSplitsAttentionHeads(model=arch.name, tp=tp, attention_heads=arch.attention_heads))
-    elif arch.kv_heads % tp and tp % arch.kv_heads:
+    elif arch.kv_heads % split and split % arch.kv_heads:
         reasons.append(TpSplitsKvHeads(model=arch.name, tp=tp, kv_heads=arch.kv_heads))
     if pp > arch.layers:
         reasons.append(PpExceedsLayers(model=arch.name, pp=pp, layers=arch.layers))
