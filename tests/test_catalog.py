@@ -320,3 +320,14 @@ def test_counts() -> None:
     assert len(SHIPPED.gpus) >= 17
     assert len(SHIPPED.instances) >= 60
     assert len(SHIPPED.models) >= 20
+
+
+def test_mi300x_has_a_sourced_cloud_price_and_purchase_price() -> None:
+    """An AMD MI300X can be rented (Azure ND MI300X v5, with its InfiniBand fabric) and bought, each price cited."""
+    rows = [i for i in SHIPPED.instances.values() if i.gpu_id == "mi300x"]
+    assert rows, "no cloud row rents an MI300X"
+    azure = next(i for i in rows if i.provider == "azure")
+    assert azure.gpus_per_instance == 8 and azure.on_demand_usd_per_hour > 0 and azure.network_gbit_per_s
+    assert azure.source in SHIPPED.sources
+    price = SHIPPED.gpu("mi300x").price
+    assert price is not None and price.usd > 0 and price.source in SHIPPED.sources

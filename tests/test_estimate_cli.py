@@ -156,3 +156,66 @@ def test_a_pinned_precision_outside_the_quality_gate_is_estimated_and_said() -> 
     assert said and "solve would not choose them" in said[0] and "quality.max_loss: any" in said[0], data["notes"]
     inside = _json([str(EX / "70b-serving.yaml"), "--gpu", "h100-sxm", "--quant", "fp8"])
     assert not [n for n in inside["notes"] if "quality gate" in n]
+
+
+R1 = """name: r1
+model: deepseek-r1
+workloads:
+  - kind: serving
+    requests_per_min: 300
+    input_tokens: 1500
+    output_tokens: 1500
+    max_context: 8k
+    p95_ttft: 2s
+    p95_tpot: 60ms
+budget: {horizon: 24}
+deployment: cloud
+"""
+
+
+def test_ep32_across_four_h200_servers_estimates_on_a_fabric(tmp_path: Path) -> None:
+    req = tmp_path / "r1.yaml"
+    req.write_text(R1)
+    wide = ["--count", "32", "--tp", "32", "--ep", "32", "--attention-dp", "--quant", "fp8", "--engine", "sglang"]
+    data = _json([str(req), "--gpu", "h200", *wide])
+    assert data["feasible"], data["reasons"]
+    assert data["serving"]["all_to_all_s"] > 0.01  # exposed in the decode step, over the network
+    assert any("inter-node network" in n for n in data["serving"]["notes"])
+    # four 8-GPU instances of an offer whose provider sells a fabric between them
+    assert data["cloud"]["instances"] == 4 and data["cloud"]["gpus_per_instance"] == 8
+
+
+def test_ep_across_instances_without_a_fabric_is_refused(tmp_path: Path) -> None:
+    req = tmp_path / "r1.yaml"
+    req.write_text(R1)
+    # H100 NVL: NVLink pairs, sold only by providers without a fabric between instances
+    wide = ["--count", "16", "--tp", "16", "--ep", "16", "--attention-dp", "--quant", "fp8"]
+    data = _json([str(req), "--gpu", "h100-nvl", *wide])
+    assert not data["feasible"]
+    assert data["reasons"] and "no offer has a fabric" in data["reasons"][-1]  # wording of ep_needs_fabric
+
+
+EIGHT_B = """name: eightb
+model: llama-3.1-8b
+workloads:
+  - kind: serving
+    requests_per_min: 600
+    input_tokens: 512
+    output_tokens: 256
+budget: {horizon: 36}
+deployment: either
+"""
+
+
+def test_amd_cdna_carries_its_own_compute_share_against_blackwell(tmp_path: Path) -> None:
+    """MI355X against B200 on Llama-3.1-8B bf16: peak compute 1.12x, bandwidth 1.04x. Blackwell carries its fitted
+    share of the class compute factor, CDNA its own (MAMF-TABLE), so MI355X no longer comes out 1.44x B200."""
+    req = tmp_path / "8b.yaml"
+    req.write_text(EIGHT_B)
+
+    def tokens_per_s(gpu: str) -> float:
+        data = _json([str(req), "--gpu", gpu, "--tp", "1", "--quant", "bf16"])
+        return float(data["serving"]["output_tokens_per_s"])
+
+    ratio = tokens_per_s("mi355x") / tokens_per_s("b200")
+    assert 0.9 < ratio <= 1.12

@@ -113,3 +113,35 @@ def test_layout_problems(mixtral: ModelArchitecture, catalog: Catalog) -> None:
     assert moe.layout_problem(mixtral, 8, 3, False) == "ep_not_divisor"
     assert moe.layout_problem(mixtral, 16, 16, False) == "ep_exceeds_experts"
     assert moe.layout_problem(catalog.model("llama-3.1-8b"), 8, 8, False) == "ep_without_experts"
+
+
+def test_wide_ep_across_four_servers_runs_and_exposes_the_network_all_to_all(catalog: Catalog) -> None:
+    """EP 32 with attention DP over four 8-GPU H200 servers: no TP collective, so no rule refuses it, and every
+    decode step pays 2 all-to-alls per MoE layer over the per-GPU network, hand-checked here."""
+    r1, h200 = catalog.model("deepseek-r1"), catalog.gpu("h200")
+    layout = Layout(tp=32, ep=32, attention_dp=True, quant="fp8", kv_precision="fp8")
+    assert layout.expert_parallel_only and moe.server_groups(layout, h200) == (8, 4)
+    est = serving.estimate_serving(r1, h200, layout, serving.RequestShape(1500, 1500, 8192), batch=2048, assumptions=A)
+    assert est.feasible and est.step_model is not None, est.why_not
+    # DeepEP sends a token once per destination rank: 32·(1 - (31/32)^8) ranks, 31/32 of them remote; bf16 hidden.
+    ranks = 32 * (1 - (31 / 32) ** 8)
+    bytes_per_token = 7168 * 2 * ranks * 31 / 32
+    assert moe.dispatch_bytes_per_token(r1, 32) == pytest.approx(bytes_per_token)
+    # each GPU sends its 1/32 of the tokens; 24 of its 31 peers sit on other servers, over 50 GB/s x 0.80.
+    per_seq_s = bytes_per_token / 32 * (24 / 31) / (50e9 * 0.80)
+    assert est.step_model.all_to_all_per_seq_s == pytest.approx(per_seq_s)
+    assert est.step_model.all_to_alls == 2 * 58  # DeepSeek-R1: 58 MoE layers, dispatch and combine
+    exposed = est.step_model.all_to_alls * (20e-6 + 2048 * per_seq_s)
+    assert est.all_to_all_s == pytest.approx(exposed, rel=1e-6)
+    assert est.decode_step_s > est.all_to_all_s > 0.01
+
+
+def test_wide_ep_over_an_nvl72_rack_splits_no_attention_head(catalog: Catalog) -> None:
+    """EP 72 with attention DP on a GB200 NVL72 rack: 128 heads do not divide by 72, but no head is split (each GPU
+    runs whole attention), and the all-to-all stays on NVLink inside the rack's domain."""
+    r1, gb200 = catalog.model("deepseek-r1"), catalog.gpu("gb200")
+    layout = Layout(tp=72, ep=72, attention_dp=True, quant="fp8", kv_precision="fp8")
+    est = serving.estimate_serving(r1, gb200, layout, serving.RequestShape(1500, 1500, 8192), batch=512, assumptions=A)
+    assert est.feasible, est.why_not
+    assert moe.all_to_all_link_terms(gb200, 72, A)[2].kind == "nvlink"
+    assert moe.server_groups(layout, gb200) == (72, 1)

@@ -160,6 +160,11 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         "NVIDIA RTX PRO 6000: disaggregated: the prefill replica's KV stream, 6.5 GB/s at its rated rate, is more than "
         "the Ethernet (TCP) between the pools carries (2.8 GB/s); the pool pair is ruled out",
     ),
+    ReasonCode.EP_NEEDS_FABRIC: (
+        R.EpNeedsFabric(gpu="H100 NVL 94GB", ep=16, gpus_per_domain=2),
+        "H100 NVL 94GB: expert parallelism 16 spans several instances (NVLink groups of 2 GPUs) and no offer has a "
+        "fabric (InfiniBand, RoCE or EFA) between them for its all-to-all",
+    ),
     ReasonCode.CONSUMER_LICENCE: (
         R.ConsumerLicence(gpu="NVIDIA GeForce RTX 4090 24GB"),
         "NVIDIA GeForce RTX 4090 24GB: a consumer (GeForce) card: NVIDIA's GeForce driver licence excludes datacenter "

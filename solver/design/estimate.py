@@ -27,6 +27,8 @@ Choices for omitted knobs:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -396,15 +398,28 @@ def horizon_costs(
     )
 
 
+@dataclass(frozen=True)
+class Hosting:
+    """What a pinned configuration asks of its servers: ``groups`` groups of ``tp`` GPUs, each within one NVLink
+    domain; ``needs_fabric``: the groups talk across servers (a wide-EP stage's all-to-all), so several servers or
+    instances are used only where a fabric joins them; ``tokens_per_s`` output at average demand (0: training)."""
+
+    tp: int
+    groups: int
+    tokens_per_s: float = 0.0
+    needs_fabric: bool = False
+
+
 def owned_cost(
-    req: Requirement, catalog: Catalog, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int,
-    tokens_per_s: float = 0.0, serves: str | None = None,
+    req: Requirement, catalog: Catalog, gpu: GpuSpec, offerings: list[Offering], hosting: Hosting,
+    serves: str | None = None,
 ) -> tuple[OwnedCost | None, str | None]:  # fmt: skip
     """The cheapest owned server size hosting ``groups`` TP groups, over the horizon; or why it cannot be owned.
     ``serves``: the serving workload it runs as one pool (None: a training run)."""
     found = pricing.cheapest_hosting(
-        offerings, gpu_id=gpu.id, kind="owned", tp=tp, groups=groups, horizon_months=req.budget.horizon
-    )
+        offerings, gpu_id=gpu.id, kind="owned", tp=hosting.tp, groups=hosting.groups,
+        horizon_months=req.budget.horizon, needs_fabric=hosting.needs_fabric,
+    )  # fmt: skip
     if found is None:
         return None, (
             f"the catalog has no purchase price for {gpu.name} and the requirement lists too few of them in its "
@@ -414,7 +429,7 @@ def owned_cost(
     line = pricing.owned_line(o, bought=bought, from_inventory=inventory, gpu_name=gpu.name)
     c = horizon_costs(
         req, [line], operations=pricing.Operations.of(req.owned_costs(catalog.owned)), serves=serves,
-        tokens_per_s=tokens_per_s,
+        tokens_per_s=hosting.tokens_per_s,
     )  # fmt: skip
     months = req.owned_costs(catalog.owned).amortisation_months.value
     notes = [f"{inventory} server(s) from the inventory: power only, no capital"] if inventory else []

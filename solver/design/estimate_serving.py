@@ -4,6 +4,7 @@ configuration (the choices for omitted knobs are listed in :mod:`clusterplan.des
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from clusterplan.catalog.load import Catalog
@@ -12,6 +13,7 @@ from clusterplan.design.estimate import (
     ChosenConfig,
     CloudCost,
     EstimateResult,
+    Hosting,
     LoadSummary,
     PoolSummary,
     TargetCheck,
@@ -27,6 +29,7 @@ from clusterplan.evaluation import evaluate, pools, pricing
 from clusterplan.physics import moe, queueing, rules
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.reasons import EpNeedsFabric
 from clusterplan.physics.types import ServingEstimate
 from clusterplan.requirement.schema import (
     EngineSettings,
@@ -95,19 +98,20 @@ def _default_kv(quant: str, gpu: GpuSpec, workload: ServingWorkload, choices: li
 
 
 def _cloud_serving(
-    req: Requirement, gpu: GpuSpec, offerings: list[Offering], *, tp: int, groups: int, tokens_per_s: float,
-    operations: pricing.Operations, workload: str,
+    req: Requirement, gpu: GpuSpec, offerings: list[Offering], hosting: Hosting, operations: pricing.Operations,
+    workload: str,
 ) -> CloudCost | None:  # fmt: skip
-    """The cheapest instance type hosting ``groups`` TP groups, rented around the clock over the horizon, run as
+    """The cheapest instance type hosting ``hosting``'s groups, rented around the clock over the horizon, run as
     ``workload``'s one pool."""
     found = pricing.cheapest_hosting(
-        offerings, gpu_id=gpu.id, kind="cloud", tp=tp, groups=groups, horizon_months=req.budget.horizon
-    )
+        offerings, gpu_id=gpu.id, kind="cloud", tp=hosting.tp, groups=hosting.groups,
+        horizon_months=req.budget.horizon, needs_fabric=hosting.needs_fabric,
+    )  # fmt: skip
     if found is None:
         return None
     o, n, _ = found
     line = pricing.cloud_line(o, n, gpu_name=gpu.name)
-    c = horizon_costs(req, [line], operations=operations, serves=workload, tokens_per_s=tokens_per_s)
+    c = horizon_costs(req, [line], operations=operations, serves=workload, tokens_per_s=hosting.tokens_per_s)
     return CloudCost(
         instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=o.term,
         usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
@@ -252,19 +256,27 @@ def estimate_serving(
     offerings = offerings_for(catalog, req, gpu)
     tokens_per_s = average * w.output_tokens
     cloud = owned = None
+    host_tp, per_stage = moe.server_groups(layout, gpu)  # a wide-EP stage: one group per server
+    hosting = Hosting(host_tp, replicas * pp * per_stage, tokens_per_s, needs_fabric=per_stage > 1)
+    operations = pricing.Operations.of(req.owned_costs(catalog.owned))
     if want_cloud:
-        cloud = _cloud_serving(
-            req, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s,
-            operations=pricing.Operations.of(req.owned_costs(catalog.owned)), workload=w.name,
-        )  # fmt: skip
-        if cloud is None:
+        cloud = _cloud_serving(req, gpu, offerings, hosting, operations, w.name)
+        if cloud is None and not hosting.needs_fabric:
             notes.append(f"no cloud instance in the catalog hosts a TP {tp} group of {gpu.name}")
     if want_owned:
-        owned, unowned = owned_cost(
-            req, catalog, gpu, offerings, tp=tp, groups=replicas * pp, tokens_per_s=tokens_per_s, serves=w.name
-        )
+        owned, unowned = owned_cost(req, catalog, gpu, offerings, hosting, serves=w.name)
         if unowned:
             notes.append(unowned)
+    fabricless = replace(hosting, needs_fabric=False)
+    if (
+        hosting.needs_fabric
+        and cloud is None
+        and owned is None
+        and _cloud_serving(req, gpu, offerings, fabricless, operations, w.name)
+    ):
+        # hosted only on instances without a fabric between them: the all-to-all has no network to ride
+        no_fabric = EpNeedsFabric(gpu=rules.short_name(gpu), ep=ep, gpus_per_domain=host_tp)
+        est = est.model_copy(update={"feasible": False, "why_not": [*est.why_not, no_fabric]})
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=count, tp=tp, pp=pp, dp=replicas, ep=ep, attention_dp=attention_dp, quant=quant, kv_quant=kv,

@@ -11,6 +11,7 @@ from clusterplan.design.estimate import (
     ChosenConfig,
     CloudCost,
     EstimateResult,
+    Hosting,
     check_count,
     deployments_wanted,
     estimate_result,
@@ -317,7 +318,7 @@ def estimate_training(
         if cloud is None:
             notes.append(f"no cloud instance in the catalog offers {gpu.name} for this layout")
     if want_owned:
-        owned, why = owned_cost(req, catalog, gpu, offerings, tp=best.tp, groups=best.cp * best.pp * best.dp)
+        owned, why = owned_cost(req, catalog, gpu, offerings, Hosting(best.tp, best.cp * best.pp * best.dp))
         if why:
             notes.append(why)
     kind: Literal["training", "finetune"] = "finetune" if isinstance(w, FinetuneWorkload) else "training"

@@ -361,17 +361,20 @@ class Assumptions(BaseModel):
         "queueing model (1: exponential-like output lengths; Allen-Cunneen)",
     )
     architecture_compute_fraction: dict[str, float] = Field(
-        default_factory=lambda: {"Hopper": 0.84, "Blackwell": 0.66},
+        default_factory=lambda: {"Hopper": 0.84, "Blackwell": 0.66, "CDNA 3 (gfx942)": 0.58, "CDNA 4 (gfx950)": 0.58},
         description="share of the class compute factors (compute_efficiency, training_mfu) an architecture "
         "reaches, by catalog architecture name; unlisted architectures 1.0. Fitted by bench/accuracy.py: H100/H200 "
         "serving and training against the A100 ones (0.839). Blackwell (B200, B300, GB200, GB300): Hopper's 0.84 x "
         "0.79, the share of peak B200/GB200 GEMMs reach against H100/H200's in aiconfigurator-core 0.12.0's "
         "TensorRT-LLM 1.3.0rc20 tables (systems/data/*/gemm/trtllm/1.3.0rc20/gemm_perf.parquet, M >= 4096, N and K "
         "4096-16384, median: BF16 0.63 vs 0.80, FP8 0.48 vs 0.61); 50 dense B200/GB200 perf-overview rows agree "
-        "(docs/model.md section 9)",
+        "(docs/model.md section 9). AMD CDNA 3 (MI300X, MI325X): Hopper's 0.84 x 0.70, the share of peak a BF16 "
+        "torch.matmul reaches on them against H100 SXM in the Maximum Achievable Matmul FLOPS table (MAMF-TABLE: "
+        "MI300X 51.4% and MI325X 60.4% of 1,300 TFLOPS, mean 55.9%, against H100 SXM 80.3%); CDNA 4 (MI355X) "
+        "carries CDNA 3's, provisional (no fair public CDNA 4 matmul measurement read)",
     )
     architecture_training_fraction: dict[str, float] = Field(
-        default_factory=lambda: {"Hopper": 0.72, "Blackwell": 0.57},
+        default_factory=lambda: {"Hopper": 0.72, "Blackwell": 0.57, "CDNA 3 (gfx942)": 0.50, "CDNA 4 (gfx950)": 0.50},
         description="training's own share of training_mfu an architecture reaches, by catalog architecture name, "
         "in place of architecture_compute_fraction (which serving keeps); unlisted architectures use "
         "architecture_compute_fraction. Hopper 0.72 fitted by bench/accuracy.py on the 13 unflagged H100 training "
@@ -380,7 +383,9 @@ class Assumptions(BaseModel):
         "adds), which the plateau absorbs, weighs ~2x more at H100's FLOP:byte ratio than at A100's; Blackwell "
         "0.57 = Hopper's 0.72 x 0.79, the share of peak B200/GB200 GEMMs reach against H100/H200's in "
         "aiconfigurator-core 0.12.0's TensorRT-LLM GEMM tables (as architecture_compute_fraction; provisional: no "
-        "fair public Blackwell training measurement is in bench/data)",
+        "fair public Blackwell training measurement is in bench/data); AMD CDNA 3 and 4 0.50 = Hopper's 0.72 x 0.70, "
+        "the CDNA-over-H100 share of peak BF16 matmuls reach (MAMF-TABLE, as architecture_compute_fraction; "
+        "provisional: no fair public MI300X training measurement is in bench/data)",
     )
     moe_gemm_architecture_fraction: dict[str, dict[str, float]] = Field(
         default_factory=lambda: {"Blackwell": {"fp4": 0.79, "fp8": 0.97}, "Hopper": {"fp4": 0.86}},

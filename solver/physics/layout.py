@@ -38,3 +38,11 @@ class Layout:
     recompute_layers: int | None = None
     quant: str = "bf16"
     kv_precision: str = "bf16"
+
+    @property
+    def expert_parallel_only(self) -> bool:
+        """No tensor-parallel collective in the stage: attention data-parallel and every expert whole on one GPU
+        (``ep = tp > 1``). Only the MoE all-to-all joins the stage's GPUs, so the stage may span servers over their
+        network (wide EP: SGLang ``--tp 32 --dp 32 --enable-dp-attention --ep-size 32 --moe-a2a-backend deepep
+        --nnodes 4``; vLLM ``--data-parallel-size 32 --enable-expert-parallel --all2all-backend deepep_*``)."""
+        return self.attention_dp and self.ep == self.tp > 1

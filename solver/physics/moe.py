@@ -451,6 +451,21 @@ def all_to_all_link_terms(gpu: GpuSpec, ep: int, assumptions: Assumptions) -> tu
     return latency, per_byte * share, link
 
 
+def server_groups(layout: Layout, gpu: GpuSpec) -> tuple[int, int]:
+    """``(GPUs that must share one NVLink domain, such groups per stage)`` of a serving stage.
+
+    A stage with a tensor-parallel collective is one group of ``tp``. An expert-parallel-only stage
+    (:attr:`Layout.expert_parallel_only`) wider than one server's NVLink domain splits into ``gcd(tp, d)``-GPU
+    groups, one per server, joined only by the all-to-all over the network (:func:`all_to_all_link_terms`):
+    EP 32 over four 8-GPU servers is four groups of 8.
+    """
+    domain = 1 if gpu.scale_up == "pcie" else max(1, min(gpu.scale_up_domain, gpu.max_gpus_per_node))
+    if not layout.expert_parallel_only or layout.tp <= domain:
+        return layout.tp, 1
+    group = math.gcd(layout.tp, domain)
+    return group, layout.tp // group
+
+
 def allreduces(arch: ModelArchitecture, layout: MoeLayout, layers: int) -> int:
     """TP all-reduces per forward over ``layers`` layers (Megatron: after attention and after the MLP).
 

@@ -47,6 +47,7 @@ class ReasonCode(StrEnum):
     TIER_NOT_ALLOWED = "tier_not_allowed"
     NO_FABRIC = "no_fabric"
     KV_STREAM_OVER_LINK = "kv_stream_over_link"
+    EP_NEEDS_FABRIC = "ep_needs_fabric"
     CONSUMER_LICENCE = "consumer_licence"
     FRAMEWORK_CANNOT_RUN = "framework_cannot_run"
     STATED = "stated"
@@ -98,6 +99,7 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.TIER_NOT_ALLOWED: ReasonCategory.PROVIDER_TIER,
     ReasonCode.NO_FABRIC: ReasonCategory.FABRIC,
     ReasonCode.KV_STREAM_OVER_LINK: ReasonCategory.FABRIC,
+    ReasonCode.EP_NEEDS_FABRIC: ReasonCategory.FABRIC,
     ReasonCode.CONSUMER_LICENCE: ReasonCategory.LICENCE,
     ReasonCode.FRAMEWORK_CANNOT_RUN: ReasonCategory.LAYOUT,
     ReasonCode.STATED: ReasonCategory.HARDWARE,  # a record overrides it with its own (see Stated)
@@ -421,6 +423,16 @@ class NoFabric(Reason):
     gpu: str
     offer: str  # provider:instance
     instances: int  # the fewest instances a multi-instance layout needed
+
+
+@dataclass(frozen=True, slots=True)
+class EpNeedsFabric(Reason):
+    """A serving stage's expert parallelism spans servers and no offer of its GPU has a fabric between them."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.EP_NEEDS_FABRIC
+    gpu: str
+    ep: int
+    gpus_per_domain: int  # GPUs of the stage one NVLink domain holds (one group per server or domain)
 
 
 # ------------------------------------------------------------------------------------------------

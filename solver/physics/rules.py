@@ -116,10 +116,15 @@ def short_name(gpu: GpuSpec) -> str:
     return gpu.name
 
 
-def _parallel_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int) -> list[Reason]:
+def _parallel_rules(
+    arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int, expert_parallel_only: bool = False
+) -> list[Reason]:
+    """``expert_parallel_only``: the stage has no tensor-parallel collective (``Layout.expert_parallel_only``), so
+    it is not held to one NVLink domain or one server where the GPU has a scale-up link: its all-to-all crosses the
+    network between servers (physics/moe.py ``all_to_all_link_terms``), and it splits no attention head."""
     reasons: list[Reason] = []
     name = short_name(gpu)
-    if tp > 1:
+    if tp > 1 and not (expert_parallel_only and gpu.scale_up != "pcie"):
         if gpu.scale_up == "pcie":
             reasons.append(TpNeedsNvlink(gpu=name, tp=tp))
         elif tp > gpu.scale_up_domain:
@@ -127,9 +132,10 @@ def _parallel_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int) -> 
             reasons.append(TpExceedsScaleUpDomain(gpu=name, tp=tp, link=link, domain_gpus=gpu.scale_up_domain))
         if tp > gpu.max_gpus_per_node:
             reasons.append(TpCrossesNodes(gpu=name, tp=tp, gpus_per_node=gpu.max_gpus_per_node))
-    if arch.attention_heads % tp:
+    split = 1 if expert_parallel_only else tp  # attention data-parallel: every GPU holds every head
+    if arch.attention_heads % split:
         reasons.append(TpSplitsAttentionHeads(model=arch.name, tp=tp, attention_heads=arch.attention_heads))
-    elif arch.kv_heads % tp and tp % arch.kv_heads:
+    elif arch.kv_heads % split and split % arch.kv_heads:
         reasons.append(TpSplitsKvHeads(model=arch.name, tp=tp, kv_heads=arch.kv_heads))
     if pp > arch.layers:
         reasons.append(PpExceedsLayers(model=arch.name, pp=pp, layers=arch.layers))
@@ -137,10 +143,16 @@ def _parallel_rules(arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int) -> 
 
 
 def serving_rule_reasons(
-    arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int, quant: str, kv_precision: str
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    tp: int,
+    pp: int,
+    quant: str,
+    kv_precision: str,
+    expert_parallel_only: bool = False,
 ) -> list[Reason]:
     """Why a serving layout cannot run on this GPU at all (empty when it can)."""
-    reasons = _parallel_rules(arch, gpu, tp, pp)
+    reasons = _parallel_rules(arch, gpu, tp, pp, expert_parallel_only)
     name = short_name(gpu)
     if quant == "fp8" and not supports_precision(gpu, "fp8"):
         reasons.append(Fp8Unsupported(gpu=name, gpu_architecture=gpu.architecture, use="weights"))

@@ -717,7 +717,9 @@ def estimate_serving(
     """
     a = assumptions
     tp, pp, ep, attention_dp = layout.tp, layout.pp, layout.ep, layout.attention_dp
-    reasons: list[Reason] = serving_rule_reasons(arch, gpu, tp, pp, layout.quant, layout.kv_precision)
+    reasons: list[Reason] = serving_rule_reasons(
+        arch, gpu, tp, pp, layout.quant, layout.kv_precision, layout.expert_parallel_only
+    )
     notes = serving_notes(gpu, layout.quant)
     batch = max(int(batch), 1)
     fit = _memory_fit(arch, gpu, layout, shape.context_tokens, batch, a)

@@ -14,6 +14,7 @@ from clusterplan.physics.reasons import (
     Bf16Unsupported,
     ConsumerLicence,
     CpSplitsSequence,
+    EpNeedsFabric,
     EpSplitsExperts,
     Fp8Unsupported,
     FrameworkCannotRun,
@@ -169,6 +170,11 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             return r.offer, (
                 f"no fabric (InfiniBand, RoCE or EFA) between instances: not used for training across {r.instances} "
                 "or more of them"
+            )
+        case EpNeedsFabric():
+            return r.gpu, (
+                f"expert parallelism {r.ep} spans several instances (NVLink groups of {r.gpus_per_domain} GPUs) and no "
+                "offer has a fabric (InfiniBand, RoCE or EFA) between them for its all-to-all"
             )
         case FrameworkCannotRun():
             return r.framework, f"cannot run the plan's {_FRAMEWORK_FEATURE[r.feature]} {r.value}"
