@@ -6,6 +6,7 @@ from each tool's source); each carries the plan's layout; a layout the framework
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -246,11 +247,19 @@ def test_export_of_a_training_design_writes_a_launch_that_parses(path: Path, fra
 
 
 @pytest.mark.slow
-def test_the_qlora_budget_case_is_refused_with_its_reason(tmp_path: Path) -> None:
+def test_the_qlora_budget_case_is_planned_in_a_layout_torchtune_runs_and_exports(tmp_path: Path) -> None:
+    """The 70B QLoRA case was planned PP 2 with 20 virtual stages, which torchtune cannot run (export exit 1); its
+    framework's layouts are data parallel only, and the plan exports as torchtune's distributed LoRA recipe (no
+    single-device config of a 70B ships)."""
     case = CASES / "qlora-70b-budget.yaml"
+    plan = json.loads(run_cli("solve", str(case), "--json").output)
+    for design in plan["designs"]:
+        (w,) = design["workloads"]
+        assert w["framework"] == "torchtune" and w["tp"] == 1 and w["pp"] == 1 and w["virtual_stages"] == 1
     result = run_cli("export", str(case), "-o", str(tmp_path / "out"))
-    assert result.exit_code == 1
-    assert "torchtune: cannot run the plan's pipeline parallel 2" in result.output
+    assert result.exit_code == 0, result.output
+    (script,) = (tmp_path / "out").glob("*-torchtune-launch.sh")
+    assert "lora_finetune_distributed --config llama3_1/70B_lora" in script.read_text()
 
 
 @pytest.mark.slow

@@ -274,6 +274,14 @@ RecomputeLayers = Annotated[
     ),
 ]  # fmt: skip
 MemoryOptions = Annotated[list[MemoryOption] | None, Field(description=MEMORY_OPTIONS_HELP)]
+TrainingFramework = Annotated[
+    str | None,
+    Field(
+        max_length=200, description="training framework (catalog/frameworks.yaml): megatron-lm, torchtitan, "
+        "deepspeed, torchtune, peft; only layouts it runs are planned. Unset: megatron-lm for pretraining and full "
+        "fine-tunes, torchtune for LoRA and QLoRA",
+    ),
+]  # fmt: skip
 
 
 class TrainingWorkload(Strict):
@@ -296,6 +304,7 @@ class TrainingWorkload(Strict):
     virtual_stages: VirtualStages = None
     recompute_layers: RecomputeLayers = None
     memory_options: MemoryOptions = None
+    framework: TrainingFramework = None
 
 
 class FinetuneWorkload(Strict):
@@ -320,6 +329,7 @@ class FinetuneWorkload(Strict):
     virtual_stages: VirtualStages = None
     recompute_layers: RecomputeLayers = None
     memory_options: MemoryOptions = None
+    framework: TrainingFramework = None
 
 
 Workload = Annotated[ServingWorkload | TrainingWorkload | FinetuneWorkload, Field(discriminator="kind")]

@@ -17,6 +17,7 @@ from clusterplan.physics.reasons import (
     EpSplitsExperts,
     Fp8Unsupported,
     FrameworkCannotRun,
+    FrameworkLacks,
     GlobalBatchTooSmall,
     KvCacheDoesNotFit,
     MissesLatencyTargets,
@@ -56,6 +57,16 @@ _BF16_NEED = {
     "training": "bf16 needs compute capability 8.0 or later; train in fp16 with loss scaling",
 }
 
+_LEFT_OUT_FEATURE = {
+    "tensor": "tensor parallel",
+    "pipeline": "pipeline parallel",
+    "interleaving": "interleaved pipeline of",
+    "context": "context parallel",
+    "expert": "expert parallel",
+    "zero": "ZeRO stage",
+    "recompute": "activation recompute",
+}
+
 _FRAMEWORK_FEATURE = {
     "pipeline": "pipeline parallel",
     "tensor": "tensor parallel",
@@ -66,6 +77,7 @@ _FRAMEWORK_FEATURE = {
     "optimizer": "optimizer",
     "model": "model",
     "precision": "precision",
+    "launcher": "launcher",
 }
 
 
@@ -169,8 +181,12 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
                 f"no fabric (InfiniBand, RoCE or EFA) between instances: not used for training across {r.instances} "
                 "or more of them"
             )
+        case FrameworkCannotRun() if r.feature == "launcher":
+            return r.framework, f"clusterplan writes no launch for it yet (export writes {r.value})"
         case FrameworkCannotRun():
             return r.framework, f"cannot run the plan's {_FRAMEWORK_FEATURE[r.feature]} {r.value}"
+        case FrameworkLacks():
+            return r.framework, f"runs no {_LEFT_OUT_FEATURE[r.feature]} {r.values}; those layouts were not planned"
         case Stated():
             return None, r.text
     raise TypeError(f"no wording for reason {r.code.value} ({type(r).__name__})")
