@@ -109,7 +109,8 @@ class TrainingPlan(Out):
         "activation_offload, paged_optimizer, optimizer_offload (none: mixed precision, AdamW, all on the GPU)",
     )
     framework: str = Field(
-        "", description="the training framework the layout is one of (catalog/frameworks.yaml id: megatron-lm, "
+        "",
+        description="the training framework the layout is one of (catalog/frameworks.yaml id: megatron-lm, "
         "torchtitan, deepspeed, torchtune, peft); empty in a plan written before frameworks were data",
     )
 

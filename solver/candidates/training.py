@@ -361,9 +361,7 @@ def training_candidates(
     considered = 0
     method = getattr(w, "method", "full")
     framework = catalog.framework(framework_name(w))
-    space = framework_space(
-        framework, evaluate.recomputes_for(w, flash_attention=assumptions.flash_attention), method
-    )
+    space = framework_space(framework, evaluate.recomputes_for(w, flash_attention=assumptions.flash_attention), method)
     excl: list[Exclusion] = [excluded("", r) for r in space.left_out]
     recomputes = space.recomputes
     seqs_per_step = evaluate.sequences_per_step(w)

@@ -168,7 +168,9 @@ def _launch(
     else:
         refusals = _megatron_refusals(wp, w.optimizer)
     if assumed not in FRAMEWORK_NAME:
-        refusals = [FrameworkCannotRun(framework=assumed, feature="launcher", value=" and ".join(FRAMEWORK_NAME.values()))]
+        refusals = [
+            FrameworkCannotRun(framework=assumed, feature="launcher", value=" and ".join(FRAMEWORK_NAME.values()))
+        ]
     return TrainingLaunch(
         workload=wp.workload, framework=framework, method=method, model_id=model_id, model=repo, arch=arch, plan=wp,
         nodes=nodes, sequence_length=round(w.sequence_length), requested_batch_tokens=w.global_batch_tokens,
