@@ -71,7 +71,8 @@ class CandidateCache:
         held = self._catalogs.get(id(catalog))
         if held is None or held[0] is not catalog:
             text = "\n".join(
-                spec.model_dump_json(exclude=set(_NOT_PHYSICS)) for _, spec in sorted(catalog.gpus.items())
+                [spec.model_dump_json(exclude=set(_NOT_PHYSICS)) for _, spec in sorted(catalog.gpus.items())]
+                + [f.model_dump_json() for _, f in sorted(catalog.frameworks.items())]  # the layouts each runs
             )
             held = (catalog, text)
             self._catalogs[id(catalog)] = held
