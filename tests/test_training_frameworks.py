@@ -86,7 +86,11 @@ def test_a_framework_that_does_not_run_the_method_is_a_located_input_error() -> 
     with pytest.raises(InputError) as err:
         load_requirement_text(SMALL.format(method="qlora", extra="    framework: torchtitan\n"), "r.yaml", catalog)
     text = str(err.value.render())
-    assert "r.yaml:8:5: workloads[0].framework" in text and "torchtitan does not run qlora fine-tuning" in text and "torchtune" in text
+    assert (
+        "r.yaml:8:5: workloads[0].framework" in text
+        and "torchtitan does not run qlora fine-tuning" in text
+        and "torchtune" in text
+    )
     with pytest.raises(InputError) as err:
         load_requirement_text(SMALL.format(method="lora", extra="    framework: torchtun\n"), "r.yaml", catalog)
     assert "unknown framework 'torchtun'; did you mean 'torchtune'" in str(err.value.render())

@@ -300,6 +300,14 @@ class FrameworkSpace:
     recomputes: list[Recompute]
     recompute_layers: bool  # full recompute of a chosen number of a stage's layers; False: every layer
     left_out: tuple[FrameworkLacks, ...]
+    no_memory_options: tuple[str, ...] = ()  # memory options it has no form of
+
+    def runs(self, tp: int, pp: int, virtual_stages: int, cp: int, ep: int) -> bool:
+        """Whether the framework runs a layout of these degrees."""
+        return (
+            tp in self.tps and pp in self.pps and (virtual_stages <= 1 or self.interleaving)
+            and (cp <= 1 or self.context_parallel) and (ep <= 1 or self.expert_parallel)
+        )  # fmt: skip
 
     def zeros(self, pp: int, method: str) -> tuple[int, ...]:
         """The ZeRO stages tried at ``pp`` stages: the physics' (:func:`evaluate.zero_stages_for`) it runs."""
@@ -333,6 +341,7 @@ def framework_space(spec: FrameworkSpec, recomputes: list[Recompute], method: st
         tps=tps, pps=pps, interleaving=spec.interleaved_pipeline, context_parallel=spec.context_parallel,
         expert_parallel=spec.expert_parallel, zero_stages=frozenset(spec.zero_stages), recomputes=kept,
         recompute_layers=spec.recompute_layers, left_out=tuple(left),
+        no_memory_options=tuple(o for o in MEMORY_OPTIONS if o not in spec.memory_options),
     )  # fmt: skip
 
 
@@ -369,8 +378,7 @@ def training_candidates(
     if not space.context_parallel:
         pinned_cp = 1
     eps = None if space.expert_parallel else (1,)
-    no_form = [o for o in MEMORY_OPTIONS if o not in framework.memory_options]
-    plans = tuple(evaluate.memory_plans_for(w, forbidden=no_form))
+    plans = tuple(evaluate.memory_plans_for(w, forbidden=space.no_memory_options))
     for gid in sorted(catalog.gpus):
         spec = catalog.gpus[gid]
         g = gpu_type_of(spec)

@@ -140,7 +140,7 @@ def _launch(
     # The framework the plan assumed (its layouts are that framework's); a plan written before frameworks were
     # data names none: the method's default, as the requirement resolves it.
     assumed = wp.framework or framework_name(w)
-    framework: Framework = assumed if assumed in FRAMEWORK_NAME else "megatron-lm"  # type: ignore[assignment]
+    framework: Framework = assumed if assumed in FRAMEWORK_NAME else "megatron-lm"
     job = evaluate.training_job(w)
     batch = step_batch(job, TrainingSettings(dp=wp.dp, zero_stage=wp.zero_stage, micro_batch=wp.micro_batch))
     sequences = batch.micro_batches * wp.dp * wp.micro_batch
