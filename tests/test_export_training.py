@@ -332,3 +332,15 @@ def test_a_replica_wider_than_one_machine_gets_no_deployment() -> None:
     assert list(yaml.safe_load_all(wide)) == [] and "spans 16 GPUs" in wide
     fits = k8s_file([Scaling(launch, 2, 1, 0, 1.0, gpus_per_node=16)])
     assert [d["kind"] for d in yaml.safe_load_all(fits)] == ["Deployment", "Service", "HorizontalPodAutoscaler"]
+
+
+def test_export_writes_the_framework_the_plan_assumed(catalog: Catalog) -> None:
+    """The framework comes from the plan, not from the method: a plan on torchtitan gets no Megatron-LM launch but a
+    refusal naming the frameworks export writes; a plan that names none (written before frameworks were data)
+    takes its method's default."""
+    titan = _training(catalog, _plan(framework="torchtitan"))
+    assert titan.refusals == (
+        FrameworkCannotRun(framework="torchtitan", feature="launcher", value="Megatron-LM and torchtune"),
+    )
+    assert _training(catalog, _plan(framework="")).framework == "megatron-lm"
+    assert _training(catalog, _plan(framework="megatron-lm")).refusals == ()
