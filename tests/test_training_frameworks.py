@@ -105,3 +105,12 @@ def test_the_plan_names_the_framework_it_assumed(tmp_path: Path) -> None:
     assert w["framework"] == "torchtune" and w["tp"] == 1 and w["pp"] == 1
     table = run_cli("solve", str(path)).output
     assert "on torchtune" in table
+
+
+def test_a_pinned_layout_the_framework_cannot_run_is_a_located_input_error() -> None:
+    text = SMALL.format(method="qlora", extra="    virtual_stages: 2\n    context_parallel: 2\n")
+    with pytest.raises(InputError) as err:
+        load_requirement_text(text, "r.yaml", load_catalog())
+    rendered = str(err.value.render())
+    assert "r.yaml:8:5: workloads[0].virtual_stages: 2 virtual stages; torchtune runs no such layout" in rendered
+    assert "context_parallel" not in rendered  # torchtune's recipes have context_parallel_dim

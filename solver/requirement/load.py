@@ -42,6 +42,7 @@ from clusterplan.requirement.schema import (
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import FrameworkSpec
 
 # The ranges clusterplan plans within (docs/guarantees.md). Outside them the solver's integer
 # scaling cannot represent the figures exactly, so a value beyond one is refused, located, rather
@@ -260,6 +261,28 @@ def _check_framework(catalog: Catalog, w: TrainingWorkload | FinetuneWorkload, p
         problem(
             where, f"{spec.name} does not train in {w.precision} (it runs {', '.join(spec.precisions)})", "framework"
         )
+    for pinned, message in _pinned_beyond(spec, w):
+        problem((*path[:-1], pinned), f"{message}; {spec.name} runs no such layout: leave it out or name a framework "
+                "that does", "framework")  # fmt: skip
+
+
+def _pinned_beyond(spec: FrameworkSpec, w: TrainingWorkload | FinetuneWorkload) -> list[tuple[str, str]]:
+    """(field, what it pins) for each layout field the workload pins that its framework has no form of."""
+    out: list[tuple[str, str]] = []
+    if w.context_parallel is not None and w.context_parallel > 1 and not spec.context_parallel:
+        out.append(("context_parallel", f"context parallel {w.context_parallel}"))
+    if w.virtual_stages is not None and w.virtual_stages > 1 and not spec.interleaved_pipeline:
+        out.append(("virtual_stages", f"{w.virtual_stages} virtual stages"))
+    eps = [w.expert_parallel] if isinstance(w.expert_parallel, int) else w.expert_parallel
+    if isinstance(eps, list) and min(eps) > 1 and not spec.expert_parallel:
+        out.append(("expert_parallel", f"expert parallel {min(eps)}"))
+    if w.activation_recompute is not None and w.activation_recompute not in spec.recompute:
+        out.append(("activation_recompute", f"{w.activation_recompute} recompute"))
+    if w.recompute_layers is not None and not spec.recompute_layers:
+        out.append(
+            ("recompute_layers", f"recompute of {w.recompute_layers} layers a stage (it checkpoints every layer)")
+        )
+    return out
 
 
 def _check_gpu(catalog: Catalog, name: str, path: PathKey, problem: Any, *, suggest: bool) -> None:
