@@ -357,11 +357,13 @@ def training_candidates(
 ) -> WorkloadCandidates:
     """Every parallel layout of one training/fine-tuning workload on every GPU type.
 
-    Layouts: GPU x TP in {1,2,4,8} x PP in {1,2,4,8} x DP in powers of two (up to the sequences per
+    Layouts: GPU x TP in {1,2,4,8} x PP in {1,2,4,8,16} x DP in powers of two (up to the sequences per
     optimizer step and 4,096 GPUs, and two doublings past the first DP that meets the deadline), plus,
     between the last DP that misses the deadline and the first that meets it, the fewest whole servers
     that meet it (:func:`fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
-    that fit (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
+    that fit (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`). Only the degrees, stages, recompute
+    policies and memory options the workload's framework runs are tried (:func:`framework_space`); what it leaves
+    out is a ``framework_lacks`` exclusion. LoRA/QLoRA: ZeRO 0, or 3 (FSDP) without pipeline stages. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
     Times are the derated ones at a requirement's ``confidence`` (``derate``). Every GPU type of the catalog is
     tried (:func:`clusterplan.candidates.offerings.gpu_type_of`); ``limits`` forbids those it does not allow.
