@@ -116,6 +116,11 @@ class TrainingPlan(Out):
         description="memory options the layout needs to fit: bf16_weights, optimizer_in_backward, adamw8bit, "
         "activation_offload, paged_optimizer, optimizer_offload (none: mixed precision, AdamW, all on the GPU)",
     )
+    framework: str = Field(
+        "",
+        description="the training framework the layout is one of (catalog/frameworks.yaml id: megatron-lm, "
+        "torchtitan, deepspeed, torchtune, peft); empty in a plan written before frameworks were data",
+    )
 
 
 class HardwareLine(Out):

@@ -6,6 +6,7 @@ from each tool's source); each carries the plan's layout; a layout the framework
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -248,11 +249,20 @@ def test_export_of_a_training_design_writes_a_launch_that_parses(path: Path, fra
 
 
 @pytest.mark.slow
-def test_the_qlora_budget_case_is_refused_with_its_reason(tmp_path: Path) -> None:
+def test_the_qlora_budget_case_is_planned_in_a_layout_torchtune_runs_and_exports(tmp_path: Path) -> None:
+    """The 70B QLoRA case was planned PP 2 with 20 virtual stages, which torchtune cannot run (export exit 1); its
+    framework's layouts are data parallel only (one GPU, or FSDP sharding the NF4 base over several), and the plan
+    exports as torchtune's distributed LoRA recipe (no single-device config of a 70B ships)."""
     case = CASES / "qlora-70b-budget.yaml"
+    plan = json.loads(run_cli("solve", str(case), "--json").output)
+    for design in plan["designs"]:
+        (w,) = design["workloads"]
+        assert w["framework"] == "torchtune" and w["tp"] == 1 and w["pp"] == 1 and w["virtual_stages"] == 1
+        assert w["zero_stage"] in (0, 3)  # replicated, or torchtune's FSDP
     result = run_cli("export", str(case), "-o", str(tmp_path / "out"))
-    assert result.exit_code == 1
-    assert "torchtune: cannot run the plan's pipeline parallel 2" in result.output
+    assert result.exit_code == 0, result.output
+    (script,) = (tmp_path / "out").glob("*-torchtune-launch.sh")
+    assert "lora_finetune_distributed --config llama3_1/70B_lora" in script.read_text()
 
 
 @pytest.mark.slow
@@ -373,3 +383,15 @@ def test_training_skypilot_and_kubernetes_files_run_no_injected_command(catalog:
             wrapped.write_text(f"export {env}\n. ./{script.name}\n")
             run_script(wrapped, out, bin_path)
             assert not mark.exists(), f"{name!r} ran code from {script.name}:\n{script.read_text()}"
+
+
+def test_export_writes_the_framework_the_plan_assumed(catalog: Catalog) -> None:
+    """The framework comes from the plan, not from the method: a plan on torchtitan gets no Megatron-LM launch but a
+    refusal naming the frameworks export writes; a plan that names none (written before frameworks were data)
+    takes its method's default."""
+    titan = _training(catalog, _plan(framework="torchtitan"))
+    assert titan.refusals == (
+        FrameworkCannotRun(framework="torchtitan", feature="launcher", value="Megatron-LM and torchtune"),
+    )
+    assert _training(catalog, _plan(framework="")).framework == "megatron-lm"
+    assert _training(catalog, _plan(framework="megatron-lm")).refusals == ()

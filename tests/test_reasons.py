@@ -174,6 +174,10 @@ EXAMPLES: dict[ReasonCode, tuple[Reason, str]] = {
         R.FrameworkCannotRun(framework="torchtune", feature="pipeline", value="2 (20 virtual stages)"),
         "torchtune: cannot run the plan's pipeline parallel 2 (20 virtual stages)",
     ),
+    ReasonCode.FRAMEWORK_LACKS: (
+        R.FrameworkLacks(framework="torchtune", feature="pipeline", values="2, 4, 8, 16"),
+        "torchtune: runs no pipeline parallel 2, 4, 8, 16; those layouts were not planned",
+    ),
     ReasonCode.STATED: (R.Stated("anything at all"), "anything at all"),
 }
 

@@ -71,9 +71,10 @@ class CandidateCache:
         held = self._catalogs.get(id(catalog))
         if held is None or held[0] is not catalog:
             text = "\n".join(
-                spec.model_dump_json(exclude=set(_NOT_PHYSICS)) for _, spec in sorted(catalog.gpus.items())
-            ) + "".join(  # the engine rows too: a --catalog engine override is physics (requirement/load.py)
-                "\n" + engine.model_dump_json() for _, engine in sorted(catalog.engines.items())
+                [spec.model_dump_json(exclude=set(_NOT_PHYSICS)) for _, spec in sorted(catalog.gpus.items())]
+                + [f.model_dump_json() for _, f in sorted(catalog.frameworks.items())]  # the layouts each runs
+                # the engine rows too: a --catalog engine override is physics (requirement/load.py)
+                + [engine.model_dump_json() for _, engine in sorted(catalog.engines.items())]
             )
             held = (catalog, text)
             self._catalogs[id(catalog)] = held

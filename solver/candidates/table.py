@@ -354,6 +354,7 @@ class WorkloadCandidates:
     deadline_s: float | None = None
     tokens: float = 0.0
     considered: int = 0  # candidates evaluated before pruning
+    framework: str = ""  # the training framework the layouts are those of (catalog/frameworks.yaml id)
     # The decimal exponent of the model's integer rates (planner/scaling.py); None: from the workload's own
     # demand and rates. A trade's probe sets its plan's, so a probe cut down to fewer rows rounds as its plan does.
     rate_exponent: int | None = None

@@ -9,14 +9,18 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from clusterplan.physics import rules
 from clusterplan.physics.layout import Layout, Recompute
+from clusterplan.physics.memory import layers_per_stage
+from clusterplan.physics.optimizer_memory import MEMORY_OPTIONS, MemoryPlan
 from clusterplan.physics.reasons import (
+    FrameworkLacks,
+    LeftOutFeature,
     NoFabric,
     NoLayoutFits,
 )
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+    from clusterplan.catalog.schema import FrameworkSpec, GpuSpec, ModelArchitecture
     from clusterplan.physics.factors import Assumptions
     from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from clusterplan.candidates.offerings import fabric_exclusion, forbidden_for, gpu_type_of
@@ -37,6 +41,7 @@ from clusterplan.candidates.table import (
 from clusterplan.evaluation import evaluate, pricing
 from clusterplan.evaluation.evaluate import TRAINING_PP
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
+from clusterplan.requirement.load import framework_name
 
 MAX_TRAINING_GPUS = 32_768  # the largest published pretraining runs use 16-24k GPUs
 
@@ -198,6 +203,8 @@ class _Layouts:
     cp: int = 1
     virtual_stages: tuple[int, ...] | None = None  # pinned by the workload, else the search's options
     recompute_layers: int | None = None  # pinned by the workload, else the fewest that fit
+    expert_parallel: tuple[int, ...] | None = None  # (1,) where the framework runs no EP, else the search's options
+    memory_plans: tuple[MemoryPlan, ...] | None = None  # the workload's plans the framework has a form of
     evaluated: int = 0
     exclusions: list[Exclusion] = field(default_factory=list)
 
@@ -206,7 +213,8 @@ class _Layouts:
         self.evaluated += 1
         options = evaluate.TrainingOptions(
             zero_stages=self.zero_stages, recomputes=self.recomputes, virtual_stages=self.virtual_stages,
-            recompute_layers=self.recompute_layers,
+            recompute_layers=self.recompute_layers, expert_parallel=self.expert_parallel,
+            memory_plans=self.memory_plans,
         )  # fmt: skip
         est, last_reason = evaluate.fastest_training_layout(
             self.arch, self.spec, self.w, layout=Layout(tp=self.tp, pp=self.pp, cp=self.cp), dp=dp, options=options,
@@ -279,6 +287,64 @@ def _one_per_offer(exclusions: list[Exclusion]) -> list[Exclusion]:
     return out + [seen[k] for k in sorted(seen)]
 
 
+@dataclass(frozen=True)
+class FrameworkSpace:
+    """The layout space a training framework runs (catalog/frameworks.yaml), and what it leaves out, as reasons."""
+
+    tps: tuple[int, ...]
+    pps: tuple[int, ...]
+    interleaving: bool
+    context_parallel: bool
+    expert_parallel: bool
+    zero_stages: frozenset[int]
+    recomputes: list[Recompute]
+    recompute_layers: bool  # full recompute of a chosen number of a stage's layers; False: every layer
+    left_out: tuple[FrameworkLacks, ...]
+    no_memory_options: tuple[str, ...] = ()  # memory options it has no form of
+
+    def runs(self, tp: int, pp: int, virtual_stages: int, cp: int, ep: int) -> bool:
+        """Whether the framework runs a layout of these degrees."""
+        return (
+            tp in self.tps and pp in self.pps and (virtual_stages <= 1 or self.interleaving)
+            and (cp <= 1 or self.context_parallel) and (ep <= 1 or self.expert_parallel)
+        )  # fmt: skip
+
+    def zeros(self, pp: int, method: str) -> tuple[int, ...]:
+        """The ZeRO stages tried at ``pp`` stages: the physics' (:func:`evaluate.zero_stages_for`) it runs."""
+        return tuple(z for z in evaluate.zero_stages_for(pp, method) if z in self.zero_stages)
+
+
+def framework_space(spec: FrameworkSpec, recomputes: list[Recompute], method: str) -> FrameworkSpace:
+    """What the search tries under ``spec``: TP, PP, interleaving, CP, EP, ZeRO stages and recompute policies it
+    runs, and a :class:`FrameworkLacks` for each part of the default space it does not."""
+    left: list[FrameworkLacks] = []
+
+    def lacks(feature: LeftOutFeature, values: Sequence[object]) -> None:
+        if values:
+            left.append(FrameworkLacks(spec.name, feature, ", ".join(str(v) for v in values)))
+
+    tps = TP_DEGREES if spec.tensor_parallel else (1,)
+    lacks("tensor", [t for t in TP_DEGREES if t not in tps])
+    pps = TRAINING_PP if spec.pipeline_parallel else (1,)
+    lacks("pipeline", [p for p in TRAINING_PP if p not in pps])
+    if spec.pipeline_parallel and not spec.interleaved_pipeline:
+        lacks("interleaving", ["virtual stages"])
+    if not spec.context_parallel:
+        lacks("context", ["degrees above 1"])
+    if not spec.expert_parallel:
+        lacks("expert", ["degrees above 1"])
+    searched = {z for p in pps for z in evaluate.zero_stages_for(p, method)}
+    lacks("zero", sorted(searched - set(spec.zero_stages)))
+    kept = [r for r in recomputes if r in spec.recompute]
+    lacks("recompute", [r for r in recomputes if r not in kept])
+    return FrameworkSpace(
+        tps=tps, pps=pps, interleaving=spec.interleaved_pipeline, context_parallel=spec.context_parallel,
+        expert_parallel=spec.expert_parallel, zero_stages=frozenset(spec.zero_stages), recomputes=kept,
+        recompute_layers=spec.recompute_layers, left_out=tuple(left),
+        no_memory_options=tuple(o for o in MEMORY_OPTIONS if o not in spec.memory_options),
+    )  # fmt: skip
+
+
 def training_candidates(
     index: int,
     w: TrainingWorkload | FinetuneWorkload,
@@ -291,29 +357,39 @@ def training_candidates(
 ) -> WorkloadCandidates:
     """Every parallel layout of one training/fine-tuning workload on every GPU type.
 
-    Layouts: GPU x TP in {1,2,4,8} x PP in {1,2,4,8} x DP in powers of two (up to the sequences per
+    Layouts: GPU x TP in {1,2,4,8} x PP in {1,2,4,8,16} x DP in powers of two (up to the sequences per
     optimizer step and 4,096 GPUs, and two doublings past the first DP that meets the deadline), plus,
     between the last DP that misses the deadline and the first that meets it, the fewest whole servers
     that meet it (:func:`fewest_meeting`); per layout the fastest ZeRO stage, recompute policy and micro-batch
-    that fit (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`). LoRA/QLoRA train few parameters: ZeRO 0 only. Layouts that miss
+    that fit (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`). Only the degrees, stages, recompute
+    policies and memory options the workload's framework runs are tried (:func:`framework_space`); what it leaves
+    out is a ``framework_lacks`` exclusion. LoRA/QLoRA: ZeRO 0, or 3 (FSDP) without pipeline stages. Layouts that miss
     the deadline are kept, forbidden by ``deadline``; TP wider than NVLink, forbidden by ``tp_nvlink``.
     Times are the derated ones at a requirement's ``confidence`` (``derate``). Every GPU type of the catalog is
     tried (:func:`clusterplan.candidates.offerings.gpu_type_of`); ``limits`` forbids those it does not allow.
     """
     rows: list[TrainingRow] = []
-    excl: list[Exclusion] = []
     considered = 0
     method = getattr(w, "method", "full")
-    recomputes = evaluate.recomputes_for(w, flash_attention=assumptions.flash_attention)
+    framework = catalog.framework(framework_name(w))
+    space = framework_space(framework, evaluate.recomputes_for(w, flash_attention=assumptions.flash_attention), method)
+    excl: list[Exclusion] = [excluded("", r) for r in space.left_out]
+    recomputes = space.recomputes
     seqs_per_step = evaluate.sequences_per_step(w)
     pinned_cp, pinned_vpp, pinned_layers = w.context_parallel, w.virtual_stages, w.recompute_layers
+    if not space.context_parallel:
+        pinned_cp = 1
+    eps = None if space.expert_parallel else (1,)
+    plans = tuple(evaluate.memory_plans_for(w, forbidden=space.no_memory_options))
     for gid in sorted(catalog.gpus):
         spec = catalog.gpus[gid]
         g = gpu_type_of(spec)
         walks: list[_Walk] = []
-        for tp in TP_DEGREES:
-            for pp in TRAINING_PP:
-                zero_stages = evaluate.zero_stages_for(pp, method)
+        for tp in space.tps:
+            for pp in space.pps:
+                zero_stages = space.zeros(pp, method)
+                if not zero_stages or not recomputes:
+                    continue
                 hard = hard_reasons(
                     rules.training_rule_reasons(
                         arch, spec, tp=tp, pp=pp, dp=1, zero_stage=0, precision=w.precision, method=method
@@ -324,12 +400,14 @@ def training_candidates(
                     excl.append(excluded(gid, hard[0]))
                     continue
                 forbidden = forbidden_for(g, limits, tp=tp, quant=None)
-                vpps = evaluate.virtual_stage_options(arch, pp, pinned_vpp)
+                vpps = evaluate.virtual_stage_options(arch, pp, pinned_vpp if space.interleaving else 1)
+                # A framework that checkpoints every layer under full recompute: all of the stage's layers.
+                layers = pinned_layers if space.recompute_layers else layers_per_stage(arch.layers, pp)
                 for cp in evaluate.context_parallel_options(w, tp, g.nvlink_domain, pinned_cp):
                     replica = tp * cp * pp
                     layouts = _Layouts(
                         arch, spec, g, w, tp, pp, zero_stages, recomputes, assumptions, offerings, forbidden, derate,
-                        cp=cp, virtual_stages=vpps, recompute_layers=pinned_layers,
+                        cp=cp, virtual_stages=vpps, recompute_layers=layers, expert_parallel=eps, memory_plans=plans,
                     )  # fmt: skip
                     walks.append(_Walk(layouts, replica, max(1, min(MAX_TRAINING_GPUS // replica, seqs_per_step))))
         rows += _walk_counts(walks, spec.max_gpus_per_node, w.deadline)
@@ -348,4 +426,5 @@ def training_candidates(
         deadline_s=w.deadline,
         tokens=w.tokens,
         considered=considered,
+        framework=framework.id,
     )

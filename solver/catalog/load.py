@@ -4,7 +4,7 @@ The shipped data lives in ``catalog/*.yaml`` (installed as package data of ``clu
 and is read through :mod:`importlib.resources`, so it works from a wheel as well as from a checkout.
 User catalogs (``--catalog my-prices.yaml``) are applied on top, in the order given. A user catalog is
 one YAML mapping with any of the top-level keys ``sources``, ``gpus``, ``instances``, ``models``,
-``owned``, ``providers``, ``quality``, ``engines``, ``kernels`` and ``api_prices``, each shaped like the shipped file of that name:
+``owned``, ``providers``, ``quality``, ``engines``, ``frameworks``, ``kernels`` and ``api_prices``, each shaped like the shipped file of that name:
 
 * a row whose id is new is **added** (instances are identified by ``provider`` and ``id``);
 * a row whose id already exists must say ``override: true``; the fields it gives **replace** those
@@ -47,6 +47,7 @@ from clusterplan.catalog.schema import (
     CatalogModel,
     CloudInstance,
     EngineSpec,
+    FrameworkSpec,
     GpuSpec,
     OwnedCosts,
     OwnedFigure,
@@ -83,6 +84,7 @@ SECTIONS = (
     "providers",
     "quality",
     "engines",
+    "frameworks",
     "kernels",
     "api_prices",
 )
@@ -147,6 +149,7 @@ class Catalog:
     engines: dict[str, EngineSpec] = field(default_factory=dict)  # serving engines (engines.yaml), by id
     kernels: dict[str, ArchitectureKernels] = field(default_factory=dict)  # kernel fits (kernels.yaml), by id
     api_prices: dict[str, ApiPrice] = field(default_factory=dict)  # hosted API list prices (api_prices.yaml), by id
+    frameworks: dict[str, FrameworkSpec] = field(default_factory=dict)  # training frameworks (frameworks.yaml), by id
     _gpu_names: dict[str, str] = field(init=False, repr=False, compare=False)
     _model_names: dict[str, str] = field(init=False, repr=False, compare=False)
 
@@ -238,6 +241,22 @@ class Catalog:
             raise UnknownNameError("engine", name, _suggest(name, names), ", ".join(sorted(self.engines)))
         return spec
 
+    def find_framework(self, name: str) -> FrameworkSpec | None:
+        """The training framework called ``name`` (its id or an alias, any case), or None."""
+        key = normalize_name(name)
+        for spec in self.frameworks.values():
+            if key in {normalize_name(n) for n in (spec.id, *spec.aliases)}:
+                return spec
+        return None
+
+    def framework(self, name: str) -> FrameworkSpec:
+        """The training framework called ``name``; an unknown name is a user error with suggestions."""
+        spec = self.find_framework(name)
+        if spec is None:
+            names = {normalize_name(n): f.id for f in self.frameworks.values() for n in (f.id, *f.aliases)}
+            raise UnknownNameError("framework", name, _suggest(name, names), ", ".join(sorted(self.frameworks)))
+        return spec
+
     def kernels_for(self, architecture: str) -> ArchitectureKernels | None:
         """The kernel fits of a GPU architecture: the row listing it, else the default row (None: no kernels table)."""
         return kernels_for(self.kernels.values(), architecture)
@@ -319,6 +338,7 @@ class _Tables:
     engines: dict[str, EngineSpec] = field(default_factory=dict)
     kernels: dict[str, ArchitectureKernels] = field(default_factory=dict)
     api_prices: dict[str, ApiPrice] = field(default_factory=dict)
+    frameworks: dict[str, FrameworkSpec] = field(default_factory=dict)
 
     def copy(self) -> _Tables:
         return _Tables(
@@ -333,6 +353,7 @@ class _Tables:
             dict(self.engines),
             dict(self.kernels),
             dict(self.api_prices),
+            dict(self.frameworks),
         )
 
 
@@ -408,6 +429,7 @@ def _freeze(tables: _Tables, user_files: tuple[str, ...]) -> Catalog:
         engines=dict(tables.engines),
         kernels=dict(tables.kernels),
         api_prices=dict(tables.api_prices),
+        frameworks=dict(tables.frameworks),
     )
 
 
@@ -422,6 +444,7 @@ ROW_TABLES: tuple[tuple[str, type[BaseModel]], ...] = (
     ("engines", EngineSpec),
     ("kernels", ArchitectureKernels),
     ("api_prices", ApiPrice),
+    ("frameworks", FrameworkSpec),
 )
 
 
@@ -514,6 +537,8 @@ def _apply_document(doc: LocatedDocument, tables: _Tables, problems: _Problems, 
         _apply_rows(doc, "quality", QualityDelta, tables.quality, _id_key, tables, problems, user=user)
     if "engines" in data:
         _apply_rows(doc, "engines", EngineSpec, tables.engines, _id_key, tables, problems, user=user)
+    if "frameworks" in data:
+        _apply_rows(doc, "frameworks", FrameworkSpec, tables.frameworks, _id_key, tables, problems, user=user)
     if "kernels" in data:
         _apply_rows(doc, "kernels", ArchitectureKernels, tables.kernels, _id_key, tables, problems, user=user)
     if "api_prices" in data:
@@ -556,6 +581,7 @@ _SINGULAR = {
     "providers": "provider",
     "quality": "quality",
     "engines": "engine",
+    "frameworks": "framework",
     "kernels": "kernels",
     "api_prices": "API price",
 }
@@ -735,6 +761,8 @@ def _cross_check(tables: _Tables, problems: _Problems) -> None:
         for gpu_id in engine.measured:
             if gpu_id not in tables.gpus:
                 rep.report("engines", engine_id, f"measured on GPU '{gpu_id}', which is no catalog GPU id", "measured")
+    for framework_id, framework in tables.frameworks.items():
+        rep.check_refs("frameworks", framework_id, framework)
     _check_kernels(tables, rep)
 
     for key, inst in tables.instances.items():

@@ -970,3 +970,51 @@ class EngineSpec(Provenance):
         """The default batch cap on a GPU: vLLM's ``get_batch_defaults`` halves it below 70 GiB and on A100."""
         small = memory_gib < 70.0 or "a100" in gpu_name.casefold()
         return self.max_batch_small_gpu if (small and self.max_batch_small_gpu is not None) else self.max_batch
+
+
+TrainingMethod = Literal["full", "lora", "qlora"]
+RecomputeMode = Literal["none", "selective", "full"]
+FrameworkMemoryOption = Literal[
+    "bf16_weights", "optimizer_in_backward", "adamw8bit", "activation_offload", "paged_optimizer", "optimizer_offload"
+]
+
+
+class FrameworkSpec(Provenance):
+    """A training framework as it runs a job: the parallelisms, recompute options, ZeRO/FSDP sharding, optimizers
+    and memory options it has a form of (catalog/frameworks.yaml). A training layout it has no form of is not a
+    candidate of a workload that names it."""
+
+    id: Label = Field(description="row key and the name a requirement uses: 'megatron-lm', 'torchtune'")
+    name: Label = Field(description="display name")
+    aliases: list[Label] = Field(default_factory=list, description="other names a requirement may use")
+    description: str = Field(max_length=1000)
+    methods: list[TrainingMethod] = Field(
+        min_length=1, description="what it trains: full (every weight), lora, qlora (adapters on a frozen base)"
+    )
+    tensor_parallel: bool = Field(description="runs tensor parallelism (TP > 1)")
+    sequence_parallel: bool = Field(
+        description="with TP, shards the layer norms' and dropouts' activations over the TP ranks (Megatron "
+        "--sequence-parallel); false: those stay replicated on every TP rank"
+    )
+    context_parallel: bool = Field(description="runs context parallelism (CP > 1, each sequence split over ranks)")
+    pipeline_parallel: bool = Field(description="runs pipeline parallelism (PP > 1)")
+    interleaved_pipeline: bool = Field(description="runs an interleaved (virtual-stage) pipeline schedule")
+    expert_parallel: bool = Field(description="runs expert parallelism for MoE models (EP > 1)")
+    zero_stages: list[Literal[0, 1, 2, 3]] = Field(
+        min_length=1,
+        description="data-parallel sharding it runs, as ZeRO stages: 0 replicated (DDP), 1 optimizer state "
+        "(distributed optimizer), 2 also gradients, 3 also weights (FSDP / ZeRO-3)",
+    )
+    recompute: list[RecomputeMode] = Field(min_length=1, description="activation recompute policies it runs")
+    recompute_layers: bool = Field(
+        description="full recompute of a chosen number of each stage's layers (Megatron --recompute-num-layers); "
+        "false: full recompute checkpoints every layer"
+    )
+    optimizers: list[Literal["adamw", "sgd", "adafactor"]] = Field(min_length=1, description="optimizers it runs")
+    precisions: list[Literal["bf16", "fp16", "fp8", "fp32"]] = Field(min_length=1, description="compute precisions")
+    memory_options: list[FrameworkMemoryOption] = Field(
+        default_factory=list, description="memory options (physics/optimizer_memory.py) it has a form of"
+    )
+
+    def runs(self, method: str) -> bool:
+        return method in self.methods

@@ -18,7 +18,15 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from clusterplan.catalog.load import Catalog, load_catalog
-from clusterplan.catalog.schema import CatalogModel, CloudInstance, EngineSpec, GpuSpec, ProviderSpec, QualityDelta
+from clusterplan.catalog.schema import (
+    CatalogModel,
+    CloudInstance,
+    EngineSpec,
+    FrameworkSpec,
+    GpuSpec,
+    ProviderSpec,
+    QualityDelta,
+)
 from clusterplan.commands.options import Catalogs
 
 JSON_HELP = "Print a JSON list of the rows (sorted by id, every field) instead of a table."
@@ -227,6 +235,26 @@ def engine_table(rows: Sequence[EngineSpec]) -> Table:
     return table
 
 
+def framework_table(rows: Sequence[FrameworkSpec]) -> Table:
+    table = Table(title="Training frameworks", caption="the layouts each runs; * provisional")
+    for header in ("id", "methods", "TP/SP", "CP", "PP/interleaved", "EP", "ZeRO", "recompute", "source"):
+        table.add_column(header)
+    yes = {True: "yes", False: "no"}
+    for f in rows:
+        table.add_row(
+            f.id + _mark(f),
+            ", ".join(f.methods),
+            f"{yes[f.tensor_parallel]}/{yes[f.sequence_parallel]}",
+            yes[f.context_parallel],
+            f"{yes[f.pipeline_parallel]}/{yes[f.interleaved_pipeline]}",
+            yes[f.expert_parallel],
+            ", ".join(str(z) for z in f.zero_stages),
+            ", ".join(f.recompute) + (" (N layers)" if f.recompute_layers else ""),
+            f.source,
+        )
+    return table
+
+
 def source_table(cat: Catalog) -> Table:
     table = Table(title="Sources", caption="keys cited by the rows' `source` and `also_sources`")
     for header in ("key", "title", "as_of"):
@@ -251,11 +279,9 @@ def show(catalog_files: list[Path] | None, render: Callable[[Catalog], None]) ->
 def register(app: typer.Typer) -> None:
     catalog_app = typer.Typer(
         name="catalog",
-        help=(
-            "Show the catalog: GPUs, cloud instances, models, providers, quality deltas and sources, with units "
-            "and provenance. "
-            "Add or override rows (for example negotiated prices) with --catalog FILE; see catalog/README.md."
-        ),
+        help="Show the catalog: GPUs, cloud instances, models, providers, quality deltas, engines, frameworks and "
+        "sources, with units and provenance. Add or override rows (for example negotiated prices) with --catalog "
+        "FILE; see catalog/README.md.",
         no_args_is_help=True,
     )
     app.add_typer(catalog_app, name="catalog")
@@ -347,6 +373,8 @@ def register(app: typer.Typer) -> None:
             _emit(rows_json(rows) if as_json else engine_table(rows))
 
         show(catalog, render)
+
+    _register_frameworks(catalog_app, show)
 
     @catalog_app.command("sources")
     def sources(
@@ -440,6 +468,23 @@ def _refresh(
            if found.new_instances else ""),
         markup=False,
     )  # fmt: skip
+
+
+def _register_frameworks(catalog_app: typer.Typer, show: Any) -> None:
+    """``clusterplan catalog frameworks`` (``show`` loads the catalogs and renders, as for the other tables)."""
+
+    @catalog_app.command("frameworks")
+    def frameworks(
+        as_json: bool = JsonOption,
+        catalog: Catalogs = None,
+    ) -> None:
+        """Training frameworks: the methods, parallelisms, ZeRO stages and recompute policies each runs."""
+
+        def render(cat: Catalog) -> None:
+            rows = [cat.frameworks[k] for k in sorted(cat.frameworks)]
+            _emit(rows_json(rows) if as_json else framework_table(rows))
+
+        show(catalog, render)
 
 
 def _emit(thing: Table | str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, cast
 
+from clusterplan.candidates.training import framework_space
 from clusterplan.catalog.load import Catalog
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.design.estimate import (
@@ -27,6 +28,7 @@ from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.physics.types import TrainingEstimate
+from clusterplan.requirement.load import framework_name
 from clusterplan.requirement.schema import (
     FinetuneWorkload,
     PinnedConfig,
@@ -37,6 +39,7 @@ from clusterplan.wording.reasons import render_reasons
 
 if TYPE_CHECKING:
     from clusterplan.candidates.table import Offering
+    from clusterplan.candidates.training import FrameworkSpace as Space
 
 
 def _cloud_training(
@@ -70,17 +73,18 @@ Degrees = tuple[int, int, int, int]  # tp, cp, pp, dp of a layout tried
 
 
 def _shapes(
-    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig
+    arch: ModelArchitecture, gpu: GpuSpec, w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig, space: Space
 ) -> list[tuple[int, int, int]]:
-    """(tp, cp, pp) searched, as the planner's candidates are (same degrees; knobs the user pinned stay pinned)."""
+    """(tp, cp, pp) searched, as the planner's candidates are (the degrees the workload's framework runs; knobs the
+    user pinned stay pinned)."""
     from clusterplan.candidates.offerings import gpu_type_of
     from clusterplan.candidates.table import TP_DEGREES
     from clusterplan.evaluation.evaluate import TRAINING_PP
 
     domain = gpu_type_of(gpu).nvlink_domain
-    tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain]
-    pps = [cfg.pp] if cfg.pp else [p for p in TRAINING_PP if p <= arch.layers]
-    pinned_cp = cfg.cp if cfg.cp is not None else w.context_parallel
+    tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain and t in space.tps]
+    pps = [cfg.pp] if cfg.pp else [p for p in TRAINING_PP if p <= arch.layers and p in space.pps]
+    pinned_cp = cfg.cp if cfg.cp is not None else w.context_parallel if space.context_parallel else 1
     return [
         (tp, cp, pp) for tp in tps for pp in pps for cp in evaluate.context_parallel_options(w, tp, domain, pinned_cp)
     ]
@@ -93,24 +97,29 @@ def _fastest(
     cfg: PinnedConfig,
     a: Assumptions,
     degrees: Degrees,
+    space: Space,
 ) -> TrainingEstimate | None:
-    """The fastest settings of one tp x cp x pp x dp layout (pinned knobs stay pinned), as the planner's rows."""
+    """The fastest settings of one tp x cp x pp x dp layout (pinned knobs stay pinned), as the planner's rows: of
+    those the workload's framework runs (``space``)."""
     tp, cp, pp, dp = degrees
     method = getattr(w, "method", "full")
-    zeros = (cfg.zero,) if cfg.zero is not None else evaluate.zero_stages_for(pp, method)
+    zeros = (cfg.zero,) if cfg.zero is not None else space.zeros(pp, method)
     layers = cfg.recompute_layers if cfg.recompute_layers is not None else w.recompute_layers
+    if layers is None and not space.recompute_layers:
+        layers = arch.layers  # the framework checkpoints every layer of the stage
     recs: list[Recompute]
     if cfg.recompute:
         recs = [cfg.recompute]
     elif cfg.recompute_layers is not None:
         recs = ["full"]
     else:
-        recs = evaluate.recomputes_for(w, flash_attention=a.flash_attention)
-    vpp = cfg.vpp if cfg.vpp is not None else w.virtual_stages
+        recs = space.recomputes
+    vpp = cfg.vpp if cfg.vpp is not None else w.virtual_stages if space.interleaving else 1
     options = evaluate.TrainingOptions(
         zero_stages=zeros, recomputes=recs, micro_batches=[cfg.batch] if cfg.batch else None,
         virtual_stages=(vpp,) if vpp is not None else None, recompute_layers=layers if "full" in recs else None,
-        memory_plans=_memory_plans(w, cfg), expert_parallel=(cfg.ep,) if cfg.ep is not None else None,
+        memory_plans=_memory_plans(w, cfg, space),
+        expert_parallel=(cfg.ep,) if cfg.ep is not None else None if space.expert_parallel else (1,),
     )  # fmt: skip
     est, _ = evaluate.fastest_training_layout(
         arch, gpu, w, layout=Layout(tp=tp, pp=pp, cp=cp), dp=dp, options=options, assumptions=a
@@ -125,18 +134,19 @@ def _search_training(
     cfg: PinnedConfig,
     count: int,
     a: Assumptions,
+    space: Space,
 ) -> tuple[TrainingEstimate | None, list[Degrees]]:
     """The fastest layout of ``count`` GPUs, searched as the planner's candidates are; and the layouts tried."""
     best: TrainingEstimate | None = None
     tried: list[Degrees] = []
-    for tp, cp, pp in _shapes(arch, gpu, w, cfg):
+    for tp, cp, pp in _shapes(arch, gpu, w, cfg, space):
         if count % (tp * cp * pp):
             continue
         dp = count // (tp * cp * pp)
         if cfg.dp is not None and dp != cfg.dp:
             continue
         tried.append((tp, cp, pp, dp))
-        est = _fastest(arch, gpu, w, cfg, a, (tp, cp, pp, dp))
+        est = _fastest(arch, gpu, w, cfg, a, (tp, cp, pp, dp), space)
         if est is not None and (best is None or est.time_to_train_s < best.time_to_train_s):
             best = est
     return best, tried
@@ -148,6 +158,7 @@ def _fewest_meeting_deadline(
     w: TrainingWorkload | FinetuneWorkload,
     cfg: PinnedConfig,
     a: Assumptions,
+    space: Space,
 ) -> tuple[TrainingEstimate | None, bool, list[Degrees]]:
     """The fewest GPUs (whole servers) meeting the deadline, searched as the planner's rows are: per shape, DP in
     powers of two up to the first that meets it, then a bisection over the whole-server DPs between
@@ -159,12 +170,12 @@ def _fewest_meeting_deadline(
     tried: list[Degrees] = []
     meeting: TrainingEstimate | None = None
     fastest: TrainingEstimate | None = None
-    for tp, cp, pp in _shapes(arch, gpu, w, cfg):
+    for tp, cp, pp in _shapes(arch, gpu, w, cfg, space):
         replica = tp * cp * pp
 
         def at(dp: int, tp: int = tp, cp: int = cp, pp: int = pp) -> TrainingEstimate | None:
             tried.append((tp, cp, pp, dp))
-            return _fastest(arch, gpu, w, cfg, a, (tp, cp, pp, dp))
+            return _fastest(arch, gpu, w, cfg, a, (tp, cp, pp, dp), space)
 
         max_dp = max(1, min(MAX_TRAINING_GPUS // replica, evaluate.sequences_per_step(w)))
         dps = [cfg.dp] if cfg.dp is not None else [2**k for k in range(max_dp.bit_length()) if 2**k <= max_dp]
@@ -187,9 +198,14 @@ def _fewest_meeting_deadline(
     return fastest, False, tried
 
 
-def _memory_plans(w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig) -> list[MemoryPlan]:
-    """The memory plans the workload allows, with ``--optimizer`` / ``--offload`` pinned where given."""
+def _memory_plans(
+    w: TrainingWorkload | FinetuneWorkload, cfg: PinnedConfig, space: Space | None = None
+) -> list[MemoryPlan]:
+    """The memory plans the workload allows, with ``--optimizer`` / ``--offload`` pinned where given, of the options
+    its framework has a form of (``space``; pinned ones stay)."""
     forced, forbidden = optimizer_memory.pinned_options(cfg.optimizer, cfg.offload)
+    if space is not None:
+        forbidden = [*forbidden, *(o for o in space.no_memory_options if o not in forced)]
     return evaluate.memory_plans_for(w, forced=forced, forbidden=forbidden)
 
 
@@ -276,12 +292,16 @@ def estimate_training(
     )
     tried: list[Degrees] = []
     best: TrainingEstimate | None = None
+    framework = catalog.framework(framework_name(w))
+    space = framework_space(
+        framework, evaluate.recomputes_for(w, flash_attention=a.flash_attention), getattr(w, "method", "full")
+    )
     if count is not None:
         if cfg.tp and cfg.pp:
             check_count(count, cfg.tp * (cp_pinned or 1), cfg.pp, cfg.dp, "dp")
-        best, tried = _search_training(arch, gpu, w, cfg, count, a)
+        best, tried = _search_training(arch, gpu, w, cfg, count, a, space)
     else:
-        best, meets, tried = _fewest_meeting_deadline(arch, gpu, w, cfg, a)
+        best, meets, tried = _fewest_meeting_deadline(arch, gpu, w, cfg, a, space)
         if best is not None:
             if meets:
                 choices.append(
@@ -290,6 +310,8 @@ def estimate_training(
                 )
             else:
                 choices.append(f"{best.gpus} GPUs: no count meets the deadline; the fastest layout tried")
+    if best is not None and not space.runs(best.tp, best.pp, best.virtual_stages, best.cp, best.ep):
+        choices.append(f"{framework.name} runs no layout like this one ({_layout_words(best)}): estimated as pinned")
     if best is None:
         if not tried:
             raise ClusterplanError(

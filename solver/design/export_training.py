@@ -1,7 +1,9 @@
 """``clusterplan export`` for training and fine-tuning: one design's training layout as a framework runs it.
 
-Pretraining and full fine-tunes go to Megatron-LM (``pretrain_gpt.py`` under ``torchrun``), LoRA and QLoRA to
-torchtune's LoRA recipes (``lora_finetune_single_device`` / ``lora_finetune_distributed``). A record,
+The framework is the one the plan assumed (:attr:`TrainingPlan.framework`, the workload's ``framework`` or its
+method's default: Megatron-LM's ``pretrain_gpt.py`` under ``torchrun`` for pretraining and full fine-tunes,
+torchtune's LoRA recipes ``lora_finetune_single_device`` / ``lora_finetune_distributed`` for LoRA and QLoRA); a plan
+on another framework is refused by reason code (no launch is written for it yet). A record,
 :class:`TrainingLaunch`, carries everything the plan chose, in the plan's terms: TP, CP, PP, virtual stages,
 recompute, ZeRO stage, micro-batch, the global batch as the physics ran it (whole rounds of ``dp x micro-batch``,
 :func:`clusterplan.physics.training.step_batch`), sequence length, precision, optimizer, memory options, and the
@@ -32,6 +34,7 @@ from clusterplan.physics.reasons import FrameworkCannotRun, FrameworkFeature
 from clusterplan.physics.training import step_batch
 from clusterplan.physics.training_job import TrainingSettings
 from clusterplan.plan import TrainingPlan
+from clusterplan.requirement.load import framework_name
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
@@ -88,6 +91,7 @@ class TrainingLaunch:
     layers_per_virtual_stage: int | None  # Megatron: layers / (pp x virtual stages); None without interleaving
     recompute_layers_per_chunk: int | None  # Megatron block recompute: layers per model chunk (virtual stage)
     recipe: tuple[str, str] | None = None  # torchtune: (base config, model builder) for the plan's GPU count
+    single_device: bool = False  # torchtune: the single-device recipe (one GPU and its config ships)
     refusals: tuple[FrameworkCannotRun, ...] = field(default_factory=tuple)
 
     @property
@@ -133,7 +137,10 @@ def _launch(
     arch: ModelArchitecture, catalog: Catalog, w: TrainingWorkload | FinetuneWorkload, wp: TrainingPlan, nodes: Nodes
 ) -> TrainingLaunch:
     method = w.method if w.kind == "finetune" else "full"
-    framework: Framework = "megatron-lm" if method == "full" else "torchtune"
+    # The framework the plan assumed (its layouts are that framework's); a plan written before frameworks were
+    # data names none: the method's default, as the requirement resolves it.
+    assumed = wp.framework or framework_name(w)
+    framework: Framework = assumed if assumed in FRAMEWORK_NAME else "megatron-lm"
     job = evaluate.training_job(w)
     batch = step_batch(job, TrainingSettings(dp=wp.dp, zero_stage=wp.zero_stage, micro_batch=wp.micro_batch))
     sequences = batch.micro_batches * wp.dp * wp.micro_batch
@@ -147,16 +154,23 @@ def _launch(
         stage_layers = arch.layers // max(wp.pp, 1)
         per_chunk = math.ceil((wp.recompute_layers or stage_layers) / vpp)
     recipe: tuple[str, str] | None = None
+    single = False
     refusals: list[FrameworkCannotRun] = []
     if framework == "torchtune":
         row = load_launchers()["torchtune-lora"].models.get(model_id)
-        config = None if row is None else row[0] if nodes.count == 1 and wp.gpus == 1 else row[1]
+        # One GPU runs the single-device recipe where its config ships, else the distributed one as one process.
+        single = row is not None and row[0] is not None and nodes.count == 1 and wp.gpus == 1
+        config = None if row is None else row[0] if single else row[1]
         builder = None if row is None else row[2] if method == "lora" else row[3]
         if config is not None and builder is not None:
             recipe = (config, builder)
         refusals = _torchtune_refusals(wp, w.precision, model_id, recipe is not None)
     else:
         refusals = _megatron_refusals(wp, w.optimizer)
+    if assumed not in FRAMEWORK_NAME:
+        refusals = [
+            FrameworkCannotRun(framework=assumed, feature="launcher", value=" and ".join(FRAMEWORK_NAME.values()))
+        ]
     return TrainingLaunch(
         workload=wp.workload, framework=framework, method=method, model_id=model_id, model=repo, arch=arch, plan=wp,
         nodes=nodes, sequence_length=round(w.sequence_length), requested_batch_tokens=w.global_batch_tokens,
@@ -164,7 +178,7 @@ def _launch(
         train_steps=math.ceil(samples / sequences), precision=w.precision, optimizer=w.optimizer,
         lora_rank=w.lora_rank if w.kind == "finetune" else 0,
         layers_per_virtual_stage=arch.layers // (wp.pp * vpp) if vpp > 1 else None,
-        recompute_layers_per_chunk=per_chunk, recipe=recipe, refusals=tuple(refusals),
+        recompute_layers_per_chunk=per_chunk, recipe=recipe, single_device=single, refusals=tuple(refusals),
     )  # fmt: skip
 
 
@@ -192,6 +206,6 @@ def _torchtune_refusals(wp: TrainingPlan, precision: str, model_id: str, has_rec
     if precision not in ("bf16", "fp32"):
         out.append(_refuse("torchtune", "precision", precision))
     if not has_recipe:  # no shipped LoRA config of this model for one GPU (single device) or several
-        where = "on one GPU" if wp.gpus == 1 else f"on {wp.gpus} GPUs"
+        where = f"on {wp.gpus} GPU" + ("s" if wp.gpus > 1 else "")
         out.append(_refuse("torchtune", "model", f"{model_id} {where} (no LoRA config for it)"))
     return out

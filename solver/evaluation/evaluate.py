@@ -206,9 +206,11 @@ def sequences_per_step(w: TrainingWorkload | FinetuneWorkload) -> int:
 
 
 def zero_stages_for(pp: int, method: str) -> tuple[int, ...]:
-    """ZeRO stages tried: 0-3 without pipeline stages, 0-1 with them; LoRA/QLoRA train few parameters: 0."""
+    """ZeRO stages tried: 0-3 without pipeline stages, 0-1 with them. LoRA/QLoRA train few parameters: replicated
+    (0), or, without pipeline stages, the frozen base sharded too (3: FSDP, as torchtune's and PEFT's distributed
+    recipes shard it, ``physics.training.adapter_state``)."""
     if method != "full":
-        return (0,)
+        return (0, 3) if pp == 1 else (0,)
     return (0, 1, 2, 3) if pp == 1 else (0, 1)
 
 

@@ -127,6 +127,7 @@ def training_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) 
         cloud_instances=row.cloud_instances if cloud else 0,
         cloud_cost_usd=row.cloud_cost_usd if cloud else 0.0,
         memory_options=list(row.memory_options),
+        framework=wc.framework,
     )
 
 

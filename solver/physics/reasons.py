@@ -50,6 +50,7 @@ class ReasonCode(StrEnum):
     EP_NEEDS_FABRIC = "ep_needs_fabric"
     CONSUMER_LICENCE = "consumer_licence"
     FRAMEWORK_CANNOT_RUN = "framework_cannot_run"
+    FRAMEWORK_LACKS = "framework_lacks"
     STATED = "stated"
 
 
@@ -102,6 +103,7 @@ CATEGORY: dict[ReasonCode, ReasonCategory] = {
     ReasonCode.EP_NEEDS_FABRIC: ReasonCategory.FABRIC,
     ReasonCode.CONSUMER_LICENCE: ReasonCategory.LICENCE,
     ReasonCode.FRAMEWORK_CANNOT_RUN: ReasonCategory.LAYOUT,
+    ReasonCode.FRAMEWORK_LACKS: ReasonCategory.LAYOUT,
     ReasonCode.STATED: ReasonCategory.HARDWARE,  # a record overrides it with its own (see Stated)
 }
 
@@ -440,7 +442,7 @@ class EpNeedsFabric(Reason):
 # ------------------------------------------------------------------------------------------------
 
 FrameworkFeature = Literal[
-    "pipeline", "tensor", "context", "expert", "nodes", "memory_option", "optimizer", "model", "precision"
+    "pipeline", "tensor", "context", "expert", "nodes", "memory_option", "optimizer", "model", "precision", "launcher"
 ]
 
 
@@ -453,6 +455,20 @@ class FrameworkCannotRun(Reason):
     framework: str
     feature: FrameworkFeature
     value: str
+
+
+LeftOutFeature = Literal["tensor", "pipeline", "interleaving", "context", "expert", "zero", "recompute"]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkLacks(Reason):
+    """Planning: the workload's framework (catalog/frameworks.yaml) has no form of this part of a layout, so the
+    layouts with any of ``values`` were not generated (torchtune: no pipeline parallel 2, 4, 8, 16)."""
+
+    code: ClassVar[ReasonCode] = ReasonCode.FRAMEWORK_LACKS
+    framework: str
+    feature: LeftOutFeature
+    values: str
 
 
 @dataclass(frozen=True, slots=True)

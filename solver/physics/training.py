@@ -48,6 +48,7 @@ from clusterplan.units import BYTES_PER_GB
 # The LM head's output kept for backward at 16 bits; cross-entropy runs fused or in chunks, so no full fp32 copy
 # (torchtune CEWithChunkedOutputLoss, Megatron-LM fused vocab-parallel cross-entropy, Liger fused linear CE).
 TRAINING_LOGIT_BYTES = 2.0
+EMBEDDING_INPUT_BYTES = 8.0  # int64 token ids the embedding keeps for backward, per token
 DEQUANT_BYTES_PER_PARAM = memory.NF4_BYTES_PER_PARAM + 2.0 + 2.0  # read NF4, write and re-read bf16
 
 
@@ -375,6 +376,10 @@ def with_memory_options(
         # Current and prefetched layer, gathered at the bytes they are stored in: 16-bit, or NF4 for QLoRA's base.
         gathered_bpp = memory.NF4_BYTES_PER_PARAM if job.method == "qlora" else 2.0
         weights += 2 * stage.layer_p * gathered_bpp
+        # The running layer's gradient is whole until its reduce-scatter (FSDP2 reduces each unit's gradients
+        # after its backward, in the reduce dtype: fp32 under Megatron-FSDP and torchtitan's mixed precision).
+        layer_trainable = stage.layer_p if job.method == "full" else state.trainable / max(stage.layers, 1)
+        grads += layer_trainable * state.g_b
     # The largest tensor whose gradient can be live alone: the (vocab-parallel) embedding or LM head, or the
     # largest matrix; for adapters, one layer's worth.
     vocab_p = arch.vocab_size * arch.hidden_size / tp
@@ -448,8 +453,11 @@ def stage_activations(
     if plan.has("activation_offload"):
         offloaded = stored
         stored = optimizer_memory.offloaded_activation_bytes(stored / max(layers, 1), layers)
-    last_stage = stored + max(logits, layer_work)
-    total = max(stored * in_flight + layer_work, last_stage) if pp > 1 else last_stage
+    # The first stage also keeps, per micro-batch, the embedding's input ids (8 B a token) and its dropout mask (1 B
+    # a value, sequence-parallel over TP): Megatron-LM theoretical_memory_usage.py compute_activation_memory.
+    embedding = (EMBEDDING_INPUT_BYTES + arch.hidden_size) * local_seq * micro_batch / tp
+    last_stage = stored + max(logits, layer_work) + (embedding if pp == 1 else 0.0)
+    total = max((stored + embedding) * in_flight + layer_work, last_stage) if pp > 1 else last_stage
     return StageActivations(total, kept, layer_input, in_flight, offloaded, imbalance)
 
 

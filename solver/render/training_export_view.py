@@ -147,7 +147,7 @@ def torchtune_overrides(x: TrainingLaunch) -> list[str]:
 
 def torchtune_args(x: TrainingLaunch) -> tuple[list[Arg], list[Arg]]:
     """``tune run``'s launcher options (torchrun's) and the recipe with its config."""
-    if x.plan.gpus == 1:
+    if x.single_device:
         return [], ["lora_finetune_single_device", "--config", x.recipe[0] if x.recipe else ""]
     launcher: list[Arg] = ["--nproc_per_node", _nproc(x)]
     if x.nodes.count > 1:  # tune run hands torchrun a c10d rendezvous on node 0
@@ -244,7 +244,7 @@ def training_notes(x: TrainingLaunch) -> list[str]:
     ]
     if p.deadline_s is not None:
         lines.append(f"  deadline: {p.deadline_s / 86400:,.1f} days")
-    if x.framework == "torchtune" and p.recompute == "full":
+    if x.framework == "torchtune" and p.recompute == "full" and p.recompute_layers < x.arch.layers // max(p.pp, 1):
         lines.append(
             f"  torchtune checkpoints every layer where the plan recomputed {p.recompute_layers} per stage: "
             "slower than planned, never short of memory"

@@ -32,14 +32,17 @@ from clusterplan.requirement.hf_config import derived_line, load_hf_config, read
 from clusterplan.requirement.schema import (
     DEFAULT_PROVIDER_TIERS,
     QUALITY_CLASSES,
+    FinetuneWorkload,
     HfConfigModel,
     InlineModel,
     Requirement,
+    TrainingWorkload,
     quality_class_of,
 )
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
+    from clusterplan.catalog.schema import FrameworkSpec
 
 # The ranges clusterplan plans within (docs/guarantees.md). Outside them the solver's integer
 # scaling cannot represent the figures exactly, so a value beyond one is refused, located, rather
@@ -169,6 +172,9 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
         and req.config.workload not in {w.name for w in req.workloads}
     ):
         problem(("config", "workload"), f"no workload named {quoted(req.config.workload)}")
+    for i, w in enumerate(req.workloads):
+        if w.kind != "serving":
+            _check_framework(catalog, w, ("workloads", i, "framework"), problem)
     for i, (w, arch) in enumerate(zip(req.workloads, models, strict=False)):
         ctx = getattr(w, "context_tokens", None) or getattr(w, "sequence_length", None)
         if arch.max_context is not None and ctx is not None and ctx > arch.max_context:
@@ -232,6 +238,65 @@ def _check_ranges(req: Requirement, problem: Any) -> None:
                 )
             if w.deadline < MIN_DEADLINE_S:
                 problem(("workloads", i, "deadline"), f"{w.deadline:g} s is shorter than the minimum of one minute")
+
+
+# The framework a training or fine-tuning workload runs on when it names none (specs/requirement.md): Megatron-LM for
+# pretraining and full fine-tunes (the published pretraining recipes' framework), torchtune for LoRA and QLoRA.
+DEFAULT_FRAMEWORK = {"full": "megatron-lm", "lora": "torchtune", "qlora": "torchtune"}
+
+
+def framework_name(w: TrainingWorkload | FinetuneWorkload) -> str:
+    """The framework a workload names, else its method's default (:data:`DEFAULT_FRAMEWORK`)."""
+    method = w.method if w.kind == "finetune" else "full"
+    return w.framework or DEFAULT_FRAMEWORK[method]
+
+
+def _check_framework(catalog: Catalog, w: TrainingWorkload | FinetuneWorkload, path: PathKey, problem: Any) -> None:
+    """The workload's framework is in the catalog and runs its method, optimizer and precision."""
+    name = framework_name(w)
+    spec = catalog.find_framework(name)
+    if spec is None:
+        known = sorted(catalog.frameworks)
+        hint = did_you_mean(name, known)
+        problem(path, f"unknown framework {quoted(name)}" + (f"; {hint}" if hint else f"; known: {', '.join(known)}"))
+        return
+    method = w.method if w.kind == "finetune" else "full"
+    others = [f.id for f in catalog.frameworks.values() if method in f.methods]
+    where = path if w.framework is not None else path[:-1]
+    if method not in spec.methods:
+        what = "pretraining" if w.kind == "training" else f"{method} fine-tuning"
+        problem(where, f"{spec.name} does not run {what}; frameworks that do: {', '.join(others)}", "framework")
+    elif w.optimizer not in spec.optimizers:
+        problem(
+            where, f"{spec.name} has no {w.optimizer} optimizer (it runs {', '.join(spec.optimizers)}); choose one "
+            "of those, or a framework that has it", "framework",
+        )  # fmt: skip
+    elif w.precision not in spec.precisions:
+        problem(
+            where, f"{spec.name} does not train in {w.precision} (it runs {', '.join(spec.precisions)})", "framework"
+        )
+    for pinned, message in _pinned_beyond(spec, w):
+        problem((*path[:-1], pinned), f"{message}; {spec.name} runs no such layout: leave it out or name a framework "
+                "that does", "framework")  # fmt: skip
+
+
+def _pinned_beyond(spec: FrameworkSpec, w: TrainingWorkload | FinetuneWorkload) -> list[tuple[str, str]]:
+    """(field, what it pins) for each layout field the workload pins that its framework has no form of."""
+    out: list[tuple[str, str]] = []
+    if w.context_parallel is not None and w.context_parallel > 1 and not spec.context_parallel:
+        out.append(("context_parallel", f"context parallel {w.context_parallel}"))
+    if w.virtual_stages is not None and w.virtual_stages > 1 and not spec.interleaved_pipeline:
+        out.append(("virtual_stages", f"{w.virtual_stages} virtual stages"))
+    eps = [w.expert_parallel] if isinstance(w.expert_parallel, int) else w.expert_parallel
+    if isinstance(eps, list) and min(eps) > 1 and not spec.expert_parallel:
+        out.append(("expert_parallel", f"expert parallel {min(eps)}"))
+    if w.activation_recompute is not None and w.activation_recompute not in spec.recompute:
+        out.append(("activation_recompute", f"{w.activation_recompute} recompute"))
+    if w.recompute_layers is not None and not spec.recompute_layers:
+        out.append(
+            ("recompute_layers", f"recompute of {w.recompute_layers} layers a stage (it checkpoints every layer)")
+        )
+    return out
 
 
 def _check_gpu(catalog: Catalog, name: str, path: PathKey, problem: Any, *, suggest: bool) -> None:

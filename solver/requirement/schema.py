@@ -292,6 +292,14 @@ RecomputeLayers = Annotated[
     ),
 ]  # fmt: skip
 MemoryOptions = Annotated[list[MemoryOption] | None, Field(description=MEMORY_OPTIONS_HELP)]
+TrainingFramework = Annotated[
+    str | None,
+    Field(
+        max_length=200, description="training framework (catalog/frameworks.yaml): megatron-lm, torchtitan, "
+        "deepspeed, torchtune, peft; only layouts it runs are planned. Unset: megatron-lm for pretraining and full "
+        "fine-tunes, torchtune for LoRA and QLoRA",
+    ),
+]  # fmt: skip
 
 
 class TrainingWorkload(Strict):
@@ -319,6 +327,7 @@ class TrainingWorkload(Strict):
         description="the workload tolerates losing its cloud instances at short notice (it checkpoints and resumes, or "
         "retries requests): spot capacity may be planned for it; default false: never on spot",
     )
+    framework: TrainingFramework = None
 
 
 class FinetuneWorkload(Strict):
@@ -348,6 +357,7 @@ class FinetuneWorkload(Strict):
         description="the workload tolerates losing its cloud instances at short notice (it checkpoints and resumes, or "
         "retries requests): spot capacity may be planned for it; default false: never on spot",
     )
+    framework: TrainingFramework = None
 
 
 Workload = Annotated[ServingWorkload | TrainingWorkload | FinetuneWorkload, Field(discriminator="kind")]

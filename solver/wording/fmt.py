@@ -160,7 +160,9 @@ def layout(w: ServingPlan | TrainingPlan) -> str:
         rec = f"full ({w.recompute_layers} layers/stage)"
     return (
         f"{w.gpus}x {w.gpu} TP{w.tp}{cp} PP{w.pp}{vpp} DP{w.dp} ZeRO-{w.zero_stage} recompute {rec} "
-        f"mb {w.micro_batch} ({w.deployment})" + (f" [{', '.join(w.memory_options)}]" if w.memory_options else "")
+        f"mb {w.micro_batch} ({w.deployment})"
+        + (f" [{', '.join(w.memory_options)}]" if w.memory_options else "")
+        + (f" on {w.framework}" if w.framework else "")
     )
 
 

@@ -18,6 +18,7 @@ from clusterplan.physics.reasons import (
     EpSplitsExperts,
     Fp8Unsupported,
     FrameworkCannotRun,
+    FrameworkLacks,
     GlobalBatchTooSmall,
     KvCacheDoesNotFit,
     KvStreamOverLink,
@@ -58,6 +59,16 @@ _BF16_NEED = {
     "training": "bf16 needs compute capability 8.0 or later; train in fp16 with loss scaling",
 }
 
+_LEFT_OUT_FEATURE = {
+    "tensor": "tensor parallel",
+    "pipeline": "pipeline parallel",
+    "interleaving": "interleaved pipeline of",
+    "context": "context parallel",
+    "expert": "expert parallel",
+    "zero": "ZeRO stage",
+    "recompute": "activation recompute",
+}
+
 _FRAMEWORK_FEATURE = {
     "pipeline": "pipeline parallel",
     "tensor": "tensor parallel",
@@ -68,6 +79,7 @@ _FRAMEWORK_FEATURE = {
     "optimizer": "optimizer",
     "model": "model",
     "precision": "precision",
+    "launcher": "launcher",
 }
 
 
@@ -176,8 +188,12 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
                 f"expert parallelism {r.ep} spans several instances (NVLink groups of {r.gpus_per_domain} GPUs) and no "
                 "offer has a fabric (InfiniBand, RoCE or EFA) between them for its all-to-all"
             )
+        case FrameworkCannotRun() if r.feature == "launcher":
+            return r.framework, f"clusterplan writes no launch for it yet (export writes {r.value})"
         case FrameworkCannotRun():
             return r.framework, f"cannot run the plan's {_FRAMEWORK_FEATURE[r.feature]} {r.value}"
+        case FrameworkLacks():
+            return r.framework, f"runs no {_LEFT_OUT_FEATURE[r.feature]} {r.values}; those layouts were not planned"
         case KvStreamOverLink():
             link = {"rdma": "RDMA fabric", "tcp": "Ethernet (TCP)", "nvlink": "NVLink"}.get(r.link, r.link)
             return r.gpu, (
