@@ -167,7 +167,9 @@ def test_h100_metrics_by_hand_from_catalog_rows(catalog: Any) -> None:
     # + colocation 10.2 kW x $184.06/kW-month + support $328,500 x 10% a year / 12), owned.yaml.
     servers = owned["units"]
     month = 10_200 / 1000 * 1.56 * 730 * 0.0977 + 10.2 * 184.06 + 328_500 * 0.10 / 12
-    ops = 1550 + 775  # a month's operations of its one GPU type and its one pool (owned.yaml)
+    # a month's operations (owned.yaml): its one GPU type, and each of its pools (one aggregated, or prefill + decode)
+    assert owned["costs"]["gpu_types_operated"] == 1 and owned["costs"]["pools"] in (1, 2)
+    ops = 1550 + 775 * owned["costs"]["pools"]
     assert owned["costs"]["total_usd"] == pytest.approx(servers * 328_500 + 36 * (servers * month + ops), abs=CENT)
 
 

@@ -31,11 +31,13 @@ def test_every_binding_constraint_of_every_example_carries_a_trade(path: Path, c
 
 
 def _p95_plan(catalog: Catalog, tmp_path: Path, p95: str, *, explain: bool = False) -> Plan:
-    """The 70B example, aggregated replicas only (its end-to-end target binds them), at p95 latency ``p95``."""
+    """The 70B example on H200, aggregated replicas only (its end-to-end target binds them), at p95 latency ``p95``
+    (held to one GPU type: on the MI300X design 1 of the example the end-to-end target has slack)."""
     text = example("70b-serving").read_text()
     assert "p95_latency: 5s" in text
     path = tmp_path / "70b.yaml"
-    path.write_text(text.replace("p95_latency: 5s", f'p95_latency: {p95}\n    disaggregation: "off"'))
+    text = text.replace("p95_latency: 5s", f'p95_latency: {p95}\n    disaggregation: "off"')
+    path.write_text(text + "constraints:\n  allowed_gpus: [h200]\n")
     return plan_file(path, catalog, explain=explain)
 
 
@@ -52,7 +54,9 @@ def test_the_latency_trade_is_the_least_target_that_admits_a_cheaper_design(cata
     to_s = float(change.rsplit("→ ", 1)[1].removesuffix("s"))
     assert 5.0 < to_s < 60.0  # a figure, not the target switched off
     moved = _p95_plan(catalog, tmp_path, f"{to_s}s")
-    assert moved.designs[0].costs.total_usd == pytest.approx(lat.trade.total_usd, abs=0.01)
+    # the trade's total is CP-SAT's objective in cents, each priced term (hardware, its term, operations) rounded up
+    # to a cent a month: a few cents over the horizon from the design's exact total
+    assert moved.designs[0].costs.total_usd == pytest.approx(lat.trade.total_usd, abs=0.05)
     short = _p95_plan(catalog, tmp_path, f"{to_s * 0.95:.3f}s")
     assert short.designs[0].costs.total_usd == pytest.approx(plan.designs[0].costs.total_usd, abs=0.01)
 

@@ -42,8 +42,12 @@ def test_a_bounded_estimate_lists_nothing_unbounded() -> None:
 
 
 @pytest.mark.slow
-def test_a_pools_unmodelled_figures_are_absent(catalog: Any) -> None:
-    plan = shared_plan(MIXTRAL, catalog, top=1, explain=False)
+def test_a_pools_unmodelled_figures_are_absent(catalog: Any, tmp_path: Any) -> None:
+    # The 70B example with disaggregation required: design 1 is a prefill pool and a decode pool.
+    pooled_70b = tmp_path / "70b-pooled.yaml"
+    text = (EXAMPLES_DIR / "70b-serving.yaml").read_text()
+    pooled_70b.write_text(text.replace("p95_latency: 5s", "p95_latency: 5s\n    disaggregation: required"))
+    plan = shared_plan(pooled_70b, catalog, top=1, explain=False)
     groups = [g for w in plan.designs[0].workloads for g in getattr(w, "groups", [])]
     pooled = [g for g in groups if g.role != "aggregated"]
     assert {g.role for g in pooled} == {"prefill", "decode"}
@@ -54,7 +58,7 @@ def test_a_pools_unmodelled_figures_are_absent(catalog: Any) -> None:
     dumped = json.loads(plan.model_dump_json())
     prefill = next(g for w in dumped["designs"][0]["workloads"] for g in w["groups"] if g["role"] == "prefill")
     assert prefill["mean_ttft_s"] is None and prefill["p95_tpot_s"] is None
-    table = run_cli("solve", str(MIXTRAL), "--top", "1").output
-    markdown = run_cli("solve", str(MIXTRAL), "--top", "1", "--markdown").output
+    table = run_cli("solve", str(pooled_70b), "--top", "1").output
+    markdown = run_cli("solve", str(pooled_70b), "--top", "1", "--markdown").output
     assert "0.0 ms" not in table and "mean 0.0" not in markdown
     assert "TTFT mean - / p95" in markdown

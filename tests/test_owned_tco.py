@@ -121,8 +121,8 @@ def test_solve_shows_each_owned_lines_month() -> None:
 
 @pytest.mark.slow
 def test_the_planner_prices_colocation_and_support(catalog: Catalog, tmp_path: Path) -> None:
-    """The objective sees them: the 70B example held to owned hardware (it rents on a 3-year term when it may) is
-    one owned 8x H200 server either way, and CP-SAT's own objective (in cents) is its total with colocation and
+    """The objective sees them: the 70B example held to owned H200 hardware (it rents on a 3-year term when it may,
+    and buys MI300X when it may) is one owned 8x H200 server either way, and CP-SAT's own objective (in cents) is its total with colocation and
     support, $183,085.63 (36 x their $5,085.71 a month) above the same server's with both set to zero in a user
     catalog."""
     zero = """
@@ -136,7 +136,7 @@ owned:
 """
     doc = yaml.safe_load(example("70b-serving").read_text())
     assert doc["deployment"] == "either"
-    owned = write_doc(tmp_path, {**doc, "deployment": "owned"})
+    owned = write_doc(tmp_path, {**doc, "deployment": "owned", "constraints": {"allowed_gpus": ["h200"]}})
     without = plan_file(owned, load_catalog_text(zero), explain=False)
     with_them = plan_file(owned, catalog, explain=False)
     for plan in (without, with_them):

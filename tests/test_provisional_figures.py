@@ -55,7 +55,10 @@ def test_only_the_fields_a_row_marks_are_listed(catalog: Catalog) -> None:
 
 @pytest.mark.slow
 def test_the_70b_plan_marks_the_figure_it_rests_on_in_json_table_markdown_and_report(tmp_path: Path) -> None:
-    path = str(example("70b-serving"))
+    # The 70B example held to H200 (allowed_gpus), where design 1 rents on Hyperstack's provisional 3-year rate.
+    held = tmp_path / "70b-h200.yaml"
+    held.write_text(example("70b-serving").read_text() + "constraints:\n  allowed_gpus: [h200]\n")
+    path = str(held)
     plan = json.loads(run_cli("solve", path, "--json").stdout)
     d1 = plan["designs"][0]
     assert [f["figure"] for f in d1["provisional"]] == ["instance hyperstack:8x-h200 3y rate"]
