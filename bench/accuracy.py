@@ -507,8 +507,24 @@ def model_of(m: Measurement, s: Setting, catalog: Catalog) -> ModelArchitecture:
     return catalog.model(s.model or m.model)
 
 
-def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tuple[float, str]:
-    """The model's figure for one measurement, in the units of :func:`measured_value`, and a short detail."""
+def _max_batch_by_memory(
+    m: Measurement, s: Setting, arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, cache: dict[str, int] | None
+) -> int:
+    """Sequences the replica's KV memory holds (a probe at batch 1). Memory reads no fitted factor, so a fit may
+    keep it per measurement in ``cache`` while it varies the efficiency factors."""
+    if cache is not None and m.id in cache:
+        return cache[m.id]
+    held = _serving(m, s, arch, gpu, a, batch=1).max_batch_by_memory
+    if cache is not None:
+        cache[m.id] = held
+    return held
+
+
+def predict(
+    m: Measurement, s: Setting, catalog: Catalog, a: Assumptions, memory_cache: dict[str, int] | None = None
+) -> tuple[float, str]:
+    """The model's figure for one measurement, in the units of :func:`measured_value`, and a short detail
+    (``memory_cache``: :func:`_max_batch_by_memory`)."""
     gpu = catalog.gpu(s.gpu or m.gpu)
     arch = model_of(m, s, catalog)
     gpus = m.gpu_count
@@ -528,7 +544,7 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
         return 1.0 / est.decode_step_s, f"step {est.decode_step_s * 1e3:.2f} ms{fit}"
 
     if s.scenario == "saturated":
-        probe = _serving(m, s, arch, gpu, a, batch=1)
+        by_memory = _max_batch_by_memory(m, s, arch, gpu, a, memory_cache)
         cap = s.max_num_seqs if s.max_num_seqs is not None else a.batch_cap(gpu.memory_gib, gpu.name)
         isl, osl = _lengths(m, s)
         requests = trtllm_bench_requests(isl, osl) if s.batch_rule == "trtllm-bench" else None
@@ -536,9 +552,9 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
             cap = trtllm_bench_max_batch(arch, gpu, tp=m.tp, pp=m.pp, isl=isl, osl=osl, quant=s.quant, kv=s.kv)
             cap *= m.tp if s.attention_dp else 1  # every attention-DP rank schedules up to max_batch_size
             cap = min(cap, requests) if requests is not None else cap  # the dataset's size bounds the batch
-        batch = max(1, min(probe.max_batch_by_memory, cap))
+        batch = max(1, min(by_memory, cap))
         est = _serving(m, s, arch, gpu, a, batch=batch)
-        detail = f"batch {batch} (memory {probe.max_batch_by_memory}), {est.bound}"
+        detail = f"batch {batch} (memory {by_memory}), {est.bound}"
         if requests is not None and requests > batch and est.requests_per_s > 0:
             # A fixed dataset of uniform requests runs in waves of `batch`; the last holds the remainder
             # (trtllm_bench_waves_s).
@@ -552,13 +568,13 @@ def predict(m: Measurement, s: Setting, catalog: Catalog, a: Assumptions) -> tup
         # Closed loop: s.batch clients, each sending its next request when the last finishes. The replica runs
         # min(clients, memory maximum) sequences; the other clients wait, and Little's law on the loop gives the
         # wait: clients = requests/s x (wait + TTFT + (O - 1) x TPOT).
-        probe = _serving(m, s, arch, gpu, a, batch=1)
-        running = max(1, min(s.batch, probe.max_batch_by_memory))
+        by_memory = _max_batch_by_memory(m, s, arch, gpu, a, memory_cache)
+        running = max(1, min(s.batch, by_memory))
         est = _serving(m, s, arch, gpu, a, batch=running)
         _, osl = _lengths(m, s)
         service = est.ttft_s + max(osl - 1.0, 0.0) * est.tpot_s
         wait = max(0.0, s.batch / est.requests_per_s - service) if s.batch > running else 0.0
-        detail = f"running {running} of {s.batch} (memory {probe.max_batch_by_memory}), wait {wait:.1f} s"
+        detail = f"running {running} of {s.batch} (memory {by_memory}), wait {wait:.1f} s"
         if s.statistic == "itl":
             return est.tpot_s, detail
         if s.statistic == "ttft":
@@ -594,8 +610,10 @@ def evaluate(
     measurements: list[Measurement] | None = None,
     settings: dict[str, Setting] | None = None,
     factors: FactorSet | None = None,
+    memory_cache: dict[str, int] | None = None,
 ) -> list[Row]:
-    """Every measurement against its prediction (``factors`` replaces the shipped defaults, for fitting)."""
+    """Every measurement against its prediction (``factors`` replaces the shipped defaults, for fitting;
+    ``memory_cache``: :func:`_max_batch_by_memory`)."""
     catalog = catalog or load_catalog()
     measurements = measurements if measurements is not None else load_measurements()
     settings = settings if settings is not None else load_settings()
@@ -608,9 +626,9 @@ def evaluate(
         if s.not_expressible:
             continue  # counted by band_summary, predicted once the estimator can express it
         measured, unit = measured_value(m)
-        a_row = factors.assumptions(s) if factors is not None else assumptions_for(s, base)
-        predicted, detail = predict(m, s, catalog, a_row)
         gpu = catalog.gpu(s.gpu or m.gpu)
+        a_row = factors.assumptions(s, gpu.host_cpu) if factors is not None else assumptions_for(s, base)
+        predicted, detail = predict(m, s, catalog, a_row, memory_cache)
         kind = KIND_OF.get(s.scenario) or ("serving throughput" if s.statistic == "throughput" else "latency")
         row = Row(
             id=m.id, kind=kind, scenario=s.scenario, engine=s.engine, gpu_class=gpu.gpu_class,
@@ -639,6 +657,10 @@ class FactorSet(BaseModel):
     training_mfu: dict[str, float]
     architecture_compute_fraction: dict[str, float]
     architecture_training_fraction: dict[str, float]
+    host_time: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="engine -> host CPU -> host_time_per_sequence_layer_s (catalog/engines.yaml; TensorRT-LLM's)",
+    )
 
     @classmethod
     def shipped(cls) -> FactorSet:
@@ -651,9 +673,14 @@ class FactorSet(BaseModel):
             training_mfu=a.training_mfu.model_dump(),
             architecture_compute_fraction=dict(a.architecture_compute_fraction),
             architecture_training_fraction=dict(a.architecture_training_fraction),
+            host_time={
+                name: profile.host_time_per_sequence_layer_s.model_dump()
+                for name, profile in ENGINES.items()
+                if any(profile.host_time_per_sequence_layer_s.model_dump().values())
+            },
         )
 
-    def assumptions(self, setting: Setting) -> Assumptions:
+    def assumptions(self, setting: Setting, host_cpu: str | None = None) -> Assumptions:
         data: dict[str, Any] = {
             "training_mfu": self.training_mfu,
             "architecture_compute_fraction": self.architecture_compute_fraction,
@@ -662,6 +689,9 @@ class FactorSet(BaseModel):
         if setting.engine in self.engines:
             data["engine"] = setting.engine
             data.update(self.engines[setting.engine])
+            host = self.host_time.get(setting.engine, {})
+            if host_cpu in host:
+                data["host_time_per_sequence_layer_s"] = host[host_cpu]
         data.update(setting.switches())
         return Assumptions.model_validate(data)
 
