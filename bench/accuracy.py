@@ -251,6 +251,9 @@ class Row(BaseModel):
     moe: bool = Field(False, description="the model is a mixture of experts (the MoE serving view)")
     architecture: str = Field("", description="the GPU's catalog architecture (Ampere, Hopper, Blackwell)")
     precision: str = Field("", description="the weight precision the setting reads (serving), else ''")
+    host_timed: bool = Field(
+        True, description="the engine's per-sequence host time applies (False: a C++-runtime row, python_executor)"
+    )
 
     @property
     def error(self) -> float:
@@ -636,7 +639,7 @@ def evaluate(
             gpu=gpu.id, model=model_of(m, s, catalog).name if s.architecture else catalog.model(s.model or m.model).id,
             predicted=predicted, measured=measured, unit=unit, flags=s.flags, detail=detail, gpus=m.gpu_count,
             moe=model_of(m, s, catalog).moe_experts > 1, architecture=gpu.architecture,
-            precision=s.quant if s.scenario != "training" else "",
+            precision=s.quant if s.scenario != "training" else "", host_timed=s.python_executor is not False,
         )  # fmt: skip
         rows.append(row)
     return rows
@@ -831,7 +834,7 @@ def knob_rows(knob: Knob, rows: list[Row], fs: FactorSet, host_of: dict[str, str
     if group == "engines":
         return {r.id for r in serving if r.engine == rest[0] and r.gpu_class == rest[2]}
     if group == "host_time":
-        return {r.id for r in serving if r.engine == rest[0] and host_of[r.gpu] == rest[1]}
+        return {r.id for r in serving if r.engine == rest[0] and host_of[r.gpu] == rest[1] and r.host_timed}
     if group == "training_mfu":
         return {r.id for r in training_rows if r.gpu_class == rest[0]}
     if group == "architecture_training_fraction":
@@ -942,6 +945,9 @@ def refit(
                     lo, c, fc = c, d, fd
                     d = lo + ratio * (hi - lo)
                     fd = loss(d)
+            if fc == fd == loss(math.log(knob.lo)) == loss(math.log(knob.hi)):
+                moved[knob.label] = set()  # its rows do not answer to it here: fitted to nothing, it is borrowed
+                continue
             fs = knob.set(fs, math.exp(c if fc < fd else d))
     return _borrow(fs, [k for k in knobs if not moved[k.label]], knobs)
 
@@ -985,7 +991,7 @@ class OutOfSource(BaseModel):
 
 def leave_one_source_out(
     data: FitData, rows: list[Row], knobs: list[Knob], fs: FactorSet, *, only: set[str] | None = None,
-    sweeps: int = 2, steps: int = 7,
+    in_sample: bool = True, sweeps: int = 2, steps: int = 7,
 ) -> OutOfSource:  # fmt: skip
     """For each source: refit every knob group that moves one of its rows on the other sources' rows, and predict
     its rows with them. Rows no knob moves keep ``fs``'s prediction (nothing fitted reaches them). ``only``: the
@@ -1001,8 +1007,9 @@ def leave_one_source_out(
         reach = set().union(*(moved[k.label] for k in group))
         if only is not None and not reach & only:
             continue
-        whole = refit(data, group, fs, reach, sweeps=sweeps, steps=steps)
-        refit_all.update(data.predict(reach, whole))
+        whole = refit(data, group, fs, reach, sweeps=sweeps, steps=steps) if in_sample else None
+        if whole is not None:
+            refit_all.update(data.predict(reach, whole))
         clean_sources = {data.sources[i] for i in reach if not data.settings[i].flags}
         for source in sorted({data.sources[i] for i in reach}):
             held = {i for i in reach if data.sources[i] == source}
@@ -1010,7 +1017,11 @@ def leave_one_source_out(
                 continue
             without = reach - held
             # A source whose rows here are all flagged never entered the loss: its refit is the whole one.
-            mine = refit(data, group, fs, without, sweeps=sweeps, steps=steps) if source in clean_sources else whole
+            if source in clean_sources:
+                mine = refit(data, group, fs, without, sweeps=sweeps, steps=steps)
+            else:
+                whole = whole or refit(data, group, fs, reach, sweeps=sweeps, steps=steps)
+                mine = whole
             out.update(data.predict(held, mine))
             fitted.setdefault(source, {}).update({k.label: k.get(mine) for k in group})
     order = [r.id for r in rows]
@@ -1020,11 +1031,14 @@ def leave_one_source_out(
     )  # fmt: skip
 
 
-def check_factors(
-    data: FitData, rows: list[Row], knobs: list[Knob], fs: FactorSet, base: OutOfSource
-) -> list[FactorCheck]:
-    """Per fitted factor: the out-of-source error of the rows it moves, fitted (``base``) and left at its unfitted
-    value (:data:`UNFITTED`, the other factors refit without it, each source still left out)."""
+CHECK_SWEEPS, CHECK_STEPS = 1, 5  # the factor check's refits: coarser than the figures' (2 sweeps, 7 steps)
+
+
+def check_factors(data: FitData, rows: list[Row], knobs: list[Knob], fs: FactorSet) -> list[FactorCheck]:
+    """Per fitted factor: the out-of-source error of the rows it moves, fitted and left at its unfitted value
+    (:data:`UNFITTED`, the other factors refit without it, each source still left out). Both arms refit at
+    :data:`CHECK_SWEEPS` and :data:`CHECK_STEPS`, a coarser search than the figures', so the check runs in minutes."""
+    base = leave_one_source_out(data, rows, knobs, fs, in_sample=False, sweeps=CHECK_SWEEPS, steps=CHECK_STEPS)
     out: list[FactorCheck] = []
     host_of = {r.gpu: data.catalog.gpu(r.gpu).host_cpu for r in rows}
     for family in dict.fromkeys(knob_family(k) for k in knobs):
@@ -1037,7 +1051,10 @@ def check_factors(
         for knob in mine:
             bare = unfit(bare, knob)
         rest = [k for k in knobs if k not in mine]
-        without = leave_one_source_out(data, rows, rest, bare, only={r.id for r in clean})
+        only = {r.id for r in clean}
+        without = leave_one_source_out(
+            data, rows, rest, bare, only=only, in_sample=False, sweeps=CHECK_SWEEPS, steps=CHECK_STEPS
+        )
         fitted = {r.id: r for r in base.rows}
         unfitted = {r.id: r for r in without.rows}
         f_med, f_worst, _ = _median_worst([fitted[r.id] for r in clean])
@@ -1199,7 +1216,10 @@ def out_of_source_section(
         "",
         "Each factor's rows (unflagged rows it moves), out of source, with the factor fitted and with it left at "
         "its unfitted value (the roofline 1.0 for an efficiency or share, no fixed step or host time, no training "
-        "share of its own) while every other factor is refit without it, each source still left out.",
+        "share of its own) while every other factor is refit without it, each source still left out. Both arms "
+        f"refit with a coarser search ({CHECK_SWEEPS} sweep, {CHECK_STEPS} golden-section steps) than the figures "
+        "above, so their *fitted* column differs from them a little; *helps*: a lower median and a worst no more "
+        "than 1% higher. From `python bench/accuracy.py --check-factors` (`bench/data/factor-check.json`).",
         "",
         "| factor | values | cases | fitted: median | fitted: worst | unfitted: median | unfitted: worst | helps out of source |",
         "|---|---|---:|---:|---:|---:|---:|---|",
@@ -1210,7 +1230,10 @@ def out_of_source_section(
             f"{c.unfitted_median:.1%} | {c.unfitted_worst:.2f}x | {'yes' if c.helps else '**no**'} |"
         )
     idle = [c.factor for c in checks if not c.helps]
-    out += ["", "Factors that do not help out of source: " + (", ".join(f"`{f}`" for f in idle) or "none") + "."]
+    if checks:
+        out += ["", "Factors that do not help out of source: " + (", ".join(f"`{f}`" for f in idle) or "none") + "."]
+    else:
+        out += ["", "Not run yet: `python bench/accuracy.py --check-factors` writes `bench/data/factor-check.json`."]
     out += ["", "### Factors fitted without each source", ""]
     out += ["| source left out | factors fitted on the others |", "|---|---|"]
     for source, values in sorted(held.factors.items()):
@@ -1226,11 +1249,30 @@ def out_of_source(
     data = FitData(catalog, measurements, settings)
     fs = FactorSet.shipped()
     knobs = fitted_knobs(rows)
-    held = leave_one_source_out(data, rows, knobs, fs)
+    held = leave_one_source_out(data, rows, knobs, fs, in_sample=False)
     by_id = {m.id: m for m in measurements}
     rule = {r.id: mfu_rule(by_id[r.id], settings[r.id], catalog) for r in rows if r.kind == "training throughput"}
-    checks = check_factors(data, rows, knobs, fs, held) if check else []
+    checks = check_factors(data, rows, knobs, fs) if check else read_checks()
     return held, rule, checks
+
+
+CHECK_FILE = DATA / "factor-check.json"  # written by --check-factors (minutes), read by --markdown
+
+
+def read_checks(path: Path = CHECK_FILE) -> list[FactorCheck]:
+    """The last --check-factors run (none: an empty list)."""
+    if not path.exists():
+        return []
+    return [FactorCheck.model_validate(c) for c in json.loads(path.read_text(encoding="utf-8"))["checks"]]
+
+
+def write_checks(checks: list[FactorCheck], as_of: str, path: Path = CHECK_FILE) -> None:
+    body = {
+        "as_of": as_of,
+        "command": "python bench/accuracy.py --check-factors",
+        "checks": [c.model_dump() for c in checks],
+    }
+    path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1672,6 +1714,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--as-of", default=None, help="date written into --write-errors (default: today, UTC)")
     parser.add_argument(
+        "--check-factors",
+        action="store_true",
+        help=f"refit without each factor, out of source, and write {CHECK_FILE.relative_to(ROOT)} (--markdown reads it)",
+    )
+    parser.add_argument(
         "--loso", action="store_true", help="print the leave-one-source-out figures (--markdown and --write-errors do)"
     )
     args = parser.parse_args(argv)
@@ -1694,13 +1741,16 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(rows)
     bands = band_summary(rows, measurements, settings)
     lead: list[str] = []
-    if args.write_errors or args.markdown or args.loso:
-        held, rule, checks = out_of_source(measurements, settings, rows, check=bool(args.markdown or args.loso))
+    as_of = args.as_of or datetime.datetime.now(datetime.UTC).date().isoformat()
+    if args.write_errors or args.markdown or args.loso or args.check_factors:
+        held, rule, checks = out_of_source(measurements, settings, rows, check=args.check_factors)
+        if args.check_factors:
+            write_checks(checks, as_of)
+            print(f"wrote {CHECK_FILE}", file=sys.stderr)
         lead = out_of_source_section(rows, held, rule, checks)
         if args.loso:
             print("\n".join(lead))
     if args.write_errors:
-        as_of = args.as_of or datetime.datetime.now(datetime.UTC).date().isoformat()
         write_errors(args.write_errors, held.rows, as_of)
         print(f"wrote {args.write_errors}", file=sys.stderr)
     if args.markdown:
