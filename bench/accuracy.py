@@ -8,11 +8,19 @@ of its GPU class and serving engine (:mod:`clusterplan.physics.factors`). Prints
 the median absolute percentage error and the worst case. Flagged rows depend on something the model does not
 capture; they stay in the table and in the "all" figures, and are reported apart.
 
-    python bench/accuracy.py                 # the table and the summary
-    python bench/accuracy.py --markdown docs/accuracy.md
+    python bench/accuracy.py                 # the table and the summary (in sample, seconds)
+    python bench/accuracy.py --markdown docs/accuracy.md --write-errors   # leads with leave one source out (minutes)
+    python bench/accuracy.py --loso          # print the leave-one-source-out figures
+    python bench/accuracy.py --check-factors # each fitted factor against its unfitted value, out of source (tens
+                                             # of minutes; writes bench/data/factor-check.json, --markdown reads it)
     python bench/accuracy.py --fit           # refit the named factors (prints values for factors.py)
     python bench/accuracy.py --json
-    python bench/accuracy.py --write-errors  # catalog/model_error.yaml: the error the planner reads
+    python bench/accuracy.py --write-errors  # catalog/model_error.yaml: the error the planner reads, out of source
+
+Leave one source out (``leave_one_source_out``): the rows are grouped by the publication they cite (``source_of``);
+for each, every factor fitted on measurement rows (``fitted_knobs``) is refit on the other sources' rows
+(``refit``) and the held-out rows are predicted with those factors. ``docs/accuracy.md`` leads with these figures
+and ``catalog/model_error.yaml`` holds their error.
 
 Scenarios (how one measurement becomes one physics call) are documented in ``bench/data/settings.yaml``.
 """
@@ -1001,6 +1009,7 @@ def leave_one_source_out(
     groups = components(knobs, moved)
     every = {r.id for r in rows}
     out: dict[str, Row] = {r.id: r for r in rows}
+    out.update(data.predict(every if only is None else only, fs))  # rows no refit reaches: ``fs`` as given
     refit_all: dict[str, Row] = {r.id: r for r in rows}
     fitted: dict[str, dict[str, float]] = {}
     for group in groups:
