@@ -348,3 +348,115 @@ def test_a_trtllm_bench_dataset_runs_in_waves(rows: list[accuracy.Row], monkeypa
     monkeypatch.setitem(accuracy.TRTLLM_BENCH_REQUESTS, (1024, 32768), 10**9)  # a dataset too big to end in a tail
     steady, _ = accuracy.predict(m, s, accuracy.load_catalog(), accuracy.assumptions_for(s))
     assert steady > 1.1 * row.predicted
+
+
+# ------------------------------------------------------------------------------------------------
+# Leave one source out (docs/accuracy.md 'Out of source'; catalog/model_error.yaml)
+# ------------------------------------------------------------------------------------------------
+
+
+def _cited(url: str) -> accuracy.Measurement:
+    m = accuracy.load_measurements()[0]
+    return m.model_copy(update={"source": url + " (a note after the address)"})
+
+
+def test_a_source_is_the_cited_document_in_every_version() -> None:
+    """Two commits and two folders of one repository file are one source, as are two versions of one paper; two
+    files of one repository, or two pull requests, are two."""
+    perf = "https://github.com/NVIDIA/TensorRT-LLM/blob/{}/docs/source/{}/perf-overview.md"
+    one = accuracy.source_of(_cited(perf.format("00f37686", "performance")))
+    assert one == accuracy.source_of(_cited(perf.format("03e27c7d", "developer-guide")))
+    other = "https://github.com/NVIDIA/TensorRT-LLM/blob/138f96d4/docs/source/performance.md"
+    assert accuracy.source_of(_cited(other)) != one
+    paper = accuracy.source_of(_cited("https://arxiv.org/abs/2104.04473v5"))
+    assert paper == accuracy.source_of(_cited("https://arxiv.org/abs/2104.04473"))
+    prs = {accuracy.source_of(_cited(f"https://github.com/ggml-org/llama.cpp/pull/{n}")) for n in (4766, 4812)}
+    assert len(prs) == 2
+
+
+def _llama_cpp_with_a_leaky_source() -> tuple[accuracy.FitData, list[accuracy.Row], list[accuracy.Knob]]:
+    """The llama.cpp rows (their own knob group) and a synthetic source: copies of them measured 3x faster, which
+    would drag the llama.cpp factors to their bounds if its rows entered its own fit."""
+    catalog = accuracy.load_catalog()
+    settings = accuracy.load_settings()
+    real = [
+        m for m in accuracy.load_measurements() if settings[m.id].engine == "llama.cpp" and not settings[m.id].flags
+    ]
+    fake = [
+        m.model_copy(update={"id": m.id + "-synthetic", "value": m.value * 3, "source": "https://example.org/fast"})
+        for m in real
+    ]
+    settings = {**settings, **{f.id: settings[m.id] for f, m in zip(fake, real, strict=True)}}
+    data = accuracy.FitData(catalog, real + fake, settings)
+    rows = accuracy.evaluate(catalog, measurements=real + fake, settings=settings, factors=accuracy.FactorSet.shipped())
+    knobs = [k for k in accuracy.fitted_knobs(rows) if k.path[:2] == ("engines", "llama.cpp")]
+    return data, rows, knobs
+
+
+def test_a_held_out_source_never_moves_its_own_factors() -> None:
+    data, rows, knobs = _llama_cpp_with_a_leaky_source()
+    fs = accuracy.FactorSet.shipped()
+    held = accuracy.leave_one_source_out(data, rows, knobs, fs)
+    real = {r.id for r in rows if not r.id.endswith("-synthetic")}
+    alone = accuracy.refit(data, knobs, fs, real)  # the fit that never saw the synthetic source
+    assert held.factors["example.org/fast"] == {k.label: k.get(alone) for k in knobs}
+    expected = data.predict({r.id for r in rows} - real, alone)
+    for r in held.rows:
+        if r.id.endswith("-synthetic"):
+            assert r.predicted == pytest.approx(expected[r.id].predicted, rel=1e-12)
+            assert r.predicted < r.measured / 2  # still predicted at the real rows' speed, not its own
+    # And the synthetic rows do pull the factor when they are fitted on: the check above has teeth.
+    leaked = accuracy.refit(data, knobs, fs, {r.id for r in rows})
+    assert [k.get(leaked) for k in knobs] != [k.get(alone) for k in knobs]
+
+
+def test_a_class_without_other_rows_borrows_its_datacenter_value() -> None:
+    """A factor none of the fitting rows moves is never fitted on the held-out rows: its class takes the datacenter
+    value fitted on the others, else the unfitted value."""
+    fs = accuracy.FactorSet.shipped()
+    dc = accuracy.Knob(path=("training_mfu", "datacenter"), lo=0.1, hi=1.0)
+    consumer = accuracy.Knob(path=("training_mfu", "consumer"), lo=0.1, hi=1.0)
+    fitted = dc.set(fs, 0.61)
+    assert consumer.get(accuracy._borrow(fitted, [consumer], [dc, consumer])) == pytest.approx(0.61)
+    overhead = accuracy.Knob(path=("engines", "llama.cpp", "decode_step_overhead_s", "consumer"), lo=1e-5, hi=0.02)
+    assert overhead.get(accuracy._borrow(fs, [overhead], [overhead])) == pytest.approx(1e-9)
+
+
+def test_the_flat_mfu_rule_is_forty_percent_of_bf16_peak() -> None:
+    catalog = accuracy.load_catalog()
+    settings = accuracy.load_settings()
+    m = next(m for m in accuracy.load_measurements() if m.id == "trn-foundry-mpt7b-h100-8gpu-2k")
+    s = settings[m.id]
+    gpu = catalog.gpu(s.gpu or m.gpu)
+    n = accuracy.params.total_params(accuracy.model_of(m, s, catalog))
+    per_gpu = 0.4 * (gpu.tflops("bf16") or 0.0) * 1e12 / (6 * n)
+    expected = per_gpu if s.per == "gpu" else per_gpu * m.gpu_count
+    assert accuracy.mfu_rule(m, s, catalog) == pytest.approx(expected)
+
+
+@pytest.mark.slow
+def test_each_factor_moves_only_the_rows_it_is_said_to() -> None:
+    """knob_rows decides which rows a refit scores a factor on (and so which sources are held out from it): every row
+    a factor really moves must be in its set, or a source could leak through a row it was not told about."""
+    catalog = accuracy.load_catalog()
+    settings = accuracy.load_settings()
+    desktop = ("exllamav2", "llama.cpp", "torchtune")  # few rows: all of them, and every eighth of the others
+    measurements = [
+        m for i, m in enumerate(accuracy.load_measurements()) if i % 8 == 0 or settings[m.id].engine in desktop
+    ]
+    fs = accuracy.FactorSet.shipped()
+    base = {r.id: r for r in accuracy.evaluate(catalog, measurements=measurements, settings=settings, factors=fs)}
+    host_of = {r.gpu: catalog.gpu(r.gpu).host_cpu for r in base.values()}
+    everything = accuracy.fitted_knobs(accuracy.evaluate(catalog, settings=settings, factors=fs))
+    for knob in everything:
+        said = accuracy.knob_rows(knob, list(base.values()), fs, host_of)
+        nudged = accuracy.evaluate(catalog, measurements=measurements, settings=settings, factors=knob.set(fs, knob.lo))
+        moved = {r.id for r in nudged if abs(r.predicted / base[r.id].predicted - 1) > 1e-9}
+        assert moved <= said, (knob.label, sorted(moved - said))
+        assert moved, knob.label  # the sample holds a row of every factor
+
+
+def test_model_error_is_the_out_of_source_error() -> None:
+    from clusterplan.evaluation.uncertainty import model_error
+
+    assert "out of source" in model_error().source

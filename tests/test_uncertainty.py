@@ -64,10 +64,22 @@ def _with_confidence(tmp_path: Path, source: Path, confidence: float) -> Path:
 
 @pytest.mark.slow
 def test_shipped_error_table_is_what_the_bench_computes() -> None:
+    """The shipped error is the out-of-source one (leave one source out). Recomputing it all takes minutes; the
+    training rows' refit takes seconds, so training (and memory, which no fitted factor reaches) is recomputed here
+    and must match exactly; serving and latency must come from the same unflagged rows."""
     shipped = yaml.safe_load((ROOT / "catalog" / "model_error.yaml").read_text(encoding="utf-8"))["model_error"]
-    assert shipped == accuracy.error_table(accuracy.evaluate(), shipped["as_of"]), (
-        "rerun: python bench/accuracy.py --write-errors"
-    )
+    rows = accuracy.evaluate()
+    cheap = [r for r in rows if r.kind in ("training throughput", "memory")]
+    data = accuracy.FitData(accuracy.load_catalog(), accuracy.load_measurements(), accuracy.load_settings())
+    knobs = [k for k in accuracy.fitted_knobs(rows) if k.path[0] in ("training_mfu", "architecture_training_fraction")]
+    held = accuracy.leave_one_source_out(data, cheap, knobs, accuracy.FactorSet.shipped(), in_sample=False)
+    computed = accuracy.error_table(held.rows, shipped["as_of"])
+    for kind in ("training_throughput", "memory"):
+        assert shipped["kinds"][kind] == computed["kinds"][kind], "rerun: python bench/accuracy.py --write-errors"
+    in_sample = accuracy.error_table(rows, shipped["as_of"])
+    for kind in ("serving_throughput", "latency"):
+        assert shipped["kinds"][kind]["rows"] == in_sample["kinds"][kind]["rows"]
+    assert shipped["source"] == accuracy.ERRORS_HOW
     e = model_error()
     assert set(e.kinds) == {"serving_throughput", "latency", "training_throughput", "memory"}
     for k in e.kinds.values():
@@ -76,7 +88,11 @@ def test_shipped_error_table_is_what_the_bench_computes() -> None:
 
 
 @pytest.mark.slow
-def test_write_errors_writes_a_dated_file(tmp_path: Path) -> None:
+def test_write_errors_writes_a_dated_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def in_sample(data: object, rows: list[accuracy.Row], *args: object, **kwargs: object) -> accuracy.OutOfSource:
+        return accuracy.OutOfSource(rows=rows, refit_rows=rows, sources={r.id: "one" for r in rows}, factors={})
+
+    monkeypatch.setattr(accuracy, "leave_one_source_out", in_sample)  # the writer, not the minutes of refits
     out = tmp_path / "errors.yaml"
     assert accuracy.main(["--write-errors", str(out), "--as-of", "2026-01-02"]) == 0
     data = yaml.safe_load(out.read_text(encoding="utf-8"))["model_error"]
@@ -167,11 +183,11 @@ def test_default_plan_states_its_odds_and_flags_the_deadline(plans: dict[str, An
     train = next(w for w in d1.workloads if w.kind == "training")
     assert odds.predicted == pytest.approx(train.time_to_train_s)  # nothing derated
     assert odds.target == train.deadline_s
-    # 67.0 of 68 days: inside the model's error. A little better than even odds: the training error table is close to
-    # unbiased (bias -2.3% with the H100 weak-scaling runs, 2026-11-24; +0.8% before) since GEMM shapes and the
-    # attention kernel have their own efficiencies (issue #12); it was below even odds while the model predicted
-    # training 11% fast on average.
-    assert 0.5 < odds.probability < 0.75 and odds.within_error
+    # 67.0 of 68 days: inside the model's error, near even odds. Since 2026-12-06 the error table is the
+    # out-of-source one (leave one source out): training's bias is +1.8% (a publication the fit never saw runs a
+    # little slower than predicted), so the odds are just under even (0.49); in sample (bias -2.3%) they were 0.5-0.75.
+    # It was further below even odds while the model predicted training 11% fast on average.
+    assert 0.4 < odds.probability < 0.75 and odds.within_error
     figures = {(o.workload, o.figure) for o in d1.odds}
     assert figures == {("pretrain", "time_to_train"), ("product", "throughput"), ("product", "p95_latency")}
 
