@@ -52,6 +52,17 @@ def stub_path(tmp_path: Path) -> str:
     return f"{bin_dir}:/usr/bin:/bin"
 
 
+def write_checked(files: dict[str, str], out: Path) -> Path:
+    """Write exported ``files`` into a new folder ``out``, each name a safe slug and each text free of control,
+    bidirectional and zero-width characters."""
+    out.mkdir()
+    for fname, text in files.items():
+        assert SAFE_FILE_NAME.match(fname), f"unsafe file name {fname!r}"
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069\u200b-\u200f\u2028]", text)
+        (out / fname).write_text(text)
+    return out
+
+
 def run_script(script: Path, cwd: Path, path: str) -> subprocess.CompletedProcess[str]:
     assert BASH is not None
     env = {"PATH": path, "HOME": str(cwd), "LANG": "C.UTF-8"}
@@ -86,12 +97,7 @@ def test_exported_scripts_run_no_injected_command(launches: list[object], engine
             if isinstance(x, Launch)
         ]
         files = export_files(hostile)
-        out = tmp_path / f"case{i}"
-        out.mkdir()
-        for fname, text in files.items():
-            assert SAFE_FILE_NAME.match(fname), f"unsafe file name {fname!r}"
-            assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069\u200b-\u200f\u2028]", text)
-            (out / fname).write_text(text)
+        out = write_checked(files, tmp_path / f"case{i}")
         for script in sorted(out.glob("*.sh")):
             assert BASH is not None
             syntax = subprocess.run([BASH, "-n", str(script)], capture_output=True, text=True, timeout=30)

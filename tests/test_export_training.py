@@ -7,7 +7,6 @@ from each tool's source); each carries the plan's layout; a layout the framework
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import shutil
 import subprocess
@@ -355,7 +354,7 @@ def test_training_skypilot_and_kubernetes_files_run_no_injected_command(catalog:
     slugs: no file name leaves its folder, no control character is written, no script runs what the name holds."""
     from clusterplan.design.export_targets import CloudTask
     from clusterplan.render.skypilot_view import skypilot_files
-    from test_export_safety import SAFE_FILE_NAME, hostile_names, run_script, stub_path
+    from test_export_safety import hostile_names, run_script, stub_path, write_checked
 
     mark = tmp_path / "owned"
     bin_path = stub_path(tmp_path)
@@ -368,12 +367,7 @@ def test_training_skypilot_and_kubernetes_files_run_no_injected_command(catalog:
         t = CloudTask(name=name, provider="aws", cloud="aws", region="us-east-1", gpu="h100-sxm", accelerator="H100",
                       gpus_per_node=8, num_nodes=x.nodes.count, copies=1, training=x)  # fmt: skip
         files = view.training_files([x]) | skypilot_files([t])
-        out = tmp_path / f"case{i}"
-        out.mkdir()
-        for fname, text in files.items():
-            assert SAFE_FILE_NAME.match(fname), f"unsafe file name {fname!r}"
-            assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069\u200b-\u200f\u2028]", text)
-            (out / fname).write_text(text)
+        out = write_checked(files, tmp_path / f"case{i}")
         for fname, text in files.items():
             if fname.endswith(".yaml"):
                 assert yaml.safe_load(text)["name"] == name  # the name survives as data, not as YAML structure
