@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
-
-import yaml
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog.load import SHIPPED_PACKAGE
@@ -34,7 +33,8 @@ class Launcher(BaseModel):
     notes: str = ""
     arguments: list[str] = Field(description="every option or key the tool accepts (config files: SECTION.KEY)")
     launcher_arguments: list[str] = Field(
-        default_factory=list, description="DeepSpeed, Accelerate: the launcher's own options (the config's keys in arguments)"
+        default_factory=list,
+        description="DeepSpeed, Accelerate: the launcher's own options (the config's keys in arguments)",
     )
     model_arguments: list[str] = Field(default_factory=list, description="torchtune: a model builder's keys")
     models: dict[str, list[str | None]] = Field(
