@@ -66,7 +66,9 @@ def _one(files: dict[str, str], suffix: str) -> str:
 # torchtitan: the TOML job config
 # ---------------------------------------------------------------------------------------------------------------
 
-TITAN = dict(zero_stage=2)  # TP 4, CP 2, PP 4 x 5 virtual stages, DP 8 of the 70B plan; FSDP without resharding
+TITAN: dict[str, Any] = dict(
+    zero_stage=2
+)  # TP 4, CP 2, PP 4 x 5 virtual stages, DP 8 of the 70B plan; FSDP without resharding
 
 
 def test_torchtitan_job_config_carries_the_plans_layout_and_batch(catalog: Catalog) -> None:
@@ -123,7 +125,7 @@ def test_torchtitan_refuses_what_it_cannot_run_naming_the_plans_value(catalog: C
 # DeepSpeed: ds_config.json, hostfile, launcher
 # ---------------------------------------------------------------------------------------------------------------
 
-DS = dict(tp=1, pp=1, cp=1, virtual_stages=1, dp=32, gpus=32, recompute="full", recompute_layers=20)
+DS: dict[str, Any] = dict(tp=1, pp=1, cp=1, virtual_stages=1, dp=32, gpus=32, recompute="full", recompute_layers=20)
 
 
 @pytest.mark.parametrize("zero, offload", [(1, False), (2, True), (3, True), (0, False)])
@@ -167,7 +169,9 @@ def test_deepspeed_refuses_model_code_parallelism_and_adapters(catalog: Catalog)
 # PEFT + Accelerate: accelerate config, LoraConfig, BitsAndBytesConfig, TrainingArguments
 # ---------------------------------------------------------------------------------------------------------------
 
-PEFT = dict(tp=1, pp=1, cp=1, virtual_stages=1, dp=16, gpus=16, recompute="full", recompute_layers=80, micro_batch=2)
+PEFT: dict[str, Any] = dict(
+    tp=1, pp=1, cp=1, virtual_stages=1, dp=16, gpus=16, recompute="full", recompute_layers=80, micro_batch=2
+)
 
 
 def test_peft_qlora_files_carry_the_plans_layout_rank_and_quantisation(catalog: Catalog) -> None:

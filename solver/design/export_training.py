@@ -153,13 +153,13 @@ def _nodes(hardware: list[HardwareLine], wp: TrainingPlan) -> Nodes:
 def _launch(
     arch: ModelArchitecture, catalog: Catalog, w: TrainingWorkload | FinetuneWorkload, wp: TrainingPlan, nodes: Nodes
 ) -> TrainingLaunch:
-    method = w.method if w.kind == "finetune" else "full"
+    method: Literal["full", "lora", "qlora"] = w.method if w.kind == "finetune" else "full"
     # The framework the plan assumed (its layouts are that framework's); a plan written before frameworks were
     # data names none: the method's default, as the requirement resolves it.
     named = wp.framework or framework_name(w)
     spec = catalog.find_framework(named)
-    assumed = spec.id if spec is not None else named  # an alias (nemo, titan, accelerate) as its framework's id
-    framework: Framework = assumed if assumed in FRAMEWORK_NAME else "megatron-lm"  # type: ignore[assignment]
+    assumed: str = spec.id if spec is not None else named  # an alias (nemo, titan, accelerate) as its framework's id
+    framework: Framework = assumed if assumed in FRAMEWORK_NAME else "megatron-lm"
     job = evaluate.training_job(w)
     batch = step_batch(job, TrainingSettings(dp=wp.dp, zero_stage=wp.zero_stage, micro_batch=wp.micro_batch))
     sequences = batch.micro_batches * wp.dp * wp.micro_batch
