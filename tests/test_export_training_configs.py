@@ -21,7 +21,7 @@ from clusterplan.design.export_training import Nodes, TrainingLaunch, _launch
 from clusterplan.render import training_export_view as view
 from clusterplan.requirement.schema import FinetuneWorkload, TrainingWorkload
 from conftest import EXAMPLES_DIR, run_cli
-from test_export_training import _argv, _bash_n, _plan, _unknown
+from test_export_training import _argv, _bash_n, _plan, _unknown, _values
 
 LAUNCHERS = load_launchers()
 
@@ -156,10 +156,35 @@ def test_deepspeed_config_carries_the_plans_zero_stage_offload_and_batch(
     )
 
 
-def test_deepspeed_refuses_model_code_parallelism_and_adapters(catalog: Catalog) -> None:
-    pipelined = _launch_of(catalog, "deepspeed", zero_stage=1)  # TP 4, CP 2, PP 4 of the 70B plan
-    assert [r.feature for r in pipelined.refusals] == ["tensor", "pipeline", "context"]
-    assert pipelined.refusals[1].value.startswith("4 ")
+def test_deepspeed_with_tp_and_pp_runs_megatron_deepspeed_with_the_plans_layout(catalog: Catalog) -> None:
+    x = _launch_of(catalog, "deepspeed", zero_stage=1, cp=1, virtual_stages=1, dp=16, recompute_layers=10)
+    assert x.refusals == () and x.megatron_deepspeed  # TP 4, PP 4, DP 16
+    files = _files(x)
+    argv = _argv(_one(files, "-launch.sh"))
+    script = argv.index("pretrain_gpt.py")
+    assert argv[0] == "deepspeed" and _unknown(argv[1:script], LAUNCHERS["deepspeed"].launcher_arguments) == []
+    assert _unknown(argv[script + 1 :], LAUNCHERS["megatron-deepspeed"].arguments) == []
+    v = _values(argv[script + 1 :])
+    assert (v["--tensor-model-parallel-size"], v["--pipeline-model-parallel-size"], v["--zero-stage"]) == (
+        "4",
+        "4",
+        "1",
+    )
+    assert v["--recompute-method"] == "block" and v["--recompute-num-layers"] == "10"
+    assert v["--num-key-value-heads"] == "8" and v["--global-batch-size"] == str(x.global_batch_sequences)
+    ds = json.loads(_one(files, "-ds_config.json"))
+    assert v["--deepspeed_config"] == "pretrain-deepspeed-ds_config.json"
+    # the pipeline engine's micro-batches are DeepSpeed's accumulation steps over DP 16
+    assert ds["train_batch_size"] == ds["gradient_accumulation_steps"] * 16 * ds["train_micro_batch_size_per_gpu"]
+    assert ds["zero_optimization"] == {"stage": 1}
+
+
+def test_deepspeed_refuses_what_its_engines_cannot_run(catalog: Catalog) -> None:
+    pipelined = _launch_of(catalog, "deepspeed", zero_stage=1)  # TP 4, CP 2, PP 4 x 5 virtual stages
+    assert [r.feature for r in pipelined.refusals] == ["context", "pipeline"]
+    assert pipelined.refusals[1].value == "4 (5 virtual stages each)"
+    zero2 = _launch_of(catalog, "deepspeed", zero_stage=2, cp=1, virtual_stages=1, dp=16)
+    assert [(r.feature, r.value.split()[0]) for r in zero2.refusals] == [("zero", "2")]
     lora = _launch_of(catalog, "deepspeed", method="qlora", zero_stage=0, **DS)
     assert [(r.feature, r.value.split()[0]) for r in lora.refusals] == [("method", "qlora")]
     assert view.training_files([lora]).keys() == {"training.txt"}
@@ -240,8 +265,10 @@ def test_config_launches_run_no_injected_command(catalog: Catalog, tmp_path: Pat
         _launch_of(catalog, "torchtitan", **TITAN),
         _launch_of(catalog, "deepspeed", zero_stage=2, memory_options=["optimizer_offload"], **DS),
         _launch_of(catalog, "peft", method="qlora", zero_stage=3, **PEFT),
+        _launch_of(catalog, "deepspeed", zero_stage=1, cp=1, virtual_stages=1, dp=16),  # Megatron-DeepSpeed
     ]
-    env = "export MASTER_ADDR=h NODE_RANK=0 SKYPILOT_NODE_RANK=0 SKYPILOT_NODE_IPS=h LR=1 TOKENIZER=t TRAIN_SCRIPT=t\n"
+    env = "export MASTER_ADDR=h NODE_RANK=0 SKYPILOT_NODE_RANK=0 SKYPILOT_NODE_IPS=h LR=1 TOKENIZER=t TRAIN_SCRIPT=t"
+    env += " DATA_PATH=d CHECKPOINT_DIR=c\n"
     for i, name in enumerate(hostile_names(mark)):
         for j, base in enumerate(bases):
             x = replace(base, workload=name)
@@ -270,7 +297,7 @@ def test_config_launches_run_no_injected_command(catalog: Catalog, tmp_path: Pat
                 if not fname.endswith((".sh", ".txt")):
                     assert (sky / fname).read_text() == files[fname], fname  # written as exported
             assert not mark.exists(), f"{name!r} ran code:\n{files}"
-    assert (tmp_path / "ran.log").read_text().count("ran") == 2 * 3 * len(hostile_names(mark))
+    assert (tmp_path / "ran.log").read_text().count("ran") == 2 * len(bases) * len(hostile_names(mark))
 
 
 # ---------------------------------------------------------------------------------------------------------------

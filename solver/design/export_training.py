@@ -27,9 +27,10 @@ Which framework runs what, and which layouts each cannot run (the frameworks' ow
   after forward or not: ZeRO 3 or 2), TP, CP, PP with 1F1B or Interleaved1F1B, EP; its DDP
   (``data_parallel_replicate_degree`` alone) runs with no other parallelism, so a replicated data-parallel layout
   beside TP, CP or PP is refused; no ZeRO 1; its models are named flavors (a shape is Python there).
-* DeepSpeed (ds_config.json, deepspeed launcher): ZeRO 0-3 with optimizer offload over plain data parallelism; its
-  tensor and pipeline parallelism live in the model code (Megatron-DeepSpeed, PipelineModule), which export does not
-  write; LoRA and QLoRA under DeepSpeed run through PEFT (framework ``peft``).
+* DeepSpeed (ds_config.json, deepspeed launcher): ZeRO 0-3 with optimizer offload over plain data parallelism, the
+  user's training script; with TP or PP, Megatron-DeepSpeed's ``pretrain_gpt.py`` (megatron/arguments.py), whose
+  pipeline runs DeepSpeed's pipeline engine (1F1B, ZeRO 0 or 1, no interleaving); no CP or EP; LoRA and QLoRA under
+  DeepSpeed run through PEFT (framework ``peft``).
 * PEFT + Accelerate: DDP or FSDP (ZeRO 0 or 3), no tensor, pipeline or context parallelism.
 """
 
@@ -114,6 +115,11 @@ class TrainingLaunch:
     @property
     def framework_name(self) -> str:
         return FRAMEWORK_NAME[self.framework]
+
+    @property
+    def megatron_deepspeed(self) -> bool:
+        """DeepSpeed with tensor or pipeline parallelism: Megatron-DeepSpeed's pretrain_gpt.py runs it."""
+        return self.framework == "deepspeed" and (self.plan.tp > 1 or self.plan.pp > 1)
 
 
 def export_training(resolved: ResolvedRequirement, catalog: Catalog, chosen: Design) -> list[TrainingLaunch]:
@@ -262,22 +268,16 @@ def _config_refusals(
             out.append(_refuse(framework, "model", f"{model_id} (no torchtitan model flavor for it)"))
         return out
     out = []
-    if wp.tp > 1:
-        out.append(_refuse(framework, "tensor", f"{wp.tp} (tensor parallelism lives in the model code)"))
-    if wp.pp > 1:
-        out.append(_refuse(framework, "pipeline", f"{wp.pp} (pipeline stages live in the model code)"))
     if wp.cp > 1:
         out.append(_refuse(framework, "context", str(wp.cp)))
     if wp.ep > 1:
         out.append(_refuse(framework, "expert", str(wp.ep)))
     if framework == "deepspeed":
-        s = load_launchers()["deepspeed"].settings
-        out += [_refuse(framework, "memory_option", o) for o in wp.memory_options if o not in s["memory_options"]]
-        if method != "full":
-            out.append(_refuse(framework, "method", f"{method} (LoRA under DeepSpeed runs through PEFT: peft)"))
-        if precision not in (*s["precision"], "fp32"):
-            out.append(_refuse(framework, "precision", precision))
-        return out
+        return out + _deepspeed_refusals(wp, method, precision, optimizer)
+    if wp.tp > 1:
+        out.append(_refuse(framework, "tensor", str(wp.tp)))
+    if wp.pp > 1:
+        out.append(_refuse(framework, "pipeline", str(wp.pp)))
     acc = load_launchers()["accelerate"].settings
     if wp.gpus > 1 and str(wp.zero_stage) not in acc["distributed_type"]:
         out.append(_refuse(framework, "zero", f"{wp.zero_stage} (DDP or FSDP: ZeRO 0 or 3)"))
@@ -289,6 +289,27 @@ def _config_refusals(
         out.append(_refuse(framework, "optimizer", optimizer))
     if precision not in acc["mixed_precision"]:
         out.append(_refuse(framework, "precision", precision))
+    return out
+
+
+def _deepspeed_refusals(wp: TrainingPlan, method: str, precision: str, optimizer: str) -> list[FrameworkCannotRun]:
+    """DeepSpeed: plain data parallelism runs the user's script; TP or PP run Megatron-DeepSpeed's pretrain_gpt.py
+    (Megatron's adam or sgd; DeepSpeed's pipeline engine: ZeRO 0 or 1, no interleaving)."""
+    s = load_launchers()["deepspeed"].settings
+    out = [_refuse("deepspeed", "memory_option", o) for o in wp.memory_options if o not in s["memory_options"]]
+    if method != "full":
+        out.append(_refuse("deepspeed", "method", f"{method} (LoRA under DeepSpeed runs through PEFT: peft)"))
+    if precision not in (*s["precision"], "fp32"):
+        out.append(_refuse("deepspeed", "precision", precision))
+    if wp.tp > 1 or wp.pp > 1:  # Megatron-DeepSpeed
+        if wp.pp > 1 and wp.zero_stage >= 2:
+            out.append(
+                _refuse("deepspeed", "zero", f"{wp.zero_stage} beside PP {wp.pp} (its pipeline engine: ZeRO 0 or 1)")
+            )
+        if wp.virtual_stages > 1:
+            out.append(_refuse("deepspeed", "pipeline", f"{wp.pp} ({wp.virtual_stages} virtual stages each)"))
+        if optimizer not in MEGATRON_OPTIMIZER:
+            out.append(_refuse("deepspeed", "optimizer", f"{optimizer} (Megatron-DeepSpeed: adam or sgd)"))
     return out
 
 

@@ -366,8 +366,57 @@ def deepspeed_args(x: TrainingLaunch) -> list[Arg]:
     return args
 
 
+def megatron_deepspeed_args(x: TrainingLaunch) -> list[Arg]:
+    """Megatron-DeepSpeed ``pretrain_gpt.py``'s arguments: the model's shape (Llama-style, as its llama2 example
+    writes it), TP and PP, recompute, batch, precision, data, and the DeepSpeed config with its ZeRO stage."""
+    p, m = x.plan, x.arch
+    args: list[Arg] = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden_size)]
+    args += ["--ffn-hidden-size", str(m.ffn_size), "--num-attention-heads", str(m.attention_heads)]
+    args += ["--num-key-value-heads", str(m.kv_heads)] if m.kv_heads < m.attention_heads else []
+    args += ["--kv-channels", str(m.head_dim)] if m.head_dim is not None else []
+    args += ["--seq-length", str(x.sequence_length), "--max-position-embeddings", str(max(x.sequence_length, 1))]
+    args += ["--use-rotary-position-embeddings", "--normalization", "rmsnorm", "--disable-bias-linear"]
+    args += ["--untie-embeddings-and-output-weights", "--no-query-key-layer-scaling"]
+    args += ["--attention-dropout", "0", "--hidden-dropout", "0"] + (["--swiglu"] if m.gated_mlp else [])
+    args += ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp)]
+    if p.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif p.recompute == "full":
+        layers = p.recompute_layers or m.layers // max(p.pp, 1)
+        args += ["--deepspeed-activation-checkpointing", "--recompute-granularity", "full"]
+        args += ["--recompute-method", "block", "--recompute-num-layers", str(layers)]
+    args += ["--micro-batch-size", str(p.micro_batch), "--global-batch-size", str(x.global_batch_sequences)]
+    args += ["--train-samples", str(x.train_samples)]
+    args += {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(x.precision, [])
+    args += ["--optimizer", {"adamw": "adam"}.get(x.optimizer, x.optimizer), "--lr", Env.of("LR")]
+    args += ["--cpu-optimizer"] if "optimizer_offload" in p.memory_options else []
+    args += ["--tokenizer-type", "HFTokenizer", "--tokenizer-model", x.model]
+    args += ["--data-path", Env.of("DATA_PATH"), "--split", "99,1,0", "--save", Env.of("CHECKPOINT_DIR")]
+    if x.plan.kind == "finetune":
+        args += ["--load", Env.of("LOAD_DIR"), "--finetune"]
+    args += ["--deepspeed", "--deepspeed_config", config_name(x, "ds_config.json"), "--zero-stage", str(p.zero_stage)]
+    return args
+
+
+def _megatron_deepspeed_script(x: TrainingLaunch) -> str:
+    head = _header(x, "Megatron-DeepSpeed pretrain_gpt.py under the deepspeed launcher")
+    where = "# run it from Megatron-DeepSpeed's repository root" + (" on every node" if x.nodes.count > 1 else "")
+    where += f" with {config_name(x, 'ds_config.json')}" + (" and the hostfile" if x.nodes.count > 1 else "")
+    where += (
+        " beside it\n# the model's shape is the catalog's; RMSNorm, rotary embeddings, SwiGLU, no biases and untied"
+        "\n# embeddings are assumed: check them against the model's config"
+    )
+    envs = ["LR", "DATA_PATH", "CHECKPOINT_DIR"] + (["LOAD_DIR"] if x.plan.kind == "finetune" else [])
+    envs = (["NODE_RANK", "MASTER_ADDR"] if x.nodes.count > 1 else []) + envs
+    body = join_lines(["deepspeed", *deepspeed_args(x), "pretrain_gpt.py"], megatron_deepspeed_args(x))
+    return "\n".join([*head, where, "set -eu", *_needs(envs, x.nodes.count - 1)]) + "\n" + body
+
+
 def deepspeed_script(x: TrainingLaunch) -> str:
-    """The ``deepspeed`` launcher running the user's training script with the plan's configuration JSON."""
+    """The ``deepspeed`` launcher running the user's training script with the plan's configuration JSON, or, with
+    TP or PP, Megatron-DeepSpeed's ``pretrain_gpt.py``."""
+    if x.megatron_deepspeed:
+        return _megatron_deepspeed_script(x)
     head = _header(x, "DeepSpeed")
     offload = (
         "; build DeepSpeedCPUAdam (deepspeed.ops.adam): ZeRO-Offload steps on the CPU"
