@@ -157,25 +157,22 @@ def test_deepspeed_config_carries_the_plans_zero_stage_offload_and_batch(
 
 
 def test_deepspeed_with_tp_and_pp_runs_megatron_deepspeed_with_the_plans_layout(catalog: Catalog) -> None:
-    x = _launch_of(catalog, "deepspeed", zero_stage=1, cp=1, virtual_stages=1, dp=16, recompute_layers=10)
-    assert x.refusals == () and x.megatron_deepspeed  # TP 4, PP 4, DP 16
+    x = _launch_of(catalog, "deepspeed", zero_stage=1, tp=2, cp=1, virtual_stages=1, dp=32, recompute_layers=10)
+    assert x.refusals == () and x.megatron_deepspeed  # TP 2, PP 4, DP 32
     files = _files(x)
     argv = _argv(_one(files, "-launch.sh"))
     script = argv.index("pretrain_gpt.py")
     assert argv[0] == "deepspeed" and _unknown(argv[1:script], LAUNCHERS["deepspeed"].launcher_arguments) == []
     assert _unknown(argv[script + 1 :], LAUNCHERS["megatron-deepspeed"].arguments) == []
     v = _values(argv[script + 1 :])
-    assert (v["--tensor-model-parallel-size"], v["--pipeline-model-parallel-size"], v["--zero-stage"]) == (
-        "4",
-        "4",
-        "1",
-    )
+    assert v["--tensor-model-parallel-size"] == "2" and v["--pipeline-model-parallel-size"] == "4"
+    assert v["--zero-stage"] == "1"
     assert v["--recompute-method"] == "block" and v["--recompute-num-layers"] == "10"
     assert v["--num-key-value-heads"] == "8" and v["--global-batch-size"] == str(x.global_batch_sequences)
     ds = json.loads(_one(files, "-ds_config.json"))
     assert v["--deepspeed_config"] == "pretrain-deepspeed-ds_config.json"
-    # the pipeline engine's micro-batches are DeepSpeed's accumulation steps over DP 16
-    assert ds["train_batch_size"] == ds["gradient_accumulation_steps"] * 16 * ds["train_micro_batch_size_per_gpu"]
+    # the pipeline engine's micro-batches are DeepSpeed's accumulation steps over DP 32
+    assert ds["train_batch_size"] == ds["gradient_accumulation_steps"] * 32 * ds["train_micro_batch_size_per_gpu"]
     assert ds["zero_optimization"] == {"stage": 1}
 
 
