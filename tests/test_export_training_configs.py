@@ -82,6 +82,8 @@ def test_torchtitan_job_config_carries_the_plans_layout_and_batch(catalog: Catal
     assert par["fsdp_reshard_after_forward"] == "never"  # ZeRO 2: gradients and optimizer sharded, weights kept
     # 5 virtual stages: the looped schedule, 80 layers / (4 x 5) per stage
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B" and par["pipeline_parallel_layers_per_stage"] == 4
+    # the plan splits the layers evenly: no stage a layer short for the embedding or the output head
+    assert par["pipeline_parallel_first_stage_less_layers"] == par["pipeline_parallel_last_stage_less_layers"] == 0
     # 245 micro-batches of 1 per step through the pipeline; 1,960 sequences a step over DP 8, no accumulation
     assert par["pipeline_parallel_microbatch_size"] == 1 and train["local_batch_size"] == 245
     assert train["global_batch_size"] == x.global_batch_sequences == 245 * 8

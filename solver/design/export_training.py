@@ -339,6 +339,8 @@ def torchtitan_config(x: TrainingLaunch) -> dict[str, dict[str, Any]]:
     if p.pp > 1:
         parallelism["pipeline_parallel_schedule"] = s["interleaved_schedule" if p.virtual_stages > 1 else "schedule"]
         parallelism["pipeline_parallel_microbatch_size"] = p.micro_batch
+        for end in ("first", "last"):  # torchtitan's default gives the end stages a layer less; the plan does not
+            parallelism[f"pipeline_parallel_{end}_stage_less_layers"] = s["stage_less_layers"]
         if x.layers_per_virtual_stage is not None:
             parallelism["pipeline_parallel_layers_per_stage"] = x.layers_per_virtual_stage
     training: dict[str, Any] = {
