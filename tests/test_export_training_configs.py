@@ -326,3 +326,14 @@ def test_the_qlora_example_on_peft_exports_files_that_carry_its_plan(tmp_path: P
     _bash_n(script.read_text(), tmp_path)
     checked = subprocess.run(["bash", "-n", str(script)], capture_output=True, check=False)
     assert checked.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_plan_its_framework_cannot_launch_exits_1_naming_the_workload_and_the_part(tmp_path: Path) -> None:
+    requirement = tmp_path / "ds.yaml"
+    text = (EXAMPLES_DIR / "7b-qlora-finetune.yaml").read_text()
+    requirement.write_text(text.replace("    method: qlora\n", "    method: qlora\n    framework: deepspeed\n"))
+    result = run_cli("export", str(requirement), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 1, result.output
+    assert "domain-adapt: DeepSpeed: cannot run the plan's method qlora" in result.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
