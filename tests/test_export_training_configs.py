@@ -337,3 +337,32 @@ def test_a_plan_its_framework_cannot_launch_exits_1_naming_the_workload_and_the_
     assert result.exit_code == 1, result.output
     assert "domain-adapt: DeepSpeed: cannot run the plan's method qlora" in result.output
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.slow
+def test_the_13b_example_on_deepspeed_exports_its_pipelined_plan_as_planned(tmp_path: Path) -> None:
+    """The 13B pretraining on DeepSpeed is planned pipelined (PP with ZeRO 1): Megatron-DeepSpeed under the deepspeed
+    launcher runs it, with a ds_config.json whose batch, stage and recompute are the plan's."""
+    requirement = tmp_path / "ds.yaml"
+    text = (EXAMPLES_DIR / "13b-train-then-serve.yaml").read_text()
+    requirement.write_text(text.replace("  - kind: training\n", "  - kind: training\n    framework: deepspeed\n"))
+    plan = json.loads(run_cli("solve", str(requirement), "--json").output)
+    w = next(w for w in plan["designs"][0]["workloads"] if w.get("framework") == "deepspeed")
+    files = _export_files(requirement, tmp_path / "out")
+    ds = json.loads(files["pretrain-deepspeed-ds_config.json"])
+    assert ds["zero_optimization"]["stage"] == w["zero_stage"]
+    assert ds["train_micro_batch_size_per_gpu"] == w["micro_batch"]
+    assert ds["train_batch_size"] == ds["gradient_accumulation_steps"] * w["dp"] * w["micro_batch"]
+    launch = next(t for n, t in files.items() if n.endswith("-deepspeed-launch.sh"))
+    _bash_n(launch, tmp_path)
+    argv = _argv(launch)
+    v = _values(argv[argv.index("pretrain_gpt.py") + 1 :])
+    assert (int(v["--tensor-model-parallel-size"]), int(v["--pipeline-model-parallel-size"])) == (w["tp"], w["pp"])
+    hosts = [line for line in files["pretrain-deepspeed-hostfile"].splitlines() if not line.startswith("#")]
+    assert sum(int(h.split("slots=")[1]) for h in hosts) == w["gpus"]
+
+
+def _export_files(requirement: Path, folder: Path) -> dict[str, str]:
+    result = run_cli("export", str(requirement), "-o", str(folder))
+    assert result.exit_code == 0, result.output
+    return {p.name: p.read_text(encoding="utf-8") for p in folder.iterdir()}
