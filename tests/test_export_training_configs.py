@@ -231,6 +231,9 @@ def test_peft_lora_on_ddp_has_no_quantisation_and_refuses_sharding_it_lacks(cata
     files = _files(x)
     assert yaml.safe_load(_one(files, "-accelerate.yaml"))["distributed_type"] == "MULTI_GPU"
     assert not any(n.endswith("-bnb.json") for n in files)
+    full = _files(_launch_of(catalog, "peft", method="full", zero_stage=3, **PEFT))
+    assert not any(n.endswith(("-lora.json", "-bnb.json")) for n in full)  # every weight trains: no adapter
+    assert json.loads(_one(full, "-training-args.json"))["per_device_train_batch_size"] == 2
     zero1 = _launch_of(catalog, "peft", method="lora", zero_stage=1, **PEFT)
     assert [(r.feature, r.value.split()[0]) for r in zero1.refusals] == [("zero", "1")]
     tp = _launch_of(catalog, "peft", method="lora", zero_stage=3, **{**PEFT, "tp": 2, "dp": 8})

@@ -407,6 +407,9 @@ def peft_configs(x: TrainingLaunch) -> dict[str, dict[str, Any]]:
             "fsdp_cpu_ram_efficient_loading": True, "fsdp_sync_module_states": True, "fsdp_use_orig_params": False,
         }  # fmt: skip
     out: dict[str, dict[str, Any]] = {"accelerate": accelerate}
+    if x.method == "full":  # every weight trains: no adapter
+        out["training_args"] = _training_args(x)
+        return out
     out["lora"] = {
         "peft_type": lora["peft_type"], "task_type": lora["task_type"], "r": x.lora_rank,
         "lora_alpha": lora["alpha_per_rank"] * x.lora_rank, "lora_dropout": lora["lora_dropout"],
@@ -419,13 +422,19 @@ def peft_configs(x: TrainingLaunch) -> dict[str, dict[str, Any]]:
             "bnb_4bit_compute_dtype": dtype, "bnb_4bit_use_double_quant": bnb["bnb_4bit_use_double_quant"],
             "bnb_4bit_quant_storage": dtype,
         }  # fmt: skip
-    out["training_args"] = {
+    out["training_args"] = _training_args(x)
+    return out
+
+
+def _training_args(x: TrainingLaunch) -> dict[str, Any]:
+    """TrainingArguments of the plan: micro-batch, accumulation, steps, precision, recompute and optimizer."""
+    p = x.plan
+    return {
         "output_dir": _output_dir(x), "per_device_train_batch_size": p.micro_batch,
         "gradient_accumulation_steps": x.micro_batches, "max_steps": x.train_steps,
         "bf16": x.precision == "bf16", "fp16": x.precision == "fp16", "gradient_checkpointing": p.recompute != "none",
         "optim": _hf_optim(x.optimizer, p.memory_options),
     }  # fmt: skip
-    return out
 
 
 def _hf_optim(optimizer: str, memory_options: list[str]) -> str:

@@ -329,7 +329,8 @@ def config_files(x: TrainingLaunch) -> dict[str, str]:
         c = peft_configs(x)
         head = shell_comment(f"{x.workload}: Accelerate config, the plan's layout ({layout_line(x)})") + "\n"
         files = {config_name(x, "accelerate.yaml"): head + yaml.safe_dump(c["accelerate"], sort_keys=False)}
-        files[config_name(x, "lora.json")] = _json(c["lora"])
+        if "lora" in c:
+            files[config_name(x, "lora.json")] = _json(c["lora"])
         if "bnb" in c:
             files[config_name(x, "bnb.json")] = _json(c["bnb"])
         files[config_name(x, "training-args.json")] = _json(c["training_args"])
@@ -447,12 +448,13 @@ def accelerate_args(x: TrainingLaunch) -> list[Arg]:
 
 def peft_script(x: TrainingLaunch) -> str:
     """``accelerate launch`` of the user's PEFT training script, handed the TrainingArguments JSON."""
-    method = "QLoRA" if x.method == "qlora" else "LoRA"
+    method = {"qlora": "QLoRA", "lora": "LoRA"}.get(x.method, "full fine-tune")
     head = _header(x, f"PEFT {method} under Accelerate")
     lora, bnb = config_name(x, "lora.json"), config_name(x, "bnb.json")
     notes = [
         f"# TRAIN_SCRIPT: yours (Trainer or TRL SFTTrainer); it reads {config_name(x, 'training-args.json')} with",
-        f"# HfArgumentParser.parse_json_file, LoraConfig(**json.load({lora}))"
+        "# HfArgumentParser.parse_json_file"
+        + (f", LoraConfig(**json.load({lora}))" if x.method != "full" else "")
         + (f" and BitsAndBytesConfig.from_dict(json.load({bnb}))" if x.method == "qlora" else ""),
         f"# and loads {x.model}; run it"
         + (" on every node" if x.nodes.count > 1 else "")
