@@ -169,7 +169,12 @@ def test_deepspeed_with_tp_and_pp_runs_megatron_deepspeed_with_the_plans_layout(
     v = _values(argv[script + 1 :])
     assert v["--tensor-model-parallel-size"] == "2" and v["--pipeline-model-parallel-size"] == "4"
     assert v["--zero-stage"] == "1"
-    assert v["--recompute-method"] == "block" and v["--recompute-num-layers"] == "10"
+    # DeepSpeed's pipeline model recomputes every layer (uniform, 1) where the plan recomputed 10 of a stage's 20
+    assert v["--recompute-method"] == "uniform" and v["--recompute-num-layers"] == "1"
+    assert "checkpoints every layer where the plan recomputed 10" in files["training.txt"]
+    unpipelined = _launch_of(catalog, "deepspeed", zero_stage=3, tp=8, pp=1, cp=1, virtual_stages=1, dp=32)
+    w = _values(_argv(_one(_files(unpipelined), "-launch.sh")))
+    assert "--no-pipeline-parallel" in w and (w["--recompute-method"], w["--recompute-num-layers"]) == ("block", "10")
     assert v["--num-key-value-heads"] == "8" and v["--global-batch-size"] == str(x.global_batch_sequences)
     ds = json.loads(_one(files, "-ds_config.json"))
     assert v["--deepspeed_config"] == "pretrain-deepspeed-ds_config.json"

@@ -255,7 +255,8 @@ def training_notes(x: TrainingLaunch) -> list[str]:
     ]
     if p.deadline_s is not None:
         lines.append(f"  deadline: {p.deadline_s / 86400:,.1f} days")
-    every_layer = x.framework in ("torchtune", "torchtitan", "peft")  # full recompute checkpoints every layer
+    # full recompute checkpoints every layer (Megatron-DeepSpeed's pipeline model too)
+    every_layer = x.framework in ("torchtune", "torchtitan", "peft") or (x.megatron_deepspeed and p.pp > 1)
     if every_layer and p.recompute == "full" and p.recompute_layers < x.arch.layers // max(p.pp, 1):
         lines.append(
             f"  {x.framework_name} checkpoints every layer where the plan recomputed {p.recompute_layers} per stage: "
@@ -380,12 +381,16 @@ def megatron_deepspeed_args(x: TrainingLaunch) -> list[Arg]:
     args += ["--untie-embeddings-and-output-weights", "--no-query-key-layer-scaling"]
     args += ["--attention-dropout", "0", "--hidden-dropout", "0"] + (["--swiglu"] if m.gated_mlp else [])
     args += ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp)]
+    # without stages, Megatron's own model (GPTModel); with them, DeepSpeed's pipeline (GPTModelPipe)
+    args += ["--no-pipeline-parallel"] if p.pp == 1 else []
     if p.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
     elif p.recompute == "full":
-        layers = p.recompute_layers or m.layers // max(p.pp, 1)
         args += ["--deepspeed-activation-checkpointing", "--recompute-granularity", "full"]
-        args += ["--recompute-method", "block", "--recompute-num-layers", str(layers)]
+        if p.pp == 1:  # Megatron's block recompute: the plan's layers of the stage
+            args += ["--recompute-method", "block", "--recompute-num-layers", str(p.recompute_layers or m.layers)]
+        else:  # GPTModelPipe checkpoints every interval of layers ('uniform' only): every layer
+            args += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
     args += ["--micro-batch-size", str(p.micro_batch), "--global-batch-size", str(x.global_batch_sequences)]
     args += ["--train-samples", str(x.train_samples)]
     args += {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(x.precision, [])
