@@ -301,6 +301,7 @@ class FrameworkSpace:
     recompute_layers: bool  # full recompute of a chosen number of a stage's layers; False: every layer
     left_out: tuple[FrameworkLacks, ...]
     no_memory_options: tuple[str, ...] = ()  # memory options it has no form of
+    pipeline_zero_stages: frozenset[int] | None = None  # what its sharding amounts to beside pipeline stages
 
     def runs(self, tp: int, pp: int, virtual_stages: int, cp: int, ep: int) -> bool:
         """Whether the framework runs a layout of these degrees."""
@@ -310,8 +311,10 @@ class FrameworkSpace:
         )  # fmt: skip
 
     def zeros(self, pp: int, method: str) -> tuple[int, ...]:
-        """The ZeRO stages tried at ``pp`` stages: the physics' (:func:`evaluate.zero_stages_for`) it runs."""
-        return tuple(z for z in evaluate.zero_stages_for(pp, method) if z in self.zero_stages)
+        """The ZeRO stages tried at ``pp`` stages: the physics' (:func:`evaluate.zero_stages_for`) it runs; beside
+        pipeline stages, its ``pipeline_zero_stages`` where it lists them (torchtitan's FSDP2 is ZeRO 1 there)."""
+        runs = self.pipeline_zero_stages if pp > 1 and self.pipeline_zero_stages is not None else self.zero_stages
+        return tuple(z for z in evaluate.zero_stages_for(pp, method) if z in runs)
 
 
 def framework_space(spec: FrameworkSpec, recomputes: list[Recompute], method: str) -> FrameworkSpace:
@@ -334,7 +337,9 @@ def framework_space(spec: FrameworkSpec, recomputes: list[Recompute], method: st
     if not spec.expert_parallel:
         lacks("expert", ["degrees above 1"])
     searched = {z for p in pps for z in evaluate.zero_stages_for(p, method)}
-    lacks("zero", sorted(searched - set(spec.zero_stages)))
+    piped = spec.pipeline_zero_stages
+    runs = set(spec.zero_stages) | (set(piped) if piped is not None and len(pps) > 1 else set())
+    lacks("zero", sorted(searched - runs))
     kept = [r for r in recomputes if r in spec.recompute]
     lacks("recompute", [r for r in recomputes if r not in kept])
     return FrameworkSpace(
@@ -342,6 +347,7 @@ def framework_space(spec: FrameworkSpec, recomputes: list[Recompute], method: st
         expert_parallel=spec.expert_parallel, zero_stages=frozenset(spec.zero_stages), recomputes=kept,
         recompute_layers=spec.recompute_layers, left_out=tuple(left),
         no_memory_options=tuple(o for o in MEMORY_OPTIONS if o not in spec.memory_options),
+        pipeline_zero_stages=frozenset(piped) if piped is not None else None,
     )  # fmt: skip
 
 
