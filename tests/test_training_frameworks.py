@@ -127,6 +127,13 @@ def test_torchtitan_pipelined_layouts_shard_with_fsdp_as_zero_1() -> None:
     assert framework_space(catalog.framework("deepspeed"), ["none"], "full").zeros(4, "full") == (0, 1)
 
 
+@pytest.mark.slow
+def test_a_torchtitan_plan_can_pipeline_a_sharded_model() -> None:
+    rows = _table(load_catalog(), "full", "    framework: torchtitan\n").training_rows()
+    assert any(r.pp > 1 and r.zero_stage == 1 for r in rows)  # FSDP2 beside the stages: state sharded
+    assert all(r.zero_stage != 1 for r in rows if r.pp == 1)  # no bare distributed optimizer without them
+
+
 def test_each_framework_names_its_rates_and_overlaps() -> None:
     """Every shipped framework carries the rates the physics reads (catalog/frameworks.yaml): none has a fitted
     achieved rate of its own (none helped out of source), and DeepSpeed's TP collectives are not overlapped."""
