@@ -118,11 +118,12 @@ def test_a_pinned_layout_the_framework_cannot_run_is_a_located_input_error() -> 
 
 def test_torchtitan_pipelined_layouts_shard_with_fsdp_as_zero_1() -> None:
     """torchtitan runs FSDP2 beside pipeline stages; the schedule keeps each stage whole for the step (ZeRO 1), so its
-    pipelined layouts are searched sharded, not only replicated; DeepSpeed's pipeline engine stays at ZeRO 0-1."""
+    pipelined layouts are searched sharded, never replicated; DeepSpeed's pipeline engine stays at ZeRO 0-1."""
     catalog = load_catalog()
     titan = framework_space(catalog.framework("torchtitan"), ["none", "full"], "full")
-    assert titan.zeros(4, "full") == (0, 1)
+    assert titan.zeros(4, "full") == (1,)  # its DDP runs alone: with stages, always FSDP2
     assert titan.zeros(1, "full") == (0, 2, 3)  # without stages: DDP or FSDP2, never a bare distributed optimizer
+    assert titan.zeros(1, "full", tp=2) == (2, 3)  # its DDP runs alone: beside TP, FSDP2 only
     assert not any(r.feature == "zero" for r in titan.left_out)
     assert framework_space(catalog.framework("deepspeed"), ["none"], "full").zeros(4, "full") == (0, 1)
 
@@ -130,8 +131,10 @@ def test_torchtitan_pipelined_layouts_shard_with_fsdp_as_zero_1() -> None:
 @pytest.mark.slow
 def test_a_torchtitan_plan_can_pipeline_a_sharded_model() -> None:
     rows = _table(load_catalog(), "full", "    framework: torchtitan\n").training_rows()
-    assert any(r.pp > 1 and r.zero_stage == 1 for r in rows)  # FSDP2 beside the stages: state sharded
+    piped = [r for r in rows if r.pp > 1]
+    assert piped and all(r.zero_stage == 1 for r in piped)  # FSDP2 beside the stages: state sharded
     assert all(r.zero_stage != 1 for r in rows if r.pp == 1)  # no bare distributed optimizer without them
+    assert all(r.zero_stage >= 1 for r in rows if r.tp * r.cp * r.pp > 1)  # its DDP runs alone
 
 
 def test_each_framework_names_its_rates_and_overlaps() -> None:

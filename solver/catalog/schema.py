@@ -1021,6 +1021,11 @@ class FrameworkSpec(Provenance):
         "from zero_stages (torchtitan: FSDP2 under torch.distributed.pipelining keeps each stage unsharded for the "
         "step and reduce-scatters once, at the last backward: ZeRO 1); unset: zero_stages' 0 and 1",
     )
+    replicated_alone: bool = Field(
+        False,
+        description="its replicated data parallelism (ZeRO 0, DDP) runs with no tensor, context or pipeline "
+        "parallelism beside it (torchtitan); there it shards with FSDP instead",
+    )
     achieved_rate: float = Field(
         1.0,
         gt=0,
