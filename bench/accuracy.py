@@ -1310,6 +1310,49 @@ def out_of_source(
 CHECK_FILE = DATA / "factor-check.json"  # written by --check-factors (minutes), read by --markdown
 
 
+def framework_rate_section(
+    measurements: list[Measurement], settings: dict[str, Setting], rows: list[Row], rule: dict[str, float]
+) -> list[str]:
+    """Per training framework with unflagged runs besides the reference: the training rows out of source with the
+    shipped factors and with that framework's achieved rate fitted too (``--framework-rate``), all and per scale
+    band. A rate ships in catalog/frameworks.yaml only where it helps (:data:`FRAMEWORK_RATE_FITTED`)."""
+    data = FitData(load_catalog(), measurements, settings)
+    fs = FactorSet.shipped()
+    training_rows = [r for r in rows if r.kind == "training throughput"]
+    only = {r.id for r in training_rows}
+    host_of = {r.gpu: data.catalog.gpu(r.gpu).host_cpu for r in rows}
+
+    def held(frameworks: tuple[str, ...]) -> list[Row]:
+        knobs = [k for k in fitted_knobs(rows, frameworks) if knob_rows(k, rows, fs, host_of) & only]
+        return leave_one_source_out(data, rows, knobs, fs, only=only, in_sample=False).rows
+
+    def cells(out: list[Row]) -> list[str]:
+        figures = group_figures(training_rows, out, lambda r: "all", rule)
+        figures += group_figures(training_rows, out, lambda r: _band(r.gpus), rule)
+        return [f"{f.out_median:.1%} / {f.out_worst:.2f}x, {f.closer_than_rule} of {f.cases}" for f in figures]
+
+    bands = ["all"] + [label for label, _, _ in BANDS]
+    fitted = tuple(FRAMEWORK_RATE_FITTED)
+    out = [
+        "",
+        "### Does a training framework earn an achieved rate of its own?",
+        "",
+        "`training_mfu` is fitted with Megatron-LM's rate as the reference (catalog/frameworks.yaml `achieved_rate` "
+        "1.0). For each other framework with unflagged training runs, the training rows out of source (median / "
+        "worst, runs closer than the 40%-MFU rule) with the shipped factors and with that framework's achieved rate "
+        "fitted beside them (`python bench/accuracy.py --loso --framework-rate FRAMEWORK`). A rate ships only where it "
+        f"helps; shipped: {', '.join(fitted) or 'none'}.",
+        "",
+        "| factors | " + " | ".join(bands) + " |",
+        "|---|" + "---:|" * len(bands),
+        "| shipped | " + " | ".join(cells(held(fitted))) + " |",
+    ]
+    clean = {r.engine for r in training_rows if not r.flagged} - {REFERENCE_FRAMEWORK, *fitted}
+    for framework in sorted(clean):
+        out.append(f"| + `{framework}` rate | " + " | ".join(cells(held((*fitted, framework)))) + " |")
+    return out
+
+
 def read_checks(path: Path = CHECK_FILE) -> list[FactorCheck]:
     """The last --check-factors run (none: an empty list)."""
     if not path.exists():
@@ -1810,6 +1853,7 @@ def main(argv: list[str] | None = None) -> int:
             write_checks(checks, as_of)
             print(f"wrote {CHECK_FILE}", file=sys.stderr)
         lead = out_of_source_section(rows, held, rule, checks)
+        lead += framework_rate_section(measurements, settings, rows, rule)
         if args.loso:
             print("\n".join(lead))
     if args.write_errors:
