@@ -111,8 +111,19 @@ def test_torchtitan_without_pipeline_accumulates_to_the_global_batch(catalog: Ca
     assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
 
 
+def test_torchtitan_pipelines_shard_with_fsdp_as_the_plans_zero_1(catalog: Catalog) -> None:
+    """The planner books torchtitan's pipelined layouts as ZeRO 1 (FSDP2 under a pipeline schedule keeps each stage
+    whole for the step): the job config shards over DP with torchtitan's default resharding, which does not
+    reshard under PP."""
+    x = _launch_of(catalog, "torchtitan", zero_stage=1)  # TP 4, CP 2, PP 4 x 5, DP 8
+    assert x.refusals == ()
+    par = tomllib.loads(_one(_files(x), "-job.toml"))["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (8, 1)
+    assert par["fsdp_reshard_after_forward"] == "default"
+
+
 def test_torchtitan_refuses_what_it_cannot_run_naming_the_plans_value(catalog: Catalog) -> None:
-    zero1 = _launch_of(catalog, "torchtitan", zero_stage=1)
+    zero1 = _launch_of(catalog, "torchtitan", zero_stage=1, pp=1, virtual_stages=1, dp=32)  # ZeRO 1 with no PP
     assert [(r.feature, r.value.split()[0]) for r in zero1.refusals] == [("zero", "1")]
     ddp = _launch_of(catalog, "torchtitan", zero_stage=0)  # replicated DP 8 beside TP, CP and PP
     assert [r.feature for r in ddp.refusals] == ["zero"] and "DDP runs alone" in ddp.refusals[0].value
@@ -374,3 +385,28 @@ def _export_files(requirement: Path, folder: Path) -> dict[str, str]:
     result = run_cli("export", str(requirement), "-o", str(folder))
     assert result.exit_code == 0, result.output
     return {p.name: p.read_text(encoding="utf-8") for p in folder.iterdir()}
+
+
+@pytest.mark.slow
+def test_the_70b_case_on_torchtitan_exports_its_pipelined_fsdp_plan(tmp_path: Path) -> None:
+    """Pretraining the 70B case on torchtitan is planned pipelined with FSDP (ZeRO 1): the TOML job config has the
+    plan's TP, PP, virtual stages, DP shard degree and batch."""
+    from conftest import DATA
+
+    requirement = tmp_path / "titan.yaml"
+    text = (DATA / "cases" / "train-70b-2t-owned.yaml").read_text()
+    requirement.write_text(text.replace("  - kind: training\n", "  - kind: training\n    framework: torchtitan\n"))
+    (w,) = json.loads(run_cli("solve", str(requirement), "--json").output)["designs"][0]["workloads"]
+    files = _export_files(requirement, tmp_path / "out")
+    doc = tomllib.loads(files["pretrain-torchtitan-job.toml"])
+    par, train = doc["parallelism"], doc["training"]
+    assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (w["tp"], w["pp"])
+    assert (par["context_parallel_degree"], par["data_parallel_shard_degree"]) == (w["cp"], w["dp"])
+    assert w["zero_stage"] == 1 and par["fsdp_reshard_after_forward"] == "default"
+    if w["virtual_stages"] > 1:
+        assert par["pipeline_parallel_layers_per_stage"] * w["pp"] * w["virtual_stages"] == 80
+    assert par["pipeline_parallel_microbatch_size"] == w["micro_batch"]
+    assert train["local_batch_size"] % par["pipeline_parallel_microbatch_size"] == 0
+    assert train["global_batch_size"] == train["local_batch_size"] * w["dp"]
+    assert train["seq_len"] == 8192 and doc["model"]["flavor"] == "70B"
+    _bash_n(next(t for n, t in files.items() if n.endswith("-torchtitan-launch.sh")), tmp_path)

@@ -24,9 +24,10 @@ Which framework runs what, and which layouts each cannot run (the frameworks' ow
   the recipe asserts ``tensor_parallel_dim == 1`` and has no pipeline schedule; every layer is checkpointed when
   activation checkpointing is on; training in bf16 or fp32.
 * torchtitan (torchtitan/config/job_config.py, parallelize.py): FSDP2 (``data_parallel_shard_degree``, resharding
-  after forward or not: ZeRO 3 or 2), TP, CP, PP with 1F1B or Interleaved1F1B, EP; its DDP
-  (``data_parallel_replicate_degree`` alone) runs with no other parallelism, so a replicated data-parallel layout
-  beside TP, CP or PP is refused; no ZeRO 1; its models are named flavors (a shape is Python there).
+  after forward or not: ZeRO 3 or 2; beside pipeline stages its schedule keeps each stage whole for the step: ZeRO 1,
+  resharding ``default``), TP, CP, PP with 1F1B or Interleaved1F1B, EP; its DDP (``data_parallel_replicate_degree``
+  alone) runs with no other parallelism, so a replicated data-parallel layout beside TP, CP or PP is refused, and so
+  is ZeRO 1 without PP; its models are named flavors (a shape is Python there).
 * DeepSpeed (ds_config.json, deepspeed launcher): ZeRO 0-3 with optimizer offload over plain data parallelism, the
   user's training script; with TP or PP, Megatron-DeepSpeed's ``pretrain_gpt.py`` (megatron/arguments.py), whose
   pipeline runs DeepSpeed's pipeline engine (1F1B, ZeRO 0 or 1, no interleaving); no CP or EP; LoRA and QLoRA under
@@ -254,11 +255,11 @@ def _config_refusals(
     if framework == "torchtitan":
         s = load_launchers()["torchtitan"].settings
         out = [_refuse(framework, "memory_option", o) for o in wp.memory_options if o not in s["memory_options"]]
-        if wp.zero_stage not in (0, 2, 3):  # FSDP2 reshards after forward or not; no optimizer-only sharding
-            out.append(_refuse(framework, "zero", f"{wp.zero_stage} (FSDP2 shards gradients too: ZeRO 2 or 3)"))
+        if wp.zero_stage == 1 and wp.pp == 1:  # FSDP2 acts as ZeRO 1 only under a pipeline schedule
+            out.append(_refuse(framework, "zero", "1 without PP (FSDP2 shards gradients too: ZeRO 2 or 3)"))
         elif wp.zero_stage == 0 and wp.dp > 1 and wp.tp * wp.pp * wp.cp > 1:
             out.append(_refuse(framework, "zero", "0 (replicated) beside TP, CP or PP: its DDP runs alone"))
-        if wp.ep > 1 and not (wp.cp <= wp.ep <= (wp.dp if wp.zero_stage >= 2 else 1) * wp.cp):
+        if wp.ep > 1 and not (wp.cp <= wp.ep <= (wp.dp if wp.zero_stage >= 1 else 1) * wp.cp):
             out.append(_refuse(framework, "expert", f"{wp.ep} (dp2ep: CP <= EP <= FSDP x CP)"))
         if optimizer not in s["optimizers"]:
             out.append(_refuse(framework, "optimizer", optimizer))
@@ -328,7 +329,7 @@ def torchtitan_config(x: TrainingLaunch) -> dict[str, dict[str, Any]]:
     model: dict[str, Any] = {"name": x.recipe[0], "flavor": x.recipe[1]}
     if x.precision == "fp8":
         model["converters"] = [s["fp8_converter"]]
-    sharded = p.zero_stage >= 2
+    sharded = p.zero_stage >= 1  # FSDP2 (ZeRO 1: beside pipeline stages, whole for the step)
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": 1 if sharded else p.dp, "data_parallel_shard_degree": p.dp if sharded else 1,
         "tensor_parallel_degree": p.tp, "pipeline_parallel_degree": p.pp, "context_parallel_degree": p.cp,
