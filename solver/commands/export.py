@@ -49,6 +49,7 @@ def register(app: typer.Typer) -> None:
             from clusterplan.render.training_export_view import training_files
             from clusterplan.stdin import load_requirement_arg
             from clusterplan.wording.reasons import render_reason
+            from clusterplan.wording.safe import visible
 
             name = None
             if engine is not None:
@@ -75,7 +76,7 @@ def register(app: typer.Typer) -> None:
             files |= skypilot_files(cloud_tasks(chosen, launches, training))
             if not any(f.endswith(".sh") for f in files):
                 raise NotExportable(
-                    [render_reason(r) for x in training for r in x.refusals],
+                    [f"{visible(x.workload)}: {render_reason(r)}" for x in training for r in x.refusals],
                     fix="plan a layout the framework runs (e.g. constraints.allowed_gpus with a GPU one stage fits "
                     "on), or launch the plan's layout with a framework that has it",
                 )
