@@ -96,7 +96,7 @@ def test_torchtitan_job_config_carries_the_plans_layout_and_batch(catalog: Catal
     argv = _argv(_one(files, "-launch.sh"))
     module = argv.index("-m")
     assert _unknown(argv[1:module], LAUNCHERS["torchrun"].arguments) == []
-    assert argv[module + 1 : module + 4] == ["torchtitan.train", "--job.config_file", "pretrain-torchtitan-job.toml"]
+    assert argv[module + 1 : module + 4] == ["torchtitan.train", "--job.config_file", "1-pretrain-torchtitan-job.toml"]
     assert [a for a in argv[module + 2 :: 2] if a[2:] not in accepted and a != "--job.config_file"] == []
 
 
@@ -188,7 +188,7 @@ def test_deepspeed_with_tp_and_pp_runs_megatron_deepspeed_with_the_plans_layout(
     assert "--no-pipeline-parallel" in w and (w["--recompute-method"], w["--recompute-num-layers"]) == ("block", "10")
     assert v["--num-key-value-heads"] == "8" and v["--global-batch-size"] == str(x.global_batch_sequences)
     ds = json.loads(_one(files, "-ds_config.json"))
-    assert v["--deepspeed_config"] == "pretrain-deepspeed-ds_config.json"
+    assert v["--deepspeed_config"] == "1-pretrain-deepspeed-ds_config.json"
     # the pipeline engine's micro-batches are DeepSpeed's accumulation steps over DP 32
     assert ds["train_batch_size"] == ds["gradient_accumulation_steps"] * 32 * ds["train_micro_batch_size_per_gpu"]
     assert ds["zero_optimization"] == {"stage": 1}
@@ -333,13 +333,13 @@ def test_the_qlora_example_on_peft_exports_files_that_carry_its_plan(tmp_path: P
     result = run_cli("export", str(requirement), "-o", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
     out = tmp_path / "out"
-    args = json.loads((out / "domain-adapt-peft-training-args.json").read_text())
+    args = json.loads((out / "1-domain-adapt-peft-training-args.json").read_text())
     assert args["per_device_train_batch_size"] == w["micro_batch"]
     # 64k tokens = 32 sequences of 2,000, in rounds of DP x micro-batch
     assert args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] * w["dp"] == 32
-    assert json.loads((out / "domain-adapt-peft-lora.json").read_text())["r"] == 16
-    assert json.loads((out / "domain-adapt-peft-bnb.json").read_text())["bnb_4bit_quant_type"] == "nf4"
-    acc = yaml.safe_load((out / "domain-adapt-peft-accelerate.yaml").read_text())
+    assert json.loads((out / "1-domain-adapt-peft-lora.json").read_text())["r"] == 16
+    assert json.loads((out / "1-domain-adapt-peft-bnb.json").read_text())["bnb_4bit_quant_type"] == "nf4"
+    acc = yaml.safe_load((out / "1-domain-adapt-peft-accelerate.yaml").read_text())
     assert acc["num_processes"] == w["gpus"]
     (script,) = out.glob("*-peft-launch.sh")
     _bash_n(script.read_text(), tmp_path)
@@ -368,7 +368,7 @@ def test_the_13b_example_on_deepspeed_exports_its_pipelined_plan_as_planned(tmp_
     plan = json.loads(run_cli("solve", str(requirement), "--json").output)
     w = next(w for w in plan["designs"][0]["workloads"] if w.get("framework") == "deepspeed")
     files = _export_files(requirement, tmp_path / "out")
-    ds = json.loads(files["pretrain-deepspeed-ds_config.json"])
+    ds = json.loads(_one(files, "-pretrain-deepspeed-ds_config.json"))
     assert ds["zero_optimization"]["stage"] == w["zero_stage"]
     assert ds["train_micro_batch_size_per_gpu"] == w["micro_batch"]
     assert ds["train_batch_size"] == ds["gradient_accumulation_steps"] * w["dp"] * w["micro_batch"]
@@ -377,7 +377,7 @@ def test_the_13b_example_on_deepspeed_exports_its_pipelined_plan_as_planned(tmp_
     argv = _argv(launch)
     v = _values(argv[argv.index("pretrain_gpt.py") + 1 :])
     assert (int(v["--tensor-model-parallel-size"]), int(v["--pipeline-model-parallel-size"])) == (w["tp"], w["pp"])
-    hosts = [line for line in files["pretrain-deepspeed-hostfile"].splitlines() if not line.startswith("#")]
+    hosts = [line for line in _one(files, "-pretrain-deepspeed-hostfile").splitlines() if not line.startswith("#")]
     assert sum(int(h.split("slots=")[1]) for h in hosts) == w["gpus"]
 
 
@@ -398,7 +398,7 @@ def test_the_70b_case_on_torchtitan_exports_its_pipelined_fsdp_plan(tmp_path: Pa
     requirement.write_text(text.replace("  - kind: training\n", "  - kind: training\n    framework: torchtitan\n"))
     (w,) = json.loads(run_cli("solve", str(requirement), "--json").output)["designs"][0]["workloads"]
     files = _export_files(requirement, tmp_path / "out")
-    doc = tomllib.loads(files["pretrain-torchtitan-job.toml"])
+    doc = tomllib.loads(_one(files, "-pretrain-torchtitan-job.toml"))
     par, train = doc["parallelism"], doc["training"]
     assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (w["tp"], w["pp"])
     assert (par["context_parallel_degree"], par["data_parallel_shard_degree"]) == (w["cp"], w["dp"])
@@ -410,3 +410,19 @@ def test_the_70b_case_on_torchtitan_exports_its_pipelined_fsdp_plan(tmp_path: Pa
     assert train["global_batch_size"] == train["local_batch_size"] * w["dp"]
     assert train["seq_len"] == 8192 and doc["model"]["flavor"] == "70B"
     _bash_n(next(t for n, t in files.items() if n.endswith("-torchtitan-launch.sh")), tmp_path)
+
+
+def test_two_workloads_whose_names_slug_alike_keep_a_config_each(catalog: Catalog) -> None:
+    """Names that reduce to one file slug ("pre train", "pre/train") must not share a ds_config.json: each launch's
+    files carry its number, and each script reads its own."""
+    a = replace(_launch_of(catalog, "deepspeed", zero_stage=1, tp=1, pp=1, cp=1, virtual_stages=1, dp=32), number=1)
+    a = replace(a, workload="pre train", plan=a.plan.model_copy(update={"workload": "pre train", "micro_batch": 1}))
+    b = replace(a, workload="pre/train", number=2, plan=a.plan.model_copy(update={"workload": "pre/train",
+                                                                            "micro_batch": 2}))  # fmt: skip
+    files = view.training_files([a, b])
+    configs = sorted(n for n in files if n.endswith("ds_config.json"))
+    assert configs == ["1-pre-train-deepspeed-ds_config.json", "2-pre-train-deepspeed-ds_config.json"]
+    assert [json.loads(files[n])["train_micro_batch_size_per_gpu"] for n in configs] == [1, 2]
+    for n in (1, 2):
+        (script,) = [t for name, t in files.items() if name.startswith(f"{n}-") and name.endswith("-launch.sh")]
+        assert _values(_argv(script))["--deepspeed_config"] == configs[n - 1]

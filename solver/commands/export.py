@@ -64,13 +64,13 @@ def register(app: typer.Typer) -> None:
             plan = plan_requirement(resolved, cat, PlanOptions(top=max(design, 1), explain="design"))
             launches = export_design(resolved, cat, plan, design=design, engine=name)
             chosen = plan.designs[design - 1]
-            training = export_training(resolved, cat, chosen)
+            training = export_training(resolved, cat, chosen, first=len(launches) + 1)
             if not launches and not training:
                 raise ClusterplanError(
                     "the design has no workload to export", fix="export plans serving, training and fine-tuning"
                 )
             files = export_files(launches) if launches else {}
-            files |= training_files(training, first=len(launches) + 1)
+            files |= training_files(training)
             if launches:
                 files["serving-k8s.yaml"] = k8s_file(serving_scaling(chosen, launches))
             files |= skypilot_files(cloud_tasks(chosen, launches, training))

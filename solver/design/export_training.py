@@ -38,7 +38,7 @@ Which framework runs what, and which layouts each cannot run (the frameworks' ow
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from clusterplan.catalog.launchers import load_launchers
@@ -112,6 +112,7 @@ class TrainingLaunch:
     recipe: tuple[str, str] | None = None
     single_device: bool = False  # torchtune: the single-device recipe (one GPU and its config ships)
     refusals: tuple[FrameworkCannotRun, ...] = field(default_factory=tuple)
+    number: int = 1  # the launch's number in the export (its files' prefix, after the serving launches')
 
     @property
     def framework_name(self) -> str:
@@ -123,8 +124,11 @@ class TrainingLaunch:
         return self.framework == "deepspeed" and (self.plan.tp > 1 or self.plan.pp > 1)
 
 
-def export_training(resolved: ResolvedRequirement, catalog: Catalog, chosen: Design) -> list[TrainingLaunch]:
-    """The training and fine-tuning launches of one design (none when it trains nothing)."""
+def export_training(
+    resolved: ResolvedRequirement, catalog: Catalog, chosen: Design, first: int = 1
+) -> list[TrainingLaunch]:
+    """The training and fine-tuning launches of one design (none when it trains nothing), numbered from ``first``
+    (after the serving launches: every file of a launch carries its number, so no two launches share a file)."""
     req = resolved.requirement
     by_name = {w.name: (i, w) for i, w in enumerate(req.workloads)}
     out: list[TrainingLaunch] = []
@@ -133,7 +137,8 @@ def export_training(resolved: ResolvedRequirement, catalog: Catalog, chosen: Des
             continue
         i, w = by_name[wp.workload]
         assert w.kind != "serving"
-        out.append(_launch(resolved.model_for(i), catalog, w, wp, _nodes(chosen.hardware, wp)))
+        x = _launch(resolved.model_for(i), catalog, w, wp, _nodes(chosen.hardware, wp))
+        out.append(replace(x, number=first + len(out)))
     return out
 
 

@@ -265,14 +265,14 @@ def training_notes(x: TrainingLaunch) -> list[str]:
     return lines
 
 
-def training_files(launches: list[TrainingLaunch], first: int = 1) -> dict[str, str]:
+def training_files(launches: list[TrainingLaunch]) -> dict[str, str]:
     """File name -> text: a launch script per exportable workload, and ``training.txt`` (what to expect, or why
     a workload was not exported)."""
     files: dict[str, str] = {}
     notes: list[str] = []
-    for n, x in enumerate(launches, start=first):
+    for x in launches:
         if not x.refusals:
-            files[f"{file_stem(n, x.workload, x.framework)}-launch.sh"] = launch_script(x)
+            files[f"{file_stem(x.number, x.workload, x.framework)}-launch.sh"] = launch_script(x)
             files |= config_files(x)
         notes += [*training_notes(x), ""]
     if notes:
@@ -286,9 +286,9 @@ def training_files(launches: list[TrainingLaunch], first: int = 1) -> dict[str, 
 
 
 def config_name(x: TrainingLaunch, what: str) -> str:
-    """A config file's name: the workload's slug, the framework and what the file holds (no number: the launch
-    script names it, run from the export folder or written by the SkyPilot task)."""
-    return f"{file_slug(x.workload, 'workload')}-{x.framework}-{what}"
+    """A config file's name: the launch's stem, numbered as its launch script is (two workloads whose names
+    slug alike keep a file each), and what the file holds."""
+    return f"{file_stem(x.number, x.workload, x.framework)}-{what}"
 
 
 def _toml_value(v: Any) -> str:
