@@ -606,7 +606,8 @@ class Assumptions(BaseModel):
 
     def _engine_row(self, name: str) -> EngineSpec:
         """The row of engine ``name`` in the catalog these assumptions run under (the shipped one if unbound)."""
-        found = _catalog_engine(self._engines, name) if self._engines is not None else None
+        engines = (self.__pydantic_private__ or {}).get("_engines")  # self._engines: pydantic's __getattr__, ~10x
+        found = _catalog_engine(engines, name) if engines is not None else None
         return found if found is not None else engine_profile(name)
 
     def engine_factor(self, name: str, gpu: GpuSpec) -> float:
