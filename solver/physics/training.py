@@ -250,10 +250,30 @@ class StageParams:
         return self.layers_p + self.emb_p
 
 
+# stage_params per architecture (by identity: catalog rows are frozen, and the architecture is kept beside its
+# entry so its id cannot be reused) and the layout fields it reads. A training search asks for a few hundred distinct
+# stages some 17,000 times (13B example); each answer is a FIT_RECORD nothing changes once built.
+_STAGES: dict[tuple[int, int, int, int, str, int | None], tuple[ModelArchitecture, StageParams]] = {}
+_STAGES_KEPT = 4096  # entries before the memo starts again
+
+
 def stage_params(arch: ModelArchitecture, layout: Layout) -> StageParams:
     """:class:`StageParams` of a layout: ``l / p`` layers of ``layer_p`` each (MoE models: the dense-first layers
     and the MoE layer frequency counted, :func:`clusterplan.physics.moe.training_stage_params`), the first
-    ``recompute_layers`` of them recomputed under full recompute (all when None)."""
+    ``recompute_layers`` of them recomputed under full recompute (all when None); memoised."""
+    key = (id(arch), layout.tp, layout.pp, layout.ep, layout.recompute, layout.recompute_layers)
+    hit = _STAGES.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    if len(_STAGES) >= _STAGES_KEPT:
+        _STAGES.clear()
+    stage = _stage_params(arch, layout)
+    _STAGES[key] = (arch, stage)
+    return stage
+
+
+def _stage_params(arch: ModelArchitecture, layout: Layout) -> StageParams:
+    """:func:`stage_params`, computed."""
     tp, pp, ep = layout.tp, layout.pp, layout.ep
     layers = memory.layers_per_stage(arch.layers, pp)
     if layout.recompute != "full":
