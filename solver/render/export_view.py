@@ -33,9 +33,6 @@ VLLM_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in 
 _VLLM_QUANT = {"fp8": "fp8", "int8": "compressed-tensors", "int4": "awq"}  # bf16/fp16: none (the checkpoint's dtype)
 _SGLANG_QUANT = {"fp8": "fp8", "int8": "w8a8_int8", "int4": "awq"}
 _KV_DTYPE = {"fp8": "fp8", "int8": "int8"}  # bf16/fp16 KV: the engine's default ("auto")
-_VLLM_SPEC = {"draft": "draft_model", "eagle": "eagle", "mtp": "deepseek_mtp"}
-_SGLANG_SPEC = {"draft": "STANDALONE", "eagle": "EAGLE", "mtp": "NEXTN"}
-_TRT_SPEC = {"draft": "Draft_Target", "eagle": "Eagle", "mtp": "MTP"}
 # Disaggregated pools. vLLM: a NixlConnector on both pools, the NIXL guide's proxy in front routing prefill then
 # decode (docs/features/nixl_connector_usage.md); SGLang: --disaggregation-mode prefill|decode behind
 # sglang_router --pd-disaggregation (docs/advanced_features/pd_disaggregation.md); TensorRT-LLM: a cache
@@ -94,7 +91,7 @@ def vllm_launch(x: Launch, replica: int = 0) -> list[str]:
         argv += ["--kv-transfer-config", json.dumps(_VLLM_KV_TRANSFER, separators=(",", ":"))]
     if x.speculative is not None:
         cfg: dict[str, object] = {
-            "method": _VLLM_SPEC[x.speculative.method],
+            "method": x.speculative_flag,
             "num_speculative_tokens": x.speculative.draft_tokens,
         }
         if x.speculative.draft_model:
@@ -132,7 +129,7 @@ def sglang_launch(x: Launch, replica: int = 0) -> list[str]:
         argv += ["--disaggregation-bootstrap-port", str(_bootstrap_port(x, replica))]
     if x.speculative is not None:
         argv += [
-            "--speculative-algorithm", _SGLANG_SPEC[x.speculative.method],
+            "--speculative-algorithm", str(x.speculative_flag),
             "--speculative-num-steps", str(x.speculative.draft_tokens),
             "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", str(x.speculative.draft_tokens + 1),
@@ -159,11 +156,11 @@ def trtllm_options(x: Launch) -> dict[str, object]:
         options["cache_transceiver_config"] = {"backend": "DEFAULT"}
     if x.speculative is not None:
         spec: dict[str, object] = {
-            "decoding_type": _TRT_SPEC[x.speculative.method],
+            "decoding_type": x.speculative_flag,
             "max_draft_len": x.speculative.draft_tokens,
         }
         if x.speculative.method == "mtp":
-            spec = {"decoding_type": "MTP", "num_nextn_predict_layers": x.speculative.draft_tokens}
+            spec = {"decoding_type": x.speculative_flag, "num_nextn_predict_layers": x.speculative.draft_tokens}
         if x.speculative.draft_model:
             spec["speculative_model_dir"] = x.speculative.draft_model
         options["speculative_config"] = spec
