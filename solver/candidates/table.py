@@ -229,12 +229,25 @@ class ServingRow:
     forbidden_by: tuple[tuple[str, str], ...] = ()  # (family id, reason)
     ep: int = 1  # expert-parallel degree per stage (MoE; physics/moe.py)
     attention_dp: bool = False  # attention data-parallel over the stage's GPUs
+    # GPUs of one stage that must share one NVLink domain (Layout.nvlink_group; 0: tp): a wide-EP stage over
+    # several servers (EP 32 on 8-GPU servers) holds 8 per server, joined by the all-to-all over their fabric
+    nvlink_gpus: int = 0
     # A replica of an aggregated design ("both": prefill and decode), or of one pool of a disaggregated design.
     role: Role = "both"
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def nvlink_group(self) -> int:
+        """GPUs placed together on one NVLink domain: the TP group, or one server's share of a wide-EP stage."""
+        return self.nvlink_gpus or self.tp
+
+    @property
+    def spans_servers(self) -> bool:
+        """A wide-EP replica: its stage spans servers, so its instances need a fabric between them."""
+        return self.nvlink_group < self.tp
 
     @property
     def shape(self) -> tuple[object, ...]:

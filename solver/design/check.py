@@ -121,6 +121,15 @@ class Priced:
     power_w: float
 
 
+def _stage_groups(g: ReplicaGroup, domain: int) -> tuple[int, int]:
+    """(GPUs on one NVLink domain, such groups per stage) of a replica group: its TP group, or a wide-EP stage's
+    share of each server (Layout.nvlink_group)."""
+    from clusterplan.evaluation import evaluate
+
+    layout = evaluate.replica_layout(g)
+    return layout.nvlink_group(domain), layout.servers(domain)
+
+
 def _placement(design: Design, priced: list[Priced], sequential: bool, problems: list[str]) -> None:
     """Every TP group of every workload fits the units of its GPU type and deployment."""
     cloud_pool: dict[str, list[Unit]] = defaultdict(list)
@@ -139,8 +148,10 @@ def _placement(design: Design, priced: list[Priced], sequential: bool, problems:
     for w in design.workloads:
         if isinstance(w, ServingPlan):
             for g in w.groups:
-                cloud_items[g.gpu] += [g.tp] * (g.cloud_replicas * g.pp)
-                owned_items[g.gpu][w.workload] += [g.tp] * (g.owned_replicas * g.pp)
+                domain = max((u.domain for u in cloud_pool[g.gpu] + owned_pool[g.gpu]), default=g.tp)
+                group, servers = _stage_groups(g, domain)
+                cloud_items[g.gpu] += [group] * (g.cloud_replicas * g.pp * servers)
+                owned_items[g.gpu][w.workload] += [group] * (g.owned_replicas * g.pp * servers)
         else:
             groups = [w.tp] * (w.cp * w.pp * w.dp)
             if w.deployment == "owned":
@@ -171,7 +182,9 @@ def _pools_on_a_fabric(design: Design, catalog: Catalog, problems: list[str]) ->
     for w in design.workloads:
         if isinstance(w, ServingPlan):
             for g in w.groups:
-                if g.role != "aggregated" and catalog.gpus[g.gpu].gpu_class == "datacenter":
+                spec = catalog.gpus[g.gpu]
+                wide = _stage_groups(g, min(spec.scale_up_domain, spec.max_gpus_per_node))[1] > 1
+                if (g.role != "aggregated" or wide) and spec.gpu_class == "datacenter":
                     need[g.gpu] += g.cloud_replicas * g.tp * g.pp
     for gpu, n in sorted(need.items()):
         cap = sum(
@@ -531,9 +544,9 @@ def _group_rates(
     arch, a = ctx.arch, ctx.assumptions
     spec = ctx.catalog.gpus[g.gpu]
     domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
-    if g.tp > domain:
-        problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
     layout = evaluate.replica_layout(g)
+    if layout.nvlink_group(min(domain, spec.max_gpus_per_node)) > domain:  # wide EP: each server's share
+        problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
     est = evaluate.serving_estimate(arch, spec, w, layout, batch=g.batch, assumptions=a)
     runs = evaluate.group_batch(arch, spec, w, g, a)  # at the group's own layout, EP and attention DP included
     if g.batch > max(runs, 1):

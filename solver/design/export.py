@@ -107,6 +107,9 @@ class Launch(BaseModel):
     gpu: str
     gpu_name: str
     gpus_per_node: int = Field(description="GPUs in one server of this GPU type (catalog max_gpus_per_node)")
+    servers_per_replica: int = Field(
+        1, description="servers one replica's stage spans (Layout.servers): more than 1 only under wide EP"
+    )
     replicas: int
     tp: int
     pp: int
@@ -208,6 +211,9 @@ def _engine_version(engine: str, workload: str) -> str:
     return known[engine].version
 
 
+# Engines whose launch export writes for a replica over several servers (wide EP): vLLM's multi-node data
+# parallelism (--data-parallel-size-local, --data-parallel-start-rank, --headless on the other servers).
+WIDE_EP_ENGINES = ("vllm",)
 _SPEC_FLAGS = {  # the non-MTP methods' names per engine (vLLM SpeculativeConfig.method, SGLang
     # --speculative-algorithm, TensorRT-LLM speculative_config.decoding_type), read from each engine's parser
     "vllm": {"draft": "draft_model", "eagle": "eagle"},
@@ -263,10 +269,19 @@ def _launches(
     launches: list[Launch] = []
     for g, batch, expected in groups:
         policy, fraction, _ = a.memory_policy(g.tp)
+        spec = catalog.gpus[g.gpu]
+        servers = evaluate.replica_layout(g).servers(min(spec.scale_up_domain, spec.max_gpus_per_node))
+        if servers > 1 and a.engine not in WIDE_EP_ENGINES:
+            raise ClusterplanError(
+                f"{w.name}: an expert-parallel replica over {servers} servers (wide EP) is exported for "
+                f"{', '.join(WIDE_EP_ENGINES)}, not {a.engine}",
+                fix="pass --engine " + " or --engine ".join(WIDE_EP_ENGINES),
+            )
         launches.append(
             Launch(
                 workload=w.name, engine=a.engine, engine_version=version, model=served, planned_model=planned,
                 gpu=g.gpu, gpu_name=g.gpu_name, gpus_per_node=catalog.gpus[g.gpu].max_gpus_per_node,
+                servers_per_replica=servers,
                 replicas=g.replicas, tp=g.tp, pp=g.pp, ep=g.ep,
                 attention_dp=g.attention_dp, quant=g.quant, kv_cache=g.kv_cache, memory_fraction=fraction,
                 memory_policy=policy, max_batch=batch, prefill_chunk_tokens=a.chunk_tokens,

@@ -42,7 +42,8 @@ BENCH_PERCENTILES = "95"  # the requirement's targets are p95s
 
 
 def _join(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
+    """One shell line; the head server's address stays a variable the shell expands (HEAD_ADDRESS)."""
+    return " ".join(f'"{a}"' if a == HEAD_ADDRESS else shlex.quote(a) for a in argv)
 
 
 def _dtype(quant: str) -> str:
@@ -66,12 +67,25 @@ def _bootstrap_port(x: Launch, replica: int) -> int:
     return SGLANG_BOOTSTRAP_PORT + 100 * x.workload_index + replica
 
 
-def vllm_launch(x: Launch, replica: int = 0) -> list[str]:
+DP_RPC_PORT = 13345  # vLLM's multi-node data-parallel handshake port (its data-parallel deployment guide's example)
+HEAD_ADDRESS = "$HEAD_IP"  # the replica's first server, as the script's user sets it
+
+
+def vllm_launch(x: Launch, replica: int = 0, server: int = 0) -> list[str]:
     """``vllm serve`` for one replica. Attention DP: one engine per GPU (``--data-parallel-size``, TP 1 inside
-    it), ``--max-num-seqs`` per engine; experts over every GPU of the replica with ``--enable-expert-parallel``."""
+    it), ``--max-num-seqs`` per engine; experts over every GPU of the replica with ``--enable-expert-parallel``.
+    A wide-EP replica over several servers: ``--data-parallel-size-local`` engines on each, the first server's
+    address and handshake port, the others ``--headless`` from ``--data-parallel-start-rank`` (vLLM's multi-node
+    data parallelism)."""
     tp = ["--tensor-parallel-size", "1", "--data-parallel-size", str(x.tp)] if x.attention_dp else [
         "--tensor-parallel-size", str(x.tp)
     ]  # fmt: skip
+    if x.servers_per_replica > 1:
+        local = x.tp // x.servers_per_replica
+        tp += ["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD_ADDRESS]
+        tp += ["--data-parallel-rpc-port", str(DP_RPC_PORT + replica)]
+        if server > 0:
+            tp += ["--data-parallel-start-rank", str(server * local), "--headless"]
     argv = ["vllm", "serve", x.model, *tp, "--pipeline-parallel-size", str(x.pp)]
     if x.ep > 1:
         argv += ["--enable-expert-parallel"]
@@ -370,6 +384,14 @@ def _launch_script(x: Launch, options: str, first_gpu: int, first_instance: int)
         + shell_comment(f"{x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)")
         + "\n"
     )
+    if x.role == "aggregated" and x.servers_per_replica > 1:
+        lines = [
+            f"# wide EP: each replica spans {x.servers_per_replica} servers of {x.gpus_per_node} GPUs; set HEAD_IP to\n"
+            "# its first server's address and run line k on its server k (the first serves the API)"
+        ]
+        for k in range(x.servers_per_replica):
+            lines.append(_join(vllm_launch(x, 0, k)))
+        return head + "\n".join(lines) + "\n"
     if x.role == "aggregated":
         return head + _join(launch_argv(x, options)) + "\n"
     head += (
