@@ -6,6 +6,8 @@ replica's GPUs (``tp x pp``: 32), and placement, the fabric rule, the checker an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from clusterplan.candidates.serving import wide_ep_degrees
@@ -84,3 +86,41 @@ def test_wide_ep_export_starts_each_server_of_a_replica(catalog: Catalog) -> Non
     for engine in ("sglang", "tensorrt-llm"):
         with pytest.raises(ClusterplanError, match="wide EP"):
             export_design(resolved, catalog, plan, engine=engine)
+
+
+def test_network_per_gpu_is_read_from_each_instance_row(catalog: Catalog) -> None:
+    """Providers differ for one GPU: p5 and ND H100 v5 give 3,200 Gbit/s over 8 H100s (50 GB/s each), GCP's
+    a3-highgpu-8g 1,000 (15.6), p4d 400 over 8 A100s (6.25); an instance with no fabric gives 0."""
+    from clusterplan.candidates.offerings import network_per_gpu
+
+    def at(key: str) -> float:
+        return network_per_gpu(catalog, catalog.instances[key])
+
+    assert at("aws:p5.48xlarge") == 50.0
+    assert at("gcp:a3-highgpu-8g") == 15.625
+    assert at("aws:p4d.24xlarge") == 6.25
+    assert at("lambda:gpu_8x_h100_sxm5") == 0.0
+
+
+@pytest.mark.slow
+def test_wide_ep_runs_only_on_a_fabric_as_fast_as_it_was_rated(catalog: Catalog, tmp_path: Path) -> None:
+    """The wide-EP rows are rated at the requirement's 50 GB/s per GPU (400 Gbit/s a GPU). On GCP alone, whose
+    a3-highgpu-8g gives 15.6 GB/s per GPU, the same requirement is served by TP 8 x PP 2 replicas instead; the
+    checker refuses a wide-EP design placed there."""
+    text = WIDE_EP.read_text().replace("  allowed_gpus: [h100-sxm]", "  allowed_gpus: [h100-sxm]\n  clouds: [gcp]")
+    path = tmp_path / "gcp.yaml"
+    path.write_text(text)
+    plan = shared_plan(path, catalog, top=1, explain=False)
+    (wp,) = plan.designs[0].workloads
+    assert isinstance(wp, ServingPlan)
+    assert all(g.tp <= 8 for g in wp.groups)
+    wide = shared_plan(WIDE_EP, catalog, top=1, explain=False).designs[0]
+    moved = wide.model_copy(
+        update={
+            "hardware": [
+                x.model_copy(update={"offering": "cloud:gcp:a3-highgpu-8g", "provider": "gcp"}) for x in wide.hardware
+            ]
+        }
+    )
+    problems = check_plan(moved, load_requirement(WIDE_EP, catalog), catalog)
+    assert any("wide-EP" in p for p in problems)

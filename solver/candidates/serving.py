@@ -74,6 +74,7 @@ class OperatingPoint:
     forbidden_by: tuple[tuple[str, str], ...]
     families: frozenset[str]
     nvlink_gpus: int  # GPUs of one stage that share one NVLink domain (Layout.nvlink_group): tp, but 8 of wide EP
+    network_gb_per_s: float  # wide EP: the network per GPU its all-to-all is rated at (0: it crosses no servers)
 
 
 # Candidates considered, and per GPU type (in id order) its operating points and exclusions in visiting order.
@@ -359,6 +360,7 @@ def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: Se
                     OperatingPoint(
                         layout=layout, est=est, memo_est=memo_est, rate_nolat_rps=evaluate.rate_at_ceiling(est, assumptions, derate),
                         forbidden_by=forbidden, families=frozenset(f for f, _ in forbidden), nvlink_gpus=group,
+                        network_gb_per_s=assumptions.inter_node_bandwidth_gb_per_s if wide_ep else 0.0,
                     )
                 )  # fmt: skip
         per_gpu.append((gid, tuple(entries)))
@@ -494,6 +496,7 @@ def _aggregated_row(gid: str, entry: OperatingPoint, rated: ServingRates) -> Ser
         ep=layout.ep,
         attention_dp=layout.attention_dp,
         nvlink_gpus=entry.nvlink_gpus,
+        network_gb_per_s=entry.network_gb_per_s,
     )
 
 

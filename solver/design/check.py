@@ -200,6 +200,32 @@ def _pools_on_a_fabric(design: Design, catalog: Catalog, problems: list[str]) ->
             )
 
 
+def _wide_ep_network(design: Design, catalog: Catalog, per_gpu_gb_per_s: float, problems: list[str]) -> None:
+    """A wide-EP replica on cloud sits on instances whose fabric gives at least the network per GPU its all-to-all
+    was rated at (the requirement's inter_node_bandwidth_gb_per_s; the planner's structure (4d))."""
+    from clusterplan.candidates.offerings import network_per_gpu
+
+    need: dict[str, int] = defaultdict(int)
+    for w in design.workloads:
+        if isinstance(w, ServingPlan):
+            for g in w.groups:
+                spec = catalog.gpus[g.gpu]
+                if _stage_groups(g, min(spec.scale_up_domain, spec.max_gpus_per_node))[1] > 1:
+                    need[g.gpu] += g.cloud_replicas * g.tp * g.pp
+    for gpu, n in sorted(need.items()):
+        cap = sum(
+            x.gpus
+            for x in design.hardware
+            if x.kind == "cloud" and x.trains is None and x.gpu == gpu
+            and network_per_gpu(catalog, catalog.instances[x.offering.removeprefix("cloud:")]) >= per_gpu_gb_per_s
+        )  # fmt: skip
+        if n > cap:
+            problems.append(
+                f"cloud {gpu}: {n} GPUs of wide-EP replicas, {cap} on instances whose fabric gives "
+                f"{per_gpu_gb_per_s:g} GB/s per GPU (their all-to-all crosses servers at that rate)"
+            )
+
+
 def _gpus_in_use(priced: list[Priced], sequential: bool) -> int:
     owned = sum(p.line.gpus for p in priced if p.line.kind == "owned")
     serving = sum(p.line.gpus for p in priced if p.line.kind == "cloud" and p.line.trains is None)
@@ -471,6 +497,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             one_off += _check_training(wp, w, ctx, priced, problems)
     _placement(design, priced, req.schedule == "sequential", problems)
     _pools_on_a_fabric(design, catalog, problems)
+    _wide_ep_network(design, catalog, req.assumptions.inter_node_bandwidth_gb_per_s, problems)
     tokens = sum(w.requests_per_s * w.output_tokens for w in req.workloads if isinstance(w, ServingWorkload))
     ops = pricing.Operations.of(req.owned_costs(catalog.owned))
     _totals(design, priced, one_off, req.budget.horizon, tokens, ops, problems)
