@@ -17,7 +17,7 @@ from clusterplan.design.check import check_plan
 from clusterplan.physics.layout import Layout
 from clusterplan.plan import ServingPlan
 from clusterplan.requirement.load import load_requirement
-from conftest import ROOT, shared_plan
+from conftest import ROOT, run_cli, shared_plan
 
 WIDE_EP = ROOT / "tests" / "data" / "requirements" / "deepseek-v3-wide-ep.yaml"
 
@@ -124,3 +124,7 @@ def test_wide_ep_runs_only_on_a_fabric_as_fast_as_it_was_rated(catalog: Catalog,
     )
     problems = check_plan(moved, load_requirement(WIDE_EP, catalog), catalog)
     assert any("wide-EP" in p for p in problems)
+    # estimate prices a pinned wide-EP layout the same way: no GCP instance hosts it at its rating
+    flags = ["--gpu", "h100-sxm", "--tp", "16", "--ep", "16", "--attention-dp", "--quant", "fp8"]
+    out = run_cli("estimate", str(path), *flags)
+    assert out.exit_code == 1 and "at 50 GB/s per GPU" in out.output
