@@ -14,8 +14,11 @@ import pytest
 
 from clusterplan.catalog.engine_args import engine_arguments
 from clusterplan.catalog.load import Catalog
+from clusterplan.design import export as export_mod
 from clusterplan.design.check import check_plan
 from clusterplan.design.export import Launch, export_design
+from clusterplan.errors import ClusterplanError
+from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.plan import Plan, ServingPlan
 from clusterplan.render.export_view import export_files
 from clusterplan.requirement.load import ResolvedRequirement, load_requirement
@@ -289,8 +292,36 @@ def test_disaggregation_speculation_and_prefix_caching_flags_are_documented(
     (launch,) = _launch_lines(files, "serve" if engine != "sglang" else "launch_server")
     (bench,) = [argv for name, argv in commands(files) if name.endswith("-bench.sh")]
     if engine == "vllm":
-        assert "--enable-prefix-caching" in launch and "deepseek_mtp" in _flag(launch, "--speculative-config")
+        assert "--enable-prefix-caching" in launch and '"method":"mtp"' in _flag(launch, "--speculative-config")
     if engine == "sglang":
         assert _flag(launch, "--speculative-algorithm") == "NEXTN" and "--disable-radix-cache" not in launch
     else:
         assert (_flag(bench, "--random-prefix-len"), _flag(bench, "--random-input-len")) == ("450", "1050")
+
+
+@pytest.mark.parametrize(
+    ("engine", "model", "flag"),
+    [
+        ("vllm", "deepseek-r1", "mtp"),
+        ("vllm", "qwen3-next-80b-a3b", "mtp"),
+        ("vllm", "glm-4.5", "mtp"),
+        ("vllm", "minimax-m2.5", None),
+        ("sglang", "qwen3-next-80b-a3b", "NEXTN"),
+        ("tensorrt-llm", "deepseek-v3", "MTP"),
+        ("tensorrt-llm", "qwen3-next-80b-a3b", None),
+    ],
+)
+def test_mtp_drafter_is_named_per_model_family_from_the_engine_row(
+    engine: str, model: str, flag: str | None, catalog: Catalog
+) -> None:
+    """vLLM runs every family's MTP drafter as method ``mtp`` (its ``deepseek_mtp``, ``qwen3_next_mtp`` ... are
+    deprecated aliases) but loads one only for the model_types its speculative config maps (none for MiniMax-M2's);
+    SGLang names it NEXTN, TensorRT-LLM MTP (DeepSeek-V3 only). A family the engine has no drafter for is refused
+    with the fix, never exported as a flag the engine rejects."""
+    a = Assumptions(engine=engine, speculative=SpeculativeDecoding(method="mtp", draft_tokens=1, acceptance_length=1.7))
+    arch = catalog.models[model]
+    if flag is None:
+        with pytest.raises(ClusterplanError, match="loads no multi-token-prediction drafter"):
+            export_mod._speculative_flag(catalog, a, arch, "chat")
+    else:
+        assert export_mod._speculative_flag(catalog, a, arch, "chat") == flag

@@ -130,6 +130,14 @@ def tier_exclusions(catalog: Catalog, req: Requirement, gpus: dict[str, GpuType]
     ]
 
 
+def network_per_gpu(catalog: Catalog, inst: CloudInstance) -> float:
+    """GB/s of the instance's fabric per GPU (``network_gbit_per_s`` / 8 / GPUs; units.py's 8 bits a byte), 0 with
+    no fabric: what an all-to-all across instances gets per GPU (p5 3,200 Gbit/s over 8 GPUs: 50 GB/s)."""
+    if not has_fabric(catalog, inst) or inst.network_gbit_per_s is None:
+        return 0.0
+    return inst.network_gbit_per_s / 8.0 / inst.gpus_per_instance
+
+
 def fabric_exclusion(o: Offering, gpu_name: str, gpus: int) -> Exclusion | None:
     """The exclusion of a fabric-less cloud offer a training layout of ``gpus`` GPUs would need several of."""
     if o.kind != "cloud" or o.fabric or gpus <= o.gpus_per_unit:
@@ -166,6 +174,7 @@ def _terms_of(
         instance_id=inst.id,
         tier=catalog.tier_of(inst),
         fabric=has_fabric(catalog, inst),
+        network_gb_per_s_per_gpu=network_per_gpu(catalog, inst),
         forbidden_by=forbidden,
         domain_gpus=span,
     )
@@ -182,6 +191,24 @@ def _terms_of(
         yield replace(
             base, key=f"{base.key}:spot", usd_per_hour=inst.spot_usd_per_hour, term="spot", serves=serving_on_spot(req)
         )
+
+
+def _without_slower_fabrics(offerings: list[Offering]) -> list[Offering]:
+    """Drop a fabric offer that another of the same GPU, size, TP domain and term beats in price with at least its
+    network per GPU (the slower one hosts nothing the other cannot, for no less)."""
+    kept: list[Offering] = []
+    for o in offerings:
+        shape = (o.gpu_id, o.gpus_per_unit, o.tp_domain, o.fabric, o.term)
+        if o.fabric and any(
+            x is not o
+            and (x.gpu_id, x.gpus_per_unit, x.tp_domain, x.fabric, x.term) == shape
+            and x.network_gb_per_s_per_gpu >= o.network_gb_per_s_per_gpu
+            and (x.usd_per_hour, x.key) < (o.usd_per_hour, o.key)
+            for x in offerings
+        ):
+            continue
+        kept.append(o)
+    return kept
 
 
 def _without_dominated_commitments(offerings: list[Offering], horizon_months: float) -> list[Offering]:
@@ -234,17 +261,19 @@ def build_offerings(
     lists them); each cloud offering records its tier and whether it has a fabric between instances.
     """
     notes: list[str] = []
-    cheapest: dict[tuple[str, int, int, bool, str], Offering] = {}
+    cheapest: dict[tuple[str, int, int, bool, float, str], Offering] = {}
     for inst in _instances_in_scope(catalog, req, gpus):
         if not _tier_allowed(catalog, req, inst):
             continue
         for off in _terms_of(catalog, req, inst, gpus[inst.gpu_id], limits):
             # A fabric offer is kept beside a cheaper fabric-less one of the same shape: only it can train across
             # instances; each term keeps its cheapest offer of a shape.
-            k = (inst.gpu_id, inst.gpus_per_instance, off.tp_domain, off.fabric, off.term)
+            # A faster fabric is kept beside a cheaper slower one: a wide-EP replica needs its network per GPU.
+            k = (inst.gpu_id, inst.gpus_per_instance, off.tp_domain, off.fabric, off.network_gb_per_s_per_gpu, off.term)
             if k not in cheapest or off.usd_per_hour < cheapest[k].usd_per_hour:
                 cheapest[k] = off
-    offerings = _without_dominated_commitments([cheapest[k] for k in sorted(cheapest)], limits.horizon_months)
+    offerings = _without_slower_fabrics([cheapest[k] for k in sorted(cheapest)])
+    offerings = _without_dominated_commitments(offerings, limits.horizon_months)
     notes += _term_notes(req, offerings)
 
     from clusterplan.evaluation.pricing import owned_server

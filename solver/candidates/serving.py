@@ -73,6 +73,8 @@ class OperatingPoint:
     rate_nolat_rps: float
     forbidden_by: tuple[tuple[str, str], ...]
     families: frozenset[str]
+    nvlink_gpus: int  # GPUs of one stage that share one NVLink domain (Layout.nvlink_group): tp, but 8 of wide EP
+    network_gb_per_s: float  # wide EP: the network per GPU its all-to-all is rated at (0: it crosses no servers)
 
 
 # Candidates considered, and per GPU type (in id order) its operating points and exclusions in visiting order.
@@ -252,6 +254,23 @@ def serving_shapes(g: GpuType) -> list[tuple[int, int]]:
     return shapes
 
 
+WIDE_EP_MIN_DOMAIN = 8  # HGX and OAM boards: servers a wide-EP stage spans hold 8 GPUs on one NVLink/IF domain
+
+
+def wide_ep_degrees(arch: ModelArchitecture, g: GpuType) -> list[int]:
+    """Expert-parallel degrees of a stage spanning servers (wide EP) tried for an MoE model: 16, 32 and 64 beyond
+    an 8-GPU NVLink domain, attention data-parallel on every GPU and the experts split over all of them, as the
+    engines run it across nodes (vLLM ``--data-parallel-size 32 --data-parallel-size-local 8
+    --enable-expert-parallel``; SGLang ``--tp 32 --dp 32 --enable-dp-attention --ep-size 32 --moe-a2a-backend
+    deepep --nnodes 4``). Empty for a dense model, a PCIe or workstation part, and a rack whose NVLink domain
+    already spans them (its TP rows hold the same layouts inside the rack)."""
+    from clusterplan.physics import moe
+
+    if not moe.is_moe(arch) or g.gpu_class != "datacenter" or g.nvlink_domain < WIDE_EP_MIN_DOMAIN:
+        return []
+    return [e for e in RACK_TP_DEGREES if e > g.nvlink_domain and moe.layout_problem(arch, e, e, True) is None]
+
+
 def _quant_shapes(spec: GpuSpec, g: GpuType) -> list[tuple[str, int, int]]:
     """(weight precision, TP, PP) of one GPU type as the rows visit them: fewest GPUs, then narrowest TP, then the
     precision order of ``SERVING_QUANTS``. fp4 where FP4 tensor cores run it: weight-only FP4 elsewhere is the int4
@@ -297,16 +316,24 @@ def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: Se
             for quant_choice, tp, pp in _quant_shapes(spec, g)
             for ep, attention_dp in evaluate.moe_layouts(arch, tp)  # ascending (ep, attention_dp)
         ]
+        # Wide EP: a stage over several servers, experts only, joined by the all-to-all over their fabric.
+        wide = wide_ep_degrees(arch, g)
+        combos += [
+            (quant_choice, e, 1, e, True)
+            for e in wide
+            for quant_choice in dict.fromkeys(q for q, tp, pp in _quant_shapes(spec, g) if (tp, pp) == (1, 1))
+        ]
         entries: list[OperatingPoint | Exclusion] = []
         for quant_choice, tp, pp, ep, attention_dp in combos:
             quant = half if quant_choice == "bf16" else quant_choice
             kv = _kv_default(quant, w, spec)
             considered += 1
-            hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv))
+            layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=ep, attention_dp=attention_dp)
+            wide_ep = layout.expert_parallel_only and tp in wide  # a stage over servers, joined by their fabric
+            hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv, wide_ep))
             if hard:
                 entries.append(excluded(gid, hard[0]))
                 continue
-            layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=ep, attention_dp=attention_dp)
             max_batch = memo.max_batch(arch, spec, w, layout, assumptions)
             if max_batch < 1:
                 est = memo.estimate(arch, spec, w, layout, batch=1, assumptions=assumptions)
@@ -314,7 +341,8 @@ def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: Se
                 fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
                 entries.append(excluded(gid, reasons[0] if reasons else fallback))
                 continue
-            forbidden = tuple(forbidden_for(g, limits, tp=tp, quant=quant))
+            group = layout.nvlink_group(g.nvlink_domain) if wide_ep else tp
+            forbidden = tuple(forbidden_for(g, limits, tp=group, quant=quant))
             # The largest batch that fits is the operating point: a larger concurrency cap never
             # lowers the rate a replica takes within its targets (the running batch follows the
             # load; the cap only adds room), so it dominates smaller batches for cost. The
@@ -331,7 +359,8 @@ def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: Se
                 entries.append(
                     OperatingPoint(
                         layout=layout, est=est, memo_est=memo_est, rate_nolat_rps=evaluate.rate_at_ceiling(est, assumptions, derate),
-                        forbidden_by=forbidden, families=frozenset(f for f, _ in forbidden),
+                        forbidden_by=forbidden, families=frozenset(f for f, _ in forbidden), nvlink_gpus=group,
+                        network_gb_per_s=assumptions.inter_node_bandwidth_gb_per_s if wide_ep else 0.0,
                     )
                 )  # fmt: skip
         per_gpu.append((gid, tuple(entries)))
@@ -466,6 +495,8 @@ def _aggregated_row(gid: str, entry: OperatingPoint, rated: ServingRates) -> Ser
         forbidden_by=entry.forbidden_by,
         ep=layout.ep,
         attention_dp=layout.attention_dp,
+        nvlink_gpus=entry.nvlink_gpus,
+        network_gb_per_s=entry.network_gb_per_s,
     )
 
 

@@ -147,6 +147,9 @@ class Offering:
     instance_id: str = ""
     tier: str = ""  # cloud: hyperscaler, gpu_cloud or marketplace (catalog providers.yaml)
     fabric: bool = False  # cloud: several instances can train together (InfiniBand, RoCE or EFA)
+    # cloud with a fabric: the instance's network per GPU, GB/s (instances.yaml network_gbit_per_s / 8 / GPUs:
+    # 50 on p5 and ND H100 v5, 15.6 on a3-highgpu-8g, 6.25 on p4d); 0: none (owned servers buy their fabric)
+    network_gb_per_s_per_gpu: float = 0.0
     forbidden_by: tuple[tuple[str, str], ...] = ()
     domain_gpus: int = 0
     term: str = "on_demand"  # cloud: on_demand, 1y, 3y (a commitment owed for whole terms) or spot
@@ -229,12 +232,28 @@ class ServingRow:
     forbidden_by: tuple[tuple[str, str], ...] = ()  # (family id, reason)
     ep: int = 1  # expert-parallel degree per stage (MoE; physics/moe.py)
     attention_dp: bool = False  # attention data-parallel over the stage's GPUs
+    # GPUs of one stage that must share one NVLink domain (Layout.nvlink_group; 0: tp): a wide-EP stage over
+    # several servers (EP 32 on 8-GPU servers) holds 8 per server, joined by the all-to-all over their fabric
+    nvlink_gpus: int = 0
+    # a wide-EP replica: the network per GPU its all-to-all was rated at (Assumptions.inter_node_bandwidth_gb_per_s);
+    # it runs only on instances whose fabric gives at least that per GPU (structure 4d). 0: it crosses no servers
+    network_gb_per_s: float = 0.0
     # A replica of an aggregated design ("both": prefill and decode), or of one pool of a disaggregated design.
     role: Role = "both"
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def nvlink_group(self) -> int:
+        """GPUs placed together on one NVLink domain: the TP group, or one server's share of a wide-EP stage."""
+        return self.nvlink_gpus or self.tp
+
+    @property
+    def spans_servers(self) -> bool:
+        """A wide-EP replica: its stage spans servers, so its instances need a fabric between them."""
+        return self.nvlink_group < self.tp
 
     @property
     def shape(self) -> tuple[object, ...]:

@@ -426,6 +426,12 @@ class ModelArchitecture(Row):
         le=MAX_MTP_LAYERS,
         description="multi-token-prediction modules: held and run only under speculative decoding method mtp",
     )
+    hf_model_type: str | None = Field(
+        None,
+        max_length=64,
+        description="the Hugging Face config's model_type (deepseek_v3, qwen3_next, glm4_moe, minimax_m2): which "
+        "family's multi-token-prediction drafter an engine loads (engines.yaml mtp_methods)",
+    )
     tied_embeddings: bool = False
     max_context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="tokens")
     published_params: float | None = Field(
@@ -960,6 +966,11 @@ class EngineSpec(Provenance):
         "over the per-class factors on that GPU",
     )
     speculative: list[SpeculativeMethod] = Field(default_factory=list, description="speculative methods it runs")
+    mtp_methods: dict[str, str] = Field(
+        default_factory=dict,
+        description="speculative method mtp: the value the engine's method flag takes, by the served model's "
+        "Hugging Face model_type; a model_type not listed: the engine loads no MTP drafter for that family",
+    )
 
     def fraction_at(self, tp: int) -> float:
         """The default memory fraction at tensor-parallel size ``tp``."""

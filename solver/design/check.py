@@ -121,6 +121,15 @@ class Priced:
     power_w: float
 
 
+def _stage_groups(g: ReplicaGroup, domain: int) -> tuple[int, int]:
+    """(GPUs on one NVLink domain, such groups per stage) of a replica group: its TP group, or a wide-EP stage's
+    share of each server (Layout.nvlink_group)."""
+    from clusterplan.evaluation import evaluate
+
+    layout = evaluate.replica_layout(g)
+    return layout.nvlink_group(domain), layout.servers(domain)
+
+
 def _placement(design: Design, priced: list[Priced], sequential: bool, problems: list[str]) -> None:
     """Every TP group of every workload fits the units of its GPU type and deployment."""
     cloud_pool: dict[str, list[Unit]] = defaultdict(list)
@@ -139,8 +148,10 @@ def _placement(design: Design, priced: list[Priced], sequential: bool, problems:
     for w in design.workloads:
         if isinstance(w, ServingPlan):
             for g in w.groups:
-                cloud_items[g.gpu] += [g.tp] * (g.cloud_replicas * g.pp)
-                owned_items[g.gpu][w.workload] += [g.tp] * (g.owned_replicas * g.pp)
+                domain = max((u.domain for u in cloud_pool[g.gpu] + owned_pool[g.gpu]), default=g.tp)
+                group, servers = _stage_groups(g, domain)
+                cloud_items[g.gpu] += [group] * (g.cloud_replicas * g.pp * servers)
+                owned_items[g.gpu][w.workload] += [group] * (g.owned_replicas * g.pp * servers)
         else:
             groups = [w.tp] * (w.cp * w.pp * w.dp)
             if w.deployment == "owned":
@@ -171,7 +182,9 @@ def _pools_on_a_fabric(design: Design, catalog: Catalog, problems: list[str]) ->
     for w in design.workloads:
         if isinstance(w, ServingPlan):
             for g in w.groups:
-                if g.role != "aggregated" and catalog.gpus[g.gpu].gpu_class == "datacenter":
+                spec = catalog.gpus[g.gpu]
+                wide = _stage_groups(g, min(spec.scale_up_domain, spec.max_gpus_per_node))[1] > 1
+                if (g.role != "aggregated" or wide) and spec.gpu_class == "datacenter":
                     need[g.gpu] += g.cloud_replicas * g.tp * g.pp
     for gpu, n in sorted(need.items()):
         cap = sum(
@@ -184,6 +197,32 @@ def _pools_on_a_fabric(design: Design, catalog: Catalog, problems: list[str]) ->
             problems.append(
                 f"cloud {gpu}: {n} GPUs of prefill and decode pools, {cap} on instances with a fabric between them "
                 "(their KV stream crosses over RDMA)"
+            )
+
+
+def _wide_ep_network(design: Design, catalog: Catalog, per_gpu_gb_per_s: float, problems: list[str]) -> None:
+    """A wide-EP replica on cloud sits on instances whose fabric gives at least the network per GPU its all-to-all
+    was rated at (the requirement's inter_node_bandwidth_gb_per_s; the planner's structure (4d))."""
+    from clusterplan.candidates.offerings import network_per_gpu
+
+    need: dict[str, int] = defaultdict(int)
+    for w in design.workloads:
+        if isinstance(w, ServingPlan):
+            for g in w.groups:
+                spec = catalog.gpus[g.gpu]
+                if _stage_groups(g, min(spec.scale_up_domain, spec.max_gpus_per_node))[1] > 1:
+                    need[g.gpu] += g.cloud_replicas * g.tp * g.pp
+    for gpu, n in sorted(need.items()):
+        cap = sum(
+            x.gpus
+            for x in design.hardware
+            if x.kind == "cloud" and x.trains is None and x.gpu == gpu
+            and network_per_gpu(catalog, catalog.instances[x.offering.removeprefix("cloud:")]) >= per_gpu_gb_per_s
+        )  # fmt: skip
+        if n > cap:
+            problems.append(
+                f"cloud {gpu}: {n} GPUs of wide-EP replicas, {cap} on instances whose fabric gives "
+                f"{per_gpu_gb_per_s:g} GB/s per GPU (their all-to-all crosses servers at that rate)"
             )
 
 
@@ -458,6 +497,7 @@ def check_plan(design: Design, resolved: ResolvedRequirement, catalog: Catalog) 
             one_off += _check_training(wp, w, ctx, priced, problems)
     _placement(design, priced, req.schedule == "sequential", problems)
     _pools_on_a_fabric(design, catalog, problems)
+    _wide_ep_network(design, catalog, req.assumptions.inter_node_bandwidth_gb_per_s, problems)
     tokens = sum(w.requests_per_s * w.output_tokens for w in req.workloads if isinstance(w, ServingWorkload))
     ops = pricing.Operations.of(req.owned_costs(catalog.owned))
     _totals(design, priced, one_off, req.budget.horizon, tokens, ops, problems)
@@ -531,9 +571,9 @@ def _group_rates(
     arch, a = ctx.arch, ctx.assumptions
     spec = ctx.catalog.gpus[g.gpu]
     domain = spec.scale_up_domain  # 1 for a PCIe-only GPU (the catalog schema holds it)
-    if g.tp > domain:
-        problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
     layout = evaluate.replica_layout(g)
+    if layout.nvlink_group(min(domain, spec.max_gpus_per_node)) > domain:  # wide EP: each server's share
+        problems.append(f"{wp.workload}: TP{g.tp} on {g.gpu} exceeds its NVLink domain of {domain}")
     est = evaluate.serving_estimate(arch, spec, w, layout, batch=g.batch, assumptions=a)
     runs = evaluate.group_batch(arch, spec, w, g, a)  # at the group's own layout, EP and attention DP included
     if g.batch > max(runs, 1):

@@ -407,6 +407,7 @@ class Hosting:
     groups: int
     tokens_per_s: float = 0.0
     needs_fabric: bool = False
+    network_gb_per_s: float = 0.0  # needs_fabric: the network per GPU its all-to-all is rated at
 
 
 def owned_cost(
@@ -418,6 +419,7 @@ def owned_cost(
     found = pricing.cheapest_hosting(
         offerings, gpu_id=gpu.id, kind="owned", tp=hosting.tp, groups=hosting.groups,
         horizon_months=req.budget.horizon, needs_fabric=hosting.needs_fabric,
+        min_network_gb_per_s=hosting.network_gb_per_s,
     )  # fmt: skip
     if found is None:
         return None, (

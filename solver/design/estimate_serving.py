@@ -106,6 +106,7 @@ def _cloud_serving(
     found = pricing.cheapest_hosting(
         offerings, gpu_id=gpu.id, kind="cloud", tp=hosting.tp, groups=hosting.groups,
         horizon_months=req.budget.horizon, needs_fabric=hosting.needs_fabric,
+        min_network_gb_per_s=hosting.network_gb_per_s,
     )  # fmt: skip
     if found is None:
         return None
@@ -257,7 +258,9 @@ def estimate_serving(
     tokens_per_s = average * w.output_tokens
     cloud = owned = None
     host_tp, per_stage = moe.server_groups(layout, gpu)  # a wide-EP stage: one group per server
-    hosting = Hosting(host_tp, replicas * pp * per_stage, tokens_per_s, needs_fabric=per_stage > 1)
+    wide = per_stage > 1
+    network = a.inter_node_bandwidth_gb_per_s if wide else 0.0  # the rate its all-to-all was estimated at
+    hosting = Hosting(host_tp, replicas * pp * per_stage, tokens_per_s, needs_fabric=wide, network_gb_per_s=network)
     operations = pricing.Operations.of(req.owned_costs(catalog.owned))
     if want_cloud:
         cloud = _cloud_serving(req, gpu, offerings, hosting, operations, w.name)
@@ -275,7 +278,9 @@ def estimate_serving(
         and _cloud_serving(req, gpu, offerings, fabricless, operations, w.name)
     ):
         # hosted only on instances without a fabric between them: the all-to-all has no network to ride
-        no_fabric = EpNeedsFabric(gpu=rules.short_name(gpu), ep=ep, gpus_per_domain=host_tp)
+        no_fabric = EpNeedsFabric(
+            gpu=rules.short_name(gpu), ep=ep, gpus_per_domain=host_tp, network_gb_per_s=hosting.network_gb_per_s
+        )
         est = est.model_copy(update={"feasible": False, "why_not": [*est.why_not, no_fabric]})
     config = ChosenConfig(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,

@@ -107,6 +107,9 @@ class Launch(BaseModel):
     gpu: str
     gpu_name: str
     gpus_per_node: int = Field(description="GPUs in one server of this GPU type (catalog max_gpus_per_node)")
+    servers_per_replica: int = Field(
+        1, description="servers one replica's stage spans (Layout.servers): more than 1 only under wide EP"
+    )
     replicas: int
     tp: int
     pp: int
@@ -120,6 +123,11 @@ class Launch(BaseModel):
     prefill_chunk_tokens: int
     max_model_len: int = Field(description="context reserved per sequence, tokens")
     speculative: SpeculativeDecoding | None = None
+    speculative_flag: str | None = Field(
+        None,
+        description="the engine's own name for the speculative method (vLLM method, SGLang algorithm, TensorRT-LLM "
+        "decoding type); for mtp, per model family from engines.yaml mtp_methods",
+    )
     prefix_cache_hit_rate: float = 0.0
     shared_prefix_tokens: int = Field(
         0, description="prompt tokens every benchmark request shares, so the prefix cache hits at the planned rate"
@@ -203,6 +211,36 @@ def _engine_version(engine: str, workload: str) -> str:
     return known[engine].version
 
 
+# Engines whose launch export writes for a replica over several servers (wide EP): vLLM's multi-node data
+# parallelism (--data-parallel-size-local, --data-parallel-start-rank, --headless on the other servers).
+WIDE_EP_ENGINES = ("vllm",)
+_SPEC_FLAGS = {  # the non-MTP methods' names per engine (vLLM SpeculativeConfig.method, SGLang
+    # --speculative-algorithm, TensorRT-LLM speculative_config.decoding_type), read from each engine's parser
+    "vllm": {"draft": "draft_model", "eagle": "eagle"},
+    "sglang": {"draft": "STANDALONE", "eagle": "EAGLE"},
+    "tensorrt-llm": {"draft": "Draft_Target", "eagle": "Eagle"},
+}
+
+
+def _speculative_flag(catalog: Catalog, a: Assumptions, arch: ModelArchitecture, workload: str) -> str | None:
+    """The engine's name for the workload's speculative method; for mtp, the model family's drafter as the engine
+    names it (engines.yaml ``mtp_methods`` by Hugging Face model_type); refuses a family the engine has none for."""
+    spec = a.speculative
+    if spec is None:
+        return None
+    if spec.method != "mtp":
+        return _SPEC_FLAGS.get(a.engine, {}).get(spec.method)
+    methods = catalog.engines[a.engine].mtp_methods if a.engine in catalog.engines else {}
+    family = arch.hf_model_type or ""
+    if family not in methods:
+        raise ClusterplanError(
+            f"{workload}: {a.engine} loads no multi-token-prediction drafter for {arch.name} "
+            f"(model_type {family or 'unknown'}); it does for {', '.join(sorted(methods)) or 'no model'}",
+            fix="set speculative.method to eagle or draft, drop speculative decoding, or pick another engine",
+        )
+    return methods[family]
+
+
 def _launches(
     resolved: ResolvedRequirement, catalog: Catalog, index: int, w: ServingWorkload, wp: ServingPlan
 ) -> list[Launch]:
@@ -227,17 +265,28 @@ def _launches(
         share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / (weights[g.role] or 1.0)
         groups.append((g, batch, _expected(est, arch, spec, w, req.assumptions, a, g.role, share)))
     bench = bench_expected(w, [(g.role, g.replicas, e) for g, _, e in groups], speculative=a.speculative is not None)
+    spec_flag = _speculative_flag(catalog, a, arch, w.name)
     launches: list[Launch] = []
     for g, batch, expected in groups:
         policy, fraction, _ = a.memory_policy(g.tp)
+        spec = catalog.gpus[g.gpu]
+        servers = evaluate.replica_layout(g).servers(min(spec.scale_up_domain, spec.max_gpus_per_node))
+        if servers > 1 and a.engine not in WIDE_EP_ENGINES:
+            raise ClusterplanError(
+                f"{w.name}: an expert-parallel replica over {servers} servers (wide EP) is exported for "
+                f"{', '.join(WIDE_EP_ENGINES)}, not {a.engine}",
+                fix="pass --engine " + " or --engine ".join(WIDE_EP_ENGINES),
+            )
         launches.append(
             Launch(
                 workload=w.name, engine=a.engine, engine_version=version, model=served, planned_model=planned,
                 gpu=g.gpu, gpu_name=g.gpu_name, gpus_per_node=catalog.gpus[g.gpu].max_gpus_per_node,
+                servers_per_replica=servers,
                 replicas=g.replicas, tp=g.tp, pp=g.pp, ep=g.ep,
                 attention_dp=g.attention_dp, quant=g.quant, kv_cache=g.kv_cache, memory_fraction=fraction,
                 memory_policy=policy, max_batch=batch, prefill_chunk_tokens=a.chunk_tokens,
                 max_model_len=math.ceil(w.context_tokens), speculative=a.speculative,
+                speculative_flag=spec_flag,
                 prefix_cache_hit_rate=a.prefix_cache_hit_rate, input_tokens=round(w.input_tokens),
                 shared_prefix_tokens=round(a.prefix_cache_hit_rate * w.input_tokens),
                 output_tokens=round(w.output_tokens), average_rate_rps=w.requests_per_s,

@@ -243,19 +243,23 @@ def cheapest_hosting(
     groups: int,
     horizon_months: float,
     needs_fabric: bool = False,
+    min_network_gb_per_s: float = 0.0,
 ) -> tuple[Offering, int, int] | None:
     """(offering, units bought or rented, units from inventory): the one offering type of ``kind`` that hosts
     ``groups`` TP groups of ``tp`` GPUs for the least total over the horizon (inventory servers are free);
     of equal totals (to the cent: server figures scale with the GPU slots), the fewest, largest units.
     ``needs_fabric``: the groups talk across units (a wide-EP stage's all-to-all), so several cloud instances only
     of an offer with a fabric between them (providers.yaml; owned servers are priced with their NICs and switch
-    ports, catalog/owned.yaml ``network_usd_per_node``)."""
+    ports, catalog/owned.yaml ``network_usd_per_node``); ``min_network_gb_per_s``: and a fabric giving at least
+    that per GPU (``Offering.network_gb_per_s_per_gpu``), the rate the all-to-all was estimated at."""
     best: tuple[float, int, str, Offering, int, int] | None = None
     for o in offerings:
         if o.kind != kind or o.gpu_id != gpu_id or not o.serves:
             continue
         n = units_for(o, tp, groups)
         if n is None or (needs_fabric and kind == "cloud" and n > 1 and not o.fabric):
+            continue
+        if needs_fabric and kind == "cloud" and n > 1 and o.network_gb_per_s_per_gpu < min_network_gb_per_s:
             continue
         if kind == "cloud":
             inv, paid = 0, n

@@ -127,7 +127,7 @@ class SpeculativeDecoding(BaseModel):
     """Speculative decoding as the engines run it: a cheap proposer drafts ``draft_tokens``, the model verifies
     them in one step and keeps ``acceptance_length`` tokens per step on average (the bonus token included).
 
-    vLLM ``--speculative-config {method: draft_model | eagle | deepseek_mtp, num_speculative_tokens}``; SGLang
+    vLLM ``--speculative-config {method: draft_model | eagle | mtp, num_speculative_tokens}``; SGLang
     ``--speculative-algorithm EAGLE --speculative-num-draft-tokens``; TensorRT-LLM ``speculative_config``
     (Draft-Target, Eagle, MTP). Mean acceptance length as in EAGLE (Li et al. 2024, arXiv:2401.15077, tau).
     """

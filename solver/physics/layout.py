@@ -10,6 +10,7 @@ that used to travel separately. The frameworks' own names: Megatron-LM's ``--ten
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,6 +39,18 @@ class Layout:
     recompute_layers: int | None = None
     quant: str = "bf16"
     kv_precision: str = "bf16"
+
+    def nvlink_group(self, domain: int) -> int:
+        """GPUs of one stage that must share one NVLink (or Infinity Fabric) domain of ``domain`` GPUs: the whole
+        ``tp`` group, except an expert-parallel-only stage wider than the domain, which splits into ``gcd(tp, domain)``
+        GPUs per server joined by the all-to-all over the servers' network (EP 32 on 8-GPU servers: 8)."""
+        if self.expert_parallel_only and self.tp > domain >= 1:
+            return math.gcd(self.tp, domain)
+        return self.tp
+
+    def servers(self, domain: int) -> int:
+        """Servers (NVLink domains) one stage spans: ``tp / nvlink_group`` (1 unless wide expert parallelism)."""
+        return self.tp // self.nvlink_group(domain)
 
     @property
     def expert_parallel_only(self) -> bool:

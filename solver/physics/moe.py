@@ -460,10 +460,7 @@ def server_groups(layout: Layout, gpu: GpuSpec) -> tuple[int, int]:
     EP 32 over four 8-GPU servers is four groups of 8.
     """
     domain = 1 if gpu.scale_up == "pcie" else max(1, min(gpu.scale_up_domain, gpu.max_gpus_per_node))
-    if not layout.expert_parallel_only or layout.tp <= domain:
-        return layout.tp, 1
-    group = math.gcd(layout.tp, domain)
-    return group, layout.tp // group
+    return layout.nvlink_group(domain), layout.servers(domain)
 
 
 def allreduces(arch: ModelArchitecture, layout: MoeLayout, layers: int) -> int:

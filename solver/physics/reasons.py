@@ -429,12 +429,14 @@ class NoFabric(Reason):
 
 @dataclass(frozen=True, slots=True)
 class EpNeedsFabric(Reason):
-    """A serving stage's expert parallelism spans servers and no offer of its GPU has a fabric between them."""
+    """A serving stage's expert parallelism spans servers and no offer of its GPU has a fabric between them giving
+    the network per GPU its all-to-all was rated at."""
 
     code: ClassVar[ReasonCode] = ReasonCode.EP_NEEDS_FABRIC
     gpu: str
     ep: int
     gpus_per_domain: int  # GPUs of the stage one NVLink domain holds (one group per server or domain)
+    network_gb_per_s: float = 0.0  # the network per GPU its all-to-all was rated at (0: any fabric)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -33,9 +33,6 @@ VLLM_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in 
 _VLLM_QUANT = {"fp8": "fp8", "int8": "compressed-tensors", "int4": "awq"}  # bf16/fp16: none (the checkpoint's dtype)
 _SGLANG_QUANT = {"fp8": "fp8", "int8": "w8a8_int8", "int4": "awq"}
 _KV_DTYPE = {"fp8": "fp8", "int8": "int8"}  # bf16/fp16 KV: the engine's default ("auto")
-_VLLM_SPEC = {"draft": "draft_model", "eagle": "eagle", "mtp": "deepseek_mtp"}
-_SGLANG_SPEC = {"draft": "STANDALONE", "eagle": "EAGLE", "mtp": "NEXTN"}
-_TRT_SPEC = {"draft": "Draft_Target", "eagle": "Eagle", "mtp": "MTP"}
 # Disaggregated pools. vLLM: a NixlConnector on both pools, the NIXL guide's proxy in front routing prefill then
 # decode (docs/features/nixl_connector_usage.md); SGLang: --disaggregation-mode prefill|decode behind
 # sglang_router --pd-disaggregation (docs/advanced_features/pd_disaggregation.md); TensorRT-LLM: a cache
@@ -45,7 +42,8 @@ BENCH_PERCENTILES = "95"  # the requirement's targets are p95s
 
 
 def _join(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
+    """One shell line; the head server's address stays a variable the shell expands (HEAD_ADDRESS)."""
+    return " ".join(f'"{a}"' if a == HEAD_ADDRESS else shlex.quote(a) for a in argv)
 
 
 def _dtype(quant: str) -> str:
@@ -69,12 +67,25 @@ def _bootstrap_port(x: Launch, replica: int) -> int:
     return SGLANG_BOOTSTRAP_PORT + 100 * x.workload_index + replica
 
 
-def vllm_launch(x: Launch, replica: int = 0) -> list[str]:
+DP_RPC_PORT = 13345  # vLLM's multi-node data-parallel handshake port (its data-parallel deployment guide's example)
+HEAD_ADDRESS = "$HEAD_IP"  # the replica's first server, as the script's user sets it
+
+
+def vllm_launch(x: Launch, replica: int = 0, server: int = 0) -> list[str]:
     """``vllm serve`` for one replica. Attention DP: one engine per GPU (``--data-parallel-size``, TP 1 inside
-    it), ``--max-num-seqs`` per engine; experts over every GPU of the replica with ``--enable-expert-parallel``."""
+    it), ``--max-num-seqs`` per engine; experts over every GPU of the replica with ``--enable-expert-parallel``.
+    A wide-EP replica over several servers: ``--data-parallel-size-local`` engines on each, the first server's
+    address and handshake port, the others ``--headless`` from ``--data-parallel-start-rank`` (vLLM's multi-node
+    data parallelism)."""
     tp = ["--tensor-parallel-size", "1", "--data-parallel-size", str(x.tp)] if x.attention_dp else [
         "--tensor-parallel-size", str(x.tp)
     ]  # fmt: skip
+    if x.servers_per_replica > 1:
+        local = x.tp // x.servers_per_replica
+        tp += ["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD_ADDRESS]
+        tp += ["--data-parallel-rpc-port", str(DP_RPC_PORT + replica)]
+        if server > 0:
+            tp += ["--data-parallel-start-rank", str(server * local), "--headless"]
     argv = ["vllm", "serve", x.model, *tp, "--pipeline-parallel-size", str(x.pp)]
     if x.ep > 1:
         argv += ["--enable-expert-parallel"]
@@ -94,7 +105,7 @@ def vllm_launch(x: Launch, replica: int = 0) -> list[str]:
         argv += ["--kv-transfer-config", json.dumps(_VLLM_KV_TRANSFER, separators=(",", ":"))]
     if x.speculative is not None:
         cfg: dict[str, object] = {
-            "method": _VLLM_SPEC[x.speculative.method],
+            "method": x.speculative_flag,
             "num_speculative_tokens": x.speculative.draft_tokens,
         }
         if x.speculative.draft_model:
@@ -132,7 +143,7 @@ def sglang_launch(x: Launch, replica: int = 0) -> list[str]:
         argv += ["--disaggregation-bootstrap-port", str(_bootstrap_port(x, replica))]
     if x.speculative is not None:
         argv += [
-            "--speculative-algorithm", _SGLANG_SPEC[x.speculative.method],
+            "--speculative-algorithm", str(x.speculative_flag),
             "--speculative-num-steps", str(x.speculative.draft_tokens),
             "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", str(x.speculative.draft_tokens + 1),
@@ -159,11 +170,11 @@ def trtllm_options(x: Launch) -> dict[str, object]:
         options["cache_transceiver_config"] = {"backend": "DEFAULT"}
     if x.speculative is not None:
         spec: dict[str, object] = {
-            "decoding_type": _TRT_SPEC[x.speculative.method],
+            "decoding_type": x.speculative_flag,
             "max_draft_len": x.speculative.draft_tokens,
         }
         if x.speculative.method == "mtp":
-            spec = {"decoding_type": "MTP", "num_nextn_predict_layers": x.speculative.draft_tokens}
+            spec = {"decoding_type": x.speculative_flag, "num_nextn_predict_layers": x.speculative.draft_tokens}
         if x.speculative.draft_model:
             spec["speculative_model_dir"] = x.speculative.draft_model
         options["speculative_config"] = spec
@@ -373,6 +384,14 @@ def _launch_script(x: Launch, options: str, first_gpu: int, first_instance: int)
         + shell_comment(f"{x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)")
         + "\n"
     )
+    if x.role == "aggregated" and x.servers_per_replica > 1:
+        lines = [
+            f"# wide EP: each replica spans {x.servers_per_replica} servers of {x.gpus_per_node} GPUs; set HEAD_IP to\n"
+            "# its first server's address and run line k on its server k (the first serves the API)"
+        ]
+        for k in range(x.servers_per_replica):
+            lines.append(_join(vllm_launch(x, 0, k)))
+        return head + "\n".join(lines) + "\n"
     if x.role == "aggregated":
         return head + _join(launch_argv(x, options)) + "\n"
     head += (

@@ -172,6 +172,7 @@ def parse_hf_config(text: str, *, where: str, name: str | None = None, stem: str
     if not isinstance(cfg, dict):
         raise ClusterplanError(f"hf_config: {where} must hold a JSON object")
     src = _Source(where, text)
+    family = cfg.get("model_type")  # the outer model_type names the family engines key on (qwen3_5_moe, llama4)
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
     elif cfg.get("text_config") is not None:  # a string or a list once passed unread: the text model is in there
@@ -182,7 +183,10 @@ def parse_hf_config(text: str, *, where: str, name: str | None = None, stem: str
         )
     _check_keys(cfg, src)
     ignored = tuple(sorted(k for k in cfg if k not in READ_KEYS and k not in HARMLESS_KEYS))
-    return HfConfigRead(_architecture(cfg, src, name=name, stem=stem), where, ignored)
+    arch = _architecture(cfg, src, name=name, stem=stem)
+    if isinstance(family, str) and family:
+        arch = arch.model_copy(update={"hf_model_type": family.lower()})
+    return HfConfigRead(arch, where, ignored)
 
 
 def _check_keys(cfg: dict[str, Any], src: _Source) -> None:
@@ -453,6 +457,7 @@ def _architecture(cfg: dict[str, Any], src: _Source, *, name: str | None, stem: 
         **values,
         "name": name or (own_name if isinstance(own_name, str) and own_name else None) or model_type or stem,
         "gated_mlp": model_type not in _UNGATED_MODEL_TYPES,
+        "hf_model_type": model_type or None,
         "tied_embeddings": cfg.get("tie_word_embeddings") is True,
     }
     try:

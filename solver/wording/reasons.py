@@ -189,6 +189,7 @@ def reason_parts(r: Reason) -> tuple[str | None, str]:
             return r.gpu, (
                 f"expert parallelism {r.ep} spans several instances (NVLink groups of {r.gpus_per_domain} GPUs) and no "
                 "offer has a fabric (InfiniBand, RoCE or EFA) between them for its all-to-all"
+                + (f" at {r.network_gb_per_s:g} GB/s per GPU" if r.network_gb_per_s else "")
             )
         case FrameworkCannotRun() if r.feature == "launcher":
             return r.framework, f"clusterplan writes no launch for it yet (export writes {r.value})"

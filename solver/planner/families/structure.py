@@ -54,11 +54,13 @@ def add_capacity(
         owned = table.offerings_of(gid, "owned")
         serving = serving_of.get(gid, [])
         training = training_of.get(gid, [])
-        for t in sorted({1} | {row.tp for _, _, row in serving} | {trow.tp for _, _, trow in training}):
+        for t in sorted({1} | {row.nvlink_group for _, _, row in serving} | {trow.tp for _, _, trow in training}):
             if t < min_t or (max_t is not None and t > max_t):
                 continue
             # cloud
-            need_cloud = [row.gpus * v.cloud_replicas(w, r) for w, r, row in serving if row.tp >= t and (w, r) in v._xc]
+            need_cloud = [
+                row.gpus * v.cloud_replicas(w, r) for w, r, row in serving if row.nvlink_group >= t and (w, r) in v._xc
+            ]
             if need_cloud:
                 cap = sum(o.tp_capacity(t) * v.instances(o) for o in cloud)
                 c = model.add(sum(need_cloud) <= cap)
@@ -67,7 +69,7 @@ def add_capacity(
             # owned
             per_workload: dict[int, list[cp_model.LinearExprT]] = defaultdict(list)
             for w, r, row in serving:
-                if row.tp >= t and (w, r) in v._xo:
+                if row.nvlink_group >= t and (w, r) in v._xo:
                     per_workload[w].append(row.gpus * v.owned_replicas(w, r))
             for w, r, trow in training:
                 y = v.runs_owned(w, r)
@@ -328,19 +330,30 @@ def _pools_on_a_fabric(model: cp_model.CpModel, v: PlanVariables, table: Candida
     """(4d) a disaggregated workload's KV stream crosses between its pools over RDMA where its GPU is a datacenter
     part (evaluation/pools.kv_link): on cloud, prefill and decode replicas of GPU type g sit on instances whose provider
     sells a fabric between them, ``sum_{pool r: g} gpus x xc <= sum_{c: g, fabric} k_c x n[c]``; the design pays that
-    fabric's price. Owned servers pay their network share in their capital (owned.yaml ``network_usd_per_node``)."""
+    fabric's price. Owned servers pay their network share in their capital (owned.yaml ``network_usd_per_node``).
+
+    A wide-EP replica's all-to-all crosses its servers at the network per GPU its row was rated at (``b_r``): on
+    cloud it sits on instances whose fabric gives at least that per GPU (``Offering.network_gb_per_s_per_gpu``, from
+    the instance row), for each such figure ``b``: ``sum_{wide r: g, b_r >= b} gpus x xc <= sum_{c: g, nic_c >= b}
+    k_c x n[c]``, and with the pools ``sum_{pool or wide r: g} gpus x xc <= sum_{c: g, fabric} k_c x n[c]``."""
     for gid in _gpus_with_rows(table):
         g = table.gpus.get(gid)
         if g is None or g.gpu_class != "datacenter":
             continue  # workstation and consumer pools send their KV over TCP (Ethernet): no fabric asked for
-        need = [
-            row.gpus * v.cloud_replicas(wc.index, r)
+        rows = [
+            (row, v.cloud_replicas(wc.index, r))
             for wc, r, row in v.serving_rows()
-            if row.gpu_id == gid and row.role != "both" and (wc.index, r) in v._xc
+            if row.gpu_id == gid and (row.role != "both" or row.spans_servers) and (wc.index, r) in v._xc
         ]
-        if need:
-            fabric = [o.gpus_per_unit * v.instances(o) for o in table.offerings_of(gid, "cloud") if o.fabric]
-            model.add(sum(need) <= sum(fabric))
+        if not rows:
+            continue
+        offers = [o for o in table.offerings_of(gid, "cloud") if o.fabric]
+        model.add(sum(row.gpus * x for row, x in rows) <= sum(o.gpus_per_unit * v.instances(o) for o in offers))
+        for b in sorted({row.network_gb_per_s for row, _ in rows if row.spans_servers}):
+            fast = [o.gpus_per_unit * v.instances(o) for o in offers if o.network_gb_per_s_per_gpu >= b]
+            model.add(
+                sum(row.gpus * x for row, x in rows if row.spans_servers and row.network_gb_per_s >= b) <= sum(fast)
+            )
 
 
 def _define_gpu_types(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable) -> None:

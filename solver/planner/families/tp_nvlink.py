@@ -30,7 +30,8 @@ def add(ctx: FamilyContext) -> None:
 def active(table: CandidateTable) -> bool:
     for wc in table.workloads:
         for row in wc.rows:
-            if row.tp > 1 or TP_NVLINK in row.forbidding_families:
+            group = row.nvlink_group if isinstance(row, ServingRow) else row.tp
+            if group > 1 or TP_NVLINK in row.forbidding_families:
                 return True
     return False
 
@@ -45,7 +46,12 @@ def check(d: DesignFacts) -> bool:
     the enumerator's part: the facts do not say which group sits on which unit.)"""
     t = d.table
     for wc in t.workloads:
-        rows: list[ServingRow | TrainingRow] = [r for _, r in d.serving_rows(wc)]
+        serving_rows = [r for _, r in d.serving_rows(wc)]
+        for sr in serving_rows:
+            g = t.gpus.get(sr.gpu_id)
+            if TP_NVLINK in sr.forbidding_families or (g is not None and sr.nvlink_group > g.nvlink_domain):
+                return False
+        rows: list[TrainingRow] = []
         tr = d.training_row(wc)
         if tr is not None:
             a, trow = tr
