@@ -222,6 +222,18 @@ def burst_usd_per_month(replica_hours_per_period: float, usd_per_replica_hour: f
     return replica_hours_per_period * usd_per_replica_hour * HOURS_PER_MONTH / period_hours
 
 
+def plan_burst_usd_per_month(workloads: Sequence[ServingPlan | TrainingPlan]) -> float:
+    """A design's burst tier a month: each profile workload's replica-hours above its minimum, hour by hour
+    (``sum_h replicas_h - min``), priced by :func:`burst_usd_per_month` (checker, rent-vs-buy, the planner)."""
+    total = 0.0
+    for w in workloads:
+        if isinstance(w, ServingPlan) and w.autoscaler is not None:
+            a = w.autoscaler
+            hours = sum(n - a.min_replicas for n in a.replicas_by_hour)
+            total += burst_usd_per_month(hours, a.burst_usd_per_replica_hour, len(a.replicas_by_hour))
+    return total
+
+
 def costs(
     hardware: Sequence[HardwareLine],
     *,
