@@ -311,3 +311,47 @@ def _launch(catalog: Any) -> Any:
 
     path = EXAMPLES_DIR / "7b-chat-serving.yaml"
     return export_design(load_requirement(path, catalog), catalog, shared_plan(path, catalog))[0]
+
+
+# ------------------------------------------------------------------------------------------------ a trace
+
+
+def _trace(folder: Path, rates: list[float], days: int = 2, name: str = "trace.csv") -> Path:
+    """``rates`` req/s hour by hour for ``days`` days, each hour's requests evenly spaced inside it."""
+    lines = ["arrival_s,input_tokens,output_tokens"]
+    for day in range(days):
+        for h, r in enumerate(rates):
+            n = round(r * 3600)
+            lines += [f"{(day * 24 + h) * 3600 + (i + 0.5) * 3600 / n:.3f},800,250" for i in range(n)]
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_trace_is_read_into_the_hourly_profile_it_replays(tmp_path: Path, catalog: Any) -> None:
+    from clusterplan.requirement.load import load_requirement
+
+    rates = [0.05] * 8 + [0.1] * 8 + [0.2] * 8
+    _trace(tmp_path, rates)
+    doc = _doc()
+    doc["workloads"][0]["profile"] = {"kind": "daily", "trace": "trace.csv"}  # relative to the requirement
+    w = load_requirement(write_doc(tmp_path, doc), catalog).requirement.workloads[0]
+    assert w.kind == "serving" and w.profile is not None
+    assert w.profile.requests_per_s_by_hour == pytest.approx(rates)
+    assert w.requests_per_s == pytest.approx(sum(rates) / 24)
+
+
+def test_a_trace_shorter_than_the_period_is_refused_with_its_file(tmp_path: Path) -> None:
+    _trace(tmp_path, [0.05] * 5, days=1, name="short.csv")
+    doc = _doc()
+    doc["workloads"][0]["profile"] = {"kind": "daily", "trace": "short.csv"}
+    result = run_cli("validate", str(write_doc(tmp_path, doc)))
+    assert result.exit_code == 2, result.output
+    assert "short.csv" in result.output and "covers 5 hour(s) of a 24-hour period" in result.output
+
+
+def test_rates_and_a_trace_together_are_a_conflict(tmp_path: Path) -> None:
+    doc = _doc(trace="trace.csv")
+    result = run_cli("validate", str(write_doc(tmp_path, doc)))
+    assert result.exit_code == 2, result.output
+    assert "give either requests_per_s_by_hour or trace" in result.output

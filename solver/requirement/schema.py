@@ -159,8 +159,22 @@ class DemandProfile(Strict):
 
     kind: Literal["daily", "weekly"] = Field(description="daily: 24 hourly rates; weekly: 168 (Monday 00:00 first)")
     requests_per_s_by_hour: list[Annotated[float, Field(ge=0, le=MAX_PROFILE_RPS)]] = Field(
-        description="average requests/s in each hour of the period, hour 0 first"
+        description="average requests/s in each hour of the period, hour 0 first (or give trace)"
     )
+    trace: str | None = Field(
+        None,
+        max_length=4096,
+        description="a request trace (CSV arrival_s,input_tokens,output_tokens or JSON Lines, arrival_s from hour 0 "
+        "of the period), relative to the requirement file: the hourly rates are read from it instead",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_source(cls, data: Any) -> Any:
+        """Rates or a trace: a trace is read into rates when the requirement is loaded (requirement/load.py)."""
+        if isinstance(data, dict) and data.get("trace") is not None and data.get("requests_per_s_by_hour") is not None:
+            raise ValueError("give either requests_per_s_by_hour or trace, not both")
+        return data
 
     @model_validator(mode="after")
     def _length(self) -> DemandProfile:
