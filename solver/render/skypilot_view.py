@@ -62,7 +62,7 @@ def task(t: CloudTask) -> dict[str, Any]:
         out["run"] = options + " ".join(shlex.quote(a) for a in launch_argv(x, OPTIONS_FILE)) + "\n"
         if t.max_replicas is not None:  # a SkyServe service: its replicas between the autoscaler's bounds
             resources["ports"] = replica_port(x, 0)
-            policy = {"min_replicas": t.min_replicas, "max_replicas": t.max_replicas}
+            policy: dict[str, float | None] = {"min_replicas": t.min_replicas, "max_replicas": t.max_replicas}
             policy["target_qps_per_replica"] = round(t.target_qps_per_replica or 0.0, 3)
             out["service"] = {"readiness_probe": "/health", "replica_policy": policy}
     return out

@@ -53,7 +53,11 @@ def burst_terms(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable
     total: Terms = []
     h_months = table.limits.horizon_months
     for wc in table.workloads:
-        rows = [(r, row, x) for r, row in enumerate(wc.rows) if (x := v.burst_replicas(wc.index, r)) is not None]
+        if not wc.is_serving:
+            continue
+        rows = [
+            (r, row, x) for r, row in enumerate(wc.serving_rows()) if (x := v.burst_replicas(wc.index, r)) is not None
+        ]
         if not rows:
             continue
         w = wc.index
