@@ -355,3 +355,9 @@ def test_rates_and_a_trace_together_are_a_conflict(tmp_path: Path) -> None:
     result = run_cli("validate", str(write_doc(tmp_path, doc)))
     assert result.exit_code == 2, result.output
     assert "give either requests_per_s_by_hour or trace" in result.output
+
+
+def test_a_sweep_of_demand_over_a_profile_is_refused_saying_why() -> None:
+    result = run_cli("sweep", str(PROFILE_EXAMPLE), "--vary", "demand=0.5..2", "--steps", "2")
+    assert result.exit_code == 2, result.output
+    assert "gives a demand profile" in result.output
