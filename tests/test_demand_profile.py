@@ -361,3 +361,21 @@ def test_a_sweep_of_demand_over_a_profile_is_refused_saying_why() -> None:
     result = run_cli("sweep", str(PROFILE_EXAMPLE), "--vary", "demand=0.5..2", "--steps", "2")
     assert result.exit_code == 2, result.output
     assert "gives a demand profile" in result.output
+
+
+def test_an_owned_base_bursts_to_the_cloud() -> None:
+    """Owned servers hold the base; the cloud rents the burst by the hour. An owned 1-GPU server at $9,000 and 1 kW
+    ($73 a month of energy) is $323 a month over 36 months: worth holding for a replica needed 16 hours a day ($487 of
+    burst), not for one needed 8 ($243), so the base is 2 of the 4 at peak (and a brute force over every base agrees)."""
+    from conftest import owned
+
+    t = _table(LEVELS, owned("a", 1, 9000.0))
+    d = _design(t)
+    per_month = 9000.0 / 36 + 73.0
+    base, usd = _brute_force(LEVELS, per_month / HOURS_PER_MONTH)
+    a = _serving(d).autoscaler
+    assert a is not None and a.burst_offering == "cloud:a:1"
+    assert (a.min_replicas, a.max_replicas) == (base, 4) and base == 2
+    g = _serving(d).groups[0]
+    assert (g.owned_replicas, g.cloud_replicas, g.burst_replicas) == (2, 0, 2)
+    assert d.costs.monthly_usd == pytest.approx(usd - 2 * 9000.0 / 36, abs=0.01)  # capital is not monthly
