@@ -379,3 +379,13 @@ def test_an_owned_base_bursts_to_the_cloud() -> None:
     g = _serving(d).groups[0]
     assert (g.owned_replicas, g.cloud_replicas, g.burst_replicas) == (2, 0, 2)
     assert d.costs.monthly_usd == pytest.approx(usd - 2 * 9000.0 / 36, abs=0.01)  # capital is not monthly
+
+
+@pytest.mark.slow
+def test_the_report_of_a_profile_has_no_demand_sweep_and_states_the_fleet_over_the_day(tmp_path: Path) -> None:
+    """The review's what-if axis would scale one demand figure; a profile has 24, so it sweeps nothing (the report ran
+    the sweep and failed on the refusal before)."""
+    out = tmp_path / "review.md"
+    result = run_cli("report", str(PROFILE_EXAMPLE), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "1 replicas every hour, 3 at the peak hour" in out.read_text(encoding="utf-8")
