@@ -389,3 +389,15 @@ def test_the_report_of_a_profile_has_no_demand_sweep_and_states_the_fleet_over_t
     result = run_cli("report", str(PROFILE_EXAMPLE), "-o", str(out))
     assert result.exit_code == 0, result.output
     assert "1 replicas every hour, 3 at the peak hour" in out.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_estimate_refuses_a_design_with_burst_rather_than_price_it_held_all_month(tmp_path: Path) -> None:
+    """estimate --design pins replicas for the whole month: on a profile design it gave $143,881 for the held
+    replica alone, where solve's total is $191,524.65. It says why instead."""
+    plan = tmp_path / "plan.json"
+    solved = run_cli("solve", str(PROFILE_EXAMPLE), "--json", "--top", "1")
+    assert solved.exit_code == 0
+    plan.write_text(solved.stdout, encoding="utf-8")
+    result = run_cli("estimate", str(PROFILE_EXAMPLE), "--design", str(plan))
+    assert result.exit_code != 0 and "burst replica(s) by the hour" in result.output

@@ -32,8 +32,8 @@ from conftest import EXAMPLES, EXAMPLES_DIR, ROOT, run_cli, shared_plan
 # Design 1 of this requirement is an MoE expert-parallel layout (EP with attention data-parallel).
 EP_CASE = ROOT / "tests" / "data" / "requirements" / "mixtral-h100-ep.yaml"
 # A demand profile's burst replicas are rented by the hour: a pinned layout (flags or --design) names replicas held
-# for the whole month, so `estimate` cannot express that design yet (its burst tier is priced in solve, the checker
-# and rent-vs-buy, all through pricing.plan_burst_usd_per_month).
+# for the whole month, so `estimate` cannot express that design yet and --design refuses it (test_demand_profile.py;
+# the burst is priced in solve, the checker and rent-vs-buy, all through pricing.plan_burst_usd_per_month).
 PINNABLE = [p for p in EXAMPLES if "profile:" not in p.read_text()]
 SHARED_CASES = sorted((ROOT.parent / "shared" / "cases").glob("*.yaml"))
 POOLED_70B = "70b-serving-pools"  # the 70B example with disaggregation: required (written per test)
