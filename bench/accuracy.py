@@ -11,6 +11,7 @@ capture; they stay in the table and in the "all" figures, and are reported apart
     python bench/accuracy.py                 # the table and the summary (in sample, seconds)
     python bench/accuracy.py --markdown docs/accuracy.md --write-errors   # leads with leave one source out (minutes)
     python bench/accuracy.py --loso          # print the leave-one-source-out figures
+    python bench/accuracy.py --loso --framework-rate torchtune   # ... with that framework's achieved rate fitted
     python bench/accuracy.py --check-factors # each fitted factor against its unfitted value, out of source (tens
                                              # of minutes; writes bench/data/factor-check.json, --markdown reads it)
     python bench/accuracy.py --fit           # refit the named factors (prints values for factors.py)
@@ -36,13 +37,14 @@ import re
 import statistics
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.load import Catalog, load_catalog, shipped_frameworks
 from clusterplan.catalog.schema import GpuClass, GpuSpec, ModelArchitecture
 from clusterplan.evaluation.evaluate import training_job
 from clusterplan.physics import memory, params, serving, training
@@ -55,6 +57,13 @@ from clusterplan.physics.types import ServingEstimate
 from clusterplan.requirement.schema import FinetuneWorkload, MemoryOption, TrainingWorkload
 
 ENGINES = engine_profiles()  # catalog/engines.yaml
+REFERENCE_FRAMEWORK = "megatron-lm"  # training_mfu's framework: the others' achieved_rate is relative to it
+# Frameworks whose achieved_rate is fitted; the others keep the reference's 1.0. None: a rate of its own for
+# llm-foundry or torchtune (the two other frameworks with unflagged runs) made the training rows worse out of source
+# (`--loso --framework-rate llm-foundry`: median 5.7% -> 7.0%, above 1,024 GPUs 6.7% -> 20.6%; torchtune 5.7% ->
+# 6.9%): with one source each, the factor only decouples their rows from training_mfu and the Hopper share, which
+# Megatron-LM's held-out rows then lose.
+FRAMEWORK_RATE_FITTED: tuple[str, ...] = ()
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 MEASUREMENT_FILES = (DATA / "measurements.yaml", DATA / "measurements-added.yaml")
@@ -497,18 +506,20 @@ def _serving(
     return _scale_weights(est, s.quant, s.weight_bits, a)
 
 
-def _training_workload(t: TrainingSetting, dp: int) -> TrainingWorkload | FinetuneWorkload:
+def _training_workload(t: TrainingSetting, dp: int, framework: str) -> TrainingWorkload | FinetuneWorkload:
+    """The run as a workload on its own framework (the setting's ``engine``), so its rates and overlaps apply."""
     tokens_per_step = t.batch * t.grad_accum * dp * t.seq_len
     if t.method == "full" and t.precision != "fp16":
         return TrainingWorkload(
             kind="training", tokens=1e12, deadline=1e9, sequence_length=t.seq_len,
             global_batch_tokens=tokens_per_step, precision=t.precision, activation_recompute=t.recompute,
+            framework=framework,
         )  # fmt: skip
     precision: Literal["bf16", "fp16"] = "fp16" if t.precision == "fp16" else "bf16"
     return FinetuneWorkload(
         kind="finetune", method=t.method, lora_rank=t.lora_rank, tokens=1e12, deadline=1e9,
         sequence_length=t.seq_len, global_batch_tokens=tokens_per_step, precision=precision,
-        activation_recompute=t.recompute,
+        activation_recompute=t.recompute, framework=framework,
     )  # fmt: skip
 
 
@@ -533,10 +544,12 @@ def _max_batch_by_memory(
 
 
 def predict(
-    m: Measurement, s: Setting, catalog: Catalog, a: Assumptions, memory_cache: dict[str, int] | None = None
-) -> tuple[float, str]:
+    m: Measurement, s: Setting, catalog: Catalog, a: Assumptions, memory_cache: dict[str, int] | None = None,
+    framework_rate: float | None = None,
+) -> tuple[float, str]:  # fmt: skip
     """The model's figure for one measurement, in the units of :func:`measured_value`, and a short detail
-    (``memory_cache``: :func:`_max_batch_by_memory`)."""
+    (``memory_cache``: :func:`_max_batch_by_memory`; ``framework_rate``: the training framework's achieved rate in
+    place of catalog/frameworks.yaml's, for fitting)."""
     gpu = catalog.gpu(s.gpu or m.gpu)
     arch = model_of(m, s, catalog)
     gpus = m.gpu_count
@@ -597,8 +610,11 @@ def predict(
     if t is None:
         raise ValueError(f"{m.id}: scenario {s.scenario} needs a training block")
     dp = gpus // (m.tp * m.pp * t.cp)
+    job = training_job(_training_workload(t, dp, s.engine))
+    if framework_rate is not None:  # a fit's value in place of the catalog's (FactorSet.framework_rate)
+        job = replace(job, framework=replace(job.framework, achieved_rate=framework_rate))
     est_t = training.estimate_training(
-        arch, gpu, job=training_job(_training_workload(t, dp)),
+        arch, gpu, job=job,
         layout=Layout(tp=m.tp, pp=m.pp, cp=t.cp, virtual_stages=t.virtual_stages, recompute=t.recompute),
         settings=TrainingSettings(dp=dp, zero_stage=t.zero, micro_batch=t.batch,
                                   memory_plan=MemoryPlan.of(t.memory_options)),
@@ -640,7 +656,8 @@ def evaluate(
         measured, unit = measured_value(m)
         gpu = catalog.gpu(s.gpu or m.gpu)
         a_row = factors.assumptions(s, gpu.host_cpu) if factors is not None else assumptions_for(s, base)
-        predicted, detail = predict(m, s, catalog, a_row, memory_cache)
+        rate = factors.framework_rate.get(s.engine) if factors is not None else None
+        predicted, detail = predict(m, s, catalog, a_row, memory_cache, framework_rate=rate)
         kind = KIND_OF.get(s.scenario) or ("serving throughput" if s.statistic == "throughput" else "latency")
         row = Row(
             id=m.id, kind=kind, scenario=s.scenario, engine=s.engine, gpu_class=gpu.gpu_class,
@@ -673,6 +690,11 @@ class FactorSet(BaseModel):
         default_factory=dict,
         description="engine -> host CPU -> host_time_per_sequence_layer_s (catalog/engines.yaml; TensorRT-LLM's)",
     )
+    framework_rate: dict[str, float] = Field(
+        default_factory=dict,
+        description="training framework -> achieved_rate, its share of the reference framework's (Megatron-LM's) "
+        "achieved compute rate (catalog/frameworks.yaml)",
+    )
 
     @classmethod
     def shipped(cls) -> FactorSet:
@@ -690,6 +712,7 @@ class FactorSet(BaseModel):
                 for name, profile in ENGINES.items()
                 if any(profile.host_time_per_sequence_layer_s.model_dump().values())
             },
+            framework_rate={spec.id: spec.achieved_rate for spec in shipped_frameworks().values()},
         )
 
     def assumptions(self, setting: Setting, host_cpu: str | None = None) -> Assumptions:
@@ -736,9 +759,9 @@ class Knob(BaseModel):
         return ".".join(self.path)
 
 
-def knobs_with_data(rows: list[Row]) -> list[Knob]:
+def knobs_with_data(rows: list[Row], frameworks: Iterable[str] = FRAMEWORK_RATE_FITTED) -> list[Knob]:
     """Every factor some unflagged measurement depends on: per engine and GPU class, per training class, Hopper and
-    Blackwell."""
+    Blackwell, and the achieved rate of each training framework of ``frameworks`` with unflagged runs."""
     clean = [r for r in rows if not r.flagged]
     out: list[Knob] = []
     for engine in ENGINES:
@@ -762,6 +785,11 @@ def knobs_with_data(rows: list[Row]) -> list[Knob]:
         out.append(Knob(path=("architecture_compute_fraction", "Blackwell"), lo=0.3, hi=1.0))
     if any(r.kind == "training throughput" and _family(r.gpu) == "Hopper" for r in clean):
         out.append(Knob(path=("architecture_training_fraction", "Hopper"), lo=0.4, hi=1.0))
+    # A framework's achieved rate against the reference's (training_mfu is fitted with Megatron-LM's at 1.0), where
+    # unflagged runs of it exist; only those that help out of source ship (catalog/frameworks.yaml achieved_rate).
+    for framework in sorted({r.engine for r in clean if r.kind == "training throughput"} - {REFERENCE_FRAMEWORK}):
+        if framework in frameworks:
+            out.append(Knob(path=("framework_rate", framework), lo=0.5, hi=1.5))
     return out
 
 
@@ -847,6 +875,8 @@ def knob_rows(knob: Knob, rows: list[Row], fs: FactorSet, host_of: dict[str, str
         return {r.id for r in training_rows if r.gpu_class == rest[0]}
     if group == "architecture_training_fraction":
         return {r.id for r in training_rows if r.architecture == rest[0]}
+    if group == "framework_rate":
+        return {r.id for r in training_rows if r.engine == rest[0]}
     own = rest[0] in fs.architecture_training_fraction
     return {r.id for r in (serving if own else timed) if r.architecture == rest[0]}
 
@@ -854,13 +884,13 @@ def knob_rows(knob: Knob, rows: list[Row], fs: FactorSet, host_of: dict[str, str
 HOST_TIME_BOUNDS_S = (5e-8, 5e-6)  # 0.05-5 us per sequence and layer: Python bookkeeping, a wide bound either side
 
 
-def fitted_knobs(rows: list[Row]) -> list[Knob]:
+def fitted_knobs(rows: list[Row], frameworks: Iterable[str] = FRAMEWORK_RATE_FITTED) -> list[Knob]:
     """Every factor fitted on these measurement rows: :func:`knobs_with_data` and TensorRT-LLM's host time per host
     CPU (catalog/engines.yaml; fitted on the perf-overview rows by hand until now). The kernel-table factors
     (bench/gemm_knee_fit.py, bench/moe_kernel_fit.py, physics/kernels.py's GEMM shape fit) read no measurement
     row, so leaving a source out cannot move them."""
     clean = [r for r in rows if not r.flagged]
-    out = knobs_with_data(rows)
+    out = knobs_with_data(rows, frameworks)
     hosts = {r.gpu: load_catalog([]).gpu(r.gpu).host_cpu for r in clean}
     for host in sorted({hosts[r.gpu] for r in clean if r.engine == "tensorrt-llm"}):
         out.append(Knob(path=("host_time", "tensorrt-llm", host), lo=HOST_TIME_BOUNDS_S[0], hi=HOST_TIME_BOUNDS_S[1]))
@@ -886,6 +916,7 @@ UNFITTED: dict[str, float | None] = {
     "training_mfu": 1.0,
     "architecture_compute_fraction": 1.0,
     "architecture_training_fraction": None,  # not listed: training takes architecture_compute_fraction
+    "framework_rate": 1.0,  # the reference framework's rate
 }
 
 
@@ -1260,13 +1291,15 @@ def out_of_source_section(
 
 
 def out_of_source(
-    measurements: list[Measurement], settings: dict[str, Setting], rows: list[Row], *, check: bool = True
-) -> tuple[OutOfSource, dict[str, float], list[FactorCheck]]:
-    """The leave-one-source-out rows, the 40%-MFU rule's training figures and (``check``) the per-factor check."""
+    measurements: list[Measurement], settings: dict[str, Setting], rows: list[Row], *, check: bool = True,
+    frameworks: Iterable[str] = FRAMEWORK_RATE_FITTED,
+) -> tuple[OutOfSource, dict[str, float], list[FactorCheck]]:  # fmt: skip
+    """The leave-one-source-out rows, the 40%-MFU rule's training figures and (``check``) the per-factor check;
+    ``frameworks``: the training frameworks whose achieved rate is fitted (:data:`FRAMEWORK_RATE_FITTED`)."""
     catalog = load_catalog()
     data = FitData(catalog, measurements, settings)
     fs = FactorSet.shipped()
-    knobs = fitted_knobs(rows)
+    knobs = fitted_knobs(rows, frameworks)
     held = leave_one_source_out(data, rows, knobs, fs, in_sample=False)
     by_id = {m.id: m for m in measurements}
     rule = {r.id: mfu_rule(by_id[r.id], settings[r.id], catalog) for r in rows if r.kind == "training throughput"}
@@ -1275,6 +1308,49 @@ def out_of_source(
 
 
 CHECK_FILE = DATA / "factor-check.json"  # written by --check-factors (minutes), read by --markdown
+
+
+def framework_rate_section(
+    measurements: list[Measurement], settings: dict[str, Setting], rows: list[Row], rule: dict[str, float]
+) -> list[str]:
+    """Per training framework with unflagged runs besides the reference: the training rows out of source with the
+    shipped factors and with that framework's achieved rate fitted too (``--framework-rate``), all and per scale
+    band. A rate ships in catalog/frameworks.yaml only where it helps (:data:`FRAMEWORK_RATE_FITTED`)."""
+    data = FitData(load_catalog(), measurements, settings)
+    fs = FactorSet.shipped()
+    training_rows = [r for r in rows if r.kind == "training throughput"]
+    only = {r.id for r in training_rows}
+    host_of = {r.gpu: data.catalog.gpu(r.gpu).host_cpu for r in rows}
+
+    def held(frameworks: tuple[str, ...]) -> list[Row]:
+        knobs = [k for k in fitted_knobs(rows, frameworks) if knob_rows(k, rows, fs, host_of) & only]
+        return leave_one_source_out(data, rows, knobs, fs, only=only, in_sample=False).rows
+
+    def cells(out: list[Row]) -> list[str]:
+        figures = group_figures(training_rows, out, lambda r: "all", rule)
+        figures += group_figures(training_rows, out, lambda r: _band(r.gpus), rule)
+        return [f"{f.out_median:.1%} / {f.out_worst:.2f}x, {f.closer_than_rule} of {f.cases}" for f in figures]
+
+    bands = ["all"] + [label for label, _, _ in BANDS]
+    fitted = tuple(FRAMEWORK_RATE_FITTED)
+    out = [
+        "",
+        "### Does a training framework earn an achieved rate of its own?",
+        "",
+        "`training_mfu` is fitted with Megatron-LM's rate as the reference (catalog/frameworks.yaml `achieved_rate` "
+        "1.0). For each other framework with unflagged training runs, the training rows out of source (median / "
+        "worst, runs closer than the 40%-MFU rule) with the shipped factors and with that framework's achieved rate "
+        "fitted beside them (`python bench/accuracy.py --loso --framework-rate FRAMEWORK`). A rate ships only where it "
+        f"helps; shipped: {', '.join(fitted) or 'none'}.",
+        "",
+        "| factors | " + " | ".join(bands) + " |",
+        "|---|" + "---:|" * len(bands),
+        "| shipped | " + " | ".join(cells(held(fitted))) + " |",
+    ]
+    clean = {r.engine for r in training_rows if not r.flagged} - {REFERENCE_FRAMEWORK, *fitted}
+    for framework in sorted(clean):
+        out.append(f"| + `{framework}` rate | " + " | ".join(cells(held((*fitted, framework)))) + " |")
+    return out
 
 
 def read_checks(path: Path = CHECK_FILE) -> list[FactorCheck]:
@@ -1739,6 +1815,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--loso", action="store_true", help="print the leave-one-source-out figures (--markdown and --write-errors do)"
     )
+    parser.add_argument(
+        "--framework-rate",
+        action="append",
+        default=None,
+        metavar="FRAMEWORK",
+        help="also fit this training framework's achieved rate (repeatable; to test one before it ships in "
+        "catalog/frameworks.yaml)",
+    )
     args = parser.parse_args(argv)
     warning = shared_copy_warning()
     if warning:
@@ -1761,11 +1845,15 @@ def main(argv: list[str] | None = None) -> int:
     lead: list[str] = []
     as_of = args.as_of or datetime.datetime.now(datetime.UTC).date().isoformat()
     if args.write_errors or args.markdown or args.loso or args.check_factors:
-        held, rule, checks = out_of_source(measurements, settings, rows, check=args.check_factors)
+        frameworks = tuple(args.framework_rate or FRAMEWORK_RATE_FITTED)
+        held, rule, checks = out_of_source(
+            measurements, settings, rows, check=args.check_factors, frameworks=frameworks
+        )
         if args.check_factors:
             write_checks(checks, as_of)
             print(f"wrote {CHECK_FILE}", file=sys.stderr)
         lead = out_of_source_section(rows, held, rule, checks)
+        lead += framework_rate_section(measurements, settings, rows, rule)
         if args.loso:
             print("\n".join(lead))
     if args.write_errors:

@@ -53,20 +53,72 @@ from clusterplan.console import (  # noqa: E402
 if TYPE_CHECKING:
     from typer import _click  # the click typer vendors: the types TyperGroup's methods take
 
-# Every command by name, as its module registered it (commands first, then command groups, as typer lists them).
-_COMMANDS: dict[str, CommandInfo | TyperInfo] = {}
+# Every command by name and the module of clusterplan.commands that registers it, in the order ``--help`` lists them
+# (commands, then command groups). A module is imported only when one of its commands runs or a help page lists it
+# (~15 ms of a ``solve`` went to importing and registering the other ten); tests/test_imports.py holds this table
+# to what the modules register.
+COMMAND_MODULES: dict[str, str] = {
+    "calibrate": "calibrate",
+    "compare": "compare",
+    "estimate": "estimate",
+    "export": "export",
+    "rent-vs-buy": "rent_vs_buy",
+    "report": "report",
+    "solve": "solve",
+    "sweep": "sweep",
+    "frontier": "sweep",
+    "validate": "validate",
+    "schema": "validate",
+    "catalog": "catalog",
+}
+_REGISTERED: dict[str, dict[str, CommandInfo | TyperInfo]] = {}  # per module: its commands by name
+
+
+def registered(module: str) -> dict[str, CommandInfo | TyperInfo]:
+    """The commands and command groups one module of ``clusterplan.commands`` registers, by name (imported once)."""
+    found = _REGISTERED.get(module)
+    if found is None:
+        import importlib
+
+        # Each module registers on a Typer of its own; the root group (_Commands) builds a command when it is used.
+        holder = typer.Typer()
+        importlib.import_module(f"clusterplan.commands.{module}").register(holder)
+        found = {}
+        for command in holder.registered_commands:
+            assert command.callback is not None
+            found[command.name or typer.main.get_command_name(command.callback.__name__)] = command
+        for group in holder.registered_groups:
+            assert group.name, "a command group needs a name"
+            found[group.name] = group
+        _REGISTERED[module] = found
+    return found
+
+
+def _command_info(name: str) -> CommandInfo | TyperInfo | None:
+    module = COMMAND_MODULES.get(name)
+    return None if module is None else registered(module).get(name)
+
+
+@contextlib.contextmanager
+def _one_line_on_interrupt() -> Iterator[None]:
+    """A Ctrl-C within the block ends the command with its one line and exit 130 (typer's own ending says nothing)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        report_interruption(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 class _Commands(TyperGroup):
-    """The root group: a command's click form (its options read from its signature) is built only when it runs or a
-    help page lists it, not every command's on every start (~20 ms of a ``solve``)."""
+    """The root group: a command's module is imported and its click form (its options read from its signature) built
+    only when it runs or a help page lists it, not every command's on every start."""
 
     def list_commands(self, ctx: _click.Context) -> list[str]:
-        return list(_COMMANDS)
+        return list(COMMAND_MODULES)
 
     def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
-        info = _COMMANDS.get(cmd_name)
-        if cmd_name not in self.commands and info is not None:
+        info = _command_info(cmd_name) if cmd_name not in self.commands else None
+        if info is not None:
             built = (
                 typer.main.get_command_from_info(
                     info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
@@ -82,11 +134,24 @@ class _Commands(TyperGroup):
             self.add_command(built, cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    # Typer ends a Ctrl-C it catches with 130 and no word. The modules a command needs load while its options are
+    # parsed (typer imports pydantic there) and while it is looked up and invoked (its module, its body's imports
+    # before its guard), so a Ctrl-C while a command starts comes this way: the one line, as everywhere else.
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: _click.Context | None = None, **extra: Any
+    ) -> _click.Context:
+        with _one_line_on_interrupt():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: _click.Context) -> Any:
+        with _one_line_on_interrupt():
+            return super().invoke(ctx)
+
     def resolve_command(
         self, ctx: _click.Context, args: list[str]
     ) -> tuple[str | None, _click.Command | None, list[str]]:
-        if args and args[0] not in _COMMANDS:
-            for name in _COMMANDS:  # no such command: typer's "did you mean" reads the names of the built ones
+        if args and args[0] not in COMMAND_MODULES:
+            for name in COMMAND_MODULES:  # no such command: typer's "did you mean" reads the names of the built ones
                 self.get_command(ctx, name)
         return super().resolve_command(ctx, args)
 
@@ -115,30 +180,6 @@ def _root(
     """Plan GPU clusters from a declarative requirement."""
     safe_streams()  # again here: in-process callers (tests) replace the streams after start-up
     state["debug"] = debug
-
-
-def _register_commands() -> None:
-    import importlib
-    import pkgutil
-
-    import clusterplan.commands as commands
-
-    # Each module registers on a Typer of its own; the root group (_Commands) builds a command when it is used.
-    holder = typer.Typer()
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"clusterplan.commands.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(holder)
-    for command in holder.registered_commands:
-        assert command.callback is not None
-        _COMMANDS[command.name or typer.main.get_command_name(command.callback.__name__)] = command
-    for group in holder.registered_groups:
-        assert group.name, "a command group needs a name"
-        _COMMANDS[group.name] = group
-
-
-_register_commands()
 
 
 # Allocations between two collections of the youngest generation in a command (Python's default: 700).

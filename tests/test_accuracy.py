@@ -460,3 +460,22 @@ def test_model_error_is_the_out_of_source_error() -> None:
     from clusterplan.evaluation.uncertainty import model_error
 
     assert "out of source" in model_error().source
+
+
+def test_a_framework_rate_moves_only_its_own_training_rows() -> None:
+    """--framework-rate fits a training framework's achieved rate (catalog/frameworks.yaml): it moves that
+    framework's rows and no other's, and it is fitted only when asked (none ships: none helped out of source)."""
+    catalog = accuracy.load_catalog()
+    settings = accuracy.load_settings()
+    training = [m for m in accuracy.load_measurements() if settings[m.id].scenario == "training"]
+    fs = accuracy.FactorSet.shipped()
+    base = {r.id: r for r in accuracy.evaluate(catalog, measurements=training, settings=settings, factors=fs)}
+    assert not [k for k in accuracy.knobs_with_data(list(base.values())) if k.path[0] == "framework_rate"]
+    knob = next(
+        k for k in accuracy.knobs_with_data(list(base.values()), ("torchtune",)) if k.path[0] == "framework_rate"
+    )
+    assert knob.label == "framework_rate.torchtune"
+    slower = accuracy.evaluate(catalog, measurements=training, settings=settings, factors=knob.set(fs, 0.5))
+    moved = {r.id for r in slower if abs(r.predicted / base[r.id].predicted - 1) > 1e-9}
+    said = accuracy.knob_rows(knob, list(base.values()), fs, {})
+    assert moved and moved == said == {r.id for r in base.values() if r.engine == "torchtune"}

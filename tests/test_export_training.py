@@ -380,12 +380,13 @@ def test_training_skypilot_and_kubernetes_files_run_no_injected_command(catalog:
 
 
 def test_export_writes_the_framework_the_plan_assumed(catalog: Catalog) -> None:
-    """The framework comes from the plan, not from the method: a plan on torchtitan gets no Megatron-LM launch but a
-    refusal naming the frameworks export writes; a plan that names none (written before frameworks were data)
-    takes its method's default."""
-    titan = _training(catalog, _plan(framework="torchtitan"))
-    assert titan.refusals == (
-        FrameworkCannotRun(framework="torchtitan", feature="launcher", value="Megatron-LM and torchtune"),
-    )
+    """The framework comes from the plan, not from the method: a plan on torchtitan gets torchtitan's launch (an
+    alias names its framework), one on a framework export has no launch for a refusal naming the frameworks it
+    writes; a plan that names none (written before frameworks were data) takes its method's default."""
+    titan = _training(catalog, _plan(framework="torchtitan", zero_stage=2))
+    assert titan.framework == "torchtitan" and titan.refusals == ()
+    assert _training(catalog, _plan(framework="titan", zero_stage=2)).framework == "torchtitan"  # an alias
+    unknown = _training(catalog, _plan(framework="colossalai"))
+    assert [(r.feature, r.framework) for r in unknown.refusals] == [("launcher", "colossalai")]
     assert _training(catalog, _plan(framework="")).framework == "megatron-lm"
     assert _training(catalog, _plan(framework="megatron-lm")).refusals == ()

@@ -73,6 +73,34 @@ def test_command_keeps_heavy_imports_off(args: list[str], banned: tuple[str, ...
     assert not modules & set(banned), f"clusterplan {args[0]} imported {sorted(modules & set(banned))}"
 
 
+_SOLVE_ONLY = """
+import contextlib, io, json, sys
+from clusterplan.cli import run
+with contextlib.redirect_stdout(io.StringIO()):
+    code = run(json.loads(sys.argv[1]))
+print("MODULES " + json.dumps({"code": code, "all": sorted(sys.modules)}))
+"""
+
+
+@pytest.mark.slow
+def test_solve_imports_only_its_own_command_and_writer() -> None:
+    """``solve --json`` imports its own command module and the JSON writer: not the other commands' modules (issue
+    33: ~15 ms of every start), not the terminal table nor rich's tables."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SOLVE_ONLY, json.dumps(["solve", str(example("7b-chat-serving")), "--json"])],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+    )  # fmt: skip
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES ")), None)
+    assert line is not None, proc.stderr[-2000:]
+    found = json.loads(line.removeprefix("MODULES "))
+    assert found["code"] == 0
+    modules = set(found["all"])
+    commands = {m for m in modules if m.startswith("clusterplan.commands.")}
+    assert commands == {"clusterplan.commands.solve", "clusterplan.commands.options"}
+    assert "clusterplan.render.jsonout" in modules
+    assert not modules & {"clusterplan.render.table", "clusterplan.render.plan_markdown", "rich.table"}
+
+
 @pytest.mark.slow
 def test_probe_sees_the_solver_import() -> None:
     """The probe itself works: a solve does import CP-SAT (else every case above would pass vacuously)."""
@@ -101,6 +129,17 @@ def test_commands_are_built_when_used_and_all_listed() -> None:
             register(holder)
     expected = {typer.main.get_command_name(c.callback.__name__) for c in holder.registered_commands if c.callback}
     expected |= {g.name for g in holder.registered_groups if g.name}
+
+    # The CLI's table of which module registers each command is what the modules register.
+    from clusterplan.cli import COMMAND_MODULES, registered
+
+    for info in pkgutil.iter_modules(commands.__path__):
+        for name in (
+            registered(info.name)
+            if hasattr(importlib.import_module(f"clusterplan.commands.{info.name}"), "register")
+            else ()
+        ):
+            assert COMMAND_MODULES.get(name) == info.name, name
 
     group = typer.main.get_command(app)
     ctx = typer.Context(group)

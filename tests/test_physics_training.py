@@ -124,3 +124,24 @@ def test_a_workload_reaches_the_physics_as_the_training_job_evaluation_builds() 
     job = training_job(qlora)
     assert (job.method, job.lora_rank, job.sequence_length, job.global_batch_tokens) == ("qlora", 8, 2048, 65536)
     assert (training_job(PRETRAIN).method, training_job(PRETRAIN).lora_rank) == ("full", 0)
+
+
+def test_the_framework_sets_the_compute_rate_and_what_it_overlaps() -> None:
+    """The framework a run names reaches the physics: its achieved rate scales the compute, a framework without TP
+    comm overlap (DeepSpeed) leaves the TP collectives exposed, one without DP overlap its gradient reduction."""
+    from dataclasses import replace
+
+    from clusterplan.physics.training_job import FrameworkRates
+
+    def run(rates: FrameworkRates) -> TrainingEstimate:
+        job = replace(training_job(PRETRAIN), framework=rates)
+        return estimate_training(LLAMA2_70B, H100, job=job, layout=Layout(tp=8, pp=1, recompute="full"),
+                                 settings=TrainingSettings(dp=16, zero_stage=1, micro_batch=1),
+                                 nodes_gpus_per_node=8, assumptions=A)  # fmt: skip
+
+    megatron = run(FrameworkRates())
+    assert training_job(PRETRAIN).framework == FrameworkRates()  # pretraining defaults to Megatron-LM
+    deepspeed = training_job(PRETRAIN.model_copy(update={"framework": "deepspeed"})).framework
+    assert run(deepspeed).exposed_tp_s > 2 * megatron.exposed_tp_s
+    assert run(FrameworkRates(dp_comm_overlap=False)).exposed_dp_s > megatron.exposed_dp_s
+    assert run(FrameworkRates(achieved_rate=0.5)).compute_time_s == pytest.approx(2 * megatron.compute_time_s)

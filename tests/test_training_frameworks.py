@@ -114,3 +114,35 @@ def test_a_pinned_layout_the_framework_cannot_run_is_a_located_input_error() -> 
     rendered = str(err.value.render())
     assert "r.yaml:8:5: workloads[0].virtual_stages: 2 virtual stages; torchtune runs no such layout" in rendered
     assert "context_parallel" not in rendered  # torchtune's recipes have context_parallel_dim
+
+
+def test_torchtitan_pipelined_layouts_shard_with_fsdp_as_zero_1() -> None:
+    """torchtitan runs FSDP2 beside pipeline stages; the schedule keeps each stage whole for the step (ZeRO 1), so its
+    pipelined layouts are searched sharded, never replicated; DeepSpeed's pipeline engine stays at ZeRO 0-1."""
+    catalog = load_catalog()
+    titan = framework_space(catalog.framework("torchtitan"), ["none", "full"], "full")
+    assert titan.zeros(4, "full") == (1,)  # its DDP runs alone: with stages, always FSDP2
+    assert titan.zeros(1, "full") == (0, 2, 3)  # without stages: DDP or FSDP2, never a bare distributed optimizer
+    assert titan.zeros(1, "full", tp=2) == (2, 3)  # its DDP runs alone: beside TP, FSDP2 only
+    assert not any(r.feature == "zero" for r in titan.left_out)
+    assert framework_space(catalog.framework("deepspeed"), ["none"], "full").zeros(4, "full") == (0, 1)
+
+
+@pytest.mark.slow
+def test_a_torchtitan_plan_can_pipeline_a_sharded_model() -> None:
+    rows = _table(load_catalog(), "full", "    framework: torchtitan\n").training_rows()
+    piped = [r for r in rows if r.pp > 1]
+    assert piped and all(r.zero_stage == 1 for r in piped)  # FSDP2 beside the stages: state sharded
+    assert all(r.zero_stage != 1 for r in rows if r.pp == 1)  # no bare distributed optimizer without them
+    assert all(r.zero_stage >= 1 for r in rows if r.tp * r.cp * r.pp > 1)  # its DDP runs alone
+
+
+def test_each_framework_names_its_rates_and_overlaps() -> None:
+    """Every shipped framework carries the rates the physics reads (catalog/frameworks.yaml): none has a fitted
+    achieved rate of its own (none helped out of source), and DeepSpeed's TP collectives are not overlapped."""
+    from clusterplan.evaluation.evaluate import framework_rates
+
+    rates = {name: framework_rates(name) for name in load_catalog().frameworks}
+    assert {r.achieved_rate for r in rates.values()} == {1.0}
+    assert not rates["deepspeed"].tp_comm_overlap and rates["megatron-lm"].tp_comm_overlap
+    assert framework_rates("nemo") == rates["megatron-lm"]  # an alias

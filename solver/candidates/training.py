@@ -301,6 +301,8 @@ class FrameworkSpace:
     recompute_layers: bool  # full recompute of a chosen number of a stage's layers; False: every layer
     left_out: tuple[FrameworkLacks, ...]
     no_memory_options: tuple[str, ...] = ()  # memory options it has no form of
+    pipeline_zero_stages: frozenset[int] | None = None  # what its sharding amounts to beside pipeline stages
+    replicated_alone: bool = False  # its replicated data parallelism (DDP) runs with no TP, CP or PP beside it
 
     def runs(self, tp: int, pp: int, virtual_stages: int, cp: int, ep: int) -> bool:
         """Whether the framework runs a layout of these degrees."""
@@ -309,9 +311,13 @@ class FrameworkSpace:
             and (cp <= 1 or self.context_parallel) and (ep <= 1 or self.expert_parallel)
         )  # fmt: skip
 
-    def zeros(self, pp: int, method: str) -> tuple[int, ...]:
-        """The ZeRO stages tried at ``pp`` stages: the physics' (:func:`evaluate.zero_stages_for`) it runs."""
-        return tuple(z for z in evaluate.zero_stages_for(pp, method) if z in self.zero_stages)
+    def zeros(self, pp: int, method: str, *, tp: int = 1, cp: int = 1) -> tuple[int, ...]:
+        """The ZeRO stages tried at ``pp`` stages: the physics' (:func:`evaluate.zero_stages_for`) it runs; beside
+        pipeline stages, its ``pipeline_zero_stages`` where it lists them (torchtitan's FSDP2 is ZeRO 1 there); no
+        replicated copies beside TP, CP or PP where its DDP runs alone."""
+        runs = self.pipeline_zero_stages if pp > 1 and self.pipeline_zero_stages is not None else self.zero_stages
+        alone = self.replicated_alone and tp * cp * pp > 1
+        return tuple(z for z in evaluate.zero_stages_for(pp, method) if z in runs and not (alone and z == 0))
 
 
 def framework_space(spec: FrameworkSpec, recomputes: list[Recompute], method: str) -> FrameworkSpace:
@@ -334,7 +340,9 @@ def framework_space(spec: FrameworkSpec, recomputes: list[Recompute], method: st
     if not spec.expert_parallel:
         lacks("expert", ["degrees above 1"])
     searched = {z for p in pps for z in evaluate.zero_stages_for(p, method)}
-    lacks("zero", sorted(searched - set(spec.zero_stages)))
+    piped = spec.pipeline_zero_stages
+    runs = set(spec.zero_stages) | (set(piped) if piped is not None and len(pps) > 1 else set())
+    lacks("zero", sorted(searched - runs))
     kept = [r for r in recomputes if r in spec.recompute]
     lacks("recompute", [r for r in recomputes if r not in kept])
     return FrameworkSpace(
@@ -342,6 +350,7 @@ def framework_space(spec: FrameworkSpec, recomputes: list[Recompute], method: st
         expert_parallel=spec.expert_parallel, zero_stages=frozenset(spec.zero_stages), recomputes=kept,
         recompute_layers=spec.recompute_layers, left_out=tuple(left),
         no_memory_options=tuple(o for o in MEMORY_OPTIONS if o not in spec.memory_options),
+        pipeline_zero_stages=frozenset(piped) if piped is not None else None, replicated_alone=spec.replicated_alone,
     )  # fmt: skip
 
 
@@ -405,8 +414,11 @@ def training_candidates(
                 layers = pinned_layers if space.recompute_layers else layers_per_stage(arch.layers, pp)
                 for cp in evaluate.context_parallel_options(w, tp, g.nvlink_domain, pinned_cp):
                     replica = tp * cp * pp
+                    zeros = space.zeros(pp, method, tp=tp, cp=cp)
+                    if not zeros:
+                        continue
                     layouts = _Layouts(
-                        arch, spec, g, w, tp, pp, zero_stages, recomputes, assumptions, offerings, forbidden, derate,
+                        arch, spec, g, w, tp, pp, zeros, recomputes, assumptions, offerings, forbidden, derate,
                         cp=cp, virtual_stages=vpps, recompute_layers=layers, expert_parallel=eps, memory_plans=plans,
                     )  # fmt: skip
                     walks.append(_Walk(layouts, replica, max(1, min(MAX_TRAINING_GPUS // replica, seqs_per_step))))

@@ -474,6 +474,11 @@ def shipped_engines() -> dict[str, EngineSpec]:
     return _shipped_catalog().engines
 
 
+def shipped_frameworks() -> dict[str, FrameworkSpec]:
+    """The shipped training frameworks by id (catalog/frameworks.yaml), validated: their rates and overlaps."""
+    return _shipped_catalog().frameworks
+
+
 def shipped_kernels() -> dict[str, ArchitectureKernels]:
     """The shipped kernel fits by id (catalog/kernels.yaml), validated: for a GPU row no catalog resolved."""
     return _shipped_catalog().kernels

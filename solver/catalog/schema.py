@@ -1015,6 +1015,35 @@ class FrameworkSpec(Provenance):
     memory_options: list[FrameworkMemoryOption] = Field(
         default_factory=list, description="memory options (physics/optimizer_memory.py) it has a form of"
     )
+    pipeline_zero_stages: list[Literal[0, 1]] | None = Field(
+        None,
+        description="the ZeRO stages its data-parallel sharding amounts to beside pipeline stages, where that differs "
+        "from zero_stages (torchtitan: FSDP2 under torch.distributed.pipelining keeps each stage unsharded for the "
+        "step and reduce-scatters once, at the last backward: ZeRO 1); unset: zero_stages' 0 and 1",
+    )
+    replicated_alone: bool = Field(
+        False,
+        description="its replicated data parallelism (ZeRO 0, DDP) runs with no tensor, context or pipeline "
+        "parallelism beside it (torchtitan); there it shards with FSDP instead",
+    )
+    achieved_rate: float = Field(
+        1.0,
+        gt=0,
+        le=2,
+        description="share of Megatron-LM's achieved training compute rate it reaches (training_mfu is fitted on "
+        "Megatron-LM runs); fitted by bench/accuracy.py only where fair published runs of it exist and the factor "
+        "helps out of source, else 1.0",
+    )
+    tp_comm_overlap: bool = Field(
+        True,
+        description="pipelines tensor-parallel collectives with the GEMMs they feed where the GPU's kernels can "
+        "(Megatron-LM --tp-comm-overlap, torchtitan async TP); false: TP collectives are exposed",
+    )
+    dp_comm_overlap: bool = Field(
+        True,
+        description="overlaps data-parallel gradient reduction and parameter gathers with compute (Megatron-LM "
+        "--overlap-grad-reduce / --overlap-param-gather, FSDP prefetch, DeepSpeed overlap_comm)",
+    )
 
     def runs(self, method: str) -> bool:
         return method in self.methods

@@ -49,6 +49,7 @@ def register(app: typer.Typer) -> None:
             from clusterplan.render.training_export_view import training_files
             from clusterplan.stdin import load_requirement_arg
             from clusterplan.wording.reasons import render_reason
+            from clusterplan.wording.safe import visible
 
             name = None
             if engine is not None:
@@ -63,19 +64,19 @@ def register(app: typer.Typer) -> None:
             plan = plan_requirement(resolved, cat, PlanOptions(top=max(design, 1), explain="design"))
             launches = export_design(resolved, cat, plan, design=design, engine=name)
             chosen = plan.designs[design - 1]
-            training = export_training(resolved, cat, chosen)
+            training = export_training(resolved, cat, chosen, first=len(launches) + 1)
             if not launches and not training:
                 raise ClusterplanError(
                     "the design has no workload to export", fix="export plans serving, training and fine-tuning"
                 )
             files = export_files(launches) if launches else {}
-            files |= training_files(training, first=len(launches) + 1)
+            files |= training_files(training)
             if launches:
                 files["serving-k8s.yaml"] = k8s_file(serving_scaling(chosen, launches))
             files |= skypilot_files(cloud_tasks(chosen, launches, training))
             if not any(f.endswith(".sh") for f in files):
                 raise NotExportable(
-                    [render_reason(r) for x in training for r in x.refusals],
+                    [f"{visible(x.workload)}: {render_reason(r)}" for x in training for r in x.refusals],
                     fix="plan a layout the framework runs (e.g. constraints.allowed_gpus with a GPU one stage fits "
                     "on), or launch the plan's layout with a framework that has it",
                 )

@@ -72,7 +72,6 @@ def register(app: typer.Typer) -> None:
         from clusterplan.console import guarded, out_console
         from clusterplan.pipeline import PlanOptions, Timings, plan_requirement
         from clusterplan.planner.solve import SolverSettings
-        from clusterplan.render import jsonout, plan_markdown, table
         from clusterplan.stdin import load_requirement_arg
 
         if json_out and markdown:
@@ -98,11 +97,18 @@ def register(app: typer.Typer) -> None:
             )
             tm = Timings()
             plan = plan_requirement(resolved, cat, opts, timings=tm)
+            # Only the writer asked for is imported (the terminal table's imports rich's tables).
             if json_out:
+                from clusterplan.render import jsonout
+
                 typer.echo(jsonout.render(plan), nl=False)
             elif markdown:
+                from clusterplan.render import plan_markdown
+
                 typer.echo(plan_markdown.render(plan), nl=False)
             else:
+                from clusterplan.render import table
+
                 table.render(plan, out_console)
                 note = time_limit_note(plan)
                 if note:

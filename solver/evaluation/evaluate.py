@@ -15,6 +15,7 @@ report evaluate a layout through these functions, so a design reads the same whe
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -27,7 +28,7 @@ from clusterplan.physics import moe, optimizer_memory, queueing, serving, traini
 from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
-from clusterplan.physics.training_job import TrainingJob, TrainingSettings
+from clusterplan.physics.training_job import REFERENCE_RATES, FrameworkRates, TrainingJob, TrainingSettings
 from clusterplan.wording.reasons import render_reasons
 
 if TYPE_CHECKING:
@@ -387,14 +388,33 @@ def expert_parallel_options(
     return tuple(sorted({1, max(in_domain, default=1), max(valid, default=1)}))
 
 
+@functools.lru_cache(maxsize=32)
+def framework_rates(name: str) -> FrameworkRates:
+    """The rates and overlaps of the shipped training framework called ``name`` (catalog/frameworks.yaml, id or
+    alias); the reference framework's (Megatron-LM's) for a name the shipped catalog does not list."""
+    from clusterplan.catalog.load import normalize_name, shipped_frameworks
+
+    key = normalize_name(name)
+    for spec in shipped_frameworks().values():
+        if key in {normalize_name(n) for n in (spec.id, *spec.aliases)}:
+            return FrameworkRates(
+                achieved_rate=spec.achieved_rate, tp_comm_overlap=spec.tp_comm_overlap,
+                dp_comm_overlap=spec.dp_comm_overlap,
+            )  # fmt: skip
+    return REFERENCE_RATES
+
+
 def training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
     """What the physics reads of a training or fine-tuning workload (:class:`TrainingJob`): pretraining trains
-    every weight and has no adapters (rank 0); a fine-tune its method and LoRA rank."""
+    every weight and has no adapters (rank 0); a fine-tune its method and LoRA rank; the rates of the framework it
+    runs on (:func:`framework_rates`)."""
+    from clusterplan.requirement.load import framework_name
+
     method, rank = (w.method, w.lora_rank) if w.kind == "finetune" else ("full", 0)
     return TrainingJob(
         tokens=w.tokens, deadline_s=w.deadline, sequence_length=w.sequence_length,
         global_batch_tokens=w.global_batch_tokens, method=method, lora_rank=rank, precision=w.precision,
-        optimizer=w.optimizer,
+        optimizer=w.optimizer, framework=framework_rates(framework_name(w)),
     )  # fmt: skip
 
 

@@ -97,6 +97,25 @@ def _find_engine(engines: Mapping[str, EngineSpec], name: str) -> EngineSpec | N
     return None
 
 
+# The rows _catalog_engine found, per catalog's engine table (by identity: each Assumptions holds its own copy, never
+# changed once set) and name. A solve asks for its engine's row some 14,000 times (every memory and step evaluation).
+_FOUND: dict[int, tuple[Mapping[str, EngineSpec], dict[str, EngineSpec | None]]] = {}
+_FOUND_TABLES = 32  # tables remembered before the memo starts again (one per requirement resolved)
+
+
+def _catalog_engine(engines: Mapping[str, EngineSpec], name: str) -> EngineSpec | None:
+    """:func:`_find_engine`, memoised per table and name."""
+    entry = _FOUND.get(id(engines))
+    if entry is None or entry[0] is not engines:
+        if len(_FOUND) >= _FOUND_TABLES:
+            _FOUND.clear()
+        entry = _FOUND[id(engines)] = (engines, {})
+    found = entry[1]
+    if name not in found:
+        found[name] = _find_engine(engines, name)
+    return found[name]
+
+
 def _engine_default(name: str, engine: str | EngineSpec) -> PerClass:
     """An engine factor's value per class: the given engine row's, or the shipped row of that name."""
     spec = engine if isinstance(engine, EngineSpec) else engine_profile(engine)
@@ -587,7 +606,8 @@ class Assumptions(BaseModel):
 
     def _engine_row(self, name: str) -> EngineSpec:
         """The row of engine ``name`` in the catalog these assumptions run under (the shipped one if unbound)."""
-        found = _find_engine(self._engines, name) if self._engines is not None else None
+        engines = (self.__pydantic_private__ or {}).get("_engines")  # self._engines: pydantic's __getattr__, ~10x
+        found = _catalog_engine(engines, name) if engines is not None else None
         return found if found is not None else engine_profile(name)
 
     def engine_factor(self, name: str, gpu: GpuSpec) -> float:

@@ -442,7 +442,18 @@ class EpNeedsFabric(Reason):
 # ------------------------------------------------------------------------------------------------
 
 FrameworkFeature = Literal[
-    "pipeline", "tensor", "context", "expert", "nodes", "memory_option", "optimizer", "model", "precision", "launcher"
+    "pipeline",
+    "tensor",
+    "context",
+    "expert",
+    "nodes",
+    "memory_option",
+    "optimizer",
+    "model",
+    "precision",
+    "launcher",
+    "zero",
+    "method",
 ]
 
 

@@ -250,10 +250,30 @@ class StageParams:
         return self.layers_p + self.emb_p
 
 
+# stage_params per architecture (by identity: catalog rows are frozen, and the architecture is kept beside its
+# entry so its id cannot be reused) and the layout fields it reads. A training search asks for a few hundred distinct
+# stages some 17,000 times (13B example); each answer is a FIT_RECORD nothing changes once built.
+_STAGES: dict[tuple[int, int, int, int, str, int | None], tuple[ModelArchitecture, StageParams]] = {}
+_STAGES_KEPT = 4096  # entries before the memo starts again
+
+
 def stage_params(arch: ModelArchitecture, layout: Layout) -> StageParams:
     """:class:`StageParams` of a layout: ``l / p`` layers of ``layer_p`` each (MoE models: the dense-first layers
     and the MoE layer frequency counted, :func:`clusterplan.physics.moe.training_stage_params`), the first
-    ``recompute_layers`` of them recomputed under full recompute (all when None)."""
+    ``recompute_layers`` of them recomputed under full recompute (all when None); memoised."""
+    key = (id(arch), layout.tp, layout.pp, layout.ep, layout.recompute, layout.recompute_layers)
+    hit = _STAGES.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    if len(_STAGES) >= _STAGES_KEPT:
+        _STAGES.clear()
+    stage = _stage_params(arch, layout)
+    _STAGES[key] = (arch, stage)
+    return stage
+
+
+def _stage_params(arch: ModelArchitecture, layout: Layout) -> StageParams:
+    """:func:`stage_params`, computed."""
     tp, pp, ep = layout.tp, layout.pp, layout.ep
     layers = memory.layers_per_stage(arch.layers, pp)
     if layout.recompute != "full":
@@ -704,7 +724,7 @@ def micro_batch_s(
     bytes_per_s: float,
 ) -> tuple[float, ComputeSplit, float]:  # fmt: skip
     """One micro-batch's compute on the most loaded stage, seconds: ``(GEMMs + attention core) x b·s/cp x
-    (l/p)/l / t``, routed experts as grouped GEMMs at the busiest EP rank's pace (physics/moe.py training section),
+    (l/p)/l / t`` over the framework's ``achieved_rate``, routed experts as grouped GEMMs at the busiest EP rank's pace (physics/moe.py training section),
     plus QLoRA's dequantisation of each NF4 matrix (forward, backward and the recomputed share); the split and the
     grouped GEMMs' efficiency with it."""
     layout, method, layers = fit.layout, fit.job.method, fit.stage.layers
@@ -712,7 +732,11 @@ def micro_batch_s(
     local_seq = float(fit.job.sequence_length) / layout.cp  # tokens of each sequence on one CP rank
     recompute_fraction = _recompute_fraction(fit)
     compute = _compute_split(arch, gpu, a, fit, hw_flops=hw_flops, rate=rate, bytes_per_s=bytes_per_s)
-    t_micro = (compute.gemm_s + compute.attention_s) * micro_batch * local_seq * (layers / arch.layers) / tp
+    # The framework's overhead: the share of the reference framework's achieved rate it reaches (FrameworkRates).
+    rate_share = fit.job.framework.achieved_rate
+    t_micro = (
+        (compute.gemm_s + compute.attention_s) * micro_batch * local_seq * (layers / arch.layers) / tp / rate_share
+    )
     routed_share = moe.routed_active_params(arch) * (
         (6.0 if method == "full" else 4.0) + (2.0 * recompute_fraction if layout.recompute == "full" else 0.0)
     ) / hw_flops  # fmt: skip
@@ -739,6 +763,7 @@ def step_exposed_comm(
         grad_bytes_per_param=training_comm.reduced_grad_bytes(fit.job.precision),
         expert_trainable=state.expert_trainable, expert_dp=fit.expert_dp, moe_layers=stage.moe_layers,
         moe_recomputed=round(stage.moe_layers * recompute_fraction),
+        tp_overlap=fit.job.framework.tp_comm_overlap, dp_overlap=fit.job.framework.dp_comm_overlap,
     )  # fmt: skip
     return training_comm.exposed_comm(
         arch, gpu, a, layout=fit.layout, settings=fit.settings, node=fit.node, traffic=traffic, timing=timing

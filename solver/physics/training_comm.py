@@ -80,6 +80,8 @@ class StageTraffic:
     expert_dp: int = 1
     moe_layers: int = 0
     moe_recomputed: int = 0
+    tp_overlap: bool = True  # the framework pipelines TP collectives with GEMMs (FrameworkRates.tp_comm_overlap)
+    dp_overlap: bool = True  # the framework overlaps DP collectives with compute (FrameworkRates.dp_comm_overlap)
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ def _tp_micro_s(
     tp_link = at_network_efficiency(link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a), a)
     # 4 all-reduce equivalents per layer, 2 more per recomputed one
     tp_comm = (4 * traffic.layers + 2 * traffic.recomputed) * nccl_allreduce_s(act_msg, tp, tp_link, eff)
-    overlap = tp > 1 and tp_link.kind == "nvlink" and architecture_kernels(gpu).tp_comm_overlap
+    overlap = tp > 1 and tp_link.kind == "nvlink" and architecture_kernels(gpu).tp_comm_overlap and traffic.tp_overlap
     if overlap:
         return exposed_s(tp_comm, timing.t_micro * timing.gemm_share, floor_s=tp_comm / tp), overlap
     return tp_comm * (1.0 - a.tp_comm_overlap), overlap
@@ -264,7 +266,7 @@ def _dp_s(
     fwd = timing.t_micro * timing.fwd_share * rounds
     # Never hidden: the last bucket, and the (1 - dp_comm_overlap) share of any collective (NCCL kernels share
     # SMs and memory bandwidth with the compute they overlap).
-    hidden = a.dp_comm_overlap
+    hidden = a.dp_comm_overlap if traffic.dp_overlap else 0.0
 
     def floor(comm: float, first: float) -> float:
         return max(comm * first, comm * (1.0 - hidden))

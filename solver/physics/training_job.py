@@ -19,13 +19,34 @@ Method = Literal["full", "lora", "qlora"]
 
 
 @dataclass(frozen=True)
+class FrameworkRates:
+    """What a training framework (catalog/frameworks.yaml) does to a step's time, beside the layouts it runs.
+
+    ``achieved_rate``: the share of the reference framework's (Megatron-LM's, on whose runs ``training_mfu`` is
+    fitted) achieved GEMM and attention rate it reaches, 1.0 where no fair published run of it says otherwise;
+    ``tp_comm_overlap``: it pipelines tensor-parallel collectives with the GEMMs they feed where the GPU's kernels
+    can (Megatron-LM ``--tp-comm-overlap``, torchtitan async TP); ``dp_comm_overlap``: it overlaps data-parallel
+    gradient reduction and parameter gathers with compute (Megatron-LM ``--overlap-grad-reduce`` /
+    ``--overlap-param-gather``, FSDP2 prefetch, DeepSpeed ``overlap_comm``).
+    """
+
+    achieved_rate: float = 1.0
+    tp_comm_overlap: bool = True
+    dp_comm_overlap: bool = True
+
+
+REFERENCE_RATES = FrameworkRates()  # Megatron-LM's: the runs training_mfu is fitted on
+
+
+@dataclass(frozen=True)
 class TrainingJob:
     """One training or fine-tuning run as the physics reads it.
 
     ``method``: ``full`` (every weight trains), ``lora`` or ``qlora`` (a frozen base plus adapters of rank
     ``lora_rank``; 0 for pretraining, which has none); ``precision``: the compute precision; ``optimizer``: sets the
     optimizer state's bytes per parameter; ``sequence_length`` and ``global_batch_tokens``: tokens per sequence and
-    per optimizer step; ``tokens``: tokens to train on; ``deadline_s``: the wall-clock time allowed, seconds.
+    per optimizer step; ``tokens``: tokens to train on; ``deadline_s``: the wall-clock time allowed, seconds;
+    ``framework``: the rates and overlaps of the framework it runs on (:class:`FrameworkRates`).
     """
 
     tokens: float
@@ -36,6 +57,7 @@ class TrainingJob:
     lora_rank: int = 0
     precision: str = "bf16"
     optimizer: str = "adamw"
+    framework: FrameworkRates = REFERENCE_RATES
 
 
 @dataclass(frozen=True)

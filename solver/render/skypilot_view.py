@@ -20,7 +20,7 @@ import yaml
 
 from clusterplan.design.export_targets import CloudTask
 from clusterplan.render.export_view import launch_argv, replica_port, trtllm_options
-from clusterplan.render.training_export_view import NEEDS, file_stem, megatron_script, torchtune_script
+from clusterplan.render.training_export_view import NEEDS, config_files, file_stem, launch_script
 from clusterplan.wording.safe import shell_comment, visible_lines
 
 OPTIONS_FILE = "extra-llm-api-options.yaml"
@@ -48,11 +48,13 @@ def task(t: CloudTask) -> dict[str, Any]:
     out: dict[str, Any] = {"name": t.name, "num_nodes": t.num_nodes, "resources": resources}
     if t.training is not None:
         tx = t.training
-        script = megatron_script(tx) if tx.framework == "megatron-lm" else torchtune_script(tx)
+        script = launch_script(tx)
         needs = [n for n in NEEDS if f"${{{n}:?" in script and n not in ("NODE_RANK", "MASTER_ADDR")]
         if needs:
             out["envs"] = dict.fromkeys(needs)  # null: given at launch (sky launch --env NAME=value)
-        out["run"] = (_NODE_ENV if tx.nodes.count > 1 else "") + script.split("\n", 1)[1]
+        # the configs the launch reads, written first (a quoted here-document: nothing in them is expanded)
+        configs = "".join(f"cat > {name} <<'EOF'\n{text}EOF\n" for name, text in config_files(tx).items())
+        out["run"] = (_NODE_ENV if tx.nodes.count > 1 else "") + configs + script.split("\n", 1)[1]
     else:
         x = t.serving
         assert x is not None

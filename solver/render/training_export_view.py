@@ -6,16 +6,25 @@ Megatron-LM: ``torchrun ... pretrain_gpt.py`` with the arguments of megatron/tra
 ``--num-layers-per-virtual-pipeline-stage``, ``--recompute-granularity/--recompute-method/--recompute-num-layers``,
 ``--use-distributed-optimizer`` or Megatron-FSDP, ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
 ``--bf16``/``--fp8-format``); torchtune: ``tune run`` of a LoRA recipe with a shipped config and ``key=value``
-overrides (its own command-line form). Every option and key is in ``catalog/launchers.yaml``.
+overrides (its own command-line form); torchtitan: a TOML job config and ``torchrun -m torchtitan.train
+--job.config_file``; DeepSpeed: ``ds_config.json``, a hostfile and the ``deepspeed`` launcher; PEFT: an Accelerate
+config, a LoraConfig, a BitsAndBytesConfig (QLoRA) and TrainingArguments as JSON, under ``accelerate launch``. Every
+option and key is in ``catalog/launchers.yaml``; the configs are the design layer's data
+(:func:`~clusterplan.design.export_training.torchtitan_config` and its siblings), written here as TOML, JSON or YAML.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
+from typing import Any
 
-from clusterplan.design.export_training import TrainingLaunch
+import yaml
+
+from clusterplan.catalog.launchers import load_launchers
+from clusterplan.design.export_training import TrainingLaunch, deepspeed_config, peft_configs, torchtitan_config
 from clusterplan.wording.reasons import render_reason
-from clusterplan.wording.safe import file_slug, shell_comment, visible_lines
+from clusterplan.wording.safe import file_slug, json_text, shell_comment, visible_lines
 
 MASTER_PORT = 29500
 _ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}  # Megatron-FSDP's --data-parallel-sharding-strategy
@@ -41,6 +50,8 @@ NEEDS = {
     "CHECKPOINT_DIR": "where checkpoints are written",
     "LOAD_DIR": "the base model's Megatron checkpoint",
     "LR": "the peak learning rate (not planned)",
+    "TOKENIZER": "the model tokenizer folder (its Hugging Face repository files)",
+    "TRAIN_SCRIPT": "your training script (see the comments above)",
 }
 
 
@@ -244,25 +255,228 @@ def training_notes(x: TrainingLaunch) -> list[str]:
     ]
     if p.deadline_s is not None:
         lines.append(f"  deadline: {p.deadline_s / 86400:,.1f} days")
-    if x.framework == "torchtune" and p.recompute == "full" and p.recompute_layers < x.arch.layers // max(p.pp, 1):
+    # full recompute checkpoints every layer (Megatron-DeepSpeed's pipeline model too)
+    every_layer = x.framework in ("torchtune", "torchtitan", "peft") or (x.megatron_deepspeed and p.pp > 1)
+    if every_layer and p.recompute == "full" and p.recompute_layers < x.arch.layers // max(p.pp, 1):
         lines.append(
-            f"  torchtune checkpoints every layer where the plan recomputed {p.recompute_layers} per stage: "
+            f"  {x.framework_name} checkpoints every layer where the plan recomputed {p.recompute_layers} per stage: "
             "slower than planned, never short of memory"
         )
     return lines
 
 
-def training_files(launches: list[TrainingLaunch], first: int = 1) -> dict[str, str]:
+def training_files(launches: list[TrainingLaunch]) -> dict[str, str]:
     """File name -> text: a launch script per exportable workload, and ``training.txt`` (what to expect, or why
     a workload was not exported)."""
     files: dict[str, str] = {}
     notes: list[str] = []
-    for n, x in enumerate(launches, start=first):
+    for x in launches:
         if not x.refusals:
-            stem = file_stem(n, x.workload, x.framework)
-            script = megatron_script(x) if x.framework == "megatron-lm" else torchtune_script(x)
-            files[f"{stem}-launch.sh"] = script
+            files[f"{file_stem(x.number, x.workload, x.framework)}-launch.sh"] = launch_script(x)
+            files |= config_files(x)
         notes += [*training_notes(x), ""]
     if notes:
         files["training.txt"] = "\n".join(notes)
     return {name: visible_lines(text) for name, text in files.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchtitan, DeepSpeed, PEFT + Accelerate: config files beside the launch script
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def config_name(x: TrainingLaunch, what: str) -> str:
+    """A config file's name: the launch's stem, numbered as its launch script is (two workloads whose names
+    slug alike keep a file each), and what the file holds."""
+    return f"{file_stem(x.number, x.workload, x.framework)}-{what}"
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(i) for i in v) + "]"
+    # a TOML basic string: JSON's escapes are TOML's (\" \\ \n \uXXXX), nothing invisible left raw
+    return json_text(json.dumps(str(v), ensure_ascii=False))
+
+
+def toml_text(doc: dict[str, dict[str, Any]]) -> str:
+    """A TOML document of tables of scalars and lists (torchtitan's job config form)."""
+    parts = [
+        f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items()) for table, keys in doc.items()
+    ]
+    return "\n".join(parts)
+
+
+def _json(doc: dict[str, Any]) -> str:
+    return json_text(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n"
+
+
+def config_files(x: TrainingLaunch) -> dict[str, str]:
+    """File name -> text: the configs the launch script reads (none for Megatron-LM and torchtune)."""
+    if x.framework == "torchtitan":
+        head = shell_comment(f"{x.workload}: torchtitan job config, the plan's layout ({layout_line(x)})") + "\n"
+        return {config_name(x, "job.toml"): head + toml_text(torchtitan_config(x))}
+    if x.framework == "deepspeed":
+        files = {config_name(x, "ds_config.json"): _json(deepspeed_config(x))}
+        if x.nodes.count > 1:
+            hosts = [f"node{i} slots={g}" for i, g in enumerate(x.nodes.gpus)]
+            note = "# one line per node, in node-rank order: put each node's host name in place of nodeN"
+            files[config_name(x, "hostfile")] = "\n".join([note, *hosts]) + "\n"
+        return files
+    if x.framework == "peft":
+        c = peft_configs(x)
+        head = shell_comment(f"{x.workload}: Accelerate config, the plan's layout ({layout_line(x)})") + "\n"
+        files = {config_name(x, "accelerate.yaml"): head + yaml.safe_dump(c["accelerate"], sort_keys=False)}
+        if "lora" in c:
+            files[config_name(x, "lora.json")] = _json(c["lora"])
+        if "bnb" in c:
+            files[config_name(x, "bnb.json")] = _json(c["bnb"])
+        files[config_name(x, "training-args.json")] = _json(c["training_args"])
+        return files
+    return {}
+
+
+def torchtitan_script(x: TrainingLaunch) -> str:
+    """``torchrun -m torchtitan.train --job.config_file`` on every node, with the tokenizer and learning rate."""
+    s = load_launchers()["torchtitan"].settings
+    head = _header(x, f"torchtitan {s['module']}")
+    notes = [
+        "# run it from torchtitan's repository root" + (" on every node" if x.nodes.count > 1 else ""),
+        f"# with {config_name(x, 'job.toml')} beside it; the config trains on torchtitan's default dataset: set",
+        "# training.dataset (and training.dataset_path) to yours",
+    ]
+    envs = (["NODE_RANK", "MASTER_ADDR"] if x.nodes.count > 1 else []) + ["LR", "TOKENIZER"]
+    args: list[Arg] = [s["config_option"], config_name(x, "job.toml"), "--model.tokenizer_path", Env.of("TOKENIZER")]
+    args += ["--optimizer.lr", Env.of("LR")]
+    body = join_lines(["torchrun", *torchrun_args(x), "-m", s["module"]], args)
+    return "\n".join([*head, *notes, "set -eu", *_needs(envs, x.nodes.count - 1)]) + "\n" + body
+
+
+def deepspeed_args(x: TrainingLaunch) -> list[Arg]:
+    """The ``deepspeed`` launcher's options: one node, or every node started on its own (``--no_ssh``) with the
+    hostfile giving the world and node 0 the rendezvous."""
+    args: list[Arg] = []
+    if x.nodes.count > 1:
+        args += ["--hostfile", config_name(x, "hostfile"), "--num_nodes", str(x.nodes.count), "--no_ssh"]
+        args += ["--node_rank", Env.of("NODE_RANK"), "--master_addr", Env.of("MASTER_ADDR")]
+        args += ["--master_port", str(MASTER_PORT)]
+    if x.nodes.uniform:
+        args += ["--num_gpus", str(x.nodes.gpus[0])]
+    return args
+
+
+def megatron_deepspeed_args(x: TrainingLaunch) -> list[Arg]:
+    """Megatron-DeepSpeed ``pretrain_gpt.py``'s arguments: the model's shape (Llama-style, as its llama2 example
+    writes it), TP and PP, recompute, batch, precision, data, and the DeepSpeed config with its ZeRO stage."""
+    p, m = x.plan, x.arch
+    args: list[Arg] = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden_size)]
+    args += ["--ffn-hidden-size", str(m.ffn_size), "--num-attention-heads", str(m.attention_heads)]
+    args += ["--num-key-value-heads", str(m.kv_heads)] if m.kv_heads < m.attention_heads else []
+    args += ["--kv-channels", str(m.head_dim)] if m.head_dim is not None else []
+    args += ["--seq-length", str(x.sequence_length), "--max-position-embeddings", str(max(x.sequence_length, 1))]
+    args += ["--use-rotary-position-embeddings", "--normalization", "rmsnorm", "--disable-bias-linear"]
+    args += ["--untie-embeddings-and-output-weights", "--no-query-key-layer-scaling"]
+    args += ["--attention-dropout", "0", "--hidden-dropout", "0"] + (["--swiglu"] if m.gated_mlp else [])
+    args += ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp)]
+    # without stages, Megatron's own model (GPTModel); with them, DeepSpeed's pipeline (GPTModelPipe)
+    args += ["--no-pipeline-parallel"] if p.pp == 1 else []
+    if p.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif p.recompute == "full":
+        args += ["--deepspeed-activation-checkpointing", "--recompute-granularity", "full"]
+        if p.pp == 1:  # Megatron's block recompute: the plan's layers of the stage
+            args += ["--recompute-method", "block", "--recompute-num-layers", str(p.recompute_layers or m.layers)]
+        else:  # GPTModelPipe checkpoints every interval of layers ('uniform' only): every layer
+            args += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    args += ["--micro-batch-size", str(p.micro_batch), "--global-batch-size", str(x.global_batch_sequences)]
+    args += ["--train-samples", str(x.train_samples)]
+    args += {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(x.precision, [])
+    args += ["--optimizer", {"adamw": "adam"}.get(x.optimizer, x.optimizer), "--lr", Env.of("LR")]
+    args += ["--cpu-optimizer"] if "optimizer_offload" in p.memory_options else []
+    args += ["--tokenizer-type", "HFTokenizer", "--tokenizer-model", x.model]
+    args += ["--data-path", Env.of("DATA_PATH"), "--split", "99,1,0", "--save", Env.of("CHECKPOINT_DIR")]
+    if x.plan.kind == "finetune":
+        args += ["--load", Env.of("LOAD_DIR"), "--finetune"]
+    args += ["--deepspeed", "--deepspeed_config", config_name(x, "ds_config.json"), "--zero-stage", str(p.zero_stage)]
+    return args
+
+
+def _megatron_deepspeed_script(x: TrainingLaunch) -> str:
+    head = _header(x, "Megatron-DeepSpeed pretrain_gpt.py under the deepspeed launcher")
+    where = "# run it from Megatron-DeepSpeed's repository root" + (" on every node" if x.nodes.count > 1 else "")
+    where += f" with {config_name(x, 'ds_config.json')}" + (" and the hostfile" if x.nodes.count > 1 else "")
+    where += (
+        " beside it\n# the model's shape is the catalog's; RMSNorm, rotary embeddings, SwiGLU, no biases and untied"
+        "\n# embeddings are assumed: check them against the model's config"
+    )
+    envs = ["LR", "DATA_PATH", "CHECKPOINT_DIR"] + (["LOAD_DIR"] if x.plan.kind == "finetune" else [])
+    envs = (["NODE_RANK", "MASTER_ADDR"] if x.nodes.count > 1 else []) + envs
+    body = join_lines(["deepspeed", *deepspeed_args(x), "pretrain_gpt.py"], megatron_deepspeed_args(x))
+    return "\n".join([*head, where, "set -eu", *_needs(envs, x.nodes.count - 1)]) + "\n" + body
+
+
+def deepspeed_script(x: TrainingLaunch) -> str:
+    """The ``deepspeed`` launcher running the user's training script with the plan's configuration JSON, or, with
+    TP or PP, Megatron-DeepSpeed's ``pretrain_gpt.py``."""
+    if x.megatron_deepspeed:
+        return _megatron_deepspeed_script(x)
+    head = _header(x, "DeepSpeed")
+    offload = (
+        "; build DeepSpeedCPUAdam (deepspeed.ops.adam): ZeRO-Offload steps on the CPU"
+        if ("optimizer_offload" in x.plan.memory_options)
+        else ""
+    )
+    notes = [
+        "# TRAIN_SCRIPT: yours, with deepspeed.add_config_arguments(parser); it passes the model, its optimizer and",
+        f"# the learning rate to deepspeed.initialize{offload}",
+        f"# run it on every node with {config_name(x, 'ds_config.json')}"
+        + (" and the hostfile" if x.nodes.count > 1 else "")
+        + " beside it",
+    ]
+    envs = (["NODE_RANK", "MASTER_ADDR"] if x.nodes.count > 1 else []) + ["TRAIN_SCRIPT"]
+    tail: list[Arg] = [Env.of("TRAIN_SCRIPT"), "--deepspeed", "--deepspeed_config", config_name(x, "ds_config.json")]
+    body = join_lines(["deepspeed"], [*deepspeed_args(x), *tail])
+    return "\n".join([*head, *notes, "set -eu", *_needs(envs, x.nodes.count - 1)]) + "\n" + body
+
+
+def accelerate_args(x: TrainingLaunch) -> list[Arg]:
+    """``accelerate launch``'s options: the config file, and on several nodes this node's rank and node 0's address."""
+    args: list[Arg] = ["--config_file", config_name(x, "accelerate.yaml")]
+    if x.nodes.count > 1:
+        args += ["--machine_rank", Env.of("NODE_RANK"), "--main_process_ip", Env.of("MASTER_ADDR")]
+        args += ["--main_process_port", str(MASTER_PORT)]
+    return args
+
+
+def peft_script(x: TrainingLaunch) -> str:
+    """``accelerate launch`` of the user's PEFT training script, handed the TrainingArguments JSON."""
+    method = {"qlora": "QLoRA", "lora": "LoRA"}.get(x.method, "full fine-tune")
+    head = _header(x, f"PEFT {method} under Accelerate")
+    lora, bnb = config_name(x, "lora.json"), config_name(x, "bnb.json")
+    notes = [
+        f"# TRAIN_SCRIPT: yours (Trainer or TRL SFTTrainer); it reads {config_name(x, 'training-args.json')} with",
+        "# HfArgumentParser.parse_json_file"
+        + (f", LoraConfig(**json.load({lora}))" if x.method != "full" else "")
+        + (f" and BitsAndBytesConfig.from_dict(json.load({bnb}))" if x.method == "qlora" else ""),
+        f"# and loads {x.model}; run it"
+        + (" on every node" if x.nodes.count > 1 else "")
+        + " with those files beside it",
+    ]
+    envs = (["NODE_RANK", "MASTER_ADDR"] if x.nodes.count > 1 else []) + ["TRAIN_SCRIPT"]
+    tail: list[Arg] = [Env.of("TRAIN_SCRIPT"), config_name(x, "training-args.json")]
+    body = join_lines(["accelerate", "launch"], [*accelerate_args(x), *tail])
+    return "\n".join([*head, *[shell_comment(n[2:]) for n in notes], "set -eu", *_needs(envs, x.nodes.count - 1)]) + (
+        "\n" + body
+    )
+
+
+def launch_script(x: TrainingLaunch) -> str:
+    """The launch script of a launch its framework runs as planned."""
+    scripts = {
+        "megatron-lm": megatron_script, "torchtune": torchtune_script, "torchtitan": torchtitan_script,
+        "deepspeed": deepspeed_script, "peft": peft_script,
+    }  # fmt: skip
+    return scripts[x.framework](x)

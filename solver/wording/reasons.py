@@ -80,6 +80,8 @@ _FRAMEWORK_FEATURE = {
     "model": "model",
     "precision": "precision",
     "launcher": "launcher",
+    "zero": "ZeRO stage",
+    "method": "method",
 }
 
 
