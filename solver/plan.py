@@ -66,6 +66,27 @@ class ReplicaGroup(Out):
     role: Literal["aggregated", "prefill", "decode"] = Field(
         "aggregated", description="aggregated replicas, or the prefill or decode pool of a disaggregated design"
     )
+    burst_replicas: int = Field(
+        0,
+        exclude_if=lambda v: not v,
+        description="of the replicas, those rented on demand by the hour for a demand profile's busy hours (absent: "
+        "none); the rest run every hour on the design's hardware",
+    )
+
+
+class Autoscaler(Out):
+    """A demand profile's fleet over its period: a base that runs every hour and burst replicas for the busy hours."""
+
+    min_replicas: int = Field(description="replicas that run every hour (the base: the design's hardware)")
+    max_replicas: int = Field(description="replicas running at the peak hour (base + burst)")
+    period: Literal["daily", "weekly"]
+    replicas_by_hour: list[int] = Field(description="replicas running in each hour of the period, hour 0 first")
+    burst_offering: str | None = Field(description="the cloud offering burst replicas are rented on (None: no burst)")
+    burst_usd_per_replica_hour: float = Field(description="one burst replica's instances x $/h, USD")
+    burst_replica_hours_per_period: int = Field(description="burst replica-hours in one day or week")
+    burst_usd_per_month: float = Field(
+        description="burst replica-hours a period x $/replica-hour x periods a month (730 h / 24 or 168), USD"
+    )
 
 
 class ServingPlan(Out):
@@ -82,6 +103,12 @@ class ServingPlan(Out):
     gpus: int
     groups: list[ReplicaGroup]
     disaggregated: bool = Field(False, description="served by a prefill pool and a decode pool")
+    autoscaler: Autoscaler | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="a workload with a demand profile: the autoscaler's min and max replicas and the burst tier "
+        "(absent: flat demand, every replica runs every hour)",
+    )
 
 
 class TrainingPlan(Out):
@@ -193,6 +220,12 @@ class Costs(Out):
     )
     pool_operations_usd_per_month: float = Field(
         0.0, description="operations of the serving pools: pools x the catalog's figure per pool, USD/month"
+    )
+    burst_usd_per_month: float = Field(
+        0.0,
+        exclude_if=lambda v: not v,
+        description="demand profiles' burst replicas rented on demand for the hours they run, in monthly, USD/month "
+        "(absent: none)",
     )
 
 

@@ -33,6 +33,10 @@ from conftest import EXAMPLES, EXAMPLES_DIR, ROOT, run_cli, shared_plan
 EP_CASE = ROOT / "tests" / "data" / "requirements" / "mixtral-h100-ep.yaml"
 # Design 1 of this one is wide EP: an expert-parallel stage over two 8-GPU servers (issue 31).
 WIDE_EP_CASE = ROOT / "tests" / "data" / "requirements" / "deepseek-v3-wide-ep.yaml"
+# A demand profile's burst replicas are rented by the hour: a pinned layout (flags or --design) names replicas held
+# for the whole month, so `estimate` cannot express that design yet and --design refuses it (test_demand_profile.py;
+# the burst is priced in solve, the checker and rent-vs-buy, all through pricing.plan_burst_usd_per_month).
+PINNABLE = [p for p in EXAMPLES if "profile:" not in p.read_text()]
 SHARED_CASES = sorted((ROOT.parent / "shared" / "cases").glob("*.yaml"))
 POOLED_70B = "70b-serving-pools"  # the 70B example with disaggregation: required (written per test)
 
@@ -168,7 +172,7 @@ def _without(data: dict[str, Any], *keys: str) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
-    [*map(str, EXAMPLES), POOLED_70B, str(EP_CASE), str(WIDE_EP_CASE), *map(str, SHARED_CASES)],
+    [*map(str, PINNABLE), POOLED_70B, str(EP_CASE), str(WIDE_EP_CASE), *map(str, SHARED_CASES)],
     ids=lambda p: Path(p).stem,
 )
 def test_estimate_reproduces_design_1(case: str, catalog: Any, tmp_path: Path) -> None:

@@ -107,13 +107,24 @@ def summarise(plan: Plan) -> dict[str, Any]:
             },
             "binding": [x.family for x in d.constraints if x.status == "binding"],
         }
+        scalers = {w.workload: w.autoscaler for w in d.workloads if isinstance(w, ServingPlan) and w.autoscaler}
+        if scalers:  # a demand profile: the base held every hour, the peak, and the burst replicas hour by hour
+            out["autoscaler"] = {
+                name: {
+                    "min_replicas": a.min_replicas,
+                    "max_replicas": a.max_replicas,
+                    "replicas_by_hour": a.replicas_by_hour,
+                    "burst_offering": a.burst_offering,
+                }
+                for name, a in scalers.items()
+            }
     if plan.infeasibility is not None:
         out["conflict"] = [f.id for f in plan.infeasibility.conflict]
     return out
 
 
 def _same_design(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(k) == b.get(k) for k in ("status", "gpus", "layout", "hardware"))
+    return all(a.get(k) == b.get(k) for k in ("status", "gpus", "layout", "hardware", "autoscaler"))
 
 
 def write_golden(plans: dict[str, Plan]) -> None:
@@ -155,7 +166,7 @@ def test_example_matches_golden(stem: str, plans: dict[str, Plan], golden: dict[
     assert want is not None, f"no golden result for {stem}: regenerate (see this module's docstring)"
     got = summarise(plans[stem])
     hint = f"{stem} moved; if intended, regenerate (see this module's docstring) and explain the change"
-    for key in ("status", "gpus", "gpus_total", "layout", "hardware", "binding", "conflict"):
+    for key in ("status", "gpus", "gpus_total", "layout", "hardware", "binding", "conflict", "autoscaler"):
         assert got.get(key) == want.get(key), f"{key}: {hint}"
     if "costs" not in want:
         assert "costs" not in got, hint
@@ -214,7 +225,10 @@ def _output_tokens_per_s(stem: str) -> float:
     for w in doc["workloads"]:
         if w["kind"] != "serving":
             continue
-        if "tokens_per_sec" in w:
+        if "profile" in w:  # a demand profile: its hourly requests/s averaged over the period
+            rates = w["profile"]["requests_per_s_by_hour"]
+            total += sum(rates) / len(rates) * _quantity(w["output_tokens"])
+        elif "tokens_per_sec" in w:
             total += _quantity(w["tokens_per_sec"])
         else:
             total += _quantity(w["requests_per_min"]) / 60.0 * _quantity(w["output_tokens"])
@@ -297,6 +311,13 @@ def catalog_costs(stem: str, entry: dict[str, Any]) -> dict[str, float | None]:
             else:
                 monthly += line["units"] * usd_per_hour * HOURS_PER_MONTH
     monthly += _operations_usd_per_month(entry, owned)
+    for a in entry.get("autoscaler", {}).values():
+        # a demand profile's burst: the replica-hours above the minimum in one period, at the burst offer's on-demand
+        # rate (one instance per replica in the examples), x periods a month (730 h / 24 h or 168 h)
+        hours = sum(n - a["min_replicas"] for n in a["replicas_by_hour"])
+        if hours:
+            rate = instances[_instance_offering(a["burst_offering"])[0]]["on_demand_usd_per_hour"]
+            monthly += hours * rate * HOURS_PER_MONTH / len(a["replicas_by_hour"])
     horizon = entry["costs"]["horizon_months"]
     total = capital + horizon * monthly + one_off + unused
     tokens = _output_tokens_per_s(stem) * 3600.0 * HOURS_PER_MONTH * horizon

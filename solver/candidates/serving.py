@@ -180,7 +180,10 @@ class ServingPhysics:
 
 def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidates:
     """``wc`` with the demand figures of ``w`` (peak requests/s = average x peak_to_average)."""
-    return replace(wc, demand_rps=w.requests_per_s * w.peak_to_average, average_rps=w.requests_per_s)
+    profile = tuple(w.profile.requests_per_s_by_hour) if w.profile is not None else ()
+    return replace(
+        wc, demand_rps=w.requests_per_s * w.peak_to_average, average_rps=w.requests_per_s, profile_rps=profile
+    )
 
 
 @dataclass(frozen=True)

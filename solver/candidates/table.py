@@ -363,6 +363,8 @@ class WorkloadCandidates:
     # serving
     demand_rps: float = 0.0  # average x peak_to_average, requests/s
     average_rps: float = 0.0
+    # requests/s in each hour of a daily (24) or weekly (168) demand profile; (): flat demand at the peak
+    profile_rps: tuple[float, ...] = ()
     input_tokens: float = 0.0
     output_tokens: float = 0.0
     targets: ServingTargets = field(default_factory=ServingTargets)

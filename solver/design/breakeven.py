@@ -149,7 +149,16 @@ def needs_of_design(design: Design, interruptible: frozenset[str] = frozenset())
         spot = w.workload in interruptible
         if isinstance(w, ServingPlan):
             out += [
-                Need(g.gpu, g.gpu_name, g.tp, g.replicas * g.pp, w.workload, role=g.role, interruptible=spot)
+                # a demand profile's burst replicas are rented by the hour on either side (side_costs): not held
+                Need(
+                    g.gpu,
+                    g.gpu_name,
+                    g.tp,
+                    (g.replicas - g.burst_replicas) * g.pp,
+                    w.workload,
+                    role=g.role,
+                    interruptible=spot,
+                )
                 for g in w.groups
             ]
         else:
@@ -282,12 +291,13 @@ def pools_of(needs: Sequence[Need], kind: Literal["cloud", "owned"]) -> set[pric
 
 def side_costs(
     lines: Sequence[HardwareLine], one_off_usd: float, months: float, ops: pricing.Operations,
-    pools: set[pricing.PoolKey], output_tokens_per_s: float = 0.0,
+    pools: set[pricing.PoolKey], output_tokens_per_s: float = 0.0, burst_usd_per_month: float = 0.0,
 ) -> Costs:  # fmt: skip
-    """One side over ``months``: :func:`clusterplan.evaluation.pricing.costs`, its pools' and GPU types' operations in."""
+    """One side over ``months``: :func:`clusterplan.evaluation.pricing.costs`, its pools' and GPU types' operations in
+    (and a demand profile's burst tier, rented on demand whichever side holds the base)."""
     return pricing.costs(
         lines, horizon_months=months, one_off_usd=one_off_usd, output_tokens_per_s=output_tokens_per_s,
-        operations=ops, pools=pools,
+        operations=ops, pools=pools, burst_usd_per_month=burst_usd_per_month,
     )  # fmt: skip
 
 
@@ -380,6 +390,7 @@ def rent_vs_buy(
     b_lines, b_missing = buy_lines(needs, offerings, horizon_months)
     b_one_off = 0.0
     rent_own = buy_own = False
+    burst = pricing.plan_burst_usd_per_month(design.workloads) if design is not None else 0.0
     if design is not None:
         kinds = {x.kind for x in design.hardware}
         if kinds == {"cloud"}:
@@ -403,7 +414,7 @@ def rent_vs_buy(
         c = None
         if not missing:
             c = side_costs(
-                lines, one_off, horizon_months, ops, r_pools if kind == "rent" else b_pools, output_tokens_per_s
+                lines, one_off, horizon_months, ops, r_pools if kind == "rent" else b_pools, output_tokens_per_s, burst
             )
         return Side(
             kind=kind, hardware=lines, costs=c, missing=sorted(set(missing)), from_design=own,
@@ -427,8 +438,12 @@ def rent_vs_buy(
     curve = [
         CurvePoint(
             month=m,
-            rent_usd=side_costs(r_lines, r_one_off, m, ops, r_pools).total_usd if rent.costs is not None else None,
-            buy_usd=side_costs(b_lines, b_one_off, m, ops, b_pools).total_usd if buy.costs is not None else None,
+            rent_usd=side_costs(r_lines, r_one_off, m, ops, r_pools, 0.0, burst).total_usd
+            if rent.costs is not None
+            else None,
+            buy_usd=side_costs(b_lines, b_one_off, m, ops, b_pools, 0.0, burst).total_usd
+            if buy.costs is not None
+            else None,
         )
         for m in curve_months(horizon_months, be, months)
     ]
@@ -436,8 +451,8 @@ def rent_vs_buy(
     if be is not None:
         first = first_cheaper_month(
             be,
-            lambda m: side_costs(r_lines, r_one_off, m, ops, r_pools).total_usd,
-            lambda m: side_costs(b_lines, b_one_off, m, ops, b_pools).total_usd,
+            lambda m: side_costs(r_lines, r_one_off, m, ops, r_pools, 0.0, burst).total_usd,
+            lambda m: side_costs(b_lines, b_one_off, m, ops, b_pools, 0.0, burst).total_usd,
         )
     cheaper: Literal["rent", "buy"] | None = None
     if rent.costs is not None and buy.costs is not None:

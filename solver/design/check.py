@@ -279,6 +279,7 @@ def _totals(
         output_tokens_per_s=tokens_per_s,
         operations=operations,
         pools=pricing.serving_pools(design.workloads),
+        burst_usd_per_month=pricing.plan_burst_usd_per_month(design.workloads),
     )
     for label, got, stated in (
         ("GPU types' operations", mine.gpu_type_operations_usd_per_month, c.gpu_type_operations_usd_per_month),
@@ -557,7 +558,30 @@ def _check_serving(wp: ServingPlan, w: ServingWorkload, ctx: _Against, problems:
             ests.append((g, est))
     has_targets = any(t is not None for t in (w.p95_latency, w.p95_ttft, w.p95_tpot))
     _serving_capacity(wp, rates, w.redundancy, has_targets, problems)
+    _autoscaler(wp, w, rates, has_targets, problems)
     _p95_at_load(wp, w, ctx, rates, ests, has_targets, problems)
+
+
+def _autoscaler(wp: ServingPlan, w: ServingWorkload, rates: Rates, has_targets: bool, problems: list[str]) -> None:
+    """A demand profile: the autoscaler's min is the replicas held, its max every replica at peak, and each hour's
+    replicas take that hour's demand at the rate recomputed here (N+k spares kept; one shape: its rate)."""
+    a = wp.autoscaler
+    if w.profile is None or a is None:
+        if (w.profile is None) != (a is None):
+            problems.append(f"{wp.workload}: an autoscaler is stated exactly when the workload has a demand profile")
+        return
+    held = sum(g.replicas - g.burst_replicas for g in wp.groups if g.role == "aggregated")
+    peak = sum(g.replicas for g in wp.groups if g.role == "aggregated")
+    if (a.min_replicas, a.max_replicas) != (held, peak) or max(a.replicas_by_hour, default=0) != peak:
+        problems.append(
+            f"{wp.workload}: autoscaler {a.min_replicas}-{a.max_replicas} replicas, held {held}, peak {peak}"
+        )
+    if len(wp.groups) != 1 or wp.groups[0].role != "aggregated":
+        return
+    rate = rates[0][1] if has_targets else rates[0][2]
+    for h, (n, d) in enumerate(zip(a.replicas_by_hour, w.profile.requests_per_s_by_hour, strict=True)):
+        if n < pricing.replicas_needed(d, rate, w.redundancy) or n < a.min_replicas:
+            problems.append(f"{wp.workload}: hour {h} runs {n} replicas for {d:g} req/s at {rate:.3g} req/s each")
 
 
 def _group_rates(

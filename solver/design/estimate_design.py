@@ -125,6 +125,13 @@ def design_pins(design: Design, req: Requirement, workload: int | str | None) ->
     wp = planned[name]
     if isinstance(wp, TrainingPlan):
         return [_training_pin(wp, index)]
+    if any(g.burst_replicas for g in wp.groups):
+        raise ClusterplanError(
+            f"{quoted(name)} rents {sum(g.burst_replicas for g in wp.groups)} burst replica(s) by the hour for its "
+            "demand profile, and estimate prices the replicas it pins for the whole month",
+            fix="read the design's autoscaler and costs in `clusterplan solve` (or `rent-vs-buy`, which prices the "
+            "burst); estimate pins flat designs only",
+        )
     return _serving_pins(wp, index)
 
 

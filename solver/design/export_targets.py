@@ -32,8 +32,9 @@ class Scaling:
 
     ``max_replicas``: the plan's count (peak demand with every target met, plus the N+k spares); ``min_replicas``:
     the replicas the group's share of the average demand needs at their rated rate, plus the same ``redundancy``
-    spares (never above the maximum); ``target_rps_per_replica``: the rate one replica takes with the p95 targets
-    met, which the autoscaler holds each replica to.
+    spares (never above the maximum), or, under a demand profile, the replicas the plan holds every hour (its
+    autoscaler's minimum: the burst above it is rented by the hour); ``target_rps_per_replica``: the rate one replica
+    takes with the p95 targets met, which the autoscaler holds each replica to.
     """
 
     launch: Launch
@@ -42,6 +43,7 @@ class Scaling:
     redundancy: int
     target_rps_per_replica: float
     gpus_per_node: int  # the largest machine of the replica's GPU in the design: a pod runs on one
+    profile: bool = False  # min_replicas is a demand profile's base (held every hour), not the average's need
 
     @property
     def gpus_per_replica(self) -> int:
@@ -70,6 +72,10 @@ class CloudTask:
     copies: int
     serving: Launch | None = None
     training: TrainingLaunch | None = None
+    # a SkyServe service (a demand profile's replicas on this offer): its replica_policy bounds and per-replica rate
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    target_qps_per_replica: float | None = None
 
 
 def _groups(chosen: Design, launches: list[Launch]) -> Iterator[tuple[ServingPlan, ReplicaGroup, Launch]]:
@@ -89,8 +95,10 @@ def serving_scaling(chosen: Design, launches: list[Launch]) -> list[Scaling]:
         average_rps = x.expected.request_rate_rps * g.replicas  # the group's share of the average demand
         needed = math.ceil(average_rps / rate - _CEIL_TOLERANCE) if rate > 0 else g.replicas
         low = min(g.replicas, max(needed, 1) + wp.redundancy)
+        if wp.autoscaler is not None:  # a demand profile: the replicas held every hour; the burst is rented above
+            low = g.replicas - g.burst_replicas
         node = max((h.gpus_per_unit for h in chosen.hardware if h.gpu == g.gpu), default=x.tp * x.pp)
-        out.append(Scaling(x, g.replicas, low, wp.redundancy, rate, node))
+        out.append(Scaling(x, g.replicas, low, wp.redundancy, rate, node, profile=wp.autoscaler is not None))
     return out
 
 
@@ -117,16 +125,34 @@ def cloud_tasks(chosen: Design, launches: list[Launch], training: list[TrainingL
             )
         )  # fmt: skip
     serving_lines = [h for h in chosen.hardware if h.kind == "cloud" and h.trains is None]
-    for _, g, x in _groups(chosen, launches):
+    for wp, g, x in _groups(chosen, launches):
         line = next((h for h in serving_lines if h.gpu == g.gpu), None)
-        if g.cloud_replicas == 0 or line is None:
-            continue
-        cloud, region, accelerator = _cloud(line)
         name = x.workload if x.role == "aggregated" else f"{x.workload}-{x.role}"
-        out.append(
-            CloudTask(
-                name=name, provider=line.provider, cloud=cloud, region=region, gpu=g.gpu, accelerator=accelerator,
-                gpus_per_node=x.tp * x.pp, num_nodes=1, copies=g.cloud_replicas, serving=x,
-            )
-        )  # fmt: skip
+        burst = wp.autoscaler.burst_offering if wp.autoscaler is not None and g.burst_replicas else None
+        held = g.cloud_replicas
+        if burst is not None and line is not None and line.offering == burst:
+            held = 0  # the base rents the burst's own offer: one service from the base to the peak (below)
+        if held and line is not None:
+            cloud, region, accelerator = _cloud(line)
+            out.append(
+                CloudTask(
+                    name=name, provider=line.provider, cloud=cloud, region=region, gpu=g.gpu, accelerator=accelerator,
+                    gpus_per_node=x.tp * x.pp, num_nodes=1, copies=held, serving=x,
+                )
+            )  # fmt: skip
+        if burst is not None:
+            out.append(_burst_service(name, x, g, burst, g.cloud_replicas - held))
     return out
+
+
+def _burst_service(name: str, x: Launch, g: ReplicaGroup, offering: str, base: int) -> CloudTask:
+    """A demand profile's burst as a SkyServe service on the offer the plan rents it on: from ``base`` replicas (the
+    base's own, where it rents that offer; else 0) to ``base`` + the burst, each held to its rate within the targets."""
+    sky = load_launchers()["skypilot"]
+    provider = offering.split(":")[1]
+    return CloudTask(
+        name=f"{name}-burst" if not base else name, provider=provider, cloud=sky.clouds.get(provider), region=None,
+        gpu=g.gpu, accelerator=sky.accelerators.get(g.gpu), gpus_per_node=x.tp * x.pp, num_nodes=1, copies=1,
+        serving=x, min_replicas=base, max_replicas=base + g.burst_replicas,
+        target_qps_per_replica=g.rate_rps or g.rate_no_targets_rps,
+    )  # fmt: skip

@@ -172,6 +172,68 @@ def owned_line(o: Offering, *, bought: int, from_inventory: int, gpu_name: str) 
     )
 
 
+# ------------------------------------------------------------------------------------------------
+# A demand profile's burst tier: replicas rented on demand for the hours the base does not cover
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BurstOffer:
+    """Where one burst replica is rented by the hour: the offering and the instances one replica takes."""
+
+    offering: Offering
+    instances: int
+
+    @property
+    def usd_per_replica_hour(self) -> float:
+        """Instances per replica x the instance's $/h."""
+        return self.instances * self.offering.usd_per_hour
+
+
+def burst_offer(offerings: Sequence[Offering], *, gpu_id: str, tp: int, pp: int) -> BurstOffer | None:
+    """The cheapest cloud offering a burst replica of ``pp`` stages of ``tp`` GPUs rents by the hour: billed only for
+    the hours it runs, so on demand (or spot, offered for serving only to interruptible workloads), never a
+    commitment; one no rule of the requirement forbids. Each burst replica rents its own instances (a started replica
+    does not share a machine with another). None: no such offering."""
+    best: tuple[float, str, BurstOffer] | None = None
+    for o in offerings:
+        if o.kind != "cloud" or o.gpu_id != gpu_id or not o.serves or o.term_months or o.forbidden_by:
+            continue
+        n = units_for(o, tp, pp)
+        if n is None:
+            continue
+        offer = BurstOffer(o, n)
+        cand = (offer.usd_per_replica_hour, o.key, offer)
+        if best is None or cand[:2] < best[:2]:
+            best = cand
+    return None if best is None else best[2]
+
+
+def replicas_needed(demand_rps: float, rate_rps: float, spare: int) -> int:
+    """Replicas running to take ``demand_rps`` at ``rate_rps`` each, plus the ``spare`` of N+k (at least one: an
+    autoscaler keeps a replica up); 1e-9: a float quotient a hair over a whole number is that number."""
+    if demand_rps <= 0 or rate_rps <= 0:
+        return max(1, spare)
+    return max(1, spare + math.ceil(demand_rps / rate_rps - 1e-9))
+
+
+def burst_usd_per_month(replica_hours_per_period: float, usd_per_replica_hour: float, period_hours: int) -> float:
+    """A period's burst replica-hours x $/replica-hour x periods a month (730 h / 24 h a day or / 168 h a week)."""
+    return replica_hours_per_period * usd_per_replica_hour * HOURS_PER_MONTH / period_hours
+
+
+def plan_burst_usd_per_month(workloads: Sequence[ServingPlan | TrainingPlan]) -> float:
+    """A design's burst tier a month: each profile workload's replica-hours above its minimum, hour by hour
+    (``sum_h replicas_h - min``), priced by :func:`burst_usd_per_month` (checker, rent-vs-buy, the planner)."""
+    total = 0.0
+    for w in workloads:
+        if isinstance(w, ServingPlan) and w.autoscaler is not None:
+            a = w.autoscaler
+            hours = sum(n - a.min_replicas for n in a.replicas_by_hour)
+            total += burst_usd_per_month(hours, a.burst_usd_per_replica_hour, len(a.replicas_by_hour))
+    return total
+
+
 def costs(
     hardware: Sequence[HardwareLine],
     *,
@@ -180,10 +242,12 @@ def costs(
     output_tokens_per_s: float,
     operations: Operations,
     pools: Collection[PoolKey],
+    burst_usd_per_month: float = 0.0,
 ) -> Costs:
     """Capital, monthly, one-off and total over the horizon; $ per million output tokens at average demand.
 
-    ``monthly = sum of the lines' months + ops_g x GPU types operated + ops_p x pools`` (:func:`operated_gpu_types`,
+    ``monthly = sum of the lines' months + ops_g x GPU types operated + ops_p x pools + burst`` (burst: the demand
+    profiles' on-demand replica-hours a month, :func:`burst_usd_per_month`; :func:`operated_gpu_types`,
     :func:`serving_pools`); ``total = capital + horizon x monthly + one-off + unused``, where ``unused`` is each
     commitment's months owed beyond the horizon (whole terms, :func:`clusterplan.physics.cost.paid_months`) x its
     monthly cost; ``$/M = total / (tokens/s x horizon seconds / 1e6)``.
@@ -192,7 +256,7 @@ def costs(
     types = len(operated_gpu_types(hardware))
     type_ops = types * operations.usd_per_gpu_type_month
     pool_ops = len(pools) * operations.usd_per_pool_month
-    monthly = sum(line.monthly_usd for line in hardware) + type_ops + pool_ops
+    monthly = sum(line.monthly_usd for line in hardware) + type_ops + pool_ops + burst_usd_per_month
     unused = sum(
         line.monthly_usd * (cost.paid_months(horizon_months, line.term_months) - horizon_months)
         for line in hardware
@@ -213,6 +277,7 @@ def costs(
         gpu_type_operations_usd_per_month=type_ops,
         pool_operations_usd_per_month=pool_ops,
         unused_commitment_usd=unused,
+        burst_usd_per_month=burst_usd_per_month,
     )
 
 

@@ -11,6 +11,7 @@ from collections import defaultdict
 from clusterplan.candidates.table import CandidateTable, TrainingRow, WorkloadCandidates
 from clusterplan.evaluation import pricing
 from clusterplan.plan import (
+    Autoscaler,
     ConstraintCheck,
     Costs,
     Design,
@@ -19,7 +20,7 @@ from clusterplan.plan import (
     ServingPlan,
     TrainingPlan,
 )
-from clusterplan.planner.families import Family
+from clusterplan.planner.families import Family, demand_profile
 from clusterplan.planner.families.facts import DesignFacts
 from clusterplan.planner.solve import Solution
 from clusterplan.wording.fmt import layout
@@ -72,6 +73,7 @@ def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -
                 gpu_memory_gib=row.capacity_gib,
                 bound=row.bound,
                 role="aggregated" if row.role == "both" else row.role,
+                burst_replicas=a.burst_replicas,
             )
         )
     used = cap if wc.targets.any else cap_nolat
@@ -88,7 +90,20 @@ def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -
         gpus=gpus,
         groups=groups,
         disaggregated=any(r.role != "both" for _, r in assigned),
+        autoscaler=_autoscaler(table, wc, sol),
     )
+
+
+def _autoscaler(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -> Autoscaler | None:
+    """A profile workload's base, burst and hourly replicas (planner/families/demand_profile.py; None: flat demand)."""
+    if not wc.profile_rps:
+        return None
+    fleets = [
+        demand_profile.fleet(wc, wc.serving_rows()[a.row], a.cloud_replicas + a.owned_replicas, a.burst_replicas, table)
+        for a in sol.serving_of(wc.index)
+        if wc.serving_rows()[a.row].role == "both"
+    ]
+    return demand_profile.autoscaler(wc, fleets)
 
 
 def training_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -> TrainingPlan:
@@ -191,6 +206,7 @@ def costs_of(table: CandidateTable, sol: Solution, hardware: list[HardwareLine])
         output_tokens_per_s=tokens,
         operations=operations_of(table),
         pools=pricing.serving_pools(serving),
+        burst_usd_per_month=sum(p.autoscaler.burst_usd_per_month for p in serving if p.autoscaler is not None),
     )
 
 

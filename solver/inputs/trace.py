@@ -102,3 +102,37 @@ def _jsonl(text: str, name: str) -> list[TraceRow]:
             )
         rows.append(_row(values, Location(name, number)))
     return rows
+
+
+SECONDS_PER_HOUR = 3600.0
+
+
+def hourly_profile(rows: list[TraceRow], period_hours: int, where: str) -> list[float]:
+    """A daily (24) or weekly (168) demand profile from a trace whose ``arrival_s`` counts from hour 0 of the period
+    (00:00, or Monday 00:00): hour h's requests/s = the requests arriving in hour h of each period the trace covers /
+    (the times the trace covers hour h x 3600 s). The trace covers every hour from 0 to its last arrival's; it must
+    cover each hour of the period at least once."""
+    if len(rows) >= MAX_TRACE_REQUESTS:  # the reader stops there: the hours after it would read as empty
+        raise InputError(
+            [FieldProblem(Location(where), "trace", f"the trace holds {MAX_TRACE_REQUESTS:,} requests or more")],
+            fix="give requests_per_s_by_hour, or a sample of the trace (its rates are what the profile keeps)",
+        )
+    slots = int(rows[-1].arrival_s // SECONDS_PER_HOUR) + 1  # hours from 0 to the last arrival's, each covered once
+    if slots < period_hours:
+        raise InputError(
+            [
+                FieldProblem(
+                    Location(where),
+                    "trace",
+                    f"the trace covers {slots} hour(s) of a {period_hours}-hour period: a profile needs every hour",
+                )
+            ],
+            fix=f"give a trace of at least {period_hours} hours (arrival_s from hour 0 of the period), or give "
+            "requests_per_s_by_hour",
+        )
+    counts = [0] * period_hours
+    for r in rows:
+        counts[int(r.arrival_s // SECONDS_PER_HOUR) % period_hours] += 1
+    # hour h of the period is covered once per slot k < slots with k mod H == h
+    covered = [len(range(h, slots, period_hours)) for h in range(period_hours)]
+    return [n / (c * SECONDS_PER_HOUR) for n, c in zip(counts, covered, strict=True)]

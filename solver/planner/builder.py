@@ -73,12 +73,18 @@ Constraints
     cloud sit on instances with a fabric between them: ``sum_{pool r: g} gpus x xc <= sum_{c: g, fabric} k_c x n[c]``.
 15. ``max_gpu_types`` (l): ``sum_g used[g] <= max_gpu_types``, where ``used[g]`` (structural) is implied
     by every selected row, training choice and unit of GPU type g (``units(o) <= U*used[g(o)]``).
+16. ``demand_profile`` (no literal; only for a workload with a daily or weekly profile): burst replicas
+    ``xb[w,r]``, rented by the hour, count at peak beside ``xc+xo`` in 6-8; ``run[w,l]`` burst replicas run at each
+    distinct hourly demand ``d_l``, ``sel[w,r] => xc+xo + run[w,l] >= need(d_l, rate[r], k_w)``,
+    ``run[w,l] <= sum_r xb[w,r] <= run[w,peak]``; their replica-hours are paid in ``monthly``
+    (:mod:`clusterplan.planner.families.demand_profile`).
 
 Cost (integer cents)
 
     capital = sum_o m[o]*capital_o
     monthly = sum_c n[c]*$/h_c*730 + sum_o (m[o]+u[o])*running_o
               + ops_g * sum_g operated[g] + ops_p * sum_k pool[k]
+              + sum_{w,r} rh[w,r] * $/replica-hour[r] * 730 / H_w   (demand profiles' burst replica-hours)
     (operated[g]: a unit of GPU type g is held; pool[k]: pool k = (workload, role, GPU type, cloud | owned) has a
     replica; each a boolean tied both ways to its units / replicas, (6c) in families/structure.py)
     one_off = sum_{w in T, r} yc[w,r]*cloud_cost[r]

@@ -84,10 +84,12 @@ class ServingAssignment:
     row: int
     cloud_replicas: int
     owned_replicas: int
+    burst_replicas: int = 0  # a demand profile's replicas rented by the hour for its busy hours
 
     @property
     def replicas(self) -> int:
-        return self.cloud_replicas + self.owned_replicas
+        """At the peak hour: every hour's (cloud and owned) and the burst."""
+        return self.cloud_replicas + self.owned_replicas + self.burst_replicas
 
 
 @dataclass(frozen=True)
@@ -482,8 +484,9 @@ class Planner:
         for wc, r, _ in v.serving_rows():
             xc = val(v._xc.get((wc.index, r)))
             xo = val(v._xo.get((wc.index, r)))
-            if xc or xo:
-                serving.append(ServingAssignment(wc.index, r, xc, xo))
+            xb = val(v.burst_replicas(wc.index, r))
+            if xc or xo or xb:
+                serving.append(ServingAssignment(wc.index, r, xc, xo, xb))
         training = []
         for wc, r, _ in v.training_rows():
             if val(v.runs_on_cloud(wc.index, r)):

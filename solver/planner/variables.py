@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, Side, TrainingRow, WorkloadCandidates
+from clusterplan.evaluation import pricing
 from clusterplan.planner import scaling
 from clusterplan.planner.cpsat import cp_model
 
@@ -45,6 +46,10 @@ class PlanVariables:
     _sel: dict[tuple[int, int], IntVar] = field(default_factory=dict)
     _maxrate: dict[int, IntVar] = field(default_factory=dict)
     _pools: dict[int, IntVar] = field(default_factory=dict)  # w -> served by a prefill and a decode pool
+    # demand profiles (planner/families/demand_profile.py): burst replicas of a row, rented by the hour
+    _burst: dict[tuple[int, int], IntVar] = field(default_factory=dict)
+    # w -> (hourly demand level req/s, hours of the period at it, burst replicas running at it)
+    burst_levels: dict[int, list[tuple[float, int, IntVar]]] = field(default_factory=dict)
     # training
     _yc: dict[tuple[int, int], IntVar] = field(default_factory=dict)
     _yo: dict[tuple[int, int], IntVar] = field(default_factory=dict)
@@ -111,6 +116,8 @@ class PlanVariables:
                         v._xc[w, r] = model.new_int_var(0, ub, f"xc_{tag}")
                     if row.gpu_id in owned_gpus:
                         v._xo[w, r] = model.new_int_var(0, ub, f"xo_{tag}")
+                    if _bursts(table, wc, row):
+                        v._burst[w, r] = model.new_int_var(0, max(0, ub - 1), f"xb_{tag}")
                     if per_shape[row.shape] == 1:
                         v._shape[w, row.shape] = v._sel[w, r]  # the shape is used iff its only row is
                     else:
@@ -194,7 +201,17 @@ class PlanVariables:
         return cp_model.LinearExpr.sum(xs) if xs else 0
 
     def replica_vars(self, w: int, r: int) -> list[IntVar]:
-        return [x for x in (self._xc.get((w, r)), self._xo.get((w, r))) if x is not None]
+        """Replicas of row r at peak: on cloud instances, on owned servers and (a demand profile's) burst."""
+        return [x for x in (self._xc.get((w, r)), self._xo.get((w, r)), self._burst.get((w, r))) if x is not None]
+
+    def base_replicas(self, w: int, r: int) -> LinearExpr:
+        """Replicas of row r that run every hour (cloud instances and owned servers): the autoscaler's minimum."""
+        xs = [x for x in (self._xc.get((w, r)), self._xo.get((w, r))) if x is not None]
+        return cp_model.LinearExpr.sum(xs) if xs else 0
+
+    def burst_replicas(self, w: int, r: int) -> IntVar | None:
+        """Replicas of row r rented by the hour for a demand profile's busy hours (None: the row has no burst)."""
+        return self._burst.get((w, r))
 
     def disaggregated(self, w: int) -> IntVar | None:
         """Workload w is served by a prefill pool and a decode pool (None: it has no pool rows)."""
@@ -305,6 +322,14 @@ class PlanVariables:
         out += [self._uses_cloud[w] for w in sorted(self._uses_cloud)]
         out += [self._uses_owned[w] for w in sorted(self._uses_owned)]
         return out
+
+
+def _bursts(table: CandidateTable, wc: WorkloadCandidates, row: ServingRow) -> bool:
+    """A row may add burst replicas: its workload has a demand profile and one shape (a mixed workload runs its
+    base as it is), it is aggregated (pools run every hour) and some cloud offering rents it by the hour."""
+    if not wc.profile_rps or wc.allow_mixed or row.role != "both":
+        return False
+    return pricing.burst_offer(table.offerings, gpu_id=row.gpu_id, tp=row.tp, pp=row.pp) is not None
 
 
 def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:

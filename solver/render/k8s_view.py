@@ -28,6 +28,11 @@ from clusterplan.render.export_view import launch_argv, replica_port, trtllm_opt
 from clusterplan.wording.safe import visible
 
 RATE_METRIC = "requests_per_second"
+# What the autoscaler's minimum stands for: the average demand's replicas, or a demand profile's base held every hour
+FLOOR = {
+    False: "at the average demand",
+    True: "held every hour (the demand profile's base; the rest rented by the hour)",
+}
 _SHM = "dshm"  # NCCL's shared memory between the replica's GPU processes
 
 
@@ -111,8 +116,8 @@ def k8s_file(scalings: list[Scaling]) -> str:
     for s in scalings:
         x = s.launch
         parts.append(
-            f"# {visible(x.workload)} ({x.role}): {s.max_replicas} replica(s) at peak (N+{s.redundancy}), {s.min_replicas} at "
-            f"the average demand; {s.gpus_per_replica} x {x.gpu_name} each; {s.target_rps_per_replica:,.3g} req/s "
+            f"# {visible(x.workload)} ({x.role}): {s.max_replicas} replica(s) at peak (N+{s.redundancy}), {s.min_replicas} "
+            f"{FLOOR[s.profile]}; {s.gpus_per_replica} x {x.gpu_name} each; {s.target_rps_per_replica:,.3g} req/s "
             "per replica with the p95 targets met\n"
             + (
                 f"# not written: one replica spans {s.gpus_per_replica} GPUs, more than the {s.gpus_per_node} of one "

@@ -4,7 +4,9 @@ the serving or training launch it carries.
 
 Fields as SkyPilot's task schema names them (sky/utils/schemas.py: ``name``, ``num_nodes``, ``envs``, ``run``,
 ``resources.cloud``, ``resources.region``, ``resources.accelerators``, ``resources.use_spot``); on-demand,
-because the plan priced on-demand instances. A training run's script reads SkyPilot's node rank and the first
+because the plan priced on-demand instances. A demand profile's burst replicas are a SkyServe service
+(``service.readiness_probe``, ``service.replica_policy.min_replicas`` / ``max_replicas`` /
+``target_qps_per_replica``, ``resources.ports``; docs.skypilot.co serving/service-yaml-spec and autoscaling). A training run's script reads SkyPilot's node rank and the first
 node's address (``SKYPILOT_NODE_RANK``, ``SKYPILOT_NODE_IPS``).
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 import yaml
 
 from clusterplan.design.export_targets import CloudTask
-from clusterplan.render.export_view import launch_argv, trtllm_options
+from clusterplan.render.export_view import launch_argv, replica_port, trtllm_options
 from clusterplan.render.training_export_view import NEEDS, config_files, file_stem, launch_script
 from clusterplan.wording.safe import shell_comment, visible_lines
 
@@ -60,6 +62,11 @@ def task(t: CloudTask) -> dict[str, Any]:
         if x.engine == "tensorrt-llm":  # trtllm-serve reads its KV-cache options from a file: written first
             options = f"cat > {OPTIONS_FILE} <<'EOF'\n{json.dumps(trtllm_options(x), indent=2)}\nEOF\n"
         out["run"] = options + " ".join(shlex.quote(a) for a in launch_argv(x, OPTIONS_FILE)) + "\n"
+        if t.max_replicas is not None:  # a SkyServe service: its replicas between the autoscaler's bounds
+            resources["ports"] = replica_port(x, 0)
+            policy: dict[str, float | None] = {"min_replicas": t.min_replicas, "max_replicas": t.max_replicas}
+            policy["target_qps_per_replica"] = round(t.target_qps_per_replica or 0.0, 3)
+            out["service"] = {"readiness_probe": "/health", "replica_policy": policy}
     return out
 
 
@@ -73,6 +80,8 @@ def skypilot_files(tasks: list[CloudTask]) -> dict[str, str]:
             skipped.append(f"{t.name}: SkyPilot has no name for the {what}; launch it with the provider's own tools")
             continue
         copies = f"; launch it {t.copies} times (one replica each)" if t.copies > 1 else ""
+        if t.max_replicas is not None:
+            copies = f"; a service of {t.min_replicas} to {t.max_replicas} replicas: sky serve up this file"
         head = (
             shell_comment(
                 f"{t.name}: {t.num_nodes} node(s) x {t.gpus_per_node} {t.accelerator} on {t.provider}{copies}. "

@@ -6,7 +6,7 @@ field path; names that are not in the catalog get did-you-mean suggestions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from clusterplan.errors import (
     quoted,
 )
 from clusterplan.inputs.located import validate_document
+from clusterplan.inputs.trace import hourly_profile, read_trace
 from clusterplan.inputs.yamlio import (
     LocatedDocument,
     PathKey,
@@ -31,6 +32,7 @@ from clusterplan.inputs.yamlio import (
 from clusterplan.requirement.hf_config import derived_line, load_hf_config, read_hf_config
 from clusterplan.requirement.schema import (
     DEFAULT_PROVIDER_TIERS,
+    HOURS_PER_PERIOD,
     QUALITY_CLASSES,
     FinetuneWorkload,
     HfConfigModel,
@@ -85,6 +87,29 @@ def load_requirement_text(
     return _resolve(parse_yaml_text(text, name), catalog, base_dir=base_dir or Path.cwd())
 
 
+def _profiles_from_traces(doc: LocatedDocument, base_dir: Path) -> LocatedDocument:
+    """Each serving workload's ``profile: {trace: FILE}`` read into its hourly rates (inputs/trace.hourly_profile),
+    the file relative to the requirement; a broken trace is refused with its own file:line."""
+    workloads = doc.data.get("workloads") if isinstance(doc.data, dict) else None
+    if not isinstance(workloads, list):
+        return doc
+    changed = []
+    for w in workloads:
+        p = w.get("profile") if isinstance(w, dict) else None
+        if not (isinstance(p, dict) and isinstance(p.get("trace"), str) and "requests_per_s_by_hour" not in p):
+            changed.append(w)
+            continue
+        hours = HOURS_PER_PERIOD.get(str(p.get("kind")))
+        if hours is None:
+            changed.append(w)  # the kind's own (located) error is reported by validation
+            continue
+        path = base_dir / p["trace"]
+        rates = hourly_profile(read_trace(path), hours, str(path))
+        rest = {k: v for k, v in p.items() if k != "trace"}
+        changed.append({**w, "profile": {**rest, "requests_per_s_by_hour": rates}})
+    return replace(doc, data={**doc.data, "workloads": changed})
+
+
 def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> ResolvedRequirement:
     if not isinstance(doc.data, dict):
         raise InputError(
@@ -96,7 +121,7 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
                 )
             ]
         )
-    req = validate_document(doc, Requirement)
+    req = validate_document(_profiles_from_traces(doc, base_dir), Requirement)
     problems: list[FieldProblem] = []
 
     def problem(path: PathKey, message: str, kind: str = "") -> None:

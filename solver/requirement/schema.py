@@ -62,6 +62,7 @@ def quality_class_of(precision: str) -> MaxLoss:
 MIN_LATENCY_S = 1e-3
 MAX_LATENCY_S = 86_400.0
 MAX_REQUEST_TOKENS = float(MAX_CONTEXT_TOKENS)  # prompt, output, context or sequence: a model's longest context
+MAX_PEAK_TO_AVERAGE = 100.0  # peak demand over average demand
 MAX_BATCH_TOKENS = 1e10  # tokens per optimizer step (Llama 3 405B trained at 1.6e7)
 Name = Label  # at most MAX_LABEL_CHARS characters
 
@@ -148,6 +149,55 @@ class EngineSettings(Strict):
         return self
 
 
+HOURS_PER_PERIOD = {"daily": 24, "weekly": 168}  # hourly rates a daily or a weekly profile lists
+MAX_PROFILE_RPS = 1e9  # requests/s in one hour: far above any fleet, below the planner's integer range
+
+
+class DemandProfile(Strict):
+    """Hourly demand over a day or a week, repeated over the horizon (the fleet is sized over it: a base that runs
+    every hour and a burst tier rented on demand for the hours above it; planner/families/demand_profile.py)."""
+
+    kind: Literal["daily", "weekly"] = Field(description="daily: 24 hourly rates; weekly: 168 (Monday 00:00 first)")
+    requests_per_s_by_hour: list[Annotated[float, Field(ge=0, le=MAX_PROFILE_RPS)]] = Field(
+        description="average requests/s in each hour of the period, hour 0 first (or give trace)"
+    )
+    trace: str | None = Field(
+        None,
+        max_length=4096,
+        description="a request trace (CSV arrival_s,input_tokens,output_tokens or JSON Lines, arrival_s from hour 0 "
+        "of the period), relative to the requirement file: the hourly rates are read from it instead",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_source(cls, data: Any) -> Any:
+        """Rates or a trace: a trace is read into rates when the requirement is loaded (requirement/load.py)."""
+        if isinstance(data, dict) and data.get("trace") is not None and data.get("requests_per_s_by_hour") is not None:
+            raise ValueError("give either requests_per_s_by_hour or trace, not both")
+        return data
+
+    @model_validator(mode="after")
+    def _length(self) -> DemandProfile:
+        hours = HOURS_PER_PERIOD[self.kind]
+        got = len(self.requests_per_s_by_hour)
+        if got != hours:
+            raise ValueError(
+                f"a {self.kind} profile lists {hours} hourly rates (hour 0 to {hours - 1}), this one {got}"
+            )
+        if max(self.requests_per_s_by_hour) <= 0:
+            raise ValueError("every hourly rate is 0: give the requests/s of at least one hour")
+        return self
+
+    @property
+    def average_rps(self) -> float:
+        """The period's average, requests/s."""
+        return sum(self.requests_per_s_by_hour) / len(self.requests_per_s_by_hour)
+
+    @property
+    def peak_rps(self) -> float:
+        return max(self.requests_per_s_by_hour)
+
+
 class ServingWorkload(Strict):
     kind: Literal["serving"]
     name: Name = Field("serving", description="label used in plans and explanations")
@@ -180,7 +230,7 @@ class ServingWorkload(Strict):
         le=2 * MAX_REQUEST_TOKENS,
         description="longest prompt+output a request may reach, tokens; defaults to input_tokens + output_tokens",
     )
-    peak_to_average: float = Field(1.0, ge=1, le=100, description="peak demand over average demand")
+    peak_to_average: float = Field(1.0, ge=1, le=MAX_PEAK_TO_AVERAGE, description="peak demand over average demand")
     redundancy: int = Field(0, ge=0, le=64, description="spare replicas (N+k) so losing k still meets demand")
     allow_mixed: bool | None = Field(
         None,
@@ -213,6 +263,12 @@ class ServingWorkload(Strict):
         "is cheaper; off: aggregated replicas only; required: prefill and decode pools only",
     )
 
+    profile: DemandProfile | None = Field(
+        None,
+        description="hourly demand over a day or a week ({kind: daily, requests_per_s_by_hour: [24 rates]}); instead "
+        "of tokens_per_sec / requests_per_min and peak_to_average, which it sets (its average and peak over average)",
+    )
+
     interruptible: bool = Field(
         False,
         description="the workload tolerates losing its cloud instances at short notice (it checkpoints and resumes, or "
@@ -224,6 +280,30 @@ class ServingWorkload(Strict):
     def _off(cls, value: Any) -> Any:
         """YAML 1.1 reads an unquoted ``off`` as false: it means the switch's ``off``."""
         return "off" if value is False else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_profile(cls, data: Any) -> Any:
+        """A profile states the demand: its average is the workload's requests/s and its peak over that average its
+        peak_to_average, so every command reads the same two figures. Given beside them, it is a conflict."""
+        if not isinstance(data, dict) or data.get("profile") is None:
+            return data
+        stated = [k for k in ("tokens_per_sec", "requests_per_min", "peak_to_average") if data.get(k) is not None]
+        if stated:
+            raise ValueError(
+                f"give either profile or {' / '.join(stated)}: the profile sets the average demand and its peak"
+            )
+        try:
+            profile = DemandProfile.model_validate(data["profile"])
+        except ValueError:
+            return data  # the profile's own (located) errors are reported by its field
+        ratio = profile.peak_rps / profile.average_rps
+        if ratio > MAX_PEAK_TO_AVERAGE:
+            raise ValueError(
+                f"the profile's peak is {ratio:,.1f}x its average, above the {MAX_PEAK_TO_AVERAGE:g}x a plan admits: "
+                "raise its quietest hours or plan the peak hours as a workload of their own"
+            )
+        return {**data, "requests_per_min": profile.average_rps * 60.0, "peak_to_average": ratio}
 
     @model_validator(mode="after")
     def _demand(self) -> ServingWorkload:

@@ -26,12 +26,16 @@ def _spread(lo: float, hi: float, n: int = len(WHATIF_FACTORS)) -> list[float]:
 def choose_axis(base: Base, plan: Plan, choice: WhatIf) -> tuple[Axis, str] | None:
     """The axis and objective of the report's what-if sweep, or None when there is none to make.
 
-    auto: demand for serving, the deadline for training; when the requirement is infeasible, the budget
+    auto: demand for serving (none where it is a demand profile), the deadline for training; when the requirement is
+    infeasible, the budget
     in the conflict from the value given to past its least relaxation (so the plot shows where it becomes
     feasible), or else demand below the value given.
     """
     data = base.data
-    serving = first_workload(data, ("serving",)) is not None
+    first = first_workload(data, ("serving",))
+    serving = first is not None
+    # a demand profile is 24 or 168 hourly rates, not one figure a sweep can scale (whatif/vary.py refuses it)
+    scalable = serving and data["workloads"][first].get("profile") is None
     training = first_workload(data, ("training", "finetune")) is not None
     inf = plan.infeasibility
     if choice == "auto" and inf is not None:
@@ -42,14 +46,14 @@ def choose_axis(base: Base, plan: Plan, choice: WhatIf) -> tuple[Axis, str] | No
                 target = resolve_field(raised, data, base.catalog)
                 given = _value_at(data, target.keys, target.quantity, target.field) or 0.0
                 return Axis(target=target, values=_spread(given, r.value * 1.5)), "min_cost"
-        if serving:
+        if scalable:
             target = resolve_field("demand", data, base.catalog)
             given = _value_at(data, target.keys, target.quantity, "demand") or 0.0
             return Axis(
                 target=target, values=[float(f"{given * f:.4g}") for f in INFEASIBLE_DEMAND_FACTORS]
             ), "min_cost"
     if choice == "auto":
-        choice = "demand" if serving else ("deadline" if training else "none")
+        choice = "demand" if scalable else ("deadline" if training else "none")
     if choice == "none":
         return None
     if choice == "budget":

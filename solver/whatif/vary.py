@@ -320,6 +320,11 @@ def _alias_keys(text: str, data: dict[str, Any]) -> list[str | int] | None:
         if text != "demand":
             return ["workloads", i, text]
         w = data["workloads"][i]
+        if w.get("profile") is not None:  # its demand is a list of hourly rates, not one figure a sweep can set
+            raise SweepError(
+                "cannot vary 'demand': the first serving workload gives a demand profile (its hourly rates); "
+                "plan scaled copies of the profile one by one, or vary another field"
+            )
         return ["workloads", i, "tokens_per_sec" if w.get("tokens_per_sec") is not None else "requests_per_min"]
     if text == "deadline":
         i = first_workload(data, ("training", "finetune"))

@@ -68,7 +68,24 @@ def monthly_lines(design: Design) -> list[str]:
         if x.kind == "owned"
     ]
     ops = operations_line(design.costs)
-    return [*out, ops] if ops is not None else out
+    out = [*out, ops] if ops is not None else out
+    return out + [line for w in design.workloads if (line := autoscaler_line(w)) is not None]
+
+
+def autoscaler_line(w: ServingPlan | TrainingPlan) -> str | None:
+    """A demand profile's fleet: 'assistant: 1 replica every hour, 3 at the peak hour; 28 burst replica-hours a day
+    on cloud:lambda:gpu_1x_gh200 at $2.29/replica-hour = $1,323/month' (None: flat demand)."""
+    a = w.autoscaler if isinstance(w, ServingPlan) else None
+    if a is None:
+        return None
+    head = f"{w.workload} autoscaler: min {a.min_replicas}, max {a.max_replicas} replicas"
+    if not a.burst_replica_hours_per_period:
+        return head + " (no burst: every replica runs every hour)"
+    period = "day" if a.period == "daily" else "week"
+    return (
+        f"{head}; {a.burst_replica_hours_per_period:,} burst replica-hours a {period} on {a.burst_offering} at "
+        f"{usd_exact(a.burst_usd_per_replica_hour)}/replica-hour = {usd(a.burst_usd_per_month)}/month"
+    )
 
 
 def usd_exact(x: float | None, *, missing: str = "-") -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from clusterplan.candidates.table import CandidateTable, Offering, ServingRow, TrainingRow, WorkloadCandidates
 from clusterplan.planner import scaling
 from clusterplan.planner.cpsat import cp_model
+from clusterplan.planner.families import demand_profile
 from clusterplan.planner.variables import PlanVariables
 from clusterplan.units import HOURS_PER_MONTH
 
@@ -400,6 +401,9 @@ def _define_costs(model: cp_model.CpModel, v: PlanVariables, table: CandidateTab
     terms = _offering_terms(model, v, table, inventory_family=inventory_family)
     _training_terms(v, table, terms)
     _operations_terms(model, v, table, terms)
+    burst_monthly, burst_total = demand_profile.burst_terms(model, v, table)  # (6d) demand profiles' burst hours
+    terms.monthly += burst_monthly
+    terms.total += burst_total
     v.capital_cents = _define(model, "capital_cents", terms.capital)
     v.monthly_cents = _define(model, "monthly_cents", terms.monthly)
     v.one_off_cents = _define(model, "one_off_cents", terms.one_off)
