@@ -30,7 +30,9 @@ class ReplicaGroup(Out):
 
     gpu: str = Field(description="catalog GPU id")
     gpu_name: str
-    tp: int = Field(description="tensor-parallel degree (GPUs in one NVLink group)")
+    tp: int = Field(
+        description="GPUs of one stage: the tensor-parallel degree, on one NVLink group (wide EP: the stage's GPUs over servers_per_stage servers)"
+    )
     pp: int = Field(description="pipeline-parallel stages")
     quant: str = Field(description="weight precision")
     kv_cache: str = Field(description="KV-cache precision")
@@ -63,6 +65,12 @@ class ReplicaGroup(Out):
     bound: str = Field(description="resource bounding decode: memory_bandwidth, compute, ...")
     ep: int = Field(1, description="expert-parallel degree of each stage (MoE; 1: experts tensor-parallel)")
     attention_dp: bool = Field(False, description="attention data-parallel over each stage's GPUs (MoE)")
+    servers_per_stage: int = Field(
+        1,
+        exclude_if=lambda v: v == 1,
+        description="servers one stage spans (wide EP: its experts over several NVLink domains, joined by the "
+        "fabric's all-to-all; absent: 1, the stage on one NVLink domain)",
+    )
     role: Literal["aggregated", "prefill", "decode"] = Field(
         "aggregated", description="aggregated replicas, or the prefill or decode pool of a disaggregated design"
     )

@@ -17,6 +17,7 @@ from clusterplan.design.check import check_plan
 from clusterplan.physics.layout import Layout
 from clusterplan.plan import ServingPlan
 from clusterplan.requirement.load import load_requirement
+from clusterplan.wording.fmt import group_layout
 from conftest import ROOT, run_cli, shared_plan
 
 WIDE_EP = ROOT / "tests" / "data" / "requirements" / "deepseek-v3-wide-ep.yaml"
@@ -51,6 +52,9 @@ def test_deepseek_v3_chooses_wide_ep_when_it_is_cheaper(catalog: Catalog) -> Non
     assert isinstance(wp, ServingPlan)
     (g,) = wp.groups
     assert g.ep == g.tp > 8 and g.attention_dp and g.pp == 1
+    # the plan says the stage spans servers, in its JSON and its layout line (not a TP16 on one NVLink group)
+    assert g.servers_per_stage == g.tp // 8 and g.model_dump(mode="json")["servers_per_stage"] == g.tp // 8
+    assert f"attention-DP over {g.tp // 8} servers" in group_layout(g)
     assert sum(x.gpus for x in design.hardware) == g.replicas * g.tp
     offers = {x.offering for x in design.hardware}
     assert all(catalog.providers[o.split(":")[1]].has_fabric for o in offers)

@@ -51,6 +51,7 @@ def serving_plan(table: CandidateTable, wc: WorkloadCandidates, sol: Solution) -
                 pp=row.pp,
                 ep=row.ep,
                 attention_dp=row.attention_dp,
+                servers_per_stage=row.tp // row.nvlink_group,
                 quant=row.quant,
                 kv_cache=row.kv_precision,
                 batch=row.batch,

@@ -20,7 +20,9 @@ from clusterplan.wording.fmt import moe_layout, usd
 def _layout(w: ServingPlan | TrainingPlan, i: int = 0) -> str:
     if isinstance(w, ServingPlan):
         g = w.groups[i]
-        return f"{g.replicas}x {g.gpu} TP{g.tp} PP{g.pp}{moe_layout(g.ep, g.attention_dp)} {g.quant}"
+        return (
+            f"{g.replicas}x {g.gpu} TP{g.tp} PP{g.pp}{moe_layout(g.ep, g.attention_dp, g.servers_per_stage)} {g.quant}"
+        )
     return f"{w.gpus}x {w.gpu} TP{w.tp} PP{w.pp} DP{w.dp} ZeRO-{w.zero_stage}"
 
 

@@ -183,14 +183,16 @@ def layout(w: ServingPlan | TrainingPlan) -> str:
     )
 
 
-def moe_layout(ep: int, attention_dp: bool) -> str:
-    """`` EP8 attention-DP`` for an MoE layout; empty for the dense one."""
-    return (f" EP{ep}" if ep > 1 else "") + (" attention-DP" if attention_dp else "")
+def moe_layout(ep: int, attention_dp: bool, servers: int = 1) -> str:
+    """`` EP8 attention-DP`` for an MoE layout (`` EP16 attention-DP over 2 servers`` where a stage spans servers);
+    empty for the dense one."""
+    over = f" over {servers} servers" if servers > 1 else ""
+    return (f" EP{ep}" if ep > 1 else "") + (" attention-DP" if attention_dp else "") + over
 
 
 def group_layout(g: ReplicaGroup) -> str:
     where = "+".join(k for k, n in (("cloud", g.cloud_replicas), ("owned", g.owned_replicas)) if n)
-    moe = moe_layout(g.ep, g.attention_dp)
+    moe = moe_layout(g.ep, g.attention_dp, g.servers_per_stage)
     pool = "" if g.role == "aggregated" else f"{g.role} "
     return f"{g.replicas}x {pool}[{g.gpu} TP{g.tp} PP{g.pp}{moe} {g.quant} batch {g.batch}] ({where})"
 
