@@ -223,11 +223,13 @@ def plan_point(
     """The best design of one point with its binding constraints, or the conflict when there is none.
 
     ``plan_requirement`` with ``top=1`` and ``explain="binding"``: the rest of the explanation (lost
-    GPU types, mixes, least relaxations) is not worked out, as a row does not show it. ``detail``
+    GPU types, mixes, least relaxations) is not worked out, as a row does not show it, nor are the design's
+    odds, simulated misses and provisional figures (``annotate=False``). ``detail``
     "design": the best design alone (no binding constraints, no conflict), for bisections. ``cache``:
     rows and physics shared with the other points (the outcome is the same without it).
     """
-    options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings)
+    # annotate=False: a row or frontier point shows none of a design's odds, simulated misses or provisional figures.
+    options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings, annotate=False)
     plan = plan_requirement(resolved, catalog, options, cache=cache)
     if plan.designs:
         return PointOutcome(index=0, values=[], status=plan.status, design=plan.designs[0])
