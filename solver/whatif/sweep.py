@@ -49,10 +49,12 @@ from clusterplan.whatif.points import (
     PointTask,
     RowStatus,
     default_jobs,
+    in_pool,
     load_base,
     p95_of,
     point_task,
     run_tasks,
+    runner_set,
     shape_of,
     throughput_of,
 )
@@ -205,6 +207,15 @@ def changed_rows(outcomes: Sequence[PointOutcome], axes: Sequence[Axis]) -> set[
             b.index for a, b in zip([None, *run[:-1]], run, strict=True) if a is None or _identity(a) != _identity(b)
         )
     return keep
+
+
+BisectJob = tuple[Base, Sequence[Axis], PointOutcome, PointOutcome, str, SolverSettings, float]
+
+
+def _bisect_job(job: BisectJob, cache: PointCache) -> SwitchPoint:
+    """:func:`bisect_switch` of one pair in a pool worker (:func:`clusterplan.whatif.points.in_pool`)."""
+    base, axes, a, b, objective, settings, tolerance = job
+    return bisect_switch(base, axes, a, b, objective=objective, solver=settings, tolerance=tolerance, cache=cache)
 
 
 def switch_pairs(outcomes: Sequence[PointOutcome], axes: Sequence[Axis]) -> list[tuple[PointOutcome, PointOutcome]]:
@@ -463,12 +474,21 @@ def run_sweep(
     if switch_tolerance is not None:
         if switch_tolerance <= 0:
             raise SweepError("the switch tolerance must be above 0", fix="e.g. 0.01 (1%)")
-        switches = [
-            bisect_switch(
-                base, axes, a, b, objective=objective, solver=settings, tolerance=switch_tolerance, cache=cache
+        pairs = switch_pairs(outcomes, axes)
+        jobs_here = min(jobs, len(pairs))
+        if jobs_here > 1 and not runner_set():  # the switches apart, side by side (each one's halvings in turn)
+            switches = in_pool(
+                _bisect_job,
+                [(base, axes, a, b, objective, settings, switch_tolerance) for a, b in pairs],
+                jobs=jobs_here,
             )
-            for a, b in switch_pairs(outcomes, axes)
-        ]
+        else:
+            switches = [
+                bisect_switch(
+                    base, axes, a, b, objective=objective, solver=settings, tolerance=switch_tolerance, cache=cache
+                )
+                for a, b in pairs
+            ]
     return assemble(base, axes, outcomes, objective=objective, switches=switches, checked=checked)
 
 
