@@ -2,8 +2,8 @@
 each point alone, and the progress a terminal shows.
 
 - ``--binding changes`` (the sweep command's default) works binding constraints (the conflict where a point has
-  no design) out for each run's first row and every row whose outcome changes; those rows equal ``--binding
-  all``'s, every other row is the same apart from ``binding`` None, and a note says so.
+  no design) out for the rows whose outcome differs from their neighbour's; those rows equal ``--binding all``'s,
+  every other row is the same apart from ``binding`` None, and a note says so.
 - A grid row's design equals the single-point solve of that row's requirement (its file and catalog override
   planned alone, as ``clusterplan solve`` plans).
 - Progress on stderr: points done and the time left on a terminal; nothing when stderr is not one.
@@ -35,14 +35,19 @@ def _outcome(index: int, status: str) -> PointOutcome:
     return PointOutcome(index=index, values=[float(index)], status=status)  # type: ignore[arg-type]
 
 
-def test_changed_rows_are_each_runs_first_and_every_change() -> None:
+def test_changed_rows_are_where_the_outcome_differs_from_the_neighbours() -> None:
     base, _ = load_base(SERVING_70B)
     axis = make_axis("budget=1M,2M,3M", base.data, base.catalog, steps=3, log=False)
     statuses = ["infeasible", "infeasible", "invalid", "infeasible", "infeasible", "infeasible"]
     outcomes = [_outcome(i, s) for i, s in enumerate(statuses)]
-    # Two runs of three along the first axis: 0 and 3 start them; 2 differs from 1; 4 and 5 repeat 3.
-    assert changed_rows(outcomes, [axis, axis]) == {0, 2, 3}
-    assert changed_rows(outcomes, [axis.model_copy(update={"values": [1.0] * 6})]) == {0, 2, 3}
+    # Two runs of three along the first axis: 0 starts the grid; 2 differs from 1; 3 starts the second run as
+    # 0 started the first, and 4 and 5 repeat 3.
+    assert changed_rows(outcomes, [axis, axis]) == {0, 2}
+    # ... unless the second run starts otherwise.
+    outcomes[3] = _outcome(3, "invalid")
+    assert changed_rows(outcomes, [axis, axis]) == {0, 2, 3, 4}
+    # One run of six (infeasible, infeasible, invalid, invalid, infeasible, infeasible): 0, and where it changes.
+    assert changed_rows(outcomes, [axis.model_copy(update={"values": [1.0] * 6})]) == {0, 2, 4}
 
 
 @pytest.mark.slow

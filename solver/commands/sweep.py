@@ -154,7 +154,7 @@ class SweepOptions:
         typer.Option(
             "--binding",
             help="Rows whose binding constraints (the conflict where there is no design) are worked out: changes "
-            "(each run's first row and every row where the outcome changes; the others show none) or all "
+            "(the first row and every row whose outcome differs from its neighbour's; the others show none) or all "
             "(several solves more a point).",
         ),
     ] = BindingChoice.changes

@@ -15,8 +15,9 @@ planning the points is :mod:`clusterplan.whatif.points`. Here:
    design switches and where the requirement becomes feasible, and writes the notes a reader wants first.
 
 Binding constraints (and the conflict of a point with no design) cost several CP-SAT solves a point, so
-``binding="changes"`` works them out only for the rows that show a change: each run's first row and
-every row whose outcome differs from the previous one's along the first axis (:func:`changed_rows`).
+``binding="changes"`` works them out only for the rows that show a change: every row whose outcome
+differs from the previous one's along the first axis, and a run's first row where it differs from the
+previous run's first (:func:`changed_rows`).
 The points are planned for their designs alone first, then those rows again with their binding
 constraints; every other row's ``binding`` is None (not worked out). ``binding="all"``: every row.
 
@@ -197,15 +198,16 @@ def bisect_switch(
 
 
 def changed_rows(outcomes: Sequence[PointOutcome], axes: Sequence[Axis]) -> set[int]:
-    """The indices of the rows that show a change: each run's first point along the first axis, and every
-    point whose outcome (design shape, or status when there is none) differs from the previous point's."""
+    """The indices of the rows that show a change: every point whose outcome (design shape, or status when there
+    is none) differs from the previous point's along the first axis, and the first point of each run when it
+    differs from the previous run's first (the grid's very first point always)."""
     n = len(axes[0].values) if axes else len(outcomes)
     keep: set[int] = set()
-    for start in range(0, len(outcomes), n):
-        run = outcomes[start : start + n]
-        keep.update(
-            b.index for a, b in zip([None, *run[:-1]], run, strict=True) if a is None or _identity(a) != _identity(b)
-        )
+    runs = [outcomes[start : start + n] for start in range(0, len(outcomes), n)]
+    for k, run in enumerate(runs):
+        if k == 0 or _identity(runs[k - 1][0]) != _identity(run[0]):
+            keep.add(run[0].index)
+        keep.update(b.index for a, b in itertools.pairwise(run) if _identity(a) != _identity(b))
     return keep
 
 
@@ -405,7 +407,7 @@ def assemble(
     if checked is not None and len(checked) < len(rows):
         notes.append(
             f"binding constraints (the conflict where there is no design) worked out for the {len(checked)} of "
-            f"{len(rows)} rows where the outcome changes (and each run's first); --binding all for every row"
+            f"{len(rows)} rows where the outcome changes; --binding all for every row"
         )
     label, unit = OBJECTIVE_LABEL[objective]
     throughput_unit = "requests/s" if first_workload(base.data, ("serving",)) is not None else "tokens/s"
