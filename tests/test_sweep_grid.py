@@ -121,3 +121,18 @@ def test_no_progress_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPat
     with sweep_command.progress(4, "planning") as done:
         assert done is None
     assert buf.getvalue() == ""
+
+
+@pytest.mark.slow
+def test_grid_switch_points_do_not_depend_on_jobs() -> None:
+    """Each run's switch is bisected as one job of the pool with two jobs, in turn here with one: the same
+    switch points, in the same order."""
+    base, _ = load_base(SERVING_70B)
+    axes = [
+        make_axis(v, base.data, base.catalog, steps=2, log=False)
+        for v in ("budget=400k,700k", "gpu_price.h200=20k,45k")
+    ]
+    alone = run_sweep(base, axes, switch_tolerance=0.01, jobs=1, binding="changes")
+    pooled = run_sweep(base, axes, switch_tolerance=0.01, jobs=2, binding="changes")
+    assert len(alone.switches) == 2 and all(sp.bisections > 0 for sp in alone.switches)
+    assert pooled == alone
