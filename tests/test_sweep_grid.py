@@ -32,7 +32,7 @@ SERVING_70B = example("70b-serving")
 
 
 def _outcome(index: int, status: str) -> PointOutcome:
-    return PointOutcome(index=index, values=[float(index)], status=status)  # type: ignore[arg-type]
+    return PointOutcome(index=index, values=[float(index)], status=status)
 
 
 def test_changed_rows_are_where_the_outcome_differs_from_the_neighbours() -> None:

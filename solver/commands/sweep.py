@@ -202,7 +202,7 @@ def sweep(o: SweepOptions) -> None:
                 jobs=n_jobs,
                 on_done=on_done,
                 switch_tolerance=o.switch_tolerance or None,
-                binding=o.binding.value,  # type: ignore[arg-type]
+                binding=o.binding.value,
             )
         elapsed = time.perf_counter() - t0
         sweep_view.sweep_table(result, out_console)
