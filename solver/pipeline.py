@@ -65,12 +65,16 @@ class PlanOptions:
 
     Neither ``"binding"`` nor ``"design"`` works out ``disaggregation`` (the cheapest design of the other
     serving kind, often one more solve): a sweep row and an exported design do not show it.
+
+    ``annotate``: each design's odds of meeting its targets, its replicas' simulated misses and the provisional
+    catalog figures it rests on (False: left empty; a what-if sweep row or frontier point shows none of them).
     """
 
     top: int = 5
     objective: str = "min_cost"
     explain: bool | Literal["binding", "design"] = True
     settings: SolverSettings = field(default_factory=SolverSettings)
+    annotate: bool = True
 
 
 @dataclass
@@ -332,12 +336,14 @@ def plan_requirement(
         timings=tm,
         budget=budget,
     )
-    # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
-    designs = with_odds(plan.designs, resolved, catalog)
-    # Each design's replicas simulated at peak load: targets the analytical model meets and the scheduler misses.
-    designs = with_simulation(designs, resolved, catalog)
-    # ... and the catalog figures it rests on that are recalled or derived (evaluation/provisional.py).
-    designs = with_provisional(designs, catalog)
+    designs = plan.designs
+    if opts.annotate:
+        # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
+        designs = with_odds(designs, resolved, catalog)
+        # Each design's replicas simulated at peak load: targets the analytical model meets and the scheduler misses.
+        designs = with_simulation(designs, resolved, catalog)
+        # ... and the catalog figures it rests on that are recalled or derived (evaluation/provisional.py).
+        designs = with_provisional(designs, catalog)
     plan = plan.model_copy(update={"designs": designs, "confidence": resolved.requirement.confidence})
     tm.candidates_s += t1 - t0
     tm.total_s += time.perf_counter() - t0

@@ -51,6 +51,11 @@ RayAddress = Annotated[
 File = Annotated[Path, typer.Argument(help=FILE_HELP)]
 
 
+class BindingChoice(StrEnum):
+    changes = "changes"
+    all = "all"
+
+
 class Against(StrEnum):
     latency = "latency"
     throughput = "throughput"
@@ -58,19 +63,29 @@ class Against(StrEnum):
 
 @contextmanager
 def progress(total: int, what: str) -> Iterator[Callable[[int], None] | None]:
-    """A progress bar on stderr when it is a terminal (no refresh thread: worker processes fork cleanly)."""
+    """A progress bar on stderr when it is a terminal, with the points done and the time left (no refresh thread:
+    worker processes fork cleanly); nothing when stderr is piped or redirected."""
     from clusterplan.console import err_console
 
     if not err_console.is_terminal or total < 2:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(
         TextColumn(what),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         console=err_console,
         transient=True,
         auto_refresh=False,
@@ -134,6 +149,15 @@ class SweepOptions:
             "0: report switches at the sample points only.",
         ),
     ] = 0.01
+    binding: Annotated[
+        BindingChoice,
+        typer.Option(
+            "--binding",
+            help="Rows whose binding constraints (the conflict where there is no design) are worked out: changes "
+            "(the first row and every row whose outcome differs from its neighbour's; the others show none) or all "
+            "(several solves more a point).",
+        ),
+    ] = BindingChoice.changes
     force: Force = False
     time_limit: TimeLimit = 10.0
     catalog: Catalogs = None
@@ -178,6 +202,7 @@ def sweep(o: SweepOptions) -> None:
                 jobs=n_jobs,
                 on_done=on_done,
                 switch_tolerance=o.switch_tolerance or None,
+                binding=o.binding.value,
             )
         elapsed = time.perf_counter() - t0
         sweep_view.sweep_table(result, out_console)

@@ -24,6 +24,13 @@ def _num(x: float | None, unit: str = "") -> str:
     return f"{x:,.2f}{(' ' + unit) if unit else ''}"
 
 
+def _binding_cell(binding: list[str] | None, empty: str) -> str:
+    """A row's binding constraints; ``empty`` where none binds; blank where they were not worked out (None)."""
+    if binding is None:
+        return ""
+    return ", ".join(binding) or empty
+
+
 def _short_unit(unit: str) -> str:
     return {"requests/s": "req/s"}.get(unit, unit)
 
@@ -55,7 +62,7 @@ def sweep_table(result: SweepResult, console: Console) -> None:
             usd(r.total_usd),
             _num(r.throughput, tp_unit),
             seconds(r.p95_latency_s),
-            escape(", ".join(r.binding) or (r.detail if r.shape is None else "-")),
+            escape(_binding_cell(r.binding, r.detail if r.shape is None else "-")),
             escape(change),
             style=style,
         )
@@ -150,7 +157,7 @@ def sweep_csv(result: SweepResult) -> str:
             "" if r.throughput is None else round(r.throughput, 4),
             "" if r.p95_latency_s is None else round(r.p95_latency_s, 4),
             "" if r.objective_value is None else round(r.objective_value, 4),
-            "; ".join(r.binding),
+            "; ".join(r.binding or []),
             "yes" if r.switch else "",
             r.change,
             r.detail,
@@ -186,7 +193,7 @@ def sweep_markdown(result: SweepResult) -> str:
                 usd(r.total_usd),
                 _num(r.throughput, tp_unit),
                 seconds(r.p95_latency_s),
-                ", ".join(r.binding) or "-",
+                _binding_cell(r.binding, "-"),
             ]
             for r in result.rows
         ],

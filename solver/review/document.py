@@ -430,7 +430,7 @@ def _whatif(report: ReviewReport, images: set[str], doc: Document) -> None:
                     usd(r.total_usd),
                     f"{r.throughput:,.2f} {sw.throughput_unit}" if r.throughput is not None else "-",
                     seconds(r.p95_latency_s),
-                    ", ".join(r.binding) or "-",
+                    ", ".join(r.binding or []) or "-",
                     ("switch: " if r.switch else "") + r.change,
                 ]
                 for r in sw.rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -130,7 +131,16 @@ def _latency_levels(
     """``points`` p95 targets log-spaced from just below ``slowest`` down to ``slowest / FRONTIER_LATENCY_SPAN``."""
     targets = [float(f"{slowest * FRONTIER_LATENCY_SPAN ** (-i / points):.3g}") for i in range(1, points + 1)]
     tasks = [
-        point_task(base, i + 1, [], objective="min_cost", solver=settings, edit=_latency_target(t), reuse="physics")
+        point_task(
+            base,
+            i + 1,
+            [],
+            objective="min_cost",
+            solver=settings,
+            edit=_latency_target(t),
+            reuse="physics",
+            detail="design",
+        )
         for i, t in enumerate(targets)
     ]
     note = (
@@ -148,7 +158,7 @@ def _budget_levels(
     low = math.ceil(least_usd) + 1.0  # above the least cost, so cent rounding never bites
     budgets = [tidy(low * FRONTIER_BUDGET_SPAN ** (i / (points - 1))) for i in range(points)]
     tasks = [
-        point_task(base, i + 1, [(_BUDGET_TOTAL, b)], objective="max_throughput", solver=settings)
+        point_task(base, i + 1, [(_BUDGET_TOTAL, b)], objective="max_throughput", solver=settings, detail="design")
         for i, b in enumerate(budgets)
     ]
     note = (
@@ -232,9 +242,13 @@ def run_frontier(
     edit = _latency_target(None) if against == "latency" else None
     # Every point differs from the first in p95 targets only (latency: the rate search is redone) or
     # in budget.total only (throughput: the candidates are the same): vary.reuse_of's "physics" and "table".
-    first = point_task(base, 0, [], objective="min_cost", solver=settings, edit=edit, reuse="physics")
+    # A frontier point shows its design alone (no binding constraints, detail="design"); only the cheapest
+    # point's conflict is read, when it has no design (planned again for it).
+    first = point_task(base, 0, [], objective="min_cost", solver=settings, edit=edit, reuse="physics", detail="design")
     cache = PointCache()
     cheapest = run_tasks([first], jobs=1, cache=cache)[0]
+    if cheapest.design is None and cheapest.status == "infeasible":
+        cheapest = run_tasks([replace(first, detail="binding")], jobs=1, cache=cache)[0]
     if cheapest.design is None:
         return result([], [f"no design at any cost: {cheapest.detail}"])
     if against == "latency":

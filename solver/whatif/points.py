@@ -223,11 +223,13 @@ def plan_point(
     """The best design of one point with its binding constraints, or the conflict when there is none.
 
     ``plan_requirement`` with ``top=1`` and ``explain="binding"``: the rest of the explanation (lost
-    GPU types, mixes, least relaxations) is not worked out, as a row does not show it. ``detail``
+    GPU types, mixes, least relaxations) is not worked out, as a row does not show it, nor are the design's
+    odds, simulated misses and provisional figures (``annotate=False``). ``detail``
     "design": the best design alone (no binding constraints, no conflict), for bisections. ``cache``:
     rows and physics shared with the other points (the outcome is the same without it).
     """
-    options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings)
+    # annotate=False: a row or frontier point shows none of a design's odds, simulated misses or provisional figures.
+    options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings, annotate=False)
     plan = plan_requirement(resolved, catalog, options, cache=cache)
     if plan.designs:
         return PointOutcome(index=0, values=[], status=plan.status, design=plan.designs[0])
@@ -331,9 +333,44 @@ def _stop_pool(pool: Any) -> None:
         manager.join(timeout=10)
 
 
-def _run_in_worker(task: PointTask) -> PointOutcome:
-    """:func:`run_task` in a pool worker, sharing the worker's cache with the other tasks it runs."""
-    return run_task(task, _WORKER_CACHE)
+def _call_in_worker(job: tuple[Callable[[Any, PointCache], Any], Any]) -> Any:
+    """``fn(arg, cache)`` in a pool worker, with the worker's cache."""
+    fn, arg = job
+    assert _WORKER_CACHE is not None
+    return fn(arg, _WORKER_CACHE)
+
+
+def in_pool(
+    fn: Callable[[Any, PointCache], Any],
+    args: Sequence[Any],
+    *,
+    jobs: int,
+    on_done: Callable[[int], None] | None = None,
+) -> list[Any]:
+    """``fn(arg, cache)`` for each of ``args`` in a process pool of ``jobs`` workers (each with its own cache),
+    the results in the order of ``args``; no worker outlives an interrupt or an error. ``fn`` and ``args`` are
+    pickled (``fn``: a module-level function)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results: dict[int, Any] = {}
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker)
+    try:
+        with _signals_held():
+            futures = {pool.submit(_call_in_worker, (fn, a)): i for i, a in enumerate(args)}
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()
+            if on_done is not None:
+                on_done(len(results))
+    except BaseException:  # an interrupt, SIGTERM (console.Terminated) or an error: no worker is left behind
+        _stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+    return [results[i] for i in range(len(args))]
+
+
+def runner_set() -> bool:
+    """Whether points are planned elsewhere (:func:`use_runner`: a Ray cluster) in this block."""
+    return _RUNNER.get() is not None
 
 
 # Plans tasks elsewhere (a Ray cluster: clusterplan.whatif.ray_backend) instead of here, outcomes in task
@@ -370,29 +407,14 @@ def run_tasks(
     if runner is not None and tasks:
         return runner(tasks, on_done)
     jobs = min(jobs, len(tasks)) or 1
+    if jobs > 1:
+        return in_pool(run_task, tasks, jobs=jobs, on_done=on_done)
     results: dict[int, PointOutcome] = {}
-    if jobs == 1:
-        here = cache if cache is not None else PointCache()
-        for task in tasks:
-            results[task.index] = run_task(task, here)
-            if on_done is not None:
-                on_done(len(results))
-    else:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker)
-        try:
-            with _signals_held():
-                futures = [pool.submit(_run_in_worker, t) for t in tasks]
-            for fut in as_completed(futures):
-                out = fut.result()
-                results[out.index] = out
-                if on_done is not None:
-                    on_done(len(results))
-        except BaseException:  # an interrupt, SIGTERM (console.Terminated) or an error: no worker is left behind
-            _stop_pool(pool)
-            raise
-        pool.shutdown(wait=True)
+    here = cache if cache is not None else PointCache()
+    for task in tasks:
+        results[task.index] = run_task(task, here)
+        if on_done is not None:
+            on_done(len(results))
     return [results[t.index] for t in tasks]
 
 
@@ -432,12 +454,14 @@ __all__ = [
     "RowStatus",
     "Runner",
     "default_jobs",
+    "in_pool",
     "load_base",
     "p95_of",
     "plan_point",
     "point_task",
     "run_task",
     "run_tasks",
+    "runner_set",
     "shape_of",
     "shared_by",
     "throughput_of",

@@ -14,6 +14,13 @@ planning the points is :mod:`clusterplan.whatif.points`. Here:
 3. **Reading.** :func:`assemble` turns the outcomes into :class:`SweepRow` s, marks where the optimal
    design switches and where the requirement becomes feasible, and writes the notes a reader wants first.
 
+Binding constraints (and the conflict of a point with no design) cost several CP-SAT solves a point, so
+``binding="changes"`` works them out only for the rows that show a change: every row whose outcome
+differs from the previous one's along the first axis, and a run's first row where it differs from the
+previous run's first (:func:`changed_rows`).
+The points are planned for their designs alone first, then those rows again with their binding
+constraints; every other row's ``binding`` is None (not worked out). ``binding="all"``: every row.
+
 :func:`run_sweep` does all three around :func:`clusterplan.whatif.points.run_tasks`. Pareto frontiers are
 :mod:`clusterplan.whatif.frontier`.
 """
@@ -22,7 +29,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -36,15 +44,18 @@ from clusterplan.planner.solve import SolverSettings
 from clusterplan.whatif.frontier import FrontierResult
 from clusterplan.whatif.points import (
     Base,
+    Detail,
     PointCache,
     PointOutcome,
     PointTask,
     RowStatus,
     default_jobs,
+    in_pool,
     load_base,
     p95_of,
     point_task,
     run_tasks,
+    runner_set,
     shape_of,
     throughput_of,
 )
@@ -53,6 +64,7 @@ from clusterplan.whatif.vary import Axis, first_workload, format_value, parse_va
 MAX_POINTS = 2500  # a grid larger than this is a typo, not a question
 DEFAULT_SWITCH_TOLERANCE = 0.01  # a switch point is bracketed to 1% of its value (the command's default)
 MAX_BISECTIONS = 60  # halvings of one interval at most (2**-60 of it: beyond float resolution anyway)
+BindingRows = Literal["changes", "all"]  # the rows whose binding constraints or conflict are worked out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -66,14 +78,21 @@ def grid(axes: Sequence[Axis]) -> list[tuple[float, ...]]:
     return [tuple(reversed(c)) for c in combos]
 
 
-def build_tasks(base: Base, axes: Sequence[Axis], *, objective: str, solver: SolverSettings) -> list[PointTask]:
-    """One task per grid point, in point order."""
+def build_tasks(
+    base: Base, axes: Sequence[Axis], *, objective: str, solver: SolverSettings, detail: Detail = "binding"
+) -> list[PointTask]:
+    """One task per grid point, in point order (``detail``: each point's, :func:`clusterplan.whatif.points.plan_point`)."""
     points = grid(axes)
     if len(points) > MAX_POINTS:
         raise SweepError(f"{len(points):,} points is more than {MAX_POINTS:,}", fix="use fewer --steps or values")
     return [
         point_task(
-            base, i, list(zip((a.target for a in axes), values, strict=True)), objective=objective, solver=solver
+            base,
+            i,
+            list(zip((a.target for a in axes), values, strict=True)),
+            objective=objective,
+            solver=solver,
+            detail=detail,
         )
         for i, values in enumerate(points)
     ]
@@ -178,6 +197,29 @@ def bisect_switch(
     )
 
 
+def changed_rows(outcomes: Sequence[PointOutcome], axes: Sequence[Axis]) -> set[int]:
+    """The indices of the rows that show a change: every point whose outcome (design shape, or status when there
+    is none) differs from the previous point's along the first axis, and the first point of each run when it
+    differs from the previous run's first (the grid's very first point always)."""
+    n = len(axes[0].values) if axes else len(outcomes)
+    keep: set[int] = set()
+    runs = [outcomes[start : start + n] for start in range(0, len(outcomes), n)]
+    for k, run in enumerate(runs):
+        if k == 0 or _identity(runs[k - 1][0]) != _identity(run[0]):
+            keep.add(run[0].index)
+        keep.update(b.index for a, b in itertools.pairwise(run) if _identity(a) != _identity(b))
+    return keep
+
+
+BisectJob = tuple[Base, Sequence[Axis], PointOutcome, PointOutcome, str, SolverSettings, float]
+
+
+def _bisect_job(job: BisectJob, cache: PointCache) -> SwitchPoint:
+    """:func:`bisect_switch` of one pair in a pool worker (:func:`clusterplan.whatif.points.in_pool`)."""
+    base, axes, a, b, objective, settings, tolerance = job
+    return bisect_switch(base, axes, a, b, objective=objective, solver=settings, tolerance=tolerance, cache=cache)
+
+
 def switch_pairs(outcomes: Sequence[PointOutcome], axes: Sequence[Axis]) -> list[tuple[PointOutcome, PointOutcome]]:
     """Neighbours along the first axis whose outcomes differ, at least one with a design."""
     n = len(axes[0].values)
@@ -217,7 +259,11 @@ class SweepRow(Out):
     )
     p95_latency_s: float | None = Field(default=None, description="worst p95 end-to-end latency at rated load, s")
     objective_value: float | None = Field(default=None, description="what the objective optimises, in objective_unit")
-    binding: list[str] = Field(default_factory=list, description="binding constraints (conflict when infeasible)")
+    binding: list[str] | None = Field(
+        default_factory=list,
+        description="binding constraints (conflict when infeasible); None: not worked out for this row "
+        "(sweep --binding changes works them out where the outcome changes)",
+    )
     switch: bool = Field(default=False, description="the optimal design differs from the previous point's")
     change: str = Field(default="", description="what changed from the previous point along the first axis")
     detail: str = ""
@@ -257,15 +303,16 @@ def _quant(w: ServingPlan | TrainingPlan) -> list[str]:
     return []
 
 
-def row_of(outcome: PointOutcome, objective: str) -> SweepRow:
-    """A row from one outcome (switch marks are added by :func:`assemble`)."""
+def row_of(outcome: PointOutcome, objective: str, *, checked: bool = True) -> SweepRow:
+    """A row from one outcome (switch marks are added by :func:`assemble`); ``checked``: its binding constraints
+    (or conflict) were worked out, else ``binding`` is None."""
     d = outcome.design
     if d is None:
         return SweepRow(
             index=outcome.index,
             values=outcome.values,
             status=outcome.status,
-            binding=[r.title for r in outcome.conflict],
+            binding=[r.title for r in outcome.conflict] if checked else None,
             detail=outcome.detail,
         )
     throughput, _ = throughput_of(d)
@@ -288,7 +335,7 @@ def row_of(outcome: PointOutcome, objective: str) -> SweepRow:
         throughput=throughput,
         p95_latency_s=p95,
         objective_value=objective_value,
-        binding=[c.title for c in d.constraints if c.status == "binding"],
+        binding=[c.title for c in d.constraints if c.status == "binding"] if checked else None,
         detail=outcome.detail,
     )
 
@@ -310,10 +357,12 @@ def assemble(
     *,
     objective: str,
     switches: Sequence[SwitchPoint] = (),
+    checked: set[int] | None = None,
 ) -> SweepResult:
     """Rows in point order with switches marked, and the notes: where it becomes feasible, where it
-    switches (at the bisected value where ``switches`` has one, else at the sample point)."""
-    rows = [row_of(o, objective) for o in outcomes]
+    switches (at the bisected value where ``switches`` has one, else at the sample point). ``checked``: the
+    indices of the rows whose binding constraints were worked out (None: every row's)."""
+    rows = [row_of(o, objective, checked=checked is None or o.index in checked) for o in outcomes]
     exact = {sp.after_index: sp for sp in switches}
     marked: list[SweepRow] = []
     notes: list[str] = []
@@ -355,6 +404,11 @@ def assemble(
             prev = row
         if run and not any(_has_design(r) for r in run):
             notes.append(f"{prefix}no point has a design")
+    if checked is not None and len(checked) < len(rows):
+        notes.append(
+            f"binding constraints (the conflict where there is no design) worked out for the {len(checked)} of "
+            f"{len(rows)} rows where the outcome changes; --binding all for every row"
+        )
     label, unit = OBJECTIVE_LABEL[objective]
     throughput_unit = "requests/s" if first_workload(base.data, ("serving",)) is not None else "tokens/s"
     if unit == "throughput":
@@ -392,9 +446,12 @@ def run_sweep(
     jobs: int = 1,
     on_done: Callable[[int], None] | None = None,
     switch_tolerance: float | None = None,
+    binding: BindingRows = "all",
 ) -> SweepResult:
     """Plan every point of the grid and read the result. ``switch_tolerance``: bisect each switch
-    between neighbouring points to this relative width (:func:`bisect_switch`); None: do not."""
+    between neighbouring points to this relative width (:func:`bisect_switch`); None: do not.
+    ``binding``: the rows whose binding constraints (or conflict) are worked out, "all" or "changes"
+    (:func:`changed_rows`: the points are planned for their designs first, then those rows again)."""
     if not axes:
         raise SweepError("nothing to vary", fix="give at least one --vary FIELD=SPEC")
     if needs_budget(base, axes, objective):
@@ -403,20 +460,38 @@ def run_sweep(
             fix="vary the budget (--vary budget=200k..2M) or set budget.total in the requirement",
         )
     settings = solver or SolverSettings()
-    tasks = build_tasks(base, axes, objective=objective, solver=settings)
+    if binding not in ("changes", "all"):
+        raise SweepError(f"unknown --binding {binding!r}", fix="use --binding changes or --binding all")
+    detail: Detail = "binding" if binding == "all" else "design"
+    tasks = build_tasks(base, axes, objective=objective, solver=settings, detail=detail)
     cache = PointCache()  # the points' (inline) and then the bisections'
     outcomes = run_tasks(tasks, jobs=jobs, on_done=on_done, cache=cache)
+    checked: set[int] | None = None
+    if binding == "changes":
+        checked = changed_rows(outcomes, axes)
+        again = [replace(tasks[i], detail="binding") for i in sorted(checked)]
+        redone = {o.index: o for o in run_tasks(again, jobs=jobs, cache=cache)}
+        outcomes = [redone.get(o.index, o) for o in outcomes]
     switches = []
     if switch_tolerance is not None:
         if switch_tolerance <= 0:
             raise SweepError("the switch tolerance must be above 0", fix="e.g. 0.01 (1%)")
-        switches = [
-            bisect_switch(
-                base, axes, a, b, objective=objective, solver=settings, tolerance=switch_tolerance, cache=cache
+        pairs = switch_pairs(outcomes, axes)
+        jobs_here = min(jobs, len(pairs))
+        if jobs_here > 1 and not runner_set():  # the switches apart, side by side (each one's halvings in turn)
+            switches = in_pool(
+                _bisect_job,
+                [(base, axes, a, b, objective, settings, switch_tolerance) for a, b in pairs],
+                jobs=jobs_here,
             )
-            for a, b in switch_pairs(outcomes, axes)
-        ]
-    return assemble(base, axes, outcomes, objective=objective, switches=switches)
+        else:
+            switches = [
+                bisect_switch(
+                    base, axes, a, b, objective=objective, solver=settings, tolerance=switch_tolerance, cache=cache
+                )
+                for a, b in pairs
+            ]
+    return assemble(base, axes, outcomes, objective=objective, switches=switches, checked=checked)
 
 
 __all__ = [
@@ -425,6 +500,7 @@ __all__ = [
     "OBJECTIVE_LABEL",
     "Axis",
     "Base",
+    "BindingRows",
     "FrontierResult",
     "SweepResult",
     "SweepRow",
@@ -433,6 +509,7 @@ __all__ = [
     "assemble",
     "bisect_switch",
     "build_tasks",
+    "changed_rows",
     "default_jobs",
     "first_workload",
     "format_value",
