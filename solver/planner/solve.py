@@ -167,6 +167,9 @@ class Planner:
         # The cost LP of each min-cost solve, by (families on, no-goods): its tie-break reuses it.
         self._cost_lp: dict[object, lp_bound.Relaxation] = {}
         self.solves = 0
+        # CP-SAT's deterministic time of this planner's first solve (the primary optimum): what one solve of the
+        # model takes, the least a share must hold to be worth running side by side (Planner.concurrently).
+        self.first_solve_units: float | None = None
         self._local = threading.local()  # a thread's Share while Planner.concurrently runs it
         self._lock = threading.Lock()  # the counters above, from those threads
 
@@ -202,7 +205,9 @@ class Planner:
         divisor = len(calls) * (NESTED_SHARE_DIVISOR if isinstance(meter, Share) else SHARE_DIVISOR)
         parts = list(fractions) if fractions is not None else [1.0 / divisor] * len(calls)
         assert len(parts) == len(calls) and sum(parts) <= MAX_SHARED_FRACTION + 1e-12
-        if min(parts) * left < MIN_SHARE_UNITS:
+        if min(parts) * left < max(MIN_SHARE_UNITS, self.first_solve_units or 0.0):
+            # A share that cannot hold one solve of this model (a fleet's, whose solves take a tenth of the default
+            # limit each) would be cut and its work redone in turn: run them in turn from the start.
             return [call() for call in calls]
         shares = [Share(meter, part * left) for part in parts]
 
@@ -285,6 +290,8 @@ class Planner:
         with self._lock:
             self.solve_s += wall
             self.solves += 1
+            if self.first_solve_units is None:
+                self.first_solve_units = solver.response_proto.deterministic_time
         undecided = code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
         # Stopped short of its deterministic limit while undecided: the wall net stopped it.
         net = undecided and solver.response_proto.deterministic_time < solver.parameters.max_deterministic_time * 0.99
