@@ -54,7 +54,9 @@ class SolverSettings:
 
 # CP-SAT's presolve passes per solve of a model under SMALL_MODEL_VARIABLES (its default is 3).
 SMALL_MODEL_PRESOLVE_ITERATIONS = 1
-SMALL_MODEL_VARIABLES = 1000  # every shipped example's model is smaller (70B serving: 340)
+# Every example's model is smaller, and so are the fleets' (8 workloads: 3,194 variables, whose first solve one pass
+# takes from 0.33 to 0.24 deterministic units with the same optimum); the largest, which GLOP relaxes first, keep 3.
+SMALL_MODEL_VARIABLES = 5000
 
 # Below this size CP-SAT proves the optimum in a fraction of a second on its own (every example has
 # under 1,000 variables); above it, its own LP bound arrives late or never (x16 catalog).
@@ -245,10 +247,11 @@ class Planner:
         # in a handful of conflicts; the default level needs thousands once GPU types may mix.
         s.parameters.linearization_level = 2
         if len(m.proto.variables) < SMALL_MODEL_VARIABLES:
-            # One presolve pass for the small models (every example's): presolve was about half of each
-            # solve's time, and repeating it bought nothing (every example's plan is byte-identical with
-            # one pass; planning CPU time over the six examples fell 15%). Larger models keep CP-SAT's
-            # default: there a solve may hit the time limit, and fewer passes change what it reaches.
+            # One presolve pass below RELAXATION_MIN_VARIABLES (every example's model, and a fleet's): presolve was
+            # about half of each solve's time, and repeating it bought nothing (every example's plan, the 13B one's
+            # of 1,104 variables included, and the two-workload fleet's are byte-identical with one pass; planning
+            # CPU time over the six examples fell 15%). The largest models keep CP-SAT's default: GLOP relaxes them
+            # first, a solve may hit the time limit there, and fewer passes change what it reaches.
             s.parameters.max_presolve_iterations = SMALL_MODEL_PRESOLVE_ITERATIONS
         return s
 
