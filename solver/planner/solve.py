@@ -656,13 +656,13 @@ def rank_designs_and(
         if early:
             assert beside is not None
             more, side = planner.concurrently(
-                [lambda: _more_designs(planner, goal, nogoods, top - 1, best), lambda: beside(best)],
+                [lambda: _more_designs(planner, goal, nogoods, top - 1), lambda: beside(best)],
                 fractions=(RANK_SHARE, BESIDE_SHARE),
             )
             found += more  # type: ignore[arg-type]
             extra = side  # type: ignore[assignment]
         else:
-            found += _more_designs(planner, goal, nogoods, top - 1, best)
+            found += _more_designs(planner, goal, nogoods, top - 1)
     sign = 1.0 if goal.minimise else -1.0
     # Stable: equal objectives keep the order they were found in (the optimum first).
     ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
@@ -681,12 +681,10 @@ def rank_designs_and(
     return ranked, extra
 
 
-def _next_design(
-    planner: Planner, goal: Goal, nogoods: list[Solution], hint: Outcome | None = None
-) -> tuple[Outcome, tuple[Outcome, bool] | None]:
+def _next_design(planner: Planner, goal: Goal, nogoods: list[Solution]) -> tuple[Outcome, tuple[Outcome, bool] | None]:
     """The primary solve excluding ``nogoods`` and, when it finds one, the design (after the tie-break) and
-    whether its solves were cut short. ``hint``: the design found before (the next one is mostly like it)."""
-    prim = planner.solve(goal=goal, nogoods=nogoods, hint=hint)
+    whether its solves were cut short."""
+    prim = planner.solve(goal=goal, nogoods=nogoods)
     if not prim.status.has_solution or prim.objective is None:
         return prim, None
     opt = round(prim.objective)
@@ -721,22 +719,18 @@ def _layout_variants(planner: Planner, out: Outcome) -> list[Solution]:
     return seen[1:]
 
 
-def _more_designs(
-    planner: Planner, goal: Goal, nogoods: list[Solution], count: int, hint: Outcome | None = None
-) -> list[tuple[Outcome, bool]]:
+def _more_designs(planner: Planner, goal: Goal, nogoods: list[Solution], count: int) -> list[tuple[Outcome, bool]]:
     """Up to ``count`` further designs, each distinct from ``nogoods`` and the ones before it; fewer when the
     budget is spent (the time limit: fewer alternatives rather than an overrun)."""
     found: list[tuple[Outcome, bool]] = []
     excluded = list(nogoods)
-    last = hint
     for _ in range(count):
         if planner.meter().spent():
             break
-        _, design = _next_design(planner, goal, excluded, last)
+        _, design = _next_design(planner, goal, excluded)
         if design is None:
             break
         found.append(design)
         assert design[0].solution is not None
         excluded.append(design[0].solution)
-        last = design[0]
     return found
