@@ -645,19 +645,26 @@ def rank_designs_and(
     (:meth:`Planner.concurrently`: the sequential results, or the calls are redone in turn).
     """
     goal = PRIMARY_GOAL[planner.objective]
+    meter = planner.meter()
+    before = meter.units_left()
     first, design = _next_design(planner, goal, [])
     found = [] if design is None else [design]
     extra: T | None = None
     early = beside is not None and design is not None and not design[1] and top > 1
+    # Each further design takes about what the first one took: where the ranking's share cannot hold them (a
+    # fleet's), it would be cut and both calls redone in turn, the explanation's work thrown away with it.
+    fits = RANK_SHARE * meter.units_left() >= (top - 1) * (before - meter.units_left())
     if design is not None:
         best = design[0]
         assert best.solution is not None
         nogoods = [best.solution]
         if early:
             assert beside is not None
-            more, side = planner.concurrently(
-                [lambda: _more_designs(planner, goal, nogoods, top - 1), lambda: beside(best)],
-                fractions=(RANK_SHARE, BESIDE_SHARE),
+            calls = [lambda: _more_designs(planner, goal, nogoods, top - 1), lambda: beside(best)]
+            more, side = (
+                planner.concurrently(calls, fractions=(RANK_SHARE, BESIDE_SHARE))
+                if fits
+                else [call() for call in calls]  # in turn: what concurrently returns when the ranking is cut
             )
             found += more  # type: ignore[arg-type]
             extra = side  # type: ignore[assignment]
