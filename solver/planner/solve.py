@@ -54,7 +54,9 @@ class SolverSettings:
 
 # CP-SAT's presolve passes per solve of a model under SMALL_MODEL_VARIABLES (its default is 3).
 SMALL_MODEL_PRESOLVE_ITERATIONS = 1
-SMALL_MODEL_VARIABLES = 1000  # every shipped example's model is smaller (70B serving: 340)
+# Every example's model is smaller, and so are the fleets' (8 workloads: 3,194 variables, whose first solve one pass
+# takes from 0.33 to 0.24 deterministic units with the same optimum); the largest, which GLOP relaxes first, keep 3.
+SMALL_MODEL_VARIABLES = 5000
 
 # Below this size CP-SAT proves the optimum in a fraction of a second on its own (every example has
 # under 1,000 variables); above it, its own LP bound arrives late or never (x16 catalog).
@@ -169,6 +171,9 @@ class Planner:
         # The cost LP of each min-cost solve, by (families on, no-goods): its tie-break reuses it.
         self._cost_lp: dict[object, lp_bound.Relaxation] = {}
         self.solves = 0
+        # CP-SAT's deterministic time of this planner's first solve (the primary optimum): what one solve of the
+        # model takes, the least a share must hold to be worth running side by side (Planner.concurrently).
+        self.first_solve_units: float | None = None
         self._local = threading.local()  # a thread's Share while Planner.concurrently runs it
         self._lock = threading.Lock()  # the counters above, from those threads
 
@@ -204,7 +209,9 @@ class Planner:
         divisor = len(calls) * (NESTED_SHARE_DIVISOR if isinstance(meter, Share) else SHARE_DIVISOR)
         parts = list(fractions) if fractions is not None else [1.0 / divisor] * len(calls)
         assert len(parts) == len(calls) and sum(parts) <= MAX_SHARED_FRACTION + 1e-12
-        if min(parts) * left < MIN_SHARE_UNITS:
+        if min(parts) * left < max(MIN_SHARE_UNITS, self.first_solve_units or 0.0):
+            # A share that cannot hold one solve of this model (a fleet's, whose solves take a tenth of the default
+            # limit each) would be cut and its work redone in turn: run them in turn from the start.
             return [call() for call in calls]
         shares = [Share(meter, part * left) for part in parts]
 
@@ -242,19 +249,23 @@ class Planner:
         # in a handful of conflicts; the default level needs thousands once GPU types may mix.
         s.parameters.linearization_level = 2
         if len(m.proto.variables) < SMALL_MODEL_VARIABLES:
-            # One presolve pass for the small models (every example's): presolve was about half of each
-            # solve's time, and repeating it bought nothing (every example's plan is byte-identical with
-            # one pass; planning CPU time over the six examples fell 15%). Larger models keep CP-SAT's
-            # default: there a solve may hit the time limit, and fewer passes change what it reaches.
+            # One presolve pass below RELAXATION_MIN_VARIABLES (every example's model, and a fleet's): presolve was
+            # about half of each solve's time, and repeating it bought nothing (every example's plan, the 13B one's
+            # of 1,104 variables included, and the two-workload fleet's are byte-identical with one pass; planning
+            # CPU time over the six examples fell 15%). The largest models keep CP-SAT's default: GLOP relaxes them
+            # first, a solve may hit the time limit there, and fewer passes change what it reaches.
             s.parameters.max_presolve_iterations = SMALL_MODEL_PRESOLVE_ITERATIONS
         return s
+
+    def _check_families(self, on: Iterable[str]) -> None:
+        unknown = set(on) - set(self.families)
+        if unknown:
+            raise KeyError(f"unknown families: {sorted(unknown)}")
 
     def _clone(self, on: Iterable[str], *, assume: bool = False) -> cp_model.CpModel:
         m = self.built.model.clone()
         on_set = set(on)
-        unknown = on_set - set(self.families)
-        if unknown:
-            raise KeyError(f"unknown families: {sorted(unknown)}")
+        self._check_families(on_set)
         for fid, lit in self.v.literals().items():
             if fid in on_set:
                 if assume:
@@ -287,6 +298,8 @@ class Planner:
         with self._lock:
             self.solve_s += wall
             self.solves += 1
+            if self.first_solve_units is None:
+                self.first_solve_units = solver.response_proto.deterministic_time
         undecided = code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
         # Stopped short of its deterministic limit while undecided: the wall net stopped it.
         net = undecided and solver.response_proto.deterministic_time < solver.parameters.max_deterministic_time * 0.99
@@ -318,6 +331,12 @@ class Planner:
         the same servers and instances run another way.
         """
         fams = self.families if on is None else list(on)
+        if self.meter().spent():
+            # What _run answers with nothing left, without cloning the model first (a fleet's explanation asks for
+            # dozens of solves after the budget is spent: their clones cost a third of a CPU second at 8 workloads).
+            if on is not None:
+                self._check_families(fams)
+            return Outcome(status=SolveStatus.UNKNOWN)
         m = self._clone(fams)
         v = self.v
         for b in bounds:
@@ -460,6 +479,10 @@ class Planner:
         :mod:`clusterplan.explain.infeasibility` shrinks it. No objective (assumptions and objectives
         do not mix well in CP-SAT), one worker.
         """
+        on = list(on)
+        if self.meter().spent():  # what _run answers with nothing left, without the clone
+            self._check_families(on)
+            return SolveStatus.UNKNOWN, []
         m = self._clone(on, assume=True)
         if extra is not None:
             extra(m, self.v)
@@ -625,19 +648,26 @@ def rank_designs_and(
     (:meth:`Planner.concurrently`: the sequential results, or the calls are redone in turn).
     """
     goal = PRIMARY_GOAL[planner.objective]
+    meter = planner.meter()
+    before = meter.units_left()
     first, design = _next_design(planner, goal, [])
     found = [] if design is None else [design]
     extra: T | None = None
     early = beside is not None and design is not None and not design[1] and top > 1
+    # Each further design takes about what the first one took: where the ranking's share cannot hold them (a
+    # fleet's), it would be cut and both calls redone in turn, the explanation's work thrown away with it.
+    fits = RANK_SHARE * meter.units_left() >= (top - 1) * (before - meter.units_left())
     if design is not None:
         best = design[0]
         assert best.solution is not None
         nogoods = [best.solution]
         if early:
             assert beside is not None
-            more, side = planner.concurrently(
-                [lambda: _more_designs(planner, goal, nogoods, top - 1), lambda: beside(best)],
-                fractions=(RANK_SHARE, BESIDE_SHARE),
+            calls = [lambda: _more_designs(planner, goal, nogoods, top - 1), lambda: beside(best)]
+            more, side = (
+                planner.concurrently(calls, fractions=(RANK_SHARE, BESIDE_SHARE))
+                if fits
+                else [call() for call in calls]  # in turn: what concurrently returns when the ranking is cut
             )
             found += more  # type: ignore[arg-type]
             extra = side  # type: ignore[assignment]
