@@ -231,6 +231,9 @@ class ServingRow:
     attention_dp: bool = False  # attention data-parallel over the stage's GPUs
     # A replica of an aggregated design ("both": prefill and decode), or of one pool of a disaggregated design.
     role: Role = "both"
+    # The largest load per replica at which the scheduler simulation meets every p95 target, where a design's
+    # replica of this row missed one simulated (the latency family allows no more; None: not found to miss).
+    held_rps: float | None = None
 
     @property
     def gpus(self) -> int:
