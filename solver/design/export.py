@@ -227,7 +227,7 @@ def _launches(
         layout = evaluate.replica_layout(g)  # the design's own layout: EP and attention DP as planned
         est = evaluate.serving_estimate(arch, spec, w, layout, batch=batch, assumptions=req.assumptions)
         share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / (weights[g.role] or 1.0)
-        groups.append((g, batch, _expected(est, arch, spec, w, req.assumptions, a, g.role, share, batch)))
+        groups.append((g, batch, _expected(est, arch, spec, w, req.assumptions, g.role, share, batch)))
     bench = bench_expected(w, [(g.role, g.replicas, e) for g, _, e in groups], speculative=a.speculative is not None)
     launches: list[Launch] = []
     for g, batch, expected in groups:
@@ -256,7 +256,6 @@ def _expected(
     spec: GpuSpec,
     w: ServingWorkload,
     base: Assumptions,
-    a: Assumptions,
     role: str,
     share: float,
     batch: int,
@@ -276,6 +275,7 @@ def _expected(
         lat = pools.decode_at_load(dec, w, base)(share)
         saturated = dec.output_tokens_per_s
     else:
+        a = evaluate.serving_assumptions(base, w)  # the workload's engine, as _launches resolves it
         lat = queueing.latency_at_load(
             est, share, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a
         )
