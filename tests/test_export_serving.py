@@ -325,6 +325,7 @@ def test_expected_figures_of_an_aggregated_replica_are_the_planners_simulation(c
         run.e2e.mean_s,
     )
     assert e.p95_tpot_s == run.tpot.p95_s and e.mean_tpot_s == run.tpot.mean_s
+    assert e.mean_ttft_s is not None and e.mean_e2e_s is not None
     assert e.p95_ttft_s > e.mean_ttft_s and e.p95_e2e_s > e.mean_e2e_s  # the scheduler's spread
     assert x.bench.p95_ttft_s == e.p95_ttft_s  # one replica shape: the benchmark's p95 is the replica's
     assert "scheduler simulation" in export_files(launches)["expected.txt"]

@@ -16,6 +16,7 @@ from clusterplan.evaluation import simulated
 from clusterplan.physics import schedule_sim as sim
 from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import DecodeStepModel
+from clusterplan.plan import ServingPlan
 from clusterplan.render import plan_markdown
 from clusterplan.requirement.load import load_requirement
 from conftest import ROOT, plan_file
@@ -232,9 +233,11 @@ def test_a_design_whose_simulated_p95_misses_is_rejected_and_the_plan_searched_a
     resolved = load_requirement(path, catalog)
     for d in plan.designs:  # each design shown passes the simulation (checked afresh, not read from the plan)
         assert not d.simulation_misses and not simulated.design_misses(d, resolved, catalog), d.summary
-        for g in d.workloads[0].groups:  # an MI300X TP2 design now takes at most the held load a replica
+        wp = d.workloads[0]
+        assert isinstance(wp, ServingPlan)
+        for g in wp.groups:  # an MI300X TP2 design now takes at most the held load a replica
             if (g.gpu, g.tp) == ("mi300x", 2):
-                assert d.workloads[0].demand_rps / g.replicas <= m.held_rps
+                assert wp.demand_rps / g.replicas <= m.held_rps
     text = plan_markdown.render(plan)
     assert "Rejected by simulation" in text and "meets every target up to" in text
     assert json.loads(plan.model_dump_json())["simulation_rejected"][0]["misses"][0]["held_rps"] == m.held_rps
