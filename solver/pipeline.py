@@ -302,29 +302,28 @@ SIM_ROUNDS = 3  # searches again after a simulated miss, at most
 
 
 def simulation_searched(
+    plan: Plan,
     table: CandidateTable,
     opts: PlanOptions,
     resolved: ResolvedRequirement,
     catalog: Catalog,
     replan: Callable[[CandidateTable, PlanOptions], Plan],
 ) -> Plan:
-    """The plan of ``table``, searched again while its designs fail the scheduler simulation.
+    """``plan`` (the analytical model's, of ``table``) searched again while its designs fail the scheduler simulation.
 
-    The analytical model chooses first (``explain="design"``: the designs only). Each round simulates the designs
-    at peak load (:mod:`clusterplan.evaluation.simulated`); every row whose replicas miss a target gets the load the
-    simulation holds the targets at (``latency.with_held``: a latency constraint, so CP-SAT still chooses the
-    counts) and the table is solved again, at most :data:`SIM_ROUNDS` times. A round without designs (every shape
-    held at 0, or the time limit spent) leaves the one before it, its misses stated. The last table is then planned
-    with ``opts`` (the explanation); design 1 of each rejected round is kept in ``Plan.simulation_rejected``. The
-    rounds run the same solves whatever ``opts.explain`` asks, so ``solve`` and ``export`` reach the same design.
-    A table without latency targets is planned once, as before.
+    Each round simulates the designs at peak load (:mod:`clusterplan.evaluation.simulated`); every row whose
+    replicas miss a target gets the load the simulation holds the targets at (``latency.with_held``: a latency
+    constraint, so CP-SAT still chooses the counts) and the table is solved again (``explain="design"``: the
+    designs only), at most :data:`SIM_ROUNDS` times. A round without designs (every shape held at 0, or the time
+    limit spent) leaves the one before it, its misses stated. The last table is then planned with ``opts`` (the
+    explanation); where the time limit leaves that fewer designs than the search found, the search's plan stands,
+    unexplained. Design 1 of each rejected round is kept in ``Plan.simulation_rejected``. A plan whose designs all
+    pass is returned as it came: no solve is added.
     """
-    if not latency.active(table):
-        return replan(table, opts)
-    search = replace(opts, explain="design")
-    plan = replan(table, search)
     seen: dict[tuple[object, ...], list[SimulatedMiss]] = {}
     rejected: list[SimulatedRejection] = []
+    search = replace(opts, explain="design")
+    start = table
     for n in range(1, SIM_ROUNDS + 1):
         held = [h for d in plan.designs for h in simulated.held_loads(d, resolved, catalog, seen)]
         capped = latency.with_held(table, held)
@@ -340,7 +339,11 @@ def simulation_searched(
                 SimulatedRejection(round=n, summary=first.summary, total_usd=first.costs.total_usd, misses=misses)
             )
         plan, table = attempt, capped
+    if table is start:
+        return plan
     final = plan if opts.explain == "design" else replan(table, opts)
+    if len(final.designs) < len(plan.designs):
+        final = plan  # the time limit spent before the explanation's ranking matched the search's: its designs stand
     return final.model_copy(update={"simulation_rejected": rejected}) if rejected else final
 
 
@@ -380,7 +383,7 @@ def plan_requirement(
         )  # fmt: skip
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose.
-    plan = simulation_searched(table, opts, resolved, catalog, replan)
+    plan = simulation_searched(replan(table, opts), table, opts, resolved, catalog, replan)
     # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
     designs = with_odds(plan.designs, resolved, catalog)
     # Each design's replicas simulated at peak load: targets the analytical model meets and the scheduler misses.
