@@ -1,7 +1,10 @@
 """A planned design's replicas run through the scheduler simulation (:mod:`clusterplan.physics.schedule_sim`): the
 planner searches with the analytical latency model (:mod:`clusterplan.physics.queueing`), then checks each returned
 design's aggregated replica groups by simulation at the load each replica receives at peak demand, and records
-every p95 target a simulated replica misses (:class:`clusterplan.plan.SimulatedMiss`).
+every p95 target a simulated replica misses (:class:`clusterplan.plan.SimulatedMiss`), with the largest load per
+replica at which the simulation meets every target (:func:`held_rate_rps`). The pipeline gives that load to the
+latency family as a cap on the row and searches again (``pipeline.simulation_searched``); ``export`` takes its
+expected figures of an aggregated replica from :func:`poisson_run` at the average rate.
 
 The replica is the one the plan describes, evaluated through :func:`clusterplan.evaluation.evaluate.serving_estimate`
 (the one path); :func:`sim_replica` is also what ``estimate --arrival`` runs. Arrivals are Poisson at the replica's
