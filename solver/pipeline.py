@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from clusterplan.candidates.build import CandidateCache, build_candidates
 from clusterplan.candidates.table import CandidateTable
+from clusterplan.evaluation import simulated
 from clusterplan.evaluation.provisional import with_provisional
 from clusterplan.evaluation.simulated import with_simulation
 from clusterplan.evaluation.uncertainty import with_odds
@@ -36,11 +37,13 @@ from clusterplan.plan import (
     PrecisionGate,
     QualityEvidence,
     RequirementRef,
+    SimulatedMiss,
+    SimulatedRejection,
     SolverInfo,
 )
 from clusterplan.planner.budget import TimeBudget
 from clusterplan.planner.builder import OBJECTIVES
-from clusterplan.planner.families import family
+from clusterplan.planner.families import family, latency
 from clusterplan.planner.solve import Planner, SolverSettings, rank_designs_and
 from clusterplan.planner.status import SolveStatus, relative_gap
 
@@ -299,6 +302,55 @@ def retargeter(
     return retarget
 
 
+SIM_ROUNDS = 3  # searches again after a simulated miss, at most
+
+
+def simulation_searched(
+    plan: Plan,
+    table: CandidateTable,
+    opts: PlanOptions,
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    replan: Callable[[CandidateTable, PlanOptions], Plan],
+) -> Plan:
+    """``plan`` (the analytical model's, of ``table``) searched again while its designs fail the scheduler simulation.
+
+    Each round simulates the designs at peak load (:mod:`clusterplan.evaluation.simulated`); every row whose
+    replicas miss a target gets the load the simulation holds the targets at (``latency.with_held``: a latency
+    constraint, so CP-SAT still chooses the counts) and the table is solved again (``explain="design"``: the
+    designs only), at most :data:`SIM_ROUNDS` times. A round without designs (every shape held at 0, or the time
+    limit spent) leaves the one before it, its misses stated. The last table is then planned with ``opts`` (the
+    explanation); where the time limit leaves that fewer designs than the search found, the search's plan stands,
+    unexplained. Design 1 of each rejected round is kept in ``Plan.simulation_rejected``. A plan whose designs all
+    pass is returned as it came: no solve is added.
+    """
+    seen: dict[tuple[object, ...], list[SimulatedMiss]] = {}
+    rejected: list[SimulatedRejection] = []
+    search = replace(opts, explain="design")
+    start = table
+    for n in range(1, SIM_ROUNDS + 1):
+        held = [h for d in plan.designs for h in simulated.held_loads(d, resolved, catalog, seen)]
+        capped = latency.with_held(table, held)
+        if capped is table:  # nothing missed, or only rows already held at these loads
+            break
+        attempt = replan(capped, search)
+        if not attempt.designs:
+            break
+        first = plan.designs[0]
+        misses = simulated.design_misses(first, resolved, catalog, seen)
+        if misses:
+            rejected.append(
+                SimulatedRejection(round=n, summary=first.summary, total_usd=first.costs.total_usd, misses=misses)
+            )
+        plan, table = attempt, capped
+    if table is start:
+        return plan
+    final = plan if opts.explain == "design" else replan(table, opts)
+    if len(final.designs) < len(plan.designs):
+        final = plan  # the time limit spent before the explanation's ranking matched the search's: its designs stand
+    return final.model_copy(update={"simulation_rejected": rejected}) if rejected else final
+
+
 def plan_requirement(
     resolved: ResolvedRequirement,
     catalog: Catalog,
@@ -327,15 +379,16 @@ def plan_requirement(
     retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency", cache=cache)
 
     tm = timings if timings is not None else Timings()
-    plan = plan_table(
-        table,
-        opts,
-        file=str(resolved.path),
-        catalog_fingerprint=catalog.fingerprint(),
-        retarget=retarget,
-        timings=tm,
-        budget=budget,
-    )
+
+    def replan(t: CandidateTable, o: PlanOptions) -> Plan:
+        return plan_table(
+            t, o, file=str(resolved.path), catalog_fingerprint=catalog.fingerprint(), retarget=retarget, timings=tm,
+            budget=budget,
+        )  # fmt: skip
+
+    # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
+    # what-if point too: its row is the design that point's own solve returns).
+    plan = simulation_searched(replan(table, opts), table, opts, resolved, catalog, replan)
     designs = plan.designs
     if opts.annotate:
         # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).

@@ -290,6 +290,23 @@ class SimulatedMiss(Out):
     simulated_s: float = Field(description="the simulated p95, s")
     planned_s: float = Field(description="the analytical p95 at the group's rated load, as planned, s")
     target_s: float = Field(description="the workload's p95 target, s")
+    held_rps: float | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="the largest load per replica at which the simulation meets every target (bisected; 0: none "
+        "tried did), requests/s",
+    )
+
+
+class SimulatedRejection(Out):
+    """A design the analytical model chose first that the scheduler simulation rejected: its replicas miss a p95
+    target at peak load, so the planner allowed that replica shape only the load the simulation holds the targets
+    at (the latency family) and searched again (pipeline.py)."""
+
+    round: int = Field(description="the search round that chose it, from 1 (the analytical model's first choice)")
+    summary: str = Field(description="the rejected design's hardware, as Design.summary")
+    total_usd: float = Field(description="its total cost over the horizon, USD")
+    misses: list[SimulatedMiss] = Field(description="the targets its replicas miss simulated, with the held load")
 
 
 class ProvisionalFigure(Out):
@@ -512,6 +529,12 @@ class Plan(Out):
     confidence: float | None = Field(None, description="the requirement's: figures derated to hold at it")
     precision: list[PrecisionGate] = Field(default_factory=list, description="the quality gate per serving workload")
     warnings: list[RequirementWarning] = Field(default_factory=list, description="contradictions in the requirement")
+    simulation_rejected: list[SimulatedRejection] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="design 1 of each search round that the scheduler simulation rejected, in order (absent when "
+        "the analytical model's first choice passed)",
+    )
     disaggregation: list[DisaggregationNote] = Field(
         default_factory=list, description="aggregated against disaggregated serving, per workload that allows both"
     )

@@ -217,11 +217,12 @@ workloads:
 @pytest.mark.slow
 def test_best_layout_meets_targets_before_it_is_cheap(tmp_path: Any) -> None:
     """8B at 16-bit with a 40 ms p95 TTFT on H100: TP1 is the cheapest layout but never meets the TTFT target
-    (its prefill alone is too slow); TP2 meets it. The row shows TP2 and says it meets the targets."""
+    (its prefill alone is too slow); TP2 meets it analytically, and its scheduler simulated at its load misses it, so
+    the search moves on (issue 31). The row shows a wider layout and says it meets the targets."""
     path = tmp_path / "ttft.yaml"
     path.write_text(TIGHT_TTFT)
     row = _row(_compare(str(path), "--gpus", "h100-sxm", "--precision", "bf16"), "h100-sxm")
-    assert (row["tp"], row["pp"], row["meets_targets"]) == (2, 1, True)
+    assert row["tp"] >= 2 and (row["pp"], row["meets_targets"]) == (1, True)
 
 
 @pytest.mark.slow

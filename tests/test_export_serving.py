@@ -325,3 +325,38 @@ def test_mtp_drafter_is_named_per_model_family_from_the_engine_row(
             export_mod._speculative_flag(catalog, a, arch, "chat")
     else:
         assert export_mod._speculative_flag(catalog, a, arch, "chat") == flag
+
+
+@pytest.mark.slow
+def test_expected_figures_of_an_aggregated_replica_are_the_planners_simulation(catalog: Catalog) -> None:
+    """The figures export expects of an aggregated replica come from the scheduler simulation the planner checks its
+    designs with (evaluation/simulated.py), at the replica's share of the average rate: a p95 above the mean below
+    saturation, as a benchmark measures, where the queueing model gave p95 TTFT equal to its mean."""
+    from clusterplan.evaluation import evaluate, simulated
+
+    path = example("7b-chat-serving")
+    resolved, plan = _planned(path, catalog)
+    launches = export_design(resolved, catalog, plan)
+    x = launches[0]
+    assert x.role == "aggregated"
+    w = resolved.requirement.workloads[0]
+    assert w.kind == "serving"
+    g = next(g for wp in plan.designs[0].workloads if isinstance(wp, ServingPlan) for g in wp.groups)
+    est = evaluate.serving_estimate(
+        resolved.model_for(0), catalog.gpus[g.gpu], w, evaluate.replica_layout(g), batch=x.max_batch,
+        assumptions=resolved.requirement.assumptions,
+    )  # fmt: skip
+    a = evaluate.serving_assumptions(resolved.requirement.assumptions, w)
+    run = simulated.poisson_run(est, w, a, x.max_batch, x.expected.request_rate_rps)
+    e = x.expected
+    assert (e.p95_ttft_s, e.mean_ttft_s, e.p95_e2e_s, e.mean_e2e_s) == (
+        run.ttft.p95_s,
+        run.ttft.mean_s,
+        run.e2e.p95_s,
+        run.e2e.mean_s,
+    )
+    assert e.p95_tpot_s == run.tpot.p95_s and e.mean_tpot_s == run.tpot.mean_s
+    assert e.mean_ttft_s is not None and e.mean_e2e_s is not None
+    assert e.p95_ttft_s > e.mean_ttft_s and e.p95_e2e_s > e.mean_e2e_s  # the scheduler's spread
+    assert x.bench.p95_ttft_s == e.p95_ttft_s  # one replica shape: the benchmark's p95 is the replica's
+    assert "scheduler simulation" in export_files(launches)["expected.txt"]

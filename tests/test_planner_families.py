@@ -379,3 +379,24 @@ def test_memory_check_rejects_a_row_that_does_not_fit() -> None:
     assert not memory.FAMILY.check(over)
     c = memory.FAMILY.constraint_check(over)
     assert c is not None and c.status == "violated" and c.margin == pytest.approx(-10.0)
+
+
+def test_a_held_load_caps_the_load_each_replica_takes() -> None:
+    """A row the scheduler simulation held at 1.5 req/s a replica (``ServingRow.held_rps``, set by the pipeline
+    after a simulated miss): demand 4 split over replicas of rate 2 needs 3 of them, not 2, also where shapes may
+    mix (no per-row floor); the solver-free check rejects the 2 on the held table."""
+    w = replace(serve([row("a", rate=2.0)], demand=4.0, targets=True), allow_mixed=True)
+    free = tbl(w, [cloud("a")])
+    held = tbl(replace(w, rows=(replace(w.serving_rows()[0], held_rps=1.5),)), [cloud("a")])
+
+    def replicas(t: CandidateTable) -> tuple[int, object]:
+        sol = rank_designs(Planner(t), top=1).designs[0].solution
+        assert sol is not None
+        return sum(a.replicas for a, _ in facts(t, sol).serving_rows(t.workloads[0])), sol
+
+    n_free, sol_free = replicas(free)
+    n_held, sol_held = replicas(held)
+    assert (n_free, n_held) == (2, 3)
+    latency = constraints.family("latency")
+    assert latency.check(facts(held, sol_held))  # type: ignore[arg-type]
+    assert not latency.check(facts(held, sol_free))  # type: ignore[arg-type]

@@ -240,6 +240,9 @@ class ServingRow:
     network_gb_per_s: float = 0.0
     # A replica of an aggregated design ("both": prefill and decode), or of one pool of a disaggregated design.
     role: Role = "both"
+    # The largest load per replica at which the scheduler simulation meets every p95 target, where a design's
+    # replica of this row missed one simulated (the latency family allows no more; None: not found to miss).
+    held_rps: float | None = None
 
     @property
     def gpus(self) -> int:

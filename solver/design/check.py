@@ -191,7 +191,7 @@ def _pools_on_a_fabric(design: Design, catalog: Catalog, problems: list[str]) ->
             x.gpus
             for x in design.hardware
             if x.kind == "cloud" and x.trains is None and x.gpu == gpu
-            and has_fabric(catalog, catalog.instances[x.offering.removeprefix("cloud:")])
+            and has_fabric(catalog, catalog.instances[x.instance_key])
         )  # fmt: skip
         if n > cap:
             problems.append(

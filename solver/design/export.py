@@ -7,8 +7,9 @@ chat service serves the catalog's instruct/chat checkpoint, ``models.yaml`` ``ch
 what the benchmark client the export writes (``vllm bench serve`` and its SGLang and TensorRT-LLM counterparts)
 will report, in that tool's own definitions (:class:`BenchExpected`). Every figure comes from
 :mod:`clusterplan.evaluation.evaluate` (one path per design): the engine is resolved by
-``evaluate.serving_assumptions``, the batch by ``evaluate.group_batch`` (the checker's), the latencies by the
-queueing model at the replica's share of the requirement's average request rate. Rendering (command lines, files)
+``evaluate.serving_assumptions``, the batch by ``evaluate.group_batch`` (the checker's); an aggregated replica's
+latencies by the scheduler simulation the planner checks its designs with (``evaluation/simulated.py``), a pool's by
+the queueing model, each at the replica's share of the requirement's average request rate. Rendering (command lines, files)
 is :mod:`clusterplan.render.export_view`.
 """
 
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clusterplan.catalog.engine_args import engine_arguments
 from clusterplan.errors import ClusterplanError
-from clusterplan.evaluation import evaluate, pools
+from clusterplan.evaluation import evaluate, pools, simulated
 from clusterplan.physics import disagg, queueing
 from clusterplan.physics.factors import SpeculativeDecoding
 from clusterplan.plan import ReplicaGroup, ServingPlan
@@ -46,8 +47,9 @@ _HF_CONFIG = re.compile(r"https://huggingface\.co/([^/]+/[^/]+)/")
 
 
 class Expected(BaseModel):
-    """One replica's figures at its share of the requirement's average rate (the queueing model). None: not
-    modelled for this role (a prefill pool's mean wait, its output tokens)."""
+    """One replica's figures at its share of the requirement's average rate: an aggregated replica's latencies
+    simulated (evaluation/simulated.py, Poisson arrivals, 1,000 requests, seed 0), a pool's from the queueing model.
+    None: not modelled for this role (a prefill pool's mean wait, its output tokens)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -263,7 +265,7 @@ def _launches(
         layout = evaluate.replica_layout(g)  # the design's own layout: EP and attention DP as planned
         est = evaluate.serving_estimate(arch, spec, w, layout, batch=batch, assumptions=req.assumptions)
         share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / (weights[g.role] or 1.0)
-        groups.append((g, batch, _expected(est, arch, spec, w, req.assumptions, a, g.role, share)))
+        groups.append((g, batch, _expected(est, arch, spec, w, req.assumptions, g.role, share, batch)))
     bench = bench_expected(w, [(g.role, g.replicas, e) for g, _, e in groups], speculative=a.speculative is not None)
     spec_flag = _speculative_flag(catalog, a, arch, w.name)
     launches: list[Launch] = []
@@ -303,12 +305,13 @@ def _expected(
     spec: GpuSpec,
     w: ServingWorkload,
     base: Assumptions,
-    a: Assumptions,
     role: str,
     share: float,
+    batch: int,
 ) -> Expected:
-    """What one replica of ``role`` should show at ``share`` requests/s: the queueing model of an aggregated
-    replica, or of a prefill replica (TTFT incl. the KV transfer) or a decode-only one (evaluation/pools.py)."""
+    """What one replica of ``role`` should show at ``share`` requests/s: an aggregated replica's scheduler simulated
+    (:func:`_simulated`, the planner's check at the average rate instead of the peak), or the queueing model of a
+    prefill replica (TTFT incl. the KV transfer) or a decode-only one (evaluation/pools.py)."""
     if role == "prefill":
         p = pools.prefill_at(est, arch, spec, w, base, share)
         return Expected(
@@ -321,15 +324,38 @@ def _expected(
         lat = pools.decode_at_load(dec, w, base)(share)
         saturated = dec.output_tokens_per_s
     else:
+        a = evaluate.serving_assumptions(base, w)  # the workload's engine, as _launches resolves it
         lat = queueing.latency_at_load(
             est, share, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=a
         )
+        if share > 0:
+            return _simulated(est, w, a, batch, share, lat.utilisation)
         saturated = est.output_tokens_per_s
     return Expected(
         request_rate_rps=share, output_tokens_per_s=share * w.output_tokens, utilisation=lat.utilisation,
         mean_ttft_s=lat.mean_ttft_s, p95_ttft_s=lat.p95_ttft_s, mean_tpot_s=lat.mean_tpot_s,
         p95_tpot_s=lat.p95_tpot_s, mean_e2e_s=lat.mean_e2e_s, p95_e2e_s=lat.p95_e2e_s,
         saturated_output_tokens_per_s=saturated,
+    )  # fmt: skip
+
+
+def _simulated(
+    est: ServingEstimate, w: ServingWorkload, a: Assumptions, batch: int, share: float, utilisation: float
+) -> Expected:
+    """One aggregated replica at ``share`` requests/s as the planner's simulation runs it
+    (:func:`clusterplan.evaluation.simulated.poisson_run`: Poisson arrivals, the workload's lengths, seed 0), its
+    figures in ``vllm bench serve``'s definitions (TPOT without the first token). ``utilisation``: arrivals over the
+    saturated rate (the queueing model's ratio, not a simulated figure)."""
+
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    run = simulated.poisson_run(est, w, a, batch, share)
+    return Expected(
+        request_rate_rps=share, output_tokens_per_s=share * w.output_tokens, utilisation=utilisation,
+        mean_ttft_s=run.ttft.mean_s, p95_ttft_s=run.ttft.p95_s, mean_tpot_s=finite(run.tpot.mean_s),
+        p95_tpot_s=finite(run.tpot.p95_s), mean_e2e_s=run.e2e.mean_s, p95_e2e_s=run.e2e.p95_s,
+        saturated_output_tokens_per_s=est.output_tokens_per_s,
     )  # fmt: skip
 
 

@@ -1,7 +1,10 @@
 """A planned design's replicas run through the scheduler simulation (:mod:`clusterplan.physics.schedule_sim`): the
 planner searches with the analytical latency model (:mod:`clusterplan.physics.queueing`), then checks each returned
 design's aggregated replica groups by simulation at the load each replica receives at peak demand, and records
-every p95 target a simulated replica misses (:class:`clusterplan.plan.SimulatedMiss`).
+every p95 target a simulated replica misses (:class:`clusterplan.plan.SimulatedMiss`), with the largest load per
+replica at which the simulation meets every target (:func:`held_rate_rps`). The pipeline gives that load to the
+latency family as a cap on the row and searches again (``pipeline.simulation_searched``); ``export`` takes its
+expected figures of an aggregated replica from :func:`poisson_run` at the average rate.
 
 The replica is the one the plan describes, evaluated through :func:`clusterplan.evaluation.evaluate.serving_estimate`
 (the one path); :func:`sim_replica` is also what ``estimate --arrival`` runs. Arrivals are Poisson at the replica's
@@ -12,6 +15,8 @@ it), :data:`VERIFY_REQUESTS` requests of the workload's lengths, seed 0. Disaggr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from clusterplan.evaluation import evaluate
@@ -21,14 +26,25 @@ from clusterplan.physics.types import ServingEstimate
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
-    from clusterplan.plan import Design, ReplicaGroup, ServingPlan, SimulatedMiss
+    from clusterplan.plan import Design, ReplicaGroup, SimulatedMiss
     from clusterplan.requirement.load import ResolvedRequirement
     from clusterplan.requirement.schema import ServingWorkload
 
 SimFigure = Literal["p95_latency", "p95_ttft", "p95_tpot"]
 VERIFY_REQUESTS = 1000  # vllm bench serve's --num-prompts default
 VERIFY_SEED = 0
+HELD_STEPS = 7  # bisections of the held load: within 1/128 of the load the replica missed at
 _Seen = dict[tuple[object, ...], list["SimulatedMiss"]]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLoad:
+    """A planned replica group whose simulation missed a target at its peak load, and the largest load per replica
+    at which the simulation meets every target (0: none tried did), requests/s."""
+
+    workload: str
+    group: ReplicaGroup
+    held_rps: float
 
 
 def sim_replica(est: ServingEstimate, w: ServingWorkload, a: Assumptions, max_seqs: int) -> sim.SimReplica:
@@ -58,37 +74,82 @@ def design_misses(
 ) -> list[SimulatedMiss]:
     """Each p95 target of a serving workload that one of the design's aggregated replica groups misses simulated
     (``seen``: the misses of groups already simulated at the same load, shared by the designs of one plan)."""
+    return [m for _, _, misses in _group_results(design, resolved, catalog, seen) for m in misses]
+
+
+def held_loads(
+    design: Design, resolved: ResolvedRequirement, catalog: Catalog, seen: _Seen | None = None
+) -> list[HeldLoad]:
+    """Each aggregated replica group of ``design`` whose simulation misses a target at its peak load, with the load
+    per replica the simulation holds every target at (what the planner's latency family then allows it)."""
+    out: list[HeldLoad] = []
+    for workload, g, misses in _group_results(design, resolved, catalog, seen):
+        if misses and misses[0].held_rps is not None:
+            out.append(HeldLoad(workload, g, misses[0].held_rps))
+    return out
+
+
+def _group_results(
+    design: Design, resolved: ResolvedRequirement, catalog: Catalog, seen: _Seen | None
+) -> list[tuple[str, ReplicaGroup, list[SimulatedMiss]]]:
+    """(workload, group, its misses) of each aggregated group of the design's serving workloads with a target,
+    each simulated at its share of peak demand."""
     from clusterplan.plan import ServingPlan
 
-    out: list[SimulatedMiss] = []
+    cache: _Seen = {} if seen is None else seen
+    out: list[tuple[str, ReplicaGroup, list[SimulatedMiss]]] = []
     for w in design.workloads:
-        if isinstance(w, ServingPlan) and w.groups:
-            out += _workload_misses(w, resolved, catalog, {} if seen is None else seen)
-    return out
-
-
-def _workload_misses(
-    w: ServingPlan, resolved: ResolvedRequirement, catalog: Catalog, seen: _Seen
-) -> list[SimulatedMiss]:
-    """The misses of one serving workload's aggregated groups, each simulated at its share of peak demand."""
-    names = [x.name for x in resolved.requirement.workloads]
-    i = names.index(w.workload)
-    sw = resolved.requirement.workloads[i]
-    assert sw.kind == "serving"
-    targets = sim.Targets(ttft_s=sw.p95_ttft, tpot_s=sw.p95_tpot, e2e_s=sw.p95_latency)
-    if all(t is None for t in (targets.ttft_s, targets.tpot_s, targets.e2e_s)):
-        return []
-    total = w.capacity_rps  # demand splits over replicas in proportion to their rates (uncertainty._peak_p95s)
-    out: list[SimulatedMiss] = []
-    for g in w.groups:
-        if g.role != "aggregated" or total <= 0 or g.rate_rps <= 0:
+        if not isinstance(w, ServingPlan) or not w.groups:
             continue
-        load = w.demand_rps * g.rate_rps / total
-        key = (w.workload, g.gpu, g.tp, g.pp, g.quant, g.kv_cache, g.ep, g.attention_dp, g.batch, load)
-        if key not in seen:  # the designs of one plan often share a group at the same load
-            seen[key] = _group_misses(g, sw, load, targets, resolved, catalog)
-        out += seen[key]
+        sw = next(x for x in resolved.requirement.workloads if x.name == w.workload)
+        assert sw.kind == "serving"
+        targets = sim.Targets(ttft_s=sw.p95_ttft, tpot_s=sw.p95_tpot, e2e_s=sw.p95_latency)
+        if all(t is None for t in (targets.ttft_s, targets.tpot_s, targets.e2e_s)):
+            continue
+        total = w.capacity_rps  # demand splits over replicas in proportion to their rates (uncertainty._peak_p95s)
+        for g in w.groups:
+            if g.role != "aggregated" or total <= 0 or g.rate_rps <= 0:
+                continue
+            load = w.demand_rps * g.rate_rps / total
+            key = (w.workload, g.gpu, g.tp, g.pp, g.quant, g.kv_cache, g.ep, g.attention_dp, g.batch, load)
+            if key not in cache:  # the designs of one plan often share a group at the same load
+                cache[key] = _group_misses(g, sw, load, targets, resolved, catalog)
+            out.append((w.workload, g, cache[key]))
     return out
+
+
+def poisson_run(est: ServingEstimate, w: ServingWorkload, a: Assumptions, batch: int, load_rps: float) -> sim.SimResult:
+    """One replica (``est`` at its ``batch`` cap) under Poisson arrivals at ``load_rps``: :data:`VERIFY_REQUESTS`
+    requests of the workload's lengths, seed :data:`VERIFY_SEED`. The planner's check and ``export``'s expected
+    figures both run this (one simulation per design)."""
+    arrival = sim.Arrival("poisson", rate_per_s=load_rps)
+    lengths = sim.Lengths(max(1, round(w.input_tokens)), max(1, round(w.output_tokens)))
+    requests = sim.draw_requests(arrival, lengths, VERIFY_REQUESTS, VERIFY_SEED)
+    return sim.simulate(sim_replica(est, w, a, batch), requests, arrival)
+
+
+def _missed(run: sim.SimResult, targets: sim.Targets) -> list[tuple[SimFigure, float, float]]:
+    """(figure, simulated p95, target) of each target ``run`` misses."""
+    figures: tuple[tuple[SimFigure, float | None, float], ...] = (
+        ("p95_latency", targets.e2e_s, run.e2e.p95_s),
+        ("p95_ttft", targets.ttft_s, run.ttft.p95_s),
+        ("p95_tpot", targets.tpot_s, run.tpot.p95_s),
+    )
+    return [(f, s, t) for f, t, s in figures if t is not None and math.isfinite(s) and s > t]
+
+
+def held_rate_rps(run_at: Callable[[float], sim.SimResult], missed_rps: float, targets: sim.Targets) -> float:
+    """The largest per-replica load at which the simulated p95s meet every target, bisected on
+    ``(0, missed_rps)`` in :data:`HELD_STEPS` steps: always a load simulated and seen to pass (0: none passed, the
+    replica misses its targets even at ``missed_rps / 2**HELD_STEPS``). ``run_at``: the replica at a load."""
+    lo, hi = 0.0, missed_rps
+    for _ in range(HELD_STEPS):
+        mid = (lo + hi) / 2
+        if _missed(run_at(mid), targets):
+            hi = mid
+        else:
+            lo = mid
+    return lo
 
 
 def _group_misses(
@@ -99,7 +160,8 @@ def _group_misses(
     resolved: ResolvedRequirement,
     catalog: Catalog,
 ) -> list[SimulatedMiss]:
-    """One replica group simulated under Poisson arrivals at ``load``; the p95 targets it misses."""
+    """One replica group simulated under Poisson arrivals at ``load``; the p95 targets it misses, each with the
+    load the replica holds every target at (:func:`held_rate_rps`)."""
     from clusterplan.plan import SimulatedMiss
 
     req = resolved.requirement
@@ -109,35 +171,21 @@ def _group_misses(
         resolved.model_for(i), catalog.gpus[g.gpu], sw, evaluate.replica_layout(g), batch=g.batch,
         assumptions=req.assumptions,
     )  # fmt: skip
-    arrival = sim.Arrival("poisson", rate_per_s=load)
-    lengths = sim.Lengths(max(1, round(sw.input_tokens)), max(1, round(sw.output_tokens)))
-    run = sim.simulate(
-        sim_replica(est, sw, a, g.batch), sim.draw_requests(arrival, lengths, VERIFY_REQUESTS, VERIFY_SEED), arrival
-    )
+    run = poisson_run(est, sw, a, g.batch, load)
+    missed = _missed(run, targets)
+    if not missed:
+        return []
+    held = held_rate_rps(lambda x: poisson_run(est, sw, a, g.batch, x), load, targets)
     label = f"{g.gpu} TP{g.tp}" + (f" PP{g.pp}" if g.pp > 1 else "") + f" {g.quant}"
-    # (figure, target, simulated, planned): an aggregated group's planned p95s are all set (a prefill pool's TPOT
-    # is None, but pools are not simulated here)
-    figures: tuple[tuple[SimFigure, float | None, float, float | None], ...] = (
-        ("p95_latency", targets.e2e_s, run.e2e.p95_s, g.p95_latency_s),
-        ("p95_ttft", targets.ttft_s, run.ttft.p95_s, g.p95_ttft_s),
-        ("p95_tpot", targets.tpot_s, run.tpot.p95_s, g.p95_tpot_s),
-    )
-    out: list[SimulatedMiss] = []
-    for figure, target, simulated, planned in figures:
-        if target is not None and planned is not None and math.isfinite(simulated) and simulated > target:
-            out.append(
-                SimulatedMiss(
-                    workload=sw.name,
-                    figure=figure,
-                    group=label,
-                    load_rps=load,
-                    requests=run.requests,
-                    simulated_s=simulated,
-                    planned_s=planned,
-                    target_s=target,
-                )
-            )
-    return out
+    # an aggregated group's planned p95s are all set (a prefill pool's TPOT is None, but pools are not simulated)
+    planned = {"p95_latency": g.p95_latency_s, "p95_ttft": g.p95_ttft_s, "p95_tpot": g.p95_tpot_s}
+    return [
+        SimulatedMiss(
+            workload=sw.name, figure=figure, group=label, load_rps=load, requests=run.requests, simulated_s=simulated,
+            planned_s=planned[figure] or 0.0, target_s=target, held_rps=held,
+        )
+        for figure, simulated, target in missed
+    ]  # fmt: skip
 
 
 def with_simulation(designs: list[Design], resolved: ResolvedRequirement, catalog: Catalog) -> list[Design]:

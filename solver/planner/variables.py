@@ -33,7 +33,12 @@ class ServingScale:
     rate: list[int]  # meeting latency targets
     rate_nolat: list[int]
     upper: list[int]  # replica upper bound per row
-    exponent: int = 0  # the decimal exponent of the integer units (resolution = 10**-exponent req/s)
+    exponent: int = 0
+    # per row, the load a replica may take within the latency targets: ``rate``, capped where the scheduler
+    # simulation holds them only at less (``ServingRow.held_rps``, the latency family); 0: not at any
+    held: list[int] = field(
+        default_factory=list
+    )  # the decimal exponent of the integer units (resolution = 10**-exponent req/s)
 
 
 @dataclass
@@ -348,6 +353,11 @@ def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
         exp = wc.rate_exponent
         rate = [scaling.rate_units_down(r.rate_rps, exp, what=f"{wc.name}: rate") for r in wc.serving_rows()]
     res = scaling.rate_resolution(exp)
+    # the simulation's held load caps a row's latency rate (rounded down, as the rates are)
+    held = [
+        x if r.held_rps is None else min(x, scaling.rate_units_down(r.held_rps, exp, what=f"{wc.name}: held load"))
+        for x, r in zip(rate, wc.serving_rows(), strict=True)
+    ]
     demand = scaling.rate_units_up(wc.demand_rps, exp, what=f"{wc.name}: demand")
     nolat = [scaling.rate_units_down(r.rate_nolat_rps, exp, what=f"{wc.name}: rate") for r in wc.serving_rows()]
     k = wc.redundancy
@@ -358,7 +368,7 @@ def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
         # One shape serves the workload: the fewest replicas meeting every family that may be on
         # is the most a cost-minimising (or latency-minimising) solution uses. Tight bounds make
         # x = floor x sel exact in the LP, which is what keeps large models fast.
-        for r_lat, r_nolat in zip(rate, nolat, strict=True):
+        for r_lat, r_nolat in zip(held, nolat, strict=True):
             floors = [1]
             if r_nolat > 0:
                 floors.append(-(-demand // r_nolat))
@@ -368,8 +378,10 @@ def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
             if k > 0 and rho > 0:
                 floors.append(k + -(-demand // rho))
             upper.append(max(floors))
-        return ServingScale(resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper, exponent=exp)
-    for r_lat, r_nolat in zip(rate, nolat, strict=True):
+        return ServingScale(
+            resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper, exponent=exp, held=held
+        )
+    for r_lat, r_nolat in zip(held, nolat, strict=True):
         # Enough replicas of this row alone to meet demand plus k of the largest replica, for each
         # rate the model may use; one more cannot be needed (removing it keeps every family satisfied).
         bounds = [1 + k]
@@ -378,7 +390,9 @@ def _serving_scale(wc: WorkloadCandidates, replica_factor: int) -> ServingScale:
         if r_nolat > 0:
             bounds.append(math.ceil((demand + k * max_nolat) / r_nolat))
         upper.append(max(bounds) * replica_factor + (replica_factor - 1) * k)
-    return ServingScale(resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper, exponent=exp)
+    return ServingScale(
+        resolution_rps=res, demand=demand, rate=rate, rate_nolat=nolat, upper=upper, exponent=exp, held=held
+    )
 
 
 def _gpu_need_bounds(table: CandidateTable, v: PlanVariables) -> dict[str, int]:

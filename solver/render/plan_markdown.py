@@ -93,6 +93,10 @@ def render(plan: Plan) -> str:
         out += [f"- {line}" for line in precision_lines(plan.precision, d)]
         if d.rank == 1:
             out += [f"- {line}" for line in disaggregation_lines(plan.disaggregation)]
+        if d.rank == 1 and plan.simulation_rejected:
+            out += ["", simulated.REJECTED_HEADING, ""]
+            lines = [line for r in plan.simulation_rejected for line in simulated.rejection(r)]
+            out += [f"  - {x.strip()}" if x.startswith("  ") else f"- {x}" for x in lines]
         if d.provisional:
             out += ["", provisional.HEADING, ""] + [f"- {provisional.line(f)}" for f in d.provisional]
     e = plan.explanation

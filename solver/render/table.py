@@ -42,6 +42,11 @@ def render(plan: Plan, console: Console) -> None:
             console.print(line, markup=False)
         for line in disaggregation_lines(plan.disaggregation):
             console.print(line, markup=False)
+    if plan.simulation_rejected:
+        console.print(simulated.REJECTED_HEADING, markup=False)
+        for r in plan.simulation_rejected:
+            for line in simulated.rejection(r):
+                console.print(f"  {line}", markup=False)
     if plan.explanation is not None:
         _why(plan, console)
     if plan.infeasibility is not None:

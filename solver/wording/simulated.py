@@ -1,21 +1,39 @@
-"""How a target missed in simulation reads (``plan.SimulatedMiss``): words and figures only."""
+"""How a target missed in simulation reads (``plan.SimulatedMiss``, ``plan.SimulatedRejection``): words and figures
+only."""
 
 from __future__ import annotations
 
-from clusterplan.plan import SimulatedMiss
-from clusterplan.wording.fmt import rps, seconds
+from clusterplan.plan import SimulatedMiss, SimulatedRejection
+from clusterplan.wording.fmt import rps, seconds, usd
 from clusterplan.wording.odds import FIGURE_LABEL
 
 HEADING = (
     "Simulated at peak load (each replica's scheduler stepped under Poisson arrivals, vllm bench serve's "
     "definitions), these targets are missed:"
 )
+REJECTED_HEADING = (
+    "Rejected by simulation (the analytical latency model chose these first; each replica's scheduler, stepped "
+    "under Poisson arrivals at peak load, misses a target, so that replica shape was allowed only the load the "
+    "simulation holds the targets at, and the plan was searched again):"
+)
 
 
 def sentence(m: SimulatedMiss) -> str:
-    """``chat: p95 latency 5.49 s simulated on h200 TP2 fp8 at 5.00 req/s a replica (planned 4.99 s), target 5 s``."""
-    return (
+    """``chat: p95 latency 5.49 s simulated on h200 TP2 fp8 at 5.00 req/s a replica (planned 4.99 s), target 5 s``,
+    and the load the simulation holds every target at where it was searched."""
+    text = (
         f"{m.workload}: {FIGURE_LABEL[m.figure]} {seconds(m.simulated_s)} simulated on {m.group} at "
         f"{rps(m.load_rps)} req/s a replica ({m.requests:,} requests; planned {seconds(m.planned_s)}), "
         f"target {seconds(m.target_s)}"
     )
+    if m.held_rps is None:
+        return text
+    if m.held_rps <= 0:
+        return text + "; the simulation meets the targets at no load tried"
+    return text + f"; the simulation meets every target up to {rps(m.held_rps)} req/s a replica"
+
+
+def rejection(r: SimulatedRejection) -> list[str]:
+    """``search 1: 8x MI300X (owned), $493,444 — chat: p95 latency 5.65 s simulated ...``: the design, then each
+    target it missed."""
+    return [f"search {r.round}: {r.summary}, {usd(r.total_usd)}", *(f"  {sentence(m)}" for m in r.misses)]

@@ -10,12 +10,26 @@ proportion to their rates keeps every replica within its rate:
 A row with rate 0 misses a target even unloaded: any request routed to one of its replicas would
 miss it, so none may be deployed (a distinct second-best design once added such a replica).
 
+The scheduler simulation can overrule the rate. Where a returned design's replica of row r misses a
+target simulated at the load it receives at peak (evaluation/simulated.py), the pipeline gives the row
+``held[w,r]``: the largest load per replica at which the simulation meets every target (:func:`with_held`).
+Demand splits in proportion to the rates, so a replica of row r receives ``D_w * rate[w,r] / C_side``
+(``C_side = sum_r' rate[w,r'] * x[w,r']``, each side), and the load is capped:
+
+    lit and sel[w,r] => C_side >= D_w * rate[w,r] / held[w,r]     for every row with a held load
+    lit => x[w,r] = 0                                             for every row held at 0
+
+One shape alone: ``x[w,r] >= ceil(D_w / held[w,r])``, the per-row floor (:func:`floor` gives it).
+
 Relaxed by loosening the targets (``by_targets``: the explainer searches a factor on them,
 rebuilding the candidates at each step); without that search, by dropping them.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from clusterplan.candidates.table import CandidateTable, ServingRow, WorkloadCandidates
@@ -35,11 +49,38 @@ from clusterplan.planner.families.goals import Goal
 from clusterplan.planner.variables import ServingScale
 
 if TYPE_CHECKING:
+    from clusterplan.evaluation.simulated import HeldLoad
     from clusterplan.planner.solve import ServingAssignment
 
 
 def floor(wc: WorkloadCandidates, s: ServingScale) -> tuple[list[int], int] | None:
-    return (s.rate, 0) if wc.is_serving and wc.targets.any else None
+    return (s.held, 0) if wc.is_serving and wc.targets.any else None
+
+
+def with_held(table: CandidateTable, held: Sequence[HeldLoad]) -> CandidateTable:
+    """``table`` with each row a design's group ran on given the load the simulation held its targets at (the
+    smallest where several, and never above the row's earlier held load); ``table`` itself when no row changes."""
+    caps: dict[tuple[str, tuple[object, ...]], float] = {}
+    for h in held:
+        g = h.group
+        key = (h.workload, (g.gpu, g.tp, g.pp, g.quant, g.kv_cache, g.ep, g.attention_dp, g.batch))
+        caps[key] = min(caps.get(key, math.inf), h.held_rps)
+    changed = False
+
+    def capped(wc: WorkloadCandidates, row: ServingRow) -> ServingRow:
+        nonlocal changed
+        key = (wc.name, (row.gpu_id, row.tp, row.pp, row.quant, row.kv_precision, row.ep, row.attention_dp, row.batch))
+        cap = caps.get(key) if row.role == "both" else None
+        if cap is None or (row.held_rps is not None and row.held_rps <= cap):
+            return row
+        changed = True
+        return replace(row, held_rps=cap)
+
+    workloads = tuple(
+        replace(wc, rows=tuple(capped(wc, r) for r in wc.serving_rows())) if wc.is_serving else wc
+        for wc in table.workloads
+    )
+    return replace(table, workloads=workloads) if changed else table
 
 
 def add(ctx: FamilyContext) -> None:
@@ -57,9 +98,28 @@ def add(ctx: FamilyContext) -> None:
             if not s.rate[r]:
                 for x in v.replica_vars(wc.index, r):
                     ctx.model.add(x == 0).only_enforce_if(ctx.lit)
+        _add_held(ctx, wc, s)
         fl = floor(wc, s)
         if not wc.allow_mixed and fl is not None:
             single_shape_floor(ctx, wc.index, fl[0], s.demand, spare=fl[1])
+
+
+def _add_held(ctx: FamilyContext, wc: WorkloadCandidates, s: ServingScale) -> None:
+    """A row with a held load: its replicas take at most that load, demand split by rate (the module docstring)."""
+    assert ctx.lit is not None
+    v = ctx.v
+    for r, row in enumerate(wc.serving_rows()):
+        if row.held_rps is None or not s.rate[r]:
+            continue
+        if not s.held[r]:
+            for x in v.replica_vars(wc.index, r):
+                ctx.model.add(x == 0).only_enforce_if(ctx.lit)
+            continue
+        # rates capped at the demand, as the capacity terms are (a replica of rate >= D takes D / x)
+        need = -(-s.demand * min(s.rate[r], s.demand) // s.held[r])
+        for side in wc.sides():
+            terms = v.side_replicas(wc, s.rate, side)
+            ctx.model.add(sum(terms) >= need).only_enforce_if([ctx.lit, v.selected(wc.index, r)])
 
 
 def active(table: CandidateTable) -> bool:
@@ -95,10 +155,20 @@ def margin(d: DesignFacts) -> Margin | None:
 
 
 def check(d: DesignFacts) -> bool:
-    """Within-target capacity meets peak demand, and no replica runs on a row that misses a target unloaded."""
+    """Within-target capacity meets peak demand, no replica runs on a row that misses a target unloaded, and no
+    replica of a row with a held load receives more than it at peak (demand split by rate)."""
     for wc in d.table.workloads:
-        if wc.is_serving and _applies(wc) and any(a.replicas and r.rate_rps <= 0 for a, r in d.serving_rows(wc)):
+        if not wc.is_serving or not _applies(wc):
+            continue
+        rows = [(a, r) for a, r in d.serving_rows(wc) if a.replicas]
+        if any(r.rate_rps <= 0 for _, r in rows):
             return False
+        demand = wc.demand_rps
+        cap = side_capacity(wc, rows, lambda r, demand=demand: min(r.rate_rps, demand))  # type: ignore[misc]
+        for _, r in rows:
+            # the load a replica receives, against its held load (1e-6: the model's integer rates)
+            if r.held_rps is not None and demand * min(r.rate_rps, demand) > cap * r.held_rps * (1 + 1e-6):
+                return False
     return demand_met(d, _applies, _capacity)
 
 
