@@ -20,6 +20,7 @@ from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.plan import Design, ServingPlan
 from clusterplan.planner.families import demand_profile
 from clusterplan.units import HOURS_PER_MONTH
+from clusterplan.wording import fmt
 from conftest import EXAMPLES_DIR, cloud, run_cli, serving, shared_plan, srow, table, write_doc
 
 PROFILE_EXAMPLE = EXAMPLES_DIR / "8b-daily-profile.yaml"
@@ -392,12 +393,71 @@ def test_the_report_of_a_profile_has_no_demand_sweep_and_states_the_fleet_over_t
 
 
 @pytest.mark.slow
-def test_estimate_refuses_a_design_with_burst_rather_than_price_it_held_all_month(tmp_path: Path) -> None:
-    """estimate --design pins replicas for the whole month: on a profile design it gave $143,881 for the held
-    replica alone, where solve's total is $191,524.65. It says why instead."""
+def test_estimate_of_the_design_prices_its_burst_as_solve_does(tmp_path: Path) -> None:
+    """estimate --design pins the base and the burst replicas: on the example it priced the held replica alone
+    ($143,881) and then refused the design; now it prints solve's total ($191,524.65, shown $191,525) and autoscaler
+    (tests/test_one_path.py holds every figure to the cent)."""
     plan = tmp_path / "plan.json"
     solved = run_cli("solve", str(PROFILE_EXAMPLE), "--json", "--top", "1")
     assert solved.exit_code == 0
     plan.write_text(solved.stdout, encoding="utf-8")
+    design = Design.model_validate(json.loads(solved.stdout)["designs"][0])
+    w = _serving(design)
+    assert w.autoscaler is not None and w.groups[0].burst_replicas == 2
     result = run_cli("estimate", str(PROFILE_EXAMPLE), "--design", str(plan))
-    assert result.exit_code != 0 and "burst replica(s) by the hour" in result.output
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "tp 1 x pp 1 x replicas 1 + 2 burst" in text
+    assert f"total over 36 months {fmt.usd_exact(design.costs.total_usd)}" in text
+    line = fmt.autoscaler_line(w)
+    assert line is not None and " ".join(line.split()) in text
+
+
+BURST_PIN = ["--gpu", "gh200", "--quant", "fp8", "--batch", "1024", "--deployment", "cloud"]
+
+
+def test_burst_flags_pin_the_design_and_count_holds_the_burst() -> None:
+    """--dp 1 --burst 2 is design 1; --count counts every replica at the peak hour, so --count 3 --burst 2 is too."""
+    by_dp = run_cli("estimate", str(PROFILE_EXAMPLE), *BURST_PIN, "--dp", "1", "--burst", "2", "--json")
+    by_count = run_cli("estimate", str(PROFILE_EXAMPLE), *BURST_PIN, "--count", "3", "--burst", "2", "--json")
+    assert by_dp.exit_code == 0 and by_count.exit_code == 0, by_dp.output + by_count.output
+    a, b = json.loads(by_dp.stdout), json.loads(by_count.stdout)
+    assert (a["config"]["dp"], a["config"]["burst"], a["config"]["count"]) == (1, 2, 3)
+    assert a["autoscaler"]["replicas_by_hour"] == b["autoscaler"]["replicas_by_hour"]
+    assert a["cloud"]["costs"]["total_usd"] == b["cloud"]["costs"]["total_usd"]
+    assert a["cloud"]["costs"]["burst_usd_per_month"] > 0
+    assert a["load"]["per_replica_requests_per_s"] == pytest.approx(96.0 / 3)  # the peak hour over all 3 running
+
+
+def test_a_pool_with_burst_is_refused(catalog: Any) -> None:
+    """Pools run every hour (the planner rents burst replicas for aggregated ones only): a pinned pool's burst is
+    refused, not priced."""
+    from clusterplan.design.estimate import estimate_requirement
+    from clusterplan.errors import ClusterplanError
+    from clusterplan.requirement.load import load_requirement
+    from clusterplan.requirement.schema import PinnedConfig
+
+    resolved = load_requirement(PROFILE_EXAMPLE, catalog)
+    pin = PinnedConfig(gpu="gh200", role="prefill", dp=1, burst=1)
+    with pytest.raises(ClusterplanError, match="a prefill pool runs every hour"):
+        estimate_requirement(resolved.requirement, list(resolved.models), catalog, pin)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--count", "2", "--burst", "2"], "leaves no replica running every hour beside --burst 2"),
+        (["--prefill-count", "1", "--decode-count", "1", "--burst", "1"], "sizes aggregated replicas, not a pool"),
+    ],
+    ids=["count-below-burst", "pools"],
+)
+def test_burst_the_pin_cannot_hold_is_refused_located(args: list[str], says: str) -> None:
+    result = run_cli("estimate", str(PROFILE_EXAMPLE), *BURST_PIN, *args)
+    assert result.exit_code == 2, result.output
+    assert says in " ".join(result.output.split())
+
+
+def test_burst_without_a_profile_is_refused() -> None:
+    result = run_cli("estimate", str(EXAMPLES_DIR / "7b-chat-serving.yaml"), "--gpu", "h100-sxm", "--burst", "1")
+    assert result.exit_code == 2, result.output
+    assert "has no demand profile, so every replica runs every hour" in " ".join(result.output.split())
