@@ -413,6 +413,21 @@ def test_estimate_of_the_design_prices_its_burst_as_solve_does(tmp_path: Path) -
     assert line is not None and " ".join(line.split()) in text
 
 
+@pytest.mark.slow
+def test_compare_prices_a_profile_design_as_solve_with_its_burst(catalog: Any) -> None:
+    """compare's row for design 1's GPU is solve's design (narrowed to that GPU): its total to the cent, the burst
+    replicas' month inside it."""
+    d = shared_plan(PROFILE_EXAMPLE, catalog).designs[0]
+    a = _serving(d).autoscaler
+    gpu = _serving(d).groups[0].gpu
+    assert a is not None and a.burst_usd_per_month > 0
+    result = run_cli("compare", str(PROFILE_EXAMPLE), "--gpus", gpu, "--json")
+    assert result.exit_code == 0, result.output
+    cloud = next(r for r in json.loads(result.stdout)["rows"] if r["gpu_id"] == gpu)["cloud"]["costs"]
+    assert cloud["total_usd"] == pytest.approx(d.costs.total_usd, abs=0.005)
+    assert cloud["burst_usd_per_month"] == pytest.approx(a.burst_usd_per_month, abs=0.005)
+
+
 BURST_PIN = ["--gpu", "gh200", "--quant", "fp8", "--batch", "1024", "--deployment", "cloud"]
 
 
