@@ -229,18 +229,9 @@ def estimate_serving(
     peak = average * w.peak_to_average * (cfg.share or 1.0)  # this group's part of the peak demand
     group = tp * pp
     burst = _burst(w, cfg, role)
-    if cfg.dp is None and cfg.count is None:
+    replicas = _pinned_replicas(cfg, tp, pp, burst)
+    if replicas is None:
         replicas = _default_replicas(peak, rate, ceiling, w.redundancy, choices)
-    elif not burst:
-        replicas = check_count(cfg.count, tp, pp, cfg.dp, "dp (replicas)")
-    else:  # --count holds every replica running at the peak hour, the burst's too
-        at_peak = None if cfg.dp is None else cfg.dp + burst
-        replicas = check_count(cfg.count, tp, pp, at_peak, "(dp + burst) (replicas at the peak hour)") - burst
-        if replicas < 1:
-            raise ClusterplanError(
-                f"--count {cfg.count} leaves no replica running every hour beside --burst {burst}",
-                fix=f"give a --count above {burst * group} (tp x pp x burst), or --dp for the replicas every hour",
-            )
     count = (replicas + burst) * group
     per_replica = peak / (replicas + burst)  # every replica runs at the peak hour
     notes: list[str] = []
@@ -260,12 +251,7 @@ def estimate_serving(
             "ceiling: add replicas"
         )
     if load is not None and load.latency.mean_ttft_s > load.latency.p95_ttft_s:
-        lat = load.latency
-        notes.append(
-            f"fewer than 5% of requests wait for one of the {batch:,} batch slots, and those wait long: the mean "
-            f"TTFT ({fmt.seconds(lat.mean_ttft_s)}) carries their wait, its p95 ({fmt.seconds(lat.p95_ttft_s)}) "
-            "does not (the model's wait is a rare long one, not a spread over every request)"
-        )
+        notes.append(_rare_wait_note(load, batch))
     want_cloud, want_owned = deployments_wanted(req, cfg)
     offerings = offerings_for(catalog, req, gpu)
     tokens_per_s = average * w.output_tokens
@@ -388,6 +374,33 @@ def autoscaler(
             demand_profile.fleet_of(profile, shape.rate_rps, w.redundancy, base=base, burst=burst, offer=offer)
         )
     return demand_profile.autoscaler_over(len(profile), fleets)
+
+
+def _pinned_replicas(cfg: PinnedConfig, tp: int, pp: int, burst: int) -> int | None:
+    """The replicas pinned to run every hour (None: neither --dp nor --count given). With a demand profile's burst,
+    --count holds every replica running at the peak hour, the burst's too."""
+    if cfg.dp is None and cfg.count is None:
+        return None
+    if not burst:
+        return check_count(cfg.count, tp, pp, cfg.dp, "dp (replicas)")
+    at_peak = None if cfg.dp is None else cfg.dp + burst
+    replicas = check_count(cfg.count, tp, pp, at_peak, "(dp + burst) (replicas at the peak hour)") - burst
+    if replicas < 1:
+        raise ClusterplanError(
+            f"--count {cfg.count} leaves no replica running every hour beside --burst {burst}",
+            fix=f"give a --count above {burst * tp * pp} (tp x pp x burst), or --dp for the replicas every hour",
+        )
+    return replicas
+
+
+def _rare_wait_note(load: LoadSummary, batch: int) -> str:
+    """Why the mean TTFT sits above its p95: a rare long wait for a batch slot."""
+    lat = load.latency
+    return (
+        f"fewer than 5% of requests wait for one of the {batch:,} batch slots, and those wait long: the mean "
+        f"TTFT ({fmt.seconds(lat.mean_ttft_s)}) carries their wait, its p95 ({fmt.seconds(lat.p95_ttft_s)}) "
+        "does not (the model's wait is a rare long one, not a spread over every request)"
+    )
 
 
 def _default_replicas(peak: float, rate: float, ceiling: float, redundancy: int, choices: list[str]) -> int:
