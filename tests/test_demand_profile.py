@@ -5,6 +5,7 @@ the autoscaler's min and max, and the exports carry them."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -442,6 +443,34 @@ def test_burst_flags_pin_the_design_and_count_holds_the_burst() -> None:
     assert a["cloud"]["costs"]["total_usd"] == b["cloud"]["costs"]["total_usd"]
     assert a["cloud"]["costs"]["burst_usd_per_month"] > 0
     assert a["load"]["per_replica_requests_per_s"] == pytest.approx(96.0 / 3)  # the peak hour over all 3 running
+
+
+def test_a_base_split_over_owned_and_cloud_is_one_fleet(catalog: Any) -> None:
+    """A shape's owned and cloud replicas are one base (the planner's row): 1 owned + 1 cloud + 1 burst scales as
+    2 every hour + 1 burst, each hour max(2, min(3, ceil(demand / rate))), the burst priced at its replica-hours."""
+    from clusterplan.design.estimate_design import estimate_design
+    from clusterplan.requirement.load import load_requirement
+    from clusterplan.requirement.schema import PinnedConfig
+
+    resolved = load_requirement(PROFILE_EXAMPLE, catalog)
+    req, models = resolved.requirement, list(resolved.models)
+    shape = {"gpu": "h100-sxm", "tp": 1, "pp": 1, "quant": "fp8", "kv_quant": "fp8"}
+    split = [
+        PinnedConfig(**shape, dp=1, deployment="owned"),  # type: ignore[arg-type]
+        PinnedConfig(**shape, dp=1, deployment="cloud", burst=1),  # type: ignore[arg-type]
+    ]
+    est = estimate_design(req, models, catalog, split, "test")
+    assert est.feasible and [p.config.share < 1 for p in est.parts] == [True, True]
+    a = est.autoscaler
+    assert a is not None and (a.min_replicas, a.max_replicas) == (2, 3)
+    rate = est.parts[0].load.max_rate_for_targets_per_replica  # type: ignore[union-attr]
+    profile = req.workloads[0].profile.requests_per_s_by_hour  # type: ignore[union-attr]
+    assert a.replicas_by_hour == [max(2, min(3, math.ceil(d / rate - 1e-9))) for d in profile]
+    hours = sum(n - 2 for n in a.replicas_by_hour)
+    assert hours > 0 and est.costs is not None
+    assert est.costs.burst_usd_per_month == pytest.approx(hours * a.burst_usd_per_replica_hour * HOURS_PER_MONTH / 24)
+    alone = estimate_design(req, models, catalog, [PinnedConfig(**shape, dp=2, burst=1, deployment="cloud")], "t")  # type: ignore[arg-type]
+    assert alone.autoscaler == a
 
 
 def test_a_pool_with_burst_is_refused(catalog: Any) -> None:

@@ -18,6 +18,10 @@ Choices for omitted knobs:
   (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`); the count itself, if omitted, is the fewest whole
   servers that meet the deadline, found per layout by the planner's own DP ladder and whole-server bisection.
 * ``count`` is ``tp x pp x dp``; a given count fixes ``dp = count / (tp x pp)``.
+* a workload with a demand profile: ``dp`` replicas run every hour and ``burst`` more are rented by the hour (none
+  unless pinned; ``count`` holds both, every replica running at the peak hour); the peak hour's load is spread over
+  all of them, the month rents the base, and the burst's replica-hours are priced into it through the planner's own
+  fleet (:func:`clusterplan.planner.families.demand_profile.fleet_of`), the autoscaler ``solve`` states.
 * cost: ``deployment`` from the flag, the file's config, or the requirement (``either`` shows both). The
   hardware is the cheapest one offering type of the planner's offerings that hosts the layout alone, priced
   by :mod:`clusterplan.evaluation.pricing` over the requirement's horizon: the figures ``solve`` reports. Owned
