@@ -429,6 +429,20 @@ def test_compare_prices_a_profile_design_as_solve_with_its_burst(catalog: Any) -
     assert cloud["burst_usd_per_month"] == pytest.approx(a.burst_usd_per_month, abs=0.005)
 
 
+@pytest.mark.slow
+def test_the_reports_rent_row_of_a_profile_design_is_solves_total(catalog: Any) -> None:
+    """The review's rent-versus-buy row estimates each group pinned: the base rented all month, the burst by the
+    hour (it priced all 3 replicas all month: $264.2k against solve's $191.5k)."""
+    from clusterplan.requirement.load import load_requirement
+    from clusterplan.review.sections import design_estimates, rent_buy_rows
+
+    d = shared_plan(PROFILE_EXAMPLE, catalog).designs[0]
+    assert _serving(d).groups[0].burst_replicas > 0
+    resolved = load_requirement(PROFILE_EXAMPLE, catalog)
+    rows = rent_buy_rows(design_estimates(resolved, catalog, d), d, d.costs.horizon_months)
+    assert len(rows) == 1 and rows[0].rent_total_usd == pytest.approx(d.costs.total_usd, abs=0.005)
+
+
 BURST_PIN = ["--gpu", "gh200", "--quant", "fp8", "--batch", "1024", "--deployment", "cloud"]
 
 
