@@ -470,8 +470,8 @@ def test_a_base_split_over_owned_and_cloud_is_one_fleet(catalog: Any) -> None:
     req, models = resolved.requirement, list(resolved.models)
     shape = {"gpu": "h100-sxm", "tp": 1, "pp": 1, "quant": "fp8", "kv_quant": "fp8"}
     split = [
-        PinnedConfig(**shape, dp=1, deployment="owned"),  # type: ignore[arg-type]
-        PinnedConfig(**shape, dp=1, deployment="cloud", burst=1),  # type: ignore[arg-type]
+        PinnedConfig.model_validate({**shape, "dp": 1, "deployment": "owned"}),
+        PinnedConfig.model_validate({**shape, "dp": 1, "deployment": "cloud", "burst": 1}),
     ]
     est = estimate_design(req, models, catalog, split, "test")
     assert est.feasible and [p.config.share < 1 for p in est.parts] == [True, True]
@@ -483,7 +483,8 @@ def test_a_base_split_over_owned_and_cloud_is_one_fleet(catalog: Any) -> None:
     hours = sum(n - 2 for n in a.replicas_by_hour)
     assert hours > 0 and est.costs is not None
     assert est.costs.burst_usd_per_month == pytest.approx(hours * a.burst_usd_per_replica_hour * HOURS_PER_MONTH / 24)
-    alone = estimate_design(req, models, catalog, [PinnedConfig(**shape, dp=2, burst=1, deployment="cloud")], "t")  # type: ignore[arg-type]
+    alone_pin = PinnedConfig.model_validate({**shape, "dp": 2, "burst": 1, "deployment": "cloud"})
+    alone = estimate_design(req, models, catalog, [alone_pin], "alone")
     assert alone.autoscaler == a
 
 
