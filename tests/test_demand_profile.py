@@ -5,6 +5,7 @@ the autoscaler's min and max, and the exports carry them."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.plan import Design, ServingPlan
 from clusterplan.planner.families import demand_profile
 from clusterplan.units import HOURS_PER_MONTH
+from clusterplan.wording import fmt
 from conftest import EXAMPLES_DIR, cloud, run_cli, serving, shared_plan, srow, table, write_doc
 
 PROFILE_EXAMPLE = EXAMPLES_DIR / "8b-daily-profile.yaml"
@@ -392,12 +394,129 @@ def test_the_report_of_a_profile_has_no_demand_sweep_and_states_the_fleet_over_t
 
 
 @pytest.mark.slow
-def test_estimate_refuses_a_design_with_burst_rather_than_price_it_held_all_month(tmp_path: Path) -> None:
-    """estimate --design pins replicas for the whole month: on a profile design it gave $143,881 for the held
-    replica alone, where solve's total is $191,524.65. It says why instead."""
+def test_estimate_of_the_design_prices_its_burst_as_solve_does(tmp_path: Path) -> None:
+    """estimate --design pins the base and the burst replicas: on the example it priced the held replica alone
+    ($143,881) and then refused the design; now it prints solve's total ($191,524.65, shown $191,525) and autoscaler
+    (tests/test_one_path.py holds every figure to the cent)."""
     plan = tmp_path / "plan.json"
     solved = run_cli("solve", str(PROFILE_EXAMPLE), "--json", "--top", "1")
     assert solved.exit_code == 0
     plan.write_text(solved.stdout, encoding="utf-8")
+    design = Design.model_validate(json.loads(solved.stdout)["designs"][0])
+    w = _serving(design)
+    assert w.autoscaler is not None and w.groups[0].burst_replicas == 2
     result = run_cli("estimate", str(PROFILE_EXAMPLE), "--design", str(plan))
-    assert result.exit_code != 0 and "burst replica(s) by the hour" in result.output
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "tp 1 x pp 1 x replicas 1 + 2 burst" in text
+    assert f"total over 36 months {fmt.usd_exact(design.costs.total_usd)}" in text
+    line = fmt.autoscaler_line(w)
+    assert line is not None and " ".join(line.split()) in text
+
+
+@pytest.mark.slow
+def test_compare_prices_a_profile_design_as_solve_with_its_burst(catalog: Any) -> None:
+    """compare's row for design 1's GPU is solve's design (narrowed to that GPU): its total to the cent, the burst
+    replicas' month inside it."""
+    d = shared_plan(PROFILE_EXAMPLE, catalog).designs[0]
+    a = _serving(d).autoscaler
+    gpu = _serving(d).groups[0].gpu
+    assert a is not None and a.burst_usd_per_month > 0
+    result = run_cli("compare", str(PROFILE_EXAMPLE), "--gpus", gpu, "--json")
+    assert result.exit_code == 0, result.output
+    cloud = next(r for r in json.loads(result.stdout)["rows"] if r["gpu_id"] == gpu)["cloud"]["costs"]
+    assert cloud["total_usd"] == pytest.approx(d.costs.total_usd, abs=0.005)
+    assert cloud["burst_usd_per_month"] == pytest.approx(a.burst_usd_per_month, abs=0.005)
+
+
+@pytest.mark.slow
+def test_the_reports_rent_row_of_a_profile_design_is_solves_total(catalog: Any) -> None:
+    """The review's rent-versus-buy row estimates each group pinned: the base rented all month, the burst by the
+    hour (it priced all 3 replicas all month: $264.2k against solve's $191.5k)."""
+    from clusterplan.requirement.load import load_requirement
+    from clusterplan.review.sections import design_estimates, rent_buy_rows
+
+    d = shared_plan(PROFILE_EXAMPLE, catalog).designs[0]
+    assert _serving(d).groups[0].burst_replicas > 0
+    resolved = load_requirement(PROFILE_EXAMPLE, catalog)
+    rows = rent_buy_rows(design_estimates(resolved, catalog, d), d, d.costs.horizon_months)
+    assert len(rows) == 1 and rows[0].rent_total_usd == pytest.approx(d.costs.total_usd, abs=0.005)
+
+
+BURST_PIN = ["--gpu", "gh200", "--quant", "fp8", "--batch", "1024", "--deployment", "cloud"]
+
+
+def test_burst_flags_pin_the_design_and_count_holds_the_burst() -> None:
+    """--dp 1 --burst 2 is design 1; --count counts every replica at the peak hour, so --count 3 --burst 2 is too."""
+    by_dp = run_cli("estimate", str(PROFILE_EXAMPLE), *BURST_PIN, "--dp", "1", "--burst", "2", "--json")
+    by_count = run_cli("estimate", str(PROFILE_EXAMPLE), *BURST_PIN, "--count", "3", "--burst", "2", "--json")
+    assert by_dp.exit_code == 0 and by_count.exit_code == 0, by_dp.output + by_count.output
+    a, b = json.loads(by_dp.stdout), json.loads(by_count.stdout)
+    assert (a["config"]["dp"], a["config"]["burst"], a["config"]["count"]) == (1, 2, 3)
+    assert a["autoscaler"]["replicas_by_hour"] == b["autoscaler"]["replicas_by_hour"]
+    assert a["cloud"]["costs"]["total_usd"] == b["cloud"]["costs"]["total_usd"]
+    assert a["cloud"]["costs"]["burst_usd_per_month"] > 0
+    assert a["load"]["per_replica_requests_per_s"] == pytest.approx(96.0 / 3)  # the peak hour over all 3 running
+
+
+def test_a_base_split_over_owned_and_cloud_is_one_fleet(catalog: Any) -> None:
+    """A shape's owned and cloud replicas are one base (the planner's row): 1 owned + 1 cloud + 1 burst scales as
+    2 every hour + 1 burst, each hour max(2, min(3, ceil(demand / rate))), the burst priced at its replica-hours."""
+    from clusterplan.design.estimate_design import estimate_design
+    from clusterplan.requirement.load import load_requirement
+    from clusterplan.requirement.schema import PinnedConfig
+
+    resolved = load_requirement(PROFILE_EXAMPLE, catalog)
+    req, models = resolved.requirement, list(resolved.models)
+    shape = {"gpu": "h100-sxm", "tp": 1, "pp": 1, "quant": "fp8", "kv_quant": "fp8"}
+    split = [
+        PinnedConfig.model_validate({**shape, "dp": 1, "deployment": "owned"}),
+        PinnedConfig.model_validate({**shape, "dp": 1, "deployment": "cloud", "burst": 1}),
+    ]
+    est = estimate_design(req, models, catalog, split, "test")
+    assert est.feasible and [p.config.share < 1 for p in est.parts] == [True, True]
+    a = est.autoscaler
+    assert a is not None and (a.min_replicas, a.max_replicas) == (2, 3)
+    rate = est.parts[0].load.max_rate_for_targets_per_replica  # type: ignore[union-attr]
+    profile = req.workloads[0].profile.requests_per_s_by_hour  # type: ignore[union-attr]
+    assert a.replicas_by_hour == [max(2, min(3, math.ceil(d / rate - 1e-9))) for d in profile]
+    hours = sum(n - 2 for n in a.replicas_by_hour)
+    assert hours > 0 and est.costs is not None
+    assert est.costs.burst_usd_per_month == pytest.approx(hours * a.burst_usd_per_replica_hour * HOURS_PER_MONTH / 24)
+    alone_pin = PinnedConfig.model_validate({**shape, "dp": 2, "burst": 1, "deployment": "cloud"})
+    alone = estimate_design(req, models, catalog, [alone_pin], "alone")
+    assert alone.autoscaler == a
+
+
+def test_a_pool_with_burst_is_refused(catalog: Any) -> None:
+    """Pools run every hour (the planner rents burst replicas for aggregated ones only): a pinned pool's burst is
+    refused, not priced."""
+    from clusterplan.design.estimate import estimate_requirement
+    from clusterplan.errors import ClusterplanError
+    from clusterplan.requirement.load import load_requirement
+    from clusterplan.requirement.schema import PinnedConfig
+
+    resolved = load_requirement(PROFILE_EXAMPLE, catalog)
+    pin = PinnedConfig(gpu="gh200", role="prefill", dp=1, burst=1)
+    with pytest.raises(ClusterplanError, match="a prefill pool runs every hour"):
+        estimate_requirement(resolved.requirement, list(resolved.models), catalog, pin)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--count", "2", "--burst", "2"], "leaves no replica running every hour beside --burst 2"),
+        (["--prefill-count", "1", "--decode-count", "1", "--burst", "1"], "sizes aggregated replicas, not a pool"),
+    ],
+    ids=["count-below-burst", "pools"],
+)
+def test_burst_the_pin_cannot_hold_is_refused_located(args: list[str], says: str) -> None:
+    result = run_cli("estimate", str(PROFILE_EXAMPLE), *BURST_PIN, *args)
+    assert result.exit_code == 2, result.output
+    assert says in " ".join(result.output.split())
+
+
+def test_burst_without_a_profile_is_refused() -> None:
+    result = run_cli("estimate", str(EXAMPLES_DIR / "7b-chat-serving.yaml"), "--gpu", "h100-sxm", "--burst", "1")
+    assert result.exit_code == 2, result.output
+    assert "has no demand profile, so every replica runs every hour" in " ".join(result.output.split())

@@ -14,6 +14,9 @@ Each replica group (or pool) is compared with the plan's group: throughput, late
 to a relative 1e-9 (they come from the same functions, so any difference is a second path); the design's costs to
 the cent. The three ways must give the same figures.
 
+A demand profile's design (``8b-daily-profile``) runs a base every hour and burst replicas rented by the hour: the
+estimate pins both (``--burst``), builds the same autoscaler and prices the burst in its costs as ``solve`` does.
+
 Costs: in a multi-workload design the hardware may be shared (``schedule: sequential`` trains, then serves, on the
 same owned servers): there each workload whose own hardware is the whole design's is compared.
 """
@@ -33,10 +36,6 @@ from conftest import EXAMPLES, EXAMPLES_DIR, ROOT, run_cli, shared_plan
 EP_CASE = ROOT / "tests" / "data" / "requirements" / "mixtral-h100-ep.yaml"
 # Design 1 of this one is wide EP: an expert-parallel stage over two 8-GPU servers (issue 31).
 WIDE_EP_CASE = ROOT / "tests" / "data" / "requirements" / "deepseek-v3-wide-ep.yaml"
-# A demand profile's burst replicas are rented by the hour: a pinned layout (flags or --design) names replicas held
-# for the whole month, so `estimate` cannot express that design yet and --design refuses it (test_demand_profile.py;
-# the burst is priced in solve, the checker and rent-vs-buy, all through pricing.plan_burst_usd_per_month).
-PINNABLE = [p for p in EXAMPLES if "profile:" not in p.read_text()]
 SHARED_CASES = sorted((ROOT.parent / "shared" / "cases").glob("*.yaml"))
 POOLED_70B = "70b-serving-pools"  # the 70B example with disaggregation: required (written per test)
 
@@ -142,8 +141,9 @@ def _flags(wp: Any) -> list[str] | None:
             return None
         g = wp.groups[0]
         where = "owned" if g.owned_replicas else "cloud"
-        args = ["--gpu", g.gpu, "--dp", g.replicas, "--tp", g.tp, "--pp", g.pp, "--quant", g.quant]
+        args = ["--gpu", g.gpu, "--dp", g.replicas - g.burst_replicas, "--tp", g.tp, "--pp", g.pp, "--quant", g.quant]
         args += ["--kv-quant", g.kv_cache, "--batch", g.batch, "--deployment", where, "--ep", g.ep]
+        args += ["--burst", g.burst_replicas] if g.burst_replicas else []  # a demand profile's, rented by the hour
         return [str(a) for a in args] + (["--attention-dp"] if g.attention_dp else [])
     args = []
     for g in wp.groups:
@@ -172,7 +172,7 @@ def _without(data: dict[str, Any], *keys: str) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
-    [*map(str, PINNABLE), POOLED_70B, str(EP_CASE), str(WIDE_EP_CASE), *map(str, SHARED_CASES)],
+    [*map(str, EXAMPLES), POOLED_70B, str(EP_CASE), str(WIDE_EP_CASE), *map(str, SHARED_CASES)],
     ids=lambda p: Path(p).stem,
 )
 def test_estimate_reproduces_design_1(case: str, catalog: Any, tmp_path: Path) -> None:
@@ -188,6 +188,8 @@ def test_estimate_reproduces_design_1(case: str, catalog: Any, tmp_path: Path) -
     design = plan.designs[0]
     if case == POOLED_70B:
         assert all(isinstance(w, ServingPlan) and w.disaggregated for w in design.workloads)
+    if "profile:" in path.read_text():  # the burst tier is exercised, not only a flat base
+        assert any(g.burst_replicas for w in design.workloads for g in getattr(w, "groups", []))
     if case == str(EP_CASE):
         assert any(g.ep > 1 and g.attention_dp for w in design.workloads for g in getattr(w, "groups", []))
     plan_file = tmp_path / "plan.json"
@@ -207,6 +209,9 @@ def test_estimate_reproduces_design_1(case: str, catalog: Any, tmp_path: Path) -
             for g, part in zip(groups, est.parts, strict=True):
                 _group_figures(g, part, f"{wp.workload} {g.gpu} TP{g.tp} PP{g.pp} EP{g.ep} {g.quant} {g.role}", bad)
             bad.close(f"{wp.workload} capacity", wp.capacity_rps, est.capacity_rps)
+            # A demand profile's fleet (base every hour, burst replicas by the hour): the same autoscaler, its burst
+            # in the costs below.
+            assert est.autoscaler == wp.autoscaler, f"{wp.workload}: autoscaler {est.autoscaler} != {wp.autoscaler}"
         else:
             _training_figures(wp, est.parts[0], bad)
         c, e = design.costs, est.costs
@@ -228,6 +233,11 @@ def test_estimate_reproduces_design_1(case: str, catalog: Any, tmp_path: Path) -
             if len(design.workloads) == 1:
                 per_m = (c.usd_per_million_output_tokens, e.usd_per_million_output_tokens)
                 bad.close(f"{wp.workload} $ per million output tokens", *per_m, money=True)
+        if len(est.parts) == 1:  # one group: its own pricing (what the flags print) is the design's
+            part = est.parts[0]
+            alone = min((x for x in (part.cloud, part.owned) if x is not None), key=lambda x: x.costs.total_usd)
+            bad.close(f"{wp.workload} the group's own monthly", e.monthly_usd, alone.costs.monthly_usd, money=True)
+            bad.close(f"{wp.workload} the group's own total", e.total_usd, alone.costs.total_usd, money=True)
 
         # The same design through the command: --design PLAN.json, then the flags a user would type.
         wanted = est.model_dump(mode="json")

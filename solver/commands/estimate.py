@@ -25,6 +25,7 @@ _FLAGS = {
     "tp": "--tp",
     "pp": "--pp",
     "dp": "--dp",
+    "burst": "--burst",
     "ep": "--ep",
     "attention_dp": "--attention-dp",
     "zero": "--zero",
@@ -108,6 +109,8 @@ def render(result: Any) -> list[Any]:
     costs = _cost_table(result)
     if costs.row_count:
         out.append(costs)
+    if result.autoscaler is not None:  # a demand profile's fleet: in the month above, its burst tier included
+        out.append("  " + fmt.autoscaler_words(result.config.workload, result.autoscaler))
     out += _closing_lines(result)
     return out
 
@@ -137,6 +140,8 @@ def render_design(d: Any) -> list[Any]:
         if c.usd_per_million_output_tokens is not None:
             whole.add_row("per million output tokens", _usd(c.usd_per_million_output_tokens))
     out.append(whole)
+    if d.autoscaler is not None:  # a demand profile's fleet: in the month above, its burst tier included
+        out.append("  " + fmt.autoscaler_words(d.workload, d.autoscaler))
     return out
 
 
@@ -146,6 +151,8 @@ def _layout(c: Any) -> str:
     serving = c.kind == "serving"
     moe = (f" (ep {c.ep})" if c.ep > 1 and serving else "") + (" (attention DP)" if c.attention_dp else "")
     layout = f"tp {c.tp}{moe}{cp} x pp {c.pp} x {'replicas' if serving else 'dp'} {c.dp}"
+    if c.burst:  # a demand profile's: rented for the busy hours, every one of them running at the peak hour
+        layout += f" + {c.burst} burst"
     if c.ep > 1 and not serving:
         layout += f", ep {c.ep} (experts over the dp x cp GPUs)"
     return layout
@@ -302,7 +309,8 @@ def _cost_table(result: Any) -> Table:
         if cl.billed_hours is not None:
             ct.add_row(f"  training run ({cl.billed_hours} billed h)", _usd(c.one_off_usd))
         else:
-            ct.add_row("  per month (730 h, operations)", _usd(c.monthly_usd))
+            burst = ", burst replicas" if c.burst_usd_per_month else ""
+            ct.add_row(f"  per month (730 h, operations{burst})", _usd(c.monthly_usd))
             _operations_row(ct, c)
         ct.add_row(f"  total over {c.horizon_months:g} months", _usd(c.total_usd))
         if c.usd_per_million_output_tokens is not None:
@@ -315,7 +323,8 @@ def _cost_table(result: Any) -> Table:
         ct.add_row("owned", f"{ow.nodes} server(s) of {ow.gpus_per_node} GPUs")
         ct.add_row("  capital", _usd(c.capital_usd))
         ct.add_row(
-            "  per month (energy, colocation, support, operations)",
+            "  per month (energy, colocation, support, operations"
+            + (", burst replicas)" if c.burst_usd_per_month else ")"),
             f"{_usd(c.monthly_usd)} ({ow.power_w / 1000:,.1f} kW)",
         )
         _operations_row(ct, c)
@@ -358,6 +367,14 @@ class EstimateOptions:
     dp: Annotated[
         int | None,
         typer.Option("--dp", help="Data-parallel degree (training) or replicas (serving)."),
+    ] = None
+    burst: Annotated[
+        int | None,
+        typer.Option(
+            "--burst",
+            help="Serving with a demand profile: replicas rented by the hour for the busy hours, beside the --dp "
+            "that run every hour (priced as solve prices its burst tier).",
+        ),
     ] = None
     ep: Annotated[
         int | None,
@@ -561,7 +578,7 @@ def _design_result(o: EstimateOptions, catalog: Any) -> Any:
             pins = [PinnedConfig.model_validate(p.model_dump(exclude_none=True) | {"engine": o.engine}) for p in pins]
         source = f"{o.design} design {o.index}"
     else:
-        sized = [_FLAGS[k] for k in ("count", "dp") if getattr(o, k) is not None]
+        sized = [_FLAGS[k] for k in ("count", "dp", "burst") if getattr(o, k) is not None]
         if sized:
             raise InputError(
                 [FieldProblem(LOCATION, sized[0], "sizes aggregated replicas, not a pool")],

@@ -18,6 +18,10 @@ Choices for omitted knobs:
   (:func:`clusterplan.evaluation.evaluate.fastest_training_layout`); the count itself, if omitted, is the fewest whole
   servers that meet the deadline, found per layout by the planner's own DP ladder and whole-server bisection.
 * ``count`` is ``tp x pp x dp``; a given count fixes ``dp = count / (tp x pp)``.
+* a workload with a demand profile: ``dp`` replicas run every hour and ``burst`` more are rented by the hour (none
+  unless pinned; ``count`` holds both, every replica running at the peak hour); the peak hour's load is spread over
+  all of them, the month rents the base, and the burst's replica-hours are priced into it through the planner's own
+  fleet (:func:`clusterplan.planner.families.demand_profile.fleet_of`), the autoscaler ``solve`` states.
 * cost: ``deployment`` from the flag, the file's config, or the requirement (``either`` shows both). The
   hardware is the cheapest one offering type of the planner's offerings that hosts the layout alone, priced
   by :mod:`clusterplan.evaluation.pricing` over the requirement's horizon: the figures ``solve`` reports. Owned
@@ -40,7 +44,7 @@ from clusterplan.errors import ClusterplanError, ConfigurationImpossible
 from clusterplan.evaluation import pricing
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import Judged, LatencyAtLoad, ServingEstimate, TrainingEstimate
-from clusterplan.plan import Costs, HardwareLine
+from clusterplan.plan import Autoscaler, Costs, HardwareLine
 from clusterplan.requirement.schema import (
     PinnedConfig,
     Requirement,
@@ -65,10 +69,18 @@ class ChosenConfig(Result):
     model: str
     gpu_id: str
     gpu_name: str
-    count: int = Field(description="GPUs in total")
+    count: int = Field(description="GPUs in total (a demand profile's burst replicas included: at the peak hour)")
     tp: int
     pp: int
-    dp: int = Field(description="data-parallel degree (training) or replicas (serving)")
+    dp: int = Field(
+        description="data-parallel degree (training) or replicas (serving; with a demand profile, those "
+        "that run every hour)"
+    )
+    burst: int = Field(
+        0,
+        exclude_if=lambda v: v == 0,
+        description="serving with a demand profile: replicas rented by the hour for the busy hours (count holds them)",
+    )
     ep: int = Field(
         1, description="expert-parallel degree: per stage (serving an MoE model) or over the dp x cp GPUs (training)"
     )
@@ -189,6 +201,12 @@ class EstimateResult(Result):
     training: TrainingEstimate | None = None
     cloud: CloudCost | None = None
     owned: OwnedCost | None = None
+    autoscaler: Autoscaler | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="a workload with a demand profile: the replicas running each hour and the burst tier, priced in "
+        "cloud and owned (absent: flat demand, or a pool)",
+    )
     choices: list[str] = Field(default_factory=list, description="knobs clusterplan chose, and why")
     notes: list[str] = Field(default_factory=list)
     assumptions: dict[str, float | int | bool] = Field(default_factory=dict, description="factors used")
@@ -381,9 +399,11 @@ def horizon_costs(
     serves: str | None,
     one_off_usd: float = 0.0,
     tokens_per_s: float = 0.0,
+    burst_usd_per_month: float = 0.0,
 ) -> Costs:
     """One pinned configuration's costs (:func:`clusterplan.evaluation.pricing.costs`): ``serves`` names the serving
-    workload whose one aggregated pool it runs (None: a training run, no serving pool)."""
+    workload whose one aggregated pool it runs (None: a training run, no serving pool); ``burst_usd_per_month``: a
+    demand profile's burst replicas (the autoscaler's, planner/families/demand_profile.autoscaler_over)."""
     pools: set[pricing.PoolKey] = set()
     if serves is not None:
         pools = {(serves, "aggregated", line.gpu, line.kind) for line in lines}
@@ -394,6 +414,7 @@ def horizon_costs(
         output_tokens_per_s=tokens_per_s,
         operations=operations,
         pools=pools,
+        burst_usd_per_month=burst_usd_per_month,
     )
 
 
@@ -412,10 +433,11 @@ class Hosting:
 
 def owned_cost(
     req: Requirement, catalog: Catalog, gpu: GpuSpec, offerings: list[Offering], hosting: Hosting,
-    serves: str | None = None,
+    serves: str | None = None, burst_usd_per_month: float = 0.0,
 ) -> tuple[OwnedCost | None, str | None]:  # fmt: skip
     """The cheapest owned server size hosting ``groups`` TP groups, over the horizon; or why it cannot be owned.
-    ``serves``: the serving workload it runs as one pool (None: a training run)."""
+    ``serves``: the serving workload it runs as one pool (None: a training run); ``burst_usd_per_month``: its demand
+    profile's burst replicas, rented in the cloud beside the servers."""
     found = pricing.cheapest_hosting(
         offerings, gpu_id=gpu.id, kind="owned", tp=hosting.tp, groups=hosting.groups,
         horizon_months=req.budget.horizon, needs_fabric=hosting.needs_fabric,
@@ -430,7 +452,7 @@ def owned_cost(
     line = pricing.owned_line(o, bought=bought, from_inventory=inventory, gpu_name=gpu.name)
     c = horizon_costs(
         req, [line], operations=pricing.Operations.of(req.owned_costs(catalog.owned)), serves=serves,
-        tokens_per_s=hosting.tokens_per_s,
+        tokens_per_s=hosting.tokens_per_s, burst_usd_per_month=burst_usd_per_month,
     )  # fmt: skip
     months = req.owned_costs(catalog.owned).amortisation_months.value
     notes = [f"{inventory} server(s) from the inventory: power only, no capital"] if inventory else []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, ValidationError
 
@@ -37,8 +37,11 @@ from clusterplan.design.estimate import (
 )
 from clusterplan.errors import ClusterplanError, FieldProblem, InputError, Location, quoted
 from clusterplan.evaluation import pricing
-from clusterplan.plan import Costs, Design, HardwareLine, Plan, ServingPlan, TrainingPlan
+from clusterplan.plan import Autoscaler, Costs, Design, HardwareLine, Plan, ServingPlan, TrainingPlan
 from clusterplan.requirement.schema import PinnedConfig, Requirement, ServingWorkload
+
+if TYPE_CHECKING:
+    from clusterplan.candidates.table import Offering
 
 WRITE_A_PLAN = "write one with: clusterplan solve REQUIREMENT --json > PLAN.json"
 
@@ -61,6 +64,12 @@ class DesignEstimate(Result):
     p95_e2e_s: float | None = Field(
         description="disaggregated: the slowest prefill pool's rated p95 TTFT + the slowest decode pool's rated "
         "p95 (they add); aggregated: the slowest group's rated p95 end to end"
+    )
+    autoscaler: Autoscaler | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="a workload with a demand profile: its groups' replicas each hour and the burst tier, in costs "
+        "(absent: flat demand)",
     )
 
 
@@ -125,13 +134,6 @@ def design_pins(design: Design, req: Requirement, workload: int | str | None) ->
     wp = planned[name]
     if isinstance(wp, TrainingPlan):
         return [_training_pin(wp, index)]
-    if any(g.burst_replicas for g in wp.groups):
-        raise ClusterplanError(
-            f"{quoted(name)} rents {sum(g.burst_replicas for g in wp.groups)} burst replica(s) by the hour for its "
-            "demand profile, and estimate prices the replicas it pins for the whole month",
-            fix="read the design's autoscaler and costs in `clusterplan solve` (or `rent-vs-buy`, which prices the "
-            "burst); estimate pins flat designs only",
-        )
     return _serving_pins(wp, index)
 
 
@@ -149,14 +151,16 @@ def _workload_name(workload: int | str | None, names: list[str], planned: list[s
 
 
 def _serving_pins(wp: ServingPlan, index: int) -> list[PinnedConfig]:
+    """One pin per group and deployment; a demand profile's burst replicas of a group on its last pin (they are
+    rented by the hour whatever the base's deployment, and the design's autoscaler sums the group's pins)."""
     pins = []
     for g in wp.groups:
-        for where, replicas in (("owned", g.owned_replicas), ("cloud", g.cloud_replicas)):
-            if replicas <= 0:
-                continue
+        wheres = [(w, n) for w, n in (("owned", g.owned_replicas), ("cloud", g.cloud_replicas)) if n > 0]
+        for i, (where, replicas) in enumerate(wheres):
             pin = dict(
                 workload=index, gpu=g.gpu, dp=replicas, tp=g.tp, pp=g.pp, ep=g.ep, attention_dp=g.attention_dp,
                 quant=g.quant, kv_quant=g.kv_cache, batch=g.batch, deployment=where, role=g.role,
+                burst=g.burst_replicas if i == len(wheres) - 1 and g.burst_replicas else None,
             )  # fmt: skip
             pins.append(PinnedConfig.model_validate(pin))
     return pins
@@ -215,6 +219,7 @@ def estimate_design(
     w = req.workloads[parts[0].config.workload_index]
     serving = parts[0].serving is not None
     tokens_per_s = w.requests_per_s * w.output_tokens if isinstance(w, ServingWorkload) else 0.0
+    scaler = _autoscaler(req, catalog, w, parts) if isinstance(w, ServingWorkload) and w.profile else None
     costs = (
         None
         if None in chosen
@@ -230,14 +235,37 @@ def estimate_design(
                 if serving and c is not None
                 for line in c.hardware
             },
+            burst_usd_per_month=scaler.burst_usd_per_month if scaler is not None else 0.0,
         )
     )
     demand, capacity, p95 = _serving_figures(parts, disaggregated) if serving else (None, None, None)
     return DesignEstimate(
         requirement=req.name, workload=parts[0].config.workload, source=source, disaggregated=disaggregated,
         feasible=all(p.feasible for p in parts), parts=parts, hardware=hardware, costs=costs, demand_rps=demand,
-        capacity_rps=capacity, p95_e2e_s=p95,
+        capacity_rps=capacity, p95_e2e_s=p95, autoscaler=scaler,
     )  # fmt: skip
+
+
+def _autoscaler(req: Requirement, catalog: Catalog, w: ServingWorkload, parts: list[EstimateResult]) -> Autoscaler:
+    """A profile workload's autoscaler over the design's aggregated groups (pools run every hour), the groups of one
+    replica shape together as one fleet (the planner's row: its owned and cloud replicas are one base), through
+    :func:`clusterplan.design.estimate_serving.autoscaler`, as ``solve`` builds the plan's."""
+    from clusterplan.design.estimate import offerings_for
+    from clusterplan.design.estimate_serving import PinnedShape, autoscaler, fleet_rate
+
+    shapes: dict[tuple[object, ...], tuple[PinnedShape, int, int]] = {}
+    offerings: list[Offering] = []
+    for p in parts:
+        c, load = p.config, p.load
+        if load is None:
+            continue
+        rate = fleet_rate(w, load.max_rate_for_targets_per_replica, load.rate_no_targets_per_replica)
+        key = (c.gpu_id, c.tp, c.pp, c.ep, c.attention_dp, c.quant, c.kv_quant, c.batch)
+        shape, base, burst = shapes.get(key, (PinnedShape(c.gpu_id, c.tp, c.pp, rate), 0, 0))
+        shapes[key] = (shape, base + c.dp, burst + c.burst)
+        if not any(o.gpu_id == c.gpu_id for o in offerings):
+            offerings += offerings_for(catalog, req, catalog.gpu(c.gpu_id))
+    return autoscaler(w, offerings, list(shapes.values()))
 
 
 def _priced(p: EstimateResult) -> CloudCost | OwnedCost | None:
@@ -291,13 +319,15 @@ def _shares(parts: list[EstimateResult]) -> list[float]:
     sides: dict[str, list[tuple[float, float]]] = {}
     for p in parts:
         within, ceiling = rates(p)
-        sides.setdefault(p.config.role, []).append((p.config.dp * within, p.config.dp * ceiling))
+        running = p.config.dp + p.config.burst  # at the peak hour, a demand profile's burst replicas run too
+        sides.setdefault(p.config.role, []).append((running * within, running * ceiling))
     shares = []
     for p in parts:
         within, ceiling = rates(p)
         side = sides[p.config.role]
         total = sum(x for x, _ in side)
-        pick = (p.config.dp * within, total) if total > 0 else (p.config.dp * ceiling, sum(y for _, y in side))
+        running = p.config.dp + p.config.burst
+        pick = (running * within, total) if total > 0 else (running * ceiling, sum(y for _, y in side))
         shares.append(pick[0] / pick[1] if pick[1] > 0 else 1.0 / len(side))
     return shares
 
@@ -307,7 +337,9 @@ def _serving_figures(parts: list[EstimateResult], disaggregated: bool) -> tuple[
     summary = parts[0].load or parts[0].pool
     demand = summary.peak_requests_per_s if summary is not None else 0.0
     if not disaggregated:
-        capacity = sum(p.config.dp * p.load.max_rate_for_targets_per_replica for p in parts if p.load)
+        capacity = sum(
+            (p.config.dp + p.config.burst) * p.load.max_rate_for_targets_per_replica for p in parts if p.load
+        )
         return demand, capacity, max(p.load.rated.p95_e2e_s for p in parts if p.load)
     side = {
         role: [p.pool for p in parts if p.pool is not None and p.pool.role == role] for role in ("prefill", "decode")

@@ -4,7 +4,7 @@ configuration (the choices for omitted knobs are listed in :mod:`clusterplan.des
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from clusterplan.catalog.load import Catalog
@@ -31,6 +31,7 @@ from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.reasons import EpNeedsFabric
 from clusterplan.physics.types import ServingEstimate
+from clusterplan.plan import Autoscaler
 from clusterplan.requirement.schema import (
     EngineSettings,
     PinnedConfig,
@@ -99,10 +100,10 @@ def _default_kv(quant: str, gpu: GpuSpec, workload: ServingWorkload, choices: li
 
 def _cloud_serving(
     req: Requirement, gpu: GpuSpec, offerings: list[Offering], hosting: Hosting, operations: pricing.Operations,
-    workload: str,
+    workload: str, burst_usd_per_month: float = 0.0,
 ) -> CloudCost | None:  # fmt: skip
     """The cheapest instance type hosting ``hosting``'s groups, rented around the clock over the horizon, run as
-    ``workload``'s one pool."""
+    ``workload``'s one pool (and its demand profile's burst replicas, ``burst_usd_per_month``)."""
     found = pricing.cheapest_hosting(
         offerings, gpu_id=gpu.id, kind="cloud", tp=hosting.tp, groups=hosting.groups,
         horizon_months=req.budget.horizon, needs_fabric=hosting.needs_fabric,
@@ -112,7 +113,10 @@ def _cloud_serving(
         return None
     o, n, _ = found
     line = pricing.cloud_line(o, n, gpu_name=gpu.name)
-    c = horizon_costs(req, [line], operations=operations, serves=workload, tokens_per_s=hosting.tokens_per_s)
+    c = horizon_costs(
+        req, [line], operations=operations, serves=workload, tokens_per_s=hosting.tokens_per_s,
+        burst_usd_per_month=burst_usd_per_month,
+    )  # fmt: skip
     return CloudCost(
         instance=o.label, gpus_per_instance=o.gpus_per_unit, instances=n, pricing=o.term,
         usd_per_hour=n * o.usd_per_hour, usd_per_month=c.monthly_usd, usd_total=c.total_usd,
@@ -224,12 +228,12 @@ def estimate_serving(
     average = w.requests_per_s
     peak = average * w.peak_to_average * (cfg.share or 1.0)  # this group's part of the peak demand
     group = tp * pp
-    if cfg.dp is None and cfg.count is None:
+    burst = _burst(w, cfg, role)
+    replicas = _pinned_replicas(cfg, tp, pp, burst)
+    if replicas is None:
         replicas = _default_replicas(peak, rate, ceiling, w.redundancy, choices)
-    else:
-        replicas = check_count(cfg.count, tp, pp, cfg.dp, "dp (replicas)")
-    count = replicas * group
-    per_replica = peak / replicas
+    count = (replicas + burst) * group
+    per_replica = peak / (replicas + burst)  # every replica runs at the peak hour
     notes: list[str] = []
     outside = _outside_quality_gate(req, quant)
     if outside:
@@ -247,12 +251,7 @@ def estimate_serving(
             "ceiling: add replicas"
         )
     if load is not None and load.latency.mean_ttft_s > load.latency.p95_ttft_s:
-        lat = load.latency
-        notes.append(
-            f"fewer than 5% of requests wait for one of the {batch:,} batch slots, and those wait long: the mean "
-            f"TTFT ({fmt.seconds(lat.mean_ttft_s)}) carries their wait, its p95 ({fmt.seconds(lat.p95_ttft_s)}) "
-            "does not (the model's wait is a rare long one, not a spread over every request)"
-        )
+        notes.append(_rare_wait_note(load, batch))
     want_cloud, want_owned = deployments_wanted(req, cfg)
     offerings = offerings_for(catalog, req, gpu)
     tokens_per_s = average * w.output_tokens
@@ -262,12 +261,17 @@ def estimate_serving(
     network = a.inter_node_bandwidth_gb_per_s if wide else 0.0  # the rate its all-to-all was estimated at
     hosting = Hosting(host_tp, replicas * pp * per_stage, tokens_per_s, needs_fabric=wide, network_gb_per_s=network)
     operations = pricing.Operations.of(req.owned_costs(catalog.owned))
+    scaler = None
+    if w.profile is not None and rates is not None:  # the base runs every hour, the burst for the busy ones
+        shape = PinnedShape(gpu.id, tp, pp, fleet_rate(w, rates.rate_rps, rates.rate_no_targets_rps))
+        scaler = autoscaler(w, offerings, [(shape, replicas, burst)], cfg.share or 1.0)
+    burst_usd = scaler.burst_usd_per_month if scaler is not None else 0.0
     if want_cloud:
-        cloud = _cloud_serving(req, gpu, offerings, hosting, operations, w.name)
+        cloud = _cloud_serving(req, gpu, offerings, hosting, operations, w.name, burst_usd)
         if cloud is None and not hosting.needs_fabric:
             notes.append(f"no cloud instance in the catalog hosts a TP {tp} group of {gpu.name}")
     if want_owned:
-        owned, unowned = owned_cost(req, catalog, gpu, offerings, hosting, serves=w.name)
+        owned, unowned = owned_cost(req, catalog, gpu, offerings, hosting, serves=w.name, burst_usd_per_month=burst_usd)
         if unowned:
             notes.append(unowned)
     fabricless = replace(hosting, needs_fabric=False)
@@ -286,7 +290,7 @@ def estimate_serving(
         workload_index=index, workload=w.name, kind="serving", model=arch.name, gpu_id=gpu.id, gpu_name=gpu.name,
         count=count, tp=tp, pp=pp, dp=replicas, ep=ep, attention_dp=attention_dp, quant=quant, kv_quant=kv,
         batch=batch, engine=a.engine, batch_cap=a.batch_cap(gpu.memory_gib, gpu.name), role=role,
-        share=cfg.share or 1.0,
+        share=cfg.share or 1.0, burst=burst,
     )  # fmt: skip
     return estimate_result(
         req,
@@ -299,8 +303,103 @@ def estimate_serving(
         pool=pool,
         cloud=cloud,
         owned=owned,
+        autoscaler=scaler,
         choices=choices,
         notes=notes,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# A demand profile's fleet: the base every hour, burst replicas rented by the hour (planner/families/demand_profile.py)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PinnedShape:
+    """One replica shape of a pinned design, as a demand profile's fleet reads it: where a burst replica is rented
+    (its GPU, TP and PP) and what one replica takes (``rate_rps``, :func:`fleet_rate`)."""
+
+    gpu_id: str
+    tp: int
+    pp: int
+    rate_rps: float
+
+
+def fleet_rate(w: ServingWorkload, rate_rps: float, rate_no_targets_rps: float) -> float:
+    """What one replica takes in an hour of the profile: within the p95 targets where the workload states any, else
+    at the utilisation ceiling (the planner's ``demand_profile._rate``)."""
+    targets = (w.p95_latency, w.p95_ttft, w.p95_tpot)
+    return rate_rps if any(t is not None for t in targets) else rate_no_targets_rps
+
+
+def _burst(w: ServingWorkload, cfg: PinnedConfig, role: str) -> int:
+    """The pinned burst replicas; a located refusal where the workload has no profile or the replicas are a pool."""
+    burst = cfg.burst or 0
+    if burst and w.profile is None:
+        raise ClusterplanError(
+            f"--burst {burst}: workload {w.name!r} has no demand profile, so every replica runs every hour",
+            fix="drop --burst (or burst: in config:), or give the workload a profile: (specs/requirement.md)",
+        )
+    if burst and role != "aggregated":
+        raise ClusterplanError(
+            f"--burst {burst}: a {role} pool runs every hour; burst replicas are aggregated ones",
+            fix="drop --burst for a pool (the planner rents burst replicas only for aggregated ones)",
+        )
+    return burst
+
+
+def autoscaler(
+    w: ServingWorkload, offerings: list[Offering], shapes: list[tuple[PinnedShape, int, int]], share: float = 1.0
+) -> Autoscaler:
+    """A profile workload's autoscaler over pinned ``(shape, base, burst)`` replicas: each shape's fleet hour by hour
+    and its burst priced as ``solve`` prices them (:func:`clusterplan.planner.families.demand_profile.fleet_of`, the
+    burst rented on :func:`clusterplan.evaluation.pricing.burst_offer`'s offering); ``share``: the part of each
+    hour's demand these replicas take (one group of a larger design). A located refusal where no cloud offering
+    rents a burst replica by the hour."""
+    # CP-SAT is imported with the family module: only for a workload with a demand profile.
+    from clusterplan.planner.families import demand_profile
+
+    assert w.profile is not None
+    profile = [d * share for d in w.profile.requests_per_s_by_hour]
+    fleets = []
+    for shape, base, burst in shapes:
+        offer = pricing.burst_offer(offerings, gpu_id=shape.gpu_id, tp=shape.tp, pp=shape.pp)
+        if burst and offer is None:
+            raise ClusterplanError(
+                f"--burst {burst}: no cloud offering rents a TP {shape.tp} x PP {shape.pp} replica of {shape.gpu_id} "
+                "by the hour (on demand, or spot for an interruptible workload)",
+                fix="drop --burst (size the replicas for the peak), or pin a GPU an on-demand offering rents",
+            )
+        fleets.append(
+            demand_profile.fleet_of(profile, shape.rate_rps, w.redundancy, base=base, burst=burst, offer=offer)
+        )
+    return demand_profile.autoscaler_over(len(profile), fleets)
+
+
+def _pinned_replicas(cfg: PinnedConfig, tp: int, pp: int, burst: int) -> int | None:
+    """The replicas pinned to run every hour (None: neither --dp nor --count given). With a demand profile's burst,
+    --count holds every replica running at the peak hour, the burst's too."""
+    if cfg.dp is None and cfg.count is None:
+        return None
+    if not burst:
+        return check_count(cfg.count, tp, pp, cfg.dp, "dp (replicas)")
+    at_peak = None if cfg.dp is None else cfg.dp + burst
+    replicas = check_count(cfg.count, tp, pp, at_peak, "(dp + burst) (replicas at the peak hour)") - burst
+    if replicas < 1:
+        raise ClusterplanError(
+            f"--count {cfg.count} leaves no replica running every hour beside --burst {burst}",
+            fix=f"give a --count above {burst * tp * pp} (tp x pp x burst), or --dp for the replicas every hour",
+        )
+    return replicas
+
+
+def _rare_wait_note(load: LoadSummary, batch: int) -> str:
+    """Why the mean TTFT sits above its p95: a rare long wait for a batch slot."""
+    lat = load.latency
+    return (
+        f"fewer than 5% of requests wait for one of the {batch:,} batch slots, and those wait long: the mean "
+        f"TTFT ({fmt.seconds(lat.mean_ttft_s)}) carries their wait, its p95 ({fmt.seconds(lat.p95_ttft_s)}) "
+        "does not (the model's wait is a rare long one, not a spread over every request)"
     )
 
 

@@ -585,6 +585,13 @@ class PinnedConfig(Strict):
     tp: int | None = Field(None, ge=1, le=1024, description="tensor-parallel degree")
     pp: int | None = Field(None, ge=1, le=1024, description="pipeline-parallel degree")
     dp: int | None = Field(None, ge=1, le=1_000_000, description="data-parallel degree or serving replicas")
+    burst: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="serving with a demand profile: replicas rented by the hour for the busy hours, beside the dp "
+        "replicas that run every hour (all of them run at the peak hour)",
+    )
     ep: int | None = Field(
         None,
         ge=1,

@@ -42,8 +42,8 @@ def design_estimates(resolved: ResolvedRequirement, catalog: Catalog, design: De
             for k, g in enumerate(w.groups):
                 cfg = PinnedConfig(
                     workload=index, gpu=g.gpu, tp=g.tp, pp=g.pp, quant=g.quant, kv_quant=g.kv_cache,
-                    batch=g.batch, dp=g.replicas, ep=g.ep if g.ep > 1 else None,
-                    attention_dp=g.attention_dp or None,
+                    batch=g.batch, dp=g.replicas - g.burst_replicas, ep=g.ep if g.ep > 1 else None,
+                    attention_dp=g.attention_dp or None, burst=g.burst_replicas or None,
                 )  # fmt: skip
                 out.append(
                     (f"{w.workload}: {_layout(w, k)}", estimate_requirement(req, models, catalog, cfg), "serving")
@@ -112,10 +112,12 @@ def rent_buy_rows(estimates: Sequence[tuple[str, Any, str]], design: Design, hor
         if cloud is not None and owned is not None and capital is not None and running is not None:
             # Rented, the same GPU type and pool are operated: the owned side's operations count on both sides.
             ops = owned.costs.gpu_type_operations_usd_per_month + owned.costs.pool_operations_usd_per_month
+            # A demand profile's burst replicas are rented by the hour either way: the base alone breaks even.
+            held = running - owned.costs.burst_usd_per_month
             be = cost.rent_vs_buy_breakeven(
                 capital_usd=capital,
                 cloud_usd_per_hour=cloud.usd_per_hour + ops / cost.serving_hours_per_month(),
-                owned_running_usd_per_hour=running / cost.serving_hours_per_month(),
+                owned_running_usd_per_hour=held / cost.serving_hours_per_month(),
                 horizon_months=horizon_months,
             )
             breakeven = be.months_at_full_use if math.isfinite(be.months_at_full_use) else None

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 from clusterplan.plan import (
+    Autoscaler,
     Costs,
     Design,
     DisaggregationNote,
@@ -76,9 +77,12 @@ def autoscaler_line(w: ServingPlan | TrainingPlan) -> str | None:
     """A demand profile's fleet: 'assistant: 1 replica every hour, 3 at the peak hour; 28 burst replica-hours a day
     on cloud:lambda:gpu_1x_gh200 at $2.29/replica-hour = $1,323/month' (None: flat demand)."""
     a = w.autoscaler if isinstance(w, ServingPlan) else None
-    if a is None:
-        return None
-    head = f"{w.workload} autoscaler: min {a.min_replicas}, max {a.max_replicas} replicas"
+    return None if a is None else autoscaler_words(w.workload, a)
+
+
+def autoscaler_words(workload: str, a: Autoscaler) -> str:
+    """:func:`autoscaler_line` of one autoscaler (the plan's, or a pinned design's in ``clusterplan estimate``)."""
+    head = f"{workload} autoscaler: min {a.min_replicas}, max {a.max_replicas} replicas"
     if not a.burst_replica_hours_per_period:
         return head + " (no burst: every replica runs every hour)"
     period = "day" if a.period == "daily" else "week"

@@ -22,6 +22,7 @@ not a limit a design may relax (lowering the demand is the throughput family's r
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clusterplan.candidates.table import CandidateTable, ServingRow, WorkloadCandidates
@@ -125,21 +126,34 @@ class Fleet:
 
 
 def fleet(wc: WorkloadCandidates, row: ServingRow, base: int, burst: int, table: CandidateTable) -> Fleet:
-    """The replicas running each hour: the base, plus the burst the hour needs (all of it at the peak hour, as the
-    model runs it), never more than base + burst. Solver-free: what the model's ``run[w,l]`` is at an optimum."""
-    peak = max(wc.profile_rps)
-    rate = _rate(wc, row)
-    by_hour = tuple(
-        base + burst if d >= peak else min(base + burst, max(base, pricing.replicas_needed(d, rate, wc.redundancy)))
-        for d in wc.profile_rps
-    )
+    """One row's fleet in a design (:func:`fleet_of` at the row's rate and burst offering)."""
     offer = pricing.burst_offer(table.offerings, gpu_id=row.gpu_id, tp=row.tp, pp=row.pp)
+    return fleet_of(wc.profile_rps, _rate(wc, row), wc.redundancy, base=base, burst=burst, offer=offer)
+
+
+def fleet_of(
+    profile_rps: Sequence[float], rate_rps: float, redundancy: int, *, base: int, burst: int,
+    offer: pricing.BurstOffer | None,
+) -> Fleet:  # fmt: skip
+    """The replicas running each hour: the base, plus the burst the hour needs (all of it at the peak hour, as the
+    model runs it), never more than base + burst. Solver-free: what the model's ``run[w,l]`` is at an optimum (a
+    design's own rows here; a pinned design's replicas in ``clusterplan estimate``)."""
+    peak = max(profile_rps)
+    by_hour = tuple(
+        base + burst if d >= peak else min(base + burst, max(base, pricing.replicas_needed(d, rate_rps, redundancy)))
+        for d in profile_rps
+    )
     return Fleet(base=base, burst=burst, by_hour=by_hour, offer=offer)
 
 
 def autoscaler(wc: WorkloadCandidates, fleets: list[Fleet]) -> Autoscaler:
-    """The plan's record of a profile workload's fleet (its groups' fleets summed hour by hour)."""
-    hours = len(wc.profile_rps)
+    """The plan's record of a profile workload's fleet (:func:`autoscaler_over` its profile's hours)."""
+    return autoscaler_over(len(wc.profile_rps), fleets)
+
+
+def autoscaler_over(hours: int, fleets: Sequence[Fleet]) -> Autoscaler:
+    """A profile workload's fleet over a period of ``hours`` (24 or 168): its groups' fleets summed hour by hour, the
+    burst priced by :func:`clusterplan.evaluation.pricing.burst_usd_per_month` (solve and ``estimate`` alike)."""
     by_hour = [sum(f.by_hour[h] for f in fleets) for h in range(hours)]
     offers = [f.offer for f in fleets if f.burst and f.offer is not None]
     usd = sum(
