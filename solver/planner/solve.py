@@ -23,7 +23,7 @@ from clusterplan.candidates.table import CandidateTable
 from clusterplan.errors import OutOfRange
 from clusterplan.planner.budget import LP_UNITS_PER_VARIABLE, Meter, Share, TimeBudget
 from clusterplan.planner.builder import BuiltModel, Objective, build
-from clusterplan.planner.cpsat import cp_model
+from clusterplan.planner.cpsat import clone, cp_model
 from clusterplan.planner.families import one_shape_restriction
 from clusterplan.planner.families.goals import Bound, Goal
 from clusterplan.planner.families.structure import upper_bound
@@ -264,7 +264,7 @@ class Planner:
             raise KeyError(f"unknown families: {sorted(unknown)}")
 
     def _clone(self, on: Iterable[str], *, assume: bool = False) -> cp_model.CpModel:
-        m = self.built.model.clone()
+        m = clone(self.built.model)
         on_set = set(on)
         self._check_families(on_set)
         for fid, lit in self.v.literals().items():
@@ -420,7 +420,7 @@ class Planner:
             self.solve_s += lp_s
         if not rel.optimal:
             return rel, None
-        sub = m.clone()
+        sub = clone(m)
         for i, value in rel.integral([lit.index for lit in self.v.choice_literals()]):
             sub.add(sub.get_int_var_from_proto_index(i) == value)
         solver, status, _ = self._run(sub)
@@ -452,7 +452,7 @@ class Planner:
                 if best is None or lp_bound.objective_value(m.proto, hinted) < lp_bound.objective_value(m.proto, best):
                     best = hinted
         if any(wc.is_serving and wc.allow_mixed for wc in self.table.workloads):
-            restricted = m.clone()
+            restricted = clone(m)
             one_shape_restriction(restricted, self.v, self.table)
             _, alt = self._incumbent(restricted)
             if alt is not None and (
@@ -640,7 +640,7 @@ def _same_hardware(m: cp_model.CpModel, v: PlanVariables, sol: Solution) -> None
 
 def _fixed(m: cp_model.CpModel, rel: lp_bound.Relaxation, incumbent: float) -> cp_model.CpModel:
     """A copy of ``m`` with the variables fixed that no solution of objective <= ``incumbent`` moves."""
-    reduced = m.clone()
+    reduced = clone(m)
     for i, value in rel.fixable(incumbent):
         reduced.add(reduced.get_int_var_from_proto_index(i) == value)
     return reduced
