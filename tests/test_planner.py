@@ -17,6 +17,7 @@ from clusterplan.candidates.table import (
 from clusterplan.explain import designs
 from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.planner.builder import build
+from clusterplan.planner.cpsat import clone
 from clusterplan.planner.families import active_families, registry
 from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.status import SolveStatus
@@ -384,3 +385,18 @@ def test_max_throughput_within_budget_and_min_latency() -> None:
     assert plan.designs[0].costs.total_usd <= 4 * 730.0 + 1e-6
     fast = plan_table(t, PlanOptions(top=1, objective="min_latency", explain=False))
     assert {g.tp for g in fast.designs[0].workloads[0].groups} == {2}  # type: ignore[union-attr]
+
+
+def test_every_solve_sees_the_model_cp_sat_would_clone() -> None:
+    """The planner's faster copy of its base model is CpModel.clone's, proto and constants: CP-SAT is deterministic on
+    its input, so the designs, their tie-breaks and every explanation stay what they were (byte-identical plans)."""
+    base = Planner(synthetic_table(gpu_types=3, serving=2, seed=1)).built.model
+    base.new_constant(7)
+    ours, theirs = clone(base), base.clone()
+    for m in (ours, theirs):
+        x = m.new_int_var(0, 9, "x")
+        m.add(x >= m.new_constant(7))  # the copy reuses the base's constant, as CpModel.clone's does
+        m.minimize(x)
+    assert str(ours.proto) == str(theirs.proto)
+    assert str(clone(ours).proto) == str(theirs.clone().proto)  # and so are copies of a copy
+    assert len(base.proto.constraints) < len(ours.proto.constraints)  # the base is left as it was

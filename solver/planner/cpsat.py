@@ -59,6 +59,33 @@ def load() -> types.ModuleType:
 
 
 load()
-from ortools.sat.python import cp_model  # noqa: E402  (already imported by load(): the typed name)
+from ortools.sat.python import cp_model, cp_model_helper  # noqa: E402  (imported by load(): the typed names)
 
-__all__ = ["cp_model", "load"]
+# Where ``CpModel`` wraps (OR-Tools 9.15 here) a C++ ``CpBaseModel``, and its constructor then sets a deprecated
+# camelCase alias of every ``add_``/``new_``/``clear_`` method on the instance (``dir`` walked and ~70 wrappers made):
+# 0.85 ms of each 1.4 ms ``CpModel.clone()`` of the 70B example's model, the whole proto copy being 0.5 ms
+# (cProfile, 2-core machine, 2026-12-06). A plan clones the base model once a solve (39 solves for the 70B example).
+_FAST_CLONE = hasattr(cp_model_helper, "CpBaseModel") and issubclass(cp_model.CpModel, cp_model_helper.CpBaseModel)
+
+
+class _Model(cp_model.CpModel):
+    """A ``CpModel`` without the camelCase aliases (clusterplan calls the snake_case names only)."""
+
+    def __init__(self) -> None:
+        cp_model_helper.CpBaseModel.__init__(self, None)
+
+    def clone(self) -> cp_model.CpModel:
+        return clone(self)
+
+
+def clone(model: cp_model.CpModel) -> cp_model.CpModel:
+    """A copy of ``model``, as ``model.clone()`` makes it (the same proto, the same constant map), made faster."""
+    if not _FAST_CLONE:  # an older OR-Tools: its own clone
+        return model.clone()
+    out = _Model()
+    out.proto.copy_from(model.proto)  # what CpModel.clone does (ortools/sat/python/cp_model.py)
+    out.rebuild_constant_map()
+    return out
+
+
+__all__ = ["clone", "cp_model", "load"]
