@@ -75,6 +75,9 @@ class Base:
     name: str
     catalog: Catalog
     catalog_paths: tuple[Path, ...] = ()
+    # Texts made for earlier tasks (point_task): a grid's points share their requirement documents per value of the
+    # requirement axes and their catalog overrides per value of the catalog axes (dumping each is ~3 ms).
+    texts: dict[tuple[str, ...], str | None] = field(default_factory=dict, compare=False, repr=False)
 
 
 def load_base(
@@ -143,21 +146,31 @@ def point_task(
 
     ``reuse``: what the points may share (default: what the targets leave alone; "none" with an ``edit``,
     whose caller knows what it changes and says so)."""
-    data = copy.deepcopy(base.data)
-    if edit is not None:
-        edit(data)
-    for target, value in settings:
-        if target.where == "requirement":
+    in_requirement = [(t, v) for t, v in settings if t.where == "requirement"]
+    text_key = ("requirement", *(f"{t.model_dump_json()}={v!r}" for t, v in in_requirement))
+    text = base.texts.get(text_key) if edit is None else None
+    if text is None:
+        data = copy.deepcopy(base.data)
+        if edit is not None:
+            edit(data)
+        for target, value in in_requirement:
             set_path(data, target.keys, requirement_value(value, target))
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        if edit is None:
+            base.texts[text_key] = text
+    in_catalog = [(t, v) for t, v in settings if t.where != "requirement"]
+    override_key = ("catalog", *(f"{t.model_dump_json()}={v!r}" for t, v in in_catalog))
+    if override_key not in base.texts:
+        base.texts[override_key] = catalog_override(base.catalog, in_catalog)
     label = ", ".join(f"{t.field}={format_value(v, t.quantity)}" for t, v in settings)
     return PointTask(
         index=index,
         values=tuple(v for _, v in settings),
-        text=yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
+        text=text,
         name=f"{base.path} [{label}]" if label else str(base.path),
         base_dir=str(base.path.parent),
         catalog_paths=tuple(str(p) for p in base.catalog_paths),
-        catalog_override=catalog_override(base.catalog, settings),
+        catalog_override=base.texts[override_key],
         objective=objective,
         settings=solver,
         reuse=reuse if reuse is not None else ("none" if edit is not None else shared_by([t for t, _ in settings])),
