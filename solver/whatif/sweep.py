@@ -21,7 +21,8 @@ previous run's first (:func:`changed_rows`).
 The points are planned for their designs alone first, then those rows again with their binding
 constraints; every other row's ``binding`` is None (not worked out). ``binding="all"``: every row.
 
-:func:`run_sweep` does all three around :func:`clusterplan.whatif.points.run_tasks`. Pareto frontiers are
+:func:`run_sweep` does all three around :func:`clusterplan.whatif.points.run_tasks`, on one process pool
+(:func:`clusterplan.whatif.points.one_pool`: each worker prepares the candidates once for the whole sweep). Pareto frontiers are
 :mod:`clusterplan.whatif.frontier`.
 """
 
