@@ -71,6 +71,9 @@ class PlanOptions:
 
     ``annotate``: each design's odds of meeting its targets, its replicas' simulated misses and the provisional
     catalog figures it rests on (False: left empty; a what-if sweep row or frontier point shows none of them).
+
+    ``variants``: each design's other layouts on the same hardware (``also_runs_as``, two solves a design; False:
+    left empty, as a what-if sweep row or frontier point shows none).
     """
 
     top: int = 5
@@ -78,6 +81,7 @@ class PlanOptions:
     explain: bool | Literal["binding", "design"] = True
     settings: SolverSettings = field(default_factory=SolverSettings)
     annotate: bool = True
+    variants: bool = True
 
 
 @dataclass
@@ -144,7 +148,10 @@ def plan_table(
     full = bool(opts.explain) and not partial
     # The explanation of the best design runs beside the ranking of the others (the same results as after it).
     ranked, explanation = rank_designs_and(
-        planner, (lambda best: explain(planner, best, retarget=retarget)) if full else None, top=opts.top
+        planner,
+        (lambda best: explain(planner, best, retarget=retarget)) if full else None,
+        top=opts.top,
+        variants=opts.variants,
     )
     first = ranked.first
     objective = ranked.objective  # design 1's: the designs are sorted by it

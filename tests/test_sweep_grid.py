@@ -7,12 +7,18 @@ each point alone, and the progress a terminal shows.
 - A grid row's design equals the single-point solve of that row's requirement (its file and catalog override
   planned alone, as ``clusterplan solve`` plans).
 - Progress on stderr: points done and the time left on a terminal; nothing when stderr is not one.
+- A sweep's phases run on one pool of workers (``one_pool``), gone when it ends; a grid's tasks share their
+  documents yet equal tasks made one by one; a what-if point looks for no other layouts of its design's hardware
+  and otherwise has the same design.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +29,17 @@ from clusterplan.commands import sweep as sweep_command
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.planner.solve import SolverSettings
 from clusterplan.requirement.load import load_requirement_text
-from clusterplan.whatif.points import PointOutcome, PointTask, load_base, shape_of
+from clusterplan.whatif.points import (
+    PointCache,
+    PointOutcome,
+    PointTask,
+    in_pool,
+    load_base,
+    one_pool,
+    point_task,
+    pool_open,
+    shape_of,
+)
 from clusterplan.whatif.sweep import build_tasks, changed_rows, run_sweep
 from clusterplan.whatif.vary import make_axis
 from conftest import example
@@ -136,3 +152,46 @@ def test_grid_switch_points_do_not_depend_on_jobs() -> None:
     pooled = run_sweep(base, axes, switch_tolerance=0.01, jobs=2, binding="changes")
     assert len(alone.switches) == 2 and all(sp.bisections > 0 for sp in alone.switches)
     assert pooled == alone
+
+
+def _worker_pid(_: int, cache: PointCache) -> int:
+    time.sleep(0.05)  # long enough that both workers take some
+    return os.getpid()
+
+
+def test_a_sweeps_phases_run_on_one_pool_of_workers_gone_when_it_ends() -> None:
+    with one_pool(2):
+        first = set(in_pool(_worker_pid, list(range(8)), jobs=2))
+        assert pool_open()
+        again = set(in_pool(_worker_pid, list(range(8)), jobs=2))
+    assert first == again and len(first) == 2 and os.getpid() not in first
+    assert not pool_open()
+    for pid in first:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_grid_tasks_sharing_their_documents_equal_tasks_made_one_by_one() -> None:
+    base, _ = load_base(SERVING_70B)
+    axes = [
+        make_axis(v, base.data, base.catalog, steps=3, log=False)
+        for v in ("budget=400k..2M", "gpu_price.h200=20k..45k")
+    ]
+    tasks = build_tasks(base, axes, objective="min_cost", solver=SolverSettings())
+    assert len(base.texts) == 3 + 3  # one document per budget, one override per price
+    fresh, _ = load_base(SERVING_70B)
+    for task in tasks:
+        fresh.texts.clear()
+        settings = list(zip((a.target for a in axes), task.values, strict=True))
+        alone = point_task(fresh, task.index, settings, objective="min_cost", solver=SolverSettings())
+        assert alone == task, task.values
+
+
+@pytest.mark.slow
+def test_what_if_designs_are_the_same_without_other_layouts() -> None:
+    base, resolved = load_base(SERVING_70B)
+    options = PlanOptions(top=5, explain="binding", annotate=False)
+    full = plan_requirement(resolved, base.catalog, options).designs
+    bare = plan_requirement(resolved, base.catalog, replace(options, variants=False)).designs
+    assert any(d.also_runs_as for d in full)  # the 70B example's second design runs as other layouts too
+    assert bare == [d.model_copy(update={"also_runs_as": []}) for d in full]

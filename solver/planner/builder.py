@@ -148,6 +148,11 @@ STRUCTURE_LIMITS = (
     "operations_usd_per_gpu_type_month",
     "operations_usd_per_pool_month",
 )
+# The families whose constraints read no limit beyond STRUCTURE_LIMITS (their rows, demand and offerings only):
+# a reused stem holds them already when they lead the registry order (:func:`_stem_families`).
+LIMIT_FREE_FAMILIES = frozenset(
+    {"memory", "throughput", "latency", "redundancy", "demand_profile", "deadline", "tp_nvlink"}
+)
 STEMS_KEPT = 4  # a sweep point's table, and those its infeasibility analysis builds beside it
 
 
@@ -158,15 +163,15 @@ class _Stem:
     table: CandidateTable
     objective: Objective
     families: tuple[str, ...]
-    model: cp_model.CpModel  # variables and structure only
+    model: cp_model.CpModel  # variables, structure and the leading limit-free families (_stem_families)
     v: PlanVariables
     variables: int  # variables after the families were added (they may add none for a replay)
 
 
 @dataclass
 class ModelReuse:
-    """While active (``with reuse:``), :func:`build` keeps the last model's variables and structure,
-    and builds a table that differs from it only in limits the families alone read (budgets, GPU and
+    """While active (``with reuse:``), :func:`build` keeps the last model's variables and structure (and the
+    families that read no limits, LIMIT_FREE_FAMILIES, where they come first), and builds a table that differs from it only in limits the families alone read (budgets, GPU and
     power caps) by adding the families to a copy of them: the same model as building it afresh, without
     the variables and structure (what a what-if sweep over such a limit re-solves with new bounds).
     """
@@ -190,6 +195,15 @@ def _same_structure(a: CandidateTable, b: CandidateTable) -> bool:
     if any(getattr(a.limits, k) != getattr(b.limits, k) for k in STRUCTURE_LIMITS):
         return False
     return replace(a, limits=b.limits) == b
+
+
+def _stem_families(fams: list[Family]) -> int:
+    """How many of ``fams`` (registry order) a stem holds: the leading ones that read no limit beyond
+    STRUCTURE_LIMITS, so a replay adds the rest in the same order as a fresh build (the same model)."""
+    k = 0
+    while k < len(fams) and fams[k].id in LIMIT_FREE_FAMILIES:
+        k += 1
+    return k
 
 
 def _add_families(model: cp_model.CpModel, v: PlanVariables, table: CandidateTable, fams: list[Family]) -> None:
@@ -219,7 +233,7 @@ def build(table: CandidateTable, *, objective: Objective = "min_cost") -> BuiltM
     if reuse is not None and stem is not None:
         model = stem.model.clone()
         v = replace(stem.v, model=model, table=table)
-        _add_families(model, v, table, fams)
+        _add_families(model, v, table, fams[_stem_families(fams) :])
         if len(model.proto.variables) == stem.variables:
             reuse.replays += 1
             return BuiltModel(model=model, v=v, families=fams)
@@ -233,8 +247,10 @@ def build(table: CandidateTable, *, objective: Objective = "min_cost") -> BuiltM
     structure.add(
         model, v, table, inventory_family="inventory" in relaxable, latency_objective=objective == "min_latency"
     )
+    held = _stem_families(fams) if reuse is not None else 0
+    _add_families(model, v, table, fams[:held])
     before = model.clone() if reuse is not None else None
-    _add_families(model, v, table, fams)
+    _add_families(model, v, table, fams[held:])
     if reuse is not None and before is not None:
         reuse.stems.insert(0, _Stem(table, objective, ids, before, v, len(model.proto.variables)))
         del reuse.stems[STEMS_KEPT:]

@@ -700,14 +700,15 @@ BESIDE_SHARE = MAX_SHARED_FRACTION - RANK_SHARE
 
 
 def rank_designs_and(
-    planner: Planner, beside: Callable[[Outcome], T] | None, *, top: int = 5
+    planner: Planner, beside: Callable[[Outcome], T] | None, *, top: int = 5, variants: bool = True
 ) -> tuple[Ranked, T | None]:
     """:func:`rank_designs`, and ``beside`` (an explanation) of the best design: the same results as the
     ranking followed by ``beside(ranked.designs[0])``, faster.
 
     When the first design's solves are proven optimal, it is the best whatever follows (a later design costs
     no less, and the sort is stable), so ``beside`` runs alongside the ranking of the others
-    (:meth:`Planner.concurrently`: the sequential results, or the calls are redone in turn).
+    (:meth:`Planner.concurrently`: the sequential results, or the calls are redone in turn). ``variants``: each
+    design's other layouts on its hardware (False: none looked for, as a what-if point shows none).
     """
     goal = PRIMARY_GOAL[planner.objective]
     meter = planner.meter()
@@ -739,7 +740,7 @@ def rank_designs_and(
     # Stable: equal objectives keep the order they were found in (the optimum first).
     ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
     for out, _ in ordered:
-        out.variants = _layout_variants(planner, out)
+        out.variants = _layout_variants(planner, out) if variants else []
     ranked = Ranked(
         status=first.status,
         designs=[out for out, _ in ordered],

@@ -75,6 +75,9 @@ class Base:
     name: str
     catalog: Catalog
     catalog_paths: tuple[Path, ...] = ()
+    # Texts made for earlier tasks (point_task): a grid's points share their requirement documents per value of the
+    # requirement axes and their catalog overrides per value of the catalog axes (dumping each is ~3 ms).
+    texts: dict[tuple[str, ...], str | None] = field(default_factory=dict, compare=False, repr=False)
 
 
 def load_base(
@@ -143,21 +146,31 @@ def point_task(
 
     ``reuse``: what the points may share (default: what the targets leave alone; "none" with an ``edit``,
     whose caller knows what it changes and says so)."""
-    data = copy.deepcopy(base.data)
-    if edit is not None:
-        edit(data)
-    for target, value in settings:
-        if target.where == "requirement":
+    in_requirement = [(t, v) for t, v in settings if t.where == "requirement"]
+    text_key = ("requirement", *(f"{t.model_dump_json()}={v!r}" for t, v in in_requirement))
+    text = base.texts.get(text_key) if edit is None else None
+    if text is None:
+        data = copy.deepcopy(base.data)
+        if edit is not None:
+            edit(data)
+        for target, value in in_requirement:
             set_path(data, target.keys, requirement_value(value, target))
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        if edit is None:
+            base.texts[text_key] = text
+    in_catalog = [(t, v) for t, v in settings if t.where != "requirement"]
+    override_key = ("catalog", *(f"{t.model_dump_json()}={v!r}" for t, v in in_catalog))
+    if override_key not in base.texts:
+        base.texts[override_key] = catalog_override(base.catalog, in_catalog)
     label = ", ".join(f"{t.field}={format_value(v, t.quantity)}" for t, v in settings)
     return PointTask(
         index=index,
         values=tuple(v for _, v in settings),
-        text=yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
+        text=text,
         name=f"{base.path} [{label}]" if label else str(base.path),
         base_dir=str(base.path.parent),
         catalog_paths=tuple(str(p) for p in base.catalog_paths),
-        catalog_override=catalog_override(base.catalog, settings),
+        catalog_override=base.texts[override_key],
         objective=objective,
         settings=solver,
         reuse=reuse if reuse is not None else ("none" if edit is not None else shared_by([t for t, _ in settings])),
@@ -224,12 +237,13 @@ def plan_point(
 
     ``plan_requirement`` with ``top=1`` and ``explain="binding"``: the rest of the explanation (lost
     GPU types, mixes, least relaxations) is not worked out, as a row does not show it, nor are the design's
-    odds, simulated misses and provisional figures (``annotate=False``). ``detail``
+    odds, simulated misses and provisional figures (``annotate=False``) or its other layouts (``variants=False``). ``detail``
     "design": the best design alone (no binding constraints, no conflict), for bisections. ``cache``:
     rows and physics shared with the other points (the outcome is the same without it).
     """
-    # annotate=False: a row or frontier point shows none of a design's odds, simulated misses or provisional figures.
-    options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings, annotate=False)
+    # annotate=False, variants=False: a row or frontier point shows none of a design's odds, simulated misses,
+    # provisional figures or other layouts of its hardware ("also runs as").
+    options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings, annotate=False, variants=False)
     plan = plan_requirement(resolved, catalog, options, cache=cache)
     if plan.designs:
         return PointOutcome(index=0, values=[], status=plan.status, design=plan.designs[0])
@@ -287,10 +301,56 @@ def _pool_context() -> Any:
 _WORKER_CACHE: PointCache | None = None  # a pool worker's own, made by _start_worker
 
 
+@dataclass
+class _HeldPool:
+    """The process pool :func:`one_pool` keeps for its block: started by the first :func:`in_pool` in it."""
+
+    jobs: int
+    pool: Any = None
+
+    def get(self) -> Any:
+        if self.pool is None:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(
+                max_workers=self.jobs, mp_context=_pool_context(), initializer=_start_worker
+            )
+        return self.pool
+
+
+_POOL: ContextVar[_HeldPool | None] = ContextVar("clusterplan_point_pool", default=None)
+
+
+@contextmanager
+def one_pool(jobs: int) -> Iterator[None]:
+    """Within the block, every :func:`in_pool` (and :func:`run_tasks` with ``jobs`` > 1) runs on one process pool of
+    ``jobs`` workers, started when first needed: a sweep's phases (its points, the rows worked out again, the
+    bisections) reuse the workers and their caches (each pool's workers otherwise prepare the candidates again).
+    The results are the same as with a pool per call (a point plans as it would alone, whatever its worker's cache
+    holds). No worker outlives the block, an interrupt or an error."""
+    if jobs <= 1:
+        yield
+        return
+    held = _HeldPool(jobs)
+    token = _POOL.set(held)
+    try:
+        yield
+    except BaseException:
+        if held.pool is not None:
+            _stop_pool(held.pool)
+            held.pool = None
+        raise
+    finally:
+        _POOL.reset(token)
+        if held.pool is not None:
+            held.pool.shutdown(wait=True)
+
+
 def _start_worker() -> None:
     """A pool worker's start: its own cache; Ctrl-C is the parent's to handle (a terminal sends it to the whole
     process group), SIGTERM ends the worker at once (the parent sends it when the command stops early)."""
     global _WORKER_CACHE
+    _POOL.set(None)  # forked inside one_pool's block: the parent's pool is not this worker's to use
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):  # forked while the parent held them back (_signals_held)
@@ -349,11 +409,15 @@ def in_pool(
 ) -> list[Any]:
     """``fn(arg, cache)`` for each of ``args`` in a process pool of ``jobs`` workers (each with its own cache),
     the results in the order of ``args``; no worker outlives an interrupt or an error. ``fn`` and ``args`` are
-    pickled (``fn``: a module-level function)."""
+    pickled (``fn``: a module-level function). Within :func:`one_pool`'s block, its pool (``jobs`` is then its)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     results: dict[int, Any] = {}
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker)
+    held = _POOL.get()
+    if held is not None:
+        pool = held.get()
+    else:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker)
     try:
         with _signals_held():
             futures = {pool.submit(_call_in_worker, (fn, a)): i for i, a in enumerate(args)}
@@ -363,9 +427,18 @@ def in_pool(
                 on_done(len(results))
     except BaseException:  # an interrupt, SIGTERM (console.Terminated) or an error: no worker is left behind
         _stop_pool(pool)
+        if held is not None:
+            held.pool = None
         raise
-    pool.shutdown(wait=True)
+    if held is None:
+        pool.shutdown(wait=True)
     return [results[i] for i in range(len(args))]
+
+
+def pool_open() -> bool:
+    """Whether :func:`one_pool` holds a started process pool for this block (workers with warm caches)."""
+    held = _POOL.get()
+    return held is not None and held.pool is not None
 
 
 def runner_set() -> bool:
@@ -406,6 +479,8 @@ def run_tasks(
     runner = _RUNNER.get()
     if runner is not None and tasks:
         return runner(tasks, on_done)
+    if jobs > 1 and tasks and pool_open():  # one_pool's workers, whose caches are warm, even for one task
+        return in_pool(run_task, tasks, jobs=jobs, on_done=on_done)
     jobs = min(jobs, len(tasks)) or 1
     if jobs > 1:
         return in_pool(run_task, tasks, jobs=jobs, on_done=on_done)
@@ -456,9 +531,11 @@ __all__ = [
     "default_jobs",
     "in_pool",
     "load_base",
+    "one_pool",
     "p95_of",
     "plan_point",
     "point_task",
+    "pool_open",
     "run_task",
     "run_tasks",
     "runner_set",

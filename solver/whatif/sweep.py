@@ -21,7 +21,8 @@ previous run's first (:func:`changed_rows`).
 The points are planned for their designs alone first, then those rows again with their binding
 constraints; every other row's ``binding`` is None (not worked out). ``binding="all"``: every row.
 
-:func:`run_sweep` does all three around :func:`clusterplan.whatif.points.run_tasks`. Pareto frontiers are
+:func:`run_sweep` does all three around :func:`clusterplan.whatif.points.run_tasks`, on one process pool
+(:func:`clusterplan.whatif.points.one_pool`: each worker prepares the candidates once for the whole sweep). Pareto frontiers are
 :mod:`clusterplan.whatif.frontier`.
 """
 
@@ -52,8 +53,10 @@ from clusterplan.whatif.points import (
     default_jobs,
     in_pool,
     load_base,
+    one_pool,
     p95_of,
     point_task,
+    pool_open,
     run_tasks,
     runner_set,
     shape_of,
@@ -464,10 +467,29 @@ def run_sweep(
         raise SweepError(f"unknown --binding {binding!r}", fix="use --binding changes or --binding all")
     detail: Detail = "binding" if binding == "all" else "design"
     tasks = build_tasks(base, axes, objective=objective, solver=settings, detail=detail)
+    with one_pool(jobs):  # the points, the rows worked out again and the bisections on the same workers
+        outcomes, checked, switches = _run_phases(
+            base, axes, tasks, objective, settings, jobs, on_done, switch_tolerance
+        )
+    return assemble(base, axes, outcomes, objective=objective, switches=switches, checked=checked)
+
+
+def _run_phases(
+    base: Base,
+    axes: Sequence[Axis],
+    tasks: list[PointTask],
+    objective: str,
+    settings: SolverSettings,
+    jobs: int,
+    on_done: Callable[[int], None] | None,
+    switch_tolerance: float | None,
+) -> tuple[list[PointOutcome], set[int] | None, list[SwitchPoint]]:
+    """:func:`run_sweep`'s three phases: the points, the rows whose binding constraints are worked out again
+    (``tasks`` planned for their designs alone), and the bisections of the switches."""
     cache = PointCache()  # the points' (inline) and then the bisections'
     outcomes = run_tasks(tasks, jobs=jobs, on_done=on_done, cache=cache)
     checked: set[int] | None = None
-    if binding == "changes":
+    if tasks and tasks[0].detail == "design":  # binding "changes"
         checked = changed_rows(outcomes, axes)
         again = [replace(tasks[i], detail="binding") for i in sorted(checked)]
         redone = {o.index: o for o in run_tasks(again, jobs=jobs, cache=cache)}
@@ -478,7 +500,8 @@ def run_sweep(
             raise SweepError("the switch tolerance must be above 0", fix="e.g. 0.01 (1%)")
         pairs = switch_pairs(outcomes, axes)
         jobs_here = min(jobs, len(pairs))
-        if jobs_here > 1 and not runner_set():  # the switches apart, side by side (each one's halvings in turn)
+        # The switches apart, side by side (each one's halvings in turn); one_pool's warm workers even for one.
+        if pairs and (jobs_here > 1 or pool_open()) and not runner_set():
             switches = in_pool(
                 _bisect_job,
                 [(base, axes, a, b, objective, settings, switch_tolerance) for a, b in pairs],
@@ -491,7 +514,7 @@ def run_sweep(
                 )
                 for a, b in pairs
             ]
-    return assemble(base, axes, outcomes, objective=objective, switches=switches, checked=checked)
+    return outcomes, checked, switches
 
 
 __all__ = [
