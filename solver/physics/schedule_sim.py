@@ -253,7 +253,7 @@ def simulate(
     if closed:
         sent = min(max(arrival.concurrency, 1), len(reqs))
         for i in range(sent):
-            reqs[i].arrival_s = 0.0
+            _send(reqs[i], 0.0)
             s.waiting.append(i)
     done = 0
     while done < len(reqs):
@@ -270,10 +270,17 @@ def simulate(
         if closed:
             for _ in finished:
                 if sent < len(reqs):
-                    reqs[sent].arrival_s = s.now
+                    _send(reqs[sent], s.now)
                     s.waiting.append(sent)
                     sent += 1
     return _result(reqs, s, targets or Targets())
+
+
+def _send(r: _Req, t: float) -> None:
+    """A closed loop's client sends ``r`` at ``t`` (a decode pool's request: its first token out then)."""
+    r.arrival_s = t
+    if r.emitted:
+        r.first_s = t
 
 
 def _new_req(replica: SimReplica, r: SimRequest) -> _Req:
