@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterplan.candidates.build import build_candidates
 from clusterplan.catalog.load import Catalog
 from clusterplan.evaluation import evaluate, pools, simulated
 from clusterplan.physics import disagg
@@ -17,6 +18,7 @@ from clusterplan.physics.layout import Layout
 from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import DecodeStepModel
 from clusterplan.plan import ServingPlan
+from clusterplan.planner.families import latency
 from clusterplan.render import plan_markdown
 from clusterplan.requirement.load import load_requirement
 from conftest import ROOT, plan_file
@@ -161,3 +163,9 @@ def test_a_disaggregated_first_choice_that_misses_simulated_is_searched_again(ca
     # the decode pool is not enlarged by the prefill pool's held load: one replica fewer would not serve the demand
     assert sum(g.rate_rps * g.replicas for g in decode) - max(g.rate_rps for g in decode) < wp.demand_rps
     assert "prefill pool" in plan_markdown.render(plan)
+    # the latency family holds the prefill pool's row, not the aggregated or decode row of that shape
+    table = build_candidates(resolved, catalog)
+    held = [simulated.HeldLoad(wp.workload, g, m.held_rps) for g in prefill if g.tp == 2]
+    capped = latency.with_held(table, held)
+    rows = [r for r in capped.workloads[0].serving_rows() if r.held_rps is not None]
+    assert rows and {r.role for r in rows} == {"prefill"}
