@@ -162,7 +162,7 @@ def test_a_disaggregated_first_choice_that_misses_simulated_is_searched_again(ca
             assert wp.demand_rps * g.rate_rps / sum(x.rate_rps * x.replicas for x in prefill) <= m.held_rps
     # the decode pool is not enlarged by the prefill pool's held load: one replica fewer would not serve the demand
     assert sum(g.rate_rps * g.replicas for g in decode) - max(g.rate_rps for g in decode) < wp.demand_rps
-    assert "prefill pool" in plan_markdown.render(plan)
+    assert "prefill pool's share of the targets" in plan_markdown.render(plan)
     # the latency family holds the prefill pool's row, not the aggregated or decode row of that shape
     table = build_candidates(resolved, catalog)
     held = [simulated.HeldLoad(wp.workload, g, m.held_rps) for g in prefill if g.tp == 2]

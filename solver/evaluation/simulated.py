@@ -1,6 +1,6 @@
 """A planned design's replicas run through the scheduler simulation (:mod:`clusterplan.physics.schedule_sim`): the
 planner searches with the analytical latency model (:mod:`clusterplan.physics.queueing`), then checks each returned
-design's aggregated replica groups by simulation at the load each replica receives at peak demand, and records
+design's replica groups (aggregated, and each pool of a disaggregated design) by simulation at the load each replica receives at peak demand, and records
 every p95 target a simulated replica misses (:class:`clusterplan.plan.SimulatedMiss`), with the largest load per
 replica at which the simulation meets every target (:func:`held_rate_rps`). The pipeline gives that load to the
 latency family as a cap on the row and searches again (``pipeline.simulation_searched``); ``export`` takes its
