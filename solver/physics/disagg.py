@@ -125,12 +125,20 @@ def prefill_service_s(est: ServingEstimate, *, input_tokens: float, assumptions:
     """Busy time one prompt costs a prefill-only replica, seconds: its FLOPs and TP all-reduces in forwards of
     its own (``prefill_alone_busy_s``, per pipeline stage; no decode step to ride) plus its share of the weight
     stream, the MoE kernels' fixed time per layer and the step overhead per pass."""
+    if est.step_model is None:
+        return est.prefill_s
+    per_pass = prefill_pass_s(est, input_tokens=input_tokens, assumptions=assumptions)
+    return est.prefill_alone_busy_s + prefill_passes(input_tokens, assumptions.chunk_tokens) * per_pass
+
+
+def prefill_pass_s(est: ServingEstimate, *, input_tokens: float, assumptions: Assumptions) -> float:
+    """One prompt-only forward pass's fixed time, seconds: the weights streamed once, the MoE experts a chunk of
+    these prompts touches, the MoE kernels' fixed time per layer and the step overhead (0 without a step model)."""
     m = est.step_model
     if m is None:
-        return est.prefill_s
+        return 0.0
     touched = experts_touched(m.moe_experts, m.experts_per_token, min(input_tokens, assumptions.chunk_tokens))
-    per_pass = m.dense_weights_s + m.head_weights_s + m.expert_weights_s * touched + m.expert_layers_s + m.overhead_s
-    return est.prefill_alone_busy_s + prefill_passes(input_tokens, assumptions.chunk_tokens) * per_pass
+    return m.dense_weights_s + m.head_weights_s + m.expert_weights_s * touched + m.expert_layers_s + m.overhead_s
 
 
 @dataclass(frozen=True, slots=True)

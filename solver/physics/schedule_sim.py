@@ -24,6 +24,21 @@ the replica their share of the prompt's busy time), and ``k · prefill_token_alo
 prompt of ``p`` computed tokens takes the unloaded prefill time). The step model is evaluated at the workload's mean
 context, so a step's time depends on how many sequences run, not on how long each one is.
 
+A replica has a **role**, as disaggregated engines run pools (vLLM's ``kv_role`` kv_producer/kv_consumer, SGLang
+``--disaggregation-mode prefill|decode``, Dynamo's prefill and decode workers):
+
+* ``aggregated``: the above;
+* ``prefill``: prompts only. A step packs queued prompts into the token budget (at most ``max_num_seqs`` of them) and
+  takes ``k · prefill_token_alone_s + prefill_pass_s`` (the prompts' compute, plus the weights streamed once per
+  pass: :func:`clusterplan.physics.disagg.prefill_service_s`'s terms); a request's first token is sampled there and
+  leaves after its KV cache crosses to the decode pool (``kv_transfer_s``, :func:`clusterplan.physics.disagg.
+  kv_transfer_s`): its TTFT is queue + prefill + transfer, and it is done;
+* ``decode``: requests arrive with their KV computed and their first token emitted. A request is admitted when the
+  KV pool has the blocks of its prompt and first token (no compute: the blocks are allocated on arrival), then
+  decodes; preemption recomputes its prompt here as above. Its TTFT in this pool is 0 (the first token came from the
+  prefill pool), so its TPOT is its time in this pool over ``output - 1``: the slot wait and the decode steps, as
+  ``vllm bench serve`` measures a disaggregated deployment whose prefill pool returns the first token.
+
 Time runs forward event by event: a stretch of decode-only steps with the same sequences is taken in one move, up
 to the next completion, arrival or KV exhaustion; a step with prompt tokens is taken alone. Thousands of requests
 take a few thousand moves.
@@ -62,6 +77,7 @@ from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import DecodeStepModel
 
 ArrivalKind = Literal["closed", "poisson", "gamma", "trace"]
+Role = Literal["aggregated", "prefill", "decode"]
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -78,11 +94,14 @@ class SimReplica:
     kv_block_tokens: int  # paging granularity
     prefix_hit_rate: float = 0.0  # share of each prompt found in the prefix cache
     acceptance_length: float = 1.0  # tokens a decode step keeps (speculative decoding's tau; 1 without)
+    role: Role = "aggregated"  # a disaggregated pool's replica: prefill or decode only (module docstring)
+    prefill_pass_s: float = 0.0  # a prompt-only step's fixed time (weights, per-layer kernels, overhead), seconds
+    kv_transfer_s: float = 0.0  # prefill role: a prompt's KV cache to the decode pool, seconds
 
     def step_s(self, n: int, k: int) -> float:
         """One engine step with ``n`` decoding sequences and ``k`` computed prompt tokens, seconds."""
         if n <= 0:
-            return k * self.prefill_token_alone_s
+            return k * self.prefill_token_alone_s + (self.prefill_pass_s if k else 0.0)
         return decode_step_s(self.step_model, n) * self.acceptance_length + k * self.prefill_token_busy_s
 
 
@@ -151,6 +170,7 @@ class SimResult:
     preemptions: int
     mean_running: float  # time-averaged sequences decoding
     ttft_s: tuple[float, ...]  # each request's TTFT, in the order given
+    e2e_s: tuple[float, ...] = ()  # each request's end-to-end latency, in the order given
 
 
 @dataclass(slots=True)
@@ -233,7 +253,7 @@ def simulate(
     if closed:
         sent = min(max(arrival.concurrency, 1), len(reqs))
         for i in range(sent):
-            reqs[i].arrival_s = 0.0
+            _send(reqs[i], 0.0)
             s.waiting.append(i)
     done = 0
     while done < len(reqs):
@@ -250,15 +270,30 @@ def simulate(
         if closed:
             for _ in finished:
                 if sent < len(reqs):
-                    reqs[sent].arrival_s = s.now
+                    _send(reqs[sent], s.now)
                     s.waiting.append(sent)
                     sent += 1
     return _result(reqs, s, targets or Targets())
 
 
+def _send(r: _Req, t: float) -> None:
+    """A closed loop's client sends ``r`` at ``t`` (a decode pool's request: its first token out then)."""
+    r.arrival_s = t
+    if r.emitted:
+        r.first_s = t
+
+
 def _new_req(replica: SimReplica, r: SimRequest) -> _Req:
-    """A request's scheduler state; a prefix-cache hit leaves only the rest of its prompt to compute."""
+    """A request's scheduler state; a prefix-cache hit leaves only the rest of its prompt to compute. A prefill pool's
+    request ends at its first token; a decode pool's arrives with its prompt computed and its first token out."""
     computed = max(1, r.input_tokens - math.floor(r.input_tokens * replica.prefix_hit_rate))
+    if replica.role == "prefill":
+        return _Req(arrival_s=r.arrival_s, prompt=r.input_tokens, to_compute=computed, output=1)
+    if replica.role == "decode":
+        return _Req(
+            arrival_s=r.arrival_s, prompt=r.input_tokens, to_compute=0, output=max(1, r.output_tokens), emitted=1,
+            first_s=r.arrival_s,
+        )  # fmt: skip
     return _Req(arrival_s=r.arrival_s, prompt=r.input_tokens, to_compute=computed, output=max(1, r.output_tokens))
 
 
@@ -291,6 +326,10 @@ def _schedule(replica: SimReplica, s: _State, reqs: list[_Req]) -> dict[int, int
         r.kv_tokens = need
         r.admitted = s.admissions
         s.admissions += 1
+        if r.to_compute <= 0:  # a decode pool's request: its KV arrived computed, it decodes from this step
+            _start_decode(replica, s, r, i)
+            budget -= 1
+            continue
         s.prefilling.append(i)
         take = min(r.to_compute, budget)
         chunks[i] = take
@@ -343,19 +382,24 @@ def _finish_prefills(replica: SimReplica, s: _State, reqs: list[_Req], chunks: d
         s.prefilling.remove(i)
         if r.emitted == 0:
             r.emitted = 1  # the prefill step samples the first token
-            r.first_s = s.now
+            r.first_s = s.now + replica.kv_transfer_s  # a prefill pool's: once its KV reached the decode pool
         left = r.output - r.emitted
         if left <= 0:
-            r.done_s = s.now
-            s.kv_used -= r.kv_tokens
+            r.done_s = r.first_s
+            s.kv_used -= r.kv_tokens  # a prefill pool's blocks: freed as the transfer is issued
             finished.append(i)
             continue
-        r.start_tick = s.tick
-        r.finish_tick = s.tick + math.ceil(left / replica.acceptance_length)
-        s.decoding.add(i)
-        heapq.heappush(s.finishes, (r.finish_tick, i))
-        heapq.heappush(s.latest, (-r.admitted, i))
+        _start_decode(replica, s, r, i)
     return finished
+
+
+def _start_decode(replica: SimReplica, s: _State, r: _Req, i: int) -> None:
+    """Sequence ``i`` decodes from the next step: the steps its remaining tokens take, scheduled to finish."""
+    r.start_tick = s.tick
+    r.finish_tick = s.tick + math.ceil((r.output - r.emitted) / replica.acceptance_length)
+    s.decoding.add(i)
+    heapq.heappush(s.finishes, (r.finish_tick, i))
+    heapq.heappush(s.latest, (-r.admitted, i))
 
 
 def _finish_decodes(replica: SimReplica, s: _State, reqs: list[_Req]) -> list[int]:
@@ -465,6 +509,7 @@ def _result(reqs: list[_Req], s: _State, targets: Targets) -> SimResult:
         preemptions=s.preemptions,
         mean_running=s.busy_seq_s / duration,
         ttft_s=tuple(ttft),
+        e2e_s=tuple(e2e),
     )
 
 

@@ -26,6 +26,8 @@ def sentence(m: SimulatedMiss) -> str:
         f"{rps(m.load_rps)} req/s a replica ({m.requests:,} requests; planned {seconds(m.planned_s)}), "
         f"target {seconds(m.target_s)}"
     )
+    if m.group.endswith("prefill pool"):
+        text += " (the prefill pool's share of the targets)"
     if m.held_rps is None:
         return text
     if m.held_rps <= 0:

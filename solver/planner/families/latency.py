@@ -14,9 +14,10 @@ The scheduler simulation can overrule the rate. Where a returned design's replic
 target simulated at the load it receives at peak (evaluation/simulated.py), the pipeline gives the row
 ``held[w,r]``: the largest load per replica at which the simulation meets every target (:func:`with_held`).
 Demand splits in proportion to the rates, so a replica of row r receives ``D_w * rate[w,r] / C_side``
-(``C_side = sum_r' rate[w,r'] * x[w,r']``, each side), and the load is capped:
+(``C_side = sum_r' rate[w,r'] * x[w,r']`` over the rows serving that side: an aggregated row both sides, a
+prefill or decode pool's row its own, each pool held apart), and the load is capped:
 
-    lit and sel[w,r] => C_side >= D_w * rate[w,r] / held[w,r]     for every row with a held load
+    lit and sel[w,r] => C_side >= D_w * rate[w,r] / held[w,r]     for every row with a held load, each side it serves
     lit => x[w,r] = 0                                             for every row held at 0
 
 One shape alone: ``x[w,r] >= ceil(D_w / held[w,r])``, the per-row floor (:func:`floor` gives it).
@@ -59,18 +60,20 @@ def floor(wc: WorkloadCandidates, s: ServingScale) -> tuple[list[int], int] | No
 
 def with_held(table: CandidateTable, held: Sequence[HeldLoad]) -> CandidateTable:
     """``table`` with each row a design's group ran on given the load the simulation held its targets at (the
-    smallest where several, and never above the row's earlier held load); ``table`` itself when no row changes."""
+    smallest where several, and never above the row's earlier held load); ``table`` itself when no row changes.
+    A group's role picks the row's: an aggregated group holds a ``both`` row, a pool's group its pool's row."""
     caps: dict[tuple[str, tuple[object, ...]], float] = {}
     for h in held:
         g = h.group
-        key = (h.workload, (g.gpu, g.tp, g.pp, g.quant, g.kv_cache, g.ep, g.attention_dp, g.batch))
+        role = "both" if g.role == "aggregated" else g.role
+        key = (h.workload, (role, g.gpu, g.tp, g.pp, g.quant, g.kv_cache, g.ep, g.attention_dp, g.batch))
         caps[key] = min(caps.get(key, math.inf), h.held_rps)
     changed = False
 
     def capped(wc: WorkloadCandidates, row: ServingRow) -> ServingRow:
         nonlocal changed
-        key = (wc.name, (row.gpu_id, row.tp, row.pp, row.quant, row.kv_precision, row.ep, row.attention_dp, row.batch))
-        cap = caps.get(key) if row.role == "both" else None
+        shape = (row.role, row.gpu_id, row.tp, row.pp, row.quant, row.kv_precision, row.ep, row.attention_dp, row.batch)
+        cap = caps.get((wc.name, shape))
         if cap is None or (row.held_rps is not None and row.held_rps <= cap):
             return row
         changed = True
@@ -118,6 +121,8 @@ def _add_held(ctx: FamilyContext, wc: WorkloadCandidates, s: ServingScale) -> No
         # rates capped at the demand, as the capacity terms are (a replica of rate >= D takes D / x)
         need = -(-s.demand * min(s.rate[r], s.demand) // s.held[r])
         for side in wc.sides():
+            if not row.serves(side):  # a pool's row: its own side's replicas share its load
+                continue
             terms = v.side_replicas(wc, s.rate, side)
             ctx.model.add(sum(terms) >= need).only_enforce_if([ctx.lit, v.selected(wc.index, r)])
 
@@ -164,10 +169,16 @@ def check(d: DesignFacts) -> bool:
         if any(r.rate_rps <= 0 for _, r in rows):
             return False
         demand = wc.demand_rps
-        cap = side_capacity(wc, rows, lambda r, demand=demand: min(r.rate_rps, demand))  # type: ignore[misc]
         for _, r in rows:
-            # the load a replica receives, against its held load (1e-6: the model's integer rates)
-            if r.held_rps is not None and demand * min(r.rate_rps, demand) > cap * r.held_rps * (1 + 1e-6):
+            if r.held_rps is None:
+                continue
+            # the load a replica receives on the sides it serves, against its held load (1e-6: integer rates)
+            cap = min(
+                sum(a.replicas * min(x.rate_rps, demand) for a, x in rows if x.serves(side))
+                for side in wc.sides()
+                if r.serves(side)
+            )
+            if demand * min(r.rate_rps, demand) > cap * r.held_rps * (1 + 1e-6):
                 return False
     return demand_met(d, _applies, _capacity)
 
