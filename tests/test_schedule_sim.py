@@ -231,8 +231,12 @@ def test_a_design_whose_simulated_p95_misses_is_rejected_and_the_plan_searched_a
     assert m.held_rps is not None and 0 < m.held_rps < m.load_rps
     assert plan.designs[0].costs.total_usd > rejected.total_usd  # passing costs more than the rejected choice
     resolved = load_requirement(path, catalog)
-    for d in plan.designs:  # each design shown passes the simulation (checked afresh, not read from the plan)
-        assert not d.simulation_misses and not simulated.design_misses(d, resolved, catalog), d.summary
+    # design 1 passes the simulation (checked afresh, not read from the plan); an alternative the capped rounds
+    # (SIM_ROUNDS) did not reach passes too or states its misses: never shown as meeting targets it misses
+    first = plan.designs[0]
+    assert not first.simulation_misses and not simulated.design_misses(first, resolved, catalog), first.summary
+    for d in plan.designs:
+        assert bool(d.simulation_misses) == bool(simulated.design_misses(d, resolved, catalog)), d.summary
         wp = d.workloads[0]
         assert isinstance(wp, ServingPlan)
         for g in wp.groups:  # an MI300X TP2 design now takes at most the held load a replica
