@@ -50,14 +50,15 @@ def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> 
 
 @pytest.mark.slow
 def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_path: Path) -> None:
-    """70B example, aggregated: design 1 is owned; the rent side hosts the same replica groups, each as
-    ``estimate`` rents it."""
+    """70B example, aggregated and on MI300X (a GPU a cloud rents; no catalog cloud rents MI355X): design 1 is
+    owned; the rent side hosts the same replica groups, each as ``estimate`` rents it."""
     from clusterplan.design.estimate import estimate_requirement
     from clusterplan.requirement.load import load_requirement
     from clusterplan.requirement.schema import PinnedConfig
 
     doc = yaml.safe_load(example("70b-serving").read_text(encoding="utf-8"))
     doc["workloads"][0]["disaggregation"] = "off"
+    doc["constraints"] = {"allowed_gpus": ["mi300x"]}
     path = tmp_path / "70b-aggregated.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     design = plan_file(path, catalog, explain=False).designs[0]
