@@ -24,6 +24,7 @@ from clusterplan.explain.infeasibility import (
     TARGET_FIELDS,
     Retarget,
     TargetKey,
+    Verify,
     analyse,
     find_conflict,
     unplaceable_report,
@@ -107,8 +108,10 @@ def plan_table(
     retarget: Retarget | None = None,
     timings: Timings | None = None,
     budget: TimeBudget | None = None,
+    verify: Verify | None = None,
 ) -> Plan:
-    """Plan ``table``; ``budget``: the command's time budget (default: a fresh one of the settings' limit)."""
+    """Plan ``table``; ``budget``: the command's time budget (default: a fresh one of the settings' limit);
+    ``verify``: what planning at moved p95 targets returns (a target trade's design, see :func:`verifier`)."""
     opts = options or PlanOptions()
     if opts.objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {opts.objective!r}")
@@ -144,7 +147,7 @@ def plan_table(
     full = bool(opts.explain) and not partial
     # The explanation of the best design runs beside the ranking of the others (the same results as after it).
     ranked, explanation = rank_designs_and(
-        planner, (lambda best: explain(planner, best, retarget=retarget)) if full else None, top=opts.top
+        planner, (lambda best: explain(planner, best, retarget=retarget, verify=verify)) if full else None, top=opts.top
     )
     first = ranked.first
     objective = ranked.objective  # design 1's: the designs are sorted by it
@@ -351,6 +354,40 @@ def simulation_searched(
     return final.model_copy(update={"simulation_rejected": rejected}) if rejected else final
 
 
+def retargeted(resolved: ResolvedRequirement, factors: Mapping[TargetKey, float]) -> ResolvedRequirement:
+    """``resolved`` with each serving workload's p95 targets times its factors (absent: 1)."""
+    req = resolved.requirement
+    workloads = [
+        w.model_copy(
+            update={k: getattr(w, k) * factors.get((i, k), 1.0) for k in TARGET_FIELDS if getattr(w, k) is not None}
+        )
+        if w.kind == "serving"
+        else w
+        for i, w in enumerate(req.workloads)
+    ]
+    return replace(resolved, requirement=req.model_copy(update={"workloads": workloads}))
+
+
+def verifier(
+    retarget: Retarget,
+    opts: PlanOptions,
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    replan: Callable[[CandidateTable, PlanOptions], Plan],
+) -> Verify:
+    """What planning the requirement with its p95 targets scaled returns: the retargeted table searched as ``solve``
+    searches its own (the analytical model, then the simulation's re-search), designs only (no explanation, so no
+    trade of its own): one path per design, so a target trade states the design ``solve`` at that target returns."""
+    search = replace(opts, explain="design")
+
+    def verify(factors: Mapping[TargetKey, float]) -> Plan:
+        table = retarget(factors)
+        at = retargeted(resolved, factors)  # the simulation holds the moved targets
+        return simulation_searched(replan(table, search), table, search, at, catalog, replan)
+
+    return verify
+
+
 def plan_requirement(
     resolved: ResolvedRequirement,
     catalog: Catalog,
@@ -383,7 +420,7 @@ def plan_requirement(
     def replan(t: CandidateTable, o: PlanOptions) -> Plan:
         return plan_table(
             t, o, file=str(resolved.path), catalog_fingerprint=catalog.fingerprint(), retarget=retarget, timings=tm,
-            budget=budget,
+            budget=budget, verify=verifier(retarget, opts, resolved, catalog, replan),
         )  # fmt: skip
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a

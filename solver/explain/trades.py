@@ -31,17 +31,18 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from clusterplan.candidates.table import CandidateTable
-from clusterplan.explain.designs import hardware_lines, summary_text
+from clusterplan.explain.designs import costs_of, hardware_lines, summary_text
 from clusterplan.explain.infeasibility import (
     TARGET_FIELDS,
     Retarget,
     TargetKey,
+    Verify,
     least_target_factors,
     relaxed_at,
     serving_targets,
     target_change,
 )
-from clusterplan.plan import ConstraintCheck, Trade
+from clusterplan.plan import ConstraintCheck, Plan, Trade
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, TradeRead
 from clusterplan.planner.families.goals import Bound, Goal
@@ -67,24 +68,39 @@ def read_trade(table: CandidateTable, best: Solution, read: TradeRead) -> Trade:
 
 
 def with_trade(
-    planner: Planner, best: Outcome, check: ConstraintCheck, relaxed: Outcome | None, retarget: Retarget | None
+    planner: Planner,
+    best: Outcome,
+    check: ConstraintCheck,
+    relaxed: Outcome | None,
+    retarget: Retarget | None,
+    verify: Verify | None = None,
 ) -> ConstraintCheck:
-    """``check`` with its trade, when it binds a min-cost plan and has none yet."""
+    """``check`` with its trade, when it binds a min-cost plan and has none yet (``verify``: see :func:`trade`)."""
     if check.status != "binding" or check.trade is not None or relaxed is None:
         return check
     if PRIMARY_GOAL[planner.objective] is not Goal.MIN_TOTAL:
         return check  # a trade is priced in dollars: min-cost plans only
-    t = trade(planner, best, check.family, relaxed, retarget)
+    t = trade(planner, best, check.family, relaxed, retarget, verify)
     return check if t is None else check.model_copy(update={"trade": t})
 
 
-def trade(planner: Planner, best: Outcome, fid: str, relaxed: Outcome, retarget: Retarget | None) -> Trade | None:
-    """The least move of binding family ``fid`` that admits a design cheaper than ``best``."""
+def trade(
+    planner: Planner,
+    best: Outcome,
+    fid: str,
+    relaxed: Outcome,
+    retarget: Retarget | None,
+    verify: Verify | None = None,
+) -> Trade | None:
+    """The least move of binding family ``fid`` that admits a design cheaper than ``best``. ``verify``: what planning
+    at moved p95 targets returns (the scheduler simulation's re-search included); a target trade is then that plan's
+    design 1, and none where that is no cheaper than ``best`` (the simulation rejects what the analytical search
+    found)."""
     r = family(fid).relaxation
     assert r is not None and best.solution is not None
     if r.by_targets and retarget is not None:
-        found = _target_trade(planner, best.solution, retarget, relaxed)
-        if found is not None:
+        searched, found = _target_trade(planner, best.solution, retarget, relaxed, verify)
+        if searched:
             return found
     elif r.goal is not Goal.MIN_TOTAL:
         found = _least_move(planner, best.solution, fid, r)
@@ -185,14 +201,42 @@ def at_resolution(table: CandidateTable, planner: Planner) -> CandidateTable:
     )
 
 
-def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed: Outcome) -> Trade | None:
+def _verified(planner: Planner, best: Solution, change: str, plan: Plan) -> Trade | None:
+    """The trade as planning at the moved targets returns it (``plan``: its design 1), when that is cheaper than
+    ``best`` (both priced by the same path, to the cent); None: it is not."""
+    if not plan.designs:
+        return None
+    d = plan.designs[0]
+    best_usd = costs_of(planner.table, best, hardware_lines(planner.table, best)).total_usd
+    saving_usd = round(best_usd - d.costs.total_usd, 2)
+    if saving_usd < 0.01:
+        return None
+    least = plan.status == SolveStatus.OPTIMAL.value
+    return Trade(change=change, total_usd=d.costs.total_usd, saving_usd=saving_usd, design=d.summary, least=least)
+
+
+def _moving(known: Mapping[TargetKey, float] | None) -> dict[TargetKey, float] | None:
+    """``known`` (the relaxed design's ceiling p95s over the targets) as the simulation may read it: which targets
+    must move at all (those the relaxed design exceeds), but not where a cheaper design is known to exist, since the
+    simulation may reject that design (the search brackets from :data:`TRADE_FIRST_FACTOR`, probing, instead)."""
+    if known is None:
+        return None
+    return {k: max(f, TRADE_FIRST_FACTOR) if f > 1.0 else 1.0 for k, f in known.items()}
+
+
+def _target_trade(
+    planner: Planner, best: Solution, retarget: Retarget, relaxed: Outcome, verify: Verify | None
+) -> tuple[bool, Trade | None]:
     """The least common factor on the p95 targets that admits a cheaper design, targets that need not
     move given back (each probe: rebuild the serving candidates, min-cost solve with total < best). The
     relaxed design's p95s at its ceiling rates bound the search from above and name the targets that
-    must move at all."""
+    must move at all. With ``verify``, the design at the factors found is what planning there returns
+    (one plan, the simulation's re-search included), the trade only where that is cheaper.
+
+    Returns whether the search found such factors, and the trade."""
     targets = serving_targets(planner.table)
     if not targets:
-        return None
+        return False, None
     probes: dict[tuple[tuple[TargetKey, float], ...], tuple[Planner, Outcome]] = {}
 
     def key(factors: Mapping[TargetKey, float]) -> tuple[tuple[TargetKey, float], ...]:
@@ -207,29 +251,47 @@ def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed:
         p = Planner(table, objective=planner.objective, settings=planner.settings, budget=planner.meter())
         return p, p.solve(goal=Goal.MIN_TOTAL, bounds=[_cheaper(best)])
 
+    verified: dict[tuple[tuple[TargetKey, float], ...], Trade | None] = {}
+
+    def trade_at(factors: Mapping[TargetKey, float]) -> Trade | None:
+        """What planning at ``factors`` returns, when cheaper (``verify``: one plan per factors probed)."""
+        assert verify is not None
+        k = key(factors)
+        if k not in verified:
+            verified[k] = _verified(planner, best, target_change(targets, factors, "→"), verify(factors))
+        return verified[k]
+
     def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
         k = key(factors)
         if k not in probes:
             if planner.meter().spent():
                 return SolveStatus.UNKNOWN
             probes[k] = probe(factors, max_usd)
-        return probes[k][1].status
+        status = probes[k][1].status
+        # The analytical probe first (no cheaper design there: none after the simulation holds rows either), then
+        # where it finds one, whether planning there (the simulation's re-search included) returns one.
+        if verify is None or not status.has_solution or trade_at(factors) is not None:
+            return status
+        return SolveStatus.UNKNOWN if planner.meter().spent() else SolveStatus.INFEASIBLE
 
+    known = _known_factors(planner.table, targets, relaxed)
     found = least_target_factors(
         targets,
         status_at,
         shrink_max=0,
         first=TRADE_FIRST_FACTOR,
         tolerance=TRADE_TOLERANCE,
-        known=_known_factors(planner.table, targets, relaxed),
+        known=known if verify is None else _moving(known),
     )
     if not found.status.has_solution:
-        return None
+        return False, None
+    if verify is not None:
+        return True, trade_at(found.factors)
+    change = target_change(targets, found.factors, "→")
     # The trade's design from the whole table at the factors found (among equally cheap designs, the one a
     # solve of the whole table returns: what the plan showed before the probes were cut down).
     p, out = probe(found.factors, None)
     if out.solution is None:  # the time limit stopped this solve: the probe's own design
         p, out = probes[key(found.factors)]
     assert out.solution is not None
-    change = target_change(targets, found.factors, "→")
-    return _trade(p.table, best, out.solution, change, least=out.status is SolveStatus.OPTIMAL)
+    return True, _trade(p.table, best, out.solution, change, least=out.status is SolveStatus.OPTIMAL)
