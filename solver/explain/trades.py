@@ -215,15 +215,6 @@ def _verified(planner: Planner, best: Solution, change: str, plan: Plan) -> Trad
     return Trade(change=change, total_usd=d.costs.total_usd, saving_usd=saving_usd, design=d.summary, least=least)
 
 
-def _moving(known: Mapping[TargetKey, float] | None) -> dict[TargetKey, float] | None:
-    """``known`` (the relaxed design's ceiling p95s over the targets) as the simulation may read it: which targets
-    must move at all (those the relaxed design exceeds), but not where a cheaper design is known to exist, since the
-    simulation may reject that design (the search brackets from :data:`TRADE_FIRST_FACTOR`, probing, instead)."""
-    if known is None:
-        return None
-    return {k: max(f, TRADE_FIRST_FACTOR) if f > 1.0 else 1.0 for k, f in known.items()}
-
-
 def _target_trade(
     planner: Planner, best: Solution, retarget: Retarget, relaxed: Outcome, verify: Verify | None
 ) -> tuple[bool, Trade | None]:
@@ -281,7 +272,7 @@ def _target_trade(
         shrink_max=0,
         first=TRADE_FIRST_FACTOR,
         tolerance=TRADE_TOLERANCE,
-        known=known if verify is None else _moving(known),
+        known=known,  # without a probe at its top: the last step verifies it (``trade_at``) as any other
     )
     if not found.status.has_solution:
         return False, None
