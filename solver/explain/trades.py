@@ -27,7 +27,7 @@ move is in the requirement's words (``Relaxing.at``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from clusterplan.candidates.table import CandidateTable
@@ -36,6 +36,7 @@ from clusterplan.explain.infeasibility import (
     TARGET_FIELDS,
     Retarget,
     TargetKey,
+    TargetSearch,
     Verify,
     least_target_factors,
     relaxed_at,
@@ -258,26 +259,37 @@ def _target_trade(
             if planner.meter().spent():
                 return SolveStatus.UNKNOWN
             probes[k] = probe(factors, max_usd)
-        status = probes[k][1].status
-        # The analytical probe first (no cheaper design there: none after the simulation holds rows either), then
-        # where it finds one, whether planning there (the simulation's re-search included) returns one.
-        if verify is None or not status.has_solution or trade_at(factors) is not None:
+        return probes[k][1].status
+
+    def verified_status(factors: Mapping[TargetKey, float]) -> SolveStatus:
+        """The analytical probe first (no cheaper design there: none once the simulation holds rows either), then
+        where it finds one, whether planning there (the simulation's re-search included) returns one."""
+        status = status_at(factors)
+        if not status.has_solution or trade_at(factors) is not None:
             return status
         return SolveStatus.UNKNOWN if planner.meter().spent() else SolveStatus.INFEASIBLE
 
-    known = _known_factors(planner.table, targets, relaxed)
-    found = least_target_factors(
-        targets,
-        status_at,
-        shrink_max=0,
-        first=TRADE_FIRST_FACTOR,
-        tolerance=TRADE_TOLERANCE,
-        known=known,  # without a probe at its top: the last step verifies it (``trade_at``) as any other
-    )
+    def search(status: Callable[[Mapping[TargetKey, float]], SolveStatus]) -> TargetSearch:
+        return least_target_factors(
+            targets,
+            status,
+            shrink_max=0,
+            first=TRADE_FIRST_FACTOR,
+            tolerance=TRADE_TOLERANCE,
+            known=_known_factors(planner.table, targets, relaxed),
+        )
+
+    found = search(status_at)
     if not found.status.has_solution:
         return False, None
     if verify is not None:
-        return True, trade_at(found.factors)
+        # One plan where the simulation admits the analytical search's design; where it rejects it, the search again
+        # with each cheaper design it finds planned (the bracket's known top, never probed, planned at the end).
+        t = trade_at(found.factors)
+        if t is None:
+            found = search(verified_status)
+            t = trade_at(found.factors) if found.status.has_solution else None
+        return True, t
     change = target_change(targets, found.factors, "→")
     # The trade's design from the whole table at the factors found (among equally cheap designs, the one a
     # solve of the whole table returns: what the plan showed before the probes were cut down).
