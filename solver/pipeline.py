@@ -315,8 +315,11 @@ def simulation_searched(
     resolved: ResolvedRequirement,
     catalog: Catalog,
     replan: Callable[[CandidateTable, PlanOptions], Plan],
+    *,
+    explained: bool = True,
 ) -> Plan:
-    """``plan`` (the analytical model's, of ``table``) searched again while its designs fail the scheduler simulation.
+    """``plan`` (the analytical model's, of ``table``; ``explained``: planned with ``opts``, else designs only, and
+    the table the search settles on is then always planned with ``opts``) searched again while its designs fail the scheduler simulation.
 
     Each round simulates the designs at peak load (:mod:`clusterplan.evaluation.simulated`); every row whose
     replicas miss a target gets the load the simulation holds the targets at (``latency.with_held``: a latency
@@ -346,7 +349,7 @@ def simulation_searched(
                 SimulatedRejection(round=n, summary=first.summary, total_usd=first.costs.total_usd, misses=misses)
             )
         plan, table = attempt, capped
-    if table is start:
+    if table is start and explained:
         return plan
     final = plan if opts.explain == "design" else replan(table, opts)
     if len(final.designs) < len(plan.designs):
@@ -425,7 +428,10 @@ def plan_requirement(
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
     # what-if point too: its row is the design that point's own solve returns).
-    plan = simulation_searched(replan(table, opts), table, opts, resolved, catalog, replan)
+    # The whole explanation (its target trades plan at the moved targets: costly) only of the table the search settles
+    # on, never of a round the simulation then rejects.
+    search = replace(opts, explain="design") if opts.explain is True else opts
+    plan = simulation_searched(replan(table, search), table, opts, resolved, catalog, replan, explained=search is opts)
     designs = plan.designs
     if opts.annotate:
         # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
