@@ -211,7 +211,7 @@ def test_a_target_trade_is_the_plan_at_the_moved_targets_and_none_where_that_is_
     def latency(verify):  # type: ignore[no-untyped-def]
         (lat,) = [
             c
-            for c in explain(Planner(base.table), best, retarget=retarget, verify=verify).constraints  # type: ignore[arg-type]
+            for c in explain(Planner(base.table), best, retarget=retarget, verify=verify).constraints
             if c.family == "latency"
         ]
         assert lat.status == "binding"
