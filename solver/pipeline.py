@@ -381,9 +381,9 @@ def verifier(
     """What planning the requirement with its p95 targets scaled returns: the retargeted table searched as ``solve``
     searches its own (the analytical model, then the simulation's re-search), designs only (no explanation, so no
     trade of its own): one path per design, so a target trade states the design ``solve`` at that target returns."""
-    search = replace(opts, explain="design")
 
-    def verify(factors: Mapping[TargetKey, float]) -> Plan:
+    def verify(factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan:
+        search = replace(opts, explain="design", top=1 if first_only else opts.top)
         table = retarget(factors)
         at = retargeted(resolved, factors)  # the simulation holds the moved targets
         return simulation_searched(replan(table, search), table, search, at, catalog, replan)

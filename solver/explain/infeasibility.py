@@ -57,9 +57,11 @@ class Retarget(Protocol):
 
 class Verify(Protocol):
     """Each target times its factor (absent: 1) -> the designs that planning the requirement so changed returns:
-    the analytical search, then the scheduler simulation's re-search (what ``solve`` at those targets returns)."""
+    the analytical search, then the scheduler simulation's re-search (what ``solve`` at those targets returns);
+    ``first_only``: ranking and simulating design 1 alone (a search's probe: cheaper, and design 1 may then differ
+    where another ranked design's simulated miss would have held a row it uses)."""
 
-    def __call__(self, factors: Mapping[TargetKey, float]) -> Plan: ...
+    def __call__(self, factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan: ...
 
 
 TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")

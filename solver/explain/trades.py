@@ -261,11 +261,17 @@ def _target_trade(
             probes[k] = probe(factors, max_usd)
         return probes[k][1].status
 
+    quick: dict[tuple[tuple[TargetKey, float], ...], bool] = {}
+
     def verified_status(factors: Mapping[TargetKey, float]) -> SolveStatus:
         """The analytical probe first (no cheaper design there: none once the simulation holds rows either), then
-        where it finds one, whether planning there (the simulation's re-search included) returns one."""
+        where it finds one, whether planning there (the simulation's re-search included, design 1 alone) returns one."""
         status = status_at(factors)
-        if not status.has_solution or trade_at(factors) is not None:
+        k = key(factors)
+        if status.has_solution and k not in verified and k not in quick:
+            assert verify is not None
+            quick[k] = _verified(planner, best, "", verify(factors, first_only=True)) is not None
+        if not status.has_solution or (verified[k] is not None if k in verified else quick[k]):
             return status
         return SolveStatus.UNKNOWN if planner.meter().spent() else SolveStatus.INFEASIBLE
 
@@ -284,7 +290,7 @@ def _target_trade(
         return False, None
     if verify is not None:
         # One plan where the simulation admits the analytical search's design; where it rejects it, the search again
-        # with each cheaper design it finds planned (the bracket's known top, never probed, planned at the end).
+        # with each cheaper design it finds planned (design 1 alone), and the factors found planned as solve plans.
         t = trade_at(found.factors)
         if t is None:
             found = search(verified_status)
