@@ -289,13 +289,12 @@ def _target_trade(
     if not found.status.has_solution:
         return False, None
     if verify is not None:
-        # One plan where the simulation admits the analytical search's design; where it rejects it, the search again
-        # with each cheaper design it finds planned (design 1 alone), and the factors found planned as solve plans.
-        t = trade_at(found.factors)
-        if t is None:
+        # The analytical search's factors planned (design 1 alone); where the simulation rejects every cheaper design
+        # there, the search again with each cheaper design it finds so planned. The factors found: planned as solve
+        # plans them, the trade only where that is cheaper.
+        if not verified_status(found.factors).has_solution:
             found = search(verified_status)
-            t = trade_at(found.factors) if found.status.has_solution else None
-        return True, t
+        return True, (trade_at(found.factors) if found.status.has_solution else None)
     change = target_change(targets, found.factors, "→")
     # The trade's design from the whole table at the factors found (among equally cheap designs, the one a
     # solve of the whole table returns: what the plan showed before the probes were cut down).
