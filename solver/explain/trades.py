@@ -213,7 +213,8 @@ def _verified(planner: Planner, best: Solution, change: str, plan: Plan) -> Trad
     if saving_usd < 0.01:
         return None
     least = plan.status == SolveStatus.OPTIMAL.value
-    return Trade(change=change, total_usd=d.costs.total_usd, saving_usd=saving_usd, design=d.summary, least=least)
+    total_usd = round(d.costs.total_usd, 2)  # to the cent, as the best design's total is compared
+    return Trade(change=change, total_usd=total_usd, saving_usd=saving_usd, design=d.summary, least=least)
 
 
 def _target_trade(
