@@ -24,6 +24,7 @@ from clusterplan.explain.infeasibility import (
     TARGET_FIELDS,
     Retarget,
     TargetKey,
+    Verify,
     analyse,
     find_conflict,
     unplaceable_report,
@@ -111,8 +112,10 @@ def plan_table(
     retarget: Retarget | None = None,
     timings: Timings | None = None,
     budget: TimeBudget | None = None,
+    verify: Verify | None = None,
 ) -> Plan:
-    """Plan ``table``; ``budget``: the command's time budget (default: a fresh one of the settings' limit)."""
+    """Plan ``table``; ``budget``: the command's time budget (default: a fresh one of the settings' limit);
+    ``verify``: what planning at moved p95 targets returns (a target trade's design, see :func:`verifier`)."""
     opts = options or PlanOptions()
     if opts.objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {opts.objective!r}")
@@ -149,7 +152,7 @@ def plan_table(
     # The explanation of the best design runs beside the ranking of the others (the same results as after it).
     ranked, explanation = rank_designs_and(
         planner,
-        (lambda best: explain(planner, best, retarget=retarget)) if full else None,
+        (lambda best: explain(planner, best, retarget=retarget, verify=verify)) if full else None,
         top=opts.top,
         variants=opts.variants,
     )
@@ -319,8 +322,11 @@ def simulation_searched(
     resolved: ResolvedRequirement,
     catalog: Catalog,
     replan: Callable[[CandidateTable, PlanOptions], Plan],
+    *,
+    explained: bool = True,
 ) -> Plan:
-    """``plan`` (the analytical model's, of ``table``) searched again while its designs fail the scheduler simulation.
+    """``plan`` (the analytical model's, of ``table``; ``explained``: planned with ``opts``, else designs only, and
+    the table the search settles on is then always planned with ``opts``) searched again while its designs fail the scheduler simulation.
 
     Each round simulates the designs at peak load (:mod:`clusterplan.evaluation.simulated`); every row whose
     replicas miss a target gets the load the simulation holds the targets at (``latency.with_held``: a latency
@@ -350,12 +356,46 @@ def simulation_searched(
                 SimulatedRejection(round=n, summary=first.summary, total_usd=first.costs.total_usd, misses=misses)
             )
         plan, table = attempt, capped
-    if table is start:
+    if table is start and explained:
         return plan
     final = plan if opts.explain == "design" else replan(table, opts)
     if len(final.designs) < len(plan.designs):
         final = plan  # the time limit spent before the explanation's ranking matched the search's: its designs stand
     return final.model_copy(update={"simulation_rejected": rejected}) if rejected else final
+
+
+def retargeted(resolved: ResolvedRequirement, factors: Mapping[TargetKey, float]) -> ResolvedRequirement:
+    """``resolved`` with each serving workload's p95 targets times its factors (absent: 1)."""
+    req = resolved.requirement
+    workloads = [
+        w.model_copy(
+            update={k: getattr(w, k) * factors.get((i, k), 1.0) for k in TARGET_FIELDS if getattr(w, k) is not None}
+        )
+        if w.kind == "serving"
+        else w
+        for i, w in enumerate(req.workloads)
+    ]
+    return replace(resolved, requirement=req.model_copy(update={"workloads": workloads}))
+
+
+def verifier(
+    retarget: Retarget,
+    opts: PlanOptions,
+    resolved: ResolvedRequirement,
+    catalog: Catalog,
+    replan: Callable[[CandidateTable, PlanOptions], Plan],
+) -> Verify:
+    """What planning the requirement with its p95 targets scaled returns: the retargeted table searched as ``solve``
+    searches its own (the analytical model, then the simulation's re-search), designs only (no explanation, so no
+    trade of its own): one path per design, so a target trade states the design ``solve`` at that target returns."""
+
+    def verify(factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan:
+        search = replace(opts, explain="design", top=1 if first_only else opts.top)
+        table = retarget(factors)
+        at = retargeted(resolved, factors)  # the simulation holds the moved targets
+        return simulation_searched(replan(table, search), table, search, at, catalog, replan)
+
+    return verify
 
 
 def plan_requirement(
@@ -390,12 +430,15 @@ def plan_requirement(
     def replan(t: CandidateTable, o: PlanOptions) -> Plan:
         return plan_table(
             t, o, file=str(resolved.path), catalog_fingerprint=catalog.fingerprint(), retarget=retarget, timings=tm,
-            budget=budget,
+            budget=budget, verify=verifier(retarget, opts, resolved, catalog, replan),
         )  # fmt: skip
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
     # what-if point too: its row is the design that point's own solve returns).
-    plan = simulation_searched(replan(table, opts), table, opts, resolved, catalog, replan)
+    # The whole explanation (its target trades plan at the moved targets: costly) only of the table the search settles
+    # on, never of a round the simulation then rejects.
+    search = replace(opts, explain="design") if opts.explain is True else opts
+    plan = simulation_searched(replan(table, search), table, opts, resolved, catalog, replan, explained=search is opts)
     designs = plan.designs
     if opts.annotate:
         # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -177,3 +178,58 @@ def test_a_family_binds_exactly_when_switching_it_off_unbounded_finds_a_better_d
         if binds:
             assert check.relaxed_total_usd == pytest.approx(off.objective / 100.0)
     assert set(verdicts.values()) == {True, False}  # both kinds checked
+
+
+@pytest.mark.slow
+def test_a_target_trade_is_the_plan_at_the_moved_targets_and_none_where_that_is_no_cheaper(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    """70B example on H200, aggregated (its end-to-end target binds): with a verification (planning at the moved targets, the scheduler simulation's re-search
+    included) a p95-target trade states that plan's design 1 and its total; where that plan returns nothing cheaper
+    than the best design (every cheaper design rejected in simulation), no target move is offered."""
+    from clusterplan.candidates.build import CandidateCache, build_candidates
+    from clusterplan.explain.binding import explain
+    from clusterplan.pipeline import PlanOptions, plan_table, retargeter
+    from clusterplan.requirement.load import load_requirement
+
+    path = tmp_path / "70b.yaml"
+    text = example("70b-serving").read_text().replace("p95_latency: 5s", 'p95_latency: 5s\n    disaggregation: "off"')
+    path.write_text(text + "constraints:\n  allowed_gpus: [h200]\n")
+    resolved = load_requirement(path, catalog)
+    cache = CandidateCache()
+    base = Planner(build_candidates(resolved, catalog, cache=cache))
+    retarget = retargeter(resolved, catalog, base.table, cache=cache)
+    best = Planner(base.table).solve(goal=Goal.MIN_TOTAL)
+    assert best.solution is not None
+    same = plan_table(base.table, PlanOptions(top=1, explain="design"))  # the best design itself: nothing cheaper
+    asked: list[object] = []
+
+    def rejecting(factors, first_only=False):  # type: ignore[no-untyped-def]
+        asked.append(dict(factors))
+        return same
+
+    def latency(verify):  # type: ignore[no-untyped-def]
+        (lat,) = [
+            c
+            for c in explain(Planner(base.table), best, retarget=retarget, verify=verify).constraints
+            if c.family == "latency"
+        ]
+        assert lat.status == "binding"
+        return lat
+
+    # the analytical model alone admits a cheaper design at looser targets
+    analytical = latency(None).trade
+    assert analytical is not None and analytical.least and "→" in analytical.change
+    rejected = latency(rejecting).trade
+    assert asked  # each cheaper design the analytical search found was planned
+    # no target move is offered (at most the targets dropped, the switched-off optimum: an upper bound)
+    assert rejected is None or (not rejected.least and "→" not in rejected.change), rejected
+    cheaper = same.designs[0].model_copy(
+        update={
+            "summary": "the verified design",
+            "costs": same.designs[0].costs.model_copy(update={"total_usd": same.designs[0].costs.total_usd - 100.0}),
+        }
+    )
+    verified = latency(lambda f, first_only=False: same.model_copy(update={"designs": [cheaper]})).trade
+    assert verified is not None
+    assert verified.design == "the verified design" and verified.saving_usd == pytest.approx(100.0)

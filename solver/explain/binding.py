@@ -28,7 +28,7 @@ from clusterplan.candidates.table import (
     most_common_reason,
 )
 from clusterplan.explain.designs import facts, hardware_lines, margins, summary_text
-from clusterplan.explain.infeasibility import Retarget, find_conflict
+from clusterplan.explain.infeasibility import Retarget, Verify, find_conflict
 from clusterplan.explain.trades import read_trade, with_trade
 from clusterplan.physics.reasons import ReasonCategory
 from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostCause, LostGpu, MixNote
@@ -339,12 +339,18 @@ def memory_option_lines(table: CandidateTable, best: Outcome) -> list[str]:
 
 
 def explain(
-    planner: Planner, best: Outcome, *, lost_limit: int = LOST_GPU_LIMIT, retarget: Retarget | None = None
+    planner: Planner,
+    best: Outcome,
+    *,
+    lost_limit: int = LOST_GPU_LIMIT,
+    retarget: Retarget | None = None,
+    verify: Verify | None = None,
 ) -> Explanation:
     """The whole explanation of the best design; ``retarget`` (the requirement's table with p95 targets
-    scaled) lets a binding latency family say at which targets a cheaper design appears."""
+    scaled) lets a binding latency family say at which targets a cheaper design appears, ``verify`` (planning
+    at those targets) what design planning there returns."""
     table = planner.table
-    checks = [with_trade(planner, best, c, relaxed, retarget) for c, relaxed in _checks(planner, best)]
+    checks = [with_trade(planner, best, c, relaxed, retarget, verify) for c, relaxed in _checks(planner, best)]
     notes = list(table.notes)
     counts = Counter(e.family for wc in table.workloads for e in wc.exclusions)
     counts.update(e.family for e in table.offer_exclusions)  # cloud offers of a tier not allowed

@@ -35,7 +35,7 @@ from clusterplan.candidates.table import (
 )
 from clusterplan.explain.designs import facts, hardware_lines, summary_text
 from clusterplan.physics.reasons import Reason
-from clusterplan.plan import FamilyRef, Infeasibility, Relaxation
+from clusterplan.plan import FamilyRef, Infeasibility, Plan, Relaxation
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, RelaxedAt
 from clusterplan.planner.families.goals import Goal
@@ -53,6 +53,15 @@ class Retarget(Protocol):
     ``max_usd``: without the serving rows no design costing at most that can use (a trade's probe)."""
 
     def __call__(self, factors: Mapping[TargetKey, float], *, max_usd: float | None = None) -> CandidateTable: ...
+
+
+class Verify(Protocol):
+    """Each target times its factor (absent: 1) -> the designs that planning the requirement so changed returns:
+    the analytical search, then the scheduler simulation's re-search (what ``solve`` at those targets returns);
+    ``first_only``: ranking and simulating design 1 alone (a search's probe: cheaper, and design 1 may then differ
+    where another ranked design's simulated miss would have held a row it uses)."""
+
+    def __call__(self, factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan: ...
 
 
 TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")

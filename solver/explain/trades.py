@@ -27,21 +27,23 @@ move is in the requirement's words (``Relaxing.at``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from clusterplan.candidates.table import CandidateTable
-from clusterplan.explain.designs import hardware_lines, summary_text
+from clusterplan.explain.designs import costs_of, hardware_lines, summary_text
 from clusterplan.explain.infeasibility import (
     TARGET_FIELDS,
     Retarget,
     TargetKey,
+    TargetSearch,
+    Verify,
     least_target_factors,
     relaxed_at,
     serving_targets,
     target_change,
 )
-from clusterplan.plan import ConstraintCheck, Trade
+from clusterplan.plan import ConstraintCheck, Plan, Trade
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, TradeRead
 from clusterplan.planner.families.goals import Bound, Goal
@@ -67,24 +69,39 @@ def read_trade(table: CandidateTable, best: Solution, read: TradeRead) -> Trade:
 
 
 def with_trade(
-    planner: Planner, best: Outcome, check: ConstraintCheck, relaxed: Outcome | None, retarget: Retarget | None
+    planner: Planner,
+    best: Outcome,
+    check: ConstraintCheck,
+    relaxed: Outcome | None,
+    retarget: Retarget | None,
+    verify: Verify | None = None,
 ) -> ConstraintCheck:
-    """``check`` with its trade, when it binds a min-cost plan and has none yet."""
+    """``check`` with its trade, when it binds a min-cost plan and has none yet (``verify``: see :func:`trade`)."""
     if check.status != "binding" or check.trade is not None or relaxed is None:
         return check
     if PRIMARY_GOAL[planner.objective] is not Goal.MIN_TOTAL:
         return check  # a trade is priced in dollars: min-cost plans only
-    t = trade(planner, best, check.family, relaxed, retarget)
+    t = trade(planner, best, check.family, relaxed, retarget, verify)
     return check if t is None else check.model_copy(update={"trade": t})
 
 
-def trade(planner: Planner, best: Outcome, fid: str, relaxed: Outcome, retarget: Retarget | None) -> Trade | None:
-    """The least move of binding family ``fid`` that admits a design cheaper than ``best``."""
+def trade(
+    planner: Planner,
+    best: Outcome,
+    fid: str,
+    relaxed: Outcome,
+    retarget: Retarget | None,
+    verify: Verify | None = None,
+) -> Trade | None:
+    """The least move of binding family ``fid`` that admits a design cheaper than ``best``. ``verify``: what planning
+    at moved p95 targets returns (the scheduler simulation's re-search included); a target trade is then that plan's
+    design 1, and none where that is no cheaper than ``best`` (the simulation rejects what the analytical search
+    found)."""
     r = family(fid).relaxation
     assert r is not None and best.solution is not None
     if r.by_targets and retarget is not None:
-        found = _target_trade(planner, best.solution, retarget, relaxed)
-        if found is not None:
+        searched, found = _target_trade(planner, best.solution, retarget, relaxed, verify)
+        if searched:
             return found
     elif r.goal is not Goal.MIN_TOTAL:
         found = _least_move(planner, best.solution, fid, r)
@@ -185,14 +202,34 @@ def at_resolution(table: CandidateTable, planner: Planner) -> CandidateTable:
     )
 
 
-def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed: Outcome) -> Trade | None:
+def _verified(planner: Planner, best: Solution, change: str, plan: Plan) -> Trade | None:
+    """The trade as planning at the moved targets returns it (``plan``: its design 1), when that is cheaper than
+    ``best`` (both priced by the same path, to the cent); None: it is not."""
+    if not plan.designs:
+        return None
+    d = plan.designs[0]
+    best_usd = costs_of(planner.table, best, hardware_lines(planner.table, best)).total_usd
+    saving_usd = round(best_usd - d.costs.total_usd, 2)
+    if saving_usd < 0.01:
+        return None
+    least = plan.status == SolveStatus.OPTIMAL.value
+    total_usd = round(d.costs.total_usd, 2)  # to the cent, as the best design's total is compared
+    return Trade(change=change, total_usd=total_usd, saving_usd=saving_usd, design=d.summary, least=least)
+
+
+def _target_trade(
+    planner: Planner, best: Solution, retarget: Retarget, relaxed: Outcome, verify: Verify | None
+) -> tuple[bool, Trade | None]:
     """The least common factor on the p95 targets that admits a cheaper design, targets that need not
     move given back (each probe: rebuild the serving candidates, min-cost solve with total < best). The
     relaxed design's p95s at its ceiling rates bound the search from above and name the targets that
-    must move at all."""
+    must move at all. With ``verify``, the design at the factors found is what planning there returns
+    (one plan, the simulation's re-search included), the trade only where that is cheaper.
+
+    Returns whether the search found such factors, and the trade."""
     targets = serving_targets(planner.table)
     if not targets:
-        return None
+        return False, None
     probes: dict[tuple[tuple[TargetKey, float], ...], tuple[Planner, Outcome]] = {}
 
     def key(factors: Mapping[TargetKey, float]) -> tuple[tuple[TargetKey, float], ...]:
@@ -207,6 +244,16 @@ def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed:
         p = Planner(table, objective=planner.objective, settings=planner.settings, budget=planner.meter())
         return p, p.solve(goal=Goal.MIN_TOTAL, bounds=[_cheaper(best)])
 
+    verified: dict[tuple[tuple[TargetKey, float], ...], Trade | None] = {}
+
+    def trade_at(factors: Mapping[TargetKey, float]) -> Trade | None:
+        """What planning at ``factors`` returns, when cheaper (``verify``: one plan per factors probed)."""
+        assert verify is not None
+        k = key(factors)
+        if k not in verified:
+            verified[k] = _verified(planner, best, target_change(targets, factors, "→"), verify(factors))
+        return verified[k]
+
     def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
         k = key(factors)
         if k not in probes:
@@ -215,21 +262,45 @@ def _target_trade(planner: Planner, best: Solution, retarget: Retarget, relaxed:
             probes[k] = probe(factors, max_usd)
         return probes[k][1].status
 
-    found = least_target_factors(
-        targets,
-        status_at,
-        shrink_max=0,
-        first=TRADE_FIRST_FACTOR,
-        tolerance=TRADE_TOLERANCE,
-        known=_known_factors(planner.table, targets, relaxed),
-    )
+    quick: dict[tuple[tuple[TargetKey, float], ...], bool] = {}
+
+    def verified_status(factors: Mapping[TargetKey, float]) -> SolveStatus:
+        """The analytical probe first (no cheaper design there: none once the simulation holds rows either), then
+        where it finds one, whether planning there (the simulation's re-search included, design 1 alone) returns one."""
+        status = status_at(factors)
+        k = key(factors)
+        if status.has_solution and k not in verified and k not in quick:
+            assert verify is not None
+            quick[k] = _verified(planner, best, "", verify(factors, first_only=True)) is not None
+        if not status.has_solution or (verified[k] is not None if k in verified else quick[k]):
+            return status
+        return SolveStatus.UNKNOWN if planner.meter().spent() else SolveStatus.INFEASIBLE
+
+    def search(status: Callable[[Mapping[TargetKey, float]], SolveStatus]) -> TargetSearch:
+        return least_target_factors(
+            targets,
+            status,
+            shrink_max=0,
+            first=TRADE_FIRST_FACTOR,
+            tolerance=TRADE_TOLERANCE,
+            known=_known_factors(planner.table, targets, relaxed),
+        )
+
+    found = search(status_at)
     if not found.status.has_solution:
-        return None
+        return False, None
+    if verify is not None:
+        # The analytical search's factors planned (design 1 alone); where the simulation rejects every cheaper design
+        # there, the search again with each cheaper design it finds so planned. The factors found: planned as solve
+        # plans them, the trade only where that is cheaper.
+        if not verified_status(found.factors).has_solution:
+            found = search(verified_status)
+        return True, (trade_at(found.factors) if found.status.has_solution else None)
+    change = target_change(targets, found.factors, "→")
     # The trade's design from the whole table at the factors found (among equally cheap designs, the one a
     # solve of the whole table returns: what the plan showed before the probes were cut down).
     p, out = probe(found.factors, None)
     if out.solution is None:  # the time limit stopped this solve: the probe's own design
         p, out = probes[key(found.factors)]
     assert out.solution is not None
-    change = target_change(targets, found.factors, "→")
-    return _trade(p.table, best, out.solution, change, least=out.status is SolveStatus.OPTIMAL)
+    return True, _trade(p.table, best, out.solution, change, least=out.status is SolveStatus.OPTIMAL)
