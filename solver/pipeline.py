@@ -150,12 +150,8 @@ def plan_table(
     partial = opts.explain in ("binding", "design")  # a what-if point or an export: the design and what binds
     full = bool(opts.explain) and not partial
     # The explanation of the best design runs beside the ranking of the others (the same results as after it).
-    ranked, explanation = rank_designs_and(
-        planner,
-        (lambda best: explain(planner, best, retarget=retarget, verify=verify)) if full else None,
-        top=opts.top,
-        variants=opts.variants,
-    )
+    explainer = (lambda best: explain(planner, best, retarget=retarget, verify=verify)) if full else None
+    ranked, explanation = rank_designs_and(planner, explainer, top=opts.top, variants=opts.variants)
     first = ranked.first
     objective = ranked.objective  # design 1's: the designs are sorted by it
     gap = None
