@@ -16,26 +16,14 @@ from clusterplan.physics import disagg
 from clusterplan.physics import schedule_sim as sim
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.step import decode_step_s
-from clusterplan.physics.types import DecodeStepModel
 from clusterplan.plan import ServingPlan
 from clusterplan.planner.families import latency
 from clusterplan.render import plan_markdown
 from clusterplan.requirement.load import load_requirement
 from conftest import ROOT, plan_file
+from test_schedule_sim import STEP, _replica  # the toy replica both files simulate
 
 EXAMPLE_70B = ROOT / "examples" / "requirements" / "70b-serving.yaml"
-
-# A toy replica: a 20 ms decode step plus 0.1 ms a sequence; 20 us a prompt token alone, 10 us riding a step.
-STEP = DecodeStepModel(pp=1, dense_weights_s=0.02, expert_weights_s=0.0, kv_per_seq_s=1e-4, compute_per_seq_s=0.0)
-
-
-def _replica(**update: object) -> sim.SimReplica:
-    values: dict = dict(
-        step_model=STEP, prefill_token_busy_s=1e-5, prefill_token_alone_s=2e-5, chunk_tokens=2048, max_seqs=256,
-        kv_pool_tokens=10_000_000, kv_block_tokens=16,
-    )  # fmt: skip
-    values.update(update)
-    return sim.SimReplica(**values)
 
 
 def test_a_prefill_replica_at_low_load_takes_one_prefill_and_the_transfer() -> None:

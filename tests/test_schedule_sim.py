@@ -29,7 +29,7 @@ PINNED_70B = [str(EXAMPLE_70B), "--gpu", "h100-sxm", "--count", "8", "--tp", "8"
 STEP = DecodeStepModel(pp=1, dense_weights_s=0.02, expert_weights_s=0.0, kv_per_seq_s=1e-4, compute_per_seq_s=0.0)
 
 
-def _replica(**update: float) -> sim.SimReplica:
+def _replica(**update: object) -> sim.SimReplica:
     values: dict = dict(
         step_model=STEP, prefill_token_busy_s=1e-5, prefill_token_alone_s=2e-5, chunk_tokens=2048, max_seqs=256,
         kv_pool_tokens=10_000_000, kv_block_tokens=16,
