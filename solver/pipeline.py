@@ -356,8 +356,24 @@ def simulation_searched(
         return plan
     final = plan if opts.explain == "design" else replan(table, opts)
     if len(final.designs) < len(plan.designs):
-        final = plan  # the time limit spent before the explanation's ranking matched the search's: its designs stand
+        final = _explained(plan, final)  # the time limit spent before the explanation's ranking matched the search's
     return final.model_copy(update={"simulation_rejected": rejected}) if rejected else final
+
+
+def _explained(search: Plan, explained: Plan) -> Plan:
+    """The search's designs (more than the explained plan's ranking reached within the time limit), with the
+    explanation of design 1 where both plans chose the same one: nothing the search found is lost, and a plan cut
+    short still says what binds its best design (``explanation.complete`` false)."""
+    if not explained.designs or explained.designs[0].hardware != search.designs[0].hardware:
+        return search
+    first = explained.designs[0].model_copy(update={"labels": search.designs[0].labels})
+    return search.model_copy(
+        update={
+            "designs": [first, *search.designs[1:]],
+            "explanation": explained.explanation,
+            "disaggregation": explained.disaggregation,
+        }
+    )
 
 
 def retargeted(resolved: ResolvedRequirement, factors: Mapping[TargetKey, float]) -> ResolvedRequirement:
@@ -431,10 +447,10 @@ def plan_requirement(
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
     # what-if point too: its row is the design that point's own solve returns).
-    # The whole explanation (its target trades plan at the moved targets: costly) only of the table the search settles
-    # on, never of a round the simulation then rejects.
-    search = replace(opts, explain="design") if opts.explain is True else opts
-    plan = simulation_searched(replan(table, search), table, opts, resolved, catalog, replan, explained=search is opts)
+    # The first plan is explained as asked: where every design passes (most requirements) it is the answer, and
+    # under a tight --time-limit its explanation is made before a search round spends the budget (planning designs
+    # only first left a time-limited plan with no explanation at all). A round the simulation rejects wastes it.
+    plan = simulation_searched(replan(table, opts), table, opts, resolved, catalog, replan)
     designs = plan.designs
     if opts.annotate:
         # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
