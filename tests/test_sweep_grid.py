@@ -105,8 +105,7 @@ def _solve_alone(task: PointTask) -> tuple[str, str | None, float | None]:
 def test_grid_rows_equal_each_point_solved_alone() -> None:
     base, _ = load_base(SERVING_70B)
     axes = [
-        make_axis(v, base.data, base.catalog, steps=2, log=False)
-        for v in ("budget=400k,2M", "gpu_price.h200=20k,45k")
+        make_axis(v, base.data, base.catalog, steps=2, log=False) for v in ("budget=400k,2M", "gpu_price.h200=20k,45k")
     ]
     result = run_sweep(base, axes, switch_tolerance=None, jobs=2)
     tasks = build_tasks(base, axes, objective="min_cost", solver=SolverSettings())
