@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -35,7 +35,7 @@ from clusterplan.wording.reasons import render_reason
 if TYPE_CHECKING:
     from clusterplan.candidates.table import CandidateTable
     from clusterplan.catalog.load import Catalog
-    from clusterplan.catalog.schema import CloudInstance, ModelArchitecture, OwnedCosts
+    from clusterplan.catalog.schema import CloudInstance, GpuSpec, ModelArchitecture, OwnedCosts
     from clusterplan.evaluation.uncertainty import Derate
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import ServingEstimate
@@ -178,26 +178,15 @@ def _pools_on_a_fabric(design: Design, catalog: Catalog, problems: list[str]) ->
     KV stream crosses over RDMA: evaluation/pools.kv_link; the planner's structure (4d))."""
     from clusterplan.candidates.offerings import has_fabric
 
-    need: dict[str, int] = defaultdict(int)
-    for w in design.workloads:
-        if isinstance(w, ServingPlan):
-            for g in w.groups:
-                spec = catalog.gpus[g.gpu]
-                wide = _stage_groups(g, min(spec.scale_up_domain, spec.max_gpus_per_node))[1] > 1
-                if (g.role != "aggregated" or wide) and spec.gpu_class == "datacenter":
-                    need[g.gpu] += g.cloud_replicas * g.tp * g.pp
-    for gpu, n in sorted(need.items()):
-        cap = sum(
-            x.gpus
-            for x in design.hardware
-            if x.kind == "cloud" and x.trains is None and x.gpu == gpu
-            and has_fabric(catalog, catalog.instances[x.instance_key])
-        )  # fmt: skip
-        if n > cap:
-            problems.append(
-                f"cloud {gpu}: {n} GPUs of prefill and decode pools, {cap} on instances with a fabric between them "
-                "(their KV stream crosses over RDMA)"
-            )
+    def pooled(g: ReplicaGroup, spec: GpuSpec) -> bool:
+        wide = _stage_groups(g, min(spec.scale_up_domain, spec.max_gpus_per_node))[1] > 1
+        return (g.role != "aggregated" or wide) and spec.gpu_class == "datacenter"
+
+    for gpu, n, cap in _cloud_gpus_short(design, catalog, pooled, lambda i: has_fabric(catalog, i)):
+        problems.append(
+            f"cloud {gpu}: {n} GPUs of prefill and decode pools, {cap} on instances with a fabric between them "
+            "(their KV stream crosses over RDMA)"
+        )
 
 
 def _wide_ep_network(design: Design, catalog: Catalog, per_gpu_gb_per_s: float, problems: list[str]) -> None:
@@ -205,25 +194,43 @@ def _wide_ep_network(design: Design, catalog: Catalog, per_gpu_gb_per_s: float, 
     was rated at (the requirement's inter_node_bandwidth_gb_per_s; the planner's structure (4d))."""
     from clusterplan.candidates.offerings import network_per_gpu
 
+    def wide(g: ReplicaGroup, spec: GpuSpec) -> bool:
+        return _stage_groups(g, min(spec.scale_up_domain, spec.max_gpus_per_node))[1] > 1
+
+    def fast(i: CloudInstance) -> bool:
+        return network_per_gpu(catalog, i) >= per_gpu_gb_per_s
+
+    for gpu, n, cap in _cloud_gpus_short(design, catalog, wide, fast):
+        problems.append(
+            f"cloud {gpu}: {n} GPUs of wide-EP replicas, {cap} on instances whose fabric gives "
+            f"{per_gpu_gb_per_s:g} GB/s per GPU (their all-to-all crosses servers at that rate)"
+        )
+
+
+def _cloud_gpus_short(
+    design: Design,
+    catalog: Catalog,
+    needs: Callable[[ReplicaGroup, GpuSpec], bool],
+    fits: Callable[[CloudInstance], bool],
+) -> list[tuple[str, int, int]]:
+    """(GPU, GPUs needed, GPUs placed) per GPU type where the cloud serving replicas that ``needs`` an instance
+    ``fits`` (a fabric, a fast enough one) outnumber the serving GPUs the design rents on such instances."""
     need: dict[str, int] = defaultdict(int)
     for w in design.workloads:
         if isinstance(w, ServingPlan):
             for g in w.groups:
-                spec = catalog.gpus[g.gpu]
-                if _stage_groups(g, min(spec.scale_up_domain, spec.max_gpus_per_node))[1] > 1:
+                if needs(g, catalog.gpus[g.gpu]):
                     need[g.gpu] += g.cloud_replicas * g.tp * g.pp
+    short = []
     for gpu, n in sorted(need.items()):
         cap = sum(
             x.gpus
             for x in design.hardware
-            if x.kind == "cloud" and x.trains is None and x.gpu == gpu
-            and network_per_gpu(catalog, catalog.instances[x.offering.removeprefix("cloud:")]) >= per_gpu_gb_per_s
-        )  # fmt: skip
+            if x.kind == "cloud" and x.trains is None and x.gpu == gpu and fits(catalog.instances[x.instance_key])
+        )
         if n > cap:
-            problems.append(
-                f"cloud {gpu}: {n} GPUs of wide-EP replicas, {cap} on instances whose fabric gives "
-                f"{per_gpu_gb_per_s:g} GB/s per GPU (their all-to-all crosses servers at that rate)"
-            )
+            short.append((gpu, n, cap))
+    return short
 
 
 def _gpus_in_use(priced: list[Priced], sequential: bool) -> int:
