@@ -32,6 +32,7 @@ from clusterplan.explain.infeasibility import (
 )
 from clusterplan.plan import (
     DisaggregationNote,
+    Explanation,
     FamilyRef,
     Infeasibility,
     Plan,
@@ -45,7 +46,7 @@ from clusterplan.plan import (
 from clusterplan.planner.budget import TimeBudget
 from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.families import family, latency
-from clusterplan.planner.solve import Planner, SolverSettings, rank_designs_and
+from clusterplan.planner.solve import Planner, Ranked, SolverSettings, rank_designs_and
 from clusterplan.planner.status import SolveStatus, relative_gap
 
 if TYPE_CHECKING:
@@ -103,6 +104,56 @@ def _status(s: SolveStatus) -> str:
     return s.value if s is not SolveStatus.MODEL_INVALID else "unknown"
 
 
+@dataclass(frozen=True)
+class _Ranked:
+    """One table's planner and its ranked designs (``explanation``: of design 1, where worked out beside them)."""
+
+    table: CandidateTable
+    planner: Planner
+    ranked: Ranked
+    explanation: Explanation | None
+    counted: tuple[float, float, int] = (0.0, 0.0, 0)  # the planner's build s, solve s and solves already in Timings
+
+
+class Rankings:
+    """The designs-only rankings of one command's tables (``explain="design"``), by table: planning a table again
+    with only ``explain`` changed (the simulation search's last table, planned as asked) explains the ranking
+    already made instead of ranking it again. The same designs: a ranking depends on the table, ``top``, the
+    objective, ``variants`` and the solver settings, and on nothing ``explain`` sets (``rank_designs_and``: the
+    ranking with an explanation beside it is the ranking without)."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[tuple[object, ...], _Ranked]] = {}
+
+    @staticmethod
+    def _key(opts: PlanOptions) -> tuple[object, ...]:
+        return (opts.top, opts.objective, opts.variants, opts.settings)
+
+    def keep(self, opts: PlanOptions, made: _Ranked) -> None:
+        self._made[id(made.table)] = (self._key(opts), made)
+
+    def take(self, table: CandidateTable, opts: PlanOptions) -> _Ranked | None:
+        """The ranking kept of ``table`` (this very table) with ``opts``' ranking settings, once; None: none."""
+        entry = self._made.get(id(table))
+        if entry is None or entry[1].table is not table or entry[0] != self._key(opts):
+            return None
+        del self._made[id(table)]
+        return entry[1]
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What planning one table needs besides the table and the options (see :func:`plan_table`)."""
+
+    file: str = ""
+    catalog_fingerprint: str = ""
+    retarget: Retarget | None = None
+    timings: Timings | None = None
+    budget: TimeBudget | None = None
+    verify: Verify | None = None
+    rankings: Rankings | None = None
+
+
 def plan_table(
     table: CandidateTable,
     options: PlanOptions | None = None,
@@ -116,10 +167,16 @@ def plan_table(
 ) -> Plan:
     """Plan ``table``; ``budget``: the command's time budget (default: a fresh one of the settings' limit);
     ``verify``: what planning at moved p95 targets returns (a target trade's design, see :func:`verifier`)."""
-    opts = options or PlanOptions()
+    ctx = _Context(file, catalog_fingerprint, retarget, timings, budget, verify)
+    return _plan_in(table, options or PlanOptions(), ctx)
+
+
+def _plan_in(table: CandidateTable, opts: PlanOptions, ctx: _Context) -> Plan:
+    """:func:`plan_table` in ``ctx``; with ``ctx.rankings``, a designs-only plan keeps its ranking there and a plan
+    of a table already ranked so explains that ranking (the same plan, one ranking fewer)."""
     if opts.objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {opts.objective!r}")
-    ref = RequirementRef(name=table.name, file=file)
+    ref = RequirementRef(name=table.name, file=ctx.file)
     settings = opts.settings
     reasons = unplaceable_workloads(table)
     if reasons:
@@ -137,7 +194,7 @@ def plan_table(
         )
         return Plan(
             requirement=ref,
-            catalog_fingerprint=catalog_fingerprint,
+            catalog_fingerprint=ctx.catalog_fingerprint,
             status="infeasible",
             solver=info,
             designs=[],
@@ -146,12 +203,17 @@ def plan_table(
             precision=precision_gates(table),
             warnings=contradictions(table.limits.deployment, table.limits.inventory),
         )
-    planner = Planner(table, objective=opts.objective, settings=settings, budget=budget)
     partial = opts.explain in ("binding", "design")  # a what-if point or an export: the design and what binds
     full = bool(opts.explain) and not partial
-    # The explanation of the best design runs beside the ranking of the others (the same results as after it).
-    explainer = (lambda best: explain(planner, best, retarget=retarget, verify=verify)) if full else None
-    ranked, explanation = rank_designs_and(planner, explainer, top=opts.top, variants=opts.variants)
+    made = ctx.rankings.take(table, opts) if ctx.rankings is not None else None
+    if made is None:
+        made = _counted(_rank(table, opts, ctx, full=full), ctx.timings)
+        if ctx.rankings is not None and opts.explain == "design":
+            ctx.rankings.keep(opts, made)
+    elif full and made.ranked.designs:
+        best = made.ranked.designs[0]
+        made = replace(made, explanation=explain(made.planner, best, retarget=ctx.retarget, verify=ctx.verify))
+    planner, ranked, explanation = made.planner, made.ranked, made.explanation
     first = ranked.first
     objective = ranked.objective  # design 1's: the designs are sorted by it
     gap = None
@@ -193,7 +255,9 @@ def plan_table(
         tags = report.labels(designs, min_cost=opts.objective == "min_cost")
         designs = [d.model_copy(update={"labels": t}) if t else d for d, t in zip(designs, tags, strict=True)]
     elif ranked.status is SolveStatus.INFEASIBLE and opts.explain != "design":
-        infeasibility = _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=retarget)
+        infeasibility = (
+            _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=ctx.retarget)
+        )
     if ranked.designs and not partial:
         # The cheapest design of the other serving kind (pools or not): a plan shows it, a sweep row does not.
         disaggregation = disagg.comparison(
@@ -204,13 +268,10 @@ def plan_table(
             budget=planner.budget,
             cut_short=any(ranked.cut_short),
         )
-    if timings is not None:
-        timings.build_s += planner.build_s
-        timings.solver_s += planner.solve_s
-        timings.solves += planner.solves
+    _counted(made, ctx.timings)
     return Plan(
         requirement=ref,
-        catalog_fingerprint=catalog_fingerprint,
+        catalog_fingerprint=ctx.catalog_fingerprint,
         status=info.status,
         solver=info,
         designs=designs,
@@ -220,6 +281,26 @@ def plan_table(
         warnings=contradictions(table.limits.deployment, table.limits.inventory),
         disaggregation=disaggregation,
     )
+
+
+def _rank(table: CandidateTable, opts: PlanOptions, ctx: _Context, *, full: bool) -> _Ranked:
+    """``table``'s planner and its ranked designs (``full``: with design 1's explanation, worked out beside them)."""
+    planner = Planner(table, objective=opts.objective, settings=opts.settings, budget=ctx.budget)
+    # The explanation of the best design runs beside the ranking of the others (the same results as after it).
+    explainer = (lambda best: explain(planner, best, retarget=ctx.retarget, verify=ctx.verify)) if full else None
+    ranked, explanation = rank_designs_and(planner, explainer, top=opts.top, variants=opts.variants)
+    return _Ranked(table, planner, ranked, explanation)
+
+
+def _counted(made: _Ranked, timings: Timings | None) -> _Ranked:
+    """``made`` with what its planner has done since it was last counted added to ``timings``."""
+    p = made.planner
+    build_s, solve_s, solves = made.counted
+    if timings is not None:
+        timings.build_s += p.build_s - build_s
+        timings.solver_s += p.solve_s - solve_s
+        timings.solves += p.solves - solves
+    return replace(made, counted=(p.build_s, p.solve_s, p.solves))
 
 
 def precision_gates(table: CandidateTable) -> list[PrecisionGate]:
@@ -318,25 +399,21 @@ def simulation_searched(
     resolved: ResolvedRequirement,
     catalog: Catalog,
     replan: Callable[[CandidateTable, PlanOptions], Plan],
-    *,
-    explained: bool = True,
 ) -> Plan:
-    """``plan`` (the analytical model's, of ``table``; ``explained``: planned with ``opts``, else designs only, and
-    the table the search settles on is then always planned with ``opts``) searched again while its designs fail the scheduler simulation.
+    """``plan`` (the analytical model's designs of ``table``, planned with ``explain="design"``) searched again while
+    its designs fail the scheduler simulation, then planned with ``opts``.
 
     Each round simulates the designs at peak load (:mod:`clusterplan.evaluation.simulated`); every row whose
     replicas miss a target gets the load the simulation holds the targets at (``latency.with_held``: a latency
-    constraint, so CP-SAT still chooses the counts) and the table is solved again (``explain="design"``: the
-    designs only), at most :data:`SIM_ROUNDS` times. A round without designs (every shape held at 0, or the time
-    limit spent) leaves the one before it, its misses stated. The last table is then planned with ``opts`` (the
-    explanation); where the time limit leaves that fewer designs than the search found, the search's plan stands,
-    unexplained. Design 1 of each rejected round is kept in ``Plan.simulation_rejected``. A plan whose designs all
-    pass is returned as it came: no solve is added.
+    constraint, so CP-SAT still chooses the counts) and the table is solved again (designs only), at most
+    :data:`SIM_ROUNDS` times. A round without designs (every shape held at 0, or the time limit spent) leaves the
+    one before it, its misses stated. The table the search settles on is then planned with ``opts`` (``replan``
+    explains the ranking it already made of that table: :class:`Rankings`). Design 1 of each rejected round is kept
+    in ``Plan.simulation_rejected``.
     """
     seen: dict[tuple[object, ...], list[SimulatedMiss]] = {}
     rejected: list[SimulatedRejection] = []
     search = replace(opts, explain="design")
-    start = table
     for n in range(1, SIM_ROUNDS + 1):
         held = [h for d in plan.designs for h in simulated.held_loads(d, resolved, catalog, seen)]
         capped = latency.with_held(table, held)
@@ -352,28 +429,8 @@ def simulation_searched(
                 SimulatedRejection(round=n, summary=first.summary, total_usd=first.costs.total_usd, misses=misses)
             )
         plan, table = attempt, capped
-    if table is start and explained:
-        return plan
     final = plan if opts.explain == "design" else replan(table, opts)
-    if len(final.designs) < len(plan.designs):
-        final = _explained(plan, final)  # the time limit spent before the explanation's ranking matched the search's
     return final.model_copy(update={"simulation_rejected": rejected}) if rejected else final
-
-
-def _explained(search: Plan, explained: Plan) -> Plan:
-    """The search's designs (more than the explained plan's ranking reached within the time limit), with the
-    explanation of design 1 where both plans chose the same one: nothing the search found is lost, and a plan cut
-    short still says what binds its best design (``explanation.complete`` false)."""
-    if not explained.designs or explained.designs[0].hardware != search.designs[0].hardware:
-        return search
-    first = explained.designs[0].model_copy(update={"labels": search.designs[0].labels})
-    return search.model_copy(
-        update={
-            "designs": [first, *search.designs[1:]],
-            "explanation": explained.explanation,
-            "disaggregation": explained.disaggregation,
-        }
-    )
 
 
 def retargeted(resolved: ResolvedRequirement, factors: Mapping[TargetKey, float]) -> ResolvedRequirement:
@@ -438,19 +495,20 @@ def plan_requirement(
     retarget = retargeter(resolved, catalog, table, keep_latency=opts.objective == "min_latency", cache=cache)
 
     tm = timings if timings is not None else Timings()
+    # The search's last table is planned again as asked: its ranking is explained, not made again.
+    ctx = _Context(str(resolved.path), catalog.fingerprint(), retarget, tm, budget, rankings=Rankings())
+    ctx = replace(ctx, verify=verifier(retarget, opts, resolved, catalog, lambda t, o: _plan_in(t, o, ctx)))
 
     def replan(t: CandidateTable, o: PlanOptions) -> Plan:
-        return plan_table(
-            t, o, file=str(resolved.path), catalog_fingerprint=catalog.fingerprint(), retarget=retarget, timings=tm,
-            budget=budget, verify=verifier(retarget, opts, resolved, catalog, replan),
-        )  # fmt: skip
+        return _plan_in(t, o, ctx)
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
-    # what-if point too: its row is the design that point's own solve returns).
-    # The first plan is explained as asked: where every design passes (most requirements) it is the answer, and
-    # under a tight --time-limit its explanation is made before a search round spends the budget (planning designs
-    # only first left a time-limited plan with no explanation at all). A round the simulation rejects wastes it.
-    plan = simulation_searched(replan(table, opts), table, opts, resolved, catalog, replan)
+    # what-if point too: its row is the design that point's own solve returns). Each round ranks designs only; the
+    # table the search settles on is then planned as asked, its ranking explained rather than made again (Rankings):
+    # an explanation is worked out once, of the design returned (one made of a design the simulation then rejected
+    # was thrown away, and on Mixtral it spent the time limit the final explanation needed).
+    search = replace(opts, explain="design")
+    plan = simulation_searched(replan(table, search), table, opts, resolved, catalog, replan)
     designs = plan.designs
     if opts.annotate:
         # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
