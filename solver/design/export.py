@@ -7,10 +7,12 @@ chat service serves the catalog's instruct/chat checkpoint, ``models.yaml`` ``ch
 what the benchmark client the export writes (``vllm bench serve`` and its SGLang and TensorRT-LLM counterparts)
 will report, in that tool's own definitions (:class:`BenchExpected`). Every figure comes from
 :mod:`clusterplan.evaluation.evaluate` (one path per design): the engine is resolved by
-``evaluate.serving_assumptions``, the batch by ``evaluate.group_batch`` (the checker's); an aggregated replica's
-latencies by the scheduler simulation the planner checks its designs with (``evaluation/simulated.py``), a pool's by
-the queueing model, each at the replica's share of the requirement's average request rate. Rendering (command lines, files)
-is :mod:`clusterplan.render.export_view`.
+``evaluate.serving_assumptions``, the batch by ``evaluate.group_batch`` (the checker's); every replica's latencies by
+the scheduler simulation the planner checks its designs with (``evaluation/simulated.py``: an aggregated replica's
+``poisson_run``, a pool replica's ``pool_run`` in its role), each at the replica's share of the requirement's average
+request rate. A disaggregated design's benchmark figures pair each request's TTFT on the prefill replica (queue,
+prefill and the KV transfer) with its time on the decode replica, as the planner's check pairs them
+(:class:`ThroughPools`). Rendering (command lines, files) is :mod:`clusterplan.render.export_view`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from clusterplan.catalog.engine_args import engine_arguments
 from clusterplan.errors import ClusterplanError
 from clusterplan.evaluation import evaluate, pools, simulated
 from clusterplan.physics import disagg, queueing
+from clusterplan.physics import schedule_sim as sim
 from clusterplan.physics.factors import SpeculativeDecoding
 from clusterplan.plan import ReplicaGroup, ServingPlan
 
@@ -47,9 +50,11 @@ _HF_CONFIG = re.compile(r"https://huggingface\.co/([^/]+/[^/]+)/")
 
 
 class Expected(BaseModel):
-    """One replica's figures at its share of the requirement's average rate: an aggregated replica's latencies
-    simulated (evaluation/simulated.py, Poisson arrivals, 1,000 requests, seed 0), a pool's from the queueing model.
-    None: not modelled for this role (a prefill pool's mean wait, its output tokens)."""
+    """One replica's figures at its share of the requirement's average rate, its latencies simulated
+    (evaluation/simulated.py, Poisson arrivals, 1,000 requests, seed 0; a pool's replica in its role): a prefill
+    replica's TTFT and end-to-end are its queue, prefill and KV transfer; a decode replica's are from the KV's
+    arrival, its TTFT 0 (the first token came from the prefill pool). The utilisation and the saturated rate are the
+    analytical model's ratio and rate. None: not given for this role (a prefill replica's output tokens and TPOT)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -72,8 +77,10 @@ class BenchExpected(BaseModel):
     per request ``(latency - TTFT) / (output tokens - 1)`` (the first token excluded), its mean over requests; ITL
     each gap between streamed chunks; E2EL from sending to the last token; request throughput completed requests
     over the run (first send to last completion); output throughput output tokens over the same. Arrivals are
-    open-loop Poisson at ``--request-rate`` (burstiness 1), the queueing model's arrival process. None: a figure
-    the model does not give (a disaggregated design's means, the ITL under speculative decoding)."""
+    open-loop Poisson at ``--request-rate`` (burstiness 1), the queueing model's arrival process. Through a
+    disaggregated design's pools (:class:`ThroughPools`), a request's TTFT is its prefill replica's (queue, prefill
+    and the KV transfer) and its end-to-end that plus its time on the decode replica; TPOT and ITL are the decode
+    replica's. None: a figure the model does not give (the ITL under speculative decoding)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -259,14 +266,23 @@ def _launches(
         k: v for k, v in (("latency", w.p95_latency), ("ttft", w.p95_ttft), ("tpot", w.p95_tpot)) if v is not None
     }
     groups: list[tuple[ReplicaGroup, int, Expected]] = []
+    runs: list[tuple[ReplicaGroup, sim.SimResult]] = []  # each pool group's replica simulated in its role
     for g in wp.groups:
         spec = catalog.gpus[g.gpu]
         batch = evaluate.serving_batch(evaluate.group_batch(arch, spec, w, g, req.assumptions))
         layout = evaluate.replica_layout(g)  # the design's own layout: EP and attention DP as planned
         est = evaluate.serving_estimate(arch, spec, w, layout, batch=batch, assumptions=req.assumptions)
         share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / (weights[g.role] or 1.0)
-        groups.append((g, batch, _expected(est, arch, spec, w, req.assumptions, g.role, share, batch)))
-    bench = bench_expected(w, [(g.role, g.replicas, e) for g, _, e in groups], speculative=a.speculative is not None)
+        expected = _expected(est, arch, spec, w, req.assumptions, g.role, share, batch)
+        if g.role != "aggregated":  # the group as launched: the batch cap of the engine exported
+            run = simulated.pool_run(g.model_copy(update={"batch": batch}), w, share, resolved, catalog)
+            runs.append((g, run))
+            expected = _pool_simulated(expected, run, g.role)
+        groups.append((g, batch, expected))
+    bench = bench_expected(
+        w, [(g.role, g.replicas, e) for g, _, e in groups], speculative=a.speculative is not None,
+        pools=through_pools(runs),
+    )  # fmt: skip
     spec_flag = _speculative_flag(catalog, a, arch, w.name)
     launches: list[Launch] = []
     for g, batch, expected in groups:
@@ -310,8 +326,9 @@ def _expected(
     batch: int,
 ) -> Expected:
     """What one replica of ``role`` should show at ``share`` requests/s: an aggregated replica's scheduler simulated
-    (:func:`_simulated`, the planner's check at the average rate instead of the peak), or the queueing model of a
-    prefill replica (TTFT incl. the KV transfer) or a decode-only one (evaluation/pools.py)."""
+    (:func:`_simulated`, the planner's check at the average rate instead of the peak); a pool replica's utilisation
+    and saturated rate from the pool model of a prefill replica (TTFT incl. the KV transfer) or a decode-only one
+    (evaluation/pools.py), its latencies then replaced by its simulation (:func:`_pool_simulated`)."""
     if role == "prefill":
         p = pools.prefill_at(est, arch, spec, w, base, share)
         return Expected(
@@ -359,15 +376,78 @@ def _simulated(
     )  # fmt: skip
 
 
-def bench_expected(w: ServingWorkload, groups: list[tuple[str, int, Expected]], *, speculative: bool) -> BenchExpected:
+def _pool_simulated(analytical: Expected, run: sim.SimResult, role: str) -> Expected:
+    """A pool replica's figures with its latencies simulated (:func:`clusterplan.evaluation.simulated.pool_run`,
+    ``vllm bench serve``'s definitions): a prefill replica's TTFT (queue, prefill and the KV transfer, which is also
+    its end-to-end: it emits no further token); a decode replica's TTFT (0: the first token came from the prefill
+    pool), TPOT and end-to-end from the KV's arrival. Its rate, utilisation and saturated rate stay ``analytical``'s."""
+
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    decode = role == "decode"
+    return analytical.model_copy(
+        update={
+            "mean_ttft_s": run.ttft.mean_s, "p95_ttft_s": run.ttft.p95_s,
+            "mean_tpot_s": finite(run.tpot.mean_s) if decode else None,
+            "p95_tpot_s": finite(run.tpot.p95_s) if decode else None,
+            "mean_e2e_s": run.e2e.mean_s, "p95_e2e_s": run.e2e.p95_s,
+        }
+    )  # fmt: skip
+
+
+class ThroughPools(BaseModel):
+    """A disaggregated workload's requests as its benchmark sees them through the router: request ``i``'s TTFT on
+    the prefill replica (queue, prefill and the KV transfer) plus its TTFT and its time on the decode replica, the
+    same seeded requests paired as the planner's check pairs them (``evaluation/simulated.py``: the slowest prefill
+    group's replica, by p95 TTFT, with each decode group's). Means over requests (decode groups weighted by the
+    requests they receive); p95s the largest decode group's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mean_ttft_s: float
+    p95_ttft_s: float
+    mean_e2e_s: float
+    p95_e2e_s: float
+
+
+def through_pools(runs: list[tuple[ReplicaGroup, sim.SimResult]]) -> ThroughPools | None:
+    """The benchmark's TTFT and end-to-end through a disaggregated workload's pools (:class:`ThroughPools`) from
+    each pool group's simulated replica; None without both a prefill and a decode group."""
+    prefill = [r for g, r in runs if g.role == "prefill"]
+    decode = [(g.replicas * max(g.rate_rps, g.rate_no_targets_rps), r) for g, r in runs if g.role == "decode"]
+    if not prefill or not decode:
+        return None
+    first = prefill[0]
+    for r in prefill[1:]:  # the slowest prefill replica, as the planner's check takes it
+        if r.ttft.p95_s > first.ttft.p95_s:
+            first = r
+    ttft, e2e = [], []
+    for weight, r in decode:
+        ttft.append((weight, sim.distribution([p + d for p, d in zip(first.ttft_s, r.ttft_s, strict=True)])))
+        e2e.append((weight, sim.distribution([p + d for p, d in zip(first.ttft_s, r.e2e_s, strict=True)])))
+    total = sum(weight for weight, _ in decode) or 1.0
+    return ThroughPools(
+        mean_ttft_s=sum(weight * d.mean_s for weight, d in ttft) / total, p95_ttft_s=max(d.p95_s for _, d in ttft),
+        mean_e2e_s=sum(weight * d.mean_s for weight, d in e2e) / total, p95_e2e_s=max(d.p95_s for _, d in e2e),
+    )  # fmt: skip
+
+
+def bench_expected(
+    w: ServingWorkload,
+    groups: list[tuple[str, int, Expected]],
+    *,
+    speculative: bool,
+    pools: ThroughPools | None = None,
+) -> BenchExpected:
     """The workload's benchmark at its average rate, from its groups' (role, replicas, per-replica figures).
 
     Aggregated: a request is served by one replica, so the run's mean is the replicas' means weighted by the
     requests each receives, and its p95 at most the largest replica p95. Disaggregated: a request's first token
-    leaves the decode pool after its prefill and KV transfer, so TTFT and end-to-end p95 are at most the prefill
-    pool's p95 TTFT plus the decode pool's p95s (the checker's sum, evaluation/pools.py); their means are not
-    modelled. Request throughput: ``N / (N/λ + T)``, the run ending one request lifetime ``T`` (the mean
-    end-to-end latency, else its p95) after the last arrival (vllm/benchmarks/serve.py: completed / duration).
+    leaves the decode pool after its prefill and KV transfer, so its TTFT and end-to-end are the pools' paired
+    (``pools``, :func:`through_pools`: simulated); TPOT and ITL are the decode pool's. Request throughput:
+    ``N / (N/λ + T)``, the run ending one request lifetime ``T`` (the mean end-to-end latency, else its p95) after
+    the last arrival (vllm/benchmarks/serve.py: completed / duration).
     """
     lam = w.requests_per_s
     by_role: dict[str, list[tuple[int, Expected]]] = {}
@@ -380,11 +460,10 @@ def bench_expected(w: ServingWorkload, groups: list[tuple[str, int, Expected]], 
         e2e_p95 = max(e.p95_e2e_s for _, e in agg)
         means = [_weighted(agg, lambda e: e.mean_ttft_s), _weighted(agg, lambda e: e.mean_e2e_s)]
     else:
+        assert pools is not None, "a disaggregated workload has a prefill and a decode pool"
         served = by_role.get("decode", [])
-        prefill = max((e.p95_ttft_s for _, e in by_role.get("prefill", [])), default=0.0)
-        first_p95 = prefill + max((e.p95_ttft_s for _, e in served), default=0.0)
-        e2e_p95 = prefill + max((e.p95_e2e_s for _, e in served), default=0.0)
-        means = [None, None]
+        first_p95, e2e_p95 = pools.p95_ttft_s, pools.p95_e2e_s
+        means = [pools.mean_ttft_s, pools.mean_e2e_s]
     tpot_mean = _weighted(served, lambda e: e.mean_tpot_s)
     lifetime = means[1] if means[1] is not None else e2e_p95
     finite = math.isfinite(lifetime)

@@ -225,6 +225,14 @@ def _pool_run(g: ReplicaGroup, sw: ServingWorkload, load: float, ctx: _Sim) -> s
     return poisson_run(est, sw, a, g.batch, load, role=role, kv_transfer_s=transfer)
 
 
+def pool_run(
+    g: ReplicaGroup, sw: ServingWorkload, load_rps: float, resolved: ResolvedRequirement, catalog: Catalog
+) -> sim.SimResult:
+    """One replica of pool group ``g`` at ``load_rps`` as the planner's check runs it (:func:`_pool_run`):
+    ``export``'s expected figures of a pool (at its share of the average rate)."""
+    return _pool_run(g, sw, load_rps, _Sim(resolved, catalog, {}))
+
+
 def _label(g: ReplicaGroup) -> str:
     """``h200 TP2 fp8``, ``mi300x TP2 fp8 prefill pool``: the group a miss names."""
     text = f"{g.gpu} TP{g.tp}" + (f" PP{g.pp}" if g.pp > 1 else "") + f" {g.quant}"

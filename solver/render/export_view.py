@@ -280,7 +280,7 @@ DEFINITIONS = [
     "  and answer exactly the requirement's lengths (EOS ignored). Not closed loop: no --max-concurrency cap.",
     "  The expected figures of aggregated replicas come from the scheduler simulation the planner checks its designs",
     "  with (each replica stepped under Poisson arrivals at its share of the rate, 1,000 requests, seed 0); a",
-    "  disaggregated design's pools from the queueing model (docs/model.md). The run spans at least ten request",
+    "  disaggregated design's pools from it too, each in its role. The run spans at least ten request",
     "  lifetimes so that the first (filling) and last (draining) lifetime weigh little. p95s are upper bounds",
     "  where a workload has several replica shapes. '-': not modelled. SGLang's bench_serving prints mean, median and",
     "  p99 only: compare its means.",
@@ -319,10 +319,16 @@ def expectations(x: Launch) -> list[str]:
     if x.role == "prefill":
         lines[2] = (
             f"  each replica receives {e.request_rate_rps:,.2f} prompts/s through the router, {e.utilisation:.0%} of "
-            f"its saturated rate: p95 TTFT {seconds(e.p95_ttft_s)} (queueing, prefill and the KV transfer)"
+            f"its saturated rate: TTFT mean {seconds(e.mean_ttft_s)}, p95 {seconds(e.p95_ttft_s)} (queueing, prefill "
+            "and the KV transfer)"
         )
     elif x.role == "decode":
-        lines[2] += " (TTFT here: from the KV's arrival)"
+        lines[2] = (
+            f"  each replica receives {e.request_rate_rps:,.2f} req/s, {e.utilisation:.0%} of its saturated rate: "
+            f"TPOT mean {seconds(e.mean_tpot_s)}, p95 {seconds(e.p95_tpot_s)}; from the KV's arrival to the last "
+            f"token mean {seconds(e.mean_e2e_s)}, p95 {seconds(e.p95_e2e_s)} (the first token comes from the prefill "
+            "pool)"
+        )
     if e.saturated_output_tokens_per_s is not None:
         lines.append(f"  saturated (every slot busy): {e.saturated_output_tokens_per_s:,.0f} output tok/s per replica")
     return lines
@@ -343,6 +349,12 @@ def bench_expectations(x: Launch, script: str) -> list[str]:
         f"p95 {seconds(b.p95_e2el_s)}",
         f"  the busiest replica runs at {b.max_utilisation:.0%} of its saturated rate",
     ]
+    if x.role != "aggregated":
+        lines.append(
+            "  through the pools, each request simulated on both: TTFT is its prefill replica's (queueing, prefill "
+            "and the KV transfer); E2EL that TTFT plus its time on the decode replica from the KV's arrival to the "
+            "last token; TPOT and ITL the decode replica's"
+        )
     if x.shared_prefix_tokens and x.engine == "sglang":
         lines.append(
             f"  the plan assumes {x.prefix_cache_hit_rate:.0%} of prompt tokens hit the prefix cache; SGLang's random "
