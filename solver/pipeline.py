@@ -46,7 +46,7 @@ from clusterplan.plan import (
 from clusterplan.planner.budget import TimeBudget
 from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.families import family, latency
-from clusterplan.planner.solve import Planner, Ranked, SolverSettings, rank_designs_and
+from clusterplan.planner.solve import Planner, Ranked, SolverSettings, add_variants, rank_designs_and
 from clusterplan.planner.status import SolveStatus, relative_gap
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ class _Ranked:
     planner: Planner
     ranked: Ranked
     explanation: Explanation | None
+    variants: bool  # the designs' other layouts looked for
     counted: tuple[float, float, int] = (0.0, 0.0, 0)  # the planner's build s, solve s and solves already in Timings
 
 
@@ -119,15 +120,16 @@ class Rankings:
     """The designs-only rankings of one command's tables (``explain="design"``), by table: planning a table again
     with only ``explain`` changed (the simulation search's last table, planned as asked) explains the ranking
     already made instead of ranking it again. The same designs: a ranking depends on the table, ``top``, the
-    objective, ``variants`` and the solver settings, and on nothing ``explain`` sets (``rank_designs_and``: the
-    ranking with an explanation beside it is the ranking without)."""
+    objective and the solver settings, and on nothing ``explain`` or ``variants`` sets (``rank_designs_and``: the
+    ranking with an explanation beside it is the ranking without; the other layouts of each design are looked for
+    after the ranking, and are then added)."""
 
     def __init__(self) -> None:
         self._made: dict[int, tuple[tuple[object, ...], _Ranked]] = {}
 
     @staticmethod
     def _key(opts: PlanOptions) -> tuple[object, ...]:
-        return (opts.top, opts.objective, opts.variants, opts.settings)
+        return (opts.top, opts.objective, opts.settings)
 
     def keep(self, opts: PlanOptions, made: _Ranked) -> None:
         self._made[id(made.table)] = (self._key(opts), made)
@@ -210,9 +212,12 @@ def _plan_in(table: CandidateTable, opts: PlanOptions, ctx: _Context) -> Plan:
         made = _counted(_rank(table, opts, ctx, full=full), ctx.timings)
         if ctx.rankings is not None and opts.explain == "design":
             ctx.rankings.keep(opts, made)
-    elif full and made.ranked.designs:
-        best = made.ranked.designs[0]
-        made = replace(made, explanation=explain(made.planner, best, retarget=ctx.retarget, verify=ctx.verify))
+    else:
+        if opts.variants and not made.variants:
+            add_variants(made.planner, made.ranked)
+        if full and made.ranked.designs:
+            best = made.ranked.designs[0]
+            made = replace(made, explanation=explain(made.planner, best, retarget=ctx.retarget, verify=ctx.verify))
     planner, ranked, explanation = made.planner, made.ranked, made.explanation
     first = ranked.first
     objective = ranked.objective  # design 1's: the designs are sorted by it
@@ -289,7 +294,7 @@ def _rank(table: CandidateTable, opts: PlanOptions, ctx: _Context, *, full: bool
     # The explanation of the best design runs beside the ranking of the others (the same results as after it).
     explainer = (lambda best: explain(planner, best, retarget=ctx.retarget, verify=ctx.verify)) if full else None
     ranked, explanation = rank_designs_and(planner, explainer, top=opts.top, variants=opts.variants)
-    return _Ranked(table, planner, ranked, explanation)
+    return _Ranked(table, planner, ranked, explanation, opts.variants)
 
 
 def _counted(made: _Ranked, timings: Timings | None) -> _Ranked:
@@ -413,7 +418,7 @@ def simulation_searched(
     """
     seen: dict[tuple[object, ...], list[SimulatedMiss]] = {}
     rejected: list[SimulatedRejection] = []
-    search = replace(opts, explain="design")
+    search = replace(opts, explain="design", variants=False)  # a round's designs' other layouts are never shown
     for n in range(1, SIM_ROUNDS + 1):
         held = [h for d in plan.designs for h in simulated.held_loads(d, resolved, catalog, seen)]
         capped = latency.with_held(table, held)
@@ -459,7 +464,8 @@ def verifier(
     trade of its own): one path per design, so a target trade states the design ``solve`` at that target returns."""
 
     def verify(factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan:
-        search = replace(opts, explain="design", top=1 if first_only else opts.top)
+        # designs only, and no other layouts: a trade reads design 1's hardware and cost
+        search = replace(opts, explain="design", top=1 if first_only else opts.top, variants=False)
         table = retarget(factors)
         at = retargeted(resolved, factors)  # the simulation holds the moved targets
         return simulation_searched(replan(table, search), table, search, at, catalog, replan)
@@ -507,7 +513,7 @@ def plan_requirement(
     # table the search settles on is then planned as asked, its ranking explained rather than made again (Rankings):
     # an explanation is worked out once, of the design returned (one made of a design the simulation then rejected
     # was thrown away, and on Mixtral it spent the time limit the final explanation needed).
-    search = replace(opts, explain="design")
+    search = replace(opts, explain="design", variants=False)
     plan = simulation_searched(replan(table, search), table, opts, resolved, catalog, replan)
     designs = plan.designs
     if opts.annotate:

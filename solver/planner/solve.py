@@ -739,14 +739,14 @@ def rank_designs_and(
     sign = 1.0 if goal.minimise else -1.0
     # Stable: equal objectives keep the order they were found in (the optimum first).
     ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
-    for out, _ in ordered:
-        out.variants = _layout_variants(planner, out) if variants else []
     ranked = Ranked(
         status=first.status,
         designs=[out for out, _ in ordered],
         first=first,
         cut_short=[cut for _, cut in ordered],
     )
+    if variants:
+        add_variants(planner, ranked)
     if early:
         assert ranked.designs[0] is found[0][0]  # the design ``beside`` ran on is the best
     elif beside is not None and ranked.designs:
@@ -774,6 +774,13 @@ def _next_design(planner: Planner, goal: Goal, nogoods: list[Solution]) -> tuple
 
 
 LAYOUT_VARIANTS = 2  # other layouts of one design's hardware a plan lists ("also runs as")
+
+
+def add_variants(planner: Planner, ranked: Ranked) -> None:
+    """Each of ``ranked``'s designs with its other layouts (:func:`_layout_variants`), in rank order: what
+    ``rank_designs_and(..., variants=True)`` adds to a ranking made without them."""
+    for out in ranked.designs:
+        out.variants = _layout_variants(planner, out)
 
 
 def _layout_variants(planner: Planner, out: Outcome) -> list[Solution]:
