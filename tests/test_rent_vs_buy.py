@@ -50,7 +50,7 @@ def test_design_side_at_the_horizon_is_solves_cost(path: Path, catalog: Any) -> 
 
 @pytest.mark.slow
 def test_other_side_is_estimates_price_for_the_same_layout(catalog: Any, tmp_path: Path) -> None:
-    """70B example, aggregated and on MI300X (a GPU a cloud rents; no catalog cloud rents MI355X): design 1 is
+    """70B example, aggregated and on MI300X (a GPU several clouds rent): design 1 is
     owned; the rent side hosts the same replica groups, each as ``estimate`` rents it."""
     from clusterplan.design.estimate import estimate_requirement
     from clusterplan.requirement.load import load_requirement
