@@ -8,6 +8,7 @@ target by the same factor, so an unreachable TTFT dragged the end-to-end target 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -190,13 +191,29 @@ def _retarget(factors: Mapping[tuple[int, str], float], *, max_usd: float | None
     return _latency_table(4.0 if factors.get(P95, 1.0) >= 1.3 else 0.0)
 
 
+@functools.cache
+def _feasible_plan() -> Plan:
+    """A plan of the table at a target the row meets: one design."""
+    from clusterplan.pipeline import PlanOptions, plan_table
+
+    plan = plan_table(_latency_table(4.0), PlanOptions(top=1, explain="design"))
+    assert plan.designs
+    return plan
+
+
 def _planned(admitted: bool) -> Plan:
     """What planning returns (``Verify``), read only for design 1 and its simulated misses: a design the simulation
-    admits, or none."""
-    from clusterplan.plan import Design, Plan, SimulatedMiss
+    admits, or one it rejects (as ``solve`` returns it where its re-search found nothing the simulation admits)."""
+    from clusterplan.plan import SimulatedMiss
 
-    misses = [] if admitted else [SimulatedMiss.model_construct(figure="p95_latency")]
-    return Plan.model_construct(designs=[Design.model_construct(simulation_misses=misses)])
+    plan = _feasible_plan()
+    if admitted:
+        return plan
+    miss = SimulatedMiss(
+        workload="s", figure="p95_latency", group="a TP1 bf16", load_rps=4.0, requests=1000, simulated_s=2.5,
+        planned_s=1.9, target_s=2.0, held_rps=0.0,
+    )  # fmt: skip
+    return plan.model_copy(update={"designs": [plan.designs[0].model_copy(update={"simulation_misses": [miss]})]})
 
 
 def _latency_relaxation(verify: Verify) -> Relaxation:
