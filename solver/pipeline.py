@@ -261,7 +261,9 @@ def _plan_in(table: CandidateTable, opts: PlanOptions, ctx: _Context) -> Plan:
         designs = [d.model_copy(update={"labels": t}) if t else d for d, t in zip(designs, tags, strict=True)]
     elif ranked.status is SolveStatus.INFEASIBLE and opts.explain != "design":
         infeasibility = (
-            _conflict_only(planner) if opts.explain == "binding" else analyse(planner, retarget=ctx.retarget)
+            _conflict_only(planner)
+            if opts.explain == "binding"
+            else analyse(planner, retarget=ctx.retarget, verify=ctx.verify)
         )
     if ranked.designs and not partial:
         # The cheapest design of the other serving kind (pools or not): a plan shows it, a sweep row does not.
@@ -461,14 +463,17 @@ def verifier(
 ) -> Verify:
     """What planning the requirement with its p95 targets scaled returns: the retargeted table searched as ``solve``
     searches its own (the analytical model, then the simulation's re-search), designs only (no explanation, so no
-    trade of its own): one path per design, so a target trade states the design ``solve`` at that target returns."""
+    trade of its own): one path per design, so a target trade states the design ``solve`` at that target returns, and
+    an infeasibility's target relaxation the targets it returns one at. Design 1 comes with the targets it misses
+    simulated (a re-search that found nothing the simulation admits leaves it, as ``solve`` states it)."""
 
     def verify(factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan:
         # designs only, and no other layouts: a trade reads design 1's hardware and cost
         search = replace(opts, explain="design", top=1 if first_only else opts.top, variants=False)
         table = retarget(factors)
         at = retargeted(resolved, factors)  # the simulation holds the moved targets
-        return simulation_searched(replan(table, search), table, search, at, catalog, replan)
+        plan = simulation_searched(replan(table, search), table, search, at, catalog, replan)
+        return plan.model_copy(update={"designs": [*with_simulation(plan.designs[:1], at, catalog), *plan.designs[1:]]})
 
     return verify
 

@@ -438,6 +438,13 @@ class Relaxation(Out):
         description="when this change alone is not enough: the families (ids) that still cannot all hold "
         "with it made, a minimal set; empty otherwise",
     )
+    unverified: Literal["time_limit", "simulation_rejects"] | None = Field(
+        default=None,
+        description="a p95-target relaxation the analytical latency model admits that planning at it (the scheduler "
+        "simulation's re-search included) did not confirm, so restores_feasibility is false: 'time_limit' (the "
+        "check, or the search for looser targets it passes, ran out of time), 'simulation_rejects' (the simulation "
+        "rejects the design planned at every looser target tried); null otherwise",
+    )
 
 
 class Infeasibility(Out):

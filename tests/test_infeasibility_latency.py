@@ -8,18 +8,23 @@ target by the same factor, so an unreachable TTFT dragged the end-to-end target 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from conftest import SMALL_SERVING, assert_not_dangling, example, infeasibility_of, plan_file, solve_doc, write_doc
 
 if TYPE_CHECKING:
+    from clusterplan.candidates.table import CandidateTable
     from clusterplan.catalog.load import Catalog
-    from clusterplan.plan import Plan
+    from clusterplan.explain.infeasibility import Verify
+    from clusterplan.plan import Plan, Relaxation
 
 
 def _with_workload(doc: dict[str, Any], **update: Any) -> dict[str, Any]:
@@ -163,3 +168,136 @@ def test_two_unreachable_targets_each_move_only_as_far_as_they_must(tmp_path: Pa
     for tighter in ({"p95_latency": f"{e2e / 1.1:.4f}s", "p95_tpot": f"{tpot}s"},
                     {"p95_latency": f"{e2e}s", "p95_tpot": f"{tpot / 1.1:.5f}s"}):  # fmt: skip
         assert _infeasible(tmp_path, _with_workload(doc, **tighter), catalog), tighter
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The relaxation is one solve confirms: planning at it, the scheduler simulation's re-search included, returns a design
+# the simulation does not reject. Before, it came from the analytical model alone.
+# --------------------------------------------------------------------------------------------------------------------
+
+P95 = (0, "p95_latency")
+
+
+def _latency_table(rate_rps: float) -> CandidateTable:
+    """One GPU type in the cloud and one row whose p95 latency (target 2 s) allows ``rate_rps`` a replica (0: the
+    target is missed even unloaded)."""
+    from test_planner_families import cloud, row, serve, tbl
+
+    return tbl(serve([row(rate=rate_rps, nolat=4.0)], targets=True), [cloud()])
+
+
+def _retarget(factors: Mapping[tuple[int, str], float], *, max_usd: float | None = None) -> CandidateTable:
+    """The analytical model admits the row from 1.3x the 2 s target."""
+    return _latency_table(4.0 if factors.get(P95, 1.0) >= 1.3 else 0.0)
+
+
+@functools.cache
+def _feasible_plan() -> Plan:
+    """A plan of the table at a target the row meets: one design."""
+    from clusterplan.pipeline import PlanOptions, plan_table
+
+    plan = plan_table(_latency_table(4.0), PlanOptions(top=1, explain="design"))
+    assert plan.designs
+    return plan
+
+
+def _planned(admitted: bool) -> Plan:
+    """What planning returns (``Verify``), read only for design 1 and its simulated misses: a design the simulation
+    admits, or one it rejects (as ``solve`` returns it where its re-search found nothing the simulation admits)."""
+    from clusterplan.plan import SimulatedMiss
+
+    plan = _feasible_plan()
+    if admitted:
+        return plan
+    miss = SimulatedMiss(
+        workload="s", figure="p95_latency", group="a TP1 bf16", load_rps=4.0, requests=1000, simulated_s=2.5,
+        planned_s=1.9, target_s=2.0, held_rps=0.0,
+    )  # fmt: skip
+    return plan.model_copy(update={"designs": [plan.designs[0].model_copy(update={"simulation_misses": [miss]})]})
+
+
+def _latency_relaxation(verify: Verify) -> Relaxation:
+    from clusterplan.explain.infeasibility import analyse
+    from clusterplan.planner.solve import Planner
+
+    planner = Planner(_latency_table(0.0))
+    (rel,) = analyse(planner, retarget=_retarget, verify=verify).relaxations
+    return rel
+
+
+def test_the_p95_relaxation_is_searched_past_targets_the_simulation_rejects() -> None:
+    """Planning admits a design from 2x the target only (the simulation rejects the analytical model's 1.3x): the
+    relaxation states about 4 s, not the 2.6 s the analytical search alone finds, and each probe planned is one the
+    analytical model admits (none below 1.3x)."""
+    planned: list[float] = []
+
+    def verify(factors: Mapping[tuple[int, str], float], *, first_only: bool = False) -> Plan:
+        planned.append(factors[P95])
+        return _planned(factors[P95] >= 2.0)
+
+    analytical = _latency_relaxation(lambda factors, *, first_only=False: _planned(True))
+    m = re.fullmatch(r"s: p95_latency >= ([0-9.]+)s", analytical.change)
+    assert m and 2.6 <= float(m.group(1)) <= 2.6 * 1.04, analytical.change
+    rel = _latency_relaxation(verify)
+    m = re.fullmatch(r"s: p95_latency >= ([0-9.]+)s", rel.change)
+    assert m and rel.restores_feasibility and rel.unverified is None, rel
+    assert 4.0 <= float(m.group(1)) <= 4.0 * 1.04
+    assert planned and min(planned) >= 1.3
+
+
+def test_a_p95_relaxation_the_time_limit_leaves_unverified_is_not_stated_as_restoring_feasibility() -> None:
+    """The simulation rejects the analytical factors and the time limit then stops the search: the relaxation says so
+    by its code and never claims the analytical target restores feasibility."""
+    from clusterplan.planner.solve import Planner
+
+    def spent_verify(planner: Planner) -> Verify:
+        def verify(factors: Mapping[tuple[int, str], float], *, first_only: bool = False) -> Plan:
+            planner.meter().charge(1e9)  # the planning spent what was left of the command's time limit
+            return _planned(False)
+
+        return verify
+
+    from clusterplan.explain.infeasibility import analyse
+
+    planner = Planner(_latency_table(0.0))
+    report = analyse(planner, retarget=_retarget, verify=spent_verify(planner))
+    (rel,) = report.relaxations
+    assert not rel.restores_feasibility and rel.unverified == "time_limit", rel
+    assert rel.change.startswith("s: p95_latency >= 2.6") and "raise --time-limit" in rel.change
+    assert "restores feasibility" not in report.text
+    assert_not_dangling(report.text)
+
+
+def test_a_p95_relaxation_the_simulation_rejects_at_every_target_says_so() -> None:
+    rel = _latency_relaxation(lambda factors, *, first_only=False: _planned(False))
+    assert not rel.restores_feasibility and rel.unverified == "simulation_rejects", rel
+    assert "rejects" in rel.change
+
+
+# The 70B example with a p95 latency no design meets (1 s) and a $100M total budget: the analytical model's least
+# target (1.4 s) admits 576 GB200 at $44.6M, but simulated at peak their p95 is 1.43 s; the simulation holds them to
+# a tenth of that load, and the re-search finds nothing within the budget (it needs 5,688 GPUs).
+TIGHT_70B: dict[str, Any] = {
+    **yaml.safe_load(example("70b-serving").read_text()),
+    "budget": {"horizon": 36, "total": "$100M"},
+}
+TIGHT_70B["workloads"] = [{**TIGHT_70B["workloads"][0], "p95_latency": "1s"}]
+
+
+@pytest.mark.slow
+def test_solve_at_the_stated_p95_relaxation_returns_a_design_the_simulation_accepts(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    """Before: "chat: p95_latency >= 1.4s restores feasibility", and solve at 1.4 s returned 576 GB200 whose simulated
+    p95 (1.43 s) misses 1.4 s. Now the relaxation is a target solve confirms (1.48 s: 144 GB200, $11,211,925.91)."""
+    # The analysis plans about ten times (7.5 CPU s): a limit whose wall-clock net (3x) a loaded machine does not reach
+    # first; at the default 10 s it states the same target.
+    inf = infeasibility_of(tmp_path, TIGHT_70B, "--time-limit", "60")
+    (lat,) = [r for r in inf["relaxations"] if r["family"] == "latency"]
+    assert lat["restores_feasibility"] and lat["unverified"] is None, lat
+    m = re.fullmatch(r"chat: p95_latency >= ([0-9.]+)s", lat["change"])
+    assert m, lat["change"]
+    relaxed = {**TIGHT_70B, "workloads": [{**TIGHT_70B["workloads"][0], "p95_latency": f"{m.group(1)}s"}]}
+    plan = plan_file(write_doc(tmp_path, relaxed, "relaxed.yaml"), catalog, top=5)  # as solve plans it
+    assert plan.status == "optimal" and plan.designs
+    assert plan.designs[0].simulation_misses == [], plan.designs[0].simulation_misses

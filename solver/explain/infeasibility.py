@@ -11,7 +11,12 @@
    family's module say what the optimum stands for (``Relaxing.at``); for a family relaxed by its
    targets (latency), search a common factor on the targets (the rates depend on the targets
    through the queueing physics, so each step rebuilds the serving candidates), then give back
-   every target that need not move.
+   every target that need not move. With a ``Verify`` (what ``solve`` at moved targets returns), the
+   targets stated are ones where planning, the scheduler simulation's re-search included, returns a
+   design the simulation does not reject: where it rejects the analytical search's factors, the
+   search runs again with each probe so planned (:func:`verified_search`, shared with the trades);
+   where the time limit stops that, the relaxation says so (``Relaxation.unverified``) instead of
+   stating factors that may not work.
 4. If relaxing a member alone does not suffice, that is said, with the families that still cannot
    all hold once it is relaxed (a minimal set again), so the user knows what else to change. A solve
    that ran out of time is reported as such, never as "not enough".
@@ -23,7 +28,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from clusterplan.candidates.table import (
     AVAILABILITY,
@@ -35,7 +40,7 @@ from clusterplan.candidates.table import (
 )
 from clusterplan.explain.designs import facts, hardware_lines, summary_text
 from clusterplan.physics.reasons import Reason
-from clusterplan.plan import FamilyRef, Infeasibility, Plan, Relaxation
+from clusterplan.plan import Design, FamilyRef, Infeasibility, Plan, Relaxation
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, RelaxedAt
 from clusterplan.planner.families.goals import Goal
@@ -43,9 +48,12 @@ from clusterplan.planner.solve import Extra, Planner, Solution
 from clusterplan.planner.status import SolveStatus
 from clusterplan.wording import fmt
 from clusterplan.wording.reasons import render_predicate, render_reasons
+from clusterplan.wording.simulated import unverified_relaxation
 
 # A latency target: (workload index, requirement field: p95_latency, p95_ttft or p95_tpot).
 TargetKey = tuple[int, str]
+# Whether a design exists with each target times its factor (absent: 1): a probe of the target search.
+StatusAt = Callable[[Mapping[TargetKey, float]], SolveStatus]
 
 
 class Retarget(Protocol):
@@ -57,7 +65,8 @@ class Retarget(Protocol):
 
 class Verify(Protocol):
     """Each target times its factor (absent: 1) -> the designs that planning the requirement so changed returns:
-    the analytical search, then the scheduler simulation's re-search (what ``solve`` at those targets returns);
+    the analytical search, then the scheduler simulation's re-search (what ``solve`` at those targets returns),
+    design 1 with the targets it misses simulated (``simulation_misses``: see :func:`simulated_first`);
     ``first_only``: ranking and simulating design 1 alone (a search's probe: cheaper, and design 1 may then differ
     where another ranked design's simulated miss would have held a row it uses)."""
 
@@ -181,10 +190,13 @@ def _timed_out(planner: Planner, fid: str) -> Relaxation:
     )
 
 
-def least_relaxation(planner: Planner, fid: str, *, retarget: Retarget | None = None) -> Relaxation:
-    """The smallest change to family ``fid`` that makes the requirement feasible, all else unchanged."""
+def least_relaxation(
+    planner: Planner, fid: str, *, retarget: Retarget | None = None, verify: Verify | None = None
+) -> Relaxation:
+    """The smallest change to family ``fid`` that makes the requirement feasible, all else unchanged (``verify``: a
+    p95-target change is one where planning, the scheduler simulation included, returns a design)."""
     if _relaxing(fid).by_targets and retarget is not None:
-        return _target_relaxation(planner, fid, retarget)
+        return _target_relaxation(planner, fid, retarget, verify)
     return _least_by_solving(planner, fid)
 
 
@@ -237,9 +249,11 @@ def serving_targets(table: CandidateTable) -> list[tuple[TargetKey, str, float]]
     return out
 
 
-def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxation:
+def _target_relaxation(planner: Planner, fid: str, retarget: Retarget, verify: Verify | None) -> Relaxation:
     """The least looser p95 targets that make the requirement feasible, all else unchanged (see
-    :func:`least_target_factors`; each step rebuilds the candidate table: the rates depend on the targets)."""
+    :func:`least_target_factors`; each step rebuilds the candidate table: the rates depend on the targets). With
+    ``verify``, the least at which planning returns a design the scheduler simulation does not reject
+    (:func:`verified_search`; its probes plan design 1 alone)."""
     targets = serving_targets(planner.table)
     if not targets:
         return _least_by_solving(planner, fid)
@@ -261,6 +275,19 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget) -> Relaxa
         return _targets_not_enough(planner, fid, retarget, found.factors)
     if not found.status.has_solution:
         return _timed_out(planner, fid)
+    if verify is not None:
+        # The verified search walks the analytical search's grid, so every probe below its factors is one the
+        # analytical model already rejected (no plan).
+        checked = verified_search(
+            found,
+            lambda status: least_target_factors(targets, status),
+            status_at,
+            lambda factors: simulated_first(verify(factors, first_only=True)) is not None,
+            lambda: planner.meter().spent(),
+        )
+        if not checked.status.has_solution:
+            return _unverified(planner, fid, targets, found.factors, checked.status)
+        found = checked
     return Relaxation(
         family=fid,
         change=target_change(targets, found.factors, ">="),
@@ -369,6 +396,65 @@ def least_target_factors(
     return TargetSearch(status_at(factors), factors)
 
 
+def simulated_first(plan: Plan) -> Design | None:
+    """Design 1 of ``plan`` (what planning at moved targets returns, :class:`Verify`) where the scheduler simulation
+    does not reject it; None where planning returned no design, or design 1 misses a p95 target simulated (the
+    re-search found nothing the simulation admits, and ``solve`` states the miss)."""
+    if not plan.designs or plan.designs[0].simulation_misses:
+        return None
+    return plan.designs[0]
+
+
+def verified_search(
+    found: TargetSearch,
+    search: Callable[[StatusAt], TargetSearch],
+    status_at: StatusAt,
+    admits: Callable[[Mapping[TargetKey, float]], bool],
+    spent: Callable[[], bool],
+) -> TargetSearch:
+    """``found`` (``search`` run on the analytical probe ``status_at``) where planning at its factors, the scheduler
+    simulation's re-search included, admits a design (``admits``); else ``search`` again with each probe so checked:
+    the analytical probe first (no design there: none once the simulation holds rows either), then ``admits`` where
+    it has one. A probe the simulation rejects is INFEASIBLE, or UNKNOWN once the time limit is ``spent`` (planning
+    there was cut short). The infeasibility analysis's relaxation and a trade both search this way."""
+    admitted: dict[tuple[tuple[TargetKey, float], ...], bool] = {}
+
+    def verified_status(factors: Mapping[TargetKey, float]) -> SolveStatus:
+        status = status_at(factors)
+        k = tuple(sorted(factors.items()))
+        if status.has_solution and k not in admitted:
+            admitted[k] = admits(factors)
+        if not status.has_solution or admitted[k]:
+            return status
+        return SolveStatus.UNKNOWN if spent() else SolveStatus.INFEASIBLE
+
+    if not found.status.has_solution or verified_status(found.factors).has_solution:
+        return found
+    return search(verified_status)
+
+
+def _unverified(
+    planner: Planner,
+    fid: str,
+    targets: list[tuple[TargetKey, str, float]],
+    factors: Mapping[TargetKey, float],
+    status: SolveStatus,
+) -> Relaxation:
+    """The analytical model's least targets (``factors``), which planning there did not confirm: the simulation
+    rejects every design up to the loosest targets (``status`` INFEASIBLE), or the time limit stopped the check."""
+    code: Literal["time_limit", "simulation_rejects"] = (
+        "simulation_rejects" if status is SolveStatus.INFEASIBLE else "time_limit"
+    )
+    return Relaxation(
+        family=fid,
+        change=unverified_relaxation(code, target_change(targets, factors, ">="), planner.settings.time_limit_s),
+        value=round(max(factors.values()), 3),
+        unit="x targets",
+        restores_feasibility=False,
+        unverified=code,
+    )
+
+
 def _halvings(ratio: float, tolerance: float) -> int:
     """Bisections of a bracket [lo, lo x ratio] in log space until its ends are within ``tolerance``."""
     if ratio <= tolerance:
@@ -402,8 +488,9 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
-def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibility:
-    """The infeasibility report of a requirement whose primary solve was proven infeasible."""
+def analyse(planner: Planner, *, retarget: Retarget | None = None, verify: Verify | None = None) -> Infeasibility:
+    """The infeasibility report of a requirement whose primary solve was proven infeasible (``verify``: what planning
+    at moved p95 targets returns, so a target relaxation is one ``solve`` confirms)."""
     table = planner.table
     unplaceable = unplaceable_workloads(table)
     if unplaceable:
@@ -428,7 +515,7 @@ def analyse(planner: Planner, *, retarget: Retarget | None = None) -> Infeasibil
             or "no design exists even with every stated constraint relaxed",
         )
     refs = [FamilyRef(id=f, title=family(f).title, sentence=family(f).sentence) for f in conflict]
-    relax = [least_relaxation(planner, f, retarget=retarget) for f in conflict]
+    relax = [least_relaxation(planner, f, retarget=retarget, verify=verify) for f in conflict]
     if causes.sentences and not all(r.restores_feasibility for r in relax):
         # No member of the minimal set alone restores feasibility: the causes, and the change to all of
         # them together, instead of a set whose every relaxation is "not enough".

@@ -42,6 +42,7 @@ from clusterplan.explain.infeasibility import (
     relaxed_at,
     serving_targets,
     target_change,
+    verified_search,
 )
 from clusterplan.plan import ConstraintCheck, Plan, Trade
 from clusterplan.planner.families import Relaxing, family
@@ -244,16 +245,6 @@ def _target_trade(
         p = Planner(table, objective=planner.objective, settings=planner.settings, budget=planner.meter())
         return p, p.solve(goal=Goal.MIN_TOTAL, bounds=[_cheaper(best)])
 
-    verified: dict[tuple[tuple[TargetKey, float], ...], Trade | None] = {}
-
-    def trade_at(factors: Mapping[TargetKey, float]) -> Trade | None:
-        """What planning at ``factors`` returns, when cheaper (``verify``: one plan per factors probed)."""
-        assert verify is not None
-        k = key(factors)
-        if k not in verified:
-            verified[k] = _verified(planner, best, target_change(targets, factors, "→"), verify(factors))
-        return verified[k]
-
     def status_at(factors: Mapping[TargetKey, float]) -> SolveStatus:
         k = key(factors)
         if k not in probes:
@@ -261,20 +252,6 @@ def _target_trade(
                 return SolveStatus.UNKNOWN
             probes[k] = probe(factors, max_usd)
         return probes[k][1].status
-
-    quick: dict[tuple[tuple[TargetKey, float], ...], bool] = {}
-
-    def verified_status(factors: Mapping[TargetKey, float]) -> SolveStatus:
-        """The analytical probe first (no cheaper design there: none once the simulation holds rows either), then
-        where it finds one, whether planning there (the simulation's re-search included, design 1 alone) returns one."""
-        status = status_at(factors)
-        k = key(factors)
-        if status.has_solution and k not in verified and k not in quick:
-            assert verify is not None
-            quick[k] = _verified(planner, best, "", verify(factors, first_only=True)) is not None
-        if not status.has_solution or (verified[k] is not None if k in verified else quick[k]):
-            return status
-        return SolveStatus.UNKNOWN if planner.meter().spent() else SolveStatus.INFEASIBLE
 
     def search(status: Callable[[Mapping[TargetKey, float]], SolveStatus]) -> TargetSearch:
         return least_target_factors(
@@ -293,9 +270,16 @@ def _target_trade(
         # The analytical search's factors planned (design 1 alone); where the simulation rejects every cheaper design
         # there, the search again with each cheaper design it finds so planned. The factors found: planned as solve
         # plans them, the trade only where that is cheaper.
-        if not verified_status(found.factors).has_solution:
-            found = search(verified_status)
-        return True, (trade_at(found.factors) if found.status.has_solution else None)
+        found = verified_search(
+            found,
+            search,
+            status_at,
+            lambda factors: _verified(planner, best, "", verify(factors, first_only=True)) is not None,
+            lambda: planner.meter().spent(),
+        )
+        if not found.status.has_solution:
+            return True, None
+        return True, _verified(planner, best, target_change(targets, found.factors, "→"), verify(found.factors))
     change = target_change(targets, found.factors, "→")
     # The trade's design from the whole table at the factors found (among equally cheap designs, the one a
     # solve of the whole table returns: what the plan showed before the probes were cut down).

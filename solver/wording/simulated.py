@@ -39,3 +39,19 @@ def rejection(r: SimulatedRejection) -> list[str]:
     """``search 1: 8x MI300X (owned), $493,444 — chat: p95 latency 5.65 s simulated ...``: the design, then each
     target it missed."""
     return [f"search {r.round}: {r.summary}, {usd(r.total_usd)}", *(f"  {sentence(m)}" for m in r.misses)]
+
+
+def unverified_relaxation(code: str, change: str, time_limit_s: float) -> str:
+    """A p95-target relaxation (``change``, e.g. ``chat: p95_latency >= 1.4s``) that the analytical latency model
+    admits and planning at it did not confirm, by its code (``plan.Relaxation.unverified``)."""
+    head = f"{change} admits a design in the analytical latency model"
+    if code == "simulation_rejects":
+        return (
+            f"{head}, but the scheduler simulation rejects the design solve plans there and at every looser target "
+            "tried (up to an hour or more each)"
+        )
+    return (
+        f"{head}, but whether solve there returns a design the scheduler simulation does not reject (or at which "
+        f"looser targets it does) was not found within the time limit (--time-limit {time_limit_s:g} s for the whole "
+        "command); raise --time-limit"
+    )
