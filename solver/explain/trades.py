@@ -41,6 +41,7 @@ from clusterplan.explain.infeasibility import (
     least_target_factors,
     relaxed_at,
     serving_targets,
+    simulated_first,
     target_change,
     verified_search,
 )
@@ -204,11 +205,12 @@ def at_resolution(table: CandidateTable, planner: Planner) -> CandidateTable:
 
 
 def _verified(planner: Planner, best: Solution, change: str, plan: Plan) -> Trade | None:
-    """The trade as planning at the moved targets returns it (``plan``: its design 1), when that is cheaper than
-    ``best`` (both priced by the same path, to the cent); None: it is not."""
-    if not plan.designs:
+    """The trade as planning at the moved targets returns it (``plan``: its design 1), when the scheduler simulation
+    does not reject that design and it is cheaper than ``best`` (both priced by the same path, to the cent); None:
+    it is not."""
+    d = simulated_first(plan)
+    if d is None:
         return None
-    d = plan.designs[0]
     best_usd = costs_of(planner.table, best, hardware_lines(planner.table, best)).total_usd
     saving_usd = round(best_usd - d.costs.total_usd, 2)
     if saving_usd < 0.01:
