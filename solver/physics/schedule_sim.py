@@ -492,7 +492,7 @@ def distribution(values: Sequence[float]) -> Distribution:
 
 def _weighted_distribution(pairs: list[tuple[float, int]]) -> Distribution:
     """:func:`distribution` of values given as (value, count) runs, without expanding them."""
-    pairs = sorted(p for p in pairs if p[1] > 0)
+    pairs = _sorted_runs(pairs)
     total = sum(c for _, c in pairs)
     if not total:
         return distribution([])
@@ -509,6 +509,20 @@ def _weighted_distribution(pairs: list[tuple[float, int]]) -> Distribution:
 
     p50, p90, p95, p99 = (at(q) for q in PERCENTILES)
     return Distribution(mean_s=mean, p50_s=p50, p90_s=p90, p95_s=p95, p99_s=p99)
+
+
+def _sorted_runs(pairs: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """``sorted(p for p in pairs if p[1] > 0)``, the same list, sorting the few distinct values rather than every
+    run (a run's steps take one of a few dozen step times). Runs with a NaN (which orders against nothing, so
+    sorting the values apart would not give the pairs' order) are sorted as pairs. (0.0 and -0.0 merge into one
+    value here; the statistics cannot tell them apart: an interpolation and a sum from 0 both give 0.0.)"""
+    counts: dict[float, list[int]] = {}
+    for value, count in pairs:
+        if count > 0:
+            counts.setdefault(value, []).append(count)
+    if any(math.isnan(value) for value in counts):
+        return sorted(p for p in pairs if p[1] > 0)
+    return [(value, count) for value in sorted(counts) for count in sorted(counts[value])]
 
 
 def _result(reqs: list[_Req], s: _State, targets: Targets) -> SimResult:
