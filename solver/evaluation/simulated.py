@@ -33,7 +33,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
@@ -155,11 +155,23 @@ def _group_results(
 
 @dataclass(frozen=True, slots=True)
 class _Sim:
-    """What simulating a design's groups needs: the requirement, the catalog, the runs already made."""
+    """What simulating a design's groups needs: the requirement, the catalog, the runs already made, and each pool
+    group's replica as evaluated once (its estimate, assumptions, role and KV transfer: the same at every load)."""
 
     resolved: ResolvedRequirement
     catalog: Catalog
     cache: _Seen
+    replicas: dict[tuple[object, ...], _PoolReplica] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _PoolReplica:
+    """One replica of a pool group as :func:`poisson_run` takes it."""
+
+    est: ServingEstimate
+    assumptions: Assumptions
+    role: sim.Role
+    kv_transfer_s: float
 
 
 def _pool_results(
@@ -213,6 +225,17 @@ def _pool_load(w: ServingPlan, g: ReplicaGroup) -> float:
 def _pool_run(g: ReplicaGroup, sw: ServingWorkload, load: float, ctx: _Sim) -> sim.SimResult:
     """One replica of pool group ``g`` under Poisson arrivals at ``load`` (:func:`poisson_run` in its role); a
     prefill replica's requests leave after the KV transfer :func:`disagg.kv_transfer_s` prices, as the pool model."""
+    key = (sw.name, g.role, *_shape(g))
+    if (replica := ctx.replicas.get(key)) is None:  # evaluated once: the held bisection runs it at 8 loads
+        replica = ctx.replicas[key] = _pool_replica(g, sw, ctx)
+    return poisson_run(
+        replica.est, sw, replica.assumptions, g.batch, load, role=replica.role, kv_transfer_s=replica.kv_transfer_s
+    )
+
+
+def _pool_replica(g: ReplicaGroup, sw: ServingWorkload, ctx: _Sim) -> _PoolReplica:
+    """One replica of pool group ``g`` evaluated (:func:`evaluate.serving_estimate`, the one path), with its KV
+    transfer if it prefills."""
     from clusterplan.evaluation import pools
 
     req = ctx.resolved.requirement
@@ -229,8 +252,7 @@ def _pool_run(g: ReplicaGroup, sw: ServingWorkload, load: float, ctx: _Sim) -> s
             arch, spec, input_tokens=sw.input_tokens, kv_precision=est.kv_precision, senders=est.tp * est.pp,
             assumptions=a, link=pools.kv_link(spec),
         )  # fmt: skip
-    role: sim.Role = "prefill" if g.role == "prefill" else "decode"
-    return poisson_run(est, sw, a, g.batch, load, role=role, kv_transfer_s=transfer)
+    return _PoolReplica(est, a, "prefill" if g.role == "prefill" else "decode", transfer)
 
 
 def _label(g: ReplicaGroup) -> str:

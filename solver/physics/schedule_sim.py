@@ -223,17 +223,22 @@ def draw_requests(arrival: Arrival, lengths: Lengths, count: int, seed: int) -> 
             return max(1, mean)
         return max(1, rng.randint(math.floor(mean * (1 - r)), math.ceil(mean * (1 + r))))
 
-    gaps = arrival.kind in ("poisson", "gamma")
+    gaps = arrival.kind in ("poisson", "gamma") and count > 0
     # gaps Gamma(shape = 1/cv², mean 1/rate): vLLM's --burstiness is the shape; Poisson is shape 1
     shape = 1.0 if arrival.kind == "poisson" else 1.0 / (arrival.cv * arrival.cv) if gaps else 0.0
     scale = 1.0 / (arrival.rate_per_s * shape) if gaps else 0.0
     sent_at = arrival.kind != "closed"
+    fixed = r <= 0  # fixed lengths draw nothing
+    fixed_in, fixed_out = max(1, lengths.input_tokens), max(1, lengths.output_tokens)
     t = 0.0
     out: list[SimRequest] = []
     for _ in range(count):
         if gaps:
             t += rng.gammavariate(shape, scale)
-        out.append(SimRequest(t if sent_at else 0.0, length(lengths.input_tokens), length(lengths.output_tokens)))
+        if fixed:
+            out.append(SimRequest(t if sent_at else 0.0, fixed_in, fixed_out))
+        else:
+            out.append(SimRequest(t if sent_at else 0.0, length(lengths.input_tokens), length(lengths.output_tokens)))
     return out
 
 
