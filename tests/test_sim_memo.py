@@ -5,6 +5,7 @@ inputs built apart; it stays bounded."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from clusterplan.catalog.load import Catalog
 from clusterplan.evaluation import evaluate, simulated
@@ -89,3 +90,16 @@ def test_the_memo_forgets_the_least_recently_used_past_its_size() -> None:
     memo.put("three", runs[3])
     assert len(memo) == 2 and memo.get("two") is None
     assert memo.get("one") == runs[1] and memo.get("three") == runs[3]
+
+
+def test_a_forked_worker_uses_the_memo_though_a_thread_held_it_as_the_process_forked() -> None:
+    # sweep --jobs forks its workers: a memo lock copied held would hang the worker's first simulation
+    simulated.RUN_MEMO._lock.acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the worker: the memo answers at once
+            os._exit(0 if simulated.RUN_MEMO._lock.acquire(timeout=5) else 1)
+    finally:
+        simulated.RUN_MEMO._lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

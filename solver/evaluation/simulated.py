@@ -372,8 +372,6 @@ class RunMemo:
     def __init__(self, runs: int) -> None:
         self.runs = runs
         self._lock = threading.Lock()
-        # a forked worker starts with a lock of its own (the parent's may have been held by a thread as it forked)
-        os.register_at_fork(after_in_child=self._new_lock)
         self._kept: OrderedDict[str, tuple[sim.SimResult, array[float], array[float]]] = OrderedDict()
 
     def get(self, key: str) -> sim.SimResult | None:
@@ -395,7 +393,8 @@ class RunMemo:
             while len(self._kept) > max(self.runs, 0):
                 self._kept.popitem(last=False)
 
-    def _new_lock(self) -> None:
+    def new_lock(self) -> None:
+        """A lock of its own (a forked worker's: the parent's may have been held by a thread as it forked)."""
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -408,6 +407,7 @@ class RunMemo:
 
 
 RUN_MEMO = RunMemo(RUN_MEMO_RUNS)
+os.register_at_fork(after_in_child=RUN_MEMO.new_lock)
 
 
 def _missed(run: sim.SimResult, targets: sim.Targets) -> list[tuple[SimFigure, float, float]]:
