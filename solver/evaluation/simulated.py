@@ -26,10 +26,17 @@ roles), each pool replica at its share of its side's peak demand (the aggregated
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import threading
+from array import array
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel
 
 from clusterplan.evaluation import evaluate
 from clusterplan.physics import disagg
@@ -47,6 +54,7 @@ SimFigure = Literal["p95_latency", "p95_ttft", "p95_tpot"]
 VERIFY_REQUESTS = 1000  # vllm bench serve's --num-prompts default
 VERIFY_SEED = 0
 HELD_STEPS = 7  # bisections of the held load: within 1/128 of the load the replica missed at
+RUN_MEMO_RUNS = 1024  # simulated runs a process remembers (~17 KiB each: a 1,000-request run's two latency arrays)
 _Seen = dict[tuple[object, ...], list["SimulatedMiss"]]
 
 
@@ -147,11 +155,23 @@ def _group_results(
 
 @dataclass(frozen=True, slots=True)
 class _Sim:
-    """What simulating a design's groups needs: the requirement, the catalog, the runs already made."""
+    """What simulating a design's groups needs: the requirement, the catalog, the runs already made, and each pool
+    group's replica as evaluated once (its estimate, assumptions, role and KV transfer: the same at every load)."""
 
     resolved: ResolvedRequirement
     catalog: Catalog
     cache: _Seen
+    replicas: dict[tuple[object, ...], _PoolReplica] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _PoolReplica:
+    """One replica of a pool group as :func:`poisson_run` takes it."""
+
+    est: ServingEstimate
+    assumptions: Assumptions
+    role: sim.Role
+    kv_transfer_s: float
 
 
 def _pool_results(
@@ -205,6 +225,17 @@ def _pool_load(w: ServingPlan, g: ReplicaGroup) -> float:
 def _pool_run(g: ReplicaGroup, sw: ServingWorkload, load: float, ctx: _Sim) -> sim.SimResult:
     """One replica of pool group ``g`` under Poisson arrivals at ``load`` (:func:`poisson_run` in its role); a
     prefill replica's requests leave after the KV transfer :func:`disagg.kv_transfer_s` prices, as the pool model."""
+    key = (sw.name, g.role, *_shape(g))
+    if (replica := ctx.replicas.get(key)) is None:  # evaluated once: the held bisection runs it at 8 loads
+        replica = ctx.replicas[key] = _pool_replica(g, sw, ctx)
+    return poisson_run(
+        replica.est, sw, replica.assumptions, g.batch, load, role=replica.role, kv_transfer_s=replica.kv_transfer_s
+    )
+
+
+def _pool_replica(g: ReplicaGroup, sw: ServingWorkload, ctx: _Sim) -> _PoolReplica:
+    """One replica of pool group ``g`` evaluated (:func:`evaluate.serving_estimate`, the one path), with its KV
+    transfer if it prefills."""
     from clusterplan.evaluation import pools
 
     req = ctx.resolved.requirement
@@ -221,8 +252,7 @@ def _pool_run(g: ReplicaGroup, sw: ServingWorkload, load: float, ctx: _Sim) -> s
             arch, spec, input_tokens=sw.input_tokens, kv_precision=est.kv_precision, senders=est.tp * est.pp,
             assumptions=a, link=pools.kv_link(spec),
         )  # fmt: skip
-    role: sim.Role = "prefill" if g.role == "prefill" else "decode"
-    return poisson_run(est, sw, a, g.batch, load, role=role, kv_transfer_s=transfer)
+    return _PoolReplica(est, a, "prefill" if g.role == "prefill" else "decode", transfer)
 
 
 def pool_run(
@@ -315,11 +345,77 @@ def poisson_run(
 ) -> sim.SimResult:
     """One replica (``est`` at its ``batch`` cap, in its pool's ``role``) under Poisson arrivals at ``load_rps``:
     :data:`VERIFY_REQUESTS` requests of the workload's lengths, seed :data:`VERIFY_SEED`. The planner's check and
-    ``export``'s expected figures both run this (one simulation per design)."""
+    ``export``'s expected figures both run this (one simulation per design); a run made before in this process is
+    given back from :data:`RUN_MEMO` (exactly: the same floats)."""
     arrival = sim.Arrival("poisson", rate_per_s=load_rps)
     lengths = sim.Lengths(max(1, round(w.input_tokens)), max(1, round(w.output_tokens)))
+    replica = sim_replica(est, w, a, batch, role, kv_transfer_s)
+    key = run_key(replica, arrival, lengths)
+    if (known := RUN_MEMO.get(key)) is not None:
+        return known
     requests = sim.draw_requests(arrival, lengths, VERIFY_REQUESTS, VERIFY_SEED)
-    return sim.simulate(sim_replica(est, w, a, batch, role, kv_transfer_s), requests, arrival)
+    run = sim.simulate(replica, requests, arrival)
+    RUN_MEMO.put(key, run)
+    return run
+
+
+def run_key(replica: sim.SimReplica, arrival: sim.Arrival, lengths: sim.Lengths) -> str:
+    """What decides a :func:`poisson_run`'s result, as one exact value: every field of the replica (its step model's
+    every field too), the arrivals, the lengths, :data:`VERIFY_REQUESTS` and :data:`VERIFY_SEED`. ``repr`` writes a
+    float so that it reads back to the same bits (and tells 0.0 from -0.0, 1 from 1.0): equal keys, equal runs."""
+    fields = tuple(
+        value.model_dump() if isinstance(value, BaseModel) else value
+        for value in (getattr(replica, f.name) for f in dataclasses.fields(replica))
+    )
+    return repr((fields, arrival, lengths, VERIFY_REQUESTS, VERIFY_SEED))
+
+
+class RunMemo:
+    """The simulated runs already made in this process, least recently used first out past ``runs`` of them: the
+    trade checks and each re-search round simulate the same replica at the same load again (a 70B ``solve`` made 117
+    runs, 54 of them different). Per process (a process pool's or Ray's worker keeps its own), lock-guarded for
+    threads. A run's two per-request latency tuples are kept as arrays (8 bytes a value, not 32) and given back as
+    tuples of the same floats."""
+
+    def __init__(self, runs: int) -> None:
+        self.runs = runs
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, tuple[sim.SimResult, array[float], array[float]]] = OrderedDict()
+
+    def get(self, key: str) -> sim.SimResult | None:
+        """The run stored under ``key`` (now the most recently used), or None."""
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None:
+                return None
+            self._kept.move_to_end(key)
+        run, ttft, e2e = kept
+        return dataclasses.replace(run, ttft_s=tuple(ttft), e2e_s=tuple(e2e))
+
+    def put(self, key: str, run: sim.SimResult) -> None:
+        """Remember ``run`` under ``key``, forgetting the least recently used past :attr:`runs`."""
+        kept = (dataclasses.replace(run, ttft_s=(), e2e_s=()), array("d", run.ttft_s), array("d", run.e2e_s))
+        with self._lock:
+            self._kept[key] = kept
+            self._kept.move_to_end(key)
+            while len(self._kept) > max(self.runs, 0):
+                self._kept.popitem(last=False)
+
+    def new_lock(self) -> None:
+        """A lock of its own (a forked worker's: the parent's may have been held by a thread as it forked)."""
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def clear(self) -> None:
+        """Forget every run."""
+        with self._lock:
+            self._kept.clear()
+
+
+RUN_MEMO = RunMemo(RUN_MEMO_RUNS)
+os.register_at_fork(after_in_child=RUN_MEMO.new_lock)
 
 
 def _missed(run: sim.SimResult, targets: sim.Targets) -> list[tuple[SimFigure, float, float]]:

@@ -65,12 +65,15 @@ random dataset ``--random-range-ratio r``).
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 from typing import Literal
 
 from clusterplan.physics.step import decode_step_s
@@ -79,6 +82,7 @@ from clusterplan.physics.types import DecodeStepModel
 ArrivalKind = Literal["closed", "poisson", "gamma", "trace"]
 Role = Literal["aggregated", "prefill", "decode"]
 PERCENTILES = (50, 90, 95, 99)
+_NO_CHUNKS: dict[int, int] = {}  # a step without prompt tokens (read only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,18 +223,22 @@ def draw_requests(arrival: Arrival, lengths: Lengths, count: int, seed: int) -> 
             return max(1, mean)
         return max(1, rng.randint(math.floor(mean * (1 - r)), math.ceil(mean * (1 + r))))
 
+    gaps = arrival.kind in ("poisson", "gamma") and count > 0
+    # gaps Gamma(shape = 1/cv², mean 1/rate): vLLM's --burstiness is the shape; Poisson is shape 1
+    shape = 1.0 if arrival.kind == "poisson" else 1.0 / (arrival.cv * arrival.cv) if gaps else 0.0
+    scale = 1.0 / (arrival.rate_per_s * shape) if gaps else 0.0
+    sent_at = arrival.kind != "closed"
+    fixed = r <= 0  # fixed lengths draw nothing
+    fixed_in, fixed_out = max(1, lengths.input_tokens), max(1, lengths.output_tokens)
     t = 0.0
     out: list[SimRequest] = []
     for _ in range(count):
-        if arrival.kind in ("poisson", "gamma"):
-            # gaps Gamma(shape = 1/cv², mean 1/rate): vLLM's --burstiness is the shape; Poisson is shape 1
-            shape = 1.0 if arrival.kind == "poisson" else 1.0 / (arrival.cv * arrival.cv)
-            t += rng.gammavariate(shape, 1.0 / (arrival.rate_per_s * shape))
-        out.append(
-            SimRequest(
-                t if arrival.kind != "closed" else 0.0, length(lengths.input_tokens), length(lengths.output_tokens)
-            )
-        )
+        if gaps:
+            t += rng.gammavariate(shape, scale)
+        if fixed:
+            out.append(SimRequest(t if sent_at else 0.0, fixed_in, fixed_out))
+        else:
+            out.append(SimRequest(t if sent_at else 0.0, length(lengths.input_tokens), length(lengths.output_tokens)))
     return out
 
 
@@ -243,35 +251,40 @@ def simulate(
     at that moment (the requests' own arrival times are ignored). Otherwise each request is sent at its
     ``arrival_s``.
     """
-    reqs = [_new_req(replica, r) for r in requests]
+    reqs = _new_reqs(replica, requests)
     if not reqs:
         raise ValueError("no requests to simulate")
     s = _State()
+    total = len(reqs)
     closed = arrival.kind == "closed"
-    order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_s) if not closed else list(range(len(reqs)))
+    order = sorted(range(total), key=lambda i: reqs[i].arrival_s) if not closed else list(range(total))
+    # an open loop's send times, in sending order (a closed loop's are set as its clients send)
+    arrivals = [reqs[i].arrival_s for i in order] if not closed else []
+    waiting, prefilling, decoding = s.waiting, s.prefilling, s.decoding
     sent = 0
     if closed:
-        sent = min(max(arrival.concurrency, 1), len(reqs))
+        sent = min(max(arrival.concurrency, 1), total)
         for i in range(sent):
             _send(reqs[i], 0.0)
-            s.waiting.append(i)
+            waiting.append(i)
     done = 0
-    while done < len(reqs):
+    while done < total:
         if not closed:
-            while sent < len(order) and reqs[order[sent]].arrival_s <= s.now:
-                s.waiting.append(order[sent])
+            while sent < total and arrivals[sent] <= s.now:
+                waiting.append(order[sent])
                 sent += 1
-        if not s.waiting and not s.prefilling and not s.decoding:
+        if not waiting and not prefilling and not decoding:
             s.now = max(s.now, reqs[order[sent]].arrival_s)  # idle until the next request
             continue
-        next_arrival = reqs[order[sent]].arrival_s if not closed and sent < len(order) else math.inf
-        finished = _step(replica, s, reqs, next_arrival)
+        finished = _step(replica, s, reqs, arrivals[sent] if not closed and sent < total else math.inf)
+        if not finished:
+            continue
         done += len(finished)
         if closed:
             for _ in finished:
-                if sent < len(reqs):
+                if sent < total:
                     _send(reqs[sent], s.now)
-                    s.waiting.append(sent)
+                    waiting.append(sent)
                     sent += 1
     return _result(reqs, s, targets or Targets())
 
@@ -283,18 +296,24 @@ def _send(r: _Req, t: float) -> None:
         r.first_s = t
 
 
-def _new_req(replica: SimReplica, r: SimRequest) -> _Req:
-    """A request's scheduler state; a prefix-cache hit leaves only the rest of its prompt to compute. A prefill pool's
-    request ends at its first token; a decode pool's arrives with its prompt computed and its first token out."""
-    computed = max(1, r.input_tokens - math.floor(r.input_tokens * replica.prefix_hit_rate))
-    if replica.role == "prefill":
-        return _Req(arrival_s=r.arrival_s, prompt=r.input_tokens, to_compute=computed, output=1)
+def _new_reqs(replica: SimReplica, requests: Sequence[SimRequest]) -> list[_Req]:
+    """Each request's scheduler state; a prefix-cache hit leaves only the rest of its prompt to compute. A prefill
+    pool's request ends at its first token; a decode pool's arrives with its prompt computed and its first token
+    out."""
+    hit = replica.prefix_hit_rate
     if replica.role == "decode":
-        return _Req(
-            arrival_s=r.arrival_s, prompt=r.input_tokens, to_compute=0, output=max(1, r.output_tokens), emitted=1,
-            first_s=r.arrival_s,
-        )  # fmt: skip
-    return _Req(arrival_s=r.arrival_s, prompt=r.input_tokens, to_compute=computed, output=max(1, r.output_tokens))
+        return [
+            _Req(r.arrival_s, r.input_tokens, 0, max(1, r.output_tokens), emitted=1, first_s=r.arrival_s)
+            for r in requests
+        ]
+    prefill = replica.role == "prefill"
+    return [
+        _Req(
+            r.arrival_s, r.input_tokens, max(1, r.input_tokens - math.floor(r.input_tokens * hit)),
+            1 if prefill else max(1, r.output_tokens),
+        )
+        for r in requests
+    ]  # fmt: skip
 
 
 def _blocks(replica: SimReplica, tokens: float) -> int:
@@ -306,22 +325,23 @@ def _blocks(replica: SimReplica, tokens: float) -> int:
 def _schedule(replica: SimReplica, s: _State, reqs: list[_Req]) -> dict[int, int]:
     """This step's prompt tokens per request: partly prefilled prompts first, then the queue, FCFS, within the
     token budget left by the decoding sequences, the batch cap and the KV pool."""
-    budget = replica.chunk_tokens - len(s.decoding)
+    decoding, prefilling, waiting = s.decoding, s.prefilling, s.waiting
+    budget = replica.chunk_tokens - len(decoding)
     chunks: dict[int, int] = {}
-    for i in s.prefilling:
+    for i in prefilling:
         if budget <= 0:
             break
         take = min(reqs[i].to_compute, budget)
         chunks[i] = take
         budget -= take
-    while s.waiting and budget > 0 and len(s.decoding) + len(s.prefilling) < replica.max_seqs:
-        i = s.waiting[0]
+    pool, max_seqs = replica.kv_pool_tokens, replica.max_seqs
+    while waiting and budget > 0 and len(decoding) + len(prefilling) < max_seqs:
+        i = waiting[0]
         r = reqs[i]
         need = _blocks(replica, r.prompt + r.emitted)
-        nothing_runs = not s.decoding and not s.prefilling
-        if s.kv_used + need > replica.kv_pool_tokens and not nothing_runs:
+        if s.kv_used + need > pool and (decoding or prefilling):
             break  # no blocks: it waits (a prompt larger than the pool still runs alone)
-        s.waiting.popleft()
+        waiting.popleft()
         s.kv_used += need
         r.kv_tokens = need
         r.admitted = s.admissions
@@ -330,7 +350,7 @@ def _schedule(replica: SimReplica, s: _State, reqs: list[_Req]) -> dict[int, int
             _start_decode(replica, s, r, i)
             budget -= 1
             continue
-        s.prefilling.append(i)
+        prefilling.append(i)
         take = min(r.to_compute, budget)
         chunks[i] = take
         budget -= take
@@ -339,21 +359,30 @@ def _schedule(replica: SimReplica, s: _State, reqs: list[_Req]) -> dict[int, int
 
 def _step(replica: SimReplica, s: _State, reqs: list[_Req], next_arrival: float) -> list[int]:
     """One engine step, or a stretch of identical decode-only steps; returns the requests it completed."""
-    chunks = _schedule(replica, s, reqs)
+    # nothing queued or part-prefilled: no prompt tokens this step (_schedule would find none)
+    chunks = _schedule(replica, s, reqs) if s.waiting or s.prefilling else _NO_CHUNKS
     n = len(s.decoding)
-    k = sum(chunks.values())
+    k = sum(chunks.values()) if chunks else 0
     tau = replica.acceptance_length
-    if n and n not in s.decode_s:  # a step's decode part depends on n alone: evaluated once per n
-        s.decode_s[n] = replica.step_s(n, 0)
-    dt = s.decode_s[n] + k * replica.prefill_token_busy_s if n else replica.step_s(0, k)
+    if n:
+        decode_s = s.decode_s.get(n)
+        if decode_s is None:  # a step's decode part depends on n alone: evaluated once per n
+            decode_s = s.decode_s[n] = replica.step_s(n, 0)
+        dt = decode_s + k * replica.prefill_token_busy_s
+    else:
+        dt = k * replica.prefill_token_alone_s + (replica.prefill_pass_s if k else 0.0)  # step_s(0, k)
     steps = 1
-    if not chunks and n:
+    if not chunks and n:  # integer min/max written out: the same steps, without the builtins' calls
+        finishes = s.finishes
         _drop_stale(s, reqs)
-        steps = s.finishes[0][0] - s.tick if s.finishes else 1
+        steps = finishes[0][0] - s.tick if finishes else 1
         if next_arrival < math.inf:
-            steps = min(steps, max(1, math.ceil((next_arrival - s.now) / dt)))
+            until = math.ceil((next_arrival - s.now) / dt)
+            steps = min(steps, until if until > 1 else 1)
         room = replica.kv_pool_tokens - s.kv_used
-        steps = max(1, min(steps, math.floor(room / (n * tau)) if room > 0 else 1))
+        fits = math.floor(room / (n * tau)) if room > 0 else 1
+        steps = steps if steps < fits else fits
+        steps = steps if steps > 1 else 1
     s.now += steps * dt
     s.busy_seq_s += steps * dt * n
     if n:
@@ -364,8 +393,9 @@ def _step(replica: SimReplica, s: _State, reqs: list[_Req], next_arrival: float)
         if next_arrival == math.inf:
             raise RuntimeError("the scheduler simulation stalled: nothing runs and nothing arrives")
         s.now = max(s.now, next_arrival)
-    finished = _finish_prefills(replica, s, reqs, chunks)
-    finished += _finish_decodes(replica, s, reqs)
+    finished = _finish_prefills(replica, s, reqs, chunks) if chunks else []
+    if s.finishes and s.finishes[0][0] <= s.tick:  # the heap's least finish tick: none due, none to finish
+        finished += _finish_decodes(replica, s, reqs)
     while s.kv_used > replica.kv_pool_tokens and len(s.decoding) > 1:
         _preempt(replica, s, reqs)
     return finished
@@ -376,15 +406,14 @@ def _finish_prefills(replica: SimReplica, s: _State, reqs: list[_Req], chunks: d
     finished: list[int] = []
     for i, take in chunks.items():
         r = reqs[i]
-        r.to_compute -= take
-        if r.to_compute > 0:
+        r.to_compute = to_compute = r.to_compute - take
+        if to_compute > 0:
             continue
         s.prefilling.remove(i)
         if r.emitted == 0:
             r.emitted = 1  # the prefill step samples the first token
             r.first_s = s.now + replica.kv_transfer_s  # a prefill pool's: once its KV reached the decode pool
-        left = r.output - r.emitted
-        if left <= 0:
+        if r.output <= r.emitted:
             r.done_s = r.first_s
             s.kv_used -= r.kv_tokens  # a prefill pool's blocks: freed as the transfer is issued
             finished.append(i)
@@ -395,24 +424,25 @@ def _finish_prefills(replica: SimReplica, s: _State, reqs: list[_Req], chunks: d
 
 def _start_decode(replica: SimReplica, s: _State, r: _Req, i: int) -> None:
     """Sequence ``i`` decodes from the next step: the steps its remaining tokens take, scheduled to finish."""
-    r.start_tick = s.tick
-    r.finish_tick = s.tick + math.ceil((r.output - r.emitted) / replica.acceptance_length)
+    r.start_tick = tick = s.tick
+    r.finish_tick = finish = tick + math.ceil((r.output - r.emitted) / replica.acceptance_length)
     s.decoding.add(i)
-    heapq.heappush(s.finishes, (r.finish_tick, i))
-    heapq.heappush(s.latest, (-r.admitted, i))
+    heappush(s.finishes, (finish, i))
+    heappush(s.latest, (-r.admitted, i))
 
 
 def _finish_decodes(replica: SimReplica, s: _State, reqs: list[_Req]) -> list[int]:
     """Sequences whose last decode step ran: done, their KV blocks (prompt and grown part) freed."""
     finished: list[int] = []
+    finishes, decoding, tick, now, tau = s.finishes, s.decoding, s.tick, s.now, replica.acceptance_length
     _drop_stale(s, reqs)
-    while s.finishes and s.finishes[0][0] <= s.tick:
-        _, i = heapq.heappop(s.finishes)
+    while finishes and finishes[0][0] <= tick:
+        _, i = heappop(finishes)
         r = reqs[i]
-        s.decoding.discard(i)
+        decoding.discard(i)
         r.emitted = r.output
-        r.done_s = s.now
-        s.kv_used -= r.kv_tokens + (s.tick - r.start_tick) * replica.acceptance_length
+        r.done_s = now
+        s.kv_used -= r.kv_tokens + (tick - r.start_tick) * tau
         finished.append(i)
         _drop_stale(s, reqs)
     return finished
@@ -420,8 +450,12 @@ def _finish_decodes(replica: SimReplica, s: _State, reqs: list[_Req]) -> list[in
 
 def _drop_stale(s: _State, reqs: list[_Req]) -> None:
     """Pop the finish entries of sequences no longer decoding (preempted, or readmitted since) off the heap's top."""
-    while s.finishes and (s.finishes[0][1] not in s.decoding or reqs[s.finishes[0][1]].finish_tick != s.finishes[0][0]):
-        heapq.heappop(s.finishes)
+    finishes, decoding = s.finishes, s.decoding
+    while finishes:
+        tick, i = finishes[0]
+        if i in decoding and reqs[i].finish_tick == tick:
+            return
+        heappop(finishes)
 
 
 def _preempt(replica: SimReplica, s: _State, reqs: list[_Req]) -> None:
@@ -463,29 +497,37 @@ def distribution(values: Sequence[float]) -> Distribution:
 
 def _weighted_distribution(pairs: list[tuple[float, int]]) -> Distribution:
     """:func:`distribution` of values given as (value, count) runs, without expanding them."""
-    pairs = sorted(p for p in pairs if p[1] > 0)
+    pairs = _sorted_runs(pairs)
     total = sum(c for _, c in pairs)
     if not total:
         return distribution([])
     mean = sum(v * c for v, c in pairs) / total
+    ends = list(itertools.accumulate(c for _, c in pairs))  # the index one past each run's last value
+
+    def nth(index: int) -> float:  # the index-th value (0-based) of the sorted runs
+        return pairs[min(bisect.bisect_right(ends, index), len(pairs) - 1)][0]
 
     def at(q: float) -> float:
         pos = (total - 1) * q / 100.0
         lo, frac = math.floor(pos), pos - math.floor(pos)
-        return _nth(pairs, lo) + (_nth(pairs, min(lo + 1, total - 1)) - _nth(pairs, lo)) * frac
+        return nth(lo) + (nth(min(lo + 1, total - 1)) - nth(lo)) * frac
 
     p50, p90, p95, p99 = (at(q) for q in PERCENTILES)
     return Distribution(mean_s=mean, p50_s=p50, p90_s=p90, p95_s=p95, p99_s=p99)
 
 
-def _nth(pairs: list[tuple[float, int]], index: int) -> float:
-    """The ``index``-th value (0-based) of sorted (value, count) runs."""
-    seen = 0
+def _sorted_runs(pairs: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """``sorted(p for p in pairs if p[1] > 0)``, the same list, sorting the few distinct values rather than every
+    run (a run's steps take one of a few dozen step times). Runs with a NaN (which orders against nothing, so
+    sorting the values apart would not give the pairs' order) are sorted as pairs. (0.0 and -0.0 merge into one
+    value here; the statistics cannot tell them apart: an interpolation and a sum from 0 both give 0.0.)"""
+    counts: dict[float, list[int]] = {}
     for value, count in pairs:
-        seen += count
-        if index < seen:
-            return value
-    return pairs[-1][0]
+        if count > 0:
+            counts.setdefault(value, []).append(count)
+    if any(math.isnan(value) for value in counts):
+        return sorted(p for p in pairs if p[1] > 0)
+    return [(value, count) for value in sorted(counts) for count in sorted(counts[value])]
 
 
 def _result(reqs: list[_Req], s: _State, targets: Targets) -> SimResult:
@@ -495,7 +537,7 @@ def _result(reqs: list[_Req], s: _State, targets: Targets) -> SimResult:
     tpot = [(e - t) / (r.output - 1) for r, t, e in zip(reqs, ttft, e2e, strict=True) if r.output > 1]
     start = min(r.arrival_s for r in reqs)
     duration = max(max(r.done_s for r in reqs) - start, 1e-12)
-    good = sum(1 for r, t, e in zip(reqs, ttft, e2e, strict=True) if _meets(r, t, e, targets))
+    good = _good(reqs, ttft, e2e, targets)
     return SimResult(
         requests=len(reqs),
         duration_s=duration,
@@ -513,10 +555,14 @@ def _result(reqs: list[_Req], s: _State, targets: Targets) -> SimResult:
     )
 
 
-def _meets(r: _Req, ttft_s: float, e2e_s: float, targets: Targets) -> bool:
-    """Whether one request meets every given target (vLLM ``--goodput``: TTFT, TPOT, E2E)."""
-    tpot = (e2e_s - ttft_s) / (r.output - 1) if r.output > 1 else 0.0
-    return all(
-        limit is None or value <= limit
-        for value, limit in ((ttft_s, targets.ttft_s), (tpot, targets.tpot_s), (e2e_s, targets.e2e_s))
-    )
+def _good(reqs: list[_Req], ttft: list[float], e2e: list[float], targets: Targets) -> int:
+    """The requests meeting every given target (vLLM ``--goodput``: TTFT, TPOT, E2E; a one-token request's TPOT
+    is 0)."""
+    ttft_s, tpot_s, e2e_s = targets.ttft_s, targets.tpot_s, targets.e2e_s
+    if ttft_s is None and tpot_s is None and e2e_s is None:
+        return len(reqs)
+    good = 0
+    for r, t, e in zip(reqs, ttft, e2e, strict=True):
+        tpot = (e - t) / (r.output - 1) if r.output > 1 else 0.0
+        good += (ttft_s is None or t <= ttft_s) and (tpot_s is None or tpot <= tpot_s) and (e2e_s is None or e <= e2e_s)
+    return good
