@@ -36,7 +36,8 @@ def _axes(*vary: str) -> list[Axis]:
 
 
 def _design(name: str, gpu: str) -> Design:
-    return Design.model_construct(summary=name, gpus_by_type={gpu: 8}, constraints=[])
+    fields: dict[str, Any] = {"summary": name, "gpus_by_type": {gpu: 8}, "constraints": []}
+    return Design.model_construct(**fields)  # what Known reads of a design
 
 
 def _planned(

@@ -624,14 +624,14 @@ def _plan_points(
         return outs
     results: dict[int, PointOutcome] = {}
     while True:
-        pending = []
+        pending: list[PointTask] = []
         for task in tasks:
             if task.index not in results:
-                out = _read_off(task, known, run.cache)
-                if out is None:
+                read = _read_off(task, known, run.cache)
+                if read is None:
                     pending.append(task)
                 else:
-                    results[task.index] = out
+                    results[task.index] = read
         if on_done is not None:
             on_done(len(results))
         if not pending:
