@@ -192,6 +192,12 @@ class PointOutcome(Out):
     design: Design | None = None
     conflict: list[FamilyRef] = Field(default_factory=list, description="a minimal conflicting set (infeasible)")
     detail: str = ""
+    rounds: int = Field(
+        0, description="search rounds the scheduler simulation rejected before the design (Plan.simulation_rejected)"
+    )
+    objective: float | None = Field(
+        None, description="the design's objective in the model's own units (min_cost: the total, US cents)"
+    )
 
 
 @dataclass
@@ -246,7 +252,14 @@ def plan_point(
     options = PlanOptions(top=1, objective=objective, explain=detail, settings=settings, annotate=False, variants=False)
     plan = plan_requirement(resolved, catalog, options, cache=cache)
     if plan.designs:
-        return PointOutcome(index=0, values=[], status=plan.status, design=plan.designs[0])
+        return PointOutcome(
+            index=0,
+            values=[],
+            status=plan.status,
+            design=plan.designs[0],
+            rounds=len(plan.simulation_rejected),
+            objective=plan.solver.objective_value,
+        )
     if plan.status == "infeasible" and detail == "design":
         return PointOutcome(index=0, values=[], status="infeasible")
     if plan.infeasibility is not None:
@@ -255,17 +268,14 @@ def plan_point(
     return PointOutcome(index=0, values=[], status=plan.status, detail="time limit reached before a design or a proof")
 
 
-def run_task(task: PointTask, cache: PointCache | None = None) -> PointOutcome:
-    """Load and plan one point (in a worker process or inline). Bad values give an 'invalid' row.
-
-    ``cache``: what the points planned in this process share (catalogs always; candidates where the
-    task's ``reuse`` allows)."""
+def load_task(task: PointTask, cache: PointCache) -> tuple[ResolvedRequirement, Catalog] | PointOutcome:
+    """One point's requirement and catalog, loaded as a file of its own would be (its pinned layouts checked), or
+    its 'invalid' outcome."""
     from clusterplan.evaluation.evaluate import check_pinned_layouts
     from clusterplan.requirement.load import load_requirement_text
 
-    here = cache if cache is not None else PointCache()
     try:
-        catalog = here.catalog(task.catalog_paths, task.catalog_override)
+        catalog = cache.catalog(task.catalog_paths, task.catalog_override)
         resolved = load_requirement_text(task.text, task.name, catalog, base_dir=Path(task.base_dir))
         check_pinned_layouts(resolved)
     except InputError as exc:
@@ -274,6 +284,19 @@ def run_task(task: PointTask, cache: PointCache | None = None) -> PointOutcome:
         return PointOutcome(index=task.index, values=list(task.values), status="invalid", detail=detail)
     except ClusterplanError as exc:
         return PointOutcome(index=task.index, values=list(task.values), status="invalid", detail=exc.message)
+    return resolved, catalog
+
+
+def run_task(task: PointTask, cache: PointCache | None = None) -> PointOutcome:
+    """Load and plan one point (in a worker process or inline). Bad values give an 'invalid' row.
+
+    ``cache``: what the points planned in this process share (catalogs always; candidates where the
+    task's ``reuse`` allows)."""
+    here = cache if cache is not None else PointCache()
+    loaded = load_task(task, here)
+    if isinstance(loaded, PointOutcome):
+        return loaded
+    resolved, catalog = loaded
     shared = here.candidates if task.reuse != "none" else None
     if task.reuse == "table":  # the models differ in bounds at most: the last one's structure serves
         with here.models:
@@ -531,6 +554,7 @@ __all__ = [
     "default_jobs",
     "in_pool",
     "load_base",
+    "load_task",
     "one_pool",
     "p95_of",
     "plan_point",

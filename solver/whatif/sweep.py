@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -43,6 +43,7 @@ from clusterplan.planner.solve import SolverSettings
 # importable from clusterplan.whatif.sweep for the modules that import them from here (render/plots.py,
 # report/data.py, commands/report.py).
 from clusterplan.whatif.frontier import FrontierResult
+from clusterplan.whatif.known import Known
 from clusterplan.whatif.points import (
     Base,
     Detail,
@@ -53,6 +54,7 @@ from clusterplan.whatif.points import (
     default_jobs,
     in_pool,
     load_base,
+    load_task,
     one_pool,
     p95_of,
     point_task,
@@ -148,6 +150,66 @@ def _narrow(a: float, b: float, tolerance: float, integer: bool) -> bool:
     return abs(b - a) <= tolerance * max(abs(a), abs(b))
 
 
+@dataclass
+class _Bracket:
+    """One switch being bisected, a halving at a time (:func:`bisect_switch`'s loop; :func:`_bisect_all` steps many)."""
+
+    axes: Sequence[Axis]
+    first: PointOutcome
+    second: PointOutcome
+    tolerance: float
+    lo: float = 0.0
+    hi: float = 0.0
+    lo_out: PointOutcome | None = None
+    hi_out: PointOutcome | None = None
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        self.lo, self.hi = self.first.values[0], self.second.values[0]
+        self.lo_out, self.hi_out = self.first, self.second
+
+    def values(self) -> tuple[float, ...] | None:
+        """The next point to plan (the midpoint, the other axes' values after it), or None when narrow enough."""
+        integer = self.axes[0].target.quantity == "integer"
+        if self.steps >= MAX_BISECTIONS or _narrow(self.lo, self.hi, self.tolerance, integer):
+            return None
+        mid = float((self.lo + self.hi) // 2) if integer else (self.lo + self.hi) / 2
+        if mid in (self.lo, self.hi):
+            return None  # the floats are adjacent
+        return (mid, *self.first.values[1:])
+
+    def take(self, out: PointOutcome) -> None:
+        """The midpoint's outcome replaces the end whose outcome it shares with the first point, else the other."""
+        self.steps += 1
+        if _identity(out) == _identity(self.first):
+            self.lo, self.lo_out = out.values[0], out
+        else:
+            self.hi, self.hi_out = out.values[0], out
+
+    def result(self) -> SwitchPoint:
+        assert self.lo_out is not None and self.hi_out is not None
+        lo, hi = self.lo, self.hi
+        return SwitchPoint(
+            field=self.axes[0].target.field,
+            others=list(self.first.values[1:]),
+            at=(lo + hi) / 2,
+            tolerance=abs(hi - lo) / max(abs(lo), abs(hi)) if max(abs(lo), abs(hi)) > 0 else 0.0,
+            bisections=self.steps,
+            before=_side(self.lo_out, lo),
+            after=_side(self.hi_out, hi),
+            after_index=self.second.index,
+        )
+
+
+def _midpoint_task(
+    base: Base, axes: Sequence[Axis], values: Sequence[float], objective: str, solver: SolverSettings
+) -> PointTask:
+    targets = [a.target for a in axes]
+    return point_task(
+        base, 0, list(zip(targets, values, strict=True)), objective=objective, solver=solver, detail="design"
+    )
+
+
 def bisect_switch(
     base: Base,
     axes: Sequence[Axis],
@@ -166,38 +228,44 @@ def bisect_switch(
     first point's design below and another above. With several switches in between, one of them is
     found. Stops when the bracket is ``tolerance`` of the value wide (integers: adjacent values).
     """
-    targets = [a.target for a in axes]
-    others = list(first.values[1:])
-    integer = axes[0].target.quantity == "integer"
-    lo, hi = first.values[0], second.values[0]
-    lo_out, hi_out = first, second
-    want = _identity(first)
     here = cache if cache is not None else PointCache()
-    steps = 0
-    while steps < MAX_BISECTIONS and not _narrow(lo, hi, tolerance, integer):
-        mid = float((lo + hi) // 2) if integer else (lo + hi) / 2
-        if mid in (lo, hi):
-            break  # the floats are adjacent
-        values = (mid, *others)
-        task = point_task(
-            base, 0, list(zip(targets, values, strict=True)), objective=objective, solver=solver, detail="design"
-        )
-        out = run_tasks([task], jobs=1, cache=here)[0]
-        steps += 1
-        if _identity(out) == want:
-            lo, lo_out = mid, out
-        else:
-            hi, hi_out = mid, out
-    return SwitchPoint(
-        field=axes[0].target.field,
-        others=others,
-        at=(lo + hi) / 2,
-        tolerance=abs(hi - lo) / max(abs(lo), abs(hi)) if max(abs(lo), abs(hi)) > 0 else 0.0,
-        bisections=steps,
-        before=_side(lo_out, lo),
-        after=_side(hi_out, hi),
-        after_index=second.index,
-    )
+    bracket = _Bracket(axes, first, second, tolerance)
+    while (values := bracket.values()) is not None:
+        task = _midpoint_task(base, axes, values, objective, solver)
+        bracket.take(run_tasks([task], jobs=1, cache=here)[0])
+    return bracket.result()
+
+
+def _bisect_all(
+    base: Base,
+    axes: Sequence[Axis],
+    pairs: Sequence[tuple[PointOutcome, PointOutcome]],
+    known: Known,
+    run: _Run,
+    tolerance: float,
+) -> list[SwitchPoint]:
+    """:func:`bisect_switch` of every pair, the same switch points: each midpoint the points planned so far prove
+    (:class:`~clusterplan.whatif.known.Known`) is read off, the others planned ``run.jobs`` at a time, the lowest
+    price first (what they prove carries to the higher prices)."""
+    brackets = [_Bracket(axes, a, b, tolerance) for a, b in pairs]
+    while True:
+        waiting: list[tuple[_Bracket, PointTask]] = []
+        for bracket in brackets:
+            while (values := bracket.values()) is not None:
+                task = _midpoint_task(base, axes, values, run.objective, run.settings)
+                out = _read_off(task, known, run.cache)
+                if out is None:
+                    waiting.append((bracket, task))
+                    break
+                bracket.take(out)
+        if not waiting:
+            return [b.result() for b in brackets]
+        batch = sorted(waiting, key=lambda bt: known.order(bt[1].values))[: max(1, run.jobs)]
+        for (bracket, _), out in zip(
+            batch, run_tasks([t for _, t in batch], jobs=run.jobs, cache=run.cache), strict=True
+        ):
+            known.learn(out)
+            bracket.take(out)
 
 
 def changed_rows(outcomes: Sequence[PointOutcome], axes: Sequence[Axis]) -> set[int]:
@@ -468,53 +536,114 @@ def run_sweep(
     detail: Detail = "binding" if binding == "all" else "design"
     tasks = build_tasks(base, axes, objective=objective, solver=settings, detail=detail)
     with one_pool(jobs):  # the points, the rows worked out again and the bisections on the same workers
-        outcomes, checked, switches = _run_phases(
-            base, axes, tasks, objective, settings, jobs, on_done, switch_tolerance
-        )
+        run = _Run(objective, settings, jobs, PointCache())  # the cache: the points planned inline
+        outcomes, checked, switches = _run_phases(base, axes, tasks, run, on_done, switch_tolerance)
     return assemble(base, axes, outcomes, objective=objective, switches=switches, checked=checked)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How a sweep plans its points: the objective, the solver's settings, the jobs and the inline points' cache."""
+
+    objective: str
+    settings: SolverSettings
+    jobs: int
+    cache: PointCache
 
 
 def _run_phases(
     base: Base,
     axes: Sequence[Axis],
     tasks: list[PointTask],
-    objective: str,
-    settings: SolverSettings,
-    jobs: int,
+    run: _Run,
     on_done: Callable[[int], None] | None,
     switch_tolerance: float | None,
 ) -> tuple[list[PointOutcome], set[int] | None, list[SwitchPoint]]:
     """:func:`run_sweep`'s three phases: the points, the rows whose binding constraints are worked out again
-    (``tasks`` planned for their designs alone), and the bisections of the switches."""
-    cache = PointCache()  # the points' (inline) and then the bisections'
-    outcomes = run_tasks(tasks, jobs=jobs, on_done=on_done, cache=cache)
+    (``tasks`` planned for their designs alone), and the bisections of the switches. Where the points planned
+    prove others' outcomes (:mod:`clusterplan.whatif.known`: min_cost along a budget or a GPU price), those are
+    read off instead of planned, in the points and the bisections alike."""
+    known = Known(axes, run.objective)
+    outcomes = _plan_points(tasks, known, run, on_done)
     checked: set[int] | None = None
     if tasks and tasks[0].detail == "design":  # binding "changes"
         checked = changed_rows(outcomes, axes)
         again = [replace(tasks[i], detail="binding") for i in sorted(checked)]
-        redone = {o.index: o for o in run_tasks(again, jobs=jobs, cache=cache)}
+        redone = {o.index: o for o in run_tasks(again, jobs=run.jobs, cache=run.cache)}
         outcomes = [redone.get(o.index, o) for o in outcomes]
     switches = []
     if switch_tolerance is not None:
         if switch_tolerance <= 0:
             raise SweepError("the switch tolerance must be above 0", fix="e.g. 0.01 (1%)")
         pairs = switch_pairs(outcomes, axes)
-        jobs_here = min(jobs, len(pairs))
+        jobs_here = min(run.jobs, len(pairs))
+        if known.active:
+            switches = _bisect_all(base, axes, pairs, known, run, switch_tolerance)
         # The switches apart, side by side (each one's halvings in turn); one_pool's warm workers even for one.
-        if pairs and (jobs_here > 1 or pool_open()) and not runner_set():
+        elif pairs and (jobs_here > 1 or pool_open()) and not runner_set():
             switches = in_pool(
                 _bisect_job,
-                [(base, axes, a, b, objective, settings, switch_tolerance) for a, b in pairs],
+                [(base, axes, a, b, run.objective, run.settings, switch_tolerance) for a, b in pairs],
                 jobs=jobs_here,
             )
         else:
             switches = [
                 bisect_switch(
-                    base, axes, a, b, objective=objective, solver=settings, tolerance=switch_tolerance, cache=cache
+                    base, axes, a, b, objective=run.objective, solver=run.settings, tolerance=switch_tolerance,
+                    cache=run.cache,
                 )
                 for a, b in pairs
-            ]
+            ]  # fmt: skip
     return outcomes, checked, switches
+
+
+def _read_off(task: PointTask, known: Known, cache: PointCache) -> PointOutcome | None:
+    """The task's outcome without planning it: 'invalid' where its file would be rejected (as planning it gives),
+    else what the points planned so far prove (None: it must be planned). Each document is loaded once."""
+    key = (task.text, task.catalog_override)
+    if key not in known.loads:
+        loaded = load_task(task, cache)
+        known.loads[key] = loaded if isinstance(loaded, PointOutcome) else None
+    invalid = known.loads[key]
+    if invalid is not None:
+        return invalid.model_copy(update={"index": task.index, "values": list(task.values)})
+    return known.outcome(task.index, task.values)
+
+
+def _plan_points(
+    tasks: Sequence[PointTask], known: Known, run: _Run, on_done: Callable[[int], None] | None
+) -> list[PointOutcome]:
+    """Every task's outcome, in task order: all planned (:func:`run_tasks`), or, where planned points prove others
+    (``known.active``, points planned for their designs alone), in rounds: each round reads off every point it can
+    and plans at most ``run.jobs`` of the rest, one a line, the lowest price first and on each line its highest
+    budget (a design there proves every budget down to its total; no design, every budget below)."""
+    if not known.active or not tasks or tasks[0].detail != "design":
+        outs = run_tasks(tasks, jobs=run.jobs, on_done=on_done, cache=run.cache)
+        for out in outs:
+            known.learn(out)
+        return outs
+    results: dict[int, PointOutcome] = {}
+    while True:
+        pending: list[PointTask] = []
+        for task in tasks:
+            if task.index not in results:
+                read = _read_off(task, known, run.cache)
+                if read is None:
+                    pending.append(task)
+                else:
+                    results[task.index] = read
+        if on_done is not None:
+            on_done(len(results))
+        if not pending:
+            return [results[t.index] for t in tasks]
+        batch: dict[tuple[float, ...], PointTask] = {}
+        for task in sorted(pending, key=lambda t: known.order(t.values)):
+            batch.setdefault(known.line_of(task.values), task)
+            if len(batch) >= max(1, run.jobs):
+                break
+        for out in run_tasks(list(batch.values()), jobs=run.jobs, cache=run.cache):
+            known.learn(out)
+            results[out.index] = out
 
 
 __all__ = [
