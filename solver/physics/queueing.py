@@ -264,8 +264,11 @@ def latency_at_load(
     queue_mean, queue_var = _tail_moments(*queue)
     wait = p95_wait_s(est.batch, lam, slot_rate, assumptions.service_time_scv)
     queued = p95_wait_s(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else 0.0
-    ttft = wait + queued + est.prefill_s + interleave
-    mean_ttft = slot_mean + queue_mean + est.prefill_s + interleave
+    # a prompt arriving mid-step waits for that step to end: uniform on (0, step(n)) while sequences decode
+    busy = min(rho, 1.0)
+    residual_p95 = step_s(n) * max(1.0 - 0.05 / busy, 0.0) if busy > 0 else 0.0
+    mean_ttft = slot_mean + queue_mean + busy * step_s(n) / 2.0 + est.prefill_s + interleave
+    ttft = wait + queued + residual_p95 + est.prefill_s + interleave
     decode = _decode_phase(est, lam, output_tokens, step_s, n, mean_ttft)
     steps = max(output_tokens - 1.0, 0.0)
     # the TTFT's spread carries into the decode phase through the prompts that arrive while it waits
@@ -276,12 +279,14 @@ def latency_at_load(
         tpot_p95 = gamma_p95(decode.mean_s, decode.variance_s2) / steps
     else:
         tpot_mean = tpot_p95 = step_s(min(n + 1.0, float(est.batch))) * stretch
+    # a request at the p95 TTFT still decodes for the mean decode phase after it (the wait's tail, near saturation)
+    e2e = max(gamma_p95(mean_e2e, e2e_var), ttft + decode.mean_s if steps > 0 else ttft)
     return LatencyAtLoad(
         arrival_requests_per_s=lam,
         utilisation=rho,
         p95_ttft_s=ttft,
         p95_tpot_s=tpot_p95,
-        p95_e2e_s=max(gamma_p95(mean_e2e, e2e_var), ttft + decode.mean_s if steps > 0 else ttft),
+        p95_e2e_s=e2e,
         stable=stable,
         p95_wait_s=wait,
         mean_running_batch=n,
