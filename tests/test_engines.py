@@ -151,14 +151,15 @@ def test_a_slot_is_held_as_long_as_the_running_batch_says(cat: Catalog) -> None:
     lat = queueing.latency_at_load(est, lam, input_tokens=512.0, output_tokens=256.0, assumptions=a)
     assert 0 < lat.mean_tpot_s <= lat.p95_tpot_s
     wait = queueing.mean_wait_s(est.batch, lam, lam / lat.mean_running_batch, 1.0)
-    # beside the slot, the prompts queued ahead (one server: each holds the step budget for its prefill and steps)
+    # beside the slot, the prompts queued ahead (one server: each holds the step budget for its prefill and its
+    # tokens' share of the steps it fills beside the running sequences)
     assert est.step_model is not None
-    prompt_s = est.prefill_busy_s + est.prefill_chunks * step.decode_step_s(est.step_model, lat.mean_running_batch)
+    step_s = step.decode_step_s(est.step_model, lat.mean_running_batch)
+    prompt_s = est.prefill_busy_s + 512.0 / (a.chunk_tokens - lat.mean_running_batch) * step_s
     queued_p95 = queueing.p95_wait_s(1, lam, 1.0 / prompt_s, 0.0)
     queued_mean = queueing.mean_wait_s(1, lam, 1.0 / prompt_s, 0.0)
-    step_s = step.decode_step_s(est.step_model, lat.mean_running_batch)  # the step in progress: its residual
     busy = lam / est.requests_per_s
-    residual = step_s * (1.0 - 0.05 / busy) - busy * step_s / 2.0
+    residual = step_s * (1.0 - 0.05 / busy) - busy * step_s / 2.0  # the step in progress: its p95 less its mean
     assert lat.mean_ttft_s == pytest.approx(
         lat.p95_ttft_s - lat.p95_wait_s - queued_p95 - residual + wait + queued_mean
     )

@@ -238,7 +238,7 @@ def latency_at_load(
     """p95 and mean TTFT, TPOT and end-to-end latency of one replica receiving ``arrival_requests_per_s``.
 
     TTFT: the wait for a slot, then the wait for the prompts queued ahead (:func:`_wait_tail` with one server:
-    M/D/1, each prompt holding the step budget for ``P_b + chunks·step(n)``, Pollaczek-Khinchine), its prefill and
+    M/D/1, each prompt holding the step budget for ``P_b + step(n)·p/(budget - n)``, Pollaczek-Khinchine), its prefill and
     the decode steps its chunks share. The decode phase (:func:`_decode_phase`) and the end-to-end latency
     (TTFT + decode) as their means and variances, their p95s by :func:`gamma_p95`.
     """
@@ -255,8 +255,11 @@ def latency_at_load(
     slot_rate = lam / n if n > 0 else mu / est.batch  # a slot is held n / lam s at this load (Little's law)
     slot = _wait_tail(est.batch, lam, slot_rate, assumptions.service_time_scv)
     interleave = min(rho, 1.0) * est.prefill_chunks * step_s(n)
-    # the prompts ahead hold the step budget: each its prefill riding the decode steps of its chunks
-    prompt_s = est.prefill_busy_s + est.prefill_chunks * step_s(n) if est.prefill_busy_s > 0 else 0.0
+    # the prompts ahead hold the step budget (vLLM max_num_batched_tokens): each its prefill and its tokens' share of
+    # the steps it fills beside the n decoding sequences, a queued step being filled to the budget
+    computed = max(input_tokens * (1.0 - assumptions.prefix_cache_hit_rate), 1.0)
+    budget_share = computed / max(assumptions.chunk_tokens - n, 1.0)
+    prompt_s = est.prefill_busy_s + budget_share * step_s(n) if est.prefill_busy_s > 0 else 0.0
     queue = _wait_tail(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else (0.0, math.inf)
     if queue[1] <= 0:
         return _unstable(lam, rho, est.batch)
