@@ -11,12 +11,15 @@ Model (stated in ``docs/model.md``):
 * Running batch: Little's law ``n = λ·(TTFT + O·TPOT(n))`` solved by regula falsi; decode slows as
   ``n`` grows (the roofline step at ``n``), and prefill interleaved at rate ``λ`` takes a share ``λ·P_b``
   of the replica's time, stretching each step by ``1/(1 - λ·P_b)``.
-* Means beside the p95s (to compare with benchmarks that report means): mean wait ``C/(cμ - λ)`` (Allen-Cunneen
-  scaled), mean TTFT = mean wait + prefill + in-flight steps, mean TPOT = the step at the mean running batch.
-* p95 TPOT: the step at the 95th percentile running batch, ``n + 1 + 1.645·sqrt(n)`` (Poisson count of
-  the others plus the request itself), capped at ``B``. p95 TTFT: p95 wait + prefill + the in-flight
-  steps the prompt's chunks share (``ρ`` of the time). p95 end-to-end: p95 wait + TTFT + ``(O-1)`` mean TPOT
-  for a request of mean length (output-length spread is not in this figure).
+* Waiting for the prompts ahead: one server (M/D/1, Pollaczek-Khinchine) that each queued prompt holds for its
+  prefill and its tokens' share of the steps it fills; and the step in progress, uniform on ``(0, step(n))``.
+* The decode phase: a busy period (Takács 1962) started by the request's own ``O - 1`` steps, each prompt that
+  rides one of them adding ``P_b`` (and each sequence sharing them ``step(n+2) - step(n+1)`` a step); its mean and
+  variance, its p95 by the gamma law of those two (Wilson-Hilferty 1931). p95 TPOT: that p95 over ``O - 1``.
+* p95 TTFT: p95 slot wait + p95 prompt wait + the step in progress + prefill + the in-flight steps the prompt's
+  chunks share (``ρ`` of the time). p95 end-to-end: TTFT and the decode phase, their means and variances added,
+  the gamma p95 (a request of mean length: output-length spread is not in this figure).
+* Means beside the p95s (to compare with benchmarks that report means): the waits' means, the decode phase's mean.
 * Stable only at ``ρ`` at or below ``utilisation_ceiling``; at ``ρ >= 1`` the queue grows without bound.
 """
 
@@ -188,7 +191,7 @@ class _Decode:
 def _decode_phase(
     est: ServingEstimate, lam: float, output_tokens: float, step_at: Callable[[float], float], n: float, ttft_s: float
 ) -> _Decode:
-    """The time a request decodes: a busy period of the replica's work (Takács 1962; Kleinrock 1975 §5.9).
+    """The time a request decodes: a busy period of the replica's work (Takács 1962).
 
     Its own ``O - 1`` steps at the mean batch, ``x = (O-1)·step(n+1)``, are stretched by every prompt that runs
     beside them: each prompt arriving while it waits, prefills or decodes (rate ``λ``) rides one of its steps and
