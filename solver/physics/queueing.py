@@ -197,10 +197,10 @@ def _decode_phase(
     beside them: each prompt arriving while it waits, prefills or decodes (rate ``λ``) rides one of its steps and
     adds ``P_b``; so the decode phase is the busy period started by ``x + λ·P_b·TTFT`` with work ``P_b`` arriving
     at ``λ``: mean ``(x + ρ_b·TTFT)/(1 - ρ_b)``, ``ρ_b = λ·P_b``. Its variance is the busy period's,
-    ``λ·T·E[S²]/(1 - ρ_b)²`` over the request's time ``T`` in the replica, where a sequence that shares ``o`` of its
-    steps also lengthens each by ``δ = step(n+2) - step(n+1)``: per arrival ``S = P_b + δ·o`` with ``o`` uniform on
-    its steps, and as many sequences again (Poisson, Little's law) were decoding when it started:
-    ``E[S²] = P_b² + P_b·δ·(O-1) + (2/3)·δ²·(O-1)²`` (shot noise of an M/G/∞ batch, uniform overlaps).
+    ``λ·T·E[S²]/(1 - λ·E[S])²`` over the request's time ``T`` in the replica, where a sequence that shares ``o`` of
+    its steps also lengthens each by ``δ = step(n+2) - step(n+1)``: per arrival ``S = P_b + δ·o`` with ``o`` uniform
+    on its steps (``E[S] = P_b + δ·(O-1)/2``), and as many sequences again (Poisson, Little's law) were decoding when
+    it started: ``E[S²] = P_b² + P_b·δ·(O-1) + (2/3)·δ²·(O-1)²`` (shot noise of an M/G/∞ batch, uniform overlaps).
     """
     steps = max(output_tokens - 1.0, 0.0)
     rho_b = min(lam * est.prefill_busy_s, 0.999)
@@ -209,7 +209,9 @@ def _decode_phase(
     delta = max(step_at(n + 2.0) - step, 0.0) * steps
     p_b = est.prefill_busy_s
     second = p_b * p_b + p_b * delta + 2.0 / 3.0 * delta * delta
-    variance = lam * (ttft_s + mean) * second / (1.0 - rho_b) ** 2
+    # each arrival's mean work on it, P_b + δ·(O-1)/2, feeds back as a busy period's does: 1/(1 - λ·E[S])²
+    feedback = min(lam * (p_b + delta / 2.0), 0.999)
+    variance = lam * (ttft_s + mean) * second / (1.0 - feedback) ** 2
     return _Decode(mean, variance)
 
 
