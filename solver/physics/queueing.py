@@ -194,8 +194,10 @@ def _decode_phase(
     """The time a request decodes: a busy period of the replica's work (Takács 1962).
 
     Its own ``O - 1`` steps at the mean batch, ``x = (O-1)·step(n+1)``, are stretched by every prompt that runs
-    beside them: each prompt arriving while it waits, prefills or decodes (rate ``λ``) rides one of its steps and
-    adds ``P_b``; so the decode phase is the busy period started by ``x + λ·P_b·TTFT`` with work ``P_b`` arriving
+    beside them: each prompt arriving while its prompt queues and prefills or while it decodes (rate ``λ``) rides one
+    of its steps and adds ``P_b`` (``ttft_s``: its TTFT after any slot wait, whose arrivals are admitted as sequences
+    leave, the decode phase's own); so the decode phase is the busy period started by ``x + λ·P_b·TTFT`` with work
+    ``P_b`` arriving
     at ``λ``: mean ``(x + ρ_b·TTFT)/(1 - ρ_b)``, ``ρ_b = λ·P_b``. Its variance is the busy period's,
     ``λ·T·E[S²]/(1 - λ·E[S])²`` over the request's time ``T`` in the replica, where a sequence that shares ``o`` of
     its steps also lengthens each by ``δ = step(n+2) - step(n+1)``: per arrival ``S = P_b + δ·o`` with ``o`` uniform
@@ -277,10 +279,12 @@ def latency_at_load(
     residual_p95 = step_s(n) * max(1.0 - 0.05 / busy, 0.0) if busy > 0 else 0.0
     mean_ttft = slot_mean + queue_mean + busy * step_s(n) / 2.0 + est.prefill_s + interleave
     ttft = wait + queued + residual_p95 + est.prefill_s + interleave
-    decode = _decode_phase(est, lam, output_tokens, step_s, n, mean_ttft)
+    # the prompts arriving while it waits for a slot are admitted as slots free, at the rate sequences leave: they
+    # are the decode phase's arrivals already; those arriving while its prompt queues and prefills ride its steps too
+    decode = _decode_phase(est, lam, output_tokens, step_s, n, mean_ttft - slot_mean)
     steps = max(output_tokens - 1.0, 0.0)
-    # the TTFT's spread carries into the decode phase through the prompts that arrive while it waits
-    e2e_var = (slot_var + queue_var) / (1.0 - share) ** 2 + decode.variance_s2
+    # the prompt wait's spread carries into the decode phase through the prompts that arrive during it
+    e2e_var = slot_var + queue_var / (1.0 - share) ** 2 + decode.variance_s2
     mean_e2e = mean_ttft + decode.mean_s
     if steps > 0:
         tpot_mean = decode.mean_s / steps
