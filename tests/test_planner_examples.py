@@ -252,15 +252,15 @@ def _operations_usd_per_month(entry: dict[str, Any], owned: dict[str, Any]) -> f
                 gpu = next(i["gpu_id"] for i in _yaml("instances.yaml")["instances"]
                            if f"cloud:{i['provider']}:{i['id']}" == _instance_offering(line["offering"])[0])  # fmt: skip
             held.setdefault(gpu, set()).add(kind)
-    pools = 0
+    pools: set[tuple[str, str, str, str]] = set()  # one per workload, role and GPU type on each side (owned.yaml)
     for text in entry["layout"]:
         if " DP" in text:  # a training layout: a run, not a serving pool
             continue
-        m = re.fullmatch(r"[^:]+: \d+x (?:(prefill|decode) )?(\S+) TP.*", text)
+        m = re.fullmatch(r"([^:]+): \d+x (?:(prefill|decode) )?(\S+) TP.*", text)
         assert m, text
-        pools += len(held[m[2]])
+        pools |= {(m[1], m[2] or "", m[3], kind) for kind in held[m[3]]}  # its TP shapes share the pool
     per_type = owned["operations_usd_per_gpu_type_month"]["value"]
-    return len(held) * per_type + pools * owned["operations_usd_per_pool_month"]["value"]
+    return len(held) * per_type + len(pools) * owned["operations_usd_per_pool_month"]["value"]
 
 
 def catalog_costs(stem: str, entry: dict[str, Any]) -> dict[str, float | None]:

@@ -13,6 +13,7 @@ from clusterplan import pipeline
 from clusterplan.catalog.load import Catalog
 from clusterplan.cli import app
 from clusterplan.evaluation import simulated
+from clusterplan.physics import queueing
 from clusterplan.physics import schedule_sim as sim
 from clusterplan.physics.step import decode_step_s
 from clusterplan.physics.types import DecodeStepModel
@@ -199,12 +200,20 @@ def _aggregated_70b(tmp_path: Path) -> Path:
     return path
 
 
+def _p95_at_the_mean(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The analytical model as it was before its p95s took the spread of the decode phase (issue 31): end-to-end and
+    TPOT p95 at their means, so its first choice of the aggregated 70B misses in the simulation again. The planner's
+    re-search is checked on that optimistic model; the shipped one passes its simulation on every example."""
+    monkeypatch.setattr(queueing, "gamma_p95", lambda mean, variance: mean)
+
+
 @pytest.mark.slow
 def test_without_the_search_again_the_analytical_first_choice_misses_its_simulated_target(
     catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The analytical model plans 4 MI300X TP2 replicas at p95 4.99 s for a 5 s target; simulated at its share of peak
+    # A mean-based analytical model plans 4 MI300X TP2 replicas within a 5 s target; simulated at its share of peak
     # demand (Poisson, 1,000 requests) a replica takes longer. With the re-search off, the plan only flags it.
+    _p95_at_the_mean(monkeypatch)
     monkeypatch.setattr(pipeline, "SIM_ROUNDS", 0)
     plan = plan_file(_aggregated_70b(tmp_path), catalog, top=3, explain=False)
     first = plan.designs[0]
@@ -218,10 +227,11 @@ def test_without_the_search_again_the_analytical_first_choice_misses_its_simulat
 
 @pytest.mark.slow
 def test_a_design_whose_simulated_p95_misses_is_rejected_and_the_plan_searched_again(
-    catalog: Catalog, tmp_path: Path
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The same requirement searched again: the MI300X TP2 replica holds the 5 s target simulated only up to the
-    # load bisected below 5.00 req/s, so the latency family allows it no more; the design returned passes.
+    # The same requirement and mean-based model searched again: the MI300X TP2 replica holds the 5 s target simulated
+    # only up to the load bisected below 5.00 req/s, so the latency family allows it no more; the design returned passes.
+    _p95_at_the_mean(monkeypatch)
     path = _aggregated_70b(tmp_path)
     plan = plan_file(path, catalog, top=3, explain=False)
     rejected = plan.simulation_rejected[0]

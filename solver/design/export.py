@@ -261,7 +261,7 @@ def _launches(
     # Each side (aggregated, or a pool) takes the whole demand: its groups share it by their rated rates.
     weights: dict[str, float] = {}
     for g in wp.groups:
-        weights[g.role] = weights.get(g.role, 0.0) + g.replicas * max(g.rate_rps, g.rate_no_targets_rps)
+        weights[g.role] = weights.get(g.role, 0.0) + g.replicas * _rated(g)
     targets = {
         k: v for k, v in (("latency", w.p95_latency), ("ttft", w.p95_ttft), ("tpot", w.p95_tpot)) if v is not None
     }
@@ -272,7 +272,7 @@ def _launches(
         batch = evaluate.serving_batch(evaluate.group_batch(arch, spec, w, g, req.assumptions))
         layout = evaluate.replica_layout(g)  # the design's own layout: EP and attention DP as planned
         est = evaluate.serving_estimate(arch, spec, w, layout, batch=batch, assumptions=req.assumptions)
-        share = w.requests_per_s * max(g.rate_rps, g.rate_no_targets_rps) / (weights[g.role] or 1.0)
+        share = w.requests_per_s * _rated(g) / (weights[g.role] or 1.0)
         expected = _expected(est, arch, spec, w, req.assumptions, g.role, share, batch)
         if g.role != "aggregated":  # the group as launched: the batch cap of the engine exported
             run = simulated.pool_run(g.model_copy(update={"batch": batch}), w, share, resolved, catalog)
@@ -313,6 +313,11 @@ def _launches(
             )
         )  # fmt: skip
     return launches
+
+
+def _rated(g: ReplicaGroup) -> float:
+    """The rate a group's replica is planned at: within its targets, or its ceiling where it has none (0)."""
+    return g.rate_rps if g.rate_rps > 0 else g.rate_no_targets_rps
 
 
 def _expected(

@@ -11,12 +11,15 @@ Model (stated in ``docs/model.md``):
 * Running batch: Little's law ``n = λ·(TTFT + O·TPOT(n))`` solved by regula falsi; decode slows as
   ``n`` grows (the roofline step at ``n``), and prefill interleaved at rate ``λ`` takes a share ``λ·P_b``
   of the replica's time, stretching each step by ``1/(1 - λ·P_b)``.
-* Means beside the p95s (to compare with benchmarks that report means): mean wait ``C/(cμ - λ)`` (Allen-Cunneen
-  scaled), mean TTFT = mean wait + prefill + in-flight steps, mean TPOT = the step at the mean running batch.
-* p95 TPOT: the step at the 95th percentile running batch, ``n + 1 + 1.645·sqrt(n)`` (Poisson count of
-  the others plus the request itself), capped at ``B``. p95 TTFT: p95 wait + prefill + the in-flight
-  steps the prompt's chunks share (``ρ`` of the time). p95 end-to-end: p95 wait + TTFT + ``(O-1)`` mean TPOT
-  for a request of mean length (output-length spread is not in this figure).
+* Waiting for the prompts ahead: one server (M/D/1, Pollaczek-Khinchine) that each queued prompt holds for its
+  prefill and its tokens' share of the steps it fills; and the step in progress, uniform on ``(0, step(n))``.
+* The decode phase: a busy period (Takács 1962) started by the request's own ``O - 1`` steps, each prompt that
+  rides one of them adding ``P_b`` (and each sequence sharing them ``step(n+2) - step(n+1)`` a step); its mean and
+  variance, its p95 by the gamma law of those two (Wilson-Hilferty 1931). p95 TPOT: that p95 over ``O - 1``.
+* p95 TTFT: p95 slot wait + p95 prompt wait + the step in progress + prefill + the in-flight steps the prompt's
+  chunks share (``ρ`` of the time). p95 end-to-end: TTFT and the decode phase, their means and variances added,
+  the gamma p95 (a request of mean length: output-length spread is not in this figure).
+* Means beside the p95s (to compare with benchmarks that report means): the waits' means, the decode phase's mean.
 * Stable only at ``ρ`` at or below ``utilisation_ceiling``; at ``ρ >= 1`` the queue grows without bound.
 """
 
@@ -140,6 +143,97 @@ def _running_batch(
     return hi
 
 
+def _wait_tail(
+    servers: int, arrival_per_s: float, service_rate_per_server: float, service_scv: float
+) -> tuple[float, float]:
+    """A queue's wait as an atom at 0 and an exponential tail, ``P(W > t) = C·exp(-θt)``: (C, θ), θ in 1/s.
+
+    Erlang C for ``C`` and ``θ = (c·μ - λ) / ((1 + c_s²)/2)`` (Kleinrock 1975 §3.5, Allen-Cunneen): the form
+    :func:`p95_wait_s` and :func:`mean_wait_s` read (its mean ``C/θ``, its variance ``C·(2 - C)/θ²``).
+    """
+    capacity = servers * service_rate_per_server
+    if arrival_per_s <= 0:
+        return 0.0, math.inf
+    if arrival_per_s >= capacity:
+        return 1.0, 0.0
+    c = erlang_c(servers, arrival_per_s / service_rate_per_server)
+    return c, (capacity - arrival_per_s) / ((1.0 + service_scv) / 2.0)
+
+
+def _tail_moments(c: float, theta: float) -> tuple[float, float]:
+    """(mean, variance) of a wait with ``P(W > t) = c·exp(-θt)``: ``c/θ`` and ``c·(2 - c)/θ²``."""
+    if c <= 0 or math.isinf(theta):
+        return 0.0, 0.0
+    if theta <= 0:
+        return math.inf, math.inf
+    return c / theta, c * (2.0 - c) / (theta * theta)
+
+
+def gamma_p95(mean: float, variance: float) -> float:
+    """The 95th percentile of a positive, right-skewed time by the gamma law of its mean and variance, through
+    Wilson & Hilferty's cube-root normal form (1931): ``m·(1 - 1/(9k) + z·sqrt(1/(9k)))³``, ``k = m²/var``."""
+    if not math.isfinite(mean) or not math.isfinite(variance):
+        return math.inf
+    if variance <= 0 or mean <= 0:
+        return max(mean, 0.0)
+    h = variance / (9.0 * mean * mean)  # 1/(9k)
+    return mean * max(1.0 - h + P95_Z * math.sqrt(h), 0.0) ** 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Decode:
+    """A request's decode phase at a load: its mean and variance, seconds and seconds²."""
+
+    mean_s: float
+    variance_s2: float
+
+
+def _decode_phase(
+    est: ServingEstimate, lam: float, output_tokens: float, step_at: Callable[[float], float], n: float, ttft_s: float
+) -> _Decode:
+    """The time a request decodes: a busy period of the replica's work (Takács 1962).
+
+    Its own ``O - 1`` steps at the mean batch, ``x = (O-1)·step(n+1)``, are stretched by every prompt that runs
+    beside them: each prompt arriving while its prompt queues and prefills or while it decodes (rate ``λ``) rides one
+    of its steps and adds ``P_b`` (``ttft_s``: its TTFT after any slot wait, whose arrivals are admitted as sequences
+    leave, the decode phase's own); so the decode phase is the busy period started by ``x + λ·P_b·TTFT`` with work
+    ``P_b`` arriving
+    at ``λ``: mean ``(x + ρ_b·TTFT)/(1 - ρ_b)``, ``ρ_b = λ·P_b``. Its variance is the busy period's,
+    ``λ·T·E[S²]/(1 - λ·E[S])²`` over the request's time ``T`` in the replica, where a sequence that shares ``o`` of
+    its steps also lengthens each by ``δ = step(n+2) - step(n+1)``: per arrival ``S = P_b + δ·o`` with ``o`` uniform
+    on its steps (``E[S] = P_b + δ·(O-1)/2``), and as many sequences again (Poisson, Little's law) were decoding when
+    it started: ``E[S²] = P_b² + P_b·δ·(O-1) + (2/3)·δ²·(O-1)²`` (shot noise of an M/G/∞ batch, uniform overlaps).
+    """
+    steps = max(output_tokens - 1.0, 0.0)
+    rho_b = min(lam * est.prefill_busy_s, 0.999)
+    step = step_at(n + 1.0)
+    mean = (steps * step + rho_b * ttft_s) / (1.0 - rho_b)
+    delta = max(step_at(n + 2.0) - step, 0.0) * steps
+    p_b = est.prefill_busy_s
+    second = p_b * p_b + p_b * delta + 2.0 / 3.0 * delta * delta
+    # each arrival's mean work on it, P_b + δ·(O-1)/2, feeds back as a busy period's does: 1/(1 - λ·E[S])²
+    feedback = min(lam * (p_b + delta / 2.0), 0.999)
+    variance = lam * (ttft_s + mean) * second / (1.0 - feedback) ** 2
+    return _Decode(mean, variance)
+
+
+def _unstable(lam: float, rho: float, batch: int) -> LatencyAtLoad:
+    """A replica past saturation: every latency unbounded."""
+    return LatencyAtLoad(
+        arrival_requests_per_s=lam,
+        utilisation=rho,
+        p95_ttft_s=math.inf,
+        p95_tpot_s=math.inf,
+        p95_e2e_s=math.inf,
+        stable=False,
+        p95_wait_s=math.inf,
+        mean_running_batch=float(batch),
+        mean_ttft_s=math.inf,
+        mean_tpot_s=math.inf,
+        mean_e2e_s=math.inf,
+    )
+
+
 def latency_at_load(
     est: ServingEstimate,
     arrival_requests_per_s: float,
@@ -148,39 +242,57 @@ def latency_at_load(
     output_tokens: float,
     assumptions: Assumptions,
 ) -> LatencyAtLoad:
-    """p95 TTFT, TPOT and end-to-end latency of one replica receiving ``arrival_requests_per_s``."""
+    """p95 and mean TTFT, TPOT and end-to-end latency of one replica receiving ``arrival_requests_per_s``.
+
+    TTFT: the wait for a slot, then the wait for the prompts queued ahead (:func:`_wait_tail` with one server:
+    M/D/1, each prompt holding the step budget for ``P_b + step(n)·p/(budget - n)``, Pollaczek-Khinchine), its prefill and
+    the decode steps its chunks share. The decode phase (:func:`_decode_phase`) and the end-to-end latency
+    (TTFT + decode) as their means and variances, their p95s by :func:`gamma_p95`.
+    """
     lam = max(arrival_requests_per_s, 0.0)
     mu = est.requests_per_s
     rho = lam / mu if mu > 0 else math.inf
     stable = rho <= assumptions.utilisation_ceiling + 1e-12
     if rho >= 1.0 or mu <= 0:
-        return LatencyAtLoad(
-            arrival_requests_per_s=lam,
-            utilisation=rho,
-            p95_ttft_s=math.inf,
-            p95_tpot_s=math.inf,
-            p95_e2e_s=math.inf,
-            stable=False,
-            p95_wait_s=math.inf,
-            mean_running_batch=float(est.batch),
-            mean_ttft_s=math.inf,
-            mean_tpot_s=math.inf,
-            mean_e2e_s=math.inf,
-        )
+        return _unstable(lam, rho, est.batch)
     share = min(lam * est.prefill_busy_s, 0.999)
     stretch = 1.0 / (1.0 - share)
     step_s = _stepper(est)
     n = _running_batch(est, lam, output_tokens, stretch, step_s)
-    batch = float(est.batch)
-    tpot_mean = step_s(min(n + 1.0, batch)) * stretch
-    n95 = min(n + 1.0 + P95_Z * math.sqrt(n), batch)
-    tpot_p95 = step_s(n95) * stretch
     slot_rate = lam / n if n > 0 else mu / est.batch  # a slot is held n / lam s at this load (Little's law)
-    wait = p95_wait_s(est.batch, lam, slot_rate, assumptions.service_time_scv)
+    slot = _wait_tail(est.batch, lam, slot_rate, assumptions.service_time_scv)
     interleave = min(rho, 1.0) * est.prefill_chunks * step_s(n)
-    ttft = wait + est.prefill_s + interleave
-    e2e = ttft + max(output_tokens - 1.0, 0.0) * tpot_mean
-    mean_ttft = mean_wait_s(est.batch, lam, slot_rate, assumptions.service_time_scv) + est.prefill_s + interleave
+    # the prompts ahead hold the step budget (vLLM max_num_batched_tokens): each its prefill and its tokens' share of
+    # the steps it fills beside the n decoding sequences, a queued step being filled to the budget
+    computed = max(input_tokens * (1.0 - assumptions.prefix_cache_hit_rate), 1.0)
+    budget_share = computed / max(assumptions.chunk_tokens - n, 1.0)
+    prompt_s = est.prefill_busy_s + budget_share * step_s(n) if est.prefill_busy_s > 0 else 0.0
+    queue = _wait_tail(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else (0.0, math.inf)
+    if queue[1] <= 0:
+        return _unstable(lam, rho, est.batch)
+    slot_mean, slot_var = _tail_moments(*slot)
+    queue_mean, queue_var = _tail_moments(*queue)
+    wait = p95_wait_s(est.batch, lam, slot_rate, assumptions.service_time_scv)
+    queued = p95_wait_s(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else 0.0
+    # a prompt arriving mid-step waits for that step to end: uniform on (0, step(n)) while sequences decode
+    busy = min(rho, 1.0)
+    residual_p95 = step_s(n) * max(1.0 - 0.05 / busy, 0.0) if busy > 0 else 0.0
+    mean_ttft = slot_mean + queue_mean + busy * step_s(n) / 2.0 + est.prefill_s + interleave
+    ttft = wait + queued + residual_p95 + est.prefill_s + interleave
+    # the prompts arriving while it waits for a slot are admitted as slots free, at the rate sequences leave: they
+    # are the decode phase's arrivals already; those arriving while its prompt queues and prefills ride its steps too
+    decode = _decode_phase(est, lam, output_tokens, step_s, n, mean_ttft - slot_mean)
+    steps = max(output_tokens - 1.0, 0.0)
+    # the prompt wait's spread carries into the decode phase through the prompts that arrive during it
+    e2e_var = slot_var + queue_var / (1.0 - share) ** 2 + decode.variance_s2
+    mean_e2e = mean_ttft + decode.mean_s
+    if steps > 0:
+        tpot_mean = decode.mean_s / steps
+        tpot_p95 = gamma_p95(decode.mean_s, decode.variance_s2) / steps
+    else:
+        tpot_mean = tpot_p95 = step_s(min(n + 1.0, float(est.batch))) * stretch
+    # a request at the p95 TTFT still decodes for the mean decode phase after it (the wait's tail, near saturation)
+    e2e = max(gamma_p95(mean_e2e, e2e_var), ttft + decode.mean_s if steps > 0 else ttft)
     return LatencyAtLoad(
         arrival_requests_per_s=lam,
         utilisation=rho,
@@ -192,7 +304,7 @@ def latency_at_load(
         mean_running_batch=n,
         mean_ttft_s=mean_ttft,
         mean_tpot_s=tpot_mean,
-        mean_e2e_s=mean_ttft + max(output_tokens - 1.0, 0.0) * tpot_mean,
+        mean_e2e_s=mean_e2e,
     )
 
 
