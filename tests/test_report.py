@@ -61,31 +61,17 @@ def parse_html(text: str) -> StrictParser:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The 70B example's review as Markdown and as HTML, each written by ``clusterplan report``. Both are written
-    from one review (planned, and its what-if swept, once: what the two writers are given is the same), and the
-    plan of the example is the one both show."""
-    from clusterplan.review import assemble as review
-
+    """The 70B example's review as Markdown (its what-if on two worker processes) and as HTML (on one), each
+    written by ``clusterplan report``; the example's plan is made once and is the one both show."""
     d = tmp_path_factory.mktemp("report")
     md, html_out = d / "review.md", d / "review.html"
-    held: dict[str, Any] = {}
-    real = review.assemble
-
-    def assemble_once(path: Path, catalog_paths: Any = (), **kwargs: Any) -> Any:
-        key = repr((path, catalog_paths, {k: v for k, v in kwargs.items() if k != "whatif"}, kwargs["whatif"].axis))
-        if key not in held:
-            held[key] = real(path, catalog_paths, **kwargs)
-        return held[key]
-
-    with reusing_plans(), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(review, "assemble", assemble_once)
+    with reusing_plans():
         r1 = runner.invoke(app, ["report", str(SERVING_70B), "-o", str(md), "--top", "3", "-j", "2"])
         assert r1.exit_code == 0, r1.output
         r2 = runner.invoke(app, ["report", str(SERVING_70B), "-o", str(html_out), "--top", "3", "-j", "1"])
         assert r2.exit_code == 0, r2.output
         cat = load_catalog()
         plan = pipeline.plan_requirement(load_requirement(SERVING_70B, cat), cat, pipeline.PlanOptions(top=3))
-    assert len(held) == 1  # both reports are of one review
     return {"dir": d, "md": md.read_text(), "html": html_out.read_text(), "plan": plan}
 
 
