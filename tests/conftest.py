@@ -110,9 +110,12 @@ def shared_plan(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | L
     )
 
 
-def _planned_once(plan: Callable[..., Plan], resolved: ResolvedRequirement, catalog: Catalog, options: Any) -> Plan:
+def _planned_once(
+    plan: Callable[..., Plan], resolved: ResolvedRequirement, catalog: Catalog, options: Any, timings: Any = None
+) -> Plan:
     """``plan(resolved, catalog, options)`` made once per test run, by content: the requirement (its file's path,
-    which a plan quotes, and every field), the catalog's fingerprint and the options. A deep copy each call."""
+    which a plan quotes, and every field), the catalog's fingerprint and the options. A deep copy each call.
+    ``timings`` are filled by the call that plans (a command prints them), left at zero where the plan is reused."""
     key = hashlib.sha256(
         repr(
             (resolved.path, resolved.requirement.model_dump_json(), resolved.models, resolved.model_notes,
@@ -121,7 +124,7 @@ def _planned_once(plan: Callable[..., Plan], resolved: ResolvedRequirement, cata
     ).hexdigest()  # fmt: skip
     held = _SHARED_PLANS.get(key)
     if held is None:
-        held = _SHARED_PLANS[key] = _plan_once_per_run(key, lambda: plan(resolved, catalog, options))
+        held = _SHARED_PLANS[key] = _plan_once_per_run(key, lambda: plan(resolved, catalog, options, timings=timings))
     return held.model_copy(deep=True)
 
 
@@ -170,7 +173,7 @@ def reusing_plans() -> Iterator[None]:
     ) -> Plan:
         if cache is not None:
             return real(resolved, catalog, options, timings=timings, cache=cache)
-        return _planned_once(real, resolved, catalog, options or pipeline.PlanOptions())
+        return _planned_once(real, resolved, catalog, options or pipeline.PlanOptions(), timings)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pipeline, "plan_requirement", plan_requirement)
