@@ -18,7 +18,7 @@ import hashlib
 import os
 import pickle
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -108,6 +108,28 @@ def shared_plan(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | L
     return _planned_once(
         plan_requirement, load_requirement(path, catalog), catalog, PlanOptions(top=top, explain=explain)
     )
+
+
+class ExamplePlans(Mapping[str, Any]):
+    """Per example stem, ``make(path)``, made when a test first reads it (and kept): a module's fixture of every
+    example's plan, whose tests each read one, then plans on each worker only the examples its tests read, instead
+    of every example on every worker that runs one of them."""
+
+    def __init__(self, paths: list[Path], make: Callable[[Path], Any]) -> None:
+        self._paths = {p.stem: p for p in paths}
+        self._make = make
+        self._made: dict[str, Any] = {}
+
+    def __getitem__(self, stem: str) -> Any:
+        if stem not in self._made:
+            self._made[stem] = self._make(self._paths[stem])
+        return self._made[stem]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
 
 
 def _planned_once(
