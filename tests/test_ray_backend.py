@@ -26,7 +26,7 @@ from clusterplan.whatif.vary import make_axis
 from conftest import example, run_cli
 
 # Each test starts or connects to a local Ray (seconds before the first task runs).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one worker starts Ray (a module fixture)
+pytestmark = pytest.mark.slow
 
 SETTINGS = SolverSettings(time_limit_s=10.0)
 

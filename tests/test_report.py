@@ -75,7 +75,6 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"dir": d, "md": md.read_text(), "html": html_out.read_text(), "plan": plan}
 
 
-@pytest.mark.xdist_group("report-70b")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_report_has_the_recommended_designs_key_figures(reports: dict[str, Any]) -> None:
     d = reports["plan"].designs[0]
@@ -89,7 +88,6 @@ def test_report_has_the_recommended_designs_key_figures(reports: dict[str, Any])
         assert "memory_bandwidth_efficiency" in text.replace("\\_", "_")  # Markdown escapes the underscores
 
 
-@pytest.mark.xdist_group("report-70b")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_markdown_images_sit_beside_it(reports: dict[str, Any]) -> None:
     md = reports["md"]
@@ -99,7 +97,6 @@ def test_markdown_images_sit_beside_it(reports: dict[str, Any]) -> None:
         assert (reports["dir"] / link).read_bytes().startswith(b"\x89PNG")
 
 
-@pytest.mark.xdist_group("report-70b")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_html_is_well_formed_and_self_contained(reports: dict[str, Any]) -> None:
     page = parse_html(reports["html"])

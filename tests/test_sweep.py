@@ -50,7 +50,6 @@ def _plan_at(tmp_path: Path, p95_s: float) -> Any:
     return plan_file(f, load_catalog())
 
 
-@pytest.mark.xdist_group("sweep-70b-latency")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_sweep_rows_agree_with_individual_plans(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:
     rows = sweep_one_job["rows"]
@@ -101,7 +100,6 @@ def test_explain_binding_gives_the_same_design_and_conflict_without_the_rest() -
     assert binding.infeasibility.text == "conflict: " + ", ".join(f.title for f in full.infeasibility.conflict)
 
 
-@pytest.mark.xdist_group("sweep-70b-latency")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_sweep_results_do_not_depend_on_jobs(sweep_one_job: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "two.json"
@@ -110,7 +108,6 @@ def test_sweep_results_do_not_depend_on_jobs(sweep_one_job: dict[str, Any], tmp_
     assert out.read_text() == sweep_one_job["_text"]
 
 
-@pytest.mark.xdist_group("sweep-70b-latency")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_sweep_table_marks_switches_and_feasibility(sweep_one_job: dict[str, Any]) -> None:
     rows = sweep_one_job["rows"]
@@ -212,7 +209,6 @@ def test_requirement_edits_do_not_touch_the_base(catalog: Any) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xdist_group("sweep-70b-latency")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_plots_are_deterministic(sweep_one_job: dict[str, Any]) -> None:
     from clusterplan.render.plots import sweep_figure

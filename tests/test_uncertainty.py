@@ -174,7 +174,6 @@ def _deadline_odds(plan: Plan) -> Any:
     return next(o for o in plan.designs[0].odds if o.figure == "time_to_train")
 
 
-@pytest.mark.xdist_group("uncertainty-plans")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_default_plan_states_its_odds_and_flags_the_deadline(plans: dict[str, Any]) -> None:
     plan = plans["default"]
@@ -193,7 +192,6 @@ def test_default_plan_states_its_odds_and_flags_the_deadline(plans: dict[str, An
     assert figures == {("pretrain", "time_to_train"), ("product", "throughput"), ("product", "p95_latency")}
 
 
-@pytest.mark.xdist_group("uncertainty-plans")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_confidence_changes_the_13b_plan_and_holds_the_deadline(plans: dict[str, Any], catalog: Catalog) -> None:
     from clusterplan.design.check import check_plan
@@ -279,7 +277,6 @@ def review(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return assemble(path, whatif=WhatIfRun("none"), top=2)
 
 
-@pytest.mark.xdist_group("uncertainty-review")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_risk_section_data(review: Any) -> None:
     risk = review.risk
@@ -296,7 +293,6 @@ def test_risk_section_data(review: Any) -> None:
     assert {a.kind for a in risk.accuracy} >= {"training throughput", "serving throughput", "latency"}
 
 
-@pytest.mark.xdist_group("uncertainty-review")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_price_switch_is_where_the_totals_cross(review: Any) -> None:
     """The switch figure makes design 1's total equal design 2's (the totals are linear in each price)."""
@@ -310,7 +306,6 @@ def test_price_switch_is_where_the_totals_cross(review: Any) -> None:
         assert d1.costs.total_usd + n1 * change == pytest.approx(d2.costs.total_usd + n2 * change)
 
 
-@pytest.mark.xdist_group("uncertainty-review")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_risk_section_is_in_the_document(review: Any) -> None:
     from clusterplan.review import document
@@ -330,7 +325,6 @@ def test_risk_section_is_in_the_document(review: Any) -> None:
     assert isinstance(flags, str) and "pretrain: deadline" in flags
 
 
-@pytest.mark.xdist_group("uncertainty-review")  # one worker computes the module fixture they share
 @pytest.mark.slow
 def test_one_replica_is_a_single_point_and_a_spare_is_not(review: Any) -> None:
     from clusterplan.plan import ServingPlan
