@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -38,6 +40,7 @@ from clusterplan.candidates.table import (
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.plan import Plan
+    from clusterplan.requirement.load import ResolvedRequirement
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = ROOT / "examples" / "requirements"
@@ -76,8 +79,8 @@ def plan_file(
     return plan_requirement(load_requirement(path, catalog), catalog, PlanOptions(top=top, explain=explain))
 
 
-# shared_plan's plans in this process: per (file, its text, top, explain), the catalog planned against and the plan.
-_SHARED_PLANS: dict[tuple[str, str, int, object], tuple[Catalog, Plan]] = {}
+# Plans made once per test run (shared_plan, reused_plans): per key, the plan, in this process.
+_SHARED_PLANS: dict[str, Plan] = {}
 # Under pytest-xdist, the folder every worker of this run shares (set by the session fixture below).
 _SHARED_FOLDER: list[Path] = []
 
@@ -95,34 +98,108 @@ def _shared_plans_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def shared_plan(path: Path, catalog: Catalog, *, top: int = 1, explain: bool | Literal["binding"] = True) -> Plan:
     """``plan_file``'s plan, planned once per test run (session scope, across pytest-xdist's workers too) for each
-    file, catalog and options, and shared by the tests that read different properties of the same plan (the shipped
-    examples', mostly). Planning is pure (tests/test_hardening_determinism.py: byte-identical across processes,
-    whatever ran before). Each call returns its own deep copy: a test that edits its plan edits no other test's."""
-    key = (str(path.resolve()), path.read_text(encoding="utf-8"), top, explain)
-    held = _SHARED_PLANS.get(key)
-    if held is None or held[0] is not catalog:
-        held = (catalog, _plan_once_per_run(key, path, catalog, top=top, explain=explain))
-        _SHARED_PLANS[key] = held
-    return held[1].model_copy(deep=True)
+    requirement, catalog and options, and shared by the tests that read different properties of the same plan (the
+    shipped examples', mostly), and with the commands of tests that use ``reused_plans``. Planning is pure
+    (tests/test_hardening_determinism.py: byte-identical across processes, whatever ran before). Each call returns
+    its own deep copy: a test that edits its plan edits no other test's."""
+    from clusterplan.pipeline import PlanOptions, plan_requirement
+    from clusterplan.requirement.load import load_requirement
+
+    return _planned_once(
+        plan_requirement, load_requirement(path, catalog), catalog, PlanOptions(top=top, explain=explain)
+    )
 
 
-def _plan_once_per_run(
-    key: tuple[str, str, int, object], path: Path, catalog: Catalog, *, top: int, explain: bool | Literal["binding"]
+class ExamplePlans(Mapping[str, Any]):
+    """Per example stem, ``make(path)``, made when a test first reads it (and kept): a module's fixture of every
+    example's plan, whose tests each read one, then plans on each worker only the examples its tests read, instead
+    of every example on every worker that runs one of them."""
+
+    def __init__(self, paths: list[Path], make: Callable[[Path], Any]) -> None:
+        self._paths = {p.stem: p for p in paths}
+        self._make = make
+        self._made: dict[str, Any] = {}
+
+    def __getitem__(self, stem: str) -> Any:
+        if stem not in self._made:
+            self._made[stem] = self._make(self._paths[stem])
+        return self._made[stem]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+def _planned_once(
+    plan: Callable[..., Plan], resolved: ResolvedRequirement, catalog: Catalog, options: Any, timings: Any = None
 ) -> Plan:
-    """The plan another worker of this run already made of the same file, catalog (by content) and options, or a
-    new one, left for the others (written whole, then renamed: a reader never sees half a file)."""
+    """``plan(resolved, catalog, options)`` made once per test run, by content: the requirement (its file's path,
+    which a plan quotes, and every field), the catalog's fingerprint and the options. A deep copy each call.
+    ``timings`` are filled by the call that plans (a command prints them), left at zero where the plan is reused."""
+    key = hashlib.sha256(
+        repr(
+            (resolved.path, resolved.requirement.model_dump_json(), resolved.models, resolved.model_notes,
+             catalog.fingerprint(), options)
+        ).encode("utf-8")
+    ).hexdigest()  # fmt: skip
+    held = _SHARED_PLANS.get(key)
+    if held is None:
+        held = _SHARED_PLANS[key] = _plan_once_per_run(key, lambda: plan(resolved, catalog, options, timings=timings))
+    return held.model_copy(deep=True)
+
+
+def _plan_once_per_run(key: str, make: Callable[[], Plan]) -> Plan:
+    """The plan another worker of this run already made under ``key``, or a new one, left for the others (written
+    whole, then renamed: a reader never sees half a file)."""
     if not _SHARED_FOLDER:
-        return plan_file(path, catalog, top=top, explain=explain)
-    digest = hashlib.sha256(repr((*key, catalog.fingerprint())).encode("utf-8")).hexdigest()
-    held = _SHARED_FOLDER[0] / f"{digest}.pickle"
+        return make()
+    held = _SHARED_FOLDER[0] / f"{key}.pickle"
     if held.exists():
         plan: Plan = pickle.loads(held.read_bytes())
         return plan
-    plan = plan_file(path, catalog, top=top, explain=explain)
+    plan = make()
     partial = held.with_name(f"{held.name}.{os.getpid()}.partial")
     partial.write_bytes(pickle.dumps(plan))
     os.replace(partial, held)
     return plan
+
+
+@pytest.fixture
+def reused_plans() -> Iterator[None]:
+    """The commands this test runs in-process plan each requirement, catalog and options once per test run
+    (``shared_plan``'s plans): for tests of what a command makes of a plan (its output, its files, its exit code),
+    which solving the same example again in every test only slows. Not for a test of planning itself (determinism,
+    time limits, what ran before): those must plan. ``reusing_plans()`` is the same for a module's fixture."""
+    with reusing_plans():
+        yield
+
+
+@contextlib.contextmanager
+def reusing_plans() -> Iterator[None]:
+    """``reused_plans`` as a context: ``clusterplan.pipeline.plan_requirement`` plans once per test run for each
+    requirement, catalog and options inside it. A plan given a candidate cache (a what-if sweep's points) is
+    planned as before."""
+    from clusterplan import pipeline
+
+    real = pipeline.plan_requirement
+
+    def plan_requirement(
+        resolved: ResolvedRequirement,
+        catalog: Catalog,
+        options: Any = None,
+        *,
+        timings: Any = None,
+        cache: Any = None,
+    ) -> Plan:
+        if cache is not None:
+            return real(resolved, catalog, options, timings=timings, cache=cache)
+        return _planned_once(real, resolved, catalog, options or pipeline.PlanOptions(), timings)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "plan_requirement", plan_requirement)
+        yield
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> Result:

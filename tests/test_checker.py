@@ -12,16 +12,15 @@ from clusterplan.planner.solve import Planner, rank_designs
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement.load import ResolvedRequirement, load_requirement
 from clusterplan.requirement.schema import EngineSettings
-from conftest import EXAMPLES, cloud, serving, shared_plan, srow, table
+from conftest import EXAMPLES, ExamplePlans, cloud, serving, shared_plan, srow, table
 
 
 @pytest.fixture(scope="module")
-def solved(catalog) -> dict[str, tuple[ResolvedRequirement, Plan]]:  # type: ignore[no-untyped-def]
-    out = {}
-    for path in EXAMPLES:
-        resolved = load_requirement(path, catalog)
-        out[path.stem] = (resolved, shared_plan(path, catalog, top=3, explain=False))
-    return out
+def solved(catalog) -> ExamplePlans:  # type: ignore[no-untyped-def]
+    """Per example, its requirement and plan (planned when a test first reads it)."""
+    return ExamplePlans(
+        EXAMPLES, lambda path: (load_requirement(path, catalog), shared_plan(path, catalog, top=3, explain=False))
+    )
 
 
 @pytest.mark.slow

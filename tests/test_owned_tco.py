@@ -111,6 +111,7 @@ def test_the_70b_examples_owned_costs_list_colocation_and_support(catalog: Any) 
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("reused_plans")  # one plan, printed as a table and as Markdown
 def test_solve_shows_each_owned_lines_month() -> None:
     """The 405B example buys two MI355X servers (its one MI355X server misses the p95 latency simulated, issue 31):
     solve's table and markdown list their energy, colocation and support (2 x $1,757.92, $2,908.15, $2,437.50)."""

@@ -77,19 +77,35 @@ def test_an_unenforced_row_is_dropped_and_an_infeasible_lp_is_reported() -> None
     assert not lp_bound.solve_relaxation(m.proto).optimal
 
 
-@pytest.mark.slow
 def test_ranking_with_the_lp_path_matches_cp_sat_alone() -> None:
-    """Top designs: the tie-break reuses the min-cost LP's fixings; same optima as CP-SAT alone."""
-    table = synthetic_table(gpu_types=96, serving=16, seed=7)
+    """Top designs: the tie-break reuses the min-cost LP's fixings; same optima as CP-SAT alone. The LP path is
+    turned on for a table small enough for CP-SAT alone to rank quickly, where the LP fixes variables in every
+    solve (240 of 660 in the first); that "auto" takes it on a large table is the test above."""
+    table = synthetic_table(gpu_types=24, serving=4, seed=7)
+    lp_ran: list[bool] = []
 
     def ranked(mode: str) -> list[tuple[float | None, int, int]]:
         p = Planner(table, settings=SolverSettings(time_limit_s=60, relaxation=mode))
         r = rank_designs(p, top=2)
         assert r.status is SolveStatus.OPTIMAL and all(d.status is SolveStatus.OPTIMAL for d in r.designs)
+        lp_ran.append(p.lp_s > 0)
         out = []
         for d in r.designs:
             assert d.solution is not None
             out.append((d.objective, d.solution.total_cents, d.solution.gpus_in_use))
         return out
 
-    assert ranked("auto") == ranked("off")
+    real = lp_bound.Relaxation.fixable
+    fixings: list[int] = []
+
+    def counted(rel: lp_bound.Relaxation, incumbent: float) -> list[tuple[int, int]]:
+        out = real(rel, incumbent)
+        fixings.append(len(out))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lp_bound.Relaxation, "fixable", counted)
+        with_lp = ranked("on")
+    assert len(fixings) >= 2 and all(n > 0 for n in fixings)  # the primary solve and the tie-break fix variables
+    assert with_lp == ranked("off")
+    assert lp_ran == [True, False]

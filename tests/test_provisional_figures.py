@@ -54,6 +54,7 @@ def test_only_the_fields_a_row_marks_are_listed(catalog: Catalog) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("reused_plans")  # one plan, written four ways
 def test_the_70b_plan_marks_the_figure_it_rests_on_in_json_table_markdown_and_report(tmp_path: Path) -> None:
     # The 70B example held to H200 (allowed_gpus), where design 1 rents on Hyperstack's provisional 3-year rate.
     held = tmp_path / "70b-h200.yaml"
@@ -68,7 +69,7 @@ def test_the_70b_plan_marks_the_figure_it_rests_on_in_json_table_markdown_and_re
     assert line in run_cli("solve", path).stdout
     assert f"- {line}" in run_cli("solve", path, "--markdown").stdout
     out = tmp_path / "review.md"
-    r = run_cli("report", path, "-o", str(out))
+    r = run_cli("report", path, "-o", str(out), "--what-if", "none")
     assert r.exit_code == 0, r.output
     review = out.read_text()  # Markdown escapes the parentheses
     assert "Provisional figures" in review and "instance hyperstack:8x-h200 3y rate = 22.32 USD/h" in review

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from clusterplan import pipeline
 from clusterplan.catalog.load import load_catalog
 from clusterplan.cli import app
-from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.requirement.load import load_requirement
 from clusterplan.wording.fmt import usd
-from conftest import example
+from conftest import example, reusing_plans
 
 SERVING_70B = example("70b-serving")
 runner = CliRunner()
@@ -61,14 +61,17 @@ def parse_html(text: str) -> StrictParser:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The 70B example's review as Markdown (its what-if on two worker processes) and as HTML (on one), each
+    written by ``clusterplan report``; the example's plan is made once and is the one both show."""
     d = tmp_path_factory.mktemp("report")
     md, html_out = d / "review.md", d / "review.html"
-    r1 = runner.invoke(app, ["report", str(SERVING_70B), "-o", str(md), "--top", "3", "-j", "2"])
-    assert r1.exit_code == 0, r1.output
-    r2 = runner.invoke(app, ["report", str(SERVING_70B), "-o", str(html_out), "--top", "3", "-j", "1"])
-    assert r2.exit_code == 0, r2.output
-    cat = load_catalog()
-    plan = plan_requirement(load_requirement(SERVING_70B, cat), cat, PlanOptions(top=3))
+    with reusing_plans():
+        r1 = runner.invoke(app, ["report", str(SERVING_70B), "-o", str(md), "--top", "3", "-j", "2"])
+        assert r1.exit_code == 0, r1.output
+        r2 = runner.invoke(app, ["report", str(SERVING_70B), "-o", str(html_out), "--top", "3", "-j", "1"])
+        assert r2.exit_code == 0, r2.output
+        cat = load_catalog()
+        plan = pipeline.plan_requirement(load_requirement(SERVING_70B, cat), cat, pipeline.PlanOptions(top=3))
     return {"dir": d, "md": md.read_text(), "html": html_out.read_text(), "plan": plan}
 
 

@@ -32,7 +32,7 @@ from clusterplan.evaluation.uncertainty import (
     interval,
     model_error,
 )
-from conftest import DATA, ROOT, example, plan_file, run_cli
+from conftest import DATA, ROOT, example, plan_file, run_cli, shared_plan
 
 if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
@@ -164,7 +164,7 @@ def test_serving_rates_are_derated_in_one_place(catalog: Catalog) -> None:
 def plans(tmp_path_factory: pytest.TempPathFactory, catalog: Catalog) -> dict[str, Any]:
     held = _with_confidence(tmp_path_factory.mktemp("conf"), THIRTEEN_B, 0.9)
     return {
-        "default": plan_file(THIRTEEN_B, catalog, top=2, explain=False),
+        "default": shared_plan(THIRTEEN_B, catalog, top=2, explain=False),
         "held": plan_file(held, catalog, top=2, explain=False),
         "held_path": held,
     }
