@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel
 
 from clusterplan.evaluation import evaluate
-from clusterplan.physics import disagg
+from clusterplan.physics import disagg, queueing
 from clusterplan.physics import schedule_sim as sim
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.types import ServingEstimate
@@ -437,14 +437,7 @@ def held_rate_rps(run_at: Callable[[float], sim.SimResult], missed_rps: float, t
 
 def _held(misses_at: Callable[[float], bool], missed_rps: float) -> float:
     """The largest load on ``(0, missed_rps)`` seen not to miss, bisected in :data:`HELD_STEPS` steps (0: none)."""
-    lo, hi = 0.0, missed_rps
-    for _ in range(HELD_STEPS):
-        mid = (lo + hi) / 2
-        if misses_at(mid):
-            hi = mid
-        else:
-            lo = mid
-    return lo
+    return queueing.bisect_largest(lambda x: not misses_at(x), missed_rps, HELD_STEPS)
 
 
 def _group_misses(

@@ -374,7 +374,13 @@ def largest_rate(ok: Callable[[float], bool], ceiling_rps: float, steps: int) ->
         return 0.0
     if ok(ceiling_rps):
         return ceiling_rps
-    lo, hi = 0.0, ceiling_rps
+    return bisect_largest(ok, ceiling_rps, steps)
+
+
+def bisect_largest(ok: Callable[[float], bool], failing: float, steps: int) -> float:
+    """The largest rate on ``(0, failing)`` seen to hold ``ok`` (non-increasing in the rate) in ``steps`` halvings of
+    ``[0, failing]`` keeping the feasible end; 0 when none tried did (neither end is tried: the caller knows them)."""
+    lo, hi = 0.0, failing
     for _ in range(steps):
         mid = (lo + hi) / 2.0
         if ok(mid):
