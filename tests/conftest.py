@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.plan import Plan
     from clusterplan.requirement.load import ResolvedRequirement
+    from clusterplan.whatif.points import PointTask
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = ROOT / "examples" / "requirements"
@@ -55,6 +56,24 @@ def example(stem: str) -> Path:
     path = EXAMPLES_DIR / f"{stem}.yaml"
     assert path.exists(), path
     return path
+
+
+def point_alone(task: PointTask) -> tuple[ResolvedRequirement, Catalog]:
+    """A what-if point as a file of its own would load: its catalog (with the what-if override, written as a file)
+    and its requirement; what the sweep tests hold each row to, apart from the sweep's own loading."""
+    import tempfile
+
+    from clusterplan.catalog.load import load_catalog
+    from clusterplan.requirement.load import load_requirement_text
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [Path(p) for p in task.catalog_paths]
+        if task.catalog_override is not None:
+            extra = Path(tmp) / "override.yaml"
+            extra.write_text(task.catalog_override, encoding="utf-8")
+            paths.append(extra)
+        catalog = load_catalog(paths)
+    return load_requirement_text(task.text, task.name, catalog, base_dir=Path(task.base_dir)), catalog
 
 
 @pytest.fixture(scope="session")

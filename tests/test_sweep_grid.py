@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from clusterplan.catalog.load import load_catalog
 from clusterplan.commands import sweep as sweep_command
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.planner.solve import SolverSettings
-from clusterplan.requirement.load import load_requirement_text
 from clusterplan.whatif.points import (
     PointCache,
     PointOutcome,
@@ -42,7 +38,7 @@ from clusterplan.whatif.points import (
 )
 from clusterplan.whatif.sweep import build_tasks, changed_rows, run_sweep
 from clusterplan.whatif.vary import make_axis
-from conftest import example
+from conftest import example, point_alone
 
 SERVING_70B = example("70b-serving")
 
@@ -87,14 +83,7 @@ def test_binding_worked_out_where_the_outcome_changes_equals_every_row() -> None
 
 def _solve_alone(task: PointTask) -> tuple[str, str | None, float | None]:
     """The point as its own requirement file and catalog, planned as ``clusterplan solve`` plans it."""
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = [Path(p) for p in task.catalog_paths]
-        if task.catalog_override is not None:
-            extra = Path(tmp) / "override.yaml"
-            extra.write_text(task.catalog_override, encoding="utf-8")
-            paths.append(extra)
-        catalog = load_catalog(paths)
-    resolved = load_requirement_text(task.text, task.name, catalog, base_dir=Path(task.base_dir))
+    resolved, catalog = point_alone(task)
     plan = plan_requirement(resolved, catalog, PlanOptions())
     if not plan.designs:
         return plan.status, None, None

@@ -14,22 +14,20 @@ switch points are bisected to within 1% and hold when planned just either side.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from clusterplan.candidates.build import build_candidates
-from clusterplan.catalog.load import Catalog, load_catalog
+from clusterplan.catalog.load import Catalog
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Plan
 from clusterplan.planner.builder import ModelReuse, build
 from clusterplan.planner.solve import SolverSettings
-from clusterplan.requirement.load import ResolvedRequirement, load_requirement_text
 from clusterplan.whatif.points import PointCache, PointTask, load_base, run_tasks, shape_of
 from clusterplan.whatif.sweep import build_tasks, row_of, run_sweep
 from clusterplan.whatif.vary import make_axis, resolve_field, reuse_of
-from conftest import example
+from conftest import example, point_alone
 
 # Every test here plans sweeps twice over (shared and fresh): 70 s of the suite on two workers.
 pytestmark = pytest.mark.slow
@@ -38,20 +36,8 @@ SERVING_70B = example("70b-serving")
 TRAIN_THEN_SERVE = example("13b-train-then-serve")
 
 
-def _alone(task: PointTask) -> tuple[ResolvedRequirement, Catalog]:
-    """The point as a file of its own would load: its catalog (with the what-if override) and requirement."""
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = [Path(p) for p in task.catalog_paths]
-        if task.catalog_override is not None:
-            extra = Path(tmp) / "override.yaml"
-            extra.write_text(task.catalog_override, encoding="utf-8")
-            paths.append(extra)
-        catalog = load_catalog(paths)
-    return load_requirement_text(task.text, task.name, catalog, base_dir=Path(task.base_dir)), catalog
-
-
 def _plan_alone(task: PointTask) -> Plan:
-    resolved, catalog = _alone(task)
+    resolved, catalog = point_alone(task)
     return plan_requirement(resolved, catalog, PlanOptions(top=1, explain="binding"))
 
 
@@ -94,7 +80,7 @@ def test_tables_built_with_a_shared_cache_equal_fresh_ones(path: Path, vary: str
     axis = make_axis(vary, base.data, base.catalog, steps=10, log=False)
     shared = PointCache()
     for task in build_tasks(base, [axis], objective="min_cost", solver=SolverSettings()):
-        resolved, catalog = _alone(task)
+        resolved, catalog = point_alone(task)
         cached_catalog = shared.catalog(task.catalog_paths, task.catalog_override)
         cached = build_candidates(resolved, cached_catalog, cache=shared.candidates)
         assert cached == build_candidates(resolved, catalog), (vary, task.values)
@@ -188,7 +174,7 @@ def test_models_reused_across_bounds_equal_models_built_afresh(path: Path, vary:
     shared, reuse = PointCache(), ModelReuse()
     for objective in ("min_cost", "max_throughput"):
         for task in build_tasks(base, [axis], objective=objective, solver=SolverSettings()):
-            resolved, catalog = _alone(task)
+            resolved, catalog = point_alone(task)
             table = build_candidates(resolved, catalog, cache=shared.candidates)
             with reuse:
                 again = build(table, objective=objective)
