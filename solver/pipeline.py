@@ -399,6 +399,12 @@ def retargeter(
 SIM_ROUNDS = 3  # searches again after a simulated miss, at most
 
 
+def _designs_only(opts: PlanOptions, *, top: int | None = None) -> PlanOptions:
+    """``opts`` for a plan whose designs alone are read (a search round, a trade's verification): no explanation and
+    no other layouts of each design (``top``: how many designs, default ``opts.top``)."""
+    return replace(opts, explain="design", variants=False, top=opts.top if top is None else top)
+
+
 def simulation_searched(
     plan: Plan,
     table: CandidateTable,
@@ -420,7 +426,7 @@ def simulation_searched(
     """
     seen: dict[tuple[object, ...], list[SimulatedMiss]] = {}
     rejected: list[SimulatedRejection] = []
-    search = replace(opts, explain="design", variants=False)  # a round's designs' other layouts are never shown
+    search = _designs_only(opts)
     for n in range(1, SIM_ROUNDS + 1):
         held = [h for d in plan.designs for h in simulated.held_loads(d, resolved, catalog, seen)]
         capped = latency.with_held(table, held)
@@ -468,8 +474,7 @@ def verifier(
     simulated (a re-search that found nothing the simulation admits leaves it, as ``solve`` states it)."""
 
     def verify(factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan:
-        # designs only, and no other layouts: a trade reads design 1's hardware and cost
-        search = replace(opts, explain="design", top=1 if first_only else opts.top, variants=False)
+        search = _designs_only(opts, top=1 if first_only else None)  # a trade reads design 1's hardware and cost
         table = retarget(factors)
         at = retargeted(resolved, factors)  # the simulation holds the moved targets
         plan = simulation_searched(replan(table, search), table, search, at, catalog, replan)
@@ -508,18 +513,18 @@ def plan_requirement(
     tm = timings if timings is not None else Timings()
     # The search's last table is planned again as asked: its ranking is explained, not made again.
     ctx = _Context(str(resolved.path), catalog.fingerprint(), retarget, tm, budget, rankings=Rankings())
-    ctx = replace(ctx, verify=verifier(retarget, opts, resolved, catalog, lambda t, o: _plan_in(t, o, ctx)))
 
     def replan(t: CandidateTable, o: PlanOptions) -> Plan:
         return _plan_in(t, o, ctx)
+
+    ctx = replace(ctx, verify=verifier(retarget, opts, resolved, catalog, replan))
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
     # what-if point too: its row is the design that point's own solve returns). Each round ranks designs only; the
     # table the search settles on is then planned as asked, its ranking explained rather than made again (Rankings):
     # an explanation is worked out once, of the design returned (one made of a design the simulation then rejected
     # was thrown away, and on Mixtral it spent the time limit the final explanation needed).
-    search = replace(opts, explain="design", variants=False)
-    plan = simulation_searched(replan(table, search), table, opts, resolved, catalog, replan)
+    plan = simulation_searched(replan(table, _designs_only(opts)), table, opts, resolved, catalog, replan)
     designs = plan.designs
     if opts.annotate:
         # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).
