@@ -259,14 +259,15 @@ def latency_at_load(
     stretch = 1.0 / (1.0 - share)
     step_s = _stepper(est)
     n = _running_batch(est, lam, output_tokens, stretch, step_s)
+    step_n = step_s(n)  # the decode step at the mean running batch
     slot_rate = lam / n if n > 0 else mu / est.batch  # a slot is held n / lam s at this load (Little's law)
     slot = _wait_tail(est.batch, lam, slot_rate, assumptions.service_time_scv)
-    interleave = min(rho, 1.0) * est.prefill_chunks * step_s(n)
+    interleave = min(rho, 1.0) * est.prefill_chunks * step_n
     # the prompts ahead hold the step budget (vLLM max_num_batched_tokens): each its prefill and its tokens' share of
     # the steps it fills beside the n decoding sequences, a queued step being filled to the budget
     computed = max(input_tokens * (1.0 - assumptions.prefix_cache_hit_rate), 1.0)
     budget_share = computed / max(assumptions.chunk_tokens - n, 1.0)
-    prompt_s = est.prefill_busy_s + budget_share * step_s(n) if est.prefill_busy_s > 0 else 0.0
+    prompt_s = est.prefill_busy_s + budget_share * step_n if est.prefill_busy_s > 0 else 0.0
     queue = _wait_tail(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else (0.0, math.inf)
     if queue[1] <= 0:
         return _unstable(lam, rho, est.batch)
@@ -276,8 +277,8 @@ def latency_at_load(
     queued = p95_wait_s(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else 0.0
     # a prompt arriving mid-step waits for that step to end: uniform on (0, step(n)) while sequences decode
     busy = min(rho, 1.0)
-    residual_p95 = step_s(n) * max(1.0 - 0.05 / busy, 0.0) if busy > 0 else 0.0
-    mean_ttft = slot_mean + queue_mean + busy * step_s(n) / 2.0 + est.prefill_s + interleave
+    residual_p95 = step_n * max(1.0 - 0.05 / busy, 0.0) if busy > 0 else 0.0
+    mean_ttft = slot_mean + queue_mean + busy * step_n / 2.0 + est.prefill_s + interleave
     ttft = wait + queued + residual_p95 + est.prefill_s + interleave
     # the prompts arriving while it waits for a slot are admitted as slots free, at the rate sequences leave: they
     # are the decode phase's arrivals already; those arriving while its prompt queues and prefills ride its steps too
