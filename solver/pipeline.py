@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
@@ -14,7 +15,7 @@ from clusterplan.candidates.build import CandidateCache, build_candidates
 from clusterplan.candidates.table import CandidateTable
 from clusterplan.evaluation import simulated
 from clusterplan.evaluation.provisional import with_provisional
-from clusterplan.evaluation.simulated import with_simulation
+from clusterplan.evaluation.simulated import HeldLoad, with_simulation
 from clusterplan.evaluation.uncertainty import with_odds
 from clusterplan.explain import designs as report
 from clusterplan.explain import disagg
@@ -43,10 +44,10 @@ from clusterplan.plan import (
     SimulatedRejection,
     SolverInfo,
 )
-from clusterplan.planner.budget import TimeBudget
+from clusterplan.planner.budget import Meter, Share, TimeBudget
 from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.families import family, latency
-from clusterplan.planner.solve import Planner, Ranked, SolverSettings, add_variants, rank_designs_and
+from clusterplan.planner.solve import Outcome, Planner, Ranked, SolverSettings, add_variants, extended, rank_designs_and
 from clusterplan.planner.status import SolveStatus, relative_gap
 
 if TYPE_CHECKING:
@@ -135,12 +136,19 @@ class Rankings:
         self._made[id(made.table)] = (self._key(opts), made)
 
     def take(self, table: CandidateTable, opts: PlanOptions) -> _Ranked | None:
-        """The ranking kept of ``table`` (this very table) with ``opts``' ranking settings, once; None: none."""
+        """The ranking kept of ``table`` (this very table) with ``opts``' ranking settings, once; None: none. A
+        ranking of one design kept where more are asked is extended (:func:`~clusterplan.planner.solve.extended`: a
+        trade's verification plans design 1 first, then the whole ranking at the same targets)."""
         entry = self._made.get(id(table))
-        if entry is None or entry[1].table is not table or entry[0] != self._key(opts):
+        if entry is None or entry[1].table is not table:
             return None
+        key, made = entry
+        if key != self._key(opts):
+            if key != self._key(replace(opts, top=1)) or made.variants:
+                return None
+            made = replace(made, ranked=extended(made.planner, made.ranked, top=opts.top))
         del self._made[id(table)]
-        return entry[1]
+        return made
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,12 @@ class _Context:
     budget: TimeBudget | None = None
     verify: Verify | None = None
     rankings: Rankings | None = None
+    # A designs-only plan whose table is then planned as asked with the whole explanation (a solve's first ranking):
+    # design 1's explanation is worked out beside the ranking and kept with it (Rankings), used where that table is
+    # the one the search settles on. ``held_of`` gives the loads the simulation holds a design's replicas at (of the
+    # table, its planner and a design) as soon as the ranking has it: where a design has one the table does not yet
+    # hold, a search round follows, and the explanation is stopped.
+    held_of: Callable[[CandidateTable, Planner, Outcome], list[HeldLoad]] | None = None
 
 
 def plan_table(
@@ -209,16 +223,18 @@ def _plan_in(table: CandidateTable, opts: PlanOptions, ctx: _Context) -> Plan:
     full = bool(opts.explain) and not partial
     made = ctx.rankings.take(table, opts) if ctx.rankings is not None else None
     if made is None:
-        made = _counted(_rank(table, opts, ctx, full=full), ctx.timings)
+        ahead = ctx.held_of is not None and opts.explain == "design"
+        made = _counted(_rank(table, opts, ctx, full=full or ahead, ahead=ahead), ctx.timings)
         if ctx.rankings is not None and opts.explain == "design":
             ctx.rankings.keep(opts, made)
     else:
         if opts.variants and not made.variants:
             add_variants(made.planner, made.ranked)
-        if full and made.ranked.designs:
+        if full and made.ranked.designs and made.explanation is None:
             best = made.ranked.designs[0]
             made = replace(made, explanation=explain(made.planner, best, retarget=ctx.retarget, verify=ctx.verify))
-    planner, ranked, explanation = made.planner, made.ranked, made.explanation
+    planner, ranked = made.planner, made.ranked
+    explanation = made.explanation if full else None  # one worked out ahead (held_of) is the plan as asked's
     first = ranked.first
     objective = ranked.objective  # design 1's: the designs are sorted by it
     gap = None
@@ -290,12 +306,42 @@ def _plan_in(table: CandidateTable, opts: PlanOptions, ctx: _Context) -> Plan:
     )
 
 
-def _rank(table: CandidateTable, opts: PlanOptions, ctx: _Context, *, full: bool) -> _Ranked:
-    """``table``'s planner and its ranked designs (``full``: with design 1's explanation, worked out beside them)."""
+def _rank(table: CandidateTable, opts: PlanOptions, ctx: _Context, *, full: bool, ahead: bool = False) -> _Ranked:
+    """``table``'s planner and its ranked designs (``full``: with design 1's explanation, worked out beside them;
+    ``ahead``: that explanation is worked out ahead of the plan that uses it, and stopped, its work thrown away and
+    still charged, as soon as a design the ranking finds has a held load, :attr:`_Context.held_of`)."""
     planner = Planner(table, objective=opts.objective, settings=opts.settings, budget=ctx.budget)
+    unwanted = threading.Event()  # ahead: the search will not settle on this table
+    meters: list[Meter] = []
+
+    def explainer(best: Outcome) -> Explanation | None:
+        if unwanted.is_set():
+            return None
+        meter = planner.meter()  # this call's share where it runs beside the ranking, else the budget
+        meters.append(meter)
+        out = explain(planner, best, retarget=ctx.retarget, verify=ctx.verify)
+        return None if unwanted.is_set() else out
+
+    held: list[HeldLoad] = []
+
+    def each_found(out: Outcome) -> None:
+        if ctx.held_of is None or unwanted.is_set():
+            return
+        held.extend(ctx.held_of(table, planner, out))
+        if latency.with_held(table, held) is not table:  # a search round follows: the explanation is not wanted
+            unwanted.set()
+            for meter in meters:
+                if isinstance(meter, Share):
+                    meter.cut = True  # its solves stop; the call, redone in turn, returns at once
+
     # The explanation of the best design runs beside the ranking of the others (the same results as after it).
-    explainer = (lambda best: explain(planner, best, retarget=ctx.retarget, verify=ctx.verify)) if full else None
-    ranked, explanation = rank_designs_and(planner, explainer, top=opts.top, variants=opts.variants)
+    ranked, explanation = rank_designs_and(
+        planner,
+        explainer if full else None,
+        top=opts.top,
+        variants=opts.variants,
+        each_found=each_found if ahead else None,
+    )
     return _Ranked(table, planner, ranked, explanation, opts.variants)
 
 
@@ -363,9 +409,18 @@ def retargeter(
     included, the slowest to prepare) are taken from ``table`` unchanged. ``cache``: the one ``table``
     was built with, whose serving physics the rebuilt workloads reuse (only their rate search is redone).
     ``max_usd`` (a trade's probe): the rebuilt workloads without the rows no design that cheap can use.
+    The same factors and ``max_usd`` give the same table, built once (planning it twice, a trade's verification
+    does, then finds the ranking already made of it: :class:`Rankings`).
     """
+    built: dict[tuple[tuple[tuple[TargetKey, float], ...], float | None], CandidateTable] = {}
 
     def retarget(factors: Mapping[TargetKey, float], *, max_usd: float | None = None) -> CandidateTable:
+        key = (tuple(sorted(factors.items())), max_usd)
+        if key not in built:
+            built[key] = _retargeted_table(factors, max_usd)
+        return built[key]
+
+    def _retargeted_table(factors: Mapping[TargetKey, float], max_usd: float | None) -> CandidateTable:
         req = resolved.requirement
         changed = [
             i
@@ -397,6 +452,20 @@ def retargeter(
 
 
 SIM_ROUNDS = 3  # searches again after a simulated miss, at most
+# A solve's first ranking works out design 1's explanation beside its further designs (False: after the search, as
+# the plan is the same either way; tests compare the two).
+EXPLAIN_AHEAD = True
+
+
+def simulated_held(
+    table: CandidateTable, planner: Planner, out: Outcome, resolved: ResolvedRequirement, catalog: Catalog
+) -> list[HeldLoad]:
+    """The loads the scheduler simulation holds the replicas of ``out`` (a design of ``planner``, a plan of ``table``)
+    at, where they miss a target at peak load: what :func:`simulation_searched` holds of the plan's designs."""
+    if out.solution is None:
+        return []
+    checks = report.margins(table, out.solution, planner.built.families)
+    return simulated.held_loads(report.design(table, out.solution, rank=1, checks=checks), resolved, catalog)
 
 
 def _designs_only(opts: PlanOptions, *, top: int | None = None) -> PlanOptions:
@@ -522,9 +591,17 @@ def plan_requirement(
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
     # what-if point too: its row is the design that point's own solve returns). Each round ranks designs only; the
     # table the search settles on is then planned as asked, its ranking explained rather than made again (Rankings):
-    # an explanation is worked out once, of the design returned (one made of a design the simulation then rejected
-    # was thrown away, and on Mixtral it spent the time limit the final explanation needed).
-    plan = simulation_searched(replan(table, _designs_only(opts)), table, opts, resolved, catalog, replan)
+    # the first ranking works out design 1's explanation beside its further designs (2 cores: the explanation's
+    # solves and physics beside the further designs' solves; the 70B's wall time 2.7 -> 2.1 s), kept for the plan as
+    # asked where no search round follows. Each design the ranking finds is simulated at once, and where one has a
+    # held load (a round follows: Mixtral), the explanation is stopped, its work so far thrown away (an explanation
+    # run to its end and thrown away once spent the time limit the final one needed, on Mixtral).
+    def held_of(t: CandidateTable, planner: Planner, out: Outcome) -> list[HeldLoad]:
+        return simulated_held(t, planner, out, resolved, catalog)
+
+    ahead = replace(ctx, held_of=held_of if opts.explain is True and EXPLAIN_AHEAD else None)
+    first = _plan_in(table, _designs_only(opts), ahead)
+    plan = simulation_searched(first, table, opts, resolved, catalog, replan)
     designs = plan.designs
     if opts.annotate:
         # Each design's chance of meeting its targets under the model's measured error (evaluation/uncertainty.py).

@@ -132,8 +132,8 @@ def test_the_explanation_beside_the_ranking_is_the_explanation_after_it(
 ) -> None:
     """70B example: explaining the best design while the other designs are ranked gives the designs, the
     explanation (trades and their probes included) and the budget charged of ranking first, explaining after.
-    The ranking's share is widened so that the 70B's four further designs fit it (its first design takes 0.033
-    units, just over a sixteenth of the default limit's 2 / 4): the run beside is what is compared."""
+    The ranking's share is held at an eighth (the 70B's four further designs at its first design's 0.033 units
+    each fit it), whatever the default: the run beside is what is compared."""
     from clusterplan.explain.binding import explain
     from clusterplan.planner import solve
 

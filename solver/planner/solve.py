@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from clusterplan.candidates.table import CandidateTable
@@ -700,13 +700,19 @@ def rank_designs(planner: Planner, *, top: int = 5) -> Ranked:
 
 # Of what is left after the best design, the shares of the other designs' ranking and of the work done on
 # the best design beside it (rank_designs_and): the ranking needs little (0.07 units at most on the examples,
-# of 2 at the default limit), an explanation up to 0.41 (13B train-then-serve).
-RANK_SHARE = 1.0 / 16.0
+# of 2 at the default limit), an explanation up to 0.41 (13B train-then-serve). An eighth, so that four further
+# designs at the 70B's first design's 0.033 units each fit it (a sixteenth did not: the two ran in turn).
+RANK_SHARE = 1.0 / 8.0
 BESIDE_SHARE = MAX_SHARED_FRACTION - RANK_SHARE
 
 
 def rank_designs_and(
-    planner: Planner, beside: Callable[[Outcome], T] | None, *, top: int = 5, variants: bool = True
+    planner: Planner,
+    beside: Callable[[Outcome], T] | None,
+    *,
+    top: int = 5,
+    variants: bool = True,
+    each_found: Callable[[Outcome], None] | None = None,
 ) -> tuple[Ranked, T | None]:
     """:func:`rank_designs`, and ``beside`` (an explanation) of the best design: the same results as the
     ranking followed by ``beside(ranked.designs[0])``, faster.
@@ -714,7 +720,9 @@ def rank_designs_and(
     When the first design's solves are proven optimal, it is the best whatever follows (a later design costs
     no less, and the sort is stable), so ``beside`` runs alongside the ranking of the others
     (:meth:`Planner.concurrently`: the sequential results, or the calls are redone in turn). ``variants``: each
-    design's other layouts on its hardware (False: none looked for, as a what-if point shows none).
+    design's other layouts on its hardware (False: none looked for, as a what-if point shows none). ``each_found``:
+    called with each design as it is found, design 1 before ``beside`` starts, the others on the ranking's thread
+    (where they run side by side): a caller may tell ``beside`` there that its work is not wanted.
     """
     goal = PRIMARY_GOAL[planner.objective]
     meter = planner.meter()
@@ -730,9 +738,15 @@ def rank_designs_and(
         best = design[0]
         assert best.solution is not None
         nogoods = [best.solution]
+        if each_found is not None:
+            each_found(best)
+
+        def further() -> list[tuple[Outcome, bool]]:
+            return _more_designs(planner, goal, nogoods, top - 1, each_found)
+
         if early:
             assert beside is not None
-            calls = [lambda: _more_designs(planner, goal, nogoods, top - 1), lambda: beside(best)]
+            calls = [further, lambda: beside(best)]
             more, side = (
                 planner.concurrently(calls, fractions=(RANK_SHARE, BESIDE_SHARE))
                 if fits
@@ -741,7 +755,7 @@ def rank_designs_and(
             found += more  # type: ignore[arg-type]
             extra = side  # type: ignore[assignment]
         else:
-            found += _more_designs(planner, goal, nogoods, top - 1)
+            found += further()
     sign = 1.0 if goal.minimise else -1.0
     # Stable: equal objectives keep the order they were found in (the optimum first).
     ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
@@ -758,6 +772,23 @@ def rank_designs_and(
     elif beside is not None and ranked.designs:
         extra = beside(ranked.designs[0])
     return ranked, extra
+
+
+def extended(planner: Planner, ranked: Ranked, *, top: int) -> Ranked:
+    """``ranked`` (a ranking of at most one design, made by ``rank_designs_and(planner, None, top=1, variants=False)``)
+    with its further designs up to ``top``: the ranking ``rank_designs_and(planner, None, top=top, variants=False)``
+    makes, the first design's two solves not made again (the further designs are the same solves on the same model,
+    in the same order)."""
+    assert len(ranked.designs) <= 1
+    if not ranked.designs or top <= 1:
+        return ranked
+    goal = PRIMARY_GOAL[planner.objective]
+    best = ranked.designs[0]
+    assert best.solution is not None
+    found = [(best, ranked.cut_short[0]), *_more_designs(planner, goal, [best.solution], top - 1)]
+    sign = 1.0 if goal.minimise else -1.0
+    ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))  # as rank_designs_and sorts
+    return replace(ranked, designs=[out for out, _ in ordered], cut_short=[cut for _, cut in ordered])
 
 
 def _next_design(planner: Planner, goal: Goal, nogoods: list[Solution]) -> tuple[Outcome, tuple[Outcome, bool] | None]:
@@ -805,9 +836,15 @@ def _layout_variants(planner: Planner, out: Outcome) -> list[Solution]:
     return seen[1:]
 
 
-def _more_designs(planner: Planner, goal: Goal, nogoods: list[Solution], count: int) -> list[tuple[Outcome, bool]]:
+def _more_designs(
+    planner: Planner,
+    goal: Goal,
+    nogoods: list[Solution],
+    count: int,
+    each_found: Callable[[Outcome], None] | None = None,
+) -> list[tuple[Outcome, bool]]:
     """Up to ``count`` further designs, each distinct from ``nogoods`` and the ones before it; fewer when the
-    budget is spent (the time limit: fewer alternatives rather than an overrun)."""
+    budget is spent (the time limit: fewer alternatives rather than an overrun). ``each_found``: called with each."""
     found: list[tuple[Outcome, bool]] = []
     excluded = list(nogoods)
     for _ in range(count):
@@ -817,6 +854,8 @@ def _more_designs(planner: Planner, goal: Goal, nogoods: list[Solution], count: 
         if design is None:
             break
         found.append(design)
+        if each_found is not None:
+            each_found(design[0])
         assert design[0].solution is not None
         excluded.append(design[0].solution)
     return found
