@@ -600,7 +600,8 @@ def plan_requirement(
         return simulated_held(t, planner, out, resolved, catalog)
 
     ahead = replace(ctx, held_of=held_of if opts.explain is True and EXPLAIN_AHEAD else None)
-    first = _plan_in(table, _designs_only(opts), ahead)
+    # ... and each design's other layouts beside it too (the plan as asked shows them; a round throws them away)
+    first = _plan_in(table, replace(_designs_only(opts), variants=opts.variants), ahead)
     plan = simulation_searched(first, table, opts, resolved, catalog, replan)
     designs = plan.designs
     if opts.annotate:

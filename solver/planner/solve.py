@@ -742,7 +742,11 @@ def rank_designs_and(
             each_found(best)
 
         def further() -> list[tuple[Outcome, bool]]:
-            return _more_designs(planner, goal, nogoods, top - 1, each_found)
+            more = _more_designs(planner, goal, nogoods, top - 1, each_found)
+            if variants and early:  # beside the call's work too: each design's layouts are its own solves
+                for out in [best, *(out for out, _ in more)]:
+                    out.variants = _layout_variants(planner, out)
+            return more
 
         if early:
             assert beside is not None
@@ -765,7 +769,7 @@ def rank_designs_and(
         first=first,
         cut_short=[cut for _, cut in ordered],
     )
-    if variants:
+    if variants and not early:
         add_variants(planner, ranked)
     if early:
         assert ranked.designs[0] is found[0][0]  # the design ``beside`` ran on is the best
