@@ -6,7 +6,9 @@ All of it is data (:mod:`clusterplan.plan`); rendering lives in :mod:`clusterpla
 * **Binding or slack.** A family binds when switching it off (every other family on) improves the
   optimum; its ``relaxed_total_usd`` is that optimum. Budgets cannot bind a min-cost optimum
   (removing an upper bound on cost never lowers the least cost), except capital and monthly
-  budgets, which can push spending from one kind to another.
+  budgets, which can push spending from one kind to another. Families that rarely bind are
+  first switched off together: where no better design exists even then, none of them binds, in one
+  solve (:func:`_switched_off`); a binding family's optimum is always its own switched-off solve.
 * **Cheaper GPU types.** For each GPU type cheaper per GPU-hour than the cheapest one a workload
   uses: if physics ruled out all its candidates, the most common reason; otherwise the workload is
   forced onto it: feasible means it simply costs more (and how much); infeasible means a minimal set
