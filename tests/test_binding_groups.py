@@ -1,5 +1,6 @@
 """The binding checks' group tests (explain/binding.py): families checked together where none binds give the
-verdicts and relaxed optima of checking each family alone, in fewer solves."""
+verdicts and relaxed optima of checking each family alone, in fewer solves; the deletion loop
+(explain/infeasibility.py) keeps the conflict it found with a solve per member, without the solves the core answers."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import pytest
 
 from clusterplan.candidates.table import TP_NVLINK, CandidateTable
 from clusterplan.explain.binding import constraint_checks
-from clusterplan.planner.families import family
+from clusterplan.explain.infeasibility import minimal_conflict
+from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.goals import Bound, Goal
 from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.status import SolveStatus
 from conftest import cloud, serving, srow, table
 
 NVLINK_REASON = "P: tensor parallel 2 needs NVLink; P has PCIe only"
@@ -87,3 +90,38 @@ def test_binding_family_keeps_its_own_switched_off_optimum() -> None:
     assert nvlink.status == "binding"
     assert nvlink.relaxed_total_usd == own.solution.total_cents / 100.0
     assert nvlink.relaxed_design is not None and "P" in nvlink.relaxed_design
+
+
+def _relaxing(fid: str) -> Relaxing:
+    r = family(fid).relaxation
+    assert r is not None
+    return r
+
+
+def _plain_deletion_loop(planner: Planner, core: list[str]) -> list[str]:
+    """The deletion loop with a solve for every member (what infeasibility.minimal_conflict returns)."""
+    members = set(core) | {g for f in core for g in _relaxing(f).implies if g in planner.families}
+    kept = [f for f in planner.families if f in members]
+    first = [f for f in kept if _relaxing(f).deletion_first]
+    for f in first + [f for f in kept if f not in first]:
+        trial = [g for g in kept if g != f]
+        if planner.feasible(trial) is SolveStatus.INFEASIBLE:
+            kept = trial
+    return kept
+
+
+def test_deletion_loop_skips_what_the_core_proves_and_keeps_the_same_conflict() -> None:
+    """A (TP1) meets the demand only without its p95 target; P (TP2 over PCIe) is ruled out by NVLink. The core
+    names latency and the NVLink rule; throughput, which latency implies, joins the loop and is dropped without a
+    solve (the core, which it is not part of, is infeasible already)."""
+    forbidden = ((TP_NVLINK, NVLINK_REASON),)
+    rows = [srow("a", 1, rate=0.0, nolat=8.0), srow("p", 2, rate=8.0, forbidden=forbidden)]
+    planner = Planner(table([serving(rows, 4.0)], [cloud("a", 1, price=4.0), cloud("p", 2, price=1.0)]))
+    status, core = planner.core(planner.families)
+    assert status is SolveStatus.INFEASIBLE and "throughput" not in core, core
+    plain_solves = planner.solves
+    plain = _plain_deletion_loop(planner, core)
+    plain_solves = planner.solves - plain_solves
+    solves = planner.solves
+    assert minimal_conflict(planner, core) == plain == ["latency", TP_NVLINK]
+    assert planner.solves - solves == plain_solves - 1
