@@ -6,7 +6,9 @@ All of it is data (:mod:`clusterplan.plan`); rendering lives in :mod:`clusterpla
 * **Binding or slack.** A family binds when switching it off (every other family on) improves the
   optimum; its ``relaxed_total_usd`` is that optimum. Budgets cannot bind a min-cost optimum
   (removing an upper bound on cost never lowers the least cost), except capital and monthly
-  budgets, which can push spending from one kind to another.
+  budgets, which can push spending from one kind to another. Families that rarely bind are
+  first switched off together: where no better design exists even then, none of them binds, in one
+  solve (:func:`_switched_off`); a binding family's optimum is always its own switched-off solve.
 * **Cheaper GPU types.** For each GPU type cheaper per GPU-hour than the cheapest one a workload
   uses: if physics ruled out all its candidates, the most common reason; otherwise the workload is
   forced onto it: feasible means it simply costs more (and how much); infeasible means a minimal set
@@ -34,8 +36,9 @@ from clusterplan.physics.reasons import ReasonCategory
 from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostCause, LostGpu, MixNote
 from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import family
-from clusterplan.planner.families.goals import Bound
+from clusterplan.planner.families.goals import Bound, Goal
 from clusterplan.planner.solve import PRIMARY_GOAL, Extra, Outcome, Planner, Solution
+from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.variables import PlanVariables
 from clusterplan.wording.reasons import render_lost
 
@@ -112,11 +115,8 @@ def _checks(planner: Planner, best: Outcome) -> list[tuple[ConstraintCheck, Outc
     # relaxed optimum; a family that does not bind is proven so as an infeasible model, about twice as fast.
     better = Bound(goal, round(best.objective) - 1 if goal.minimise else round(best.objective) + 1)
 
-    def switched_off(fid: str) -> Callable[[], Outcome]:
-        return lambda: planner.solve(goal=goal, on=[g for g in planner.families if g != fid], bounds=[better])
-
-    # Each family switched off alone: independent solves, run side by side (the same outcomes as in turn).
-    relaxed_of = dict(zip(solved, planner.concurrently([switched_off(fid) for fid in solved]), strict=True))
+    likely = {c.family for c in read_checks if _likely_binding(planner, c)}
+    relaxed_of = _switched_off(planner, solved, better, likely)
     for c in read_checks:
         if c.family not in relaxed_of:
             out.append((c, None))
@@ -138,6 +138,66 @@ def _checks(planner: Planner, best: Outcome) -> list[tuple[ConstraintCheck, Outc
         else:
             out.append((c, None))
     return out
+
+
+def _likely_binding(planner: Planner, check: ConstraintCheck) -> bool:
+    """Whether a family is checked alone first rather than in a group (a guess: it changes how many solves the
+    checks take, never a verdict): one with a measured margin, unless it is a budget (one binds a min-cost optimum
+    only by moving spending between kinds) or implied by another family the requirement states (throughput beside
+    latency). The others (rules without a margin, budgets, implied families) rarely bind on the examples."""
+    f = family(check.family)
+    implied = any(check.family in r.implies for g in planner.families if (r := family(g).relaxation) is not None)
+    return check.margin is not None and not f.spending_cap and not implied
+
+
+def _switched_off(planner: Planner, fids: list[str], better: Bound, likely: set[str]) -> dict[str, Outcome]:
+    """Each family of ``fids`` switched off alone (every other one on), held to ``better``: the outcome of that solve,
+    or, for a family a group test clears, the group's INFEASIBLE outcome (never read: it does not bind).
+
+    Group test: switching a set of families off admits every design that switching one of them off admits, so if
+    no design meets ``better`` with the whole set off (proven INFEASIBLE), none of them binds, in one solve. The
+    families ``likely`` to bind are solved alone from the start; the others are tested as a group first. Where a
+    group admits a design, the families of the group it violates (each family's solver-free check) are solved
+    alone and the rest tested again as a group; where that narrows nothing (or the group solve was not decided,
+    e.g. by the time limit), each is solved alone, as without groups. Each binding family's outcome is thus its
+    own switched-off solve, the same as checking one family at a time; the calls of a round run side by side."""
+    goal = better.goal
+    table = planner.table
+
+    def alone(fid: str) -> Callable[[], Outcome]:
+        return lambda: planner.solve(goal=goal, on=[g for g in planner.families if g != fid], bounds=[better])
+
+    def together(fs: list[str]) -> Callable[[], Outcome]:
+        off = set(fs)
+        # Feasibility is enough: the group's design only says which families to solve alone next.
+        return lambda: planner.solve(
+            goal=Goal.FEASIBILITY, on=[g for g in planner.families if g not in off], bounds=[better]
+        )
+
+    single = [f for f in fids if f in likely]
+    group = [f for f in fids if f not in likely]
+    out: dict[str, Outcome] = {}
+    while True:
+        if len(group) < 2:  # a group of one is that family alone
+            single, group = single + group, []
+        calls = [alone(f) for f in single] + ([together(group)] if group else [])
+        results = planner.concurrently(calls)
+        out.update(zip(single, results[: len(single)], strict=True))
+        if not group:
+            break
+        tested = results[-1]
+        if tested.status is SolveStatus.INFEASIBLE:
+            out.update((f, tested) for f in group)
+            break
+        violated: list[str] = []
+        if tested.status.has_solution and tested.solution is not None:
+            d = facts(table, tested.solution)
+            violated = [f for f in group if not family(f).check(d)]
+        if violated and len(violated) < len(group):
+            single, group = violated, [f for f in group if f not in violated]
+        else:
+            single, group = group, []
+    return {f: out[f] for f in fids}
 
 
 def _unit_cost(table: CandidateTable, gid: str) -> float | None:
