@@ -348,8 +348,10 @@ def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: Se
                 continue
             max_batch = memo.max_batch(arch, spec, w, layout, assumptions)
             if max_batch < 1:
-                est = memo.estimate(arch, spec, w, layout, batch=1, assumptions=assumptions)
-                reasons = hard_reasons(est.why_not)
+                # the reasons the estimate at one sequence would give, without estimating its speed
+                reasons = hard_reasons(
+                    evaluate.serving_reasons(arch, spec, w, layout, batch=1, assumptions=assumptions)
+                )
                 fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
                 entries.append(excluded(gid, reasons[0] if reasons else fallback))
                 continue

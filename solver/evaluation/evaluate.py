@@ -115,6 +115,16 @@ def serving_estimate(
     )
 
 
+def serving_reasons(
+    arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, layout: Layout, *, batch: int, assumptions: Assumptions
+) -> list[Reason]:
+    """:func:`serving_estimate`'s ``why_not`` alone (:func:`clusterplan.physics.serving.serving_reasons`): why a
+    layout that holds not one sequence is ruled out, without estimating its speed."""
+    return serving.serving_reasons(
+        arch, spec, layout, request_shape(w), batch=batch, assumptions=serving_assumptions(assumptions, w)
+    )
+
+
 def replica_layout(g: ReplicaGroup) -> Layout:
     """The layout of one planned replica group: its TP and PP, weight and KV precision, EP and attention DP."""
     return Layout(tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache, ep=g.ep, attention_dp=g.attention_dp)

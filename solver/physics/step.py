@@ -179,7 +179,7 @@ def decode_stepper(model: DecodeStepModel) -> Callable[[float], float]:
     :func:`tp_comm_s`, :func:`all_to_all_s` and :func:`host_step_s`, in one body: the model's fields are read once,
     the parts that do not depend on ``n`` (a dense model's expert weight stream and per-sequence expert work, the
     no-op routing factors) are computed once, and every other float operation is the one those functions make, in
-    their order, so the result is :func:`decode_step_s`'s bit for bit (``tests/test_physics_step_memo.py`` holds
+    their order, so the result is :func:`decode_step_s`'s bit for bit (``tests/test_physics_fast_paths.py`` holds
     the two equal over every example's replicas and fuzzed step models). Change a formula there and here together.
     """
     pp, stages = model.pp, float(model.pp)

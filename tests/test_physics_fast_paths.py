@@ -1,17 +1,21 @@
-"""The queueing model's fast decode steps are the step model's, bit for bit: ``step.decode_stepper`` (the terms that do
-not depend on the batch read once) against ``step.decode_step_s`` over real replicas and fuzzed step models, and a
-stepper kept across rates (``queueing.stepper``: each batch's step remembered) gives every p95 and mean that
-``latency_at_load`` computes afresh. The candidate rows, and so every plan, rest on those figures."""
+"""The candidate physics' fast paths give the figures of the paths they stand for, exactly: the queueing model's
+decode steps (``step.decode_stepper``, the terms that do not depend on the batch read once) against
+``step.decode_step_s`` over real replicas and fuzzed step models; a stepper kept across rates (``queueing.stepper``:
+each batch's step remembered) against ``latency_at_load`` computed afresh; a layout's reasons without its estimate
+(``evaluate.serving_reasons``) against the estimate's ``why_not``. The candidate rows and their exclusions, and so
+every plan, rest on those figures."""
 
 from __future__ import annotations
 
 import random
 
 from clusterplan.catalog.load import Catalog
+from clusterplan.evaluation import evaluate
 from clusterplan.physics import queueing, serving, step
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.types import DecodeStepModel, ServingEstimate
+from clusterplan.requirement.schema import ServingWorkload
 
 SHAPE = serving.RequestShape(input_tokens=1000, output_tokens=400, context_tokens=2000)
 TRT = Assumptions(engine="tensorrt-llm")
@@ -118,3 +122,24 @@ def test_a_stepper_kept_across_rates_gives_the_fresh_figures(catalog: Catalog) -
         assert _hex(kept(0.3)) == _hex(step.decode_step_s(est.step_model, 1.0))
         assert _hex(kept(1e9)) == _hex(step.decode_step_s(est.step_model, float(est.batch)))
     assert kept_rates == 6 * 36
+
+
+def test_a_layouts_reasons_are_its_estimates(catalog: Catalog) -> None:
+    """Every GPU x precision x TP of a 70B and a 405B service at one sequence and at 64: the reasons alone are the
+    estimate's ``why_not``, in order (the candidates quote the first hard one for a layout that holds no sequence)."""
+    compared = unfit = 0
+    for model in ("llama-3.1-70b", "llama-3.1-405b"):
+        w = ServingWorkload(kind="serving", name="chat", requests_per_min=60, input_tokens=2000, output_tokens=300)
+        arch = catalog.model(model)
+        for _, spec in sorted(catalog.gpus.items()):
+            for quant in ("bf16", "fp8", "int4"):
+                for tp, pp in ((1, 1), (8, 1), (8, 2)):
+                    layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision="fp8" if quant == "fp8" else "bf16")
+                    for batch in (1, 64):
+                        args = {"batch": batch, "assumptions": Assumptions()}
+                        est = evaluate.serving_estimate(arch, spec, w, layout, **args)  # type: ignore[arg-type]
+                        assert evaluate.serving_reasons(arch, spec, w, layout, **args) == est.why_not  # type: ignore[arg-type]
+                        compared += 1
+                        unfit += any(type(r).__name__ == "WeightsDoNotFit" for r in est.why_not)
+    assert compared == 2 * len(catalog.gpus) * 3 * 3 * 2
+    assert unfit > 50  # the case the candidates read it for: weights that do not fit
