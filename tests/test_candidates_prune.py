@@ -11,8 +11,9 @@ import random
 
 import pytest
 
+from clusterplan.candidates.offerings import _without_slower_fabrics
 from clusterplan.candidates.prune import _training_dominates, prune_training_rows
-from clusterplan.candidates.table import TrainingRow
+from clusterplan.candidates.table import Offering, TrainingRow
 
 
 def pairwise(rows: list[TrainingRow]) -> list[TrainingRow]:
@@ -72,3 +73,43 @@ def test_a_row_beaten_only_by_a_later_equal_one_is_dropped() -> None:
     assert prune_training_rows([base, rentable]) == [rentable]
     wider = TrainingRow("h100", 4, 1, 1, 1, "none", 1, 4.0, cloud_cost_usd=9.0)
     assert prune_training_rows([base, wider]) == [base, wider]  # wider TP: neither beats the other
+
+
+def _pairwise_without_slower_fabrics(offerings: list[Offering]) -> list[Offering]:
+    """The rule written as every pair compared: a fabric offer goes when another of its GPU, size, TP domain, fabric
+    and term has at least its network per GPU for a lower (price, key)."""
+    return [
+        o
+        for o in offerings
+        if not (
+            o.fabric
+            and any(
+                x is not o
+                and (x.gpu_id, x.gpus_per_unit, x.tp_domain, x.fabric, x.term)
+                == (o.gpu_id, o.gpus_per_unit, o.tp_domain, o.fabric, o.term)
+                and x.network_gb_per_s_per_gpu >= o.network_gb_per_s_per_gpu
+                and (x.usd_per_hour, x.key) < (o.usd_per_hour, o.key)
+                for x in offerings
+            )
+        )
+    ]
+
+
+def test_a_slower_fabric_offer_goes_only_for_a_cheaper_one_of_its_shape() -> None:
+    """offerings._without_slower_fabrics (offers compared within their shape) keeps what comparing every pair keeps,
+    in order, on random cloud offers."""
+    rng = random.Random(33)
+    dropped = 0
+    for _ in range(200):
+        offers = [
+            Offering(
+                key=f"cloud:{i}", kind="cloud", gpu_id=rng.choice(["a", "b"]), gpus_per_unit=rng.choice([1, 8]),
+                tp_domain=rng.choice([1, 8]), usd_per_hour=rng.choice([10.0, 20.0, 30.0]), fabric=rng.random() < 0.7,
+                network_gb_per_s_per_gpu=rng.choice([0.0, 6.25, 50.0]), term=rng.choice(["on_demand", "spot"]),
+            )
+            for i in range(rng.randint(1, 30))
+        ]  # fmt: skip
+        kept = _without_slower_fabrics(offers)
+        assert kept == _pairwise_without_slower_fabrics(offers)
+        dropped += len(offers) - len(kept)
+    assert dropped > 100  # the rule is exercised, not only its keeping side

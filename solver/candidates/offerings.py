@@ -196,15 +196,16 @@ def _terms_of(
 def _without_slower_fabrics(offerings: list[Offering]) -> list[Offering]:
     """Drop a fabric offer that another of the same GPU, size, TP domain and term beats in price with at least its
     network per GPU (the slower one hosts nothing the other cannot, for no less)."""
+    same_shape: dict[tuple[str, int, int, bool, str], list[Offering]] = {}
+    for o in offerings:  # only an offer of the same shape can beat one: each compared within its shape
+        same_shape.setdefault((o.gpu_id, o.gpus_per_unit, o.tp_domain, o.fabric, o.term), []).append(o)
     kept: list[Offering] = []
     for o in offerings:
-        shape = (o.gpu_id, o.gpus_per_unit, o.tp_domain, o.fabric, o.term)
         if o.fabric and any(
             x is not o
-            and (x.gpu_id, x.gpus_per_unit, x.tp_domain, x.fabric, x.term) == shape
             and x.network_gb_per_s_per_gpu >= o.network_gb_per_s_per_gpu
             and (x.usd_per_hour, x.key) < (o.usd_per_hour, o.key)
-            for x in offerings
+            for x in same_shape[o.gpu_id, o.gpus_per_unit, o.tp_domain, o.fabric, o.term]
         ):
             continue
         kept.append(o)

@@ -99,12 +99,15 @@ class ServingPhysics:
 
     batches: dict[LayoutKey, int] = field(default_factory=dict)
     estimates: dict[tuple[LayoutKey, int], ServingEstimate] = field(default_factory=dict)
-    # Per estimate (by identity, held): p95s at each rate met so far.
-    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad]]] = field(default_factory=dict)
-    # Per estimate (by identity, held): its decode-only replica and that replica's p95s at each rate.
-    decode_loads: dict[int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad]]] = field(
+    # Per estimate (by identity, held): p95s at each rate met so far, and its decode step at each running batch
+    # (queueing.stepper: the rate searches of other targets and of a retargeted build share them).
+    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], float]]] = field(
         default_factory=dict
     )
+    # Per estimate (by identity, held): its decode-only replica, that replica's p95s at each rate and its steps.
+    decode_loads: dict[
+        int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], float]]
+    ] = field(default_factory=dict)
     # Per (GPU types and limits as the layouts read them, keep_latency, derating): the operating points and
     # exclusions of every layout (:func:`_layouts`); of the workload, only the rate searches read the targets.
     layouts: dict[Hashable, Layouts] = field(default_factory=dict)
@@ -144,16 +147,21 @@ class ServingPhysics:
         self, est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions
     ) -> Callable[[float], LatencyAtLoad]:
         """:func:`clusterplan.physics.queueing.latency_at_load` of ``est`` (a memoised estimate: one
-        per layout and batch), once per rate: the rate searches of other targets visit the same rates."""
+        per layout and batch), once per rate: the rate searches of other targets visit the same rates. A new rate
+        reads the decode steps of earlier ones (one :func:`clusterplan.physics.queueing.stepper` per estimate)."""
         from clusterplan.physics import queueing
 
-        table = self.loads.setdefault(id(est), (est, {}))[1]
+        held = self.loads.get(id(est))
+        if held is None:
+            held = self.loads[id(est)] = (est, {}, queueing.stepper(est))
+        _, table, step_s = held
 
         def at(rate: float) -> LatencyAtLoad:
             if rate not in table:
                 table[rate] = queueing.latency_at_load(
-                    est, rate, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions
-                )
+                    est, rate, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions,
+                    step_s=step_s,
+                )  # fmt: skip
             return table[rate]
 
         return at
@@ -163,12 +171,13 @@ class ServingPhysics:
     ) -> Callable[[float], LatencyAtLoad]:
         """:func:`clusterplan.evaluation.pools.decode_at_load` of ``est`` as a decode-only replica, once per rate."""
         from clusterplan.evaluation import pools
-        from clusterplan.physics import disagg
+        from clusterplan.physics import disagg, queueing
 
         if id(est) not in self.decode_loads:
-            self.decode_loads[id(est)] = (est, disagg.decode_only(est, output_tokens=w.output_tokens), {})
-        _, dec, table = self.decode_loads[id(est)]
-        raw = pools.decode_at_load(dec, w, assumptions)
+            dec = disagg.decode_only(est, output_tokens=w.output_tokens)
+            self.decode_loads[id(est)] = (est, dec, {}, queueing.stepper(dec))
+        _, dec, table, step_s = self.decode_loads[id(est)]
+        raw = pools.decode_at_load(dec, w, assumptions, step_s=step_s)
 
         def at(rate: float) -> LatencyAtLoad:
             if rate not in table:
@@ -339,8 +348,10 @@ def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: Se
                 continue
             max_batch = memo.max_batch(arch, spec, w, layout, assumptions)
             if max_batch < 1:
-                est = memo.estimate(arch, spec, w, layout, batch=1, assumptions=assumptions)
-                reasons = hard_reasons(est.why_not)
+                # the reasons the estimate at one sequence would give, without estimating its speed
+                reasons = hard_reasons(
+                    evaluate.serving_reasons(arch, spec, w, layout, batch=1, assumptions=assumptions)
+                )
                 fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
                 entries.append(excluded(gid, reasons[0] if reasons else fallback))
                 continue

@@ -115,6 +115,16 @@ def serving_estimate(
     )
 
 
+def serving_reasons(
+    arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, layout: Layout, *, batch: int, assumptions: Assumptions
+) -> list[Reason]:
+    """:func:`serving_estimate`'s ``why_not`` alone (:func:`clusterplan.physics.serving.serving_reasons`): why a
+    layout that holds not one sequence is ruled out, without estimating its speed."""
+    return serving.serving_reasons(
+        arch, spec, layout, request_shape(w), batch=batch, assumptions=serving_assumptions(assumptions, w)
+    )
+
+
 def replica_layout(g: ReplicaGroup) -> Layout:
     """The layout of one planned replica group: its TP and PP, weight and KV precision, EP and attention DP."""
     return Layout(tp=g.tp, pp=g.pp, quant=g.quant, kv_precision=g.kv_cache, ep=g.ep, attention_dp=g.attention_dp)
@@ -179,15 +189,18 @@ def serving_rates(
     the rates are scaled by the rate factor and the p95s by the latency factor (evaluation/uncertainty.py).
     ``at_load``: the p95s of ``est`` at a rate, memoised by the caller (the candidates of a sweep's points)."""
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
+    decode = queueing.stepper(est) if at_load is None else None  # the replica's decode steps, shared by every rate
+
+    def load(r: float) -> LatencyAtLoad:
+        if at_load is not None:
+            return at_load(r)
+        return queueing.latency_at_load(est, r, **tk, step_s=decode)  # type: ignore[arg-type]
+
     rate = queueing.max_rate_for_targets(
-        est, derated_targets(w, derate), steps=RATE_SEARCH_STEPS, at_load=at_load, **tk,  # type: ignore[arg-type]
+        est, derated_targets(w, derate), steps=RATE_SEARCH_STEPS, at_load=load, **tk,  # type: ignore[arg-type]
     )  # fmt: skip
     ceiling = rate_at_ceiling(est, assumptions)
     at = rate if rate > 0 else ceiling
-
-    def load(r: float) -> LatencyAtLoad:
-        return at_load(r) if at_load is not None else queueing.latency_at_load(est, r, **tk)  # type: ignore[arg-type]
-
     lat = load(at)
     top = lat if at == ceiling else load(ceiling)  # the search's first probe: memoised by the caller
     f = derate.rate_factor

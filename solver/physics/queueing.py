@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from clusterplan.physics.factors import Assumptions
-from clusterplan.physics.step import decode_step_s
+from clusterplan.physics.step import decode_stepper
 from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
 
 P95_Z = 1.6448536269514722  # standard normal 95th percentile
@@ -91,21 +91,37 @@ def mean_wait_s(servers: int, arrival_per_s: float, service_rate_per_server: flo
     return c / (capacity - arrival_per_s) * (1.0 + service_scv) / 2.0
 
 
-def _stepper(est: ServingEstimate) -> Callable[[float], float]:
+def stepper(est: ServingEstimate) -> Callable[[float], float]:
     """The decode step of ``est`` at a running batch ``n`` (clamped to ``[1, B]``), seconds; the fixed step without a
-    step model."""
+    step model.
+
+    Each batch's step is remembered (by the clamped batch): one rate's search asks for the step at 1 and at ``B``
+    (the root's bracket) and at ``n + 1`` twice (the root, then the decode phase), so a caller that asks at many rates
+    keeps one stepper per estimate (:func:`latency_at_load`'s ``step_s``) and computes those once.
+    :func:`clusterplan.physics.step.decode_stepper` is :func:`clusterplan.physics.step.decode_step_s` bit for bit, so
+    a remembered step is the step.
+    """
     if est.step_model is None:
         fixed_s = est.decode_step_s
         return lambda n: fixed_s
-    model = est.step_model
+    at = decode_stepper(est.step_model)
     batch = float(est.batch)
-    return lambda n: decode_step_s(model, min(max(n, 1.0), batch))
+    steps: dict[float, float] = {}
+
+    def step_s(n: float) -> float:
+        n = min(max(n, 1.0), batch)
+        s = steps.get(n)
+        if s is None:
+            s = steps[n] = at(n)
+        return s
+
+    return step_s
 
 
 def _running_batch(
     est: ServingEstimate, arrival: float, output_tokens: float, stretch: float, step_s: Callable[[float], float]
 ) -> float:
-    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]`` (``step_s``: :func:`_stepper`).
+    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]`` (``step_s``: :func:`stepper`).
 
     The excess ``g(n) - n`` is positive at 0 and decreasing past its root; regula falsi with the Illinois
     modification (Dowell & Jarratt 1971) brackets the root to ``1e-10·(1 + B)`` in a handful of steps.
@@ -241,13 +257,15 @@ def latency_at_load(
     input_tokens: float,
     output_tokens: float,
     assumptions: Assumptions,
+    step_s: Callable[[float], float] | None = None,
 ) -> LatencyAtLoad:
     """p95 and mean TTFT, TPOT and end-to-end latency of one replica receiving ``arrival_requests_per_s``.
 
     TTFT: the wait for a slot, then the wait for the prompts queued ahead (:func:`_wait_tail` with one server:
     M/D/1, each prompt holding the step budget for ``P_b + step(n)·p/(budget - n)``, Pollaczek-Khinchine), its prefill and
     the decode steps its chunks share. The decode phase (:func:`_decode_phase`) and the end-to-end latency
-    (TTFT + decode) as their means and variances, their p95s by :func:`gamma_p95`.
+    (TTFT + decode) as their means and variances, their p95s by :func:`gamma_p95`. ``step_s``: :func:`stepper` of
+    ``est``, kept by a caller that asks at many rates (the same figures, sooner).
     """
     lam = max(arrival_requests_per_s, 0.0)
     mu = est.requests_per_s
@@ -257,7 +275,7 @@ def latency_at_load(
         return _unstable(lam, rho, est.batch)
     share = min(lam * est.prefill_busy_s, 0.999)
     stretch = 1.0 / (1.0 - share)
-    step_s = _stepper(est)
+    step_s = step_s if step_s is not None else stepper(est)
     n = _running_batch(est, lam, output_tokens, stretch, step_s)
     step_n = step_s(n)  # the decode step at the mean running batch
     slot_rate = lam / n if n > 0 else mu / est.batch  # a slot is held n / lam s at this load (Little's law)
@@ -357,11 +375,13 @@ def max_rate_for_targets(
     if not targets.any:
         return assumptions.utilisation_ceiling * est.requests_per_s
 
+    decode = stepper(est) if at_load is None else None  # the replica's decode steps, shared by the halvings
+
     def ok(rate: float) -> bool:
         if at_load is not None:
             return targets.met_by(at_load(rate))
         lat = latency_at_load(
-            est, rate, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions
+            est, rate, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions, step_s=decode
         )
         return targets.met_by(lat)
 

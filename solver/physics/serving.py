@@ -698,6 +698,24 @@ def _prefill(
     return _Prefill(prefill, busy, alone_busy, work.chunks)
 
 
+def _reasons(arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, fit: _MemoryFit, rates: _Rates) -> list[Reason]:
+    """Why a replica cannot run, in order: the hardware rules, then the memory fit, then a missing tensor rate."""
+    reasons: list[Reason] = serving_rule_reasons(
+        arch, gpu, layout.tp, layout.pp, layout.quant, layout.kv_precision, layout.expert_parallel_only
+    )
+    return reasons + [r for r in (fit.reason, rates.no_tensor) if r is not None]
+
+
+def serving_reasons(
+    arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, shape: RequestShape, *, batch: int, assumptions: Assumptions
+) -> list[Reason]:
+    """:func:`estimate_serving`'s ``why_not`` at ``batch`` without the rest of the estimate (its speed, prefill and
+    rates): for a layout ruled out before any of those is read (a replica that holds not one sequence)."""
+    batch = max(int(batch), 1)
+    fit = _memory_fit(arch, gpu, layout, shape.context_tokens, batch, assumptions)
+    return _reasons(arch, gpu, layout, fit, _rates(arch, gpu, layout, assumptions))
+
+
 def estimate_serving(
     arch: ModelArchitecture,
     gpu: GpuSpec,
@@ -717,14 +735,11 @@ def estimate_serving(
     """
     a = assumptions
     tp, pp, ep, attention_dp = layout.tp, layout.pp, layout.ep, layout.attention_dp
-    reasons: list[Reason] = serving_rule_reasons(
-        arch, gpu, tp, pp, layout.quant, layout.kv_precision, layout.expert_parallel_only
-    )
     notes = serving_notes(gpu, layout.quant)
     batch = max(int(batch), 1)
     fit = _memory_fit(arch, gpu, layout, shape.context_tokens, batch, a)
     rates = _rates(arch, gpu, layout, a)
-    reasons += [r for r in (fit.reason, rates.no_tensor) if r is not None]
+    reasons = _reasons(arch, gpu, layout, fit, rates)
     notes += _rate_notes(arch, gpu, layout, a)
     kernels = _moe_kernels(arch, gpu, layout, a)
     parts = _Parts(rates, kernels, _stage(arch, gpu, layout, shape, a, rates, kernels), _links(arch, gpu, layout, a))

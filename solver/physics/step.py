@@ -11,6 +11,7 @@ take the table, not the catalog.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from clusterplan.physics import moe
 from clusterplan.physics.factors import SpeculativeDecoding
@@ -168,6 +169,80 @@ def decode_step_s(model: DecodeStepModel, n: float) -> float:
     hops = (model.pp - 1) * (model.pp_hop_fixed_s + per_micro * model.pp_hop_per_seq_s)
     host = host_step_s(model, n) if model.host_per_seq_s else 0.0
     return max(model.pp * stage + hops, host) + model.overhead_s
+
+
+def decode_stepper(model: DecodeStepModel) -> Callable[[float], float]:
+    """:func:`decode_step_s` of ``model`` as a function of ``n`` alone, for a caller that asks at many batches (the
+    queueing model's root search: thousands of steps of one replica).
+
+    The same terms as :func:`decode_stage_s`, :func:`matmuls_s`, :func:`expert_parts_s`, :func:`linear_ramp`,
+    :func:`tp_comm_s`, :func:`all_to_all_s` and :func:`host_step_s`, in one body: the model's fields are read once,
+    the parts that do not depend on ``n`` (a dense model's expert weight stream and per-sequence expert work, the
+    no-op routing factors) are computed once, and every other float operation is the one those functions make, in
+    their order, so the result is :func:`decode_step_s`'s bit for bit (``tests/test_physics_fast_paths.py`` holds
+    the two equal over every example's replicas and fuzzed step models). Change a formula there and here together.
+    """
+    pp, stages = model.pp, float(model.pp)
+    kv_s, attention_s = model.kv_per_seq_s, model.attention_compute_per_seq_s
+    dense_s, compute_s = model.dense_weights_s, model.compute_per_seq_s
+    ref, knee = model.linear_knee_seqs
+    head_s, head_compute_s = model.head_weights_s, model.head_compute_per_seq_s
+    experts, k, ep, per_seq = model.moe_experts, model.experts_per_token, model.expert_parallel, model.tokens_per_seq
+    g, skew, curve, tile_max = (
+        model.moe_gemm_efficiency,
+        model.expert_load_skew,
+        model.expert_routing_curve,
+        (model.expert_row_tile_max),
+    )
+    weight_g = model.moe_weight_efficiency or g
+    expert_w_s, gathered_s = model.expert_weights_s, model.expert_gathered_per_seq_s
+    expert_c_s, expert_r_s, layers_s = (
+        model.expert_compute_per_seq_s,
+        model.expert_routed_per_seq_s,
+        (model.expert_layers_s),
+    )
+    # expert_parts_s with one expert (a dense MLP: moe.experts_touched is 1) and no row tiles (padding 1)
+    dense_expert_w = expert_w_s * (moe.experts_touched(experts, k, 1.0) / ep) / weight_g
+    untiled_routed = expert_c_s * 1.0 / g + expert_r_s
+    reduces, lats, pers = model.tp_allreduces, tuple(model.tp_allreduce_latency_s), tuple(model.tp_allreduce_per_seq_s)
+    protocols = range(1, len(lats))
+    a2as, a2a_lat_s, a2a_per_s = model.all_to_alls, model.all_to_all_latency_s, model.all_to_all_per_seq_s
+    hop_s, hop_per_s = model.pp_hop_fixed_s, model.pp_hop_per_seq_s
+    host_s, host_share, overhead_s = model.host_per_seq_s, model.host_rank_share, model.overhead_s
+
+    def step_s(n: float) -> float:
+        n = max(n, 1.0)
+        x = n / min(stages, n)  # sequences per micro-batch
+        tokens = x * per_seq
+        if experts > 1:
+            expert_w = expert_w_s * (moe.experts_touched(experts, k, tokens) / ep) / weight_g
+        else:
+            expert_w = dense_expert_w
+        imbalance = moe.load_imbalance(tokens, k, ep, skew) if ep > 1 else 1.0
+        if curve:
+            imbalance *= moe.routing_ratio(curve, tokens)
+        if tile_max:
+            routed = expert_c_s * moe.row_tile_padding(tokens, k, experts, ep, tile_max) / g + expert_r_s
+        else:
+            routed = untiled_routed
+        expert_c = x * (routed * imbalance + gathered_s)
+        linear = max(dense_s, x * compute_s * ((x + knee) / (x + ref) if knee > 0.0 else 1.0))
+        matmuls = linear + max(head_s, x * head_compute_s) + max(expert_w, expert_c) + layers_s
+        tp = 0.0
+        if x > 0 and reduces != 0 and lats:
+            one = lats[0] + x * pers[0]
+            for i in protocols:
+                t = lats[i] + x * pers[i]
+                if t < one:
+                    one = t
+            tp = reduces * one
+        a2a = a2as * (a2a_lat_s + x * a2a_per_s) if x > 0 and a2as != 0 else 0.0
+        stage = matmuls + max(x * kv_s, x * attention_s) + tp + a2a
+        hops = (pp - 1) * (hop_s + x * hop_per_s)
+        host = host_s * max(n, 0.0) * host_share if host_s else 0.0
+        return max(pp * stage + hops, host) + overhead_s
+
+    return step_s
 
 
 def speculative_step_model(model: DecodeStepModel, spec: SpeculativeDecoding) -> DecodeStepModel:
