@@ -24,16 +24,19 @@ from typing import TYPE_CHECKING, cast
 from clusterplan.errors import FieldProblem, InputError, Location
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 from clusterplan.inputs.yamlio import PathKey, format_path
-from clusterplan.physics import moe, optimizer_memory, queueing, serving, training
+from clusterplan.physics import moe, optimizer_memory, queueing, serving
 from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
-from clusterplan.physics.training_job import REFERENCE_RATES, FrameworkRates, TrainingJob, TrainingSettings
 from clusterplan.wording.reasons import render_reasons
 
+# The training physics (physics.training and what it imports) is imported by the functions that run it: a serving-only
+# command does not pay for it (~10 ms of every solve's start).
 if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+    from clusterplan.physics import training
     from clusterplan.physics.factors import Assumptions
+    from clusterplan.physics.training_job import FrameworkRates, TrainingJob, TrainingSettings
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
     from clusterplan.plan import ReplicaGroup
     from clusterplan.requirement.load import ResolvedRequirement
@@ -269,6 +272,7 @@ TRAINING_PP = (1, 2, 4, 8, 16)
 
 def pinned_layout_problems(w: TrainingWorkload | FinetuneWorkload, arch: ModelArchitecture) -> list[tuple[str, str]]:
     """(field, message) for each layout field a training workload pins that no layout of this model can honour."""
+    from clusterplan.physics import training
     from clusterplan.physics.memory import layers_per_stage
 
     out: list[tuple[str, str]] = []
@@ -393,6 +397,7 @@ def framework_rates(name: str) -> FrameworkRates:
     """The rates and overlaps of the shipped training framework called ``name`` (catalog/frameworks.yaml, id or
     alias); the reference framework's (Megatron-LM's) for a name the shipped catalog does not list."""
     from clusterplan.catalog.load import normalize_name, shipped_frameworks
+    from clusterplan.physics.training_job import REFERENCE_RATES, FrameworkRates
 
     key = normalize_name(name)
     for spec in shipped_frameworks().values():
@@ -408,6 +413,7 @@ def training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
     """What the physics reads of a training or fine-tuning workload (:class:`TrainingJob`): pretraining trains
     every weight and has no adapters (rank 0); a fine-tune its method and LoRA rank; the rates of the framework it
     runs on (:func:`framework_rates`)."""
+    from clusterplan.physics.training_job import TrainingJob
     from clusterplan.requirement.load import framework_name
 
     method, rank = (w.method, w.lora_rank) if w.kind == "finetune" else ("full", 0)
@@ -429,6 +435,8 @@ def training_point(
     derate: Derate = NO_DERATE,
 ) -> TrainingEstimate:
     """One fully pinned training layout, nodes as large as the GPU ships in (its time x ``derate``'s factor)."""
+    from clusterplan.physics import training
+
     return derate.training(
         training.estimate_training(
             arch, spec, job=training_job(w), layout=layout, settings=settings,
@@ -591,6 +599,9 @@ def _fastest_at(
 ) -> tuple[TrainingEstimate | None, Reason | None]:
     """:func:`fastest_training_layout` at one virtual-stage count, memory plan and EP degree: ``shape``'s tp, cp,
     pp, virtual stages and EP degree, ``options``' first memory plan."""
+    from clusterplan.physics import training
+    from clusterplan.physics.training_job import TrainingSettings
+
     node, pp = spec.max_gpus_per_node, shape.pp
     job = training_job(w)
     memory_plan = options.memory_plans[0] if options.memory_plans else PLAIN
