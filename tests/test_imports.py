@@ -133,6 +133,16 @@ def test_serving_solve_leaves_the_training_physics_unloaded() -> None:
 
 
 @pytest.mark.slow
+def test_validate_checks_pinned_layouts_without_evaluating_a_design() -> None:
+    """``validate`` reads the requirement and checks its pinned layouts (evaluation/pinned.py) without importing a
+    design's evaluation and the serving physics it runs (~30 ms of its start)."""
+    modules = modules_of_run(["validate", str(example("70b-serving"))])
+    assert "clusterplan.evaluation.pinned" in modules
+    heavy = {"clusterplan.evaluation.evaluate", "clusterplan.physics.serving", "clusterplan.physics.queueing"}
+    assert not modules & heavy, sorted(modules & heavy)
+
+
+@pytest.mark.slow
 def test_probe_sees_the_solver_import() -> None:
     """The probe itself works: a solve does import CP-SAT (else every case above would pass vacuously)."""
     code, modules = loaded_modules(["solve", str(example("7b-chat-serving"))])
