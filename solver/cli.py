@@ -272,6 +272,7 @@ def entry() -> None:
         # not walk it again (freeze), and collecting every 700 allocations cost ~3% of a solve (320 collections).
         gc.freeze()
         gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+        state["freeze"] = True  # and again once the command has imported its modules (console.guarded)
     code = run()
     if not console_script or "ray" in sys.modules or threading.active_count() > 1:
         sys.exit(code)
