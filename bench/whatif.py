@@ -3,9 +3,10 @@
     python bench/whatif.py                 # median of 3 runs of each command
     python bench/whatif.py --repeats 1     # one run each (about a minute)
 
-Each command runs as a subprocess (``python -m`` the CLI: Python start-up, imports, catalog loading and
-rendering included, as a user sees it) on the 70B example, after one untimed ``validate`` and one untimed
-``solve`` that warm the catalog cache, Python's bytecode cache and the OS file cache. The subprocesses may
+Each command runs as a subprocess (the ``clusterplan`` console script: Python start-up, imports, catalog
+loading, rendering and the command's fast exit included, as a user sees it) on the 70B example, after one
+untimed ``validate`` and one untimed ``solve`` that warm the catalog cache, Python's bytecode cache and the OS
+file cache. The subprocesses may
 write bytecode even where ``PYTHONDONTWRITEBYTECODE`` is set (an installed package ships its ``.pyc``
 files; compiling clusterplan's modules from source costs ~0.2 s a start). Wall times are medians; the
 what-if commands are printed as ratios against ``solve`` measured in the same run, so a slow or busy
@@ -97,15 +98,25 @@ def _child_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _clusterplan() -> tuple[str, ...]:
+    """The ``clusterplan`` command as a user runs it: the console script beside this interpreter, whose fast exit and
+    collector settings (``cli.entry``) are part of every command's time, as ``bench/startup.py`` times it; else the
+    CLI through ``-c``, taking the same path."""
+    script = Path(sys.executable).parent / "clusterplan"
+    if script.exists():
+        return (str(script),)
+    return (sys.executable, "-c", "import sys; sys.argv[0] = 'clusterplan'; from clusterplan.cli import entry; entry()")
+
+
 def wall_s(args: tuple[str, ...], *, python: bool = False) -> tuple[float, float]:
     """(wall, CPU) seconds of ``clusterplan ARGS`` (``python``: of ``python ARGS``) in a fresh interpreter; a
     failure (exit 2 or 3) stops the benchmark."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     cpu0 = _child_cpu_s()
     t0 = time.perf_counter()
-    cli = () if python else ("-c", "from clusterplan.cli import entry; entry()")
+    cli = (sys.executable,) if python else _clusterplan()
     proc = subprocess.run(
-        [sys.executable, *cli, *args],
+        [*cli, *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

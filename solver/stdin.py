@@ -52,7 +52,7 @@ def read_stdin(*, max_bytes: int = MAX_FILE_BYTES) -> str:
 def load_requirement_arg(path: Path, catalog: Catalog, *, text: str | None = None) -> ResolvedRequirement:
     """Load the requirement a command was given: a file, or standard input for ``-`` (``text`` when a
     caller has read it already)."""
-    from clusterplan.evaluation.evaluate import check_pinned_layouts
+    from clusterplan.evaluation.pinned import check_pinned_layouts
     from clusterplan.requirement.load import load_requirement, load_requirement_text
 
     if text is None and is_stdin(path):

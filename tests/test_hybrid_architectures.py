@@ -22,8 +22,7 @@ from clusterplan.errors import ClusterplanError
 from clusterplan.physics import disagg, memory, params, serving
 from clusterplan.physics.factors import Assumptions, SpeculativeDecoding
 from clusterplan.physics.layout import Layout
-from clusterplan.requirement.hf_config import parse_hf_config
-from clusterplan.requirement.load import read_hf_config
+from clusterplan.requirement.hf_config import parse_hf_config, read_hf_config
 from conftest import run_cli, write_doc
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"

@@ -19,8 +19,7 @@ from clusterplan.errors import ClusterplanError
 from clusterplan.physics import kernels, memory, params, serving
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
-from clusterplan.requirement.hf_config import derived_line, load_hf_config, parse_hf_config
-from clusterplan.requirement.load import read_hf_config
+from clusterplan.requirement.hf_config import derived_line, load_hf_config, parse_hf_config, read_hf_config
 from conftest import run_cli
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"

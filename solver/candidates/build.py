@@ -44,7 +44,6 @@ from clusterplan.candidates.table import (
     WorkloadCandidates,
     excluded,
 )
-from clusterplan.candidates.training import training_candidates
 from clusterplan.evaluation.uncertainty import Derate, derate_for
 
 # Catalog fields the physics never reads: purchase prices (offerings read them) and provenance.
@@ -153,6 +152,9 @@ def build_candidates(
                     i, inputs, mixed, keep_latency=keep_latency, derate=derate, physics=physics, cap=cap
                 )
         else:
+            # Imported here: a serving-only requirement does not load the training layout search and its physics.
+            from clusterplan.candidates.training import training_candidates
+
             if cache is not None:
                 key = (
                     "training",

@@ -39,7 +39,7 @@ from clusterplan.candidates.table import (
     hard_reasons,
 )
 from clusterplan.evaluation import evaluate, pricing
-from clusterplan.evaluation.evaluate import TRAINING_PP
+from clusterplan.evaluation.pinned import TRAINING_PP
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 from clusterplan.requirement.load import framework_name
 

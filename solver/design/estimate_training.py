@@ -79,7 +79,7 @@ def _shapes(
     user pinned stay pinned)."""
     from clusterplan.candidates.offerings import gpu_type_of
     from clusterplan.candidates.table import TP_DEGREES
-    from clusterplan.evaluation.evaluate import TRAINING_PP
+    from clusterplan.evaluation.pinned import TRAINING_PP
 
     domain = gpu_type_of(gpu).nvlink_domain
     tps = [cfg.tp] if cfg.tp else [t for t in TP_DEGREES if t <= domain and t in space.tps]

@@ -21,22 +21,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
 
-from clusterplan.errors import FieldProblem, InputError, Location
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
-from clusterplan.inputs.yamlio import PathKey, format_path
-from clusterplan.physics import moe, optimizer_memory, queueing, serving, training
+from clusterplan.physics import moe, optimizer_memory, queueing, serving
 from clusterplan.physics.layout import Layout, Recompute
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
-from clusterplan.physics.training_job import REFERENCE_RATES, FrameworkRates, TrainingJob, TrainingSettings
-from clusterplan.wording.reasons import render_reasons
 
+# The training physics (physics.training and what it imports) is imported by the functions that run it: a serving-only
+# command does not pay for it (~10 ms of every solve's start).
 if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
+    from clusterplan.physics import training
     from clusterplan.physics.factors import Assumptions
+    from clusterplan.physics.training_job import FrameworkRates, TrainingJob, TrainingSettings
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate, TrainingEstimate
     from clusterplan.plan import ReplicaGroup
-    from clusterplan.requirement.load import ResolvedRequirement
     from clusterplan.requirement.schema import FinetuneWorkload, ServingWorkload, TrainingWorkload
 
 RATE_SEARCH_STEPS = 8  # bisection steps of the latency-target rate: within 1/256 of saturation, rounded down
@@ -253,76 +252,6 @@ def memory_plans_for(
     )
 
 
-def check_pinned_layouts(resolved: ResolvedRequirement) -> None:
-    """Refuse, located in the requirement file, each layout field a training or fine-tuning workload pins that no
-    layout of its model can honour (:func:`pinned_layout_problems`), and MTP speculative decoding on a model that
-    ships no MTP modules; exit code 2 like every input error."""
-    problems: list[FieldProblem] = []
-    doc = resolved.document
-    for i, w in enumerate(resolved.requirement.workloads):
-        found: list[tuple[PathKey, str]] = []
-        if w.kind != "serving":
-            found = [(("workloads", i, f), m) for f, m in pinned_layout_problems(w, resolved.model_for(i))]
-        elif w.speculative is not None and w.speculative.method == "mtp" and resolved.model_for(i).mtp_layers == 0:
-            message = (
-                f"model {resolved.model_for(i).name} ships no multi-token-prediction modules (mtp_layers 0); "
-                "use method eagle or draft, or a model whose config has MTP layers"
-            )
-            found = [(("workloads", i, "speculative", "method"), message)]
-        for path, message in found:
-            where = doc.locate(path) if doc is not None else Location(resolved.path)
-            problems.append(FieldProblem(where, format_path(path), message, "layout"))
-    if problems:
-        raise InputError(problems)
-
-
-# Pipeline-parallel degrees a training layout search tries (powers of two up to 16 stages).
-TRAINING_PP = (1, 2, 4, 8, 16)
-
-
-def pinned_layout_problems(w: TrainingWorkload | FinetuneWorkload, arch: ModelArchitecture) -> list[tuple[str, str]]:
-    """(field, message) for each layout field a training workload pins that no layout of this model can honour."""
-    from clusterplan.physics.memory import layers_per_stage
-
-    out: list[tuple[str, str]] = []
-    cp = w.context_parallel
-    if cp is not None and cp > 1 and w.sequence_length % (2 * cp):
-        out.append(
-            (
-                "context_parallel",
-                f"context parallel {cp} splits each sequence into {2 * cp} chunks; sequence_length "
-                f"{w.sequence_length:,.0f} is not a multiple of {2 * cp}",
-            )
-        )
-    v = w.virtual_stages
-    if v is not None and v > 1:
-        stages = [p for p in TRAINING_PP if 1 < p <= arch.layers and layers_per_stage(arch.layers, p) % v == 0]
-        if not stages:
-            out.append(
-                (
-                    "virtual_stages",
-                    f"{v} virtual stages divide no pipeline stage's layers of {arch.name} ({arch.layers} layers over "
-                    f"{', '.join(str(p) for p in TRAINING_PP if p > 1)} stages)",
-                )
-            )
-    for ep in _pinned_eps(w.expert_parallel):
-        reason = training.expert_parallel_reason(arch, ep, ep)  # the count decides DP later; the model decides now
-        if reason is not None:
-            (words,) = render_reasons([reason])
-            fix = "; leave expert_parallel out or set it to 1" if reason.problem == "ep_without_experts" else ""
-            out.append(("expert_parallel", f"{arch.name}: {words}{fix}"))
-    n = w.recompute_layers
-    if n is not None:
-        if w.activation_recompute in ("none", "selective"):
-            out.append(
-                ("recompute_layers", f"recompute_layers counts fully recomputed layers; activation_recompute is "
-                 f"{w.activation_recompute}: set it to full or leave it out")
-            )  # fmt: skip
-        elif n > arch.layers:
-            out.append(("recompute_layers", f"{n} layers recomputed; {arch.name} has {arch.layers}"))
-    return out
-
-
 # Interleaved chunks per pipeline stage: the largest count leaving at least this many layers per chunk. The bubble
 # (p-1)/(v·m) and the interleaving's extra activations (1 + (p-1)/(p·v), Korthikanti et al. 2022 §4.2.3) both fall
 # as v grows, so the largest allowed count is the fastest that fits unless its p2p traffic shows; NeMo's recipes
@@ -372,13 +301,6 @@ CP_MIN_TOKENS = 4096  # below 4k tokens per rank the ring's chunks are too small
 MAX_TRAINING_EP = 64
 
 
-def _pinned_eps(pinned: int | Sequence[int] | str | None) -> tuple[int, ...]:
-    """The EP degrees a workload pins (none for ``auto`` / None)."""
-    if pinned is None or isinstance(pinned, str):
-        return ()
-    return (pinned,) if isinstance(pinned, int) else tuple(pinned)
-
-
 def expert_parallel_options(
     arch: ModelArchitecture, *, tp: int, dp_cp: int, nvlink_domain: int, pinned: int | Sequence[int] | str | None = None
 ) -> tuple[int, ...]:
@@ -406,6 +328,7 @@ def framework_rates(name: str) -> FrameworkRates:
     """The rates and overlaps of the shipped training framework called ``name`` (catalog/frameworks.yaml, id or
     alias); the reference framework's (Megatron-LM's) for a name the shipped catalog does not list."""
     from clusterplan.catalog.load import normalize_name, shipped_frameworks
+    from clusterplan.physics.training_job import REFERENCE_RATES, FrameworkRates
 
     key = normalize_name(name)
     for spec in shipped_frameworks().values():
@@ -421,6 +344,7 @@ def training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
     """What the physics reads of a training or fine-tuning workload (:class:`TrainingJob`): pretraining trains
     every weight and has no adapters (rank 0); a fine-tune its method and LoRA rank; the rates of the framework it
     runs on (:func:`framework_rates`)."""
+    from clusterplan.physics.training_job import TrainingJob
     from clusterplan.requirement.load import framework_name
 
     method, rank = (w.method, w.lora_rank) if w.kind == "finetune" else ("full", 0)
@@ -442,6 +366,8 @@ def training_point(
     derate: Derate = NO_DERATE,
 ) -> TrainingEstimate:
     """One fully pinned training layout, nodes as large as the GPU ships in (its time x ``derate``'s factor)."""
+    from clusterplan.physics import training
+
     return derate.training(
         training.estimate_training(
             arch, spec, job=training_job(w), layout=layout, settings=settings,
@@ -604,6 +530,9 @@ def _fastest_at(
 ) -> tuple[TrainingEstimate | None, Reason | None]:
     """:func:`fastest_training_layout` at one virtual-stage count, memory plan and EP degree: ``shape``'s tp, cp,
     pp, virtual stages and EP degree, ``options``' first memory plan."""
+    from clusterplan.physics import training
+    from clusterplan.physics.training_job import TrainingSettings
+
     node, pp = spec.max_gpus_per_node, shape.pp
     job = training_job(w)
     memory_plan = options.memory_plans[0] if options.memory_plans else PLAIN

@@ -21,7 +21,6 @@ from clusterplan.errors import (
     quoted,
 )
 from clusterplan.inputs.located import validate_document
-from clusterplan.inputs.trace import hourly_profile, read_trace
 from clusterplan.inputs.yamlio import (
     LocatedDocument,
     PathKey,
@@ -29,7 +28,6 @@ from clusterplan.inputs.yamlio import (
     load_yaml_file,
     parse_yaml_text,
 )
-from clusterplan.requirement.hf_config import derived_line, load_hf_config, read_hf_config
 from clusterplan.requirement.schema import (
     DEFAULT_PROVIDER_TIERS,
     HOURS_PER_PERIOD,
@@ -103,6 +101,8 @@ def _profiles_from_traces(doc: LocatedDocument, base_dir: Path) -> LocatedDocume
         if hours is None:
             changed.append(w)  # the kind's own (located) error is reported by validation
             continue
+        from clusterplan.inputs.trace import hourly_profile, read_trace  # only a requirement with a trace reads one
+
         path = base_dir / p["trace"]
         rates = hourly_profile(read_trace(path), hours, str(path))
         rest = {k: v for k, v in p.items() if k != "trace"}
@@ -133,6 +133,8 @@ def _resolve(doc: LocatedDocument, catalog: Catalog, *, base_dir: Path) -> Resol
         ref, path = (w.model, ("workloads", i, "model")) if w.model is not None else (req.model, ("model",))
         try:
             if isinstance(ref, HfConfigModel):
+                from clusterplan.requirement.hf_config import derived_line, load_hf_config  # only for a config file
+
                 read = load_hf_config(base_dir / ref.hf_config, name=ref.name)
                 models.append(read.arch)
                 line = derived_line(read)
@@ -344,5 +346,7 @@ def resolve_model(ref: Any, catalog: Catalog, base_dir: Path) -> ModelArchitectu
     if isinstance(ref, InlineModel):
         return ModelArchitecture.model_validate(ref.model_dump())
     if isinstance(ref, HfConfigModel):
+        from clusterplan.requirement.hf_config import read_hf_config
+
         return read_hf_config(base_dir / ref.hf_config, name=ref.name)
     raise ClusterplanError(f"unsupported model reference {ref!r}")  # pragma: no cover - schema prevents it

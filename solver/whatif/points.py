@@ -271,7 +271,7 @@ def plan_point(
 def load_task(task: PointTask, cache: PointCache) -> tuple[ResolvedRequirement, Catalog] | PointOutcome:
     """One point's requirement and catalog, loaded as a file of its own would be (its pinned layouts checked), or
     its 'invalid' outcome."""
-    from clusterplan.evaluation.evaluate import check_pinned_layouts
+    from clusterplan.evaluation.pinned import check_pinned_layouts
     from clusterplan.requirement.load import load_requirement_text
 
     try:
