@@ -58,15 +58,16 @@ SMALL_MODEL_PRESOLVE_ITERATIONS = 1
 # takes from 0.33 to 0.24 deterministic units with the same optimum); the largest, which GLOP relaxes first, keep 3.
 SMALL_MODEL_VARIABLES = 5000
 
-# An optimum sought afresh (no bound on the objective, no hint, nothing but the families and no-goods: each design's
-# first solve in a ranking) on a model under SMALL_MODEL_VARIABLES: no probing at the start of the search (presolve
-# still probes) and no rounds of cuts at the root. Over the 72 such solves of the six serving and training examples'
-# plans their CP-SAT time fell from 3.69 to 2.47 CPU s (the 70B example's 11 from 0.87 to 0.57 s), the fleet's first
-# solve's from 1.15 to 0.40 s (0.74 to 0.19 deterministic units), each with the same optimum; every example's plan is
-# byte-identical (2-core machine, 2026-12-06). Tie-breaks and checks keep CP-SAT's defaults: with probing level 1 on
-# every solve, the Mixtral example's plan moved.
-OPEN_OPTIMUM_PROBING_LEVEL = 1
-OPEN_OPTIMUM_ROOT_CUT_ROUNDS = 0
+# A ranking's solves (each design's optimum sought afresh: no bound on the objective, no hint, nothing but the families
+# and no-goods; and its tie-break) on a model under SMALL_MODEL_VARIABLES: no probing at the start of the search
+# (presolve still probes) and no rounds of cuts at the root. Over the six serving and training examples' plans, the 72
+# fresh optimum solves' CP-SAT time fell from 3.69 to 2.47 CPU s (the 70B example's 11 from 0.87 to 0.57 s) and the 77
+# tie-breaks' from 1.45 to 1.15 s, every tie-break with the very same solution; the fleet's first solve's from 1.15 to
+# 0.40 s (0.74 to 0.19 deterministic units) with the same optimum; every example's plan is byte-identical (2-core
+# machine, 2026-12-06). Checks and variants keep CP-SAT's defaults: with probing level 1 on every solve, the Mixtral
+# example's plan moved.
+RANKING_PROBING_LEVEL = 1
+RANKING_ROOT_CUT_ROUNDS = 0
 
 # Below this size CP-SAT proves the optimum in a fraction of a second on its own (every example has
 # under 1,000 variables); above it, its own LP bound arrives late or never (x16 catalog).
@@ -248,9 +249,9 @@ class Planner:
         return results[:kept] + [call() for call in calls[kept:]]
 
     # ------------------------------------------------------------------------------------------------
-    def _solver(self, m: cp_model.CpModel, *, open_optimum: bool = False) -> cp_model.CpSolver:
-        """A solver for ``m`` with the planner's parameters; ``open_optimum``: ``m`` seeks an optimum afresh (no bound
-        on its objective, no hint), which OPEN_OPTIMUM_* settings make cheaper on small models."""
+    def _solver(self, m: cp_model.CpModel, *, ranking: bool = False) -> cp_model.CpSolver:
+        """A solver for ``m`` with the planner's parameters; ``ranking``: ``m`` is a ranking's solve (a design's fresh
+        optimum or its tie-break), which the RANKING_* settings make cheaper on small models."""
         s = cp_model.CpSolver()
         s.parameters.num_workers = self.settings.num_workers
         s.parameters.random_seed = self.settings.random_seed
@@ -272,9 +273,9 @@ class Planner:
             # CPU time over the six examples fell 15%). The largest models keep CP-SAT's default: GLOP relaxes them
             # first, a solve may hit the time limit there, and fewer passes change what it reaches.
             s.parameters.max_presolve_iterations = SMALL_MODEL_PRESOLVE_ITERATIONS
-            if open_optimum:
-                s.parameters.cp_model_probing_level = OPEN_OPTIMUM_PROBING_LEVEL
-                s.parameters.max_cut_rounds_at_level_zero = OPEN_OPTIMUM_ROOT_CUT_ROUNDS
+            if ranking:
+                s.parameters.cp_model_probing_level = RANKING_PROBING_LEVEL
+                s.parameters.max_cut_rounds_at_level_zero = RANKING_ROOT_CUT_ROUNDS
         return s
 
     def _check_families(self, on: Iterable[str]) -> None:
@@ -297,8 +298,8 @@ class Planner:
             m.add_assumptions([self.v.literal(f) for f in self.families if f in on_set])
         return m
 
-    def _run(self, m: cp_model.CpModel, *, open_optimum: bool = False) -> tuple[cp_model.CpSolver, SolveStatus, float]:
-        solver = self._solver(m, open_optimum=open_optimum)
+    def _run(self, m: cp_model.CpModel, *, ranking: bool = False) -> tuple[cp_model.CpSolver, SolveStatus, float]:
+        solver = self._solver(m, ranking=ranking)
         if self.meter().spent():
             return solver, SolveStatus.UNKNOWN, 0.0  # nothing left: the caller reports it ran out
         code, wall = self._charged(solver, m)
@@ -408,11 +409,10 @@ class Planner:
                 m, rel = self._reduce(m, keep_hint=hint is not None and bool(hint.values))
                 if goal is Goal.MIN_TOTAL and not bounds and key is not None and rel is not None:
                     self._cost_lp[key] = rel
-        # An optimum sought afresh: the objective unbounded, no hint (not a tie-break, a check or a variant; nor a model
-        # the LP relaxation reduced, which it hints).
-        fresh = goal is not Goal.FEASIBILITY and not (tiebreak or bounds or extra or layouts_of)
-        fresh = fresh and not m.proto.has_solution_hint()
-        solver, status, wall = self._run(m, open_optimum=fresh)
+        # A ranking's solve: a tie-break, or an optimum sought afresh (the objective unbounded, no hint: not a check or a
+        # variant, nor a model the LP relaxation reduced and hinted).
+        fresh = goal is not Goal.FEASIBILITY and not (bounds or extra or layouts_of) and not m.proto.has_solution_hint()
+        solver, status, wall = self._run(m, ranking=tiebreak or fresh)
         wall = time.perf_counter() - t0
         out = Outcome(status=status, wall_s=wall)
         if status.has_solution:
