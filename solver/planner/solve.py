@@ -58,14 +58,16 @@ SMALL_MODEL_PRESOLVE_ITERATIONS = 1
 # takes from 0.33 to 0.24 deterministic units with the same optimum); the largest, which GLOP relaxes first, keep 3.
 SMALL_MODEL_VARIABLES = 5000
 
-# A ranking's solves (each design's optimum sought afresh: no bound on the objective, no hint, nothing but the families
-# and no-goods; and its tie-break) on a model under SMALL_MODEL_VARIABLES: no probing at the start of the search
-# (presolve still probes) and no rounds of cuts at the root. Over the six serving and training examples' plans, the 72
-# fresh optimum solves' CP-SAT time fell from 3.69 to 2.47 CPU s (the 70B example's 11 from 0.87 to 0.57 s) and the 77
-# tie-breaks' from 1.45 to 1.15 s, every tie-break with the very same solution; the fleet's first solve's from 1.15 to
-# 0.40 s (0.74 to 0.19 deterministic units) with the same optimum; every example's plan is byte-identical (2-core
-# machine, 2026-12-06). Checks and variants keep CP-SAT's defaults: with probing level 1 on every solve, the Mixtral
-# example's plan moved.
+# Optimum solves on a model under SMALL_MODEL_VARIABLES, where an optimum is sought afresh (no bound on the objective,
+# no hint, no extra constraint: each design's first solve in a ranking, a trade's probe) or is a tie-break: no probing
+# at the start of the search (presolve still probes) and no rounds of cuts at the root. Over the six serving and
+# training examples' plans, the 72 rankings' fresh solves took 2.47 CPU s of CP-SAT instead of 3.69 (the 70B
+# example's 11: 0.57 s instead of 0.87; 10 of the 72 came back with another solution of the same cost, which the
+# tie-break after each settles as before) and the 77 tie-breaks 1.15 s instead of 1.45, each with the very same
+# solution; the fleet's first solve 0.19 deterministic units instead of 0.74 with the same solution (its plan lists
+# three designs in the default limit, two proven, instead of two, one proven). Every example's solve --json, and the 70B example's sweeps and
+# frontier, are byte-identical (2-core machine, 2026-12-06). Checks and variants keep CP-SAT's defaults: with probing
+# level 1 on every solve, the Mixtral example's plan moved.
 RANKING_PROBING_LEVEL = 1
 RANKING_ROOT_CUT_ROUNDS = 0
 
@@ -250,8 +252,8 @@ class Planner:
 
     # ------------------------------------------------------------------------------------------------
     def _solver(self, m: cp_model.CpModel, *, ranking: bool = False) -> cp_model.CpSolver:
-        """A solver for ``m`` with the planner's parameters; ``ranking``: ``m`` is a ranking's solve (a design's fresh
-        optimum or its tie-break), which the RANKING_* settings make cheaper on small models."""
+        """A solver for ``m`` with the planner's parameters; ``ranking``: ``m`` seeks an optimum afresh or is a
+        tie-break (a ranking's solves), which the RANKING_* settings make cheaper on small models."""
         s = cp_model.CpSolver()
         s.parameters.num_workers = self.settings.num_workers
         s.parameters.random_seed = self.settings.random_seed
@@ -409,8 +411,8 @@ class Planner:
                 m, rel = self._reduce(m, keep_hint=hint is not None and bool(hint.values))
                 if goal is Goal.MIN_TOTAL and not bounds and key is not None and rel is not None:
                     self._cost_lp[key] = rel
-        # A ranking's solve: a tie-break, or an optimum sought afresh (the objective unbounded, no hint: not a check or a
-        # variant, nor a model the LP relaxation reduced and hinted).
+        # A tie-break, or an optimum sought afresh (the objective unbounded, no hint: not a check or a variant, nor a
+        # model the LP relaxation reduced and hinted): CP-SAT's lighter RANKING_* settings.
         fresh = goal is not Goal.FEASIBILITY and not (bounds or extra or layouts_of) and not m.proto.has_solution_hint()
         solver, status, wall = self._run(m, ranking=tiebreak or fresh)
         wall = time.perf_counter() - t0
