@@ -458,6 +458,64 @@ def in_pool(
     return [results[i] for i in range(len(args))]
 
 
+@dataclass
+class StartedTasks:
+    """Point tasks :func:`start_tasks` handed to a process pool: their outcomes, in task order, when read."""
+
+    tasks: list[PointTask]
+    on_done: Callable[[int], None] | None = None
+    futures: list[Any] = field(default_factory=list)  # empty: planned inline (run_tasks) when read
+    read: list[PointOutcome] | None = None
+
+    def outcomes(self) -> list[PointOutcome]:
+        """Every task's outcome in task order, waiting for the pool's (planned here, one by one, without one)."""
+        if self.read is None:
+            if not self.futures:
+                self.read = run_tasks(self.tasks, jobs=1, on_done=self.on_done)
+            else:
+                from concurrent.futures import as_completed
+
+                done: dict[int, PointOutcome] = {}
+                index = {fut: i for i, fut in enumerate(self.futures)}
+                for fut in as_completed(self.futures):
+                    done[index[fut]] = fut.result()
+                    if self.on_done is not None:
+                        self.on_done(len(done))
+                self.read = [done[i] for i in range(len(self.tasks))]
+        return self.read
+
+
+@contextmanager
+def start_tasks(
+    tasks: Sequence[PointTask], *, jobs: int, on_done: Callable[[int], None] | None = None
+) -> Iterator[StartedTasks]:
+    """The tasks handed now to a process pool of its own (``jobs`` workers, at least one, at most one a task),
+    so that the caller works meanwhile and reads their outcomes later (:meth:`StartedTasks.outcomes`: the
+    same as :func:`run_tasks` gives). The workers fork here, in the calling thread. At the block's end the pool
+    is shut down: at once, its tasks stopped, where the outcomes were not read (a guess the caller no longer
+    needs), or on an error or an interrupt. No tasks, or a runner set (:func:`use_runner`): nothing starts,
+    and reading the outcomes plans them as :func:`run_tasks` would."""
+    started = StartedTasks(list(tasks), on_done)
+    if not tasks or runner_set():
+        yield started
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = max(1, min(jobs, len(tasks)))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_start_worker)
+    try:
+        with _signals_held():
+            started.futures = [pool.submit(_call_in_worker, (run_task, t)) for t in started.tasks]
+        yield started
+    except BaseException:
+        _stop_pool(pool)
+        raise
+    if started.read is None:
+        _stop_pool(pool)
+    else:
+        pool.shutdown(wait=True)
+
+
 def pool_open() -> bool:
     """Whether :func:`one_pool` holds a started process pool for this block (workers with warm caches)."""
     held = _POOL.get()
@@ -551,6 +609,7 @@ __all__ = [
     "PointTask",
     "RowStatus",
     "Runner",
+    "StartedTasks",
     "default_jobs",
     "in_pool",
     "load_base",
@@ -565,6 +624,7 @@ __all__ = [
     "runner_set",
     "shape_of",
     "shared_by",
+    "start_tasks",
     "throughput_of",
     "use_runner",
 ]
