@@ -160,12 +160,20 @@ def confirmed(risk: PriceRisk, rows: Sequence[SweepRow]) -> PriceRisk:
 
 
 def confirm(
-    risk: PriceRisk, base: Base, settings: SolverSettings, *, jobs: int = 1, meanwhile: Callable[[], None] | None = None
+    risk: PriceRisk,
+    base: Base,
+    settings: SolverSettings,
+    *,
+    planned: Design | None = None,
+    jobs: int = 1,
+    meanwhile: Callable[[], None] | None = None,
 ) -> PriceRisk:
     """Re-solve at the catalog price and just past the switch figure (``gpu_price.<gpu>``, two solves: side by side
-    in a process pool when ``jobs`` > 1, ``meanwhile`` called while they run). A point that cannot be planned
-    leaves the linear estimate, marked not re-solved."""
-    from clusterplan.whatif.points import StartedTasks, start_tasks
+    in a process pool when ``jobs`` > 1, ``meanwhile`` called while they run). ``planned``: the plan's design 1 where
+    it is the first point's (the plan's objective min_cost, proven optimal, at a catalog price the point keeps to the
+    cent), which is then not planned again. A point that cannot be planned leaves the linear estimate, marked not
+    re-solved."""
+    from clusterplan.whatif.points import PointOutcome, StartedTasks, start_tasks
     from clusterplan.whatif.sweep import assemble, sweep_tasks
 
     try:
@@ -173,11 +181,15 @@ def confirm(
         tasks = sweep_tasks(base, [axis], objective="min_cost", solver=settings)
     except ClusterplanError:
         return risk
+    first: list[PointOutcome] = []
+    if planned is not None and len(tasks) == 2 and axis.values[0] == risk.value_usd:
+        first = [PointOutcome(index=0, values=list(tasks[0].values), status="optimal", design=planned)]
+        tasks = tasks[1:]
     with start_tasks(tasks, jobs=jobs) if jobs > 1 else contextlib.nullcontext(StartedTasks(tasks)) as started:
         if meanwhile is not None:
             meanwhile()
         try:
-            rows = assemble(base, [axis], started.outcomes(), objective="min_cost").rows
+            rows = assemble(base, [axis], first + started.outcomes(), objective="min_cost").rows
         except ClusterplanError:
             return risk
     return confirmed(risk, rows)
@@ -227,7 +239,9 @@ def risk_section(
     prices, gap = price_risks(plan, catalog)
     first = next((i for i, r in enumerate(prices) if r.unit == "USD per GPU"), None)
     if first is not None and base is not None:
-        prices[first] = confirm(prices[first], base, settings, jobs=jobs, meanwhile=meanwhile)
+        # design 1 is the first point's where the plan minimised cost and proved it (what the point would plan again)
+        planned = d if plan.status == "optimal" and plan.solver.objective == "min_cost" else None
+        prices[first] = confirm(prices[first], base, settings, planned=planned, jobs=jobs, meanwhile=meanwhile)
     return Risk(
         single_points=single_points(d),
         prices=prices,
