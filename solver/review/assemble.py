@@ -35,7 +35,7 @@ from clusterplan.review.sections import (
 )
 from clusterplan.review.summary import summary_text
 from clusterplan.review.whatif_axis import choose_axis, early_axis
-from clusterplan.whatif.points import Base, PointOutcome, PointTask, run_tasks, start_tasks
+from clusterplan.whatif.points import Base, PointCache, PointOutcome, PointTask, run_tasks, start_tasks
 from clusterplan.whatif.sweep import Axis, SweepResult, sweep_tasks
 from clusterplan.whatif.sweep import assemble as assemble_sweep
 
@@ -127,7 +127,8 @@ def assemble(
     early = _early_sweep(base, run, solver) if run.jobs > 1 else None
     with start_tasks(early[1] if early else [], jobs=run.jobs - 1, on_done=run.on_done) as started:
         options = PlanOptions(top=top, objective=objective, explain=True, settings=solver)
-        plan = plan_requirement(resolved, catalog, options)
+        cache = PointCache()  # the plan's rows and physics, which the price re-solves start from
+        plan = plan_requirement(resolved, catalog, options, cache=cache.candidates)
         axis = choose_axis(base, plan, run.axis)
         kept = started.outcomes() if early is not None and axis is not None and early[0] == axis else None
     design = plan.designs[0] if plan.designs else None
@@ -159,7 +160,7 @@ def assemble(
         from clusterplan.review.risk import risk_section
 
         try:
-            risk = risk_section(plan, catalog, base, solver, jobs=run.jobs, meanwhile=meanwhile)
+            risk = risk_section(plan, catalog, base, solver, jobs=run.jobs, meanwhile=meanwhile, cache=cache)
         except ClusterplanError as exc:
             warnings.append(f"risk section left out: {exc.message}")
     self_host = None

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.catalog.schema import CloudInstance, Provenance
     from clusterplan.planner.solve import SolverSettings
-    from clusterplan.whatif.points import Base
+    from clusterplan.whatif.points import Base, PointCache
     from clusterplan.whatif.sweep import SweepRow
     from clusterplan.whatif.vary import Axis
 
@@ -167,12 +167,13 @@ def confirm(
     planned: Design | None = None,
     jobs: int = 1,
     meanwhile: Callable[[], None] | None = None,
+    cache: PointCache | None = None,
 ) -> PriceRisk:
     """Re-solve at the catalog price and just past the switch figure (``gpu_price.<gpu>``, two solves: side by side
     in a process pool when ``jobs`` > 1, ``meanwhile`` called while they run). ``planned``: the plan's design 1 where
     it is the first point's (the plan's objective min_cost, proven optimal, at a catalog price the point keeps to the
-    cent), which is then not planned again. A point that cannot be planned leaves the linear estimate, marked not
-    re-solved."""
+    cent), which is then not planned again. ``cache``: what the points start from (the plan's rows and physics). A
+    point that cannot be planned leaves the linear estimate, marked not re-solved."""
     from clusterplan.whatif.points import PointOutcome, StartedTasks, start_tasks
     from clusterplan.whatif.sweep import assemble, sweep_tasks
 
@@ -185,7 +186,12 @@ def confirm(
     if planned is not None and len(tasks) == 2 and axis.values[0] == risk.value_usd:
         first = [PointOutcome(index=0, values=list(tasks[0].values), status="optimal", design=planned)]
         tasks = tasks[1:]
-    with start_tasks(tasks, jobs=jobs) if jobs > 1 else contextlib.nullcontext(StartedTasks(tasks)) as started:
+    planning = (
+        start_tasks(tasks, jobs=jobs, cache=cache)
+        if jobs > 1
+        else contextlib.nullcontext(StartedTasks(tasks, cache=cache))
+    )
+    with planning as started:
         if meanwhile is not None:
             meanwhile()
         try:
@@ -230,6 +236,7 @@ def risk_section(
     *,
     jobs: int = 1,
     meanwhile: Callable[[], None] | None = None,
+    cache: PointCache | None = None,
 ) -> Risk | None:
     """The risk section of a plan with a design (None without one). ``jobs`` and ``meanwhile``: the
     re-solves' (:func:`confirm`)."""
@@ -241,7 +248,9 @@ def risk_section(
     if first is not None and base is not None:
         # design 1 is the first point's where the plan minimised cost and proved it (what the point would plan again)
         planned = d if plan.status == "optimal" and plan.solver.objective == "min_cost" else None
-        prices[first] = confirm(prices[first], base, settings, planned=planned, jobs=jobs, meanwhile=meanwhile)
+        prices[first] = confirm(
+            prices[first], base, settings, planned=planned, jobs=jobs, meanwhile=meanwhile, cache=cache
+        )
     return Risk(
         single_points=single_points(d),
         prices=prices,
