@@ -48,7 +48,8 @@ def alive(pid: int) -> bool:
 
 def start(out: Path) -> subprocess.Popen[str]:
     command = [str(CLI)] if CLI.exists() else [sys.executable, "-c", _AS_CLUSTERPLAN]
-    args = ["report", str(example("7b-chat-serving")), "-o", str(out / "r.md"), "--jobs", "2", "--time-limit", "2"]
+    # --jobs 3: two what-if workers beside the planning process (the sweep starts with the plan, on jobs - 1)
+    args = ["report", str(example("7b-chat-serving")), "-o", str(out / "r.md"), "--jobs", "3", "--time-limit", "2"]
     env = {**os.environ, "CLUSTERPLAN_NO_CACHE": "1"}
     return subprocess.Popen(
         [*command, *args], cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

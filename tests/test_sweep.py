@@ -233,3 +233,24 @@ def test_markdown_lists_rows_and_switch_points(tmp_path: Path) -> None:
     switches = text.split("## Switch points")[1]
     assert "| budget ≈ | between | below | above |" in switches and "| infeasible | " in switches
     assert "- feasible from budget ≈ " in text
+
+
+@pytest.mark.slow
+def test_started_tasks_give_the_outcomes_run_tasks_gives_in_task_order() -> None:
+    """What the review starts before its plan (whatif.points.start_tasks, read later) is what planning the points
+    one by one gives, in task order, whatever order the workers finish in; tasks left unread are stopped."""
+    from clusterplan.planner.solve import SolverSettings
+    from clusterplan.whatif.points import run_tasks, start_tasks
+    from clusterplan.whatif.sweep import sweep_tasks
+
+    base, _ = load_base(example("7b-chat-serving"))
+    axis = make_axis("demand=100,400,1600", base.data, base.catalog, steps=3, log=False)
+    tasks = sweep_tasks(base, [axis], objective="min_cost", solver=SolverSettings())
+    done: list[int] = []
+    with start_tasks(tasks, jobs=2, on_done=done.append) as started:
+        outcomes = started.outcomes()
+    assert outcomes == run_tasks(tasks, jobs=1)
+    assert [o.index for o in outcomes] == [0, 1, 2] and done == [1, 2, 3]
+    with start_tasks(tasks, jobs=2) as unread:
+        pass
+    assert all(f.done() for f in unread.futures)  # cancelled, or stopped with their workers

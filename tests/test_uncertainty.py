@@ -294,6 +294,22 @@ def test_risk_section_data(review: Any) -> None:
 
 
 @pytest.mark.slow
+def test_price_resolve_that_takes_design_1_as_its_first_point_equals_both_points_planned(review: Any) -> None:
+    """The review re-solves the closest purchase price from the plan's design 1 and one point past the switch
+    (review/risk.py confirm, ``planned``): the same as planning the point at the catalog price too."""
+    from clusterplan.catalog.load import load_catalog
+    from clusterplan.planner.solve import SolverSettings
+    from clusterplan.review.risk import confirm, price_risks
+    from clusterplan.whatif.points import load_base
+
+    prices, _ = price_risks(review.plan, load_catalog())
+    i = next(i for i, p in enumerate(prices) if p.unit == "USD per GPU")
+    base, _ = load_base(Path(review.reproduce.requirement_file))
+    assert review.risk.prices[i].resolved
+    assert confirm(prices[i], base, SolverSettings()) == review.risk.prices[i]
+
+
+@pytest.mark.slow
 def test_price_switch_is_where_the_totals_cross(review: Any) -> None:
     """The switch figure makes design 1's total equal design 2's (the totals are linear in each price)."""
     d1, d2 = review.plan.designs[:2]

@@ -52,6 +52,7 @@ class ReportOptions:
 def report(o: ReportOptions) -> None:
     """Write a design-review attachment: summary, designs, memory, what binds, what if, rent vs buy, sources."""
     from clusterplan.console import guarded, out_console
+    from clusterplan.render import plots
     from clusterplan.render.review_files import write_report
     from clusterplan.review import check_report_paths
     from clusterplan.stdin import is_stdin, read_stdin
@@ -72,7 +73,9 @@ def report(o: ReportOptions) -> None:
                 top=o.top,
                 objective=o.objective.value,
                 settings=SolverSettings(time_limit_s=o.time_limit),
-                whatif=WhatIfRun(o.what_if.value, jobs=o.jobs or default_jobs(), on_done=on_done),
+                whatif=WhatIfRun(
+                    o.what_if.value, jobs=o.jobs or default_jobs(), on_done=on_done, meanwhile=plots.load_matplotlib
+                ),
             )
         written = write_report(data, o.output, force=o.force)
         out_console.print(f"wrote {', '.join(str(p) for p in written)} ({data.status})", markup=False)

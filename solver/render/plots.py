@@ -88,6 +88,14 @@ def prepare_matplotlib() -> None:
             del os.environ["MPLCONFIGDIR"]
 
 
+def load_matplotlib() -> None:
+    """Import matplotlib and its Agg canvas now, as drawing a figure would (half a second): for a caller that has
+    that time free, waiting on something else."""
+    prepare_matplotlib()
+    import matplotlib.figure  # noqa: F401
+    from matplotlib.backends import backend_agg  # noqa: F401
+
+
 @contextmanager
 def style() -> Iterator[None]:
     """matplotlib's settings for every figure, its warnings kept off the terminal (a warning line names a file of

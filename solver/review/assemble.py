@@ -34,11 +34,10 @@ from clusterplan.review.sections import (
     source_rows,
 )
 from clusterplan.review.summary import summary_text
-from clusterplan.review.whatif_axis import choose_axis
-from clusterplan.whatif.sweep import (
-    SweepResult,
-    run_sweep,
-)
+from clusterplan.review.whatif_axis import choose_axis, early_axis
+from clusterplan.whatif.points import Base, PointCache, PointOutcome, PointTask, run_tasks, start_tasks
+from clusterplan.whatif.sweep import Axis, SweepResult, sweep_tasks
+from clusterplan.whatif.sweep import assemble as assemble_sweep
 
 
 def _plain(x: float) -> str:
@@ -57,6 +56,44 @@ class WhatIfRun:
     axis: WhatIf = "auto"
     jobs: int = 1
     on_done: Callable[[int], None] | None = None
+    meanwhile: Callable[[], None] | None = None  # called at most once, while points are planned in a pool
+
+
+class _Once:
+    """A callable run at its first call only (nothing when None)."""
+
+    def __init__(self, fn: Callable[[], None] | None) -> None:
+        self.fn = fn
+
+    def __call__(self) -> None:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
+def _early_sweep(base: Base, run: WhatIfRun, solver: SolverSettings) -> tuple[tuple[Axis, str], list[PointTask]] | None:
+    """The axis a plan with a design gets and its sweep's tasks, where they can be made before the plan (None:
+    the sweep waits for the plan, which then raises whatever made them fail, in its turn)."""
+    try:
+        axis = early_axis(base, run.axis)
+        if axis is None:
+            return None
+        return axis, sweep_tasks(base, [axis[0]], objective=axis[1], solver=solver)
+    except ClusterplanError:
+        return None
+
+
+def _sweep_outcomes(
+    base: Base, axis: tuple[Axis, str], solver: SolverSettings, run: WhatIfRun, meanwhile: Callable[[], None]
+) -> list[PointOutcome]:
+    """The sweep's outcomes planned now: in a pool of ``run.jobs`` processes (``meanwhile`` called as they run),
+    or here, one by one."""
+    tasks = sweep_tasks(base, [axis[0]], objective=axis[1], solver=solver)
+    if run.jobs <= 1:
+        return run_tasks(tasks, on_done=run.on_done)
+    with start_tasks(tasks, jobs=run.jobs, on_done=run.on_done) as started:
+        meanwhile()
+        return started.outcomes()
 
 
 def assemble(
@@ -83,7 +120,17 @@ def assemble(
     requirement_bytes = text.encode("utf-8") if text is not None else path.read_bytes()
     base, resolved = load_base(path, catalog_paths, text=text)
     catalog = base.catalog
-    plan = plan_requirement(resolved, catalog, PlanOptions(top=top, objective=objective, explain=True, settings=solver))
+    run = whatif or WhatIfRun()
+    meanwhile = _Once(run.meanwhile)
+    # With more than one process, the what-if sweep starts before the plan, on the processes beside this one, along
+    # the axis a plan with a design gets; it is kept where the plan's axis is that one, else stopped unread.
+    early = _early_sweep(base, run, solver) if run.jobs > 1 else None
+    with start_tasks(early[1] if early else [], jobs=run.jobs - 1, on_done=run.on_done) as started:
+        options = PlanOptions(top=top, objective=objective, explain=True, settings=solver)
+        cache = PointCache()  # the plan's rows and physics, which the price re-solves start from
+        plan = plan_requirement(resolved, catalog, options, cache=cache.candidates)
+        axis = choose_axis(base, plan, run.axis)
+        kept = started.outcomes() if early is not None and axis is not None and early[0] == axis else None
     design = plan.designs[0] if plan.designs else None
     warnings: list[str] = []
     estimates: list[tuple[str, Any, str]] = []
@@ -95,11 +142,10 @@ def assemble(
     binding = binding_rows(design) if design is not None else []
     sweep: SweepResult | None = None
     whatif_note = ""
-    run = whatif or WhatIfRun()
-    axis = choose_axis(base, plan, run.axis)
     if axis is not None:
         ax, sweep_objective = axis
-        sweep = run_sweep(base, [ax], objective=sweep_objective, solver=solver, jobs=run.jobs, on_done=run.on_done)
+        outcomes = kept if kept is not None else _sweep_outcomes(base, axis, solver, run, meanwhile)
+        sweep = assemble_sweep(base, [ax], outcomes, objective=sweep_objective)
         spec = f"{_plain(ax.values[0])}..{_plain(ax.values[-1])}"
         whatif_note = (
             f"{ax.target.field}"
@@ -114,7 +160,7 @@ def assemble(
         from clusterplan.review.risk import risk_section
 
         try:
-            risk = risk_section(plan, catalog, base, solver)
+            risk = risk_section(plan, catalog, base, solver, jobs=run.jobs, meanwhile=meanwhile, cache=cache)
         except ClusterplanError as exc:
             warnings.append(f"risk section left out: {exc.message}")
     self_host = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from clusterplan.errors import ClusterplanError
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.catalog.schema import CloudInstance, Provenance
     from clusterplan.planner.solve import SolverSettings
-    from clusterplan.whatif.points import Base
+    from clusterplan.whatif.points import Base, PointCache
+    from clusterplan.whatif.sweep import SweepRow
+    from clusterplan.whatif.vary import Axis
 
 SWITCH_OVERSHOOT = 1.01  # re-solve 1% past the estimated switch figure, so a tie does not hide the change
 
@@ -131,16 +134,19 @@ def price_risks(plan: Plan, catalog: Catalog) -> tuple[list[PriceRisk], float | 
     return out, gap
 
 
-def confirm(risk: PriceRisk, base: Base, settings: SolverSettings) -> PriceRisk:
-    """Re-solve at the catalog price and just past the switch figure (``gpu_price.<gpu>``, two solves)."""
-    from clusterplan.whatif.sweep import run_sweep
+def confirm_axis(risk: PriceRisk, base: Base) -> Axis:
+    """The purchase price ``gpu_price.<gpu>`` at the catalog figure and just past the switch figure: two points."""
     from clusterplan.whatif.vary import make_axis
 
     past = risk.value_usd + (risk.switch_usd - risk.value_usd) * SWITCH_OVERSHOOT
-    axis = make_axis(
+    return make_axis(
         f"gpu_price.{risk.gpu}={risk.value_usd:.2f},{past:.2f}", base.data, base.catalog, steps=2, log=False
     )
-    rows = run_sweep(base, [axis], solver=settings).rows
+
+
+def confirmed(risk: PriceRisk, rows: Sequence[SweepRow]) -> PriceRisk:
+    """``risk`` marked re-solved, with the design past the switch figure and whether it changed (``rows``: the
+    sweep along :func:`confirm_axis`; anything but two rows leaves the linear estimate)."""
     if len(rows) != 2:
         return risk
     before, after = rows
@@ -151,6 +157,48 @@ def confirm(risk: PriceRisk, base: Base, settings: SolverSettings) -> PriceRisk:
             "changed": (after.shape, after.design) != (before.shape, before.design),
         }
     )
+
+
+def confirm(
+    risk: PriceRisk,
+    base: Base,
+    settings: SolverSettings,
+    *,
+    planned: Design | None = None,
+    jobs: int = 1,
+    meanwhile: Callable[[], None] | None = None,
+    cache: PointCache | None = None,
+) -> PriceRisk:
+    """Re-solve at the catalog price and just past the switch figure (``gpu_price.<gpu>``, two solves: side by side
+    in a process pool when ``jobs`` > 1, ``meanwhile`` called while they run). ``planned``: the plan's design 1 where
+    it is the first point's (the plan's objective min_cost, proven optimal, at a catalog price the point keeps to the
+    cent), which is then not planned again. ``cache``: what the points start from (the plan's rows and physics). A
+    point that cannot be planned leaves the linear estimate, marked not re-solved."""
+    from clusterplan.whatif.points import PointOutcome, StartedTasks, start_tasks
+    from clusterplan.whatif.sweep import assemble, sweep_tasks
+
+    try:
+        axis = confirm_axis(risk, base)
+        tasks = sweep_tasks(base, [axis], objective="min_cost", solver=settings)
+    except ClusterplanError:
+        return risk
+    first: list[PointOutcome] = []
+    if planned is not None and len(tasks) == 2 and axis.values[0] == risk.value_usd:
+        first = [PointOutcome(index=0, values=list(tasks[0].values), status="optimal", design=planned)]
+        tasks = tasks[1:]
+    planning = (
+        start_tasks(tasks, jobs=jobs, cache=cache)
+        if jobs > 1
+        else contextlib.nullcontext(StartedTasks(tasks, cache=cache))
+    )
+    with planning as started:
+        if meanwhile is not None:
+            meanwhile()
+        try:
+            rows = assemble(base, [axis], first + started.outcomes(), objective="min_cost").rows
+        except ClusterplanError:
+            return risk
+    return confirmed(risk, rows)
 
 
 ACCURACY_KINDS: dict[str, tuple[ErrorKind, ...]] = {
@@ -180,17 +228,29 @@ def accuracy_rows(plan: Plan) -> list[AccuracyRow]:
     return out
 
 
-def risk_section(plan: Plan, catalog: Catalog, base: Base | None, settings: SolverSettings) -> Risk | None:
-    """The risk section of a plan with a design (None without one)."""
+def risk_section(
+    plan: Plan,
+    catalog: Catalog,
+    base: Base | None,
+    settings: SolverSettings,
+    *,
+    jobs: int = 1,
+    meanwhile: Callable[[], None] | None = None,
+    cache: PointCache | None = None,
+) -> Risk | None:
+    """The risk section of a plan with a design (None without one). ``jobs`` and ``meanwhile``: the
+    re-solves' (:func:`confirm`)."""
     if not plan.designs:
         return None
     d = plan.designs[0]
     prices, gap = price_risks(plan, catalog)
     first = next((i for i, r in enumerate(prices) if r.unit == "USD per GPU"), None)
     if first is not None and base is not None:
-        # A what-if point that cannot be planned leaves the linear estimate, marked not re-solved.
-        with contextlib.suppress(ClusterplanError):
-            prices[first] = confirm(prices[first], base, settings)
+        # design 1 is the first point's where the plan minimised cost and proved it (what the point would plan again)
+        planned = d if plan.status == "optimal" and plan.solver.objective == "min_cost" else None
+        prices[first] = confirm(
+            prices[first], base, settings, planned=planned, jobs=jobs, meanwhile=meanwhile, cache=cache
+        )
     return Risk(
         single_points=single_points(d),
         prices=prices,

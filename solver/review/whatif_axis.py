@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from clusterplan.plan import Plan
+from clusterplan.plan import Infeasibility, Plan
 from clusterplan.planner.families import family
 from clusterplan.review.records import WHATIF_FACTORS, WhatIf
 from clusterplan.whatif.sweep import (
@@ -23,6 +23,15 @@ def _spread(lo: float, hi: float, n: int = len(WHATIF_FACTORS)) -> list[float]:
     return [float(f"{lo + (hi - lo) * i / (n - 1):.4g}") for i in range(n)]
 
 
+def early_axis(base: Base, choice: WhatIf) -> tuple[Axis, str] | None:
+    """The axis and objective :func:`choose_axis` picks when the plan has a design, where the plan does not decide
+    them (a budget axis takes its figure from the design where the file gives none: None), so that the sweep can
+    start before the plan; the caller keeps it only where ``choose_axis`` of the plan picks the same."""
+    if choice == "budget":
+        return None
+    return _choose(base, None, None, choice)
+
+
 def choose_axis(base: Base, plan: Plan, choice: WhatIf) -> tuple[Axis, str] | None:
     """The axis and objective of the report's what-if sweep, or None when there is none to make.
 
@@ -31,13 +40,19 @@ def choose_axis(base: Base, plan: Plan, choice: WhatIf) -> tuple[Axis, str] | No
     in the conflict from the value given to past its least relaxation (so the plot shows where it becomes
     feasible), or else demand below the value given.
     """
+    total = plan.designs[0].costs.total_usd if plan.designs else None
+    return _choose(base, plan.infeasibility, total, choice)
+
+
+def _choose(
+    base: Base, inf: Infeasibility | None, design_total_usd: float | None, choice: WhatIf
+) -> tuple[Axis, str] | None:
     data = base.data
     first = first_workload(data, ("serving",))
     serving = first is not None
     # a demand profile is 24 or 168 hourly rates, not one figure a sweep can scale (whatif/vary.py refuses it)
     scalable = serving and data["workloads"][first].get("profile") is None
     training = first_workload(data, ("training", "finetune")) is not None
-    inf = plan.infeasibility
     if choice == "auto" and inf is not None:
         for r in inf.relaxations:
             relaxing = family(r.family).relaxation
@@ -59,8 +74,8 @@ def choose_axis(base: Base, plan: Plan, choice: WhatIf) -> tuple[Axis, str] | No
     if choice == "budget":
         target = resolve_field("budget", data, base.catalog)
         ref = _value_at(data, target.keys, "money", "budget")
-        if ref is None and plan.designs:
-            ref = plan.designs[0].costs.total_usd
+        if ref is None:
+            ref = design_total_usd
         if ref is None:
             return None
         values = [round(ref * f, -2) for f in WHATIF_FACTORS]

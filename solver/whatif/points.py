@@ -369,8 +369,8 @@ def one_pool(jobs: int) -> Iterator[None]:
             held.pool.shutdown(wait=True)
 
 
-def _start_worker() -> None:
-    """A pool worker's start: its own cache; Ctrl-C is the parent's to handle (a terminal sends it to the whole
+def _start_worker(cache: PointCache | None = None) -> None:
+    """A pool worker's start: its own cache (``cache``, inherited where it forked, else a fresh one); Ctrl-C is the parent's to handle (a terminal sends it to the whole
     process group), SIGTERM ends the worker at once (the parent sends it when the command stops early)."""
     global _WORKER_CACHE
     _POOL.set(None)  # forked inside one_pool's block: the parent's pool is not this worker's to use
@@ -378,7 +378,7 @@ def _start_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):  # forked while the parent held them back (_signals_held)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)
-    _WORKER_CACHE = PointCache()
+    _WORKER_CACHE = cache if cache is not None else PointCache()
 
 
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -456,6 +456,75 @@ def in_pool(
     if held is None:
         pool.shutdown(wait=True)
     return [results[i] for i in range(len(args))]
+
+
+@dataclass
+class StartedTasks:
+    """Point tasks :func:`start_tasks` handed to a process pool: their outcomes, in task order, when read."""
+
+    tasks: list[PointTask]
+    on_done: Callable[[int], None] | None = None
+    cache: PointCache | None = None  # what the points start from, inline or in each worker (its forked copy)
+    futures: list[Any] = field(default_factory=list)  # empty: planned inline (run_tasks) when read
+    read: list[PointOutcome] | None = None
+
+    def outcomes(self) -> list[PointOutcome]:
+        """Every task's outcome in task order, waiting for the pool's (planned here, one by one, without one)."""
+        if self.read is None:
+            if not self.futures:
+                self.read = run_tasks(self.tasks, jobs=1, on_done=self.on_done, cache=self.cache)
+            else:
+                from concurrent.futures import as_completed
+
+                done: dict[int, PointOutcome] = {}
+                index = {fut: i for i, fut in enumerate(self.futures)}
+                for fut in as_completed(self.futures):
+                    done[index[fut]] = fut.result()
+                    if self.on_done is not None:
+                        self.on_done(len(done))
+                self.read = [done[i] for i in range(len(self.tasks))]
+        return self.read
+
+
+@contextmanager
+def start_tasks(
+    tasks: Sequence[PointTask],
+    *,
+    jobs: int,
+    on_done: Callable[[int], None] | None = None,
+    cache: PointCache | None = None,
+) -> Iterator[StartedTasks]:
+    """The tasks handed now to a process pool of its own (``jobs`` workers, at least one, at most one a task),
+    so that the caller works meanwhile and reads their outcomes later (:meth:`StartedTasks.outcomes`: the
+    same as :func:`run_tasks` gives). The workers fork here, in the calling thread. At the block's end the pool
+    is shut down: at once, its tasks stopped, where the outcomes were not read (a guess the caller no longer
+    needs), or on an error or an interrupt. No tasks, or a runner set (:func:`use_runner`): nothing starts,
+    and reading the outcomes plans them as :func:`run_tasks` would. ``cache``: what the points start from (the
+    rows and physics of a plan just made, say), each worker its own copy where workers fork (else a fresh one);
+    the outcomes are the same without it."""
+    started = StartedTasks(list(tasks), on_done, cache)
+    if not tasks or runner_set():
+        yield started
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = max(1, min(jobs, len(tasks)))
+    context = _pool_context()
+    forked = cache is not None and context.get_start_method() == "fork"  # a spawned worker would unpickle it
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_start_worker, initargs=(cache if forked else None,)
+    )
+    try:
+        with _signals_held():
+            started.futures = [pool.submit(_call_in_worker, (run_task, t)) for t in started.tasks]
+        yield started
+    except BaseException:
+        _stop_pool(pool)
+        raise
+    if started.read is None:
+        _stop_pool(pool)
+    else:
+        pool.shutdown(wait=True)
 
 
 def pool_open() -> bool:
@@ -551,6 +620,7 @@ __all__ = [
     "PointTask",
     "RowStatus",
     "Runner",
+    "StartedTasks",
     "default_jobs",
     "in_pool",
     "load_base",
@@ -565,6 +635,7 @@ __all__ = [
     "runner_set",
     "shape_of",
     "shared_by",
+    "start_tasks",
     "throughput_of",
     "use_runner",
 ]

@@ -508,6 +508,24 @@ def needs_budget(base: Base, axes: Sequence[Axis], objective: str) -> bool:
     return not any(a.target.keys[:1] == ["budget"] and a.target.keys[-1] != "horizon" for a in axes)
 
 
+def _check_sweep(base: Base, axes: Sequence[Axis], objective: str) -> None:
+    if not axes:
+        raise SweepError("nothing to vary", fix="give at least one --vary FIELD=SPEC")
+    if needs_budget(base, axes, objective):
+        raise SweepError(
+            "--objective max_throughput needs a budget to stay within",
+            fix="vary the budget (--vary budget=200k..2M) or set budget.total in the requirement",
+        )
+
+
+def sweep_tasks(base: Base, axes: Sequence[Axis], *, objective: str, solver: SolverSettings) -> list[PointTask]:
+    """The tasks of :func:`run_sweep` with every row's binding constraints and no bisections, checked as it checks
+    them (SweepError), for a caller that plans them itself (:func:`clusterplan.whatif.points.start_tasks`);
+    :func:`assemble` of their outcomes is then ``run_sweep``'s result."""
+    _check_sweep(base, axes, objective)
+    return build_tasks(base, axes, objective=objective, solver=solver, detail="binding")
+
+
 def run_sweep(
     base: Base,
     axes: Sequence[Axis],
@@ -523,13 +541,7 @@ def run_sweep(
     between neighbouring points to this relative width (:func:`bisect_switch`); None: do not.
     ``binding``: the rows whose binding constraints (or conflict) are worked out, "all" or "changes"
     (:func:`changed_rows`: the points are planned for their designs first, then those rows again)."""
-    if not axes:
-        raise SweepError("nothing to vary", fix="give at least one --vary FIELD=SPEC")
-    if needs_budget(base, axes, objective):
-        raise SweepError(
-            "--objective max_throughput needs a budget to stay within",
-            fix="vary the budget (--vary budget=200k..2M) or set budget.total in the requirement",
-        )
+    _check_sweep(base, axes, objective)
     settings = solver or SolverSettings()
     if binding not in ("changes", "all"):
         raise SweepError(f"unknown --binding {binding!r}", fix="use --binding changes or --binding all")
@@ -673,5 +685,6 @@ __all__ = [
     "row_of",
     "run_sweep",
     "series",
+    "sweep_tasks",
     "switch_pairs",
 ]
