@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import cast
 
 from clusterplan.candidates.table import (
     TP_NVLINK,
@@ -411,20 +410,7 @@ def explain(
     scaled) lets a binding latency family say at which targets a cheaper design appears, ``verify`` (planning
     at those targets) what design planning there returns."""
     table = planner.table
-    pairs = _checks(planner, best)
-
-    def traded() -> list[ConstraintCheck]:
-        return [with_trade(planner, best, c, relaxed, retarget, verify) for c, relaxed in pairs]
-
-    def others() -> tuple[list[LostGpu], list[MixNote]]:
-        return lost_gpus(planner, best, limit=lost_limit), mixes(planner, best)
-
-    # The trades (a target trade's probes and verification plans, the longest part) beside the GPU types that lost
-    # and the mixes, which do not read them: the results of the two in turn (Planner.concurrently).
-    calls: list[Callable[[], object]] = [traded, others]
-    done = planner.concurrently(calls)
-    checks = cast(list[ConstraintCheck], done[0])
-    lost, mixed = cast(tuple[list[LostGpu], list[MixNote]], done[1])
+    checks = [with_trade(planner, best, c, relaxed, retarget, verify) for c, relaxed in _checks(planner, best)]
     notes = list(table.notes)
     counts = Counter(e.family for wc in table.workloads for e in wc.exclusions)
     counts.update(e.family for e in table.offer_exclusions)  # cloud offers of a tier not allowed
@@ -432,6 +418,8 @@ def explain(
         notes.append(
             "candidates ruled out before the model: " + ", ".join(f"{n} by {fam}" for fam, n in sorted(counts.items()))
         )
+    lost = lost_gpus(planner, best, limit=lost_limit)
+    mixed = mixes(planner, best)
     return Explanation(
         constraints=checks,
         lost_gpus=lost,
