@@ -18,8 +18,10 @@ All of it is data (:mod:`clusterplan.plan`); rendering lives in :mod:`clusterpla
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import cast
 
 from clusterplan.candidates.table import (
     TP_NVLINK,
@@ -30,10 +32,10 @@ from clusterplan.candidates.table import (
     most_common_reason,
 )
 from clusterplan.explain.designs import facts, hardware_lines, margins, summary_text
-from clusterplan.explain.infeasibility import Retarget, Verify, find_conflict
+from clusterplan.explain.infeasibility import Retarget, TargetKey, Verify, find_conflict
 from clusterplan.explain.trades import read_trade, with_trade
 from clusterplan.physics.reasons import ReasonCategory
-from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostCause, LostGpu, MixNote
+from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostCause, LostGpu, MixNote, Plan
 from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import family
 from clusterplan.planner.families.goals import Bound, Goal
@@ -410,7 +412,33 @@ def explain(
     scaled) lets a binding latency family say at which targets a cheaper design appears, ``verify`` (planning
     at those targets) what design planning there returns."""
     table = planner.table
-    checks = [with_trade(planner, best, c, relaxed, retarget, verify) for c, relaxed in _checks(planner, best)]
+    pairs = _checks(planner, best)
+    # The GPU types that lost and the mixes read no trade: they run beside the last part of the trades, a target
+    # trade's plan of its designs at the moved targets (CP-SAT's solves, which leave the interpreter to them), and
+    # not beside the trades' probes, whose candidate rebuilds are Python like them (the two would only take turns).
+    last_part = threading.Event()
+
+    def verify_marked(factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan:
+        assert verify is not None
+        if not first_only:
+            last_part.set()
+        return verify(factors, first_only=first_only)
+
+    def traded() -> list[ConstraintCheck]:
+        try:
+            marked = verify_marked if verify is not None else None
+            return [with_trade(planner, best, c, relaxed, retarget, marked) for c, relaxed in pairs]
+        finally:
+            last_part.set()
+
+    def others() -> tuple[list[LostGpu], list[MixNote]]:
+        last_part.wait()
+        return lost_gpus(planner, best, limit=lost_limit), mixes(planner, best)
+
+    calls: list[Callable[[], object]] = [traded, others]
+    done = planner.concurrently(calls)  # the results of the two in turn
+    checks = cast(list[ConstraintCheck], done[0])
+    lost, mixed = cast(tuple[list[LostGpu], list[MixNote]], done[1])
     notes = list(table.notes)
     counts = Counter(e.family for wc in table.workloads for e in wc.exclusions)
     counts.update(e.family for e in table.offer_exclusions)  # cloud offers of a tier not allowed
@@ -418,8 +446,6 @@ def explain(
         notes.append(
             "candidates ruled out before the model: " + ", ".join(f"{n} by {fam}" for fam, n in sorted(counts.items()))
         )
-    lost = lost_gpus(planner, best, limit=lost_limit)
-    mixed = mixes(planner, best)
     return Explanation(
         constraints=checks,
         lost_gpus=lost,
