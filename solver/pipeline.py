@@ -159,7 +159,7 @@ class _Context:
     catalog_fingerprint: str = ""
     retarget: Retarget | None = None
     timings: Timings | None = None
-    budget: TimeBudget | None = None
+    budget: Meter | None = None  # the command's TimeBudget, or a share of it (a trade's verification beside others)
     verify: Verify | None = None
     rankings: Rankings | None = None
     # A designs-only plan whose table is then planned as asked with the whole explanation (a solve's first ranking):
@@ -534,7 +534,7 @@ def verifier(
     opts: PlanOptions,
     resolved: ResolvedRequirement,
     catalog: Catalog,
-    replan: Callable[[CandidateTable, PlanOptions], Plan],
+    replan: Callable[[CandidateTable, PlanOptions, Meter | None], Plan],
 ) -> Verify:
     """What planning the requirement with its p95 targets scaled returns: the retargeted table searched as ``solve``
     searches its own (the analytical model, then the simulation's re-search), designs only (no explanation, so no
@@ -542,11 +542,15 @@ def verifier(
     an infeasibility's target relaxation the targets it returns one at. Design 1 comes with the targets it misses
     simulated (a re-search that found nothing the simulation admits leaves it, as ``solve`` states it)."""
 
-    def verify(factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan:
+    def verify(factors: Mapping[TargetKey, float], *, first_only: bool = False, meter: Meter | None = None) -> Plan:
         search = _designs_only(opts, top=1 if first_only else None)  # a trade reads design 1's hardware and cost
+
+        def on_meter(t: CandidateTable, o: PlanOptions) -> Plan:
+            return replan(t, o, meter)
+
         table = retarget(factors)
         at = retargeted(resolved, factors)  # the simulation holds the moved targets
-        plan = simulation_searched(replan(table, search), table, search, at, catalog, replan)
+        plan = simulation_searched(on_meter(table, search), table, search, at, catalog, on_meter)
         return plan.model_copy(update={"designs": [*with_simulation(plan.designs[:1], at, catalog), *plan.designs[1:]]})
 
     return verify
@@ -586,7 +590,12 @@ def plan_requirement(
     def replan(t: CandidateTable, o: PlanOptions) -> Plan:
         return _plan_in(t, o, ctx)
 
-    ctx = replace(ctx, verify=verifier(retarget, opts, resolved, catalog, replan))
+    def replan_on(t: CandidateTable, o: PlanOptions, meter: Meter | None) -> Plan:
+        # A trade's verification draws on its caller's share (beside the ranking: the explanation's), not the whole
+        # budget: its solves count in that share, and stop with it.
+        return _plan_in(t, o, ctx if meter is None else replace(ctx, budget=meter))
+
+    ctx = replace(ctx, verify=verifier(retarget, opts, resolved, catalog, replan_on))
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
     # what-if point too: its row is the design that point's own solve returns). Each round ranks designs only; the

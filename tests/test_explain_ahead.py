@@ -117,3 +117,27 @@ def test_an_explanation_ahead_of_a_search_that_moves_on_is_not_the_plans(
     want, got = plans
     assert calls[0] >= 2  # the search did see design 2 miss
     assert got.model_dump_json() == want.model_dump_json()
+
+
+@pytest.mark.slow
+def test_a_trades_verification_draws_on_its_callers_meter(catalog: Catalog) -> None:
+    """70B example: planning at moved targets for a trade solves on the meter its caller gives (the explanation's
+    share where it runs beside the ranking): on a spent one it plans nothing, on the command's budget it plans."""
+    from dataclasses import replace
+
+    from clusterplan.candidates.build import CandidateCache
+    from clusterplan.pipeline import Rankings, _Context, _plan_in, retargeter, verifier
+    from clusterplan.planner.budget import Share, TimeBudget
+
+    resolved = load_requirement(example("70b-serving"), catalog)
+    cache = CandidateCache()
+    table = build_candidates(resolved, catalog, cache=cache)
+    retarget = retargeter(resolved, catalog, table, cache=cache)
+    ctx = _Context(retarget=retarget, budget=TimeBudget(10.0), rankings=Rankings())
+
+    def replan_on(t, o, meter):  # type: ignore[no-untyped-def]
+        return _plan_in(t, o, ctx if meter is None else replace(ctx, budget=meter))
+
+    verify = verifier(retarget, PlanOptions(), resolved, catalog, replan_on)
+    assert verify({(0, "p95_latency"): 1.2}, first_only=True).designs
+    assert not verify({(0, "p95_latency"): 1.3}, first_only=True, meter=Share(TimeBudget(10.0), 0.0)).designs

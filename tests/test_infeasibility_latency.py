@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.explain.infeasibility import Verify
     from clusterplan.plan import Plan, Relaxation
+    from clusterplan.planner.budget import Meter
 
 
 def _with_workload(doc: dict[str, Any], **update: Any) -> dict[str, Any]:
@@ -231,11 +232,13 @@ def test_the_p95_relaxation_is_searched_past_targets_the_simulation_rejects() ->
     analytical model admits (none below 1.3x)."""
     planned: list[float] = []
 
-    def verify(factors: Mapping[tuple[int, str], float], *, first_only: bool = False) -> Plan:
+    def verify(
+        factors: Mapping[tuple[int, str], float], *, first_only: bool = False, meter: Meter | None = None
+    ) -> Plan:
         planned.append(factors[P95])
         return _planned(factors[P95] >= 2.0)
 
-    analytical = _latency_relaxation(lambda factors, *, first_only=False: _planned(True))
+    analytical = _latency_relaxation(lambda factors, *, first_only=False, meter=None: _planned(True))
     m = re.fullmatch(r"s: p95_latency >= ([0-9.]+)s", analytical.change)
     assert m and 2.6 <= float(m.group(1)) <= 2.6 * 1.04, analytical.change
     rel = _latency_relaxation(verify)
@@ -251,7 +254,9 @@ def test_a_p95_relaxation_the_time_limit_leaves_unverified_is_not_stated_as_rest
     from clusterplan.planner.solve import Planner
 
     def spent_verify(planner: Planner) -> Verify:
-        def verify(factors: Mapping[tuple[int, str], float], *, first_only: bool = False) -> Plan:
+        def verify(
+            factors: Mapping[tuple[int, str], float], *, first_only: bool = False, meter: Meter | None = None
+        ) -> Plan:
             planner.meter().charge(1e9)  # the planning spent what was left of the command's time limit
             return _planned(False)
 
@@ -269,7 +274,7 @@ def test_a_p95_relaxation_the_time_limit_leaves_unverified_is_not_stated_as_rest
 
 
 def test_a_p95_relaxation_the_simulation_rejects_at_every_target_says_so() -> None:
-    rel = _latency_relaxation(lambda factors, *, first_only=False: _planned(False))
+    rel = _latency_relaxation(lambda factors, *, first_only=False, meter=None: _planned(False))
     assert not rel.restores_feasibility and rel.unverified == "simulation_rejects", rel
     assert "rejects" in rel.change
 

@@ -212,7 +212,7 @@ def test_a_target_trade_is_the_plan_at_the_moved_targets_and_none_where_that_is_
     same = plan_table(base.table, PlanOptions(top=1, explain="design"))  # the best design itself: nothing cheaper
     asked: list[object] = []
 
-    def rejecting(factors, first_only=False):  # type: ignore[no-untyped-def]
+    def rejecting(factors, first_only=False, meter=None):  # type: ignore[no-untyped-def]
         asked.append(dict(factors))
         return same
 
@@ -238,6 +238,6 @@ def test_a_target_trade_is_the_plan_at_the_moved_targets_and_none_where_that_is_
             "costs": same.designs[0].costs.model_copy(update={"total_usd": same.designs[0].costs.total_usd - 100.0}),
         }
     )
-    verified = latency(lambda f, first_only=False: same.model_copy(update={"designs": [cheaper]})).trade
+    verified = latency(lambda f, first_only=False, meter=None: same.model_copy(update={"designs": [cheaper]})).trade
     assert verified is not None
     assert verified.design == "the verified design" and verified.saving_usd == pytest.approx(100.0)

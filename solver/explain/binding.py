@@ -36,6 +36,7 @@ from clusterplan.explain.infeasibility import Retarget, TargetKey, Verify, find_
 from clusterplan.explain.trades import read_trade, with_trade
 from clusterplan.physics.reasons import ReasonCategory
 from clusterplan.plan import CandidateSummary, ConstraintCheck, Explanation, LostCause, LostGpu, MixNote, Plan
+from clusterplan.planner.budget import Meter
 from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import family
 from clusterplan.planner.families.goals import Bound, Goal
@@ -418,11 +419,13 @@ def explain(
     # not beside the trades' probes, whose candidate rebuilds are Python like them (the two would only take turns).
     last_part = threading.Event()
 
-    def verify_marked(factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan:
+    def verify_marked(
+        factors: Mapping[TargetKey, float], *, first_only: bool = False, meter: Meter | None = None
+    ) -> Plan:
         assert verify is not None
         if not first_only:
             last_part.set()
-        return verify(factors, first_only=first_only)
+        return verify(factors, first_only=first_only, meter=meter)
 
     def traded() -> list[ConstraintCheck]:
         try:

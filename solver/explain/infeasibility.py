@@ -41,6 +41,7 @@ from clusterplan.candidates.table import (
 from clusterplan.explain.designs import facts, hardware_lines, summary_text
 from clusterplan.physics.reasons import Reason
 from clusterplan.plan import Design, FamilyRef, Infeasibility, Plan, Relaxation
+from clusterplan.planner.budget import Meter
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, RelaxedAt
 from clusterplan.planner.families.goals import Goal
@@ -68,9 +69,12 @@ class Verify(Protocol):
     the analytical search, then the scheduler simulation's re-search (what ``solve`` at those targets returns),
     design 1 with the targets it misses simulated (``simulation_misses``: see :func:`simulated_first`);
     ``first_only``: ranking and simulating design 1 alone (a search's probe: cheaper, and design 1 may then differ
-    where another ranked design's simulated miss would have held a row it uses)."""
+    where another ranked design's simulated miss would have held a row it uses); ``meter``: what its solves draw on,
+    the caller's (its share where it runs beside other work: a cut share stops them too; None: the command's budget)."""
 
-    def __call__(self, factors: Mapping[TargetKey, float], *, first_only: bool = False) -> Plan: ...
+    def __call__(
+        self, factors: Mapping[TargetKey, float], *, first_only: bool = False, meter: Meter | None = None
+    ) -> Plan: ...
 
 
 TARGET_FIELDS = ("p95_latency", "p95_ttft", "p95_tpot")
@@ -289,7 +293,7 @@ def _target_relaxation(planner: Planner, fid: str, retarget: Retarget, verify: V
             found,
             lambda status: least_target_factors(targets, status),
             status_at,
-            lambda factors: simulated_first(verify(factors, first_only=True)) is not None,
+            lambda factors: simulated_first(verify(factors, first_only=True, meter=planner.meter())) is not None,
             lambda: planner.meter().spent(),
         )
         if not checked.status.has_solution:

@@ -276,12 +276,15 @@ def _target_trade(
             found,
             search,
             status_at,
-            lambda factors: _verified(planner, best, "", verify(factors, first_only=True)) is not None,
+            lambda factors: (
+                _verified(planner, best, "", verify(factors, first_only=True, meter=planner.meter())) is not None
+            ),
             lambda: planner.meter().spent(),
         )
         if not found.status.has_solution:
             return True, None
-        return True, _verified(planner, best, target_change(targets, found.factors, "→"), verify(found.factors))
+        plan = verify(found.factors, meter=planner.meter())
+        return True, _verified(planner, best, target_change(targets, found.factors, "→"), plan)
     change = target_change(targets, found.factors, "→")
     # The trade's design from the whole table at the factors found (among equally cheap designs, the one a
     # solve of the whole table returns: what the plan showed before the probes were cut down).
