@@ -165,9 +165,9 @@ class _Context:
     # A designs-only plan whose table is then planned as asked with the whole explanation (a solve's first ranking):
     # design 1's explanation is worked out beside the ranking and kept with it (Rankings), used where that table is
     # the one the search settles on. ``held_of`` gives the loads the simulation holds a design's replicas at (of the
-    # table, its planner and a design) as soon as the ranking has it: where a design has one the table does not yet
-    # hold, a search round follows, and the explanation is stopped.
-    held_of: Callable[[CandidateTable, Planner, Outcome], list[HeldLoad]] | None = None
+    # table and a design of it) as soon as the ranking has it: where a design has one the table does not yet hold, a
+    # search round follows, and the explanation is stopped.
+    held_of: Callable[[CandidateTable, Outcome], list[HeldLoad]] | None = None
 
 
 def plan_table(
@@ -229,7 +229,7 @@ def _plan_in(table: CandidateTable, opts: PlanOptions, ctx: _Context) -> Plan:
             ctx.rankings.keep(opts, made)
     else:
         if opts.variants and not made.variants:
-            add_variants(made.planner, made.ranked)
+            add_variants(made.planner, made.ranked.designs)
         if full and made.ranked.designs and made.explanation is None:
             best = made.ranked.designs[0]
             made = replace(made, explanation=explain(made.planner, best, retarget=ctx.retarget, verify=ctx.verify))
@@ -327,7 +327,7 @@ def _rank(table: CandidateTable, opts: PlanOptions, ctx: _Context, *, full: bool
     def each_found(out: Outcome) -> None:
         if ctx.held_of is None or unwanted.is_set():
             return
-        held.extend(ctx.held_of(table, planner, out))
+        held.extend(ctx.held_of(table, out))
         if latency.with_held(table, held) is not table:  # a search round follows: the explanation is not wanted
             unwanted.set()
             for meter in meters:
@@ -458,14 +458,14 @@ EXPLAIN_AHEAD = True
 
 
 def simulated_held(
-    table: CandidateTable, planner: Planner, out: Outcome, resolved: ResolvedRequirement, catalog: Catalog
+    table: CandidateTable, out: Outcome, resolved: ResolvedRequirement, catalog: Catalog
 ) -> list[HeldLoad]:
-    """The loads the scheduler simulation holds the replicas of ``out`` (a design of ``planner``, a plan of ``table``)
-    at, where they miss a target at peak load: what :func:`simulation_searched` holds of the plan's designs."""
+    """The loads the scheduler simulation holds the replicas of ``out`` (a design of a plan of ``table``) at, where
+    they miss a target at peak load: what :func:`simulation_searched` holds of the plan's designs."""
     if out.solution is None:
         return []
-    checks = report.margins(table, out.solution, planner.built.families)
-    return simulated.held_loads(report.design(table, out.solution, rank=1, checks=checks), resolved, catalog)
+    # the design's replica groups are what the simulation reads: its constraint margins are not worked out here
+    return simulated.held_loads(report.design(table, out.solution, rank=1, checks=[]), resolved, catalog)
 
 
 def _designs_only(opts: PlanOptions, *, top: int | None = None) -> PlanOptions:
@@ -587,15 +587,12 @@ def plan_requirement(
     # The search's last table is planned again as asked: its ranking is explained, not made again.
     ctx = _Context(str(resolved.path), catalog.fingerprint(), retarget, tm, budget, rankings=Rankings())
 
-    def replan(t: CandidateTable, o: PlanOptions) -> Plan:
-        return _plan_in(t, o, ctx)
-
-    def replan_on(t: CandidateTable, o: PlanOptions, meter: Meter | None) -> Plan:
-        # A trade's verification draws on its caller's share (beside the ranking: the explanation's), not the whole
-        # budget: its solves count in that share, and stop with it.
+    def replan(t: CandidateTable, o: PlanOptions, meter: Meter | None = None) -> Plan:
+        # ``meter``: a trade's verification draws on its caller's share (beside the ranking: the explanation's), not
+        # the whole budget: its solves count in that share, and stop with it.
         return _plan_in(t, o, ctx if meter is None else replace(ctx, budget=meter))
 
-    ctx = replace(ctx, verify=verifier(retarget, opts, resolved, catalog, replan_on))
+    ctx = replace(ctx, verify=verifier(retarget, opts, resolved, catalog, replan))
 
     # Searched with the analytical model, then again where the scheduler simulation rejects what it chose (a
     # what-if point too: its row is the design that point's own solve returns). Each round ranks designs only; the
@@ -605,8 +602,8 @@ def plan_requirement(
     # asked where no search round follows. Each design the ranking finds is simulated at once, and where one has a
     # held load (a round follows: Mixtral), the explanation is stopped, its work so far thrown away (an explanation
     # run to its end and thrown away once spent the time limit the final one needed, on Mixtral).
-    def held_of(t: CandidateTable, planner: Planner, out: Outcome) -> list[HeldLoad]:
-        return simulated_held(t, planner, out, resolved, catalog)
+    def held_of(t: CandidateTable, out: Outcome) -> list[HeldLoad]:
+        return simulated_held(t, out, resolved, catalog)
 
     ahead = replace(ctx, held_of=held_of if opts.explain is True and EXPLAIN_AHEAD else None)
     # ... and each design's other layouts beside it too (the plan as asked shows them; a round throws them away)

@@ -50,7 +50,7 @@ def _plan(catalog: Catalog, *, ahead: bool, monkeypatch: pytest.MonkeyPatch) -> 
     return plan, started[0]
 
 
-def _second_design_misses(table, planner, out, resolved, catalog):  # type: ignore[no-untyped-def]
+def _second_design_misses(table, out, resolved, catalog):  # type: ignore[no-untyped-def]
     """What the simulation is made to say of the ranking's second design: its first group holds half its rate."""
     if _second_design_misses.seen == 0:
         _second_design_misses.seen += 1

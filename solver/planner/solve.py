@@ -770,8 +770,7 @@ def rank_designs_and(
         def further() -> list[tuple[Outcome, bool]]:
             more = _more_designs(planner, goal, nogoods, top - 1, each_found)
             if variants and early:  # beside the call's work too: each design's layouts are its own solves
-                for out in [best, *(out for out, _ in more)]:
-                    out.variants = _layout_variants(planner, out)
+                add_variants(planner, [best, *(out for out, _ in more)])
             return more
 
         if early:
@@ -786,17 +785,10 @@ def rank_designs_and(
             extra = side  # type: ignore[assignment]
         else:
             found += further()
-    sign = 1.0 if goal.minimise else -1.0
-    # Stable: equal objectives keep the order they were found in (the optimum first).
-    ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
-    ranked = Ranked(
-        status=first.status,
-        designs=[out for out, _ in ordered],
-        first=first,
-        cut_short=[cut for _, cut in ordered],
-    )
+    designs, cut_short = _in_order(goal, found)
+    ranked = Ranked(status=first.status, designs=designs, first=first, cut_short=cut_short)
     if variants and not early:
-        add_variants(planner, ranked)
+        add_variants(planner, ranked.designs)
     if early:
         assert ranked.designs[0] is found[0][0]  # the design ``beside`` ran on is the best
     elif beside is not None and ranked.designs:
@@ -816,9 +808,16 @@ def extended(planner: Planner, ranked: Ranked, *, top: int) -> Ranked:
     best = ranked.designs[0]
     assert best.solution is not None
     found = [(best, ranked.cut_short[0]), *_more_designs(planner, goal, [best.solution], top - 1)]
+    designs, cut_short = _in_order(goal, found)
+    return replace(ranked, designs=designs, cut_short=cut_short)
+
+
+def _in_order(goal: Goal, found: list[tuple[Outcome, bool]]) -> tuple[list[Outcome], list[bool]]:
+    """The designs found (each with whether its solves were cut short), best first by ``goal``'s objective. Stable:
+    equal objectives keep the order they were found in (the optimum first)."""
     sign = 1.0 if goal.minimise else -1.0
-    ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))  # as rank_designs_and sorts
-    return replace(ranked, designs=[out for out, _ in ordered], cut_short=[cut for _, cut in ordered])
+    ordered = sorted(found, key=lambda pair: sign * (pair[0].objective or 0.0))
+    return [out for out, _ in ordered], [cut for _, cut in ordered]
 
 
 def _next_design(planner: Planner, goal: Goal, nogoods: list[Solution]) -> tuple[Outcome, tuple[Outcome, bool] | None]:
@@ -843,10 +842,10 @@ def _next_design(planner: Planner, goal: Goal, nogoods: list[Solution]) -> tuple
 LAYOUT_VARIANTS = 2  # other layouts of one design's hardware a plan lists ("also runs as")
 
 
-def add_variants(planner: Planner, ranked: Ranked) -> None:
-    """Each of ``ranked``'s designs with its other layouts (:func:`_layout_variants`), in rank order: what
-    ``rank_designs_and(..., variants=True)`` adds to a ranking made without them."""
-    for out in ranked.designs:
+def add_variants(planner: Planner, designs: Iterable[Outcome]) -> None:
+    """Each of ``designs`` with its other layouts (:func:`_layout_variants`), in the order given (a ranking's: what
+    ``rank_designs_and(..., variants=True)`` adds to a ranking made without them)."""
+    for out in designs:
         out.variants = _layout_variants(planner, out)
 
 
