@@ -433,9 +433,8 @@ def in_pool(
     """``fn(arg, cache)`` for each of ``args`` in a process pool of ``jobs`` workers (each with its own cache),
     the results in the order of ``args``; no worker outlives an interrupt or an error. ``fn`` and ``args`` are
     pickled (``fn``: a module-level function). Within :func:`one_pool`'s block, its pool (``jobs`` is then its)."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import ProcessPoolExecutor
 
-    results: dict[int, Any] = {}
     held = _POOL.get()
     if held is not None:
         pool = held.get()
@@ -443,11 +442,8 @@ def in_pool(
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker)
     try:
         with _signals_held():
-            futures = {pool.submit(_call_in_worker, (fn, a)): i for i, a in enumerate(args)}
-        for fut in as_completed(futures):
-            results[futures[fut]] = fut.result()
-            if on_done is not None:
-                on_done(len(results))
+            futures = [pool.submit(_call_in_worker, (fn, a)) for a in args]
+        results = _results(futures, on_done)
     except BaseException:  # an interrupt, SIGTERM (console.Terminated) or an error: no worker is left behind
         _stop_pool(pool)
         if held is not None:
@@ -455,7 +451,20 @@ def in_pool(
         raise
     if held is None:
         pool.shutdown(wait=True)
-    return [results[i] for i in range(len(args))]
+    return results
+
+
+def _results(futures: Sequence[Any], on_done: Callable[[int], None] | None) -> list[Any]:
+    """The futures' results in their order, waited for as they complete (``on_done``: how many have, each time)."""
+    from concurrent.futures import as_completed
+
+    done: dict[int, Any] = {}
+    index = {fut: i for i, fut in enumerate(futures)}
+    for fut in as_completed(futures):
+        done[index[fut]] = fut.result()
+        if on_done is not None:
+            on_done(len(done))
+    return [done[i] for i in range(len(futures))]
 
 
 @dataclass
@@ -474,15 +483,7 @@ class StartedTasks:
             if not self.futures:
                 self.read = run_tasks(self.tasks, jobs=1, on_done=self.on_done, cache=self.cache)
             else:
-                from concurrent.futures import as_completed
-
-                done: dict[int, PointOutcome] = {}
-                index = {fut: i for i, fut in enumerate(self.futures)}
-                for fut in as_completed(self.futures):
-                    done[index[fut]] = fut.result()
-                    if self.on_done is not None:
-                        self.on_done(len(done))
-                self.read = [done[i] for i in range(len(self.tasks))]
+                self.read = _results(self.futures, self.on_done)
         return self.read
 
 
