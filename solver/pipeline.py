@@ -47,7 +47,8 @@ from clusterplan.plan import (
 from clusterplan.planner.budget import Meter, Share, TimeBudget
 from clusterplan.planner.builder import OBJECTIVES
 from clusterplan.planner.families import family, latency
-from clusterplan.planner.solve import Outcome, Planner, Ranked, SolverSettings, add_variants, extended, rank_designs_and
+from clusterplan.planner.ranking import Ranked, add_variants, extended, rank_designs_and
+from clusterplan.planner.solve import Outcome, Planner, SolverSettings
 from clusterplan.planner.status import SolveStatus, relative_gap
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class Rankings:
 
     def take(self, table: CandidateTable, opts: PlanOptions) -> _Ranked | None:
         """The ranking kept of ``table`` (this very table) with ``opts``' ranking settings, once; None: none. A
-        ranking of one design kept where more are asked is extended (:func:`~clusterplan.planner.solve.extended`: a
+        ranking of one design kept where more are asked is extended (:func:`~clusterplan.planner.ranking.extended`: a
         trade's verification plans design 1 first, then the whole ranking at the same targets)."""
         entry = self._made.get(id(table))
         if entry is None or entry[1].table is not table:

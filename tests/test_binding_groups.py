@@ -11,7 +11,8 @@ from clusterplan.explain.binding import constraint_checks
 from clusterplan.explain.infeasibility import minimal_conflict
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.goals import Bound, Goal
-from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.ranking import rank_designs
+from clusterplan.planner.solve import Planner
 from clusterplan.planner.status import SolveStatus
 from conftest import cloud, serving, srow, table
 

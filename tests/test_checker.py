@@ -8,7 +8,8 @@ from clusterplan.design.check import Unit, check_design_on_table, check_plan, pa
 from clusterplan.explain import designs
 from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.plan import Plan, ServingPlan, TrainingPlan
-from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.ranking import rank_designs
+from clusterplan.planner.solve import Planner
 from clusterplan.planner.synthetic import synthetic_table
 from clusterplan.requirement.load import ResolvedRequirement, load_requirement
 from clusterplan.requirement.schema import EngineSettings

@@ -19,7 +19,8 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.design.check import check_plan
 from clusterplan.physics.cost import paid_months
 from clusterplan.plan import Plan
-from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.ranking import rank_designs
+from clusterplan.planner.solve import Planner
 from clusterplan.requirement.load import load_requirement
 from clusterplan.requirement.schema import Requirement
 from conftest import cloud, plan_file, run_cli, serving, solve_doc, srow, table, write_doc

@@ -99,7 +99,8 @@ def test_on_demand_only_the_base_is_what_every_hour_needs_and_the_rest_is_burst(
     assert d.costs.monthly_usd == pytest.approx(HOURS_PER_MONTH + 32 * HOURS_PER_MONTH / 24)
     assert check_design_on_table(d, _table(LEVELS)) == []
     # the model itself charged those replica-hours (its integer cents, not only the design priced afterwards)
-    from clusterplan.planner.solve import Planner, rank_designs
+    from clusterplan.planner.ranking import rank_designs
+    from clusterplan.planner.solve import Planner
 
     sol = rank_designs(Planner(_table(LEVELS)), top=1).designs[0].solution
     assert sol is not None

@@ -14,7 +14,8 @@ from clusterplan.evaluation.simulated import HeldLoad
 from clusterplan.explain import designs as report
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Plan, ServingPlan
-from clusterplan.planner.solve import Planner, extended, rank_designs_and
+from clusterplan.planner.ranking import extended, rank_designs_and
+from clusterplan.planner.solve import Planner
 from clusterplan.requirement.load import load_requirement
 from conftest import example
 

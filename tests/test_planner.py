@@ -19,7 +19,8 @@ from clusterplan.pipeline import PlanOptions, plan_table
 from clusterplan.planner.builder import build
 from clusterplan.planner.cpsat import clone
 from clusterplan.planner.families import active_families, registry
-from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.ranking import rank_designs
+from clusterplan.planner.solve import Planner
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.synthetic import synthetic_table
 from conftest import cloud, owned, serving, srow, table

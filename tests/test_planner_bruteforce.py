@@ -41,13 +41,8 @@ from clusterplan.design.check import Unit, check_design_on_table, pack
 from clusterplan.explain import designs
 from clusterplan.planner.families import Family, active_families
 from clusterplan.planner.families.facts import DesignFacts
-from clusterplan.planner.solve import (
-    Planner,
-    ServingAssignment,
-    SolverSettings,
-    TrainingAssignment,
-    rank_designs,
-)
+from clusterplan.planner.ranking import rank_designs
+from clusterplan.planner.solve import Planner, ServingAssignment, SolverSettings, TrainingAssignment
 from clusterplan.planner.status import SolveStatus
 from clusterplan.units import HOURS_PER_MONTH
 

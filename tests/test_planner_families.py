@@ -34,7 +34,8 @@ from clusterplan.plan import Plan
 from clusterplan.planner import families as constraints
 from clusterplan.planner.families import Family, memory, registry
 from clusterplan.planner.families.goals import Goal
-from clusterplan.planner.solve import Planner, rank_designs
+from clusterplan.planner.ranking import rank_designs
+from clusterplan.planner.solve import Planner
 from clusterplan.planner.status import SolveStatus
 from clusterplan.wording.reasons import render_lost
 

@@ -11,7 +11,8 @@ import pytest
 
 from clusterplan.planner import lp_bound
 from clusterplan.planner.cpsat import cp_model
-from clusterplan.planner.solve import RELAXATION_MIN_VARIABLES, Planner, SolverSettings, rank_designs
+from clusterplan.planner.ranking import rank_designs
+from clusterplan.planner.solve import RELAXATION_MIN_VARIABLES, Planner, SolverSettings
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.synthetic import synthetic_table
 

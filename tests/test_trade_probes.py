@@ -14,7 +14,8 @@ from clusterplan.catalog.load import Catalog
 from clusterplan.explain.trades import at_resolution
 from clusterplan.planner.budget import Share, TimeBudget
 from clusterplan.planner.families.goals import Bound, Goal
-from clusterplan.planner.solve import Planner, rank_designs, rank_designs_and
+from clusterplan.planner.ranking import rank_designs, rank_designs_and
+from clusterplan.planner.solve import Planner
 from clusterplan.units import HOURS_PER_MONTH
 from conftest import example
 from test_planner_families import cloud, owned, row, serve, tbl
@@ -135,10 +136,10 @@ def test_the_explanation_beside_the_ranking_is_the_explanation_after_it(
     The ranking's share is held at an eighth (the 70B's four further designs at its first design's 0.033 units
     each fit it), whatever the default: the run beside is what is compared."""
     from clusterplan.explain.binding import explain
-    from clusterplan.planner import solve
+    from clusterplan.planner import ranking
 
-    monkeypatch.setattr(solve, "RANK_SHARE", 1.0 / 8.0)
-    monkeypatch.setattr(solve, "BESIDE_SHARE", solve.MAX_SHARED_FRACTION - 1.0 / 8.0)
+    monkeypatch.setattr(ranking, "RANK_SHARE", 1.0 / 8.0)
+    monkeypatch.setattr(ranking, "BESIDE_SHARE", ranking.MAX_SHARED_FRACTION - 1.0 / 8.0)
 
     base, retarget = seventy_b
     in_turn = Planner(base.table)

@@ -40,7 +40,8 @@ from clusterplan.planner.budget import Meter
 from clusterplan.planner.cpsat import cp_model
 from clusterplan.planner.families import family
 from clusterplan.planner.families.goals import Bound, Goal
-from clusterplan.planner.solve import PRIMARY_GOAL, Extra, Outcome, Planner, Solution
+from clusterplan.planner.ranking import PRIMARY_GOAL
+from clusterplan.planner.solve import Extra, Outcome, Planner, Solution
 from clusterplan.planner.status import SolveStatus
 from clusterplan.planner.variables import PlanVariables
 from clusterplan.wording.reasons import render_lost

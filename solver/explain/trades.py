@@ -49,7 +49,8 @@ from clusterplan.plan import ConstraintCheck, Plan, Trade
 from clusterplan.planner.families import Relaxing, family
 from clusterplan.planner.families.facts import NotEnough, TradeRead
 from clusterplan.planner.families.goals import Bound, Goal
-from clusterplan.planner.solve import PRIMARY_GOAL, Outcome, Planner, Solution
+from clusterplan.planner.ranking import PRIMARY_GOAL
+from clusterplan.planner.solve import Outcome, Planner, Solution
 from clusterplan.planner.status import SolveStatus
 
 # The target search of a trade: targets first loosened 2x (a cheaper design is usually that close),
