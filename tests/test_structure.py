@@ -18,7 +18,7 @@ SOLVER = Path(__file__).resolve().parent.parent / "solver"
 
 # ARCHITECTURE.md's layers, bottom up: a top-level package or module imports only its own layer's and lower ones.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "outputs", "console"),
+    ("errors", "units", "outputs", "console", "forks"),
     ("inputs",),
     ("catalog",),
     ("physics",),

@@ -22,10 +22,8 @@ Pure data in and out; no printing. What sweeps and frontiers share:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
-import signal
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +37,7 @@ from pydantic import Field
 
 from clusterplan.candidates.build import CandidateCache
 from clusterplan.errors import ClusterplanError, InputError, SweepError
+from clusterplan.forks import pool_context, signals_held, stop_pool, worker_signals
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Design, FamilyRef, Out, ServingPlan, TrainingPlan
 from clusterplan.planner.builder import ModelReuse
@@ -310,17 +309,6 @@ def default_jobs() -> int:
     return os.cpu_count() or 1
 
 
-def _pool_context() -> Any:
-    """Fork where it is safe and cheap (Linux: the pool forks every worker before any thread starts);
-    spawn elsewhere."""
-    import multiprocessing
-    import sys
-
-    if sys.platform.startswith("linux"):
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
-
-
 _WORKER_CACHE: PointCache | None = None  # a pool worker's own, made by _start_worker
 
 
@@ -335,9 +323,7 @@ class _HeldPool:
         if self.pool is None:
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=_pool_context(), initializer=_start_worker
-            )
+            self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=pool_context(), initializer=_start_worker)
         return self.pool
 
 
@@ -360,7 +346,7 @@ def one_pool(jobs: int) -> Iterator[None]:
         yield
     except BaseException:
         if held.pool is not None:
-            _stop_pool(held.pool)
+            stop_pool(held.pool)
             held.pool = None
         raise
     finally:
@@ -370,50 +356,12 @@ def one_pool(jobs: int) -> Iterator[None]:
 
 
 def _start_worker(cache: PointCache | None = None) -> None:
-    """A pool worker's start: its own cache (``cache``, inherited where it forked, else a fresh one); Ctrl-C is the parent's to handle (a terminal sends it to the whole
-    process group), SIGTERM ends the worker at once (the parent sends it when the command stops early)."""
+    """A pool worker's start: its own cache (``cache``, inherited where it forked, else a fresh one), and a worker's
+    signals (:func:`clusterplan.forks.worker_signals`)."""
     global _WORKER_CACHE
     _POOL.set(None)  # forked inside one_pool's block: the parent's pool is not this worker's to use
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if hasattr(signal, "pthread_sigmask"):  # forked while the parent held them back (_signals_held)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)
+    worker_signals()
     _WORKER_CACHE = cache if cache is not None else PointCache()
-
-
-_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back while the pool forks its workers, delivered when the block ends: one arriving
-    during a fork landed in logging's after-fork hook, where it was printed and ignored, and the report then
-    finished with exit 0."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _stop_pool(pool: Any) -> None:
-    """Stop a process pool now: queued tasks cancelled, every worker terminated and reaped, so none outlives an
-    interrupted command (shutting down with ``wait`` let running points finish first, and Ctrl-C once left two
-    workers sleeping for good, holding the caller's stderr open)."""
-    workers = list((getattr(pool, "_processes", None) or {}).values())  # the executor's own table of its workers
-    manager = getattr(pool, "_executor_manager_thread", None)  # the thread that feeds them (shutdown forgets it)
-    pool.shutdown(wait=False, cancel_futures=True)
-    for worker in workers:
-        with contextlib.suppress(Exception):
-            worker.terminate()
-    for worker in workers:
-        with contextlib.suppress(Exception):
-            worker.join(timeout=10)
-    if manager is not None:  # it sees its workers gone and closes its pipe; at exit Python then has nothing to wake
-        manager.join(timeout=10)
 
 
 def _call_in_worker(job: tuple[Callable[[Any, PointCache], Any], Any]) -> Any:
@@ -439,13 +387,13 @@ def in_pool(
     if held is not None:
         pool = held.get()
     else:
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_start_worker)
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=pool_context(), initializer=_start_worker)
     try:
-        with _signals_held():
+        with signals_held():
             futures = [pool.submit(_call_in_worker, (fn, a)) for a in args]
         results = _results(futures, on_done)
     except BaseException:  # an interrupt, SIGTERM (console.Terminated) or an error: no worker is left behind
-        _stop_pool(pool)
+        stop_pool(pool)
         if held is not None:
             held.pool = None
         raise
@@ -510,20 +458,20 @@ def start_tasks(
     from concurrent.futures import ProcessPoolExecutor
 
     workers = max(1, min(jobs, len(tasks)))
-    context = _pool_context()
+    context = pool_context()
     forked = cache is not None and context.get_start_method() == "fork"  # a spawned worker would unpickle it
     pool = ProcessPoolExecutor(
         max_workers=workers, mp_context=context, initializer=_start_worker, initargs=(cache if forked else None,)
     )
     try:
-        with _signals_held():
+        with signals_held():
             started.futures = [pool.submit(_call_in_worker, (run_task, t)) for t in started.tasks]
         yield started
     except BaseException:
-        _stop_pool(pool)
+        stop_pool(pool)
         raise
     if started.read is None:
-        _stop_pool(pool)
+        stop_pool(pool)
     else:
         pool.shutdown(wait=True)
 

@@ -1,0 +1,167 @@
+"""Work shared with forked worker processes: when this process may fork, and the pools' start, stop and signals.
+
+A candidate table's workloads are independent of one another (each its own rows and physics), and their Python
+physics holds the interpreter lock: threads cannot run two at once, processes can. :func:`shared_work` runs a list
+of jobs on this process and one forked worker side by side, each taking the next job as it frees. The what-if
+points' process pools (:mod:`clusterplan.whatif.points`) start, hold signals and stop through the same helpers.
+
+Forking is safe and cheap only where nothing else runs: Linux, before any thread starts (a thread holding a lock
+as the process forks leaves the lock held in the child for good), and not inside a worker that a pool itself
+forked (the pool already gives every core work). :func:`may_fork` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+# Signals held back while a pool forks its workers (signals_held).
+HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def pool_context() -> Any:
+    """Fork where it is safe and cheap (Linux: the pool forks every worker before any thread starts);
+    spawn elsewhere."""
+    import multiprocessing
+
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def may_fork() -> bool:
+    """Whether work may be handed to a forked process now: Linux, a second CPU to run it on, no other thread
+    alive in this process, and this process not itself a pool's worker."""
+    import multiprocessing
+
+    return (
+        sys.platform.startswith("linux")
+        and usable_cpus() >= 2
+        and threading.active_count() == 1
+        and multiprocessing.parent_process() is None
+    )
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while a pool forks its workers, delivered when the block ends: one arriving
+    during a fork landed in logging's after-fork hook, where it was printed and ignored, and the report then
+    finished with exit 0."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def worker_signals() -> None:
+    """A forked worker's signals: Ctrl-C is the parent's to handle (a terminal sends it to the whole process
+    group), SIGTERM ends the worker at once (the parent sends it when the command stops early)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # forked while the parent held them back (signals_held)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+
+
+def stop_pool(pool: Any) -> None:
+    """Stop a process pool now: queued tasks cancelled, every worker terminated and reaped, so none outlives an
+    interrupted command (shutting down with ``wait`` let running points finish first, and Ctrl-C once left two
+    workers sleeping for good, holding the caller's stderr open)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # the executor's own table of its workers
+    manager = getattr(pool, "_executor_manager_thread", None)  # the thread that feeds them (shutdown forgets it)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.terminate()
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.join(timeout=10)
+    if manager is not None:  # it sees its workers gone and closes its pipe; at exit Python then has nothing to wake
+        manager.join(timeout=10)
+
+
+def _worker_loop(run: Callable[[Any], Any], jobs: Sequence[Any], ends: Any, lock: Any, out: Any) -> None:
+    """The forked worker of :func:`shared_work`: take jobs from the front until the two ends meet, then send back
+    each job's result (or None where it failed: the caller runs it again) in one message."""
+    worker_signals()
+    done: dict[int, Any] = {}
+    while True:
+        with lock:
+            i = ends[0]
+            if i > ends[1]:
+                break
+            ends[0] = i + 1
+        try:
+            done[i] = ("ok", run(jobs[i]))
+        except Exception:  # its error is raised again in the caller, where the job runs in turn
+            done[i] = None
+    out.send(done)
+    out.close()
+
+
+def shared_work(jobs: Sequence[J], run: Callable[[J], R]) -> list[R]:
+    """``[run(job) for job in jobs]``, shared with one forked worker where :func:`may_fork` allows (else in turn).
+
+    The worker takes jobs from the front of the list, this process from the back, each the next one as it frees,
+    until they meet (two shared indices under a lock): heavy jobs first keeps the two busy to the end. The worker
+    keeps its results until it has no job left (a pipe's buffer would stall it while this process works), then
+    sends them in one message. ``run`` must be a pure function of its job whose result pickles. A job that failed
+    in the worker, or that it could not send (it died), runs again here, so an error is raised as it would be in
+    turn."""
+    if len(jobs) < 2 or not may_fork():
+        return [run(job) for job in jobs]
+    ctx = pool_context()
+    lock = ctx.Lock()
+    ends = ctx.RawArray("q", [0, len(jobs) - 1])  # the worker's next job, this process's next job
+    reader, writer = ctx.Pipe(duplex=False)
+    for stream in (sys.stdout, sys.stderr):  # what this process has buffered is written once, not by the worker too
+        stream.flush()
+    worker = ctx.Process(target=_worker_loop, args=(run, jobs, ends, lock, writer), daemon=True)
+    results: dict[int, R] = {}
+    try:
+        with signals_held():
+            worker.start()
+        writer.close()
+        while True:
+            with lock:
+                i = ends[1]
+                if i < ends[0]:
+                    break
+                ends[1] = i - 1
+            results[i] = run(jobs[i])
+        try:
+            sent: dict[int, Any] = reader.recv()
+        except (EOFError, OSError):  # the worker died: what it took runs here
+            sent = {}
+        worker.join()
+        for i in range(len(jobs)):
+            if i not in results:
+                got = sent.get(i)
+                results[i] = got[1] if got is not None else run(jobs[i])
+    except BaseException:
+        with contextlib.suppress(Exception):
+            worker.terminate()
+            worker.join(timeout=10)
+        raise
+    finally:
+        reader.close()
+    return [results[i] for i in range(len(jobs))]
