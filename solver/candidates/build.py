@@ -39,12 +39,14 @@ from clusterplan.candidates.table import (
     SERVING_QUANTS,
     CandidateTable,
     GpuType,
+    Limits,
     Offering,
     PrecisionGate,
     WorkloadCandidates,
     excluded,
 )
 from clusterplan.evaluation.uncertainty import Derate, derate_for
+from clusterplan.forks import shared_work
 
 # Catalog fields the physics never reads: purchase prices (offerings read them) and provenance.
 _NOT_PHYSICS = frozenset({"price", "source", "as_of", "provisional", "provisional_fields", "also_sources", "notes"})
@@ -127,59 +129,8 @@ def build_candidates(
     offerings, notes = build_offerings(catalog, req, gpus, limits)
     cap = None if max_usd is None else CostCap(max_usd, usd_per_gpu_floor(offerings, limits.horizon_months))
     derate = derate_for(req.confidence)  # targets held at this confidence (evaluation/uncertainty.py); default none
-    workloads: list[WorkloadCandidates] = []
-    for i, w in enumerate(req.workloads):
-        arch = resolved.model_for(i)
-        key: Hashable = None
-        if w.kind == "serving":
-            mixed = w.allow_mixed if w.allow_mixed is not None else req.constraints.allow_mixed
-            inputs = ServingInputs(w, arch, catalog, gpus, limits, req.assumptions)
-            physics = None
-            if cache is not None and cap is not None:
-                physics = cache.physics.setdefault(
-                    _physics_key(cache, w, arch, catalog, req.assumptions), ServingPhysics()
-                )
-            elif cache is not None:
-                key = (_serving_key(cache, inputs, mixed, keep_latency), derate)
-                physics = cache.physics.setdefault(
-                    _physics_key(cache, w, arch, catalog, req.assumptions), ServingPhysics()
-                )
-            hit = cache.rows.get(key) if cache is not None and cap is None else None
-            if hit is not None:
-                wc = with_demand(replace(hit, index=i), w)
-            else:
-                wc = serving_candidates(
-                    i, inputs, mixed, keep_latency=keep_latency, derate=derate, physics=physics, cap=cap
-                )
-        else:
-            # Imported here: a serving-only requirement does not load the training layout search and its physics.
-            from clusterplan.candidates.training import training_candidates
-
-            if cache is not None:
-                key = (
-                    "training",
-                    w.model_dump_json(),
-                    arch.model_dump_json(),
-                    cache.catalog_key(catalog),
-                    tuple(sorted(gpus.items())),
-                    tuple(offerings),
-                    limits.allowed_gpus,
-                    req.assumptions.model_dump_json(),
-                    derate,
-                )
-            hit = cache.rows.get(key) if cache is not None else None
-            wc = (
-                replace(hit, index=i)
-                if hit is not None
-                else training_candidates(i, w, arch, catalog, offerings, limits, req.assumptions, derate=derate)
-            )
-        if cache is not None and key is not None:
-            if hit is not None:
-                cache.hits += 1
-            else:
-                cache.misses += 1
-                cache.rows[key] = wc
-        workloads.append(wc)
+    make = _Make(resolved, catalog, gpus, offerings, limits, keep_latency, derate, cap)
+    workloads = _made(make, cache)
     # Consumer cards the requirement does not opt in to are not planned (their driver licence), nor are GPUs with no
     # way to obtain them: drop their rows, say why.
     # (Their offerings stay in the table, unusable without rows, so the explanation can say what such a card lost.)
@@ -216,6 +167,140 @@ def build_candidates(
         precision_gates=tuple(precision_gates(resolved, catalog)),
     )
     return prune_pool_rows(table)
+
+
+@dataclass(frozen=True)
+class _Make:
+    """What every workload's rows of one build read beside the workload itself."""
+
+    resolved: ResolvedRequirement
+    catalog: Catalog
+    gpus: dict[str, GpuType]
+    offerings: Sequence[Offering]
+    limits: Limits
+    keep_latency: bool
+    derate: Derate
+    cap: CostCap | None
+
+    def mixed(self, w: ServingWorkload) -> bool:
+        return w.allow_mixed if w.allow_mixed is not None else self.resolved.requirement.constraints.allow_mixed
+
+    def serving_inputs(self, i: int, w: ServingWorkload) -> ServingInputs:
+        """What serving workload ``w`` (the requirement's ``i``-th) reads."""
+        req = self.resolved.requirement
+        return ServingInputs(w, self.resolved.model_for(i), self.catalog, self.gpus, self.limits, req.assumptions)
+
+    def rows_key(self, i: int, cache: CandidateCache) -> Hashable:
+        """Every input of workload ``i``'s rows (a serving workload's demand excepted); None: not cached (a probe's
+        table under a cost cap)."""
+        req = self.resolved.requirement
+        w = req.workloads[i]
+        if w.kind == "serving":
+            if self.cap is not None:
+                return None
+            return (_serving_key(cache, self.serving_inputs(i, w), self.mixed(w), self.keep_latency), self.derate)
+        return (
+            "training",
+            w.model_dump_json(),
+            self.resolved.model_for(i).model_dump_json(),
+            cache.catalog_key(self.catalog),
+            tuple(sorted(self.gpus.items())),
+            tuple(self.offerings),
+            self.limits.allowed_gpus,
+            req.assumptions.model_dump_json(),
+            self.derate,
+        )
+
+    def physics_key(self, i: int, cache: CandidateCache) -> Hashable:
+        """The key of serving workload ``i``'s physics memo in ``cache`` (None: a training workload)."""
+        req = self.resolved.requirement
+        w = req.workloads[i]
+        if w.kind != "serving":
+            return None
+        return _physics_key(cache, w, self.resolved.model_for(i), self.catalog, req.assumptions)
+
+    def rows(self, i: int, physics: ServingPhysics | None) -> WorkloadCandidates:
+        """Workload ``i``'s rows, made afresh (``physics``: a serving workload's memo, filled as it goes)."""
+        w = self.resolved.requirement.workloads[i]
+        if w.kind == "serving":
+            return serving_candidates(
+                i, self.serving_inputs(i, w), self.mixed(w), keep_latency=self.keep_latency, derate=self.derate,
+                physics=physics, cap=self.cap,
+            )  # fmt: skip
+        # Imported here: a serving-only requirement does not load the training layout search and its physics.
+        from clusterplan.candidates.training import training_candidates
+
+        req = self.resolved.requirement
+        return training_candidates(
+            i, w, self.resolved.model_for(i), self.catalog, self.offerings, self.limits, req.assumptions,
+            derate=self.derate,
+        )  # fmt: skip
+
+
+@dataclass
+class _Job:
+    """Workloads whose rows are made afresh together, in order (those sharing one physics memo), and that memo."""
+
+    workloads: list[int]
+    physics: ServingPhysics | None
+
+
+def _made(make: _Make, cache: CandidateCache | None) -> list[WorkloadCandidates]:
+    """Every workload's rows, in order: from ``cache`` where it holds them, else made (and added to it).
+
+    The workloads made afresh are independent of one another (a memo shared by several goes with them as one job),
+    so they are made side by side with a forked process where one may run (:func:`clusterplan.forks.shared_work`):
+    the same rows as made in turn, each by the same pure functions. A memo made in the other process comes back
+    with the rows (what later builds of this cache, a trade's probes or a sweep's points, read)."""
+    req = make.resolved.requirement
+    keys: list[Hashable] = [None] * len(req.workloads)
+    jobs: dict[Hashable, _Job] = {}
+    first_of: dict[Hashable, int] = {}  # a key's first workload made afresh in this build: later ones read its rows
+    for i in range(len(req.workloads)):
+        physics = None
+        if cache is not None:
+            keys[i] = make.rows_key(i, cache)
+            pkey = make.physics_key(i, cache)
+            if pkey is not None:
+                physics = cache.physics.setdefault(pkey, ServingPhysics())
+            if keys[i] is not None and (keys[i] in cache.rows or keys[i] in first_of):
+                continue
+            if keys[i] is not None:
+                first_of[keys[i]] = i
+        group: Hashable = ("physics", id(physics)) if physics is not None else ("alone", i)
+        jobs.setdefault(group, _Job([], physics)).workloads.append(i)
+    # Training layout searches are the longest jobs: first, so that the two processes finish together.
+    order = sorted(jobs.values(), key=lambda j: req.workloads[j.workloads[0]].kind == "serving")
+    made: dict[int, WorkloadCandidates] = {}
+    for job, (rows, physics) in zip(order, shared_work(order, lambda j: _run_job(make, j)), strict=True):
+        made.update(rows)
+        if cache is not None and physics is not None and physics is not job.physics:  # made in the other process
+            for k, v in list(cache.physics.items()):
+                if v is job.physics:
+                    cache.physics[k] = physics
+    out: list[WorkloadCandidates] = []
+    for i, w in enumerate(req.workloads):
+        key = keys[i]
+        if i in made:
+            wc = made[i]
+        else:  # rows another build, or an earlier workload of this one, made
+            assert cache is not None
+            hit = cache.rows.get(key, made.get(first_of.get(key, -1)))
+            assert hit is not None
+            wc = with_demand(replace(hit, index=i), w) if w.kind == "serving" else replace(hit, index=i)
+        if cache is not None and key is not None:
+            if i in made:
+                cache.misses += 1
+                cache.rows[key] = wc
+            else:
+                cache.hits += 1
+        out.append(wc)
+    return out
+
+
+def _run_job(make: _Make, job: _Job) -> tuple[dict[int, WorkloadCandidates], ServingPhysics | None]:
+    """A job's workloads' rows, and the memo they filled."""
+    return {i: make.rows(i, job.physics) for i in job.workloads}, job.physics
 
 
 def unlicensed_gpus(req: Requirement, catalog: Catalog, gpus: dict[str, GpuType]) -> frozenset[str]:

@@ -114,6 +114,11 @@ class ServingPhysics:
     # Per (GPU types and limits as the layouts read them, derating): the pool shapes that fit (:func:`_pool_shapes`).
     pool_shapes: dict[Hashable, list[PoolShape]] = field(default_factory=dict)
 
+    def __getstate__(self) -> dict[str, object]:
+        """What a forked build sends back (candidates/build.py): the memos keyed by an estimate's identity, which
+        another process's copies do not share, left out; they are filled again as the rate searches need them."""
+        return {**self.__dict__, "loads": {}, "decode_loads": {}}
+
     def max_batch(
         self, arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, layout: Layout, assumptions: Assumptions
     ) -> int:

@@ -1,0 +1,152 @@
+"""Work shared with a forked worker (clusterplan.forks.shared_work): the results of running the jobs in turn, in
+order, whichever process ran each; a job that fails in the worker or that the worker never sent back runs again in
+the caller. Each case runs in a fresh interpreter (a pytest worker may have started threads, and then nothing forks).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
+
+
+def _run(body: str) -> str:
+    script = "from clusterplan import forks\n" + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_jobs_are_shared_with_a_worker_and_come_back_in_order() -> None:
+    # The first job (the worker's) and the last (the caller's) each wait until the other has started, so both
+    # processes run some: the results carry the pid that ran each.
+    out = _run(
+        """
+        import os, pathlib, tempfile, time
+        folder = pathlib.Path(tempfile.mkdtemp())
+        def meet(mine, theirs):
+            (folder / mine).write_text("x")
+            t = time.monotonic()
+            while not (folder / theirs).exists() and time.monotonic() - t < 20:
+                time.sleep(0.01)
+        def run(job):
+            if job == 0:
+                meet("first", "last")
+            if job == 5:
+                meet("last", "first")
+            return (job * job, os.getpid())
+        assert forks.may_fork()
+        got = forks.shared_work(list(range(6)), run)
+        assert [r for r, _ in got] == [j * j for j in range(6)], got
+        print(len({pid for _, pid in got}), got[-1][1] == os.getpid(), got[0][1] != os.getpid())
+        """
+    )
+    assert out == "2 True True"
+
+
+def test_a_job_that_fails_in_the_worker_raises_in_the_caller() -> None:
+    out = _run(
+        """
+        import os, pathlib, tempfile, time
+        parent = os.getpid()
+        mark = pathlib.Path(tempfile.mkdtemp()) / "worker-failed"
+        def run(job):
+            if job == 0 and os.getpid() != parent:
+                mark.write_text("x")
+                raise ValueError("only in the worker")
+            if job == 4:  # the caller's first job waits until the worker has failed its first
+                t = time.monotonic()
+                while not mark.exists() and time.monotonic() - t < 20:
+                    time.sleep(0.01)
+            if job == 1:
+                raise KeyError("bad job")
+            return job
+        print(forks.shared_work([0, 2, 3, 4], run))
+        try:
+            forks.shared_work([0, 1, 2, 3], run)  # job 1 fails wherever it runs
+        except KeyError as e:
+            print("raised", e)
+        """
+    )
+    assert out == "[0, 2, 3, 4]\nraised 'bad job'"
+
+
+def test_jobs_of_a_worker_that_died_run_in_the_caller() -> None:
+    out = _run(
+        """
+        import os, pathlib, tempfile, time
+        parent = os.getpid()
+        mark = pathlib.Path(tempfile.mkdtemp()) / "worker-died"
+        def run(job):
+            if os.getpid() != parent:
+                mark.write_text("x")
+                os._exit(9)  # the worker dies without sending anything back
+            if job == 4:  # the caller's first job waits until the worker has taken one
+                t = time.monotonic()
+                while not mark.exists() and time.monotonic() - t < 20:
+                    time.sleep(0.01)
+            return job + 1
+        print(forks.shared_work([1, 2, 3, 4], run))
+        """
+    )
+    assert out == "[2, 3, 4, 5]"
+
+
+def test_nothing_forks_beside_another_thread() -> None:
+    out = _run(
+        """
+        import os, threading
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        try:
+            print(forks.may_fork(), {pid for pid in forks.shared_work([1, 2, 3], lambda j: os.getpid())} == {os.getpid()})
+        finally:
+            stop.set()
+        """
+    )
+    assert out == "False True"
+
+
+@pytest.mark.slow
+def test_a_table_built_beside_a_worker_equals_one_built_in_turn() -> None:
+    # A fine-tune (first: the worker takes it) and two serving workloads of one model whose prompts differ (two
+    # physics memos, two jobs): the table, the cache's rows and its counts are the ones a build in turn leaves, and
+    # the serving physics made in the worker comes back into the cache (a trade's probes and a sweep's points read
+    # it): no memo is left empty.
+    out = _run(
+        """
+        import pathlib, tempfile
+        from clusterplan.candidates.build import CandidateCache, build_candidates
+        from clusterplan.catalog.load import load_catalog
+        from clusterplan.requirement.load import load_requirement
+        text = '''
+        name: shared build
+        model: llama-3.1-8b
+        workloads:
+          - {kind: finetune, name: tune, model: mistral-7b, method: qlora, lora_rank: 16, tokens: 200M,
+             deadline: 2d, sequence_length: 2k, global_batch_tokens: 64k}
+          - {kind: serving, name: a, tokens_per_sec: 4k, input_tokens: 800, output_tokens: 250, p95_latency: 4s}
+          - {kind: serving, name: b, tokens_per_sec: 2k, input_tokens: 1600, output_tokens: 250, p95_latency: 4s}
+        deployment: cloud
+        '''
+        path = pathlib.Path(tempfile.mkdtemp()) / "req.yaml"
+        path.write_text(text)
+        catalog = load_catalog()
+        resolved = load_requirement(path, catalog)
+        built = {}
+        for fork in (False, True):
+            forks.may_fork = lambda fork=fork: fork
+            cache = CandidateCache()
+            first = build_candidates(resolved, catalog, cache=cache)
+            memos = sorted(len(p.estimates) > 0 for p in cache.physics.values())
+            again = build_candidates(resolved, catalog, cache=cache)
+            built[fork] = (first, again, sorted(map(repr, cache.rows)), cache.hits, cache.misses)
+        print(built[True] == built[False], built[True][0] == built[True][1], built[True][3:], memos)
+        """
+    )
+    assert out == "True True (3, 3) [True, True]"
