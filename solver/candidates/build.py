@@ -9,6 +9,7 @@ table built with a cache equals one built without (``tests/test_sweep_reuse.py``
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -58,15 +59,25 @@ class CandidateCache:
 
     ``rows``: per workload key, its :class:`WorkloadCandidates` (demand excluded from serving keys: no
     row reads it; the demand figures are set again on a hit). ``physics``: per serving physics key, the
-    memo of its layouts' memory and estimates (targets excluded: only the rate search reads them).
+    memo of its layouts' memory and estimates (targets excluded: only the rate search reads them); read it with
+    :meth:`physics_for`. ``shipped``: memos a forked worker made, as it sent them (pickled), read back into
+    ``physics`` when a build first needs one (most never are: unpickling each took 10-30 ms).
     """
 
     rows: dict[Hashable, WorkloadCandidates] = field(default_factory=dict)
     physics: dict[Hashable, ServingPhysics] = field(default_factory=dict)
+    shipped: dict[Hashable, bytes] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
     # Per catalog object (held, so its id is not reused): its GPUs' physics figures as one key.
     _catalogs: dict[int, tuple[Catalog, str]] = field(default_factory=dict)
+
+    def physics_for(self, key: Hashable) -> ServingPhysics:
+        """The memo of serving physics ``key`` (a new, empty one where none was made)."""
+        sent = self.shipped.pop(key, None)
+        if sent is not None:
+            self.physics[key] = pickle.loads(sent)  # bytes this process's own forked worker wrote
+        return self.physics.setdefault(key, ServingPhysics())
 
     def catalog_key(self, catalog: Catalog) -> str:
         held = self._catalogs.get(id(catalog))
@@ -250,19 +261,21 @@ def _made(make: _Make, cache: CandidateCache | None) -> list[WorkloadCandidates]
 
     The workloads made afresh are independent of one another (a memo shared by several goes with them as one job),
     so they are made side by side with a forked process where one may run (:func:`clusterplan.forks.shared_work`):
-    the same rows as made in turn, each by the same pure functions. A memo made in the other process comes back
-    with the rows (what later builds of this cache, a trade's probes or a sweep's points, read)."""
+    the same rows as made in turn, each by the same pure functions. A memo made in the worker comes back with the
+    rows (what later builds of this cache, a trade's probes or a sweep's points, read)."""
     req = make.resolved.requirement
     keys: list[Hashable] = [None] * len(req.workloads)
     jobs: dict[Hashable, _Job] = {}
     first_of: dict[Hashable, int] = {}  # a key's first workload made afresh in this build: later ones read its rows
+    physics_keys: dict[int, Hashable] = {}  # per memo (by identity) its key in the cache
     for i in range(len(req.workloads)):
         physics = None
         if cache is not None:
             keys[i] = make.rows_key(i, cache)
             pkey = make.physics_key(i, cache)
             if pkey is not None:
-                physics = cache.physics.setdefault(pkey, ServingPhysics())
+                physics = cache.physics_for(pkey)
+                physics_keys[id(physics)] = pkey
             if keys[i] is not None and (keys[i] in cache.rows or keys[i] in first_of):
                 continue
             if keys[i] is not None:
@@ -272,12 +285,12 @@ def _made(make: _Make, cache: CandidateCache | None) -> list[WorkloadCandidates]
     # Training layout searches are the longest jobs: first, so that the two processes finish together.
     order = sorted(jobs.values(), key=lambda j: req.workloads[j.workloads[0]].kind == "serving")
     made: dict[int, WorkloadCandidates] = {}
-    for job, (rows, physics) in zip(order, shared_work(order, lambda j: _run_job(make, j)), strict=True):
+    for job, (rows, memo) in zip(order, shared_work(order, lambda j: _run_job(make, j)), strict=True):
         made.update(rows)
-        if cache is not None and physics is not None and physics is not job.physics:  # made in the other process
-            for k, v in list(cache.physics.items()):
-                if v is job.physics:
-                    cache.physics[k] = physics
+        if cache is not None and job.physics is not None and memo.sent is not None:  # made in the worker
+            key = physics_keys[id(job.physics)]
+            del cache.physics[key]
+            cache.shipped[key] = memo.sent
     out: list[WorkloadCandidates] = []
     for i, w in enumerate(req.workloads):
         key = keys[i]
@@ -298,9 +311,22 @@ def _made(make: _Make, cache: CandidateCache | None) -> list[WorkloadCandidates]
     return out
 
 
-def _run_job(make: _Make, job: _Job) -> tuple[dict[int, WorkloadCandidates], ServingPhysics | None]:
+class _Memo:
+    """A job's physics memo as it comes back: unchanged where the job ran here; from the worker, pickled there and
+    kept so (``sent``) until a build reads it (:meth:`CandidateCache.physics_for`)."""
+
+    def __init__(self, physics: ServingPhysics | None) -> None:
+        self.physics = physics
+        self.sent: bytes | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        sent = None if self.physics is None else pickle.dumps(self.physics, protocol=pickle.HIGHEST_PROTOCOL)
+        return {"physics": None, "sent": sent}
+
+
+def _run_job(make: _Make, job: _Job) -> tuple[dict[int, WorkloadCandidates], _Memo]:
     """A job's workloads' rows, and the memo they filled."""
-    return {i: make.rows(i, job.physics) for i in job.workloads}, job.physics
+    return {i: make.rows(i, job.physics) for i in job.workloads}, _Memo(job.physics)
 
 
 def unlicensed_gpus(req: Requirement, catalog: Catalog, gpus: dict[str, GpuType]) -> frozenset[str]:
