@@ -8,15 +8,19 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
 
 
 def _run(body: str) -> str:
-    script = "from clusterplan import forks\n" + textwrap.dedent(body)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    # A busy machine (a test run beside) leaves no CPU free, and then nothing forks: these cases pretend one is.
+    script = "from clusterplan import forks\nforks.idle_cpu = lambda: True\n" + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -96,6 +100,17 @@ def test_jobs_of_a_worker_that_died_run_in_the_caller() -> None:
     assert out == "[2, 3, 4, 5]"
 
 
+def test_work_shared_out_shares_nothing_further() -> None:
+    # Inside a job (a workload shared out), its own parts (the workload's GPU types) stay in its process: a second
+    # worker would only contend for the same two cores.
+    out = _run(
+        """
+        print(forks.may_fork(), forks.shared_work([1, 2, 3, 4], lambda j: forks.may_fork()), forks.may_fork())
+        """
+    )
+    assert out == "True [False, False, False, False] True"
+
+
 def test_nothing_forks_beside_another_thread() -> None:
     out = _run(
         """
@@ -150,3 +165,39 @@ def test_a_table_built_beside_a_worker_equals_one_built_in_turn() -> None:
         """
     )
     assert out == "True True (3, 3) [True, True]"
+
+
+@pytest.mark.slow
+def test_one_workloads_gpu_types_worked_out_beside_a_worker_equal_those_in_turn() -> None:
+    # One serving workload: its GPU types' layouts are shared out. The table is the one made in turn, and the memo
+    # holds every GPU type's batches and estimates (the worker's come back), so a retargeted build finds them.
+    out = _run(
+        """
+        from pathlib import Path
+        from clusterplan.candidates.build import CandidateCache, build_candidates
+        from clusterplan.catalog.load import load_catalog
+        from clusterplan.requirement.load import load_requirement
+        catalog = load_catalog()
+        resolved = load_requirement(Path("examples/requirements/7b-chat-serving.yaml"), catalog)
+        built = {}
+        for fork in (False, True):
+            forks.may_fork = lambda fork=fork: fork
+            cache = CandidateCache()
+            table = build_candidates(resolved, catalog, cache=cache)
+            (memo,) = cache.physics.values()
+            built[fork] = (table, sorted(map(repr, memo.estimates)), sorted(map(repr, memo.batches)))
+        print(built[True] == built[False], len(built[True][1]) > 0)
+        """
+    )
+    assert out == "True True"
+
+
+def test_nothing_forks_without_a_free_cpu() -> None:
+    out = _run(
+        """
+        import os
+        forks.idle_cpu = lambda: False
+        print(forks.may_fork(), {pid for pid in forks.shared_work([1, 2, 3], lambda j: os.getpid())} == {os.getpid()})
+        """
+    )
+    assert out == "False True"

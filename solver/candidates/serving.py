@@ -39,6 +39,7 @@ from clusterplan.candidates.table import (
     hard_reasons,
 )
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
+from clusterplan.forks import shared_work
 from clusterplan.physics.layout import Layout
 
 # Workload fields no row reads (the demand: rows describe one replica) and those only the rate search
@@ -315,7 +316,51 @@ def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: Se
     """Every layout of every GPU type, in the order the rows visit them: an exclusion, or an operating point.
 
     Nothing here reads the workload's targets or demand, so a retargeted build (the infeasibility analysis,
-    a trade's target search, a latency sweep) reuses it and redoes only the rate searches."""
+    a trade's target search, a latency sweep) reuses it and redoes only the rate searches. Each GPU type's layouts
+    are independent of the others': they are worked out beside a forked worker where one may run
+    (:func:`clusterplan.forks.shared_work`), the worker's share of the memo coming back with them."""
+    gids = sorted(inputs.gpus)
+    parts = shared_work(gids, lambda gid: _gpu_layouts(inputs, gid, keep_latency, derate, memo))
+    for part in parts:
+        part.merge_into(memo)
+    return sum(p.considered for p in parts), tuple((gid, p.entries) for gid, p in zip(gids, parts, strict=True))
+
+
+class _GpuLayouts:
+    """One GPU type's layouts (:func:`_gpu_layouts`): how many were considered and their entries. Made in a forked
+    worker, it carries back the memo entries of that GPU type it made (pickled with the entries, so an operating
+    point's estimate is still the memo's own), which :meth:`merge_into` adds to the caller's memo."""
+
+    def __init__(
+        self, gid: str, considered: int, entries: tuple[OperatingPoint | Exclusion, ...], memo: ServingPhysics
+    ):
+        self.gid, self.considered, self.entries = gid, considered, entries
+        self.memo: ServingPhysics | None = memo
+        self.batches: dict[LayoutKey, int] = {}
+        self.estimates: dict[tuple[LayoutKey, int], ServingEstimate] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        memo = self.memo
+        assert memo is not None
+        return {
+            **self.__dict__,
+            "memo": None,
+            "batches": {k: v for k, v in memo.batches.items() if k[0] == self.gid},
+            "estimates": {k: v for k, v in memo.estimates.items() if k[0][0] == self.gid},
+        }
+
+    def merge_into(self, memo: ServingPhysics) -> None:
+        """Add what the worker's memo made for this GPU type (nothing where it was made in this process)."""
+        for layout_key, b in self.batches.items():
+            memo.batches.setdefault(layout_key, b)
+        for estimate_key, e in self.estimates.items():
+            memo.estimates.setdefault(estimate_key, e)
+
+
+def _gpu_layouts(
+    inputs: ServingInputs, gid: str, keep_latency: bool, derate: Derate, memo: ServingPhysics
+) -> _GpuLayouts:
+    """The layouts of GPU type ``gid``, in the order the rows visit them (see :func:`_layouts`)."""
     from clusterplan.evaluation import evaluate
     from clusterplan.physics import rules
 
@@ -323,67 +368,62 @@ def _layouts(inputs: ServingInputs, keep_latency: bool, derate: Derate, memo: Se
         inputs.w, inputs.arch, inputs.catalog, inputs.gpus, inputs.limits, inputs.assumptions
     )  # fmt: skip
     considered = 0
-    per_gpu: list[tuple[str, tuple[OperatingPoint | Exclusion, ...]]] = []
-    for gid in sorted(gpus):
-        spec = catalog.gpus[gid]
-        g = gpus[gid]
-        half = rules.half_precision(spec)
-        combos = [
-            (quant_choice, tp, pp, ep, attention_dp)
-            for quant_choice, tp, pp in _quant_shapes(spec, g)
-            for ep, attention_dp in evaluate.moe_layouts(arch, tp)  # ascending (ep, attention_dp)
-        ]
-        # Wide EP: a stage over several servers, experts only, joined by the all-to-all over their fabric.
-        wide = wide_ep_degrees(arch, g)
-        combos += [
-            (quant_choice, e, 1, e, True)
-            for e in wide
-            for quant_choice in dict.fromkeys(q for q, tp, pp in _quant_shapes(spec, g) if (tp, pp) == (1, 1))
-        ]
-        entries: list[OperatingPoint | Exclusion] = []
-        for quant_choice, tp, pp, ep, attention_dp in combos:
-            quant = half if quant_choice == "bf16" else quant_choice
-            kv = _kv_default(quant, w, spec)
-            considered += 1
-            layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=ep, attention_dp=attention_dp)
-            wide_ep = layout.expert_parallel_only and tp in wide  # a stage over servers, joined by their fabric
-            hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv, wide_ep))
-            if hard:
-                entries.append(excluded(gid, hard[0]))
+    spec = catalog.gpus[gid]
+    g = gpus[gid]
+    half = rules.half_precision(spec)
+    combos = [
+        (quant_choice, tp, pp, ep, attention_dp)
+        for quant_choice, tp, pp in _quant_shapes(spec, g)
+        for ep, attention_dp in evaluate.moe_layouts(arch, tp)  # ascending (ep, attention_dp)
+    ]
+    # Wide EP: a stage over several servers, experts only, joined by the all-to-all over their fabric.
+    wide = wide_ep_degrees(arch, g)
+    combos += [
+        (quant_choice, e, 1, e, True)
+        for e in wide
+        for quant_choice in dict.fromkeys(q for q, tp, pp in _quant_shapes(spec, g) if (tp, pp) == (1, 1))
+    ]
+    entries: list[OperatingPoint | Exclusion] = []
+    for quant_choice, tp, pp, ep, attention_dp in combos:
+        quant = half if quant_choice == "bf16" else quant_choice
+        kv = _kv_default(quant, w, spec)
+        considered += 1
+        layout = Layout(tp=tp, pp=pp, quant=quant, kv_precision=kv, ep=ep, attention_dp=attention_dp)
+        wide_ep = layout.expert_parallel_only and tp in wide  # a stage over servers, joined by their fabric
+        hard = hard_reasons(rules.serving_rule_reasons(arch, spec, tp, pp, quant, kv, wide_ep))
+        if hard:
+            entries.append(excluded(gid, hard[0]))
+            continue
+        max_batch = memo.max_batch(arch, spec, w, layout, assumptions)
+        if max_batch < 1:
+            # the reasons the estimate at one sequence would give, without estimating its speed
+            reasons = hard_reasons(evaluate.serving_reasons(arch, spec, w, layout, batch=1, assumptions=assumptions))
+            fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
+            entries.append(excluded(gid, reasons[0] if reasons else fallback))
+            continue
+        group = layout.nvlink_group(g.nvlink_domain) if wide_ep else tp
+        forbidden = tuple(forbidden_for(g, limits, tp=group, quant=quant))
+        # The largest batch that fits is the operating point: a larger concurrency cap never
+        # lowers the rate a replica takes within its targets (the running batch follows the
+        # load; the cap only adds room), so it dominates smaller batches for cost. The
+        # min-latency objective also gets batch 1.
+        top = evaluate.serving_batch(max_batch)
+        for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
+            est = memo_est = memo.estimate(arch, spec, w, layout, batch=batch, assumptions=assumptions)
+            if of_category(est.why_not, ReasonCategory.LINK):
+                # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
+                est = est.model_copy(update={"feasible": True, "why_not": []})
+            if not est.feasible:
+                entries.append(excluded(gid, est.why_not[0]))  # infeasible: at least one reason
                 continue
-            max_batch = memo.max_batch(arch, spec, w, layout, assumptions)
-            if max_batch < 1:
-                # the reasons the estimate at one sequence would give, without estimating its speed
-                reasons = hard_reasons(
-                    evaluate.serving_reasons(arch, spec, w, layout, batch=1, assumptions=assumptions)
+            entries.append(
+                OperatingPoint(
+                    layout=layout, est=est, memo_est=memo_est, rate_nolat_rps=evaluate.rate_at_ceiling(est, assumptions, derate),
+                    forbidden_by=forbidden, families=frozenset(f for f, _ in forbidden), nvlink_gpus=group,
+                    network_gb_per_s=assumptions.inter_node_bandwidth_gb_per_s if wide_ep else 0.0,
                 )
-                fallback = ModelDoesNotFit(gpu=g.name, model=arch.name, quant=quant, tp=tp, pp=pp)
-                entries.append(excluded(gid, reasons[0] if reasons else fallback))
-                continue
-            group = layout.nvlink_group(g.nvlink_domain) if wide_ep else tp
-            forbidden = tuple(forbidden_for(g, limits, tp=group, quant=quant))
-            # The largest batch that fits is the operating point: a larger concurrency cap never
-            # lowers the rate a replica takes within its targets (the running batch follows the
-            # load; the cap only adds room), so it dominates smaller batches for cost. The
-            # min-latency objective also gets batch 1.
-            top = evaluate.serving_batch(max_batch)
-            for batch in sorted({top, 1} if keep_latency else {top}, reverse=True):
-                est = memo_est = memo.estimate(arch, spec, w, layout, batch=batch, assumptions=assumptions)
-                if of_category(est.why_not, ReasonCategory.LINK):
-                    # Estimated over PCIe; the tp_nvlink family decides whether it may be used.
-                    est = est.model_copy(update={"feasible": True, "why_not": []})
-                if not est.feasible:
-                    entries.append(excluded(gid, est.why_not[0]))  # infeasible: at least one reason
-                    continue
-                entries.append(
-                    OperatingPoint(
-                        layout=layout, est=est, memo_est=memo_est, rate_nolat_rps=evaluate.rate_at_ceiling(est, assumptions, derate),
-                        forbidden_by=forbidden, families=frozenset(f for f, _ in forbidden), nvlink_gpus=group,
-                        network_gb_per_s=assumptions.inter_node_bandwidth_gb_per_s if wide_ep else 0.0,
-                    )
-                )  # fmt: skip
-        per_gpu.append((gid, tuple(entries)))
-    return considered, tuple(per_gpu)
+            )  # fmt: skip
+    return _GpuLayouts(gid, considered, tuple(entries), memo)
 
 
 def serving_candidates(
