@@ -29,6 +29,7 @@ from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import kernels, memory, moe, optimizer_memory, params, rules, training_comm
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import (
     CpSplitsSequence,
@@ -96,6 +97,10 @@ def attention_repeats(recompute: str, recompute_fraction: float, flash_attention
     return 0.0
 
 
+# FLOPs per token per (model, sequence length, method, rank, recompute): a search asks for a few dozen thousands of times.
+_FLOPS: HeldMemo[float] = HeldMemo()
+
+
 def model_flops_per_token(
     arch: ModelArchitecture, seq_len: float, *, method: str = "full", lora_rank: int = 16
 ) -> float:
@@ -103,8 +108,17 @@ def model_flops_per_token(
 
     ``N`` = active non-embedding parameters plus the LM head. Source: Narayanan et al. 2021 §5.1; PaLM App. B.
     A local-attention layer attends over ``min(s, window)`` keys; MLA trains in the multi-head form
-    (:func:`attention_width`).
+    (:func:`attention_width`). Memoised.
     """
+    key = ("model", id(arch), seq_len, method, lora_rank)
+    hit = _FLOPS.get(key, (arch,))
+    if hit is not None:
+        return hit
+    return _FLOPS.keep(key, (arch,), _model_flops_per_token(arch, seq_len, method, lora_rank))
+
+
+def _model_flops_per_token(arch: ModelArchitecture, seq_len: float, method: str, lora_rank: int) -> float:
+    """:func:`model_flops_per_token`, computed."""
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
     attention = ATTENTION_TRAIN_FLOPS * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
     if method == "full":
@@ -128,8 +142,21 @@ def hardware_flops_per_token(
     Full recompute repeats the forward (``+2·N + 4·l·s·d_attn``; Korthikanti et al. 2022 §5: 8N vs 6N) of the
     ``recompute_fraction`` of layers recomputed (Megatron-LM ``--recompute-num-layers`` of each stage's layers);
     selective recompute repeats the attention core (``+4·l·s·d_attn``), which FlashAttention already
-    does inside its backward, so it adds nothing when ``flash_attention`` is on.
+    does inside its backward, so it adds nothing when ``flash_attention`` is on. Memoised.
     """
+    key = ("hardware", id(arch), seq_len, recompute, method, lora_rank, flash_attention, recompute_fraction)
+    hit = _FLOPS.get(key, (arch,))
+    if hit is not None:
+        return hit
+    flops = _hardware_flops_per_token(arch, seq_len, recompute, method, lora_rank, flash_attention, recompute_fraction)
+    return _FLOPS.keep(key, (arch,), flops)
+
+
+def _hardware_flops_per_token(
+    arch: ModelArchitecture, seq_len: float, recompute: str, method: str, lora_rank: int, flash_attention: bool,
+    recompute_fraction: float,
+) -> float:  # fmt: skip
+    """:func:`hardware_flops_per_token`, computed."""
     base = model_flops_per_token(arch, seq_len, method=method, lora_rank=lora_rank)
     n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
     forward_attention = ATTENTION_FORWARD_FLOPS * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
@@ -330,7 +357,24 @@ def full_state(
     job: TrainingJob, settings: TrainingSettings, stage: StageParams, plan: MemoryPlan, ranks: tuple[int, int]
 ) -> ModelState:
     """Every weight trains: mixed-precision state (18 B/param with AdamW) sharded by ZeRO stage over the
-    ``dp x cp`` ranks, the routed experts' over the expert-data-parallel ranks (``ranks``, :func:`data_ranks`)."""
+    ``dp x cp`` ranks, the routed experts' over the expert-data-parallel ranks (``ranks``, :func:`data_ranks`).
+    Memoised on what it reads."""
+    key = (job.precision, job.optimizer, settings.zero_stage, stage.model_p, stage.expert_p, plan, ranks)
+    hit = _FULL_STATES.get(key, ())
+    if hit is not None:
+        return hit
+    return _FULL_STATES.keep(key, (), _full_state(job, settings, stage, plan, ranks))
+
+
+# full_state per (precision, optimizer, ZeRO stage, stage parameters, plan, ranks): some 2,000 distinct in a search's
+# 17,000 fits (13B example).
+_FULL_STATES: HeldMemo[ModelState] = HeldMemo()
+
+
+def _full_state(
+    job: TrainingJob, settings: TrainingSettings, stage: StageParams, plan: MemoryPlan, ranks: tuple[int, int]
+) -> ModelState:
+    """:func:`full_state`, computed."""
     shard_dp, expert_dp = ranks
     zero_stage = settings.zero_stage
     w_b, g_b, o_b = memory.model_state_bytes_per_param(job.precision, job.optimizer, plan)
@@ -432,6 +476,11 @@ class StageActivations:
     imbalance: float  # the busiest EP rank's routed tokens over the mean
 
 
+# stage_activations per (model, assumptions) and the values it reads: a training search asks for a few hundred
+# distinct ones some 17,000 times (13B example); the data-parallel degree and ZeRO stage do not enter.
+_ACTIVATIONS: HeldMemo[StageActivations] = HeldMemo()
+
+
 def stage_activations(
     arch: ModelArchitecture, a: Assumptions, job: TrainingJob, layout: Layout, settings: TrainingSettings,
     stage: StageParams, micro_batches: int, plan: MemoryPlan,
@@ -440,7 +489,26 @@ def stage_activations(
     (Megatron-LM context parallelism), each layer per :func:`memory.training_activation_bytes_per_layer` (under EP
     the busiest rank holds the most routed tokens' MLP activations, dropless routing), over the micro-batches in
     flight; backward of a recomputed layer rebuilds it on top of the stored inputs, and QLoRA dequantises one NF4
-    matrix to bf16 inside each linear, one at a time."""
+    matrix to bf16 inside each linear, one at a time. Memoised: ``micro_batches`` enters through the micro-batches
+    in flight only."""
+    in_flight = memory.pipeline_micro_batches_in_flight(layout.pp, layout.virtual_stages, micro_batches)
+    key = (
+        id(arch), id(a), job.sequence_length, job.method, layout.tp, layout.pp, layout.cp, layout.ep,
+        layout.virtual_stages, layout.recompute, settings.micro_batch, stage.layers, stage.recomputed, in_flight, plan,
+    )  # fmt: skip
+    held = (arch, a)
+    hit = _ACTIVATIONS.get(key, held)
+    if hit is not None:
+        return hit
+    out = _stage_activations(arch, a, job, layout, settings, stage, in_flight, plan)
+    return _ACTIVATIONS.keep(key, held, out)
+
+
+def _stage_activations(
+    arch: ModelArchitecture, a: Assumptions, job: TrainingJob, layout: Layout, settings: TrainingSettings,
+    stage: StageParams, in_flight: float, plan: MemoryPlan,
+) -> StageActivations:  # fmt: skip
+    """:func:`stage_activations`, computed, at ``in_flight`` micro-batches of the stage held."""
     tp, pp, ep, recompute = layout.tp, layout.pp, layout.ep, layout.recompute
     micro_batch, layers = settings.micro_batch, stage.layers
     local_seq = float(job.sequence_length) / layout.cp
@@ -456,7 +524,6 @@ def stage_activations(
 
     kept = per_layer("none" if recompute == "full" else recompute)
     layer_input = per_layer("full")
-    in_flight = memory.pipeline_micro_batches_in_flight(pp, layout.virtual_stages, micro_batches)
     logits = TRAINING_LOGIT_BYTES * local_seq * micro_batch * arch.vocab_size / tp  # b·s/cp·V 16-bit logits
     layer_work = 0.0
     if stage.recomputed:
@@ -653,6 +720,10 @@ class ComputeSplit:
     attention_flops_per_s: float  # the fused attention kernel's rate
 
 
+# _compute_split per (model, GPU, assumptions) and the values it reads: a few hundred distinct in a search's 4,000.
+_SPLITS: HeldMemo[ComputeSplit] = HeldMemo()
+
+
 def _compute_split(
     arch: ModelArchitecture,
     gpu: GpuSpec,
@@ -665,7 +736,24 @@ def _compute_split(
 ) -> ComputeSplit:
     """GEMMs at ``rate`` (the plateau: ``training_mfu``) times their shape's share (:mod:`kernels`), and the
     attention core at its own kernel's rate, on the FLOPs it executes; a micro-batch's ``b·s/cp`` tokens are the
-    rows of each GEMM."""
+    rows of each GEMM. Memoised on what it reads of the fit."""
+    seq, tp, recompute = float(fit.job.sequence_length), fit.layout.tp, fit.layout.recompute
+    tokens = fit.settings.micro_batch * (seq / fit.layout.cp)
+    recompute_fraction = _recompute_fraction(fit)
+    key = (id(arch), id(gpu), id(a), seq, tp, recompute, tokens, recompute_fraction, hw_flops, rate, bytes_per_s)
+    held = (arch, gpu, a)
+    hit = _SPLITS.get(key, held)
+    if hit is not None:
+        return hit
+    split = _computed_split(arch, gpu, a, fit, hw_flops=hw_flops, rate=rate, bytes_per_s=bytes_per_s)
+    return _SPLITS.keep(key, held, split)
+
+
+def _computed_split(
+    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, fit: TrainingFit, *, hw_flops: float, rate: float,
+    bytes_per_s: float,
+) -> ComputeSplit:  # fmt: skip
+    """:func:`_compute_split`, computed."""
     seq, tp, recompute = float(fit.job.sequence_length), fit.layout.tp, fit.layout.recompute
     tokens = fit.settings.micro_batch * (seq / fit.layout.cp)
     recompute_fraction = _recompute_fraction(fit)
@@ -709,8 +797,20 @@ class ComputeRate:
     flops_per_s: float
 
 
+_RATES: HeldMemo[ComputeRate] = HeldMemo()  # compute_rate per (GPU, assumptions, precision)
+
+
 def compute_rate(gpu: GpuSpec, a: Assumptions, precision: str) -> ComputeRate:
-    """:class:`ComputeRate` of a GPU training at ``precision``."""
+    """:class:`ComputeRate` of a GPU training at ``precision``; memoised."""
+    key = (id(gpu), id(a), precision)
+    hit = _RATES.get(key, (gpu, a))
+    if hit is not None:
+        return hit
+    return _RATES.keep(key, (gpu, a), _compute_rate(gpu, a, precision))
+
+
+def _compute_rate(gpu: GpuSpec, a: Assumptions, precision: str) -> ComputeRate:
+    """:func:`compute_rate`, computed."""
     cls = gpu.gpu_class
     cprec = _compute_precision(gpu, precision)
     peak = peak_tflops(gpu, cprec)
