@@ -27,7 +27,7 @@ AXES: dict[str, list[Any]] = {
     "lora_rank": [8, 64],
     "precision": ["bf16", "fp8", "fp32"],
     "optimizer": ["adamw", "sgd"],
-    "sequence_length": [2048.0, 4096.0],
+    "sequence_length": [2048.0, 4096.0, 4094.0],  # 4094: no CP of 2 splits it in four
     "global_batch_tokens": [1_048_576.0, 4_194_304.0],
     "framework": [FrameworkRates(), FrameworkRates(achieved_rate=0.8, tp_comm_overlap=False, dp_comm_overlap=False)],
     "tp": [1, 2, 4, 8],

@@ -24,6 +24,7 @@ from typing import Literal
 
 from clusterplan.catalog.schema import GpuSpec
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.units import BYTES_PER_GB
 
 LinkKind = Literal["nvlink", "infinity_fabric", "pcie", "network", "none"]
@@ -74,8 +75,25 @@ def link_for_group(
     NVIDIA/nccl-tests#29); 3 nodes of 8 A100 with 4 HDR NICs reach 85-96 GB/s bus bandwidth against the
     100 GB/s of their 4 NICs (NVIDIA/nccl-tests#119); "for NDR @ 400Gbps you should see 46-48GB/s per NIC"
     (NVIDIA/nccl-tests#290). Point-to-point sends (pipeline stages) use one NIC: leave ``members_per_node``
-    at 1 for them.
+    at 1 for them. Memoised.
     """
+    key = (id(gpu), id(assumptions), group_size, spans_nodes, members_per_node)
+    held = (gpu, assumptions)
+    hit = _LINKS.get(key, held)
+    if hit is not None:
+        return hit
+    link = _link_for_group(gpu, group_size, spans_nodes, assumptions, members_per_node)
+    return _LINKS.keep(key, held, link)
+
+
+# link_for_group per (GPU, assumptions, group): a training search asks some 30,000 times for a few dozen.
+_LINKS: HeldMemo[Link] = HeldMemo()
+
+
+def _link_for_group(
+    gpu: GpuSpec, group_size: int, spans_nodes: bool, assumptions: Assumptions, members_per_node: int
+) -> Link:
+    """:func:`link_for_group`, computed."""
     if group_size <= 1:
         return NO_LINK
     if gpu.scale_up != "pcie" and group_size <= gpu.scale_up_domain and not spans_nodes:

@@ -203,8 +203,26 @@ def layout_reasons(
     CP cuts each sequence into ``2·cp`` chunks, rank ``i`` taking chunks ``i`` and ``2cp-1-i`` to balance causal
     attention (Megatron-LM ``get_batch_on_this_cp_rank``); interleaving needs ``pp > 1`` and a whole number of
     layers per chunk (Megatron-LM ``num_layers_per_virtual_pipeline_stage``); expert parallelism per
-    :func:`clusterplan.physics.moe.training_ep_problem` (EP carved out of the ``dp x cp`` ranks).
+    :func:`clusterplan.physics.moe.training_ep_problem` (EP carved out of the ``dp x cp`` ranks). Memoised (a fresh
+    list each call).
     """
+    key = (id(arch), pp, cp, virtual_stages, sequence_length, ep, dp)
+    hit = _LAYOUT_REASONS.get(key, (arch,))
+    if hit is None:
+        found = _layout_reasons(
+            arch, pp=pp, cp=cp, virtual_stages=virtual_stages, sequence_length=sequence_length, ep=ep, dp=dp
+        )
+        hit = _LAYOUT_REASONS.keep(key, (arch,), tuple(found))
+    return list(hit)
+
+
+_LAYOUT_REASONS: HeldMemo[tuple[Reason, ...]] = HeldMemo()  # layout_reasons per model and layout
+
+
+def _layout_reasons(
+    arch: ModelArchitecture, *, pp: int, cp: int, virtual_stages: int, sequence_length: float, ep: int, dp: int
+) -> list[Reason]:
+    """:func:`layout_reasons`, computed."""
     out: list[Reason] = []
     ep_reason = expert_parallel_reason(arch, ep, dp * cp)
     if ep_reason is not None:
@@ -241,7 +259,21 @@ class StepBatch:
 
 def step_batch(job: TrainingJob, settings: TrainingSettings) -> StepBatch:
     """Micro-batches per optimizer step: ``ceil(ceil(B / s) / (dp x b))`` of the global batch's ``B / s``
-    sequences, at least one; a global batch smaller than one round of ``dp x b`` sequences cannot be run."""
+    sequences, at least one; a global batch smaller than one round of ``dp x b`` sequences cannot be run. Memoised
+    (the types of the values its reason record keeps as given are in the key)."""
+    gbt, dp, mb = job.global_batch_tokens, settings.dp, settings.micro_batch
+    key = (job.sequence_length, gbt, dp, mb, type(gbt), type(dp), type(mb))
+    hit = _BATCHES.get(key, ())
+    if hit is not None:
+        return hit
+    return _BATCHES.keep(key, (), _step_batch(job, settings))
+
+
+_BATCHES: HeldMemo[StepBatch] = HeldMemo()  # step_batch per (sequence, global batch, dp, micro-batch)
+
+
+def _step_batch(job: TrainingJob, settings: TrainingSettings) -> StepBatch:
+    """:func:`step_batch`, computed."""
     seq = float(job.sequence_length)
     sequences_per_step = max(1, math.ceil(job.global_batch_tokens / seq))
     per_round = settings.micro_batch * settings.dp
@@ -357,24 +389,7 @@ def full_state(
     job: TrainingJob, settings: TrainingSettings, stage: StageParams, plan: MemoryPlan, ranks: tuple[int, int]
 ) -> ModelState:
     """Every weight trains: mixed-precision state (18 B/param with AdamW) sharded by ZeRO stage over the
-    ``dp x cp`` ranks, the routed experts' over the expert-data-parallel ranks (``ranks``, :func:`data_ranks`).
-    Memoised on what it reads."""
-    key = (job.precision, job.optimizer, settings.zero_stage, stage.model_p, stage.expert_p, plan, ranks)
-    hit = _FULL_STATES.get(key, ())
-    if hit is not None:
-        return hit
-    return _FULL_STATES.keep(key, (), _full_state(job, settings, stage, plan, ranks))
-
-
-# full_state per (precision, optimizer, ZeRO stage, stage parameters, plan, ranks): some 2,000 distinct in a search's
-# 17,000 fits (13B example).
-_FULL_STATES: HeldMemo[ModelState] = HeldMemo()
-
-
-def _full_state(
-    job: TrainingJob, settings: TrainingSettings, stage: StageParams, plan: MemoryPlan, ranks: tuple[int, int]
-) -> ModelState:
-    """:func:`full_state`, computed."""
+    ``dp x cp`` ranks, the routed experts' over the expert-data-parallel ranks (``ranks``, :func:`data_ranks`)."""
     shard_dp, expert_dp = ranks
     zero_stage = settings.zero_stage
     w_b, g_b, o_b = memory.model_state_bytes_per_param(job.precision, job.optimizer, plan)
@@ -462,6 +477,32 @@ def with_memory_options(
     if (weights, grads, opt) == (state.weights, state.grads, state.opt):
         return state, offloaded_params  # no option applies
     return replace(state, weights=weights, grads=grads, opt=opt), offloaded_params
+
+
+# model_state per model and the values it reads: a training search asks some 17,000 times for about 2,000 (13B
+# example); the data-parallel degree enters through the ranks only.
+_STATES: HeldMemo[tuple[ModelState, float]] = HeldMemo()
+
+
+def model_state(
+    arch: ModelArchitecture, job: TrainingJob, layout: Layout, settings: TrainingSettings, stage: StageParams,
+    plan: MemoryPlan, ranks: tuple[int, int],
+) -> tuple[ModelState, float]:  # fmt: skip
+    """The model state on the most loaded GPU (:func:`full_state`, or :func:`adapter_state` for LoRA / QLoRA) with
+    the memory options on top (:func:`with_memory_options`), and the parameters whose update the host runs;
+    ``ranks``: :func:`data_ranks`. Memoised on what they read."""
+    key = (
+        id(arch), job.method, job.precision, job.optimizer, job.lora_rank, layout.tp, layout.ep, settings.zero_stage,
+        plan, ranks, stage.layers, stage.layer_p, stage.emb_p, stage.layers_p, stage.expert_p, stage.moe_layers,
+    )  # fmt: skip
+    hit = _STATES.get(key, (arch,))
+    if hit is not None:
+        return hit
+    if job.method == "full":
+        state = full_state(job, settings, stage, plan, ranks)
+    else:
+        state = adapter_state(arch, job, layout, settings, stage, plan, ranks[0])
+    return _STATES.keep(key, (arch,), with_memory_options(arch, job, layout, settings, stage, state, plan))
 
 
 @dataclass(slots=True)  # a per-fit record (FIT_RECORD)
@@ -656,12 +697,9 @@ def _memory_phase(
     stage = stage_params(arch, layout)
     plan = effective_plan(settings.memory_plan, batch.micro_batches, layout.pp)
     ranks = data_ranks(layout, settings)
-    if job.method == "full":
-        state = full_state(job, settings, stage, plan, ranks)
-    else:
-        state = adapter_state(arch, job, layout, settings, stage, plan, ranks[0])
+    if job.method != "full":
         notes.append(adapter_note(arch, job, stage, layout.pp))
-    state, offloaded_params = with_memory_options(arch, job, layout, settings, stage, state, plan)
+    state, offloaded_params = model_state(arch, job, layout, settings, stage, plan, ranks)
     activations = stage_activations(arch, a, job, layout, settings, stage, batch.micro_batches, plan)
     mem, spilled = paged_breakdown(gpu, a, job, state, activations.total, plan)
     if not mem.fits:
