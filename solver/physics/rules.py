@@ -82,7 +82,20 @@ def compute_precision_for_weights(gpu: GpuSpec, quant: str, fp4_activations: str
 
 def architecture_kernels(gpu: GpuSpec) -> ArchitectureKernels:
     """The kernel fits of a GPU's architecture (catalog/kernels.yaml): the row the GPU's catalog gave it (a user
-    catalog's overrides included), else, for a row no catalog resolved (a hand-built one), the shipped row."""
+    catalog's overrides included), else, for a row no catalog resolved (a hand-built one), the shipped row.
+    Memoised per GPU row (a training search asks some 12,000 times)."""
+    key = id(gpu)
+    hit = _KERNELS.get(key, (gpu,))
+    if hit is not None:
+        return hit
+    return _KERNELS.keep(key, (gpu,), _architecture_kernels(gpu))
+
+
+_KERNELS: HeldMemo[ArchitectureKernels] = HeldMemo()  # architecture_kernels per GPU row
+
+
+def _architecture_kernels(gpu: GpuSpec) -> ArchitectureKernels:
+    """:func:`architecture_kernels`, computed."""
     if gpu.kernels is not None:
         return gpu.kernels
     shipped = kernels_for(shipped_kernels().values(), gpu.architecture)
