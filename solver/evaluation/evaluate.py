@@ -555,11 +555,18 @@ def _fastest_at(
             settings_of[zero, mb] = settings
         return layout, settings
 
+    fits: dict[tuple[int, Recompute, int, int | None], training.TrainingFit] = {}
+
     def fit(zero: int, rec: Recompute, mb: int, layers: int | None) -> training.TrainingFit:
-        layout, settings = setup(zero, rec, mb, layers)
-        return training.training_fit(
-            arch, spec, job=job, layout=layout, settings=settings, nodes_gpus_per_node=node, assumptions=assumptions
-        )
+        """The fit of one try, computed once (the friendliest probe below is tried again by the search)."""
+        got = fits.get((zero, rec, mb, layers))
+        if got is None:
+            layout, settings = setup(zero, rec, mb, layers)
+            got = fits[zero, rec, mb, layers] = training.training_fit(
+                arch, spec, job=job, layout=layout, settings=settings, nodes_gpus_per_node=node,
+                assumptions=assumptions,
+            )  # fmt: skip
+        return got
 
     def first_reason(f: training.TrainingFit) -> Reason | None:
         early = without(f.why_not, ReasonCategory.LINK)
