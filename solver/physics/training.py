@@ -81,6 +81,18 @@ def lm_head_params(arch: ModelArchitecture) -> int:
     return arch.vocab_size * arch.hidden_size
 
 
+_MATMUL: HeldMemo[int] = HeldMemo()  # matmul_params per model
+
+
+def matmul_params(arch: ModelArchitecture) -> int:
+    """``N`` of the FLOP counts: the active non-embedding parameters plus the LM head (:func:`lm_head_params`), the
+    weights every token multiplies; memoised per model."""
+    hit = _MATMUL.get(id(arch), (arch,))
+    if hit is not None:
+        return hit
+    return _MATMUL.keep(id(arch), (arch,), params.non_embedding_params(arch, active=True) + lm_head_params(arch))
+
+
 # Attention-core FLOPs per (token, key) pair and attention-width unit: a training step's forward and backward
 # (Narayanan et al. 2021 §5.1: 12·l·s·h), and one more forward pass of it (recomputation).
 ATTENTION_TRAIN_FLOPS = 12.0
@@ -119,7 +131,7 @@ def model_flops_per_token(
 
 def _model_flops_per_token(arch: ModelArchitecture, seq_len: float, method: str, lora_rank: int) -> float:
     """:func:`model_flops_per_token`, computed."""
-    n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    n = matmul_params(arch)
     attention = ATTENTION_TRAIN_FLOPS * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
     if method == "full":
         return 6.0 * n + attention
@@ -158,7 +170,7 @@ def _hardware_flops_per_token(
 ) -> float:  # fmt: skip
     """:func:`hardware_flops_per_token`, computed."""
     base = model_flops_per_token(arch, seq_len, method=method, lora_rank=lora_rank)
-    n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    n = matmul_params(arch)
     forward_attention = ATTENTION_FORWARD_FLOPS * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
     dense = 2.0 * n if recompute == "full" else 0.0
     return base + (dense + forward_attention) * attention_repeats(recompute, recompute_fraction, flash_attention)
@@ -660,7 +672,8 @@ class TrainingFit:
 
 def _at_least_one(layout: Layout) -> Layout:
     """The layout with whole CP, virtual-stage and EP degrees of at least 1 (itself when they are)."""
-    if all(type(v) is int and v >= 1 for v in (layout.cp, layout.virtual_stages, layout.ep)):
+    cp, vpp, ep = layout.cp, layout.virtual_stages, layout.ep
+    if type(cp) is int and type(vpp) is int and type(ep) is int and cp >= 1 and vpp >= 1 and ep >= 1:
         return layout
     return replace(
         layout, cp=max(int(layout.cp), 1), virtual_stages=max(int(layout.virtual_stages), 1), ep=max(int(layout.ep), 1)
@@ -1022,7 +1035,7 @@ def _timed(arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, ph: TrainingFi
     bubble = pipeline_bubble_fraction(pp, micro_batches, vpp)
     # Shares of a micro-batch's compute: the forward (2N + 4·l·s·d_attn of the executed FLOPs), and the GEMMs
     # (everything but the attention core, by time), what the communication below can hide behind.
-    n_matmul = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    n_matmul = matmul_params(arch)
     attn_fwd = 4.0 * arch.layers * seq * attention_width(arch)
     fwd_share = min(1.0, (2.0 * n_matmul + attn_fwd) / hw_flops)
     gemm_share = compute.gemm_s / (compute.gemm_s + compute.attention_s)
