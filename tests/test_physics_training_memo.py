@@ -1,5 +1,5 @@
 """The training physics' memos (``physics/memo.py``: activations, model state, FLOPs, compute split and rate, GEMM
-shapes, rules, links) hand back what a fresh computation gives, bit for bit: each input a memo reads is varied alone
+shapes, rules, links, all-reduce terms) hand back what a fresh computation gives, bit for bit: each input a memo reads is varied alone
 around random layouts, the variant estimated right after its base (a key missing that input would hand back the
 base's answer), and every estimate is held to one computed with every memo emptied. The candidate rows, and so every
 training plan, rest on those figures."""
@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from clusterplan.catalog.load import Catalog
-from clusterplan.physics import memo, training
+from clusterplan.physics import comm, memo, training
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
 from clusterplan.physics.optimizer_memory import MemoryPlan
@@ -85,3 +85,10 @@ def test_memoised_training_estimates_are_the_fresh_ones(catalog: Catalog) -> Non
         fresh = _estimate(catalog, p)
         assert got == fresh, {k: v for k, v in p.items() if not dataclasses.is_dataclass(v)}
         assert got.model_dump() == fresh.model_dump()
+
+
+def test_an_all_reduce_over_one_link_follows_its_gpus_and_efficiency() -> None:
+    link = comm.Link("nvlink", 450.0, 2e-6)
+    for n, eff in [(2, 0.7), (8, 0.7), (8, 0.5), (2, 0.5)]:  # each after one sharing the link and n or efficiency
+        fresh = min(lat + 1e6 * per_byte for lat, per_byte in comm.nccl_allreduce_terms(n, link, eff))
+        assert comm.nccl_allreduce_s(1e6, n, link, eff) == fresh
