@@ -1,8 +1,8 @@
 """The training physics' memos (``physics/memo.py``: activations, model state, FLOPs, compute split and rate, GEMM
-shapes, rules, links, all-reduce terms) hand back what a fresh computation gives, bit for bit: each input a memo reads is varied alone
-around random layouts, the variant estimated right after its base (a key missing that input would hand back the
-base's answer), and every estimate is held to one computed with every memo emptied. The candidate rows, and so every
-training plan, rest on those figures."""
+shapes, rules, links, all-reduce terms) hand back what a fresh computation gives, bit for bit: each input a memo reads
+is varied alone around random layouts, the variant estimated right after its base (a key missing that input would
+hand back the base's answer), and every estimate is held to one computed with every memo emptied. The candidate rows,
+and so every training plan, rest on those figures."""
 
 from __future__ import annotations
 
