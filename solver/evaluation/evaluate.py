@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, cast
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 from clusterplan.physics import moe, optimizer_memory, queueing, serving
 from clusterplan.physics.layout import Layout, Recompute
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 
@@ -340,10 +341,21 @@ def framework_rates(name: str) -> FrameworkRates:
     return REFERENCE_RATES
 
 
+_JOBS: HeldMemo[TrainingJob] = HeldMemo()  # training_job per workload (frozen): a layout search asks thousands of times
+
+
 def training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
     """What the physics reads of a training or fine-tuning workload (:class:`TrainingJob`): pretraining trains
     every weight and has no adapters (rank 0); a fine-tune its method and LoRA rank; the rates of the framework it
-    runs on (:func:`framework_rates`)."""
+    runs on (:func:`framework_rates`). Memoised per workload."""
+    hit = _JOBS.get(id(w), (w,))
+    if hit is not None:
+        return hit
+    return _JOBS.keep(id(w), (w,), _training_job(w))
+
+
+def _training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
+    """:func:`training_job`, built."""
     from clusterplan.physics.training_job import TrainingJob
     from clusterplan.requirement.load import framework_name
 
