@@ -15,7 +15,7 @@ built (frozen, or a FIT_RECORD of :mod:`clusterplan.physics.training`), or tuple
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
 
@@ -51,7 +51,7 @@ class HeldMemo(Generic[V]):
         self._entries.clear()
 
 
-_MEMOS: list[HeldMemo[object]] = []  # every memo made, for clear_memos
+_MEMOS: list[HeldMemo[Any]] = []  # every memo made, for clear_memos
 
 
 def clear_memos() -> None:
