@@ -197,7 +197,7 @@ class _Layouts:
     zero_stages: tuple[int, ...]
     recomputes: list[Recompute]
     assumptions: Assumptions
-    offerings: Sequence[Offering]
+    offerings: Sequence[Offering]  # this GPU type's (the others' are never read)
     forbidden: list[tuple[str, str]]
     derate: Derate = NO_DERATE
     cp: int = 1
@@ -225,7 +225,7 @@ class _Layouts:
             return None
         n = self.tp * self.cp * self.pp * dp
         for o in self.offerings:
-            no_fabric = fabric_exclusion(o, self.g.name, n) if o.gpu_id == self.g.id else None
+            no_fabric = fabric_exclusion(o, self.g.name, n)
             if no_fabric is not None:
                 self.exclusions.append(no_fabric)
         cloud, n_inst, cost, within = pricing.cheapest_training_cloud(
@@ -393,6 +393,7 @@ def training_candidates(
     for gid in sorted(catalog.gpus):
         spec = catalog.gpus[gid]
         g = gpu_type_of(spec)
+        offers = [o for o in offerings if o.gpu_id == g.id]  # each row reads its own GPU type's offerings only
         walks: list[_Walk] = []
         for tp in space.tps:
             for pp in space.pps:
@@ -418,7 +419,7 @@ def training_candidates(
                     if not zeros:
                         continue
                     layouts = _Layouts(
-                        arch, spec, g, w, tp, pp, zeros, recomputes, assumptions, offerings, forbidden, derate,
+                        arch, spec, g, w, tp, pp, zeros, recomputes, assumptions, offers, forbidden, derate,
                         cp=cp, virtual_stages=vpps, recompute_layers=layers, expert_parallel=eps, memory_plans=plans,
                     )  # fmt: skip
                     walks.append(_Walk(layouts, replica, max(1, min(MAX_TRAINING_GPUS // replica, seqs_per_step))))

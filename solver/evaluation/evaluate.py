@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, cast
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 from clusterplan.physics import moe, optimizer_memory, queueing, serving
 from clusterplan.physics.layout import Layout, Recompute
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import Reason, ReasonCategory, without
 
@@ -340,10 +341,21 @@ def framework_rates(name: str) -> FrameworkRates:
     return REFERENCE_RATES
 
 
+_JOBS: HeldMemo[TrainingJob] = HeldMemo()  # training_job per workload (frozen): a layout search asks thousands of times
+
+
 def training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
     """What the physics reads of a training or fine-tuning workload (:class:`TrainingJob`): pretraining trains
     every weight and has no adapters (rank 0); a fine-tune its method and LoRA rank; the rates of the framework it
-    runs on (:func:`framework_rates`)."""
+    runs on (:func:`framework_rates`). Memoised per workload."""
+    hit = _JOBS.get(id(w), (w,))
+    if hit is not None:
+        return hit
+    return _JOBS.keep(id(w), (w,), _training_job(w))
+
+
+def _training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
+    """:func:`training_job`, built."""
     from clusterplan.physics.training_job import TrainingJob
     from clusterplan.requirement.load import framework_name
 
@@ -555,11 +567,18 @@ def _fastest_at(
             settings_of[zero, mb] = settings
         return layout, settings
 
+    fits: dict[tuple[int, Recompute, int, int | None], training.TrainingFit] = {}
+
     def fit(zero: int, rec: Recompute, mb: int, layers: int | None) -> training.TrainingFit:
-        layout, settings = setup(zero, rec, mb, layers)
-        return training.training_fit(
-            arch, spec, job=job, layout=layout, settings=settings, nodes_gpus_per_node=node, assumptions=assumptions
-        )
+        """The fit of one try, computed once (the friendliest probe below is tried again by the search)."""
+        got = fits.get((zero, rec, mb, layers))
+        if got is None:
+            layout, settings = setup(zero, rec, mb, layers)
+            got = fits[zero, rec, mb, layers] = training.training_fit(
+                arch, spec, job=job, layout=layout, settings=settings, nodes_gpus_per_node=node,
+                assumptions=assumptions,
+            )  # fmt: skip
+        return got
 
     def first_reason(f: training.TrainingFit) -> Reason | None:
         early = without(f.why_not, ReasonCategory.LINK)

@@ -24,6 +24,7 @@ from typing import Literal
 
 from clusterplan.catalog.schema import GpuSpec
 from clusterplan.physics.factors import Assumptions
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.units import BYTES_PER_GB
 
 LinkKind = Literal["nvlink", "infinity_fabric", "pcie", "network", "none"]
@@ -74,8 +75,25 @@ def link_for_group(
     NVIDIA/nccl-tests#29); 3 nodes of 8 A100 with 4 HDR NICs reach 85-96 GB/s bus bandwidth against the
     100 GB/s of their 4 NICs (NVIDIA/nccl-tests#119); "for NDR @ 400Gbps you should see 46-48GB/s per NIC"
     (NVIDIA/nccl-tests#290). Point-to-point sends (pipeline stages) use one NIC: leave ``members_per_node``
-    at 1 for them.
+    at 1 for them. Memoised.
     """
+    key = (id(gpu), id(assumptions), group_size, spans_nodes, members_per_node)
+    held = (gpu, assumptions)
+    hit = _LINKS.get(key, held)
+    if hit is not None:
+        return hit
+    link = _link_for_group(gpu, group_size, spans_nodes, assumptions, members_per_node)
+    return _LINKS.keep(key, held, link)
+
+
+# link_for_group per (GPU, assumptions, group): a training search asks some 30,000 times for a few dozen.
+_LINKS: HeldMemo[Link] = HeldMemo()
+
+
+def _link_for_group(
+    gpu: GpuSpec, group_size: int, spans_nodes: bool, assumptions: Assumptions, members_per_node: int
+) -> Link:
+    """:func:`link_for_group`, computed."""
     if group_size <= 1:
         return NO_LINK
     if gpu.scale_up != "pcie" and group_size <= gpu.scale_up_domain and not spans_nodes:
@@ -150,6 +168,10 @@ def nccl_allreduce_terms(n: int, link: Link, efficiency: float) -> list[tuple[fl
     return out
 
 
+# nccl_allreduce_terms per (link, GPUs, efficiency): a training search times some 7,000 TP all-reduces over a few links.
+_ALLREDUCE_TERMS: HeldMemo[tuple[tuple[float, float], ...]] = HeldMemo()
+
+
 def nccl_allreduce_s(message_bytes: float, n: int, link: Link, efficiency: float) -> float:
     """All-reduce of ``message_bytes`` over ``n`` GPUs as NCCL times it: the fastest protocol's
     ``baseLat + 2(n-1)·hwLat + 2(n-1)/n · M / (B · eff · share)`` seconds.
@@ -158,7 +180,10 @@ def nccl_allreduce_s(message_bytes: float, n: int, link: Link, efficiency: float
     """
     if message_bytes <= 0:
         return 0.0
-    terms = nccl_allreduce_terms(n, link, efficiency)
+    key = (id(link), n, efficiency)
+    terms = _ALLREDUCE_TERMS.get(key, (link,))
+    if terms is None:
+        terms = _ALLREDUCE_TERMS.keep(key, (link,), tuple(nccl_allreduce_terms(n, link, efficiency)))
     return min((lat + message_bytes * per_byte for lat, per_byte in terms), default=0.0)
 
 

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 from clusterplan.catalog.schema import GemmShapeCurve, GpuSpec, ModelArchitecture
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.rules import architecture_kernels
 from clusterplan.physics.serving import attention_width
 
@@ -52,13 +53,27 @@ def linear_shape_fraction(tokens: float, d_in: float, d_out: float, curve: GemmS
     return 3.0 / sum(1.0 / gemm_shape_fraction(m, n, k, curve) for m, n, k in shapes)
 
 
+# model_gemm_fraction per (model, tokens, tp, curve): a training search asks for a few dozen some 4,000 times.
+_MODEL_GEMM: HeldMemo[float] = HeldMemo()
+
+
 def model_gemm_fraction(arch: ModelArchitecture, tokens: float, tp: int, curve: GemmShapeCurve) -> float:
     """Share of the plateau a model's training GEMMs reach on one TP rank, FLOP-weighted harmonic mean.
 
     ``tokens``: rows of each GEMM (micro-batch x local sequence; sequence-parallel layers gather the full local
     sequence before each GEMM). Megatron-LM's fused QKV and (gated) fc1 GEMMs, the output projection, fc2 and the
-    vocabulary-parallel LM head; an MoE expert's GEMMs see ``tokens x top-k / experts`` rows each.
+    vocabulary-parallel LM head; an MoE expert's GEMMs see ``tokens x top-k / experts`` rows each. Memoised.
     """
+    key = (id(arch), id(curve), tokens, tp)
+    held = (arch, curve)
+    hit = _MODEL_GEMM.get(key, held)
+    if hit is not None:
+        return hit
+    return _MODEL_GEMM.keep(key, held, _model_gemm_fraction(arch, tokens, tp, curve))
+
+
+def _model_gemm_fraction(arch: ModelArchitecture, tokens: float, tp: int, curve: GemmShapeCurve) -> float:
+    """:func:`model_gemm_fraction`, computed."""
     t = max(tp, 1)
     h, d = float(arch.hidden_size), float(arch.head_dim_eff)
     q = arch.attention_heads * d

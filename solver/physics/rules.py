@@ -10,6 +10,7 @@ from typing import Literal
 
 from clusterplan.catalog.load import shipped_kernels
 from clusterplan.catalog.schema import ArchitectureKernels, GpuSpec, ModelArchitecture, kernels_for
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.reasons import (
     Bf16Unsupported,
     Fp8Unsupported,
@@ -81,7 +82,20 @@ def compute_precision_for_weights(gpu: GpuSpec, quant: str, fp4_activations: str
 
 def architecture_kernels(gpu: GpuSpec) -> ArchitectureKernels:
     """The kernel fits of a GPU's architecture (catalog/kernels.yaml): the row the GPU's catalog gave it (a user
-    catalog's overrides included), else, for a row no catalog resolved (a hand-built one), the shipped row."""
+    catalog's overrides included), else, for a row no catalog resolved (a hand-built one), the shipped row.
+    Memoised per GPU row (a training search asks some 12,000 times)."""
+    key = id(gpu)
+    hit = _KERNELS.get(key, (gpu,))
+    if hit is not None:
+        return hit
+    return _KERNELS.keep(key, (gpu,), _architecture_kernels(gpu))
+
+
+_KERNELS: HeldMemo[ArchitectureKernels] = HeldMemo()  # architecture_kernels per GPU row
+
+
+def _architecture_kernels(gpu: GpuSpec) -> ArchitectureKernels:
+    """:func:`architecture_kernels`, computed."""
     if gpu.kernels is not None:
         return gpu.kernels
     shipped = kernels_for(shipped_kernels().values(), gpu.architecture)
@@ -108,12 +122,26 @@ def default_kv_precision(gpu: GpuSpec, quant: str) -> str:
     return half_precision(gpu)
 
 
+_SHORT_NAMES: dict[str, str] = {}  # short_name per GPU name: a layout search names its GPU some 50,000 times
+
+
 def short_name(gpu: GpuSpec) -> str:
     """A GPU's name without the vendor word, for messages: 'NVIDIA L40S 48GB' -> 'L40S 48GB'."""
+    name = gpu.name
+    short = _SHORT_NAMES.get(name)
+    if short is None:
+        if len(_SHORT_NAMES) >= 4096:
+            _SHORT_NAMES.clear()
+        short = _SHORT_NAMES[name] = _without_vendor(name)
+    return short
+
+
+def _without_vendor(name: str) -> str:
+    """:func:`short_name` of a name, computed."""
     for prefix in ("NVIDIA GeForce ", "NVIDIA ", "AMD Instinct ", "AMD ", "Intel "):
-        if gpu.name.startswith(prefix):
-            return gpu.name[len(prefix) :]
-    return gpu.name
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
 
 
 def _parallel_rules(
@@ -186,7 +214,27 @@ def training_rule_reasons(
     precision: str,
     method: str = "full",
 ) -> list[Reason]:
-    """Why a training layout cannot run on this GPU at all (empty when it can)."""
+    """Why a training layout cannot run on this GPU at all (empty when it can); memoised (a fresh list each call).
+    No rule reads ``dp`` (:func:`_training_rule_reasons` does not take it): it is not in the memo's key."""
+    key = (id(arch), id(gpu), tp, pp, zero_stage, precision, method)
+    held = (arch, gpu)
+    hit = _TRAINING_RULES.get(key, held)
+    if hit is None:
+        found = _training_rule_reasons(
+            arch, gpu, tp=tp, pp=pp, zero_stage=zero_stage, precision=precision, method=method
+        )
+        hit = _TRAINING_RULES.keep(key, held, tuple(found))
+    return list(hit)
+
+
+# training_rule_reasons per (model, GPU) and layout: a search asks some 17,000 times for a few thousand.
+_TRAINING_RULES: HeldMemo[tuple[Reason, ...]] = HeldMemo()
+
+
+def _training_rule_reasons(
+    arch: ModelArchitecture, gpu: GpuSpec, *, tp: int, pp: int, zero_stage: int, precision: str, method: str
+) -> list[Reason]:
+    """:func:`training_rule_reasons`, computed (no rule reads the data-parallel degree)."""
     reasons = _parallel_rules(arch, gpu, tp, pp)
     name = short_name(gpu)
     if precision == "fp8" and not supports_precision(gpu, "fp8"):

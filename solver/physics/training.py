@@ -29,6 +29,7 @@ from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import kernels, memory, moe, optimizer_memory, params, rules, training_comm
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.optimizer_memory import PLAIN, MemoryPlan
 from clusterplan.physics.reasons import (
     CpSplitsSequence,
@@ -80,6 +81,18 @@ def lm_head_params(arch: ModelArchitecture) -> int:
     return arch.vocab_size * arch.hidden_size
 
 
+_MATMUL: HeldMemo[int] = HeldMemo()  # matmul_params per model
+
+
+def matmul_params(arch: ModelArchitecture) -> int:
+    """``N`` of the FLOP counts: the active non-embedding parameters plus the LM head (:func:`lm_head_params`), the
+    weights every token multiplies; memoised per model."""
+    hit = _MATMUL.get(id(arch), (arch,))
+    if hit is not None:
+        return hit
+    return _MATMUL.keep(id(arch), (arch,), params.non_embedding_params(arch, active=True) + lm_head_params(arch))
+
+
 # Attention-core FLOPs per (token, key) pair and attention-width unit: a training step's forward and backward
 # (Narayanan et al. 2021 §5.1: 12·l·s·h), and one more forward pass of it (recomputation).
 ATTENTION_TRAIN_FLOPS = 12.0
@@ -96,6 +109,10 @@ def attention_repeats(recompute: str, recompute_fraction: float, flash_attention
     return 0.0
 
 
+# FLOPs per token per (model, sequence length, method, rank, recompute): a search asks for a few dozen thousands of times.
+_FLOPS: HeldMemo[float] = HeldMemo()
+
+
 def model_flops_per_token(
     arch: ModelArchitecture, seq_len: float, *, method: str = "full", lora_rank: int = 16
 ) -> float:
@@ -103,9 +120,18 @@ def model_flops_per_token(
 
     ``N`` = active non-embedding parameters plus the LM head. Source: Narayanan et al. 2021 §5.1; PaLM App. B.
     A local-attention layer attends over ``min(s, window)`` keys; MLA trains in the multi-head form
-    (:func:`attention_width`).
+    (:func:`attention_width`). Memoised.
     """
-    n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    key = ("model", id(arch), seq_len, method, lora_rank)
+    hit = _FLOPS.get(key, (arch,))
+    if hit is not None:
+        return hit
+    return _FLOPS.keep(key, (arch,), _model_flops_per_token(arch, seq_len, method, lora_rank))
+
+
+def _model_flops_per_token(arch: ModelArchitecture, seq_len: float, method: str, lora_rank: int) -> float:
+    """:func:`model_flops_per_token`, computed."""
+    n = matmul_params(arch)
     attention = ATTENTION_TRAIN_FLOPS * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
     if method == "full":
         return 6.0 * n + attention
@@ -128,10 +154,23 @@ def hardware_flops_per_token(
     Full recompute repeats the forward (``+2·N + 4·l·s·d_attn``; Korthikanti et al. 2022 §5: 8N vs 6N) of the
     ``recompute_fraction`` of layers recomputed (Megatron-LM ``--recompute-num-layers`` of each stage's layers);
     selective recompute repeats the attention core (``+4·l·s·d_attn``), which FlashAttention already
-    does inside its backward, so it adds nothing when ``flash_attention`` is on.
+    does inside its backward, so it adds nothing when ``flash_attention`` is on. Memoised.
     """
+    key = ("hardware", id(arch), seq_len, recompute, method, lora_rank, flash_attention, recompute_fraction)
+    hit = _FLOPS.get(key, (arch,))
+    if hit is not None:
+        return hit
+    flops = _hardware_flops_per_token(arch, seq_len, recompute, method, lora_rank, flash_attention, recompute_fraction)
+    return _FLOPS.keep(key, (arch,), flops)
+
+
+def _hardware_flops_per_token(
+    arch: ModelArchitecture, seq_len: float, recompute: str, method: str, lora_rank: int, flash_attention: bool,
+    recompute_fraction: float,
+) -> float:  # fmt: skip
+    """:func:`hardware_flops_per_token`, computed."""
     base = model_flops_per_token(arch, seq_len, method=method, lora_rank=lora_rank)
-    n = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    n = matmul_params(arch)
     forward_attention = ATTENTION_FORWARD_FLOPS * kernels.attention_span_tokens(arch, seq_len) * attention_width(arch)
     dense = 2.0 * n if recompute == "full" else 0.0
     return base + (dense + forward_attention) * attention_repeats(recompute, recompute_fraction, flash_attention)
@@ -176,8 +215,26 @@ def layout_reasons(
     CP cuts each sequence into ``2·cp`` chunks, rank ``i`` taking chunks ``i`` and ``2cp-1-i`` to balance causal
     attention (Megatron-LM ``get_batch_on_this_cp_rank``); interleaving needs ``pp > 1`` and a whole number of
     layers per chunk (Megatron-LM ``num_layers_per_virtual_pipeline_stage``); expert parallelism per
-    :func:`clusterplan.physics.moe.training_ep_problem` (EP carved out of the ``dp x cp`` ranks).
+    :func:`clusterplan.physics.moe.training_ep_problem` (EP carved out of the ``dp x cp`` ranks). Memoised (a fresh
+    list each call).
     """
+    key = (id(arch), pp, cp, virtual_stages, sequence_length, ep, dp)
+    hit = _LAYOUT_REASONS.get(key, (arch,))
+    if hit is None:
+        found = _layout_reasons(
+            arch, pp=pp, cp=cp, virtual_stages=virtual_stages, sequence_length=sequence_length, ep=ep, dp=dp
+        )
+        hit = _LAYOUT_REASONS.keep(key, (arch,), tuple(found))
+    return list(hit)
+
+
+_LAYOUT_REASONS: HeldMemo[tuple[Reason, ...]] = HeldMemo()  # layout_reasons per model and layout
+
+
+def _layout_reasons(
+    arch: ModelArchitecture, *, pp: int, cp: int, virtual_stages: int, sequence_length: float, ep: int, dp: int
+) -> list[Reason]:
+    """:func:`layout_reasons`, computed."""
     out: list[Reason] = []
     ep_reason = expert_parallel_reason(arch, ep, dp * cp)
     if ep_reason is not None:
@@ -214,7 +271,21 @@ class StepBatch:
 
 def step_batch(job: TrainingJob, settings: TrainingSettings) -> StepBatch:
     """Micro-batches per optimizer step: ``ceil(ceil(B / s) / (dp x b))`` of the global batch's ``B / s``
-    sequences, at least one; a global batch smaller than one round of ``dp x b`` sequences cannot be run."""
+    sequences, at least one; a global batch smaller than one round of ``dp x b`` sequences cannot be run. Memoised
+    (the types of the values its reason record keeps as given are in the key)."""
+    gbt, dp, mb = job.global_batch_tokens, settings.dp, settings.micro_batch
+    key = (job.sequence_length, gbt, dp, mb, type(gbt), type(dp), type(mb))
+    hit = _BATCHES.get(key, ())
+    if hit is not None:
+        return hit
+    return _BATCHES.keep(key, (), _step_batch(job, settings))
+
+
+_BATCHES: HeldMemo[StepBatch] = HeldMemo()  # step_batch per (sequence, global batch, dp, micro-batch)
+
+
+def _step_batch(job: TrainingJob, settings: TrainingSettings) -> StepBatch:
+    """:func:`step_batch`, computed."""
     seq = float(job.sequence_length)
     sequences_per_step = max(1, math.ceil(job.global_batch_tokens / seq))
     per_round = settings.micro_batch * settings.dp
@@ -420,6 +491,32 @@ def with_memory_options(
     return replace(state, weights=weights, grads=grads, opt=opt), offloaded_params
 
 
+# model_state per model and the values it reads: a training search asks some 17,000 times for about 2,000 (13B
+# example); the data-parallel degree enters through the ranks only.
+_STATES: HeldMemo[tuple[ModelState, float]] = HeldMemo()
+
+
+def model_state(
+    arch: ModelArchitecture, job: TrainingJob, layout: Layout, settings: TrainingSettings, stage: StageParams,
+    plan: MemoryPlan, ranks: tuple[int, int],
+) -> tuple[ModelState, float]:  # fmt: skip
+    """The model state on the most loaded GPU (:func:`full_state`, or :func:`adapter_state` for LoRA / QLoRA) with
+    the memory options on top (:func:`with_memory_options`), and the parameters whose update the host runs;
+    ``ranks``: :func:`data_ranks`. Memoised on what they read."""
+    key = (
+        id(arch), job.method, job.precision, job.optimizer, job.lora_rank, layout.tp, layout.ep, settings.zero_stage,
+        plan, ranks, stage.layers, stage.layer_p, stage.emb_p, stage.layers_p, stage.expert_p, stage.moe_layers,
+    )  # fmt: skip
+    hit = _STATES.get(key, (arch,))
+    if hit is not None:
+        return hit
+    if job.method == "full":
+        state = full_state(job, settings, stage, plan, ranks)
+    else:
+        state = adapter_state(arch, job, layout, settings, stage, plan, ranks[0])
+    return _STATES.keep(key, (arch,), with_memory_options(arch, job, layout, settings, stage, state, plan))
+
+
 @dataclass(slots=True)  # a per-fit record (FIT_RECORD)
 class StageActivations:
     """Activations the most loaded GPU holds at its peak, bytes, and what they are made of."""
@@ -432,6 +529,11 @@ class StageActivations:
     imbalance: float  # the busiest EP rank's routed tokens over the mean
 
 
+# stage_activations per (model, assumptions) and the values it reads: a training search asks for a few hundred
+# distinct ones some 17,000 times (13B example); the data-parallel degree and ZeRO stage do not enter.
+_ACTIVATIONS: HeldMemo[StageActivations] = HeldMemo()
+
+
 def stage_activations(
     arch: ModelArchitecture, a: Assumptions, job: TrainingJob, layout: Layout, settings: TrainingSettings,
     stage: StageParams, micro_batches: int, plan: MemoryPlan,
@@ -440,7 +542,26 @@ def stage_activations(
     (Megatron-LM context parallelism), each layer per :func:`memory.training_activation_bytes_per_layer` (under EP
     the busiest rank holds the most routed tokens' MLP activations, dropless routing), over the micro-batches in
     flight; backward of a recomputed layer rebuilds it on top of the stored inputs, and QLoRA dequantises one NF4
-    matrix to bf16 inside each linear, one at a time."""
+    matrix to bf16 inside each linear, one at a time. Memoised: ``micro_batches`` enters through the micro-batches
+    in flight only."""
+    in_flight = memory.pipeline_micro_batches_in_flight(layout.pp, layout.virtual_stages, micro_batches)
+    key = (
+        id(arch), id(a), job.sequence_length, job.method, layout.tp, layout.pp, layout.cp, layout.ep,
+        layout.virtual_stages, layout.recompute, settings.micro_batch, stage.layers, stage.recomputed, in_flight, plan,
+    )  # fmt: skip
+    held = (arch, a)
+    hit = _ACTIVATIONS.get(key, held)
+    if hit is not None:
+        return hit
+    out = _stage_activations(arch, a, job, layout, settings, stage, in_flight, plan)
+    return _ACTIVATIONS.keep(key, held, out)
+
+
+def _stage_activations(
+    arch: ModelArchitecture, a: Assumptions, job: TrainingJob, layout: Layout, settings: TrainingSettings,
+    stage: StageParams, in_flight: float, plan: MemoryPlan,
+) -> StageActivations:  # fmt: skip
+    """:func:`stage_activations`, computed, at ``in_flight`` micro-batches of the stage held."""
     tp, pp, ep, recompute = layout.tp, layout.pp, layout.ep, layout.recompute
     micro_batch, layers = settings.micro_batch, stage.layers
     local_seq = float(job.sequence_length) / layout.cp
@@ -456,7 +577,6 @@ def stage_activations(
 
     kept = per_layer("none" if recompute == "full" else recompute)
     layer_input = per_layer("full")
-    in_flight = memory.pipeline_micro_batches_in_flight(pp, layout.virtual_stages, micro_batches)
     logits = TRAINING_LOGIT_BYTES * local_seq * micro_batch * arch.vocab_size / tp  # b·s/cp·V 16-bit logits
     layer_work = 0.0
     if stage.recomputed:
@@ -552,7 +672,8 @@ class TrainingFit:
 
 def _at_least_one(layout: Layout) -> Layout:
     """The layout with whole CP, virtual-stage and EP degrees of at least 1 (itself when they are)."""
-    if all(type(v) is int and v >= 1 for v in (layout.cp, layout.virtual_stages, layout.ep)):
+    cp, vpp, ep = layout.cp, layout.virtual_stages, layout.ep
+    if type(cp) is int and type(vpp) is int and type(ep) is int and cp >= 1 and vpp >= 1 and ep >= 1:
         return layout
     return replace(
         layout, cp=max(int(layout.cp), 1), virtual_stages=max(int(layout.virtual_stages), 1), ep=max(int(layout.ep), 1)
@@ -589,12 +710,9 @@ def _memory_phase(
     stage = stage_params(arch, layout)
     plan = effective_plan(settings.memory_plan, batch.micro_batches, layout.pp)
     ranks = data_ranks(layout, settings)
-    if job.method == "full":
-        state = full_state(job, settings, stage, plan, ranks)
-    else:
-        state = adapter_state(arch, job, layout, settings, stage, plan, ranks[0])
+    if job.method != "full":
         notes.append(adapter_note(arch, job, stage, layout.pp))
-    state, offloaded_params = with_memory_options(arch, job, layout, settings, stage, state, plan)
+    state, offloaded_params = model_state(arch, job, layout, settings, stage, plan, ranks)
     activations = stage_activations(arch, a, job, layout, settings, stage, batch.micro_batches, plan)
     mem, spilled = paged_breakdown(gpu, a, job, state, activations.total, plan)
     if not mem.fits:
@@ -653,6 +771,10 @@ class ComputeSplit:
     attention_flops_per_s: float  # the fused attention kernel's rate
 
 
+# _compute_split per (model, GPU, assumptions) and the values it reads: a few hundred distinct in a search's 4,000.
+_SPLITS: HeldMemo[ComputeSplit] = HeldMemo()
+
+
 def _compute_split(
     arch: ModelArchitecture,
     gpu: GpuSpec,
@@ -665,7 +787,24 @@ def _compute_split(
 ) -> ComputeSplit:
     """GEMMs at ``rate`` (the plateau: ``training_mfu``) times their shape's share (:mod:`kernels`), and the
     attention core at its own kernel's rate, on the FLOPs it executes; a micro-batch's ``b·s/cp`` tokens are the
-    rows of each GEMM."""
+    rows of each GEMM. Memoised on what it reads of the fit."""
+    seq, tp, recompute = float(fit.job.sequence_length), fit.layout.tp, fit.layout.recompute
+    tokens = fit.settings.micro_batch * (seq / fit.layout.cp)
+    recompute_fraction = _recompute_fraction(fit)
+    key = (id(arch), id(gpu), id(a), seq, tp, recompute, tokens, recompute_fraction, hw_flops, rate, bytes_per_s)
+    held = (arch, gpu, a)
+    hit = _SPLITS.get(key, held)
+    if hit is not None:
+        return hit
+    split = _computed_split(arch, gpu, a, fit, hw_flops=hw_flops, rate=rate, bytes_per_s=bytes_per_s)
+    return _SPLITS.keep(key, held, split)
+
+
+def _computed_split(
+    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, fit: TrainingFit, *, hw_flops: float, rate: float,
+    bytes_per_s: float,
+) -> ComputeSplit:  # fmt: skip
+    """:func:`_compute_split`, computed."""
     seq, tp, recompute = float(fit.job.sequence_length), fit.layout.tp, fit.layout.recompute
     tokens = fit.settings.micro_batch * (seq / fit.layout.cp)
     recompute_fraction = _recompute_fraction(fit)
@@ -709,8 +848,20 @@ class ComputeRate:
     flops_per_s: float
 
 
+_RATES: HeldMemo[ComputeRate] = HeldMemo()  # compute_rate per (GPU, assumptions, precision)
+
+
 def compute_rate(gpu: GpuSpec, a: Assumptions, precision: str) -> ComputeRate:
-    """:class:`ComputeRate` of a GPU training at ``precision``."""
+    """:class:`ComputeRate` of a GPU training at ``precision``; memoised."""
+    key = (id(gpu), id(a), precision)
+    hit = _RATES.get(key, (gpu, a))
+    if hit is not None:
+        return hit
+    return _RATES.keep(key, (gpu, a), _compute_rate(gpu, a, precision))
+
+
+def _compute_rate(gpu: GpuSpec, a: Assumptions, precision: str) -> ComputeRate:
+    """:func:`compute_rate`, computed."""
     cls = gpu.gpu_class
     cprec = _compute_precision(gpu, precision)
     peak = peak_tflops(gpu, cprec)
@@ -884,7 +1035,7 @@ def _timed(arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, ph: TrainingFi
     bubble = pipeline_bubble_fraction(pp, micro_batches, vpp)
     # Shares of a micro-batch's compute: the forward (2N + 4·l·s·d_attn of the executed FLOPs), and the GEMMs
     # (everything but the attention core, by time), what the communication below can hide behind.
-    n_matmul = params.non_embedding_params(arch, active=True) + lm_head_params(arch)
+    n_matmul = matmul_params(arch)
     attn_fwd = 4.0 * arch.layers * seq * attention_width(arch)
     fwd_share = min(1.0, (2.0 * n_matmul + attn_fwd) / hw_flops)
     gemm_share = compute.gemm_s / (compute.gemm_s + compute.attention_s)

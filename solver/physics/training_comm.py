@@ -24,6 +24,7 @@ from clusterplan.physics.comm import (
 )
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.rules import architecture_kernels
 from clusterplan.physics.serving import ACTIVATION_BYTES, attention_width
 from clusterplan.physics.training_job import TrainingSettings
@@ -170,7 +171,7 @@ def _tp_micro_s(
     """Tensor-parallel time one micro-batch leaves exposed, and whether it overlaps the GEMMs (Hopper+ over
     NVLink: ``max(comm / tp, comm - GEMM time)``; elsewhere ``comm x (1 - tp_comm_overlap)``)."""
     tp, eff = layout.tp, a.link_efficiency
-    tp_link = at_network_efficiency(link_for_group(gpu, group_size=tp, spans_nodes=tp > node, assumptions=a), a)
+    tp_link = network_link(gpu, a, group_size=tp, spans_nodes=tp > node)
     # 4 all-reduce equivalents per layer, 2 more per recomputed one
     tp_comm = (4 * traffic.layers + 2 * traffic.recomputed) * nccl_allreduce_s(act_msg, tp, tp_link, eff)
     overlap = tp > 1 and tp_link.kind == "nvlink" and architecture_kernels(gpu).tp_comm_overlap and traffic.tp_overlap
@@ -188,9 +189,7 @@ def _cp_micro_s(
     tp, cp = layout.tp, layout.cp
     if cp <= 1:
         return 0.0, NO_LINK
-    cp_link = at_network_efficiency(
-        link_for_group(gpu, group_size=tp * cp, spans_nodes=tp * cp > node, assumptions=a), a
-    )
+    cp_link = network_link(gpu, a, group_size=tp * cp, spans_nodes=tp * cp > node)
     local_seq, layers, recomputed = traffic.local_seq, traffic.layers, traffic.recomputed
     kv_bytes = 2.0 * micro_batch * local_seq * memory.kv_heads_per_gpu(arch.kv_heads, tp) * arch.head_dim_eff
     send = p2p_s(kv_bytes * ACTIVATION_BYTES, cp_link, a.link_efficiency)
@@ -205,9 +204,7 @@ def _pp_s(gpu: GpuSpec, a: Assumptions, layout: Layout, *, node: int, act_msg: f
     beside the next chunk, the ``2(p - 1)`` warm-up and cool-down hops excepted."""
     tp, pp, vpp = layout.tp, layout.pp, layout.virtual_stages
     replica = tp * layout.cp * pp
-    pp_link = at_network_efficiency(
-        link_for_group(gpu, group_size=replica if pp > 1 else 1, spans_nodes=replica > node, assumptions=a), a
-    )
+    pp_link = network_link(gpu, a, group_size=replica if pp > 1 else 1, spans_nodes=replica > node)
     hop = p2p_s(act_msg / tp, pp_link, a.link_efficiency) if pp > 1 else 0.0
     if vpp <= 1:
         return 2.0 * timing.slots * hop
@@ -295,18 +292,53 @@ def at_network_efficiency(link: Link, a: Assumptions) -> Link:
     return replace(link, bandwidth_gb_per_s=link.bandwidth_gb_per_s * a.network_link_efficiency / a.link_efficiency)
 
 
+# network_link per (GPU, assumptions, group): a training search asks some 25,000 times for a few dozen.
+_NETWORK_LINKS: HeldMemo[Link] = HeldMemo()
+
+
+def network_link(
+    gpu: GpuSpec, a: Assumptions, *, group_size: int, spans_nodes: bool, members_per_node: int = 1
+) -> Link:
+    """The link of a collective's group (:func:`clusterplan.physics.comm.link_for_group`) at the network's own
+    efficiency (:func:`at_network_efficiency`); memoised."""
+    key = (id(gpu), id(a), group_size, spans_nodes, members_per_node)
+    held = (gpu, a)
+    hit = _NETWORK_LINKS.get(key, held)
+    if hit is not None:
+        return hit
+    link = link_for_group(
+        gpu, group_size=group_size, spans_nodes=spans_nodes, assumptions=a, members_per_node=members_per_node
+    )
+    return _NETWORK_LINKS.keep(key, held, at_network_efficiency(link, a))
+
+
+# dp_gather per (GPU, assumptions, group, stride, node, efficiency): the timing function is pure, and a training
+# search asks some 7,000 times for a few dozen.
+_GATHERS: HeldMemo[Callable[[float], float]] = HeldMemo()
+
+
 def dp_gather(
     gpu: GpuSpec, a: Assumptions, *, group: int, stride: int, node: int, eff: float
 ) -> Callable[[float], float]:
     """All-gather (or reduce-scatter) time of a ``group`` whose members sit ``stride`` ranks apart: a ring, or
-    NVLink-then-network when the group spans servers, whichever is faster."""
+    NVLink-then-network when the group spans servers, whichever is faster. Memoised."""
+    key = (id(gpu), id(a), group, stride, node, eff)
+    held = (gpu, a)
+    hit = _GATHERS.get(key, held)
+    if hit is not None:
+        return hit
+    return _GATHERS.keep(key, held, _dp_gather(gpu, a, group=group, stride=stride, node=node, eff=eff))
+
+
+def _dp_gather(
+    gpu: GpuSpec, a: Assumptions, *, group: int, stride: int, node: int, eff: float
+) -> Callable[[float], float]:
+    """:func:`dp_gather`, built."""
     members = max(1, min(group, node // stride)) if stride <= node else 1
     spans = stride * group > node
-    ring_link = at_network_efficiency(
-        link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a, members_per_node=members), a
-    )
+    ring_link = network_link(gpu, a, group_size=group, spans_nodes=spans, members_per_node=members)
     intra = link_for_group(gpu, group_size=members, spans_nodes=False, assumptions=a)
-    per_nic = at_network_efficiency(link_for_group(gpu, group_size=group, spans_nodes=spans, assumptions=a), a)
+    per_nic = network_link(gpu, a, group_size=group, spans_nodes=spans)
 
     def gather(total_bytes: float) -> float:
         ring = ring_allgather_s(total_bytes, group, ring_link, eff)
