@@ -17,9 +17,25 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
 
 
+# Every case's script starts with this: a busy machine (a test run beside) leaves no CPU free, and then nothing forks,
+# so these cases pretend one is; ``mark(name)`` and ``wait_for(name)`` let one process wait for the other (20 s at most).
+_PRELUDE = """
+import os, pathlib, tempfile, time
+from clusterplan import forks
+forks.idle_cpu = lambda: True
+parent = os.getpid()
+marks = pathlib.Path(tempfile.mkdtemp())
+def mark(name):
+    (marks / name).write_text("x")
+def wait_for(name):
+    t = time.monotonic()
+    while not (marks / name).exists() and time.monotonic() - t < 20:
+        time.sleep(0.01)
+"""
+
+
 def _run(body: str) -> str:
-    # A busy machine (a test run beside) leaves no CPU free, and then nothing forks: these cases pretend one is.
-    script = "from clusterplan import forks\nforks.idle_cpu = lambda: True\n" + textwrap.dedent(body)
+    script = _PRELUDE + textwrap.dedent(body)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -30,18 +46,13 @@ def test_jobs_are_shared_with_a_worker_and_come_back_in_order() -> None:
     # processes run some: the results carry the pid that ran each.
     out = _run(
         """
-        import os, pathlib, tempfile, time
-        folder = pathlib.Path(tempfile.mkdtemp())
-        def meet(mine, theirs):
-            (folder / mine).write_text("x")
-            t = time.monotonic()
-            while not (folder / theirs).exists() and time.monotonic() - t < 20:
-                time.sleep(0.01)
         def run(job):
             if job == 0:
-                meet("first", "last")
+                mark("first")
+                wait_for("last")
             if job == 5:
-                meet("last", "first")
+                mark("last")
+                wait_for("first")
             return (job * job, os.getpid())
         assert forks.may_fork()
         got = forks.shared_work(list(range(6)), run)
@@ -55,17 +66,12 @@ def test_jobs_are_shared_with_a_worker_and_come_back_in_order() -> None:
 def test_a_job_that_fails_in_the_worker_raises_in_the_caller() -> None:
     out = _run(
         """
-        import os, pathlib, tempfile, time
-        parent = os.getpid()
-        mark = pathlib.Path(tempfile.mkdtemp()) / "worker-failed"
         def run(job):
             if job == 0 and os.getpid() != parent:
-                mark.write_text("x")
+                mark("worker-failed")
                 raise ValueError("only in the worker")
             if job == 4:  # the caller's first job waits until the worker has failed its first
-                t = time.monotonic()
-                while not mark.exists() and time.monotonic() - t < 20:
-                    time.sleep(0.01)
+                wait_for("worker-failed")
             if job == 1:
                 raise KeyError("bad job")
             return job
@@ -82,17 +88,12 @@ def test_a_job_that_fails_in_the_worker_raises_in_the_caller() -> None:
 def test_jobs_of_a_worker_that_died_run_in_the_caller() -> None:
     out = _run(
         """
-        import os, pathlib, tempfile, time
-        parent = os.getpid()
-        mark = pathlib.Path(tempfile.mkdtemp()) / "worker-died"
         def run(job):
             if os.getpid() != parent:
-                mark.write_text("x")
+                mark("worker-died")
                 os._exit(9)  # the worker dies without sending anything back
             if job == 4:  # the caller's first job waits until the worker has taken one
-                t = time.monotonic()
-                while not mark.exists() and time.monotonic() - t < 20:
-                    time.sleep(0.01)
+                wait_for("worker-died")
             return job + 1
         print(forks.shared_work([1, 2, 3, 4], run))
         """
@@ -114,7 +115,7 @@ def test_work_shared_out_shares_nothing_further() -> None:
 def test_nothing_forks_beside_another_thread() -> None:
     out = _run(
         """
-        import os, threading
+        import threading
         stop = threading.Event()
         t = threading.Thread(target=stop.wait)
         t.start()
@@ -195,7 +196,6 @@ def test_one_workloads_gpu_types_worked_out_beside_a_worker_equal_those_in_turn(
 def test_nothing_forks_without_a_free_cpu() -> None:
     out = _run(
         """
-        import os
         forks.idle_cpu = lambda: False
         print(forks.may_fork(), {pid for pid in forks.shared_work([1, 2, 3], lambda j: os.getpid())} == {os.getpid()})
         """
