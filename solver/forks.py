@@ -120,10 +120,14 @@ def stop_pool(pool: Any) -> None:
         manager.join(timeout=10)
 
 
-def _worker_loop(run: Callable[[Any], Any], jobs: Sequence[Any], ends: Any, lock: Any, out: Any) -> None:
+def _worker_loop(run: Callable[[Any], Any], jobs: Sequence[Any], ends: Any, lock: Any, pipe: tuple[Any, Any]) -> None:
     """The forked worker of :func:`shared_work`: take jobs from the front until the two ends meet, then send back
     each job's result (or None where it failed: the caller runs it again) in one message."""
     worker_signals()
+    theirs, out = pipe
+    # The caller's end, inherited: closed, so that a caller gone (killed) leaves no reader, and the send below fails
+    # and ends this worker instead of waiting for good on a full pipe.
+    theirs.close()
     done: dict[int, Any] = {}
     while True:
         with lock:
@@ -135,7 +139,8 @@ def _worker_loop(run: Callable[[Any], Any], jobs: Sequence[Any], ends: Any, lock
             done[i] = ("ok", run(jobs[i]))
         except Exception:  # its error is raised again in the caller, where the job runs in turn
             done[i] = None
-    out.send(done)
+    with contextlib.suppress(OSError):  # the caller is gone: nothing to send to, and nothing to say
+        out.send(done)
     out.close()
 
 
@@ -157,7 +162,7 @@ def shared_work(jobs: Sequence[J], run: Callable[[J], R]) -> list[R]:
     reader, writer = ctx.Pipe(duplex=False)
     for stream in (sys.stdout, sys.stderr):  # what this process has buffered is written once, not by the worker too
         stream.flush()
-    worker = ctx.Process(target=_worker_loop, args=(run, jobs, ends, lock, writer), daemon=True)
+    worker = ctx.Process(target=_worker_loop, args=(run, jobs, ends, lock, (reader, writer)), daemon=True)
     results: dict[int, R] = {}
     _sharing = True
     try:

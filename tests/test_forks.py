@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,47 @@ def test_nothing_forks_without_a_free_cpu() -> None:
         """
     )
     assert out == "False True"
+
+
+def test_a_worker_whose_caller_was_killed_ends() -> None:
+    # The caller dies (SIGKILL: nothing of it runs) while the worker builds a result larger than a pipe holds: the
+    # worker, finding no reader, ends instead of waiting for good on a full pipe.
+    script = _PRELUDE + textwrap.dedent(
+        """
+        print(marks, flush=True)
+        def run(job):
+            if os.getpid() != parent:
+                mark(f"worker-{os.getpid()}")
+                time.sleep(0.5)
+                return b"x" * 4_000_000
+            time.sleep(3600)  # the caller's job: killed in it
+        forks.shared_work([1, 2], run)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    marks = Path(proc.stdout.readline().strip())
+    worker = 0
+    for _ in range(3000):  # the worker's mark, polled for a minute at most
+        found = list(marks.glob("worker-*"))
+        if found:
+            worker = int(found[0].name.split("-")[1])
+            break
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert worker, "the worker never started"
+    for _ in range(3000):
+        if not _running(worker):
+            break
+        time.sleep(0.02)
+    assert not _running(worker), "the worker waits for good on a dead caller"
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's reaper may be slow to collect it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False

@@ -110,3 +110,44 @@ def test_an_interrupted_report_ends_cleanly(tmp_path: Path, point: str, sig: int
             break
         time.sleep(POLL_S)
     assert not any(alive(pid) for pid in seen), f"workers outlived the command: {sorted(seen)}"
+
+
+# solve with the candidate worker forked whatever the machine's load (a test run beside leaves no CPU free, and then
+# nothing forks): the eight-workload fleet's workloads are built beside one worker for about a second.
+_SOLVE_FORKING = (
+    "import sys; sys.argv[0] = 'clusterplan'; from clusterplan import forks; forks.idle_cpu = lambda: True; "
+    "from clusterplan.cli import entry; entry()"
+)
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_solve_interrupted_while_its_candidate_worker_runs_ends_cleanly(
+    tmp_path: Path, sig: int, code: int, line: str
+) -> None:
+    fleet = Path(__file__).resolve().parents[1] / "bench" / "data" / "fleet-8.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SOLVE_FORKING, "solve", str(fleet)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: set[int] = set()
+    for _ in range(MAX_POLLS):
+        if proc.poll() is not None or children(proc.pid):
+            break
+        time.sleep(POLL_S)
+    seen |= children(proc.pid)
+    if not seen:  # ended, or built its candidates without a worker: nothing to interrupt there
+        proc.kill()
+        proc.communicate(timeout=300)
+        pytest.skip("no candidate worker was seen")
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=300)  # a worker holding stderr open would hang here
+    assert proc.returncode == code, stderr
+    assert stderr.strip().splitlines()[-1] == line, stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr, stderr
+    # The command stops and reaps its worker before it exits (the worker would otherwise build on for a second).
+    assert not any(alive(pid) for pid in seen), f"the candidate worker outlived the command: {sorted(seen)}"
