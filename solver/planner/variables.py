@@ -71,6 +71,7 @@ class PlanVariables:
     # from inventory or rented for serving) and a serving pool (workload, role, GPU type, cloud | owned) in use
     _gpu_operated: dict[str, IntVar] = field(default_factory=dict)
     _pool_used: dict[PoolKey, IntVar] = field(default_factory=dict)
+    _pool_members: dict[PoolKey, list[IntVar]] | None = None  # pool_replicas' lists, made in one pass over the rows
     # family literals
     _literals: dict[str, IntVar] = field(default_factory=dict)
     # per-workload integer scales
@@ -295,13 +296,14 @@ class PlanVariables:
 
     def pool_replicas(self, key: PoolKey) -> list[IntVar]:
         """The replica variables of one pool: its workload's rows of that role and GPU type, on that side."""
-        w, role, gid, kind = key
-        xs = self._xc if kind == "cloud" else self._xo
-        return [
-            xs[w, r]
-            for wc, r, row in self.serving_rows()
-            if wc.index == w and row.role == role and row.gpu_id == gid and (w, r) in xs
-        ]
+        if self._pool_members is None:  # one pass over the rows for every pool (one per pool took 0.07 s on a fleet)
+            members: dict[PoolKey, list[IntVar]] = {}
+            for wc, r, row in self.serving_rows():
+                for kind, xs in (("cloud", self._xc), ("owned", self._xo)):
+                    if (wc.index, r) in xs:
+                        members.setdefault((wc.index, row.role, row.gpu_id, kind), []).append(xs[wc.index, r])
+            self._pool_members = members
+        return list(self._pool_members.get(key, []))
 
     def literal(self, family: str) -> IntVar:
         """The enforcement literal of a constraint family."""
