@@ -100,14 +100,15 @@ class ServingPhysics:
 
     batches: dict[LayoutKey, int] = field(default_factory=dict)
     estimates: dict[tuple[LayoutKey, int], ServingEstimate] = field(default_factory=dict)
-    # Per estimate (by identity, held): p95s at each rate met so far, and its decode step at each running batch
-    # (queueing.stepper: the rate searches of other targets and of a retargeted build share them).
-    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], float]]] = field(
+    # Per estimate (by identity, held): p95s at each rate met so far, and its p95s at a rate (queueing.loader, which
+    # keeps its decode step at each running batch: the rate searches of other targets and of a retargeted build
+    # share them).
+    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], LatencyAtLoad]]] = field(
         default_factory=dict
     )
-    # Per estimate (by identity, held): its decode-only replica, that replica's p95s at each rate and its steps.
+    # Per estimate (by identity, held): its decode-only replica, that replica's p95s at each rate and at a rate.
     decode_loads: dict[
-        int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], float]]
+        int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], LatencyAtLoad]]
     ] = field(default_factory=dict)
     # Per (GPU types and limits as the layouts read them, keep_latency, derating): the operating points and
     # exclusions of every layout (:func:`_layouts`); of the workload, only the rate searches read the targets.
@@ -154,21 +155,22 @@ class ServingPhysics:
     ) -> Callable[[float], LatencyAtLoad]:
         """:func:`clusterplan.physics.queueing.latency_at_load` of ``est`` (a memoised estimate: one
         per layout and batch), once per rate: the rate searches of other targets visit the same rates. A new rate
-        reads the decode steps of earlier ones (one :func:`clusterplan.physics.queueing.stepper` per estimate)."""
+        reads the decode steps of earlier ones (one :func:`clusterplan.physics.queueing.loader` per estimate)."""
         from clusterplan.physics import queueing
 
         held = self.loads.get(id(est))
         if held is None:
-            held = self.loads[id(est)] = (est, {}, queueing.stepper(est))
-        _, table, step_s = held
+            at_rate = queueing.loader(
+                est, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions
+            )
+            held = self.loads[id(est)] = (est, {}, at_rate)
+        _, table, at_rate = held
 
         def at(rate: float) -> LatencyAtLoad:
-            if rate not in table:
-                table[rate] = queueing.latency_at_load(
-                    est, rate, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions,
-                    step_s=step_s,
-                )  # fmt: skip
-            return table[rate]
+            got = table.get(rate)
+            if got is None:
+                got = table[rate] = at_rate(rate)
+            return got
 
         return at
 
@@ -177,18 +179,19 @@ class ServingPhysics:
     ) -> Callable[[float], LatencyAtLoad]:
         """:func:`clusterplan.evaluation.pools.decode_at_load` of ``est`` as a decode-only replica, once per rate."""
         from clusterplan.evaluation import pools
-        from clusterplan.physics import disagg, queueing
+        from clusterplan.physics import disagg
 
-        if id(est) not in self.decode_loads:
+        held = self.decode_loads.get(id(est))
+        if held is None:
             dec = disagg.decode_only(est, output_tokens=w.output_tokens)
-            self.decode_loads[id(est)] = (est, dec, {}, queueing.stepper(dec))
-        _, dec, table, step_s = self.decode_loads[id(est)]
-        raw = pools.decode_at_load(dec, w, assumptions, step_s=step_s)
+            held = self.decode_loads[id(est)] = (est, dec, {}, pools.decode_at_load(dec, w, assumptions))
+        _, _, table, raw = held
 
         def at(rate: float) -> LatencyAtLoad:
-            if rate not in table:
-                table[rate] = raw(rate)
-            return table[rate]
+            got = table.get(rate)
+            if got is None:
+                got = table[rate] = raw(rate)
+            return got
 
         return at
 

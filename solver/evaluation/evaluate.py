@@ -189,13 +189,8 @@ def serving_rates(
     the rates are scaled by the rate factor and the p95s by the latency factor (evaluation/uncertainty.py).
     ``at_load``: the p95s of ``est`` at a rate, memoised by the caller (the candidates of a sweep's points)."""
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
-    decode = queueing.stepper(est) if at_load is None else None  # the replica's decode steps, shared by every rate
-
-    def load(r: float) -> LatencyAtLoad:
-        if at_load is not None:
-            return at_load(r)
-        return queueing.latency_at_load(est, r, **tk, step_s=decode)  # type: ignore[arg-type]
-
+    # the p95s at a rate: the caller's, else one loader for every rate (the replica's decode steps shared)
+    load = at_load if at_load is not None else queueing.loader(est, **tk)  # type: ignore[arg-type]
     rate = queueing.max_rate_for_targets(
         est, derated_targets(w, derate), steps=RATE_SEARCH_STEPS, at_load=load, **tk,  # type: ignore[arg-type]
     )  # fmt: skip

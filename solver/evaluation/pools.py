@@ -152,14 +152,7 @@ def decode_at_load(
     """The p95s of a decode-only replica (:func:`clusterplan.physics.disagg.decode_only`) at a rate: nothing to prefill.
     ``step_s``: :func:`clusterplan.physics.queueing.stepper` of ``dec`` kept by the caller (else one for these rates)."""
     assumptions = serving_assumptions(assumptions, w)
-    steps = step_s if step_s is not None else queueing.stepper(dec)
-
-    def at(rate: float) -> LatencyAtLoad:
-        return queueing.latency_at_load(
-            dec, rate, input_tokens=0.0, output_tokens=w.output_tokens, assumptions=assumptions, step_s=steps
-        )
-
-    return at
+    return queueing.loader(dec, input_tokens=0.0, output_tokens=w.output_tokens, assumptions=assumptions, step_s=step_s)
 
 
 def design_p95_e2e_s(prefill: PoolRates, decode: PoolRates) -> float:
