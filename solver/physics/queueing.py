@@ -101,7 +101,10 @@ def stepper(est: ServingEstimate) -> Callable[[float], float]:
     steps: dict[float, float] = {}
 
     def step_s(n: float) -> float:
-        n = min(max(n, 1.0), batch)
+        if n < 1.0:  # min(max(n, 1.0), batch), without the two calls (the root search asks thousands of times)
+            n = 1.0
+        elif n > batch:
+            n = batch
         s = steps.get(n)
         if s is None:
             s = steps[n] = at(n)
@@ -284,6 +287,7 @@ def loader(
     one for these rates)."""
     steps_of = step_s if step_s is not None else stepper(est)
     mu, batch, prefill_s = est.requests_per_s, est.batch, est.prefill_s
+    slots = float(batch)
     busy_s, chunks = est.prefill_busy_s, est.prefill_chunks
     stable_below = assumptions.utilisation_ceiling + 1e-12
     scv = assumptions.service_time_scv
@@ -300,7 +304,7 @@ def loader(
             return _unstable(lam, rho, batch)
         share = min(lam * busy_s, 0.999)
         stretch = 1.0 / (1.0 - share)
-        n = _running_batch(float(batch), prefill_s, lam, output_tokens, stretch, steps_of)
+        n = _running_batch(slots, prefill_s, lam, output_tokens, stretch, steps_of)
         step_n = steps_of(n)  # the decode step at the mean running batch
         slot_rate = lam / n if n > 0 else mu / batch  # a slot is held n / lam s at this load (Little's law)
         slot_c, slot_theta, wait = _wait(batch, lam, slot_rate, scv)
@@ -329,7 +333,7 @@ def loader(
             tpot_mean = decode.mean_s / steps
             tpot_p95 = gamma_p95(decode.mean_s, decode.variance_s2) / steps
         else:
-            tpot_mean = tpot_p95 = steps_of(min(n + 1.0, float(batch))) * stretch
+            tpot_mean = tpot_p95 = steps_of(min(n + 1.0, slots)) * stretch
         # a request at the p95 TTFT still decodes for the mean decode phase after it (the wait's tail, near saturation)
         e2e = max(gamma_p95(mean_e2e, e2e_var), ttft + decode.mean_s if steps > 0 else ttft)
         return LatencyAtLoad(
