@@ -469,7 +469,9 @@ def serving_candidates(
         layouts = memo.layouts[key] = _layouts(inputs, keep_latency, derate, memo)
     considered, per_gpu = layouts
     for gid, entries in per_gpu:
-        mine: list[ServingRow] = []
+        # this GPU type's rows so far, as the skip reads them: TP, GPUs, forbidding families, rate with and without
+        # targets (the least of the two)
+        mine: list[tuple[int, int, frozenset[str], float]] = []
         for entry in entries:
             if isinstance(entry, Exclusion):
                 excl.append(entry)
@@ -483,18 +485,16 @@ def serving_candidates(
             ):
                 continue
             if skip_dominated and any(
-                a.tp <= tp
-                and a.gpus <= tp * pp
-                and a.forbidding_families <= fams
-                and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= rate_nolat
-                for a in mine
+                a_tp <= tp and a_gpus <= tp * pp and a_fams <= fams and (tp * pp // a_gpus) * a_rate >= rate_nolat
+                for a_tp, a_gpus, a_fams, a_rate in mine
             ):
                 continue
             rated = evaluate.serving_rates(
                 est, w, assumptions, derate, at_load=memo.at_load(entry.memo_est, w, assumptions)
             )
-            rows.append(_aggregated_row(gid, entry, rated))
-            mine.append(rows[-1])
+            row = _aggregated_row(gid, entry, rated)
+            rows.append(row)
+            mine.append((tp, tp * pp, fams, min(row.rate_rps, row.rate_nolat_rps)))
     if targets.any:
         excl += _missing_targets(rows, gpus, targets)
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
@@ -606,7 +606,8 @@ def pool_candidates(
     shapes = memo.pool_shapes.get(key)
     if shapes is None:
         shapes = memo.pool_shapes[key] = _pool_shapes(inputs, derate, memo)
-    mine: dict[str, list[ServingRow]] = {"prefill": [], "decode": []}
+    # the rows of this GPU type so far per role, as the skip reads them: TP, GPUs, rate with and without targets (least)
+    mine: dict[str, list[tuple[int, int, float]]] = {"prefill": [], "decode": []}
     gid = None
     for shape in shapes:
         if shape.gpu_id != gid:
@@ -620,8 +621,8 @@ def pool_candidates(
             # reach is dominated; skip its latency-target search (the same table, faster).
             ceiling = shape.prefill_ceiling_rps if role == "prefill" else shape.decode_ceiling_rps
             if any(
-                a.tp <= tp and a.gpus <= tp * pp and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= ceiling
-                for a in mine[role]
+                a_tp <= tp and a_gpus <= tp * pp and (tp * pp // a_gpus) * a_rate >= ceiling
+                for a_tp, a_gpus, a_rate in mine[role]
             ):
                 continue
             rated = (
@@ -651,7 +652,7 @@ def pool_candidates(
                     bound="compute" if role == "prefill" else est.bound, role=role,
                 )
             )  # fmt: skip
-            mine[role].append(out[-1])
+            mine[role].append((tp, tp * pp, min(out[-1].rate_rps, out[-1].rate_nolat_rps)))
     return out, ruled_out
 
 
