@@ -174,10 +174,11 @@ class ServingPhysics:
 
         return at
 
-    def decode_at_load(
+    def decode_replica(
         self, est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions
-    ) -> Callable[[float], LatencyAtLoad]:
-        """:func:`clusterplan.evaluation.pools.decode_at_load` of ``est`` as a decode-only replica, once per rate."""
+    ) -> tuple[ServingEstimate, Callable[[float], LatencyAtLoad]]:
+        """``est`` as a decode-only replica (:func:`clusterplan.physics.disagg.decode_only`, once) and
+        :func:`clusterplan.evaluation.pools.decode_at_load` of it, once per rate."""
         from clusterplan.evaluation import pools
         from clusterplan.physics import disagg
 
@@ -185,7 +186,7 @@ class ServingPhysics:
         if held is None:
             dec = disagg.decode_only(est, output_tokens=w.output_tokens)
             held = self.decode_loads[id(est)] = (est, dec, {}, pools.decode_at_load(dec, w, assumptions))
-        _, _, table, raw = held
+        _, dec, table, raw = held
 
         def at(rate: float) -> LatencyAtLoad:
             got = table.get(rate)
@@ -193,7 +194,7 @@ class ServingPhysics:
                 got = table[rate] = raw(rate)
             return got
 
-        return at
+        return dec, at
 
 
 def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidates:
@@ -628,7 +629,7 @@ def pool_candidates(
             rated = (
                 pools.prefill_rates(est, arch, catalog.gpus[gid], w, assumptions, derate)
                 if role == "prefill"
-                else pools.decode_rates(est, w, assumptions, derate, at_load=memo.decode_at_load(est, w, assumptions))
+                else pools.decode_rates(est, w, assumptions, derate, replica=memo.decode_replica(est, w, assumptions))
             )
             if rated.rate_no_targets_rps <= 0 or (targets.any and rated.rate_rps <= 0):
                 continue

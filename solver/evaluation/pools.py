@@ -122,15 +122,19 @@ def decode_rates(
     assumptions: Assumptions,
     derate: Derate = NO_DERATE,
     *,
-    at_load: Callable[[float], LatencyAtLoad] | None = None,
+    replica: tuple[ServingEstimate, Callable[[float], LatencyAtLoad]] | None = None,
 ) -> PoolRates:
     """A decode replica (``est``'s layout at its batch, no prefill in its steps): requests/s within the TPOT
-    target and the end-to-end remainder (:func:`clusterplan.physics.disagg.budgets`). ``at_load``: the
-    decode-only replica's p95s at a rate, memoised by the caller (:func:`decode_at_load`)."""
+    target and the end-to-end remainder (:func:`clusterplan.physics.disagg.budgets`). ``replica``: the decode-only
+    replica (:func:`clusterplan.physics.disagg.decode_only` of ``est``) and its p95s at a rate, as the caller keeps
+    them (:func:`decode_at_load`, memoised)."""
     assumptions = serving_assumptions(assumptions, w)  # the workload's engine (chunk size, factors)
-    dec = disagg.decode_only(est, output_tokens=w.output_tokens)
+    if replica is None:
+        dec = disagg.decode_only(est, output_tokens=w.output_tokens)
+        at = decode_at_load(dec, w, assumptions)
+    else:
+        dec, at = replica
     b = targets(w, derate)
-    at = at_load if at_load is not None else decode_at_load(dec, w, assumptions)
     tk = {"input_tokens": 0.0, "output_tokens": w.output_tokens, "assumptions": assumptions}
     rate = queueing.max_rate_for_targets(
         dec, queueing.LatencyTargets(p95_latency_s=b.decode_e2e_s, p95_tpot_s=b.tpot_s), steps=RATE_SEARCH_STEPS,
