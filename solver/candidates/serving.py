@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.evaluation.evaluate import ServingRates
+    from clusterplan.evaluation.pools import PrefillReplica
+    from clusterplan.physics.disagg import PrefillAtLoad
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
     from clusterplan.requirement.schema import ServingWorkload
@@ -116,10 +118,13 @@ class ServingPhysics:
     # Per (GPU types and limits as the layouts read them, derating): the pool shapes that fit (:func:`_pool_shapes`).
     pool_shapes: dict[Hashable, list[PoolShape]] = field(default_factory=dict)
 
+    # Per estimate (by identity, held): it as a prefill replica, its p95 TTFT at a rate memoised.
+    prefill_loads: dict[int, tuple[ServingEstimate, PrefillReplica]] = field(default_factory=dict)
+
     def __getstate__(self) -> dict[str, object]:
         """What a forked build sends back (candidates/build.py): the memos keyed by an estimate's identity, which
         another process's copies do not share, left out; they are filled again as the rate searches need them."""
-        return {**self.__dict__, "loads": {}, "decode_loads": {}}
+        return {**self.__dict__, "loads": {}, "decode_loads": {}, "prefill_loads": {}}
 
     def max_batch(
         self, arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, layout: Layout, assumptions: Assumptions
@@ -195,6 +200,27 @@ class ServingPhysics:
             return got
 
         return dec, at
+
+    def prefill_replica(
+        self, est: ServingEstimate, arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, assumptions: Assumptions
+    ) -> PrefillReplica:
+        """:func:`clusterplan.evaluation.pools.prefill_replica` of ``est``, once, its p95 TTFT once per rate."""
+        from clusterplan.evaluation import pools
+
+        held = self.prefill_loads.get(id(est))
+        if held is None:
+            made = pools.prefill_replica(est, arch, spec, w, assumptions)
+            table: dict[float, PrefillAtLoad] = {}
+            raw = made.at
+
+            def at(rate: float) -> PrefillAtLoad:
+                got = table.get(rate)
+                if got is None:
+                    got = table[rate] = raw(rate)
+                return got
+
+            held = self.prefill_loads[id(est)] = (est, replace(made, at=at))
+        return held[1]
 
 
 def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidates:
@@ -626,11 +652,14 @@ def pool_candidates(
                 for a_tp, a_gpus, a_rate in mine[role]
             ):
                 continue
-            rated = (
-                pools.prefill_rates(est, arch, catalog.gpus[gid], w, assumptions, derate)
-                if role == "prefill"
-                else pools.decode_rates(est, w, assumptions, derate, replica=memo.decode_replica(est, w, assumptions))
-            )
+            if role == "prefill":
+                spec = catalog.gpus[gid]
+                prefill = memo.prefill_replica(est, arch, spec, w, assumptions)
+                rated = pools.prefill_rates(est, arch, spec, w, assumptions, derate, replica=prefill)
+            else:
+                rated = pools.decode_rates(
+                    est, w, assumptions, derate, replica=memo.decode_replica(est, w, assumptions)
+                )
             if rated.rate_no_targets_rps <= 0 or (targets.any and rated.rate_rps <= 0):
                 continue
             if not rated.kv_stream_fits:
