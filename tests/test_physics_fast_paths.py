@@ -1,8 +1,9 @@
 """The candidate physics' fast paths give the figures of the paths they stand for, exactly: the queueing model's
 decode steps (``step.decode_stepper``, the terms that do not depend on the batch read once) against
 ``step.decode_step_s`` over real replicas and fuzzed step models; a stepper kept across rates (``queueing.stepper``:
-each batch's step remembered) against ``latency_at_load`` computed afresh; a layout's reasons without its estimate
-(``evaluate.serving_reasons``) against the estimate's ``why_not``. The candidate rows and their exclusions, and so
+each batch's step remembered) and a loader kept across rates (``queueing.loader``) against ``latency_at_load``
+computed afresh; a layout's reasons without its estimate (``evaluate.serving_reasons``) against the estimate's
+``why_not``. The candidate rows and their exclusions, and so
 every plan, rest on those figures."""
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ def test_a_stepper_kept_across_rates_gives_the_fresh_figures(catalog: Catalog) -
     for est in _replicas(catalog):
         assert est.feasible and est.step_model is not None
         kept = queueing.stepper(est)
+        loader = queueing.loader(
+            est, input_tokens=SHAPE.input_tokens, output_tokens=SHAPE.output_tokens, assumptions=TRT
+        )
         # the rate searches' halvings of [0, ceiling], then rates past it (unstable) and a fine sweep
         ceiling = 0.9 * est.requests_per_s
         rates = [ceiling * k / 256 for k in range(0, 257, 8)] + [est.requests_per_s * f for f in (0.95, 1.0, 1.2)]
@@ -117,6 +121,8 @@ def test_a_stepper_kept_across_rates_gives_the_fresh_figures(catalog: Catalog) -
             fresh = queueing.latency_at_load(est, rate, **args)  # type: ignore[arg-type]
             shared = queueing.latency_at_load(est, rate, **args, step_s=kept)  # type: ignore[arg-type]
             assert _figures(shared) == _figures(fresh), (est.gpu_id, est.tp, rate)
+            at_trt = queueing.latency_at_load(est, rate, **{**args, "assumptions": TRT})  # type: ignore[arg-type]
+            assert _figures(loader(rate)) == _figures(at_trt), (est.gpu_id, est.tp, rate)
             kept_rates += 1
         # and the kept steps are the step model's at the clamped batch
         assert _hex(kept(0.3)) == _hex(step.decode_step_s(est.step_model, 1.0))

@@ -27,7 +27,7 @@ def _dominates(a: ServingRow, b: ServingRow, *, keep_latency: bool = False) -> b
         return False
     copies = b.gpus // a.gpus
     return (
-        a.forbidding_families <= b.forbidding_families
+        (not a.forbidden_by or a.forbidding_families <= b.forbidding_families)  # none: a subset of any
         and copies * a.rate_rps >= b.rate_rps
         and copies * a.rate_nolat_rps >= b.rate_nolat_rps
         and (not keep_latency or a.p95_e2e_s <= b.p95_e2e_s)

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from clusterplan.catalog.load import Catalog
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.evaluation.evaluate import ServingRates
+    from clusterplan.evaluation.pools import PrefillReplica
+    from clusterplan.physics.disagg import PrefillAtLoad
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
     from clusterplan.requirement.schema import ServingWorkload
@@ -100,14 +102,15 @@ class ServingPhysics:
 
     batches: dict[LayoutKey, int] = field(default_factory=dict)
     estimates: dict[tuple[LayoutKey, int], ServingEstimate] = field(default_factory=dict)
-    # Per estimate (by identity, held): p95s at each rate met so far, and its decode step at each running batch
-    # (queueing.stepper: the rate searches of other targets and of a retargeted build share them).
-    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], float]]] = field(
+    # Per estimate (by identity, held): p95s at each rate met so far, and its p95s at a rate (queueing.loader, which
+    # keeps its decode step at each running batch: the rate searches of other targets and of a retargeted build
+    # share them).
+    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], LatencyAtLoad]]] = field(
         default_factory=dict
     )
-    # Per estimate (by identity, held): its decode-only replica, that replica's p95s at each rate and its steps.
+    # Per estimate (by identity, held): its decode-only replica, that replica's p95s at each rate and at a rate.
     decode_loads: dict[
-        int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], float]]
+        int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], LatencyAtLoad]]
     ] = field(default_factory=dict)
     # Per (GPU types and limits as the layouts read them, keep_latency, derating): the operating points and
     # exclusions of every layout (:func:`_layouts`); of the workload, only the rate searches read the targets.
@@ -115,10 +118,13 @@ class ServingPhysics:
     # Per (GPU types and limits as the layouts read them, derating): the pool shapes that fit (:func:`_pool_shapes`).
     pool_shapes: dict[Hashable, list[PoolShape]] = field(default_factory=dict)
 
+    # Per estimate (by identity, held): it as a prefill replica, its p95 TTFT at a rate memoised.
+    prefill_loads: dict[int, tuple[ServingEstimate, PrefillReplica]] = field(default_factory=dict)
+
     def __getstate__(self) -> dict[str, object]:
         """What a forked build sends back (candidates/build.py): the memos keyed by an estimate's identity, which
         another process's copies do not share, left out; they are filled again as the rate searches need them."""
-        return {**self.__dict__, "loads": {}, "decode_loads": {}}
+        return {**self.__dict__, "loads": {}, "decode_loads": {}, "prefill_loads": {}}
 
     def max_batch(
         self, arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, layout: Layout, assumptions: Assumptions
@@ -154,43 +160,67 @@ class ServingPhysics:
     ) -> Callable[[float], LatencyAtLoad]:
         """:func:`clusterplan.physics.queueing.latency_at_load` of ``est`` (a memoised estimate: one
         per layout and batch), once per rate: the rate searches of other targets visit the same rates. A new rate
-        reads the decode steps of earlier ones (one :func:`clusterplan.physics.queueing.stepper` per estimate)."""
+        reads the decode steps of earlier ones (one :func:`clusterplan.physics.queueing.loader` per estimate)."""
         from clusterplan.physics import queueing
 
         held = self.loads.get(id(est))
         if held is None:
-            held = self.loads[id(est)] = (est, {}, queueing.stepper(est))
-        _, table, step_s = held
+            at_rate = queueing.loader(
+                est, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions
+            )
+            held = self.loads[id(est)] = (est, {}, at_rate)
+        _, table, at_rate = held
 
         def at(rate: float) -> LatencyAtLoad:
-            if rate not in table:
-                table[rate] = queueing.latency_at_load(
-                    est, rate, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions,
-                    step_s=step_s,
-                )  # fmt: skip
-            return table[rate]
+            got = table.get(rate)
+            if got is None:
+                got = table[rate] = at_rate(rate)
+            return got
 
         return at
 
-    def decode_at_load(
+    def decode_replica(
         self, est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions
-    ) -> Callable[[float], LatencyAtLoad]:
-        """:func:`clusterplan.evaluation.pools.decode_at_load` of ``est`` as a decode-only replica, once per rate."""
+    ) -> tuple[ServingEstimate, Callable[[float], LatencyAtLoad]]:
+        """``est`` as a decode-only replica (:func:`clusterplan.physics.disagg.decode_only`, once) and
+        :func:`clusterplan.evaluation.pools.decode_at_load` of it, once per rate."""
         from clusterplan.evaluation import pools
-        from clusterplan.physics import disagg, queueing
+        from clusterplan.physics import disagg
 
-        if id(est) not in self.decode_loads:
+        held = self.decode_loads.get(id(est))
+        if held is None:
             dec = disagg.decode_only(est, output_tokens=w.output_tokens)
-            self.decode_loads[id(est)] = (est, dec, {}, queueing.stepper(dec))
-        _, dec, table, step_s = self.decode_loads[id(est)]
-        raw = pools.decode_at_load(dec, w, assumptions, step_s=step_s)
+            held = self.decode_loads[id(est)] = (est, dec, {}, pools.decode_at_load(dec, w, assumptions))
+        _, dec, table, raw = held
 
         def at(rate: float) -> LatencyAtLoad:
-            if rate not in table:
-                table[rate] = raw(rate)
-            return table[rate]
+            got = table.get(rate)
+            if got is None:
+                got = table[rate] = raw(rate)
+            return got
 
-        return at
+        return dec, at
+
+    def prefill_replica(
+        self, est: ServingEstimate, arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, assumptions: Assumptions
+    ) -> PrefillReplica:
+        """:func:`clusterplan.evaluation.pools.prefill_replica` of ``est``, once, its p95 TTFT once per rate."""
+        from clusterplan.evaluation import pools
+
+        held = self.prefill_loads.get(id(est))
+        if held is None:
+            made = pools.prefill_replica(est, arch, spec, w, assumptions)
+            table: dict[float, PrefillAtLoad] = {}
+            raw = made.at
+
+            def at(rate: float) -> PrefillAtLoad:
+                got = table.get(rate)
+                if got is None:
+                    got = table[rate] = raw(rate)
+                return got
+
+            held = self.prefill_loads[id(est)] = (est, replace(made, at=at))
+        return held[1]
 
 
 def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidates:
@@ -466,7 +496,9 @@ def serving_candidates(
         layouts = memo.layouts[key] = _layouts(inputs, keep_latency, derate, memo)
     considered, per_gpu = layouts
     for gid, entries in per_gpu:
-        mine: list[ServingRow] = []
+        # this GPU type's rows so far, as the skip reads them: TP, GPUs, forbidding families, rate with and without
+        # targets (the least of the two)
+        mine: list[tuple[int, int, frozenset[str], float]] = []
         for entry in entries:
             if isinstance(entry, Exclusion):
                 excl.append(entry)
@@ -480,18 +512,16 @@ def serving_candidates(
             ):
                 continue
             if skip_dominated and any(
-                a.tp <= tp
-                and a.gpus <= tp * pp
-                and a.forbidding_families <= fams
-                and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= rate_nolat
-                for a in mine
+                a_tp <= tp and a_gpus <= tp * pp and a_fams <= fams and (tp * pp // a_gpus) * a_rate >= rate_nolat
+                for a_tp, a_gpus, a_fams, a_rate in mine
             ):
                 continue
             rated = evaluate.serving_rates(
                 est, w, assumptions, derate, at_load=memo.at_load(entry.memo_est, w, assumptions)
             )
-            rows.append(_aggregated_row(gid, entry, rated))
-            mine.append(rows[-1])
+            row = _aggregated_row(gid, entry, rated)
+            rows.append(row)
+            mine.append((tp, tp * pp, fams, min(row.rate_rps, row.rate_nolat_rps)))
     if targets.any:
         excl += _missing_targets(rows, gpus, targets)
     pruned = prune_serving_rows(rows, cross_shape=cross, keep_latency=keep_latency)
@@ -603,7 +633,8 @@ def pool_candidates(
     shapes = memo.pool_shapes.get(key)
     if shapes is None:
         shapes = memo.pool_shapes[key] = _pool_shapes(inputs, derate, memo)
-    mine: dict[str, list[ServingRow]] = {"prefill": [], "decode": []}
+    # the rows of this GPU type so far per role, as the skip reads them: TP, GPUs, rate with and without targets (least)
+    mine: dict[str, list[tuple[int, int, float]]] = {"prefill": [], "decode": []}
     gid = None
     for shape in shapes:
         if shape.gpu_id != gid:
@@ -617,15 +648,18 @@ def pool_candidates(
             # reach is dominated; skip its latency-target search (the same table, faster).
             ceiling = shape.prefill_ceiling_rps if role == "prefill" else shape.decode_ceiling_rps
             if any(
-                a.tp <= tp and a.gpus <= tp * pp and (tp * pp // a.gpus) * min(a.rate_rps, a.rate_nolat_rps) >= ceiling
-                for a in mine[role]
+                a_tp <= tp and a_gpus <= tp * pp and (tp * pp // a_gpus) * a_rate >= ceiling
+                for a_tp, a_gpus, a_rate in mine[role]
             ):
                 continue
-            rated = (
-                pools.prefill_rates(est, arch, catalog.gpus[gid], w, assumptions, derate)
-                if role == "prefill"
-                else pools.decode_rates(est, w, assumptions, derate, at_load=memo.decode_at_load(est, w, assumptions))
-            )
+            if role == "prefill":
+                spec = catalog.gpus[gid]
+                prefill = memo.prefill_replica(est, arch, spec, w, assumptions)
+                rated = pools.prefill_rates(est, arch, spec, w, assumptions, derate, replica=prefill)
+            else:
+                rated = pools.decode_rates(
+                    est, w, assumptions, derate, replica=memo.decode_replica(est, w, assumptions)
+                )
             if rated.rate_no_targets_rps <= 0 or (targets.any and rated.rate_rps <= 0):
                 continue
             if not rated.kv_stream_fits:
@@ -648,7 +682,7 @@ def pool_candidates(
                     bound="compute" if role == "prefill" else est.bound, role=role,
                 )
             )  # fmt: skip
-            mine[role].append(out[-1])
+            mine[role].append((tp, tp * pp, min(out[-1].rate_rps, out[-1].rate_nolat_rps)))
     return out, ruled_out
 
 

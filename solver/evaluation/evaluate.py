@@ -53,10 +53,14 @@ def serving_assumptions(assumptions: Assumptions, w: ServingWorkload) -> Assumpt
     cap, chunked prefill, kernel factors) with the workload's overrides, headroom, speculative decoding and
     prefix-cache hit rate. The one place a workload's engine is resolved: the planner's rows, ``estimate``,
     ``export`` and the checker all evaluate through :func:`max_batch` and :func:`serving_estimate`, which call it.
+    Memoised per (assumptions, workload): the physics memos downstream key the result by identity.
     """
+    got = _SERVING_ASSUMPTIONS.get((id(assumptions), id(w)), (assumptions, w))
+    if got is not None:
+        return got
     e = w.engine
     given = w.model_fields_set
-    return assumptions.with_engine(
+    made = assumptions.with_engine(
         e.name if e is not None else None,
         engine_memory_fraction=e.memory_fraction if e is not None else None,
         engine_max_batch=e.max_batch if e is not None else None,
@@ -66,6 +70,11 @@ def serving_assumptions(assumptions: Assumptions, w: ServingWorkload) -> Assumpt
         prefix_cache_hit_rate=w.prefix_cache_hit_rate if "prefix_cache_hit_rate" in given else None,
         speculative=w.speculative,
     )
+    return _SERVING_ASSUMPTIONS.keep((id(assumptions), id(w)), (assumptions, w), made)
+
+
+# serving_assumptions per (assumptions, workload): a new copy each call would defeat the memos keyed by identity.
+_SERVING_ASSUMPTIONS: HeldMemo[Assumptions] = HeldMemo()
 
 
 def serving_batch(max_batch: int) -> int:
@@ -189,13 +198,8 @@ def serving_rates(
     the rates are scaled by the rate factor and the p95s by the latency factor (evaluation/uncertainty.py).
     ``at_load``: the p95s of ``est`` at a rate, memoised by the caller (the candidates of a sweep's points)."""
     tk = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "assumptions": assumptions}
-    decode = queueing.stepper(est) if at_load is None else None  # the replica's decode steps, shared by every rate
-
-    def load(r: float) -> LatencyAtLoad:
-        if at_load is not None:
-            return at_load(r)
-        return queueing.latency_at_load(est, r, **tk, step_s=decode)  # type: ignore[arg-type]
-
+    # the p95s at a rate: the caller's, else one loader for every rate (the replica's decode steps shared)
+    load = at_load if at_load is not None else queueing.loader(est, **tk)  # type: ignore[arg-type]
     rate = queueing.max_rate_for_targets(
         est, derated_targets(w, derate), steps=RATE_SEARCH_STEPS, at_load=load, **tk,  # type: ignore[arg-type]
     )  # fmt: skip

@@ -57,15 +57,22 @@ def targets(w: ServingWorkload, derate: Derate = NO_DERATE) -> disagg.Budgets:
     return disagg.budgets(derate.target(w.p95_latency), derate.target(w.p95_ttft), derate.target(w.p95_tpot))
 
 
-def prefill_rates(
-    est: ServingEstimate,
-    arch: ModelArchitecture,
-    spec: GpuSpec,
-    w: ServingWorkload,
-    assumptions: Assumptions,
-    derate: Derate = NO_DERATE,
-) -> PoolRates:
-    """A prefill replica (``est``'s layout): prompts/s within the TTFT budget (KV transfer over RDMA included)."""
+@dataclass(frozen=True, slots=True)
+class PrefillReplica:
+    """What a prefill replica's rates read that its targets do not change (a retargeted build keeps it): the prompt's
+    KV transfer, its service time, the ceiling rate, the link between the pools, and the p95 TTFT at a rate."""
+
+    transfer_s: float
+    service_s: float
+    ceiling_rps: float
+    link_gb_per_s: float
+    at: Callable[[float], disagg.PrefillAtLoad]
+
+
+def prefill_replica(
+    est: ServingEstimate, arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, assumptions: Assumptions
+) -> PrefillReplica:
+    """``est``'s layout as a prefill replica (:class:`PrefillReplica`), under the workload's engine."""
     assumptions = serving_assumptions(assumptions, w)  # the workload's engine (chunk size, factors)
     transfer = disagg.kv_transfer_s(
         arch, spec, input_tokens=w.input_tokens, kv_precision=est.kv_precision, senders=est.tp * est.pp,
@@ -73,17 +80,35 @@ def prefill_rates(
     )  # fmt: skip
     service = disagg.prefill_service_s(est, input_tokens=w.input_tokens, assumptions=assumptions)
     ceiling = assumptions.utilisation_ceiling / service if service > 0 else 0.0
-    budget = targets(w, derate).ttft_s
+    link = disagg.kv_link_gb_per_s(spec, kv_link(spec), est.tp * est.pp, assumptions)
 
     def at(rate: float) -> disagg.PrefillAtLoad:
         return disagg.prefill_at_load(est, rate, service_s=service, transfer_s=transfer, assumptions=assumptions)
 
+    return PrefillReplica(transfer, service, ceiling, link, at)
+
+
+def prefill_rates(
+    est: ServingEstimate,
+    arch: ModelArchitecture,
+    spec: GpuSpec,
+    w: ServingWorkload,
+    assumptions: Assumptions,
+    derate: Derate = NO_DERATE,
+    *,
+    replica: PrefillReplica | None = None,
+) -> PoolRates:
+    """A prefill replica (``est``'s layout): prompts/s within the TTFT budget (KV transfer over RDMA included).
+    ``replica``: :func:`prefill_replica` of ``est`` as the caller keeps it (its p95s at a rate memoised)."""
+    rep = replica if replica is not None else prefill_replica(est, arch, spec, w, assumptions)
+    ceiling, transfer = rep.ceiling_rps, rep.transfer_s
+    budget = targets(w, derate).ttft_s
     rate = (
         ceiling
         if budget is None
-        else queueing.largest_rate(lambda r: at(r).p95_ttft_s <= budget, ceiling, RATE_SEARCH_STEPS)
+        else queueing.largest_rate(lambda r: rep.at(r).p95_ttft_s <= budget, ceiling, RATE_SEARCH_STEPS)
     )
-    p95 = at(rate if rate > 0 else ceiling).p95_ttft_s * derate.latency_factor
+    p95 = rep.at(rate if rate > 0 else ceiling).p95_ttft_s * derate.latency_factor
     f = derate.rate_factor
     unloaded = est.prefill_s + transfer
     # The stream the link must carry: the row's rated rate, the targets' where there are targets (the latency family
@@ -94,8 +119,7 @@ def prefill_rates(
         kv_precision=est.kv_precision,
         rate_rps=(rate if budget is not None else ceiling),
     )
-    link = disagg.kv_link_gb_per_s(spec, kv_link(spec), est.tp * est.pp, assumptions)
-    return PoolRates(rate * f, ceiling * f, p95, 0.0, p95, unloaded, 0.0, transfer, stream, link)
+    return PoolRates(rate * f, ceiling * f, p95, 0.0, p95, unloaded, 0.0, transfer, stream, rep.link_gb_per_s)
 
 
 def prefill_ceiling_rps(
@@ -122,15 +146,19 @@ def decode_rates(
     assumptions: Assumptions,
     derate: Derate = NO_DERATE,
     *,
-    at_load: Callable[[float], LatencyAtLoad] | None = None,
+    replica: tuple[ServingEstimate, Callable[[float], LatencyAtLoad]] | None = None,
 ) -> PoolRates:
     """A decode replica (``est``'s layout at its batch, no prefill in its steps): requests/s within the TPOT
-    target and the end-to-end remainder (:func:`clusterplan.physics.disagg.budgets`). ``at_load``: the
-    decode-only replica's p95s at a rate, memoised by the caller (:func:`decode_at_load`)."""
+    target and the end-to-end remainder (:func:`clusterplan.physics.disagg.budgets`). ``replica``: the decode-only
+    replica (:func:`clusterplan.physics.disagg.decode_only` of ``est``) and its p95s at a rate, as the caller keeps
+    them (:func:`decode_at_load`, memoised)."""
     assumptions = serving_assumptions(assumptions, w)  # the workload's engine (chunk size, factors)
-    dec = disagg.decode_only(est, output_tokens=w.output_tokens)
+    if replica is None:
+        dec = disagg.decode_only(est, output_tokens=w.output_tokens)
+        at = decode_at_load(dec, w, assumptions)
+    else:
+        dec, at = replica
     b = targets(w, derate)
-    at = at_load if at_load is not None else decode_at_load(dec, w, assumptions)
     tk = {"input_tokens": 0.0, "output_tokens": w.output_tokens, "assumptions": assumptions}
     rate = queueing.max_rate_for_targets(
         dec, queueing.LatencyTargets(p95_latency_s=b.decode_e2e_s, p95_tpot_s=b.tpot_s), steps=RATE_SEARCH_STEPS,
@@ -152,14 +180,7 @@ def decode_at_load(
     """The p95s of a decode-only replica (:func:`clusterplan.physics.disagg.decode_only`) at a rate: nothing to prefill.
     ``step_s``: :func:`clusterplan.physics.queueing.stepper` of ``dec`` kept by the caller (else one for these rates)."""
     assumptions = serving_assumptions(assumptions, w)
-    steps = step_s if step_s is not None else queueing.stepper(dec)
-
-    def at(rate: float) -> LatencyAtLoad:
-        return queueing.latency_at_load(
-            dec, rate, input_tokens=0.0, output_tokens=w.output_tokens, assumptions=assumptions, step_s=steps
-        )
-
-    return at
+    return queueing.loader(dec, input_tokens=0.0, output_tokens=w.output_tokens, assumptions=assumptions, step_s=step_s)
 
 
 def design_p95_e2e_s(prefill: PoolRates, decode: PoolRates) -> float:
@@ -215,10 +236,4 @@ def prefill_at(
 ) -> disagg.PrefillAtLoad:
     """A prefill replica receiving ``rate_rps`` prompts/s: its p95 TTFT (wait, prefill, KV transfer), as
     :func:`prefill_rates` rates it (``clusterplan export``'s expectations)."""
-    assumptions = serving_assumptions(assumptions, w)
-    transfer = disagg.kv_transfer_s(
-        arch, spec, input_tokens=w.input_tokens, kv_precision=est.kv_precision, senders=est.tp * est.pp,
-        assumptions=assumptions, link=kv_link(spec),
-    )  # fmt: skip
-    service = disagg.prefill_service_s(est, input_tokens=w.input_tokens, assumptions=assumptions)
-    return disagg.prefill_at_load(est, rate_rps, service_s=service, transfer_s=transfer, assumptions=assumptions)
+    return prefill_replica(est, arch, spec, w, assumptions).at(rate_rps)

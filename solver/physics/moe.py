@@ -28,6 +28,7 @@ from clusterplan.physics import memory, params, rules
 from clusterplan.physics.comm import NO_LINK, Link, all_to_all_terms, link_for_group
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.types import MemoryBreakdown
 
 RACK_SCALE_DOMAIN = 8  # GPUs of one NVLink board; larger scale-up domains are rack-scale (MNNVL: NVL72)
@@ -391,6 +392,14 @@ def serving_memory(
     )  # fmt: skip
 
 
+# max_batch_by_memory per (model, GPU row, layout, context, assumptions): a serving layout asks for it when its batch is
+# chosen and again when it is estimated at that batch.
+_MAX_BATCHES: HeldMemo[int] = HeldMemo()
+# _weights per (model, stage layout, stages, precision, int4 group, FP4 format): a layout's max batch, memory and
+# estimate each read it.
+_WEIGHTS: HeldMemo[float] = HeldMemo()
+
+
 def max_batch_by_memory(
     arch: ModelArchitecture,
     gpu: GpuSpec,
@@ -404,12 +413,17 @@ def max_batch_by_memory(
     Per GPU as :func:`clusterplan.physics.memory.max_batch_by_memory` (the engine's KV pool over KV per
     sequence); under attention DP every GPU holds that many of its own, so the stage holds ``tp`` times as many.
     """
+    key = (id(arch), id(gpu), layout, context_tokens, id(assumptions))
+    held = (arch, gpu, assumptions)
+    got = _MAX_BATCHES.get(key, held)
+    if got is not None:
+        return got
     stage = stage_layout(layout)
     per_gpu = memory.max_batch_by_memory(
         kv_reserved_arch(arch, assumptions), gpu, layout, context_tokens=context_tokens, assumptions=assumptions,
         weights_bytes=_weights(arch, gpu, stage, layout.pp, layout.quant, assumptions),
     )  # fmt: skip
-    return replica_batch(per_gpu, stage)
+    return _MAX_BATCHES.keep(key, held, replica_batch(per_gpu, stage))
 
 
 def _weights(
@@ -417,9 +431,13 @@ def _weights(
 ) -> float:
     """:func:`serving_weight_bytes_per_gpu` at the assumptions' int4 group and the GPU's FP4 format (the dense
     layout's is :func:`clusterplan.physics.memory.serving_weight_bytes_per_gpu` itself)."""
-    return serving_weight_bytes_per_gpu(
-        arch, layout, pp=pp, quant=quant, int4_group_size=assumptions.int4_group_size, fp4_format=rules.fp4_format(gpu)
-    )
+    group, fp4 = assumptions.int4_group_size, rules.fp4_format(gpu)
+    key = (id(arch), layout, pp, quant, group, fp4)
+    got = _WEIGHTS.get(key, (arch,))
+    if got is not None:
+        return got
+    weights = serving_weight_bytes_per_gpu(arch, layout, pp=pp, quant=quant, int4_group_size=group, fp4_format=fp4)
+    return _WEIGHTS.keep(key, (arch,), weights)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -69,15 +69,7 @@ def p95_wait_s(servers: int, arrival_per_s: float, service_rate_per_server: floa
 
     M/M/c waiting-time tail (Kleinrock 1975 §3.5) with the Allen-Cunneen variability factor for M/G/c.
     """
-    capacity = servers * service_rate_per_server
-    if arrival_per_s <= 0:
-        return 0.0
-    if arrival_per_s >= capacity:
-        return math.inf
-    c = erlang_c(servers, arrival_per_s / service_rate_per_server)
-    if c <= 0.05:
-        return 0.0
-    return math.log(c / 0.05) / (capacity - arrival_per_s) * (1.0 + service_scv) / 2.0
+    return _wait(servers, arrival_per_s, service_rate_per_server, service_scv)[2]
 
 
 def mean_wait_s(servers: int, arrival_per_s: float, service_rate_per_server: float, service_scv: float) -> float:
@@ -109,7 +101,10 @@ def stepper(est: ServingEstimate) -> Callable[[float], float]:
     steps: dict[float, float] = {}
 
     def step_s(n: float) -> float:
-        n = min(max(n, 1.0), batch)
+        if n < 1.0:  # min(max(n, 1.0), batch), without the two calls (the root search asks thousands of times)
+            n = 1.0
+        elif n > batch:
+            n = batch
         s = steps.get(n)
         if s is None:
             s = steps[n] = at(n)
@@ -119,15 +114,19 @@ def stepper(est: ServingEstimate) -> Callable[[float], float]:
 
 
 def _running_batch(
-    est: ServingEstimate, arrival: float, output_tokens: float, stretch: float, step_s: Callable[[float], float]
+    batch: float,
+    prefill_s: float,
+    arrival: float,
+    output_tokens: float,
+    stretch: float,
+    step_s: Callable[[float], float],
 ) -> float:
-    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]`` (``step_s``: :func:`stepper`).
+    """Solve Little's law ``n = λ·(prefill + O·step(n+1)·stretch)`` for ``n`` in ``[0, B]`` (``batch``: ``B`` as a float;
+    ``step_s``: :func:`stepper`).
 
     The excess ``g(n) - n`` is positive at 0 and decreasing past its root; regula falsi with the Illinois
     modification (Dowell & Jarratt 1971) brackets the root to ``1e-10·(1 + B)`` in a handful of steps.
     """
-    batch = float(est.batch)
-    prefill_s = est.prefill_s
 
     def excess(n: float) -> float:
         return arrival * (prefill_s + output_tokens * step_s(n + 1.0) * stretch) - n
@@ -159,21 +158,24 @@ def _running_batch(
     return hi
 
 
-def _wait_tail(
+def _wait(
     servers: int, arrival_per_s: float, service_rate_per_server: float, service_scv: float
-) -> tuple[float, float]:
-    """A queue's wait as an atom at 0 and an exponential tail, ``P(W > t) = C·exp(-θt)``: (C, θ), θ in 1/s.
+) -> tuple[float, float, float]:
+    """A queue's wait as an atom at 0 and an exponential tail, ``P(W > t) = C·exp(-θt)``, and its 95th percentile:
+    (C, θ in 1/s, p95 s).
 
-    Erlang C for ``C`` and ``θ = (c·μ - λ) / ((1 + c_s²)/2)`` (Kleinrock 1975 §3.5, Allen-Cunneen): the form
-    :func:`p95_wait_s` and :func:`mean_wait_s` read (its mean ``C/θ``, its variance ``C·(2 - C)/θ²``).
+    Erlang C for ``C`` and ``θ = (c·μ - λ) / ((1 + c_s²)/2)`` (Kleinrock 1975 §3.5, Allen-Cunneen); its mean is
+    ``C/θ``, its variance ``C·(2 - C)/θ²`` (:func:`_tail_moments`) and its p95 ``ln(C/0.05) / (c·μ - λ) · (1 + c_s²)/2``
+    (0 when C <= 5 %: :func:`p95_wait_s`).
     """
     capacity = servers * service_rate_per_server
     if arrival_per_s <= 0:
-        return 0.0, math.inf
+        return 0.0, math.inf, 0.0
     if arrival_per_s >= capacity:
-        return 1.0, 0.0
+        return 1.0, 0.0, math.inf
     c = erlang_c(servers, arrival_per_s / service_rate_per_server)
-    return c, (capacity - arrival_per_s) / ((1.0 + service_scv) / 2.0)
+    p95 = 0.0 if c <= 0.05 else math.log(c / 0.05) / (capacity - arrival_per_s) * (1.0 + service_scv) / 2.0
+    return c, (capacity - arrival_per_s) / ((1.0 + service_scv) / 2.0), p95
 
 
 def _tail_moments(c: float, theta: float) -> tuple[float, float]:
@@ -261,70 +263,94 @@ def latency_at_load(
 ) -> LatencyAtLoad:
     """p95 and mean TTFT, TPOT and end-to-end latency of one replica receiving ``arrival_requests_per_s``.
 
-    TTFT: the wait for a slot, then the wait for the prompts queued ahead (:func:`_wait_tail` with one server:
+    TTFT: the wait for a slot, then the wait for the prompts queued ahead (:func:`_wait` with one server:
     M/D/1, each prompt holding the step budget for ``P_b + step(n)·p/(budget - n)``, Pollaczek-Khinchine), its prefill and
     the decode steps its chunks share. The decode phase (:func:`_decode_phase`) and the end-to-end latency
     (TTFT + decode) as their means and variances, their p95s by :func:`gamma_p95`. ``step_s``: :func:`stepper` of
-    ``est``, kept by a caller that asks at many rates (the same figures, sooner).
+    ``est``, kept by a caller that asks at many rates (the same figures, sooner; or keep :func:`loader`).
     """
-    lam = max(arrival_requests_per_s, 0.0)
-    mu = est.requests_per_s
-    rho = lam / mu if mu > 0 else math.inf
-    stable = rho <= assumptions.utilisation_ceiling + 1e-12
-    if rho >= 1.0 or mu <= 0:
-        return _unstable(lam, rho, est.batch)
-    share = min(lam * est.prefill_busy_s, 0.999)
-    stretch = 1.0 / (1.0 - share)
-    step_s = step_s if step_s is not None else stepper(est)
-    n = _running_batch(est, lam, output_tokens, stretch, step_s)
-    step_n = step_s(n)  # the decode step at the mean running batch
-    slot_rate = lam / n if n > 0 else mu / est.batch  # a slot is held n / lam s at this load (Little's law)
-    slot = _wait_tail(est.batch, lam, slot_rate, assumptions.service_time_scv)
-    interleave = min(rho, 1.0) * est.prefill_chunks * step_n
-    # the prompts ahead hold the step budget (vLLM max_num_batched_tokens): each its prefill and its tokens' share of
-    # the steps it fills beside the n decoding sequences, a queued step being filled to the budget
+    at = loader(est, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions, step_s=step_s)
+    return at(arrival_requests_per_s)
+
+
+def loader(
+    est: ServingEstimate,
+    *,
+    input_tokens: float,
+    output_tokens: float,
+    assumptions: Assumptions,
+    step_s: Callable[[float], float] | None = None,
+) -> Callable[[float], LatencyAtLoad]:
+    """:func:`latency_at_load` of ``est`` as a function of the arrival rate alone, for a caller that asks at many
+    rates (a rate search): what does not depend on the rate (the estimate's and the assumptions' fields, the
+    prompt's computed tokens, the engine's chunk size) is read once. ``step_s``: :func:`stepper` of ``est`` (else
+    one for these rates)."""
+    steps_of = step_s if step_s is not None else stepper(est)
+    mu, batch, prefill_s = est.requests_per_s, est.batch, est.prefill_s
+    slots = float(batch)
+    busy_s, chunks = est.prefill_busy_s, est.prefill_chunks
+    stable_below = assumptions.utilisation_ceiling + 1e-12
+    scv = assumptions.service_time_scv
+    chunk_tokens = assumptions.chunk_tokens
+    # the prompt's tokens the replica computes (those the prefix cache does not hold), at least one
     computed = max(input_tokens * (1.0 - assumptions.prefix_cache_hit_rate), 1.0)
-    budget_share = computed / max(assumptions.chunk_tokens - n, 1.0)
-    prompt_s = est.prefill_busy_s + budget_share * step_n if est.prefill_busy_s > 0 else 0.0
-    queue = _wait_tail(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else (0.0, math.inf)
-    if queue[1] <= 0:
-        return _unstable(lam, rho, est.batch)
-    slot_mean, slot_var = _tail_moments(*slot)
-    queue_mean, queue_var = _tail_moments(*queue)
-    wait = p95_wait_s(est.batch, lam, slot_rate, assumptions.service_time_scv)
-    queued = p95_wait_s(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else 0.0
-    # a prompt arriving mid-step waits for that step to end: uniform on (0, step(n)) while sequences decode
-    busy = min(rho, 1.0)
-    residual_p95 = step_n * max(1.0 - 0.05 / busy, 0.0) if busy > 0 else 0.0
-    mean_ttft = slot_mean + queue_mean + busy * step_n / 2.0 + est.prefill_s + interleave
-    ttft = wait + queued + residual_p95 + est.prefill_s + interleave
-    # the prompts arriving while it waits for a slot are admitted as slots free, at the rate sequences leave: they
-    # are the decode phase's arrivals already; those arriving while its prompt queues and prefills ride its steps too
-    decode = _decode_phase(est, lam, output_tokens, step_s, n, mean_ttft - slot_mean)
     steps = max(output_tokens - 1.0, 0.0)
-    # the prompt wait's spread carries into the decode phase through the prompts that arrive during it
-    e2e_var = slot_var + queue_var / (1.0 - share) ** 2 + decode.variance_s2
-    mean_e2e = mean_ttft + decode.mean_s
-    if steps > 0:
-        tpot_mean = decode.mean_s / steps
-        tpot_p95 = gamma_p95(decode.mean_s, decode.variance_s2) / steps
-    else:
-        tpot_mean = tpot_p95 = step_s(min(n + 1.0, float(est.batch))) * stretch
-    # a request at the p95 TTFT still decodes for the mean decode phase after it (the wait's tail, near saturation)
-    e2e = max(gamma_p95(mean_e2e, e2e_var), ttft + decode.mean_s if steps > 0 else ttft)
-    return LatencyAtLoad(
-        arrival_requests_per_s=lam,
-        utilisation=rho,
-        p95_ttft_s=ttft,
-        p95_tpot_s=tpot_p95,
-        p95_e2e_s=e2e,
-        stable=stable,
-        p95_wait_s=wait,
-        mean_running_batch=n,
-        mean_ttft_s=mean_ttft,
-        mean_tpot_s=tpot_mean,
-        mean_e2e_s=mean_e2e,
-    )
+
+    def at(arrival_requests_per_s: float) -> LatencyAtLoad:
+        lam = max(arrival_requests_per_s, 0.0)
+        rho = lam / mu if mu > 0 else math.inf
+        stable = rho <= stable_below
+        if rho >= 1.0 or mu <= 0:
+            return _unstable(lam, rho, batch)
+        share = min(lam * busy_s, 0.999)
+        stretch = 1.0 / (1.0 - share)
+        n = _running_batch(slots, prefill_s, lam, output_tokens, stretch, steps_of)
+        step_n = steps_of(n)  # the decode step at the mean running batch
+        slot_rate = lam / n if n > 0 else mu / batch  # a slot is held n / lam s at this load (Little's law)
+        slot_c, slot_theta, wait = _wait(batch, lam, slot_rate, scv)
+        interleave = min(rho, 1.0) * chunks * step_n
+        # the prompts ahead hold the step budget (vLLM max_num_batched_tokens): each its prefill and its tokens' share
+        # of the steps it fills beside the n decoding sequences, a queued step being filled to the budget
+        budget_share = computed / max(chunk_tokens - n, 1.0)
+        prompt_s = busy_s + budget_share * step_n if busy_s > 0 else 0.0
+        queue_c, queue_theta, queued = _wait(1, lam, 1.0 / prompt_s, 0.0) if prompt_s > 0 else (0.0, math.inf, 0.0)
+        if queue_theta <= 0:
+            return _unstable(lam, rho, batch)
+        slot_mean, slot_var = _tail_moments(slot_c, slot_theta)
+        queue_mean, queue_var = _tail_moments(queue_c, queue_theta)
+        # a prompt arriving mid-step waits for that step to end: uniform on (0, step(n)) while sequences decode
+        busy = min(rho, 1.0)
+        residual_p95 = step_n * max(1.0 - 0.05 / busy, 0.0) if busy > 0 else 0.0
+        mean_ttft = slot_mean + queue_mean + busy * step_n / 2.0 + prefill_s + interleave
+        ttft = wait + queued + residual_p95 + prefill_s + interleave
+        # the prompts arriving while it waits for a slot are admitted as slots free, at the rate sequences leave: they
+        # are the decode phase's arrivals already; those arriving while its prompt queues and prefills ride its steps
+        decode = _decode_phase(est, lam, output_tokens, steps_of, n, mean_ttft - slot_mean)
+        # the prompt wait's spread carries into the decode phase through the prompts that arrive during it
+        e2e_var = slot_var + queue_var / (1.0 - share) ** 2 + decode.variance_s2
+        mean_e2e = mean_ttft + decode.mean_s
+        if steps > 0:
+            tpot_mean = decode.mean_s / steps
+            tpot_p95 = gamma_p95(decode.mean_s, decode.variance_s2) / steps
+        else:
+            tpot_mean = tpot_p95 = steps_of(min(n + 1.0, slots)) * stretch
+        # a request at the p95 TTFT still decodes for the mean decode phase after it (the wait's tail, near saturation)
+        e2e = max(gamma_p95(mean_e2e, e2e_var), ttft + decode.mean_s if steps > 0 else ttft)
+        return LatencyAtLoad(
+            arrival_requests_per_s=lam,
+            utilisation=rho,
+            p95_ttft_s=ttft,
+            p95_tpot_s=tpot_p95,
+            p95_e2e_s=e2e,
+            stable=stable,
+            p95_wait_s=wait,
+            mean_running_batch=n,
+            mean_ttft_s=mean_ttft,
+            mean_tpot_s=tpot_mean,
+            mean_e2e_s=mean_e2e,
+        )
+
+    return at
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,15 +401,15 @@ def max_rate_for_targets(
     if not targets.any:
         return assumptions.utilisation_ceiling * est.requests_per_s
 
-    decode = stepper(est) if at_load is None else None  # the replica's decode steps, shared by the halvings
+    # the p95s at a rate: the caller's, else one loader for the halvings (the replica's decode steps shared)
+    load = (
+        at_load
+        if at_load is not None
+        else loader(est, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions)
+    )
 
     def ok(rate: float) -> bool:
-        if at_load is not None:
-            return targets.met_by(at_load(rate))
-        lat = latency_at_load(
-            est, rate, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions, step_s=decode
-        )
-        return targets.met_by(lat)
+        return targets.met_by(load(rate))
 
     return largest_rate(ok, assumptions.utilisation_ceiling * est.requests_per_s, steps)
 

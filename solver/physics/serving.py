@@ -21,6 +21,7 @@ from clusterplan.physics import linear_attention, memory, moe, params
 from clusterplan.physics.comm import Link, link_for_group, nccl_allreduce_s, nccl_allreduce_terms, p2p_s
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
+from clusterplan.physics.memo import HeldMemo
 from clusterplan.physics.memory import max_batch_by_memory
 from clusterplan.physics.reasons import KvCacheDoesNotFit, NoTensorThroughput, Reason, WeightsDoNotFit
 from clusterplan.physics.rules import (
@@ -341,17 +342,31 @@ def _rate_at(gpu: GpuSpec, precision: str, a: Assumptions) -> float:
     )
 
 
+# _rates per (MLA or not, GPU row, weight and KV precision, assumptions): every TP and PP degree of a precision on one
+# GPU type reads the same rates, and a layout's reasons read them again.
+_RATES: HeldMemo[_Rates] = HeldMemo()
+
+
 def _rates(arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, a: Assumptions) -> _Rates:
     """Rates of this GPU class: bytes at ``bandwidth x mem_eff``, FLOPs at ``peak x compute_eff x clock_fraction``
-    at each kernel kind's precision."""
+    at each kernel kind's precision (of the model, only whether its attention is MLA matters)."""
+    key = (arch.is_mla, id(gpu), layout.quant, layout.kv_precision, id(a))
+    got = _RATES.get(key, (gpu, a))
+    if got is not None:
+        return got
+    return _RATES.keep(key, (gpu, a), _rates_of(arch.is_mla, gpu, layout.quant, layout.kv_precision, a))
+
+
+def _rates_of(is_mla: bool, gpu: GpuSpec, quant: str, kv_precision: str, a: Assumptions) -> _Rates:
+    """:func:`_rates`, computed."""
     bw = gpu.bandwidth_gb_per_s * BYTES_PER_GB * a.engine_factor("memory_bandwidth_efficiency", gpu)
-    cprec = compute_precision_for_weights(gpu, layout.quant, a.fp4_activations)
+    cprec = compute_precision_for_weights(gpu, quant, a.fp4_activations)
     flops_rate = _rate_at(gpu, cprec, a)
     no_tensor: Reason | None = None
     if flops_rate <= 0:
         no_tensor = NoTensorThroughput(gpu=short_name(gpu), precision=cprec)
         flops_rate = 1e9  # keep the numbers finite; the estimate is infeasible anyway
-    aprec = attention_precision(gpu, layout.kv_precision)
+    aprec = attention_precision(gpu, kv_precision)
 
     def attention_rate_at(precision: str) -> float:
         rate = _rate_at(gpu, precision, a)
@@ -359,7 +374,7 @@ def _rates(arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, a: Assumptions
         return min(rate, flops_rate) if rate > 0 else flops_rate
 
     attention_rate = decode_attention_rate = attention_rate_at(aprec)
-    if arch.is_mla:  # MLA's kernels multiply at their own precision on some architectures
+    if is_mla:  # MLA's kernels multiply at their own precision on some architectures
         prefill_p, decode_p = (a.mla_precision(gpu.architecture, phase, aprec) for phase in ("prefill", "decode"))
         attention_rate = attention_rate if prefill_p == aprec else attention_rate_at(prefill_p)
         decode_attention_rate = decode_attention_rate if decode_p == aprec else attention_rate_at(decode_p)
@@ -374,7 +389,7 @@ def _rates(arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, a: Assumptions
         # ``_default_disabled_quantizer_cfg``: ``"*lm_head*": {"enable": False}``)
         head_flops_per_s=attention_rate_at("bf16"),
         # FP8 block scales cost the expert GEMMs compute, not weight bytes, on Hopper (moe_block_scale_compute_fraction)
-        expert_flops_per_s=flops_rate * a.moe_compute_fraction(gpu.architecture, layout.quant),
+        expert_flops_per_s=flops_rate * a.moe_compute_fraction(gpu.architecture, quant),
         no_tensor=no_tensor,
     )
 
