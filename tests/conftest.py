@@ -400,3 +400,23 @@ def serving_workload(rows: tuple[ServingRow, ...], exclusions: tuple[Exclusion, 
         output_tokens=100,
         targets=ServingTargets(),
     )
+
+
+def one_axis_variants(bases: list[dict[str, Any]], axes: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """Each base, followed by every variant of it that changes one axis to another of its values (a memo's tests:
+    each variant computed right after its base, so a key that drops an axis returns the base's answer)."""
+    cases: list[dict[str, Any]] = []
+    for base in bases:
+        cases.append(base)
+        for axis, values in axes.items():
+            cases += [{**base, axis: v} for v in values if v is not base[axis]]
+    return cases
+
+
+def process_running(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import process_running
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks only on Linux")
@@ -233,16 +235,7 @@ def test_a_worker_whose_caller_was_killed_ends() -> None:
     proc.wait(timeout=60)
     assert worker, "the worker never started"
     for _ in range(3000):
-        if not _running(worker):
+        if not process_running(worker):
             break
         time.sleep(0.02)
-    assert not _running(worker), "the worker waits for good on a dead caller"
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's reaper may be slow to collect it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    assert not process_running(worker), "the worker waits for good on a dead caller"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import example
+from conftest import example, process_running
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")]
 CLI = Path(sys.executable).parent / "clusterplan"
@@ -35,15 +35,6 @@ def children(pid: int) -> set[int]:
     except OSError:
         pass
     return found
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for a reaper counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def start(out: Path) -> subprocess.Popen[str]:
@@ -106,10 +97,10 @@ def test_an_interrupted_report_ends_cleanly(tmp_path: Path, point: str, sig: int
     assert "Traceback" not in stderr and "internal error" not in stderr, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a partial report was left"
     for _ in range(MAX_POLLS):
-        if not any(alive(pid) for pid in seen):
+        if not any(process_running(pid) for pid in seen):
             break
         time.sleep(POLL_S)
-    assert not any(alive(pid) for pid in seen), f"workers outlived the command: {sorted(seen)}"
+    assert not any(process_running(pid) for pid in seen), f"workers outlived the command: {sorted(seen)}"
 
 
 # solve with the candidate worker forked whatever the machine's load (a test run beside leaves no CPU free, and then
@@ -150,4 +141,4 @@ def test_a_solve_interrupted_while_its_candidate_worker_runs_ends_cleanly(
     assert stderr.strip().splitlines()[-1] == line, stderr
     assert "Traceback" not in stderr and "internal error" not in stderr, stderr
     # The command stops and reaps its worker before it exits (the worker would otherwise build on for a second).
-    assert not any(alive(pid) for pid in seen), f"the candidate worker outlived the command: {sorted(seen)}"
+    assert not any(process_running(pid) for pid in seen), f"the candidate worker outlived the command: {sorted(seen)}"

@@ -15,6 +15,7 @@ from clusterplan.physics import memo
 from clusterplan.physics.factors import Assumptions
 from clusterplan.physics.layout import Layout
 from clusterplan.requirement.schema import EngineSettings, ServingWorkload
+from conftest import one_axis_variants
 
 # Each input of a replica's batch and estimate the memos read, and the values it takes.
 AXES: dict[str, list[Any]] = {
@@ -57,14 +58,10 @@ def _figures(catalog: Catalog, p: dict[str, Any]) -> tuple[int, str, str]:
 
 def test_memoised_serving_figures_are_the_fresh_ones(catalog: Catalog) -> None:
     rng = random.Random(31)
-    cases: list[dict[str, Any]] = []
     # one base pinned where MLA's attention multiplies at another precision than the cache's (Hopper, FP8 KV)
     pinned = {axis: values[0] for axis, values in AXES.items()} | {"quant": "fp8", "kv": "fp8", "tp": 8}
-    for i in range(31):
-        base = pinned if i == 0 else {axis: rng.choice(values) for axis, values in AXES.items()}
-        cases.append(base)
-        for axis, values in AXES.items():
-            cases += [{**base, axis: v} for v in values if v is not base[axis]]
+    bases = [pinned] + [{axis: rng.choice(values) for axis, values in AXES.items()} for _ in range(30)]
+    cases = one_axis_variants(bases, AXES)
     memo.clear_memos()
     warm = [_figures(catalog, p) for p in cases]  # each variant right after its base, memos kept
     for p, got in zip(cases, warm, strict=True):

@@ -17,6 +17,7 @@ from clusterplan.physics.layout import Layout
 from clusterplan.physics.optimizer_memory import MemoryPlan
 from clusterplan.physics.training_job import FrameworkRates, TrainingJob, TrainingSettings
 from clusterplan.physics.types import TrainingEstimate
+from conftest import one_axis_variants
 
 # Each input of an estimate the memos read, and the values it takes.
 AXES: dict[str, list[Any]] = {
@@ -72,12 +73,7 @@ def _estimate(catalog: Catalog, p: dict[str, Any]) -> TrainingEstimate:
 
 def test_memoised_training_estimates_are_the_fresh_ones(catalog: Catalog) -> None:
     rng = random.Random(33)
-    cases: list[dict[str, Any]] = []
-    for _ in range(12):
-        base = {axis: rng.choice(values) for axis, values in AXES.items()}
-        cases.append(base)
-        for axis, values in AXES.items():
-            cases += [{**base, axis: v} for v in values if v is not base[axis]]
+    cases = one_axis_variants([{axis: rng.choice(values) for axis, values in AXES.items()} for _ in range(12)], AXES)
     memo.clear_memos()
     warm = [_estimate(catalog, p) for p in cases]  # each variant right after its base, memos kept
     for p, got in zip(cases, warm, strict=True):
