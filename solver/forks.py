@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 J = TypeVar("J")
@@ -40,10 +41,36 @@ def pool_context() -> Any:
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the system says, else the machine's count)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The CPUs this process may run on: its affinity where the system says (else the machine's count), and no more
+    than its control group's CPU quota allows in whole CPUs (a container limited to one CPU on a large machine sees
+    every CPU in its affinity; a worker there would only take turns with this process under the quota)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroup_cpu_quota()
+    return cpus if quota is None else max(1, min(cpus, int(quota)))
+
+
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/self/cgroup")) -> float | None:
+    """CPUs per period this process's control group may use (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``); None where there is no quota or it cannot be read."""
+    try:
+        lines = cgroups.read_text(encoding="ascii").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
+        try:
+            if hierarchy == "0" and controllers == "":  # v2: one hierarchy
+                quota, period = (root / path.lstrip("/") / "cpu.max").read_text(encoding="ascii").split()[:2]
+                if quota != "max":
+                    return int(quota) / int(period)
+            elif "cpu" in controllers.split(","):  # v1: the cpu controller's own hierarchy
+                folder = root / controllers / path.lstrip("/")
+                quota_us = int((folder / "cpu.cfs_quota_us").read_text(encoding="ascii"))
+                if quota_us > 0:
+                    return quota_us / int((folder / "cpu.cfs_period_us").read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def idle_cpu() -> bool:

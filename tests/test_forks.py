@@ -239,3 +239,39 @@ def test_a_worker_whose_caller_was_killed_ends() -> None:
             break
         time.sleep(0.02)
     assert not process_running(worker), "the worker waits for good on a dead caller"
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "files", "cpus"),
+    [
+        ("0::/pod\n", {"pod/cpu.max": "150000 100000\n"}, 1.5),  # v2, a limit of one and a half CPUs
+        ("0::/pod\n", {"pod/cpu.max": "max 100000\n"}, None),  # v2, no limit
+        (
+            "3:cpu,cpuacct:/ct\n",
+            {"cpu,cpuacct/ct/cpu.cfs_quota_us": "200000\n", "cpu,cpuacct/ct/cpu.cfs_period_us": "100000\n"},
+            2.0,
+        ),
+        ("1:cpu:/\n", {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # v1, no limit
+        ("0::/gone\n", {}, None),  # nothing readable
+    ],
+)
+def test_a_control_groups_cpu_quota_is_read(
+    tmp_path: Path, cgroup: str, files: dict[str, str], cpus: float | None
+) -> None:
+    # A container limited to fewer CPUs than its affinity shows (a Kubernetes pod's CPU limit) has no CPU free for a
+    # worker: usable_cpus takes the quota's whole CPUs.
+    from clusterplan import forks
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "self-cgroup").write_text(cgroup)
+    assert forks.cgroup_cpu_quota(tmp_path, tmp_path / "self-cgroup") == cpus
+
+
+def test_a_quota_under_two_cpus_leaves_no_cpu_for_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterplan import forks
+
+    monkeypatch.setattr(forks, "cgroup_cpu_quota", lambda: 1.5)
+    assert forks.usable_cpus() == 1
+    assert not forks.may_fork()
