@@ -6,6 +6,8 @@ replica's GPUs (``tp x pp``: 32), and placement, the fabric rule, the checker an
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -67,7 +69,8 @@ def test_deepseek_v3_chooses_wide_ep_when_it_is_cheaper(catalog: Catalog) -> Non
 def test_wide_ep_export_starts_each_server_of_a_replica(catalog: Catalog) -> None:
     """vLLM runs a replica over two servers as 16 data-parallel engines, 8 per server: the first server's line
     serves the API, the second joins it ``--headless`` from rank 8, both at the head's address. Every flag is in
-    vLLM's documented list; SGLang and TensorRT-LLM launches for it are refused with the fix, not written wrong."""
+    vLLM's documented list. SGLang runs the same command on each server with its node rank and the head's address;
+    a TensorRT-LLM launch for it is refused with the fix, not written wrong."""
     from clusterplan.design.export import export_design
     from clusterplan.errors import ClusterplanError
     from clusterplan.render.export_view import export_files
@@ -87,9 +90,30 @@ def test_wide_ep_export_starts_each_server_of_a_replica(catalog: Catalog) -> Non
         assert argv[at + 1] == "8" and "--data-parallel-address" in argv
     assert "--headless" not in first and "--data-parallel-start-rank" not in first
     assert second[second.index("--data-parallel-start-rank") + 1] == "8" and "--headless" in second
-    for engine in ("sglang", "tensorrt-llm"):
-        with pytest.raises(ClusterplanError, match="wide EP"):
-            export_design(resolved, catalog, plan, engine=engine)
+    # SGLang: the same command on each server, --tp-size over both, its rank, the head's address, DeepEP's all-to-all
+    sglang = export_files(export_design(resolved, catalog, plan, engine="sglang"))
+    assert undocumented("sglang", sglang) == []
+    lines = [argv for name, argv in commands(sglang) if name.endswith("-launch.sh")]
+    assert len(lines) == 2
+    for rank, argv in enumerate(lines):
+        flags = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+        assert (flags["--tp-size"], flags["--nnodes"], flags["--node-rank"]) == ("16", "2", str(rank))
+        assert flags["--dist-init-addr"].startswith("$HEAD_IP:") and flags["--moe-a2a-backend"] == "deepep"
+    assert lines[0][lines[0].index("--dist-init-addr") + 1] == lines[1][lines[1].index("--dist-init-addr") + 1]
+    # ... and the shell expands the head's address in the script as written (for both engines' scripts)
+    for written in (files, sglang):
+        (script,) = [text for name, text in written.items() if name.endswith("-launch.sh")]
+        line = script.splitlines()[-1]
+        shown = subprocess.run(
+            ["sh", "-c", "printf '%s\\n' " + line.split(" ", 1)[1]],
+            env={"HEAD_IP": "10.1.2.3", "PATH": os.environ["PATH"]},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert any(a.startswith("10.1.2.3") for a in shown), shown
+    with pytest.raises(ClusterplanError, match="wide EP"):
+        export_design(resolved, catalog, plan, engine="tensorrt-llm")
 
 
 def test_network_per_gpu_is_read_from_each_instance_row(catalog: Catalog) -> None:

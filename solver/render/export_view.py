@@ -42,8 +42,15 @@ BENCH_PERCENTILES = "95"  # the requirement's targets are p95s
 
 
 def _join(argv: list[str]) -> str:
-    """One shell line; the head server's address stays a variable the shell expands (HEAD_ADDRESS)."""
-    return " ".join(f'"{a}"' if a == HEAD_ADDRESS else shlex.quote(a) for a in argv)
+    """One shell line; the head server's address stays a variable the shell expands (HEAD_ADDRESS, alone or with a
+    port: ``$HEAD_IP:20000``)."""
+    return " ".join(f'"{a}"' if _at_head(a) else shlex.quote(a) for a in argv)
+
+
+def _at_head(arg: str) -> bool:
+    """``arg`` is the head server's address, or that address and a port (digits only: nothing else is expanded)."""
+    host, _, port = arg.partition(":")
+    return host == HEAD_ADDRESS and (arg == HEAD_ADDRESS or port.isdigit())
 
 
 def _dtype(quant: str) -> str:
@@ -68,6 +75,9 @@ def _bootstrap_port(x: Launch, replica: int) -> int:
 
 
 DP_RPC_PORT = 13345  # vLLM's multi-node data-parallel handshake port (its data-parallel deployment guide's example)
+# SGLang's multi-node init port on a replica's first server (docs/references/multi_node_deployment/multi_node.md: "your
+# own node ip address and port of the first node", 20000 in its example), one per replica
+SGLANG_DIST_INIT_PORT = 20000
 HEAD_ADDRESS = "$HEAD_IP"  # the replica's first server, as the script's user sets it
 
 
@@ -114,12 +124,18 @@ def vllm_launch(x: Launch, replica: int = 0, server: int = 0) -> list[str]:
     return argv
 
 
-def sglang_launch(x: Launch, replica: int = 0) -> list[str]:
+def sglang_launch(x: Launch, replica: int = 0, server: int = 0) -> list[str]:
     """``python -m sglang.launch_server`` for one replica. Attention DP: ``--enable-dp-attention --dp-size`` (one
     attention rank per GPU of the TP group); experts over ``--ep-size`` GPUs; ``--max-running-requests`` is the
-    replica's total (the scheduler splits it over the DP ranks)."""
+    replica's total (the scheduler splits it over the DP ranks). A wide-EP replica over several servers: the same
+    command on each with ``--nnodes``, its ``--node-rank`` and the first server's ``--dist-init-addr`` (SGLang's
+    multi-node deployment; ``--tp-size`` counts every server's GPUs), the experts' all-to-all over DeepEP
+    (``--moe-a2a-backend deepep``: the fabric all-to-all the plan rated)."""
     argv = ["python", "-m", "sglang.launch_server", "--model-path", x.model, "--tp-size", str(x.tp)]
     argv += ["--pp-size", str(x.pp)]
+    if x.servers_per_replica > 1:
+        argv += ["--nnodes", str(x.servers_per_replica), "--node-rank", str(server)]
+        argv += ["--dist-init-addr", f"{HEAD_ADDRESS}:{SGLANG_DIST_INIT_PORT + replica}", "--moe-a2a-backend", "deepep"]
     if x.attention_dp:
         argv += ["--dp-size", str(x.tp), "--enable-dp-attention"]
     if x.ep > 1:
@@ -194,13 +210,16 @@ def trtllm_launch(x: Launch, options_file: str, replica: int = 0) -> list[str]:
     ]  # fmt: skip
 
 
-def launch_argv(x: Launch, options_file: str = "extra-llm-api-options.yaml", replica: int = 0) -> list[str]:
-    """The launch command of one replica in its engine's own CLI."""
+def launch_argv(
+    x: Launch, options_file: str = "extra-llm-api-options.yaml", replica: int = 0, server: int = 0
+) -> list[str]:
+    """The launch command of one replica in its engine's own CLI (``server``: which of a wide-EP replica's servers;
+    export.WIDE_EP_ENGINES are the engines it is written for)."""
     if x.engine == "sglang":
-        return sglang_launch(x, replica)
+        return sglang_launch(x, replica, server)
     if x.engine == "tensorrt-llm":
         return trtllm_launch(x, options_file, replica)
-    return vllm_launch(x, replica)
+    return vllm_launch(x, replica, server)
 
 
 def _pool_ports(pools: list[Launch], role: str) -> list[int]:
@@ -404,7 +423,7 @@ def _launch_script(x: Launch, options: str, first_gpu: int, first_instance: int)
             "# its first server's address and run line k on its server k (the first serves the API)"
         ]
         for k in range(x.servers_per_replica):
-            lines.append(_join(vllm_launch(x, 0, k)))
+            lines.append(_join(launch_argv(x, options, 0, k)))
         return head + "\n".join(lines) + "\n"
     if x.role == "aggregated":
         return head + _join(launch_argv(x, options)) + "\n"
