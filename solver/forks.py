@@ -73,9 +73,9 @@ def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("
     return None
 
 
-def idle_cpu() -> bool:
+def idle_cpu(cpus: int) -> bool:
     """Whether a CPU is free for a worker now: fewer tasks runnable this instant (``/proc/loadavg``'s count, this
-    process included) than CPUs this process may use. On a busy machine a worker only takes turns with this process
+    process included) than ``cpus``, the CPUs this process may use. On a busy machine a worker only takes turns with this process
     and costs the fork: the 70B example's candidates took 0.23 s in turn and 0.27 s shared with a test run beside,
     0.195 s shared on a quiet machine. Where the count cannot be read: True."""
     try:
@@ -83,7 +83,7 @@ def idle_cpu() -> bool:
             runnable = int(f.read().split()[3].split("/")[0])
     except (OSError, ValueError, IndexError):
         return True
-    return runnable < usable_cpus()
+    return runnable < cpus
 
 
 # Whether a shared_work call is running in this process: work inside one (a workload's GPU types, inside the
@@ -97,14 +97,12 @@ def may_fork() -> bool:
     shared out already."""
     import multiprocessing
 
-    return (
-        not _sharing
-        and sys.platform.startswith("linux")
-        and usable_cpus() >= 2
-        and threading.active_count() == 1
-        and multiprocessing.parent_process() is None
-        and idle_cpu()
-    )
+    if _sharing or not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return False
+    if multiprocessing.parent_process() is not None:
+        return False
+    cpus = usable_cpus()  # read once: affinity and the control group's files
+    return cpus >= 2 and idle_cpu(cpus)
 
 
 @contextmanager
@@ -156,7 +154,7 @@ def _worker_loop(run: Callable[[Any], Any], jobs: Sequence[Any], ends: Any, lock
     # The caller's end, inherited: closed, so that a caller gone (killed) leaves no reader, and the send below fails
     # and ends this worker instead of waiting for good on a full pipe.
     theirs.close()
-    done: dict[int, Any] = {}
+    done: dict[int, bytes | None] = {}
     while True:
         with lock:
             i = ends[0]
@@ -166,7 +164,7 @@ def _worker_loop(run: Callable[[Any], Any], jobs: Sequence[Any], ends: Any, lock
         try:
             # Pickled now, while the caller still works: sending one message of bytes at the end is then quick (the
             # eight-workload fleet's results, their physics memos included, took ~0.1 s to pickle after the last job).
-            done[i] = ("ok", pickle.dumps(run(jobs[i]), protocol=pickle.HIGHEST_PROTOCOL))
+            done[i] = pickle.dumps(run(jobs[i]), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # its error is raised again in the caller, where the job runs in turn
             done[i] = None
     with contextlib.suppress(OSError):  # the caller is gone: nothing to send to, and nothing to say
@@ -207,14 +205,14 @@ def shared_work(jobs: Sequence[J], run: Callable[[J], R]) -> list[R]:
                 ends[1] = i - 1
             results[i] = run(jobs[i])
         try:
-            sent: dict[int, Any] = reader.recv()
+            sent: dict[int, bytes | None] = reader.recv()
         except (EOFError, OSError):  # the worker died: what it took runs here
             sent = {}
         worker.join()
         for i in range(len(jobs)):
             if i not in results:
                 got = sent.get(i)
-                results[i] = pickle.loads(got[1]) if got is not None else run(jobs[i])  # bytes its own worker wrote
+                results[i] = pickle.loads(got) if got is not None else run(jobs[i])  # bytes its own worker wrote
     except BaseException:
         with contextlib.suppress(Exception):
             worker.terminate()

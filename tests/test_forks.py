@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fo
 _PRELUDE = """
 import os, pathlib, tempfile, time
 from clusterplan import forks
-forks.idle_cpu = lambda: True
+forks.idle_cpu = lambda cpus: True
 parent = os.getpid()
 marks = pathlib.Path(tempfile.mkdtemp())
 def mark(name):
@@ -199,7 +199,7 @@ def test_one_workloads_gpu_types_worked_out_beside_a_worker_equal_those_in_turn(
 def test_nothing_forks_without_a_free_cpu() -> None:
     out = _run(
         """
-        forks.idle_cpu = lambda: False
+        forks.idle_cpu = lambda cpus: False
         print(forks.may_fork(), {pid for pid in forks.shared_work([1, 2, 3], lambda j: os.getpid())} == {os.getpid()})
         """
     )

@@ -106,7 +106,7 @@ def test_an_interrupted_report_ends_cleanly(tmp_path: Path, point: str, sig: int
 # solve with the candidate worker forked whatever the machine's load (a test run beside leaves no CPU free, and then
 # nothing forks): the eight-workload fleet's workloads are built beside one worker for about a second.
 _SOLVE_FORKING = (
-    "import sys; sys.argv[0] = 'clusterplan'; from clusterplan import forks; forks.idle_cpu = lambda: True; "
+    "import sys; sys.argv[0] = 'clusterplan'; from clusterplan import forks; forks.idle_cpu = lambda cpus: True; "
     "from clusterplan.cli import entry; entry()"
 )
 
