@@ -105,12 +105,13 @@ def _physics_key(
     )
 
 
-def _serving_key(cache: CandidateCache, inputs: ServingInputs, mixed: bool, keep_latency: bool) -> Hashable:
-    """Every input of a serving workload's rows, demand excepted (rows describe one replica)."""
+def _serving_key(inputs: ServingInputs, physics_key: Hashable, mixed: bool, keep_latency: bool) -> Hashable:
+    """Every input of a serving workload's rows, demand excepted (rows describe one replica); ``physics_key``: its
+    physics' (:func:`_physics_key`)."""
     return (
         "serving",
         inputs.w.model_dump_json(exclude=set(DEMAND_FIELDS)),
-        _physics_key(cache, inputs.w, inputs.arch, inputs.catalog, inputs.assumptions),
+        physics_key,
         tuple(sorted((gid, replace(g, price_usd=None)) for gid, g in inputs.gpus.items())),
         inputs.limits.allowed_gpus,
         inputs.limits.quantizations,
@@ -201,15 +202,15 @@ class _Make:
         req = self.resolved.requirement
         return ServingInputs(w, self.resolved.model_for(i), self.catalog, self.gpus, self.limits, req.assumptions)
 
-    def rows_key(self, i: int, cache: CandidateCache) -> Hashable:
-        """Every input of workload ``i``'s rows (a serving workload's demand excepted); None: not cached (a probe's
-        table under a cost cap)."""
+    def rows_key(self, i: int, cache: CandidateCache, physics_key: Hashable) -> Hashable:
+        """Every input of workload ``i``'s rows (a serving workload's demand excepted; ``physics_key``: its
+        :meth:`physics_key`); None: not cached (a probe's table under a cost cap)."""
         req = self.resolved.requirement
         w = req.workloads[i]
         if w.kind == "serving":
             if self.cap is not None:
                 return None
-            return (_serving_key(cache, self.serving_inputs(i, w), self.mixed(w), self.keep_latency), self.derate)
+            return (_serving_key(self.serving_inputs(i, w), physics_key, self.mixed(w), self.keep_latency), self.derate)
         return (
             "training",
             w.model_dump_json(),
@@ -250,10 +251,12 @@ class _Make:
 
 @dataclass
 class _Job:
-    """Workloads whose rows are made afresh together, in order (those sharing one physics memo), and that memo."""
+    """Workloads whose rows are made afresh together, in order (those sharing one physics memo), that memo and its
+    key in the cache."""
 
     workloads: list[int]
     physics: ServingPhysics | None
+    physics_key: Hashable = None
 
 
 def _made(make: _Make, cache: CandidateCache | None) -> list[WorkloadCandidates]:
@@ -267,30 +270,27 @@ def _made(make: _Make, cache: CandidateCache | None) -> list[WorkloadCandidates]
     keys: list[Hashable] = [None] * len(req.workloads)
     jobs: dict[Hashable, _Job] = {}
     first_of: dict[Hashable, int] = {}  # a key's first workload made afresh in this build: later ones read its rows
-    physics_keys: dict[int, Hashable] = {}  # per memo (by identity) its key in the cache
     for i in range(len(req.workloads)):
-        physics = None
+        physics, pkey = None, None
         if cache is not None:
-            keys[i] = make.rows_key(i, cache)
             pkey = make.physics_key(i, cache)
+            keys[i] = make.rows_key(i, cache, pkey)
             if pkey is not None:
                 physics = cache.physics_for(pkey)
-                physics_keys[id(physics)] = pkey
             if keys[i] is not None and (keys[i] in cache.rows or keys[i] in first_of):
                 continue
             if keys[i] is not None:
                 first_of[keys[i]] = i
-        group: Hashable = ("physics", id(physics)) if physics is not None else ("alone", i)
-        jobs.setdefault(group, _Job([], physics)).workloads.append(i)
+        group: Hashable = ("physics", pkey) if pkey is not None else ("alone", i)
+        jobs.setdefault(group, _Job([], physics, pkey)).workloads.append(i)
     # Training layout searches are the longest jobs: first, so that the two processes finish together.
     order = sorted(jobs.values(), key=lambda j: req.workloads[j.workloads[0]].kind == "serving")
     made: dict[int, WorkloadCandidates] = {}
     for job, (rows, memo) in zip(order, shared_work(order, lambda j: _run_job(make, j)), strict=True):
         made.update(rows)
-        if cache is not None and job.physics is not None and memo.sent is not None:  # made in the worker
-            key = physics_keys[id(job.physics)]
-            del cache.physics[key]
-            cache.shipped[key] = memo.sent
+        if cache is not None and job.physics_key is not None and memo.sent is not None:  # made in the worker
+            del cache.physics[job.physics_key]
+            cache.shipped[job.physics_key] = memo.sent
     out: list[WorkloadCandidates] = []
     for i, w in enumerate(req.workloads):
         key = keys[i]
