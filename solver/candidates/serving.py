@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from clusterplan.physics.reasons import (
     KvStreamOverLink,
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
     from clusterplan.evaluation.evaluate import ServingRates
     from clusterplan.evaluation.pools import PrefillReplica
-    from clusterplan.physics.disagg import PrefillAtLoad
     from clusterplan.physics.factors import Assumptions
     from clusterplan.physics.types import LatencyAtLoad, ServingEstimate
     from clusterplan.requirement.schema import ServingWorkload
@@ -43,6 +42,8 @@ from clusterplan.candidates.table import (
 from clusterplan.evaluation.uncertainty import NO_DERATE, Derate
 from clusterplan.forks import shared_work
 from clusterplan.physics.layout import Layout
+
+V = TypeVar("V")
 
 # Workload fields no row reads (the demand: rows describe one replica) and those only the rate search
 # reads (the p95 targets): what :class:`clusterplan.candidates.build.CandidateCache` keys leave out.
@@ -102,16 +103,13 @@ class ServingPhysics:
 
     batches: dict[LayoutKey, int] = field(default_factory=dict)
     estimates: dict[tuple[LayoutKey, int], ServingEstimate] = field(default_factory=dict)
-    # Per estimate (by identity, held): p95s at each rate met so far, and its p95s at a rate (queueing.loader, which
-    # keeps its decode step at each running batch: the rate searches of other targets and of a retargeted build
-    # share them).
-    loads: dict[int, tuple[ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], LatencyAtLoad]]] = field(
+    # Per estimate (by identity, held): its p95s at a rate, each rate's kept (queueing.loader, which keeps its decode
+    # step at each running batch: the rate searches of other targets and of a retargeted build share them).
+    loads: dict[int, tuple[ServingEstimate, Callable[[float], LatencyAtLoad]]] = field(default_factory=dict)
+    # Per estimate (by identity, held): its decode-only replica and that replica's p95s at a rate, each rate's kept.
+    decode_loads: dict[int, tuple[ServingEstimate, ServingEstimate, Callable[[float], LatencyAtLoad]]] = field(
         default_factory=dict
     )
-    # Per estimate (by identity, held): its decode-only replica, that replica's p95s at each rate and at a rate.
-    decode_loads: dict[
-        int, tuple[ServingEstimate, ServingEstimate, dict[float, LatencyAtLoad], Callable[[float], LatencyAtLoad]]
-    ] = field(default_factory=dict)
     # Per (GPU types and limits as the layouts read them, keep_latency, derating): the operating points and
     # exclusions of every layout (:func:`_layouts`); of the workload, only the rate searches read the targets.
     layouts: dict[Hashable, Layouts] = field(default_factory=dict)
@@ -168,16 +166,8 @@ class ServingPhysics:
             at_rate = queueing.loader(
                 est, input_tokens=w.input_tokens, output_tokens=w.output_tokens, assumptions=assumptions
             )
-            held = self.loads[id(est)] = (est, {}, at_rate)
-        _, table, at_rate = held
-
-        def at(rate: float) -> LatencyAtLoad:
-            got = table.get(rate)
-            if got is None:
-                got = table[rate] = at_rate(rate)
-            return got
-
-        return at
+            held = self.loads[id(est)] = (est, _once_per_rate(at_rate))
+        return held[1]
 
     def decode_replica(
         self, est: ServingEstimate, w: ServingWorkload, assumptions: Assumptions
@@ -190,16 +180,8 @@ class ServingPhysics:
         held = self.decode_loads.get(id(est))
         if held is None:
             dec = disagg.decode_only(est, output_tokens=w.output_tokens)
-            held = self.decode_loads[id(est)] = (est, dec, {}, pools.decode_at_load(dec, w, assumptions))
-        _, dec, table, raw = held
-
-        def at(rate: float) -> LatencyAtLoad:
-            got = table.get(rate)
-            if got is None:
-                got = table[rate] = raw(rate)
-            return got
-
-        return dec, at
+            held = self.decode_loads[id(est)] = (est, dec, _once_per_rate(pools.decode_at_load(dec, w, assumptions)))
+        return held[1], held[2]
 
     def prefill_replica(
         self, est: ServingEstimate, arch: ModelArchitecture, spec: GpuSpec, w: ServingWorkload, assumptions: Assumptions
@@ -210,17 +192,22 @@ class ServingPhysics:
         held = self.prefill_loads.get(id(est))
         if held is None:
             made = pools.prefill_replica(est, arch, spec, w, assumptions)
-            table: dict[float, PrefillAtLoad] = {}
-            raw = made.at
-
-            def at(rate: float) -> PrefillAtLoad:
-                got = table.get(rate)
-                if got is None:
-                    got = table[rate] = raw(rate)
-                return got
-
-            held = self.prefill_loads[id(est)] = (est, replace(made, at=at))
+            held = self.prefill_loads[id(est)] = (est, replace(made, at=_once_per_rate(made.at)))
         return held[1]
+
+
+def _once_per_rate(at_rate: Callable[[float], V]) -> Callable[[float], V]:
+    """``at_rate``, each rate's answer kept: the rate searches of other targets, and a retargeted build's, visit the
+    same rates."""
+    table: dict[float, V] = {}
+
+    def at(rate: float) -> V:
+        got = table.get(rate)
+        if got is None:
+            got = table[rate] = at_rate(rate)
+        return got
+
+    return at
 
 
 def with_demand(wc: WorkloadCandidates, w: ServingWorkload) -> WorkloadCandidates:
