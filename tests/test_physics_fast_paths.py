@@ -106,6 +106,10 @@ def test_a_stepper_kept_across_rates_gives_the_fresh_figures(catalog: Catalog) -
     for est in _replicas(catalog):
         assert est.feasible and est.step_model is not None
         kept = queueing.stepper(est)
+        # loaders kept across every rate below, each holding one stepper (the default engine's, TensorRT-LLM's)
+        shared = queueing.loader(
+            est, input_tokens=SHAPE.input_tokens, output_tokens=SHAPE.output_tokens, assumptions=Assumptions()
+        )
         loader = queueing.loader(
             est, input_tokens=SHAPE.input_tokens, output_tokens=SHAPE.output_tokens, assumptions=TRT
         )
@@ -119,8 +123,7 @@ def test_a_stepper_kept_across_rates_gives_the_fresh_figures(catalog: Catalog) -
                 "assumptions": Assumptions(),
             }
             fresh = queueing.latency_at_load(est, rate, **args)  # type: ignore[arg-type]
-            shared = queueing.latency_at_load(est, rate, **args, step_s=kept)  # type: ignore[arg-type]
-            assert _figures(shared) == _figures(fresh), (est.gpu_id, est.tp, rate)
+            assert _figures(shared(rate)) == _figures(fresh), (est.gpu_id, est.tp, rate)
             at_trt = queueing.latency_at_load(est, rate, **{**args, "assumptions": TRT})  # type: ignore[arg-type]
             assert _figures(loader(rate)) == _figures(at_trt), (est.gpu_id, est.tp, rate)
             kept_rates += 1

@@ -174,13 +174,10 @@ def decode_at_load(
     dec: ServingEstimate,
     w: ServingWorkload,
     assumptions: Assumptions,
-    *,
-    step_s: Callable[[float], float] | None = None,
 ) -> Callable[[float], LatencyAtLoad]:
-    """The p95s of a decode-only replica (:func:`clusterplan.physics.disagg.decode_only`) at a rate: nothing to prefill.
-    ``step_s``: :func:`clusterplan.physics.queueing.stepper` of ``dec`` kept by the caller (else one for these rates)."""
+    """The p95s of a decode-only replica (:func:`clusterplan.physics.disagg.decode_only`) at a rate: nothing to prefill."""
     assumptions = serving_assumptions(assumptions, w)
-    return queueing.loader(dec, input_tokens=0.0, output_tokens=w.output_tokens, assumptions=assumptions, step_s=step_s)
+    return queueing.loader(dec, input_tokens=0.0, output_tokens=w.output_tokens, assumptions=assumptions)
 
 
 def design_p95_e2e_s(prefill: PoolRates, decode: PoolRates) -> float:

@@ -259,17 +259,16 @@ def latency_at_load(
     input_tokens: float,
     output_tokens: float,
     assumptions: Assumptions,
-    step_s: Callable[[float], float] | None = None,
 ) -> LatencyAtLoad:
     """p95 and mean TTFT, TPOT and end-to-end latency of one replica receiving ``arrival_requests_per_s``.
 
     TTFT: the wait for a slot, then the wait for the prompts queued ahead (:func:`_wait` with one server:
     M/D/1, each prompt holding the step budget for ``P_b + step(n)·p/(budget - n)``, Pollaczek-Khinchine), its prefill and
     the decode steps its chunks share. The decode phase (:func:`_decode_phase`) and the end-to-end latency
-    (TTFT + decode) as their means and variances, their p95s by :func:`gamma_p95`. ``step_s``: :func:`stepper` of
-    ``est``, kept by a caller that asks at many rates (the same figures, sooner; or keep :func:`loader`).
+    (TTFT + decode) as their means and variances, their p95s by :func:`gamma_p95`. A caller that asks at many rates
+    keeps a :func:`loader` instead (the same figures, sooner).
     """
-    at = loader(est, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions, step_s=step_s)
+    at = loader(est, input_tokens=input_tokens, output_tokens=output_tokens, assumptions=assumptions)
     return at(arrival_requests_per_s)
 
 
@@ -279,13 +278,12 @@ def loader(
     input_tokens: float,
     output_tokens: float,
     assumptions: Assumptions,
-    step_s: Callable[[float], float] | None = None,
 ) -> Callable[[float], LatencyAtLoad]:
     """:func:`latency_at_load` of ``est`` as a function of the arrival rate alone, for a caller that asks at many
     rates (a rate search): what does not depend on the rate (the estimate's and the assumptions' fields, the
-    prompt's computed tokens, the engine's chunk size) is read once. ``step_s``: :func:`stepper` of ``est`` (else
-    one for these rates)."""
-    steps_of = step_s if step_s is not None else stepper(est)
+    prompt's computed tokens, the engine's chunk size) is read once, and one :func:`stepper` keeps the decode steps
+    of every rate."""
+    steps_of = stepper(est)
     mu, batch, prefill_s = est.requests_per_s, est.batch, est.prefill_s
     slots = float(batch)
     busy_s, chunks = est.prefill_busy_s, est.prefill_chunks
