@@ -759,6 +759,13 @@ class Knob(BaseModel):
         return ".".join(self.path)
 
 
+# An architecture without rows of its own among the fitting sources takes Hopper's fitted share times the share of
+# peak its matmuls reach against Hopper's in kernel tables no measurement row feeds (_borrow; physics/factors.py
+# architecture_compute_fraction was made so). Blackwell: aiconfigurator-core 0.12.0's TensorRT-LLM 1.3.0rc20 GEMM
+# tables, B200/GB200 against H100/H200 (M >= 4096, N and K 4096-16384, median: BF16 0.63 vs 0.80, FP8 0.48 vs 0.61).
+KERNEL_SHARE_OF_HOPPER: dict[str, float] = {"Blackwell": 0.79}
+
+
 def knobs_with_data(rows: list[Row], frameworks: Iterable[str] = FRAMEWORK_RATE_FITTED) -> list[Knob]:
     """Every factor some unflagged measurement depends on: per engine and GPU class, per training class, Hopper and
     Blackwell, and the achieved rate of each training framework of ``frameworks`` with unflagged runs."""
@@ -993,12 +1000,15 @@ def refit(
 
 def _borrow(fs: FactorSet, idle: list[Knob], knobs: list[Knob]) -> FactorSet:
     """A knob none of the fitting rows moves takes the value its factor was fitted to on the datacenter class (the
-    class with data), else its unfitted value (:data:`UNFITTED`): a source alone on its class is predicted with
-    what the others say, never with its own rows."""
+    class with data); an architecture's share, Hopper's fitted share times the kernel tables' ratio of the two
+    (:data:`KERNEL_SHARE_OF_HOPPER`, as the shipped share was made before its rows were fitted); else its unfitted
+    value (:data:`UNFITTED`): a source alone on its class or architecture is predicted with what the others say,
+    never with its own rows."""
     for knob in idle:
-        twin = (*knob.path[:-1], "datacenter")
+        ratio = KERNEL_SHARE_OF_HOPPER.get(knob.path[-1]) if knob.path[0].startswith("architecture_") else None
+        twin = (*knob.path[:-1], "Hopper" if ratio is not None else "datacenter")
         donors = [k for k in knobs if k.path == twin and k not in idle]
-        fs = knob.set(fs, donors[0].get(fs)) if donors else unfit(fs, knob)
+        fs = knob.set(fs, donors[0].get(fs) * (ratio or 1.0)) if donors else unfit(fs, knob)
     return fs
 
 
@@ -1071,14 +1081,12 @@ def leave_one_source_out(
     )  # fmt: skip
 
 
-CHECK_SWEEPS, CHECK_STEPS = 1, 5  # the factor check's refits: coarser than the figures' (2 sweeps, 7 steps)
-
-
-def check_factors(data: FitData, rows: list[Row], knobs: list[Knob], fs: FactorSet) -> list[FactorCheck]:
-    """Per fitted factor: the out-of-source error of the rows it moves, fitted and left at its unfitted value
-    (:data:`UNFITTED`, the other factors refit without it, each source still left out). Both arms refit at
-    :data:`CHECK_SWEEPS` and :data:`CHECK_STEPS`, a coarser search than the figures', so the check runs in minutes."""
-    base = leave_one_source_out(data, rows, knobs, fs, in_sample=False, sweeps=CHECK_SWEEPS, steps=CHECK_STEPS)
+def check_factors(
+    data: FitData, rows: list[Row], knobs: list[Knob], fs: FactorSet, base: OutOfSource
+) -> list[FactorCheck]:
+    """Per fitted factor: the out-of-source error of the rows it moves, fitted (``base``: the figures' own
+    leave-one-source-out) and left at its unfitted value (:data:`UNFITTED`, the other factors refit without it, each
+    source still left out, with the same search as the figures: a coarser one flipped two verdicts of five)."""
     out: list[FactorCheck] = []
     host_of = {r.gpu: data.catalog.gpu(r.gpu).host_cpu for r in rows}
     for family in dict.fromkeys(knob_family(k) for k in knobs):
@@ -1092,9 +1100,7 @@ def check_factors(data: FitData, rows: list[Row], knobs: list[Knob], fs: FactorS
             bare = unfit(bare, knob)
         rest = [k for k in knobs if k not in mine]
         only = {r.id for r in clean}
-        without = leave_one_source_out(
-            data, rows, rest, bare, only=only, in_sample=False, sweeps=CHECK_SWEEPS, steps=CHECK_STEPS
-        )
+        without = leave_one_source_out(data, rows, rest, bare, only=only, in_sample=False)
         fitted = {r.id: r for r in base.rows}
         unfitted = {r.id: r for r in without.rows}
         f_med, f_worst, _ = _median_worst([fitted[r.id] for r in clean])
@@ -1102,6 +1108,7 @@ def check_factors(data: FitData, rows: list[Row], knobs: list[Knob], fs: FactorS
         check = FactorCheck(
             factor=family, knobs=[k.label for k in mine], cases=len(clean), fitted_median=f_med,
             fitted_worst=f_worst, unfitted_median=u_med, unfitted_worst=u_worst,
+            sources=len({data.sources[r.id] for r in clean}),
         )  # fmt: skip
         out.append(check)
     return out
@@ -1119,6 +1126,13 @@ class FactorCheck(BaseModel):
     fitted_worst: float
     unfitted_median: float
     unfitted_worst: float
+    sources: int = Field(description="sources those rows come from")
+
+    @property
+    def judged(self) -> bool:
+        """Whether leaving sources out can tell: with every row in one source, that source left out leaves the factor
+        unfitted in both arms, and the others' rows do not move it."""
+        return self.sources > 1
 
     @property
     def helps(self) -> bool:
@@ -1221,8 +1235,10 @@ def out_of_source_section(
         "`host_time_per_sequence_layer_s` per host CPU, `training_mfu` per class, `architecture_compute_fraction` "
         "and `architecture_training_fraction` per architecture) is refit on the other sources' unflagged rows "
         "(`refit`: coordinate descent from the middle of each factor's bounded range, least mean absolute log "
-        "error; a class with no other rows takes its factor's datacenter value), and the held-out rows are "
-        "predicted with those factors. Factors read off kernel tables (`bench/gemm_knee_fit.py`, "
+        "error; a class with no other rows takes its factor's datacenter value, and an architecture with none "
+        "Hopper's share times the ratio of the two in the kernel tables, as the shipped share was made: Blackwell, "
+        "whose rows are all in one source, 0.79), and the held-out rows are predicted with those factors. Factors "
+        "read off kernel tables (`bench/gemm_knee_fit.py`, "
         "`bench/moe_kernel_fit.py`, the GEMM shape fit) read no measurement row and stay as shipped. *In-sample* "
         "is the shipped factors on every row (the tables further down). Unflagged rows only.",
         "",
@@ -1254,33 +1270,30 @@ def out_of_source_section(
         "",
         "### Does each fitted factor earn its place out of source?",
         "",
-        "Each factor's rows (unflagged rows it moves), out of source, with the factor fitted and with it left at "
-        "its unfitted value (the roofline 1.0 for an efficiency or share, no fixed step or host time, no training "
-        "share of its own) while every other factor is refit without it, each source still left out. Both arms "
-        f"refit with a coarser search ({CHECK_SWEEPS} sweep, {CHECK_STEPS} golden-section steps) than the figures "
-        "above, so their *fitted* column differs from them a little; *helps*: a lower median and a worst no more "
-        "than 1% higher. From `python bench/accuracy.py --check-factors` (`bench/data/factor-check.json`).",
+        "Each factor's rows (unflagged rows it moves), out of source, with the factor fitted (the figures above) and "
+        "with it left at its unfitted value (the roofline 1.0 for an efficiency or share, no fixed step or host time, "
+        "no training share of its own) while every other factor is refit without it, each source still left out, "
+        "with the same search as the figures (2 sweeps, 7 golden-section steps). *Helps*: a lower median and a worst "
+        "no more than 1% higher. A factor whose rows all come from one source cannot be judged so: that source left "
+        "out, the factor is unfitted in both arms. From `python bench/accuracy.py --check-factors` "
+        "(`bench/data/factor-check.json`).",
         "",
-        "*Full search*: the same rows' out-of-source median in the figures above (2 sweeps, 7 steps); its distance "
-        "from the *fitted* column is how much the coarse search alone costs, the noise a verdict must clear.",
-        "",
-        "| factor | values | cases | fitted: median | fitted: worst | unfitted: median | unfitted: worst | full search: "
-        "median | helps out of source |",
+        "| factor | values | cases | sources | fitted: median | fitted: worst | unfitted: median | unfitted: worst | "
+        "helps out of source |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    by_label = {k.label: k for k in fitted_knobs(shipped)}
-    host_of = {r.gpu: load_catalog([]).gpu(r.gpu).host_cpu for r in shipped}
-    full = {r.id: r for r in held.rows}
     for c in checks:
-        moved = set().union(*(knob_rows(by_label[k], shipped, FactorSet.shipped(), host_of) for k in c.knobs))
-        full_median, _, _ = _median_worst([full[r.id] for r in shipped if r.id in moved and not r.flagged])
+        verdict = ("yes" if c.helps else "**no**") if c.judged else "cannot tell (one source)"
         out.append(
-            f"| `{c.factor}` | {', '.join(c.knobs)} | {c.cases} | {c.fitted_median:.1%} | {c.fitted_worst:.2f}x | "
-            f"{c.unfitted_median:.1%} | {c.unfitted_worst:.2f}x | {full_median:.1%} | {'yes' if c.helps else '**no**'} |"
+            f"| `{c.factor}` | {', '.join(c.knobs)} | {c.cases} | {c.sources} | {c.fitted_median:.1%} | "
+            f"{c.fitted_worst:.2f}x | {c.unfitted_median:.1%} | {c.unfitted_worst:.2f}x | {verdict} |"
         )
-    idle = [c.factor for c in checks if not c.helps]
+    idle = [c.factor for c in checks if c.judged and not c.helps]
+    alone = [c.factor for c in checks if not c.judged]
     if checks:
         out += ["", "Factors that do not help out of source: " + (", ".join(f"`{f}`" for f in idle) or "none") + "."]
+        if alone:
+            out += ["", "Factors one source alone moves: " + ", ".join(f"`{f}`" for f in alone) + "."]
     else:
         out += ["", "Not run yet: `python bench/accuracy.py --check-factors` writes `bench/data/factor-check.json`."]
     out += ["", "### Factors fitted without each source", ""]
@@ -1303,7 +1316,7 @@ def out_of_source(
     held = leave_one_source_out(data, rows, knobs, fs, in_sample=False)
     by_id = {m.id: m for m in measurements}
     rule = {r.id: mfu_rule(by_id[r.id], settings[r.id], catalog) for r in rows if r.kind == "training throughput"}
-    checks = check_factors(data, rows, knobs, fs) if check else read_checks()
+    checks = check_factors(data, rows, knobs, fs, held) if check else read_checks()
     return held, rule, checks
 
 

@@ -422,6 +422,34 @@ def test_a_class_without_other_rows_borrows_its_datacenter_value() -> None:
     assert overhead.get(accuracy._borrow(fs, [overhead], [overhead])) == pytest.approx(1e-9)
 
 
+def test_an_architecture_without_other_rows_takes_hoppers_share_times_the_kernel_ratio() -> None:
+    """Every Blackwell row is in one source: left out, Blackwell's share is Hopper's as the others fit it times the
+    kernel tables' Blackwell-over-Hopper ratio (how the shipped share was made), not the roofline's 1.0."""
+    fs = accuracy.FactorSet.shipped()
+    hopper = accuracy.Knob(path=("architecture_compute_fraction", "Hopper"), lo=0.4, hi=1.0)
+    blackwell = accuracy.Knob(path=("architecture_compute_fraction", "Blackwell"), lo=0.3, hi=1.0)
+    fitted = hopper.set(fs, 0.77)
+    borrowed = accuracy._borrow(fitted, [blackwell], [hopper, blackwell])
+    assert blackwell.get(borrowed) == pytest.approx(0.77 * accuracy.KERNEL_SHARE_OF_HOPPER["Blackwell"])
+    # the shipped share is the same product, to its two digits
+    shipped = fs.architecture_compute_fraction
+    assert shipped["Blackwell"] == pytest.approx(
+        shipped["Hopper"] * accuracy.KERNEL_SHARE_OF_HOPPER["Blackwell"], abs=0.005
+    )
+    # with Hopper idle too, nothing is borrowed: the roofline
+    assert blackwell.get(accuracy._borrow(fitted, [hopper, blackwell], [hopper, blackwell])) == pytest.approx(1.0)
+
+
+def test_a_factor_one_source_moves_is_not_judged() -> None:
+    """Leaving its one source out leaves such a factor unfitted in both arms: the check says it cannot tell."""
+    one = accuracy.FactorCheck(
+        factor="host_time_per_sequence_layer_s", knobs=[], cases=3, fitted_median=0.2, fitted_worst=3.0,
+        unfitted_median=0.2, unfitted_worst=3.0, sources=1,
+    )  # fmt: skip
+    assert not one.judged and not one.helps
+    assert one.model_copy(update={"sources": 2}).judged
+
+
 def test_the_flat_mfu_rule_is_forty_percent_of_bf16_peak() -> None:
     catalog = accuracy.load_catalog()
     settings = accuracy.load_settings()
