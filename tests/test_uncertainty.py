@@ -119,6 +119,25 @@ def test_odds_by_hand() -> None:
     assert (lo_t, hi_t) == pytest.approx((100 * math.exp(0.05 - 0.1 * Z90), 100 * math.exp(0.05 + 0.1 * Z90)))
 
 
+def test_a_chance_never_reads_as_a_certainty() -> None:
+    """A normal fit of the model's error leaves some chance on either side of any target: 0.996 is not "100%"."""
+    from clusterplan.plan import TargetOdds
+    from clusterplan.wording.odds import chance, sentence
+
+    assert [chance(p) for p in (0.9952, 0.9999, 0.5, 0.004, 0.0)] == [
+        "over 99%",
+        "over 99%",
+        "50%",
+        "under 1%",
+        "under 1%",
+    ]
+    odds = TargetOdds(
+        workload="chat", figure="throughput", error_kind="serving_throughput", unit="req/s", predicted=28.6, target=20.0, probability=0.9952, low=24.4,
+        high=36.1, within_error=False,
+    )  # fmt: skip
+    assert sentence(odds).endswith("over 99% chance to meet")
+
+
 def test_derating_factors_by_hand() -> None:
     assert derate_for(None) is NO_DERATE and not NO_DERATE.active
     e = model_error()

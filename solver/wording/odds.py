@@ -14,13 +14,23 @@ FIGURE_LABEL = {
 }
 
 
+def chance(probability: float) -> str:
+    """A probability as a percentage that never reads as a certainty: a normal fit of the model's error puts some
+    chance on either side of any target, so 0.996 is "over 99%", not "100%"."""
+    if probability > 0.99:
+        return "over 99%"
+    if probability < 0.01:
+        return "under 1%"
+    return f"{probability:.0%}"
+
+
 def _value(o: TargetOdds, x: float) -> str:
     return f"{rps(x)} req/s" if o.unit == "req/s" else seconds(x)
 
 
 def short(o: TargetOdds) -> str:
     """``pretrain: deadline 58%``."""
-    return f"{o.workload}: {FIGURE_LABEL[o.figure]} {o.probability:.0%}"
+    return f"{o.workload}: {FIGURE_LABEL[o.figure]} {chance(o.probability)}"
 
 
 def sentence(o: TargetOdds) -> str:
@@ -30,7 +40,7 @@ def sentence(o: TargetOdds) -> str:
     return (
         f"{o.workload}: {FIGURE_LABEL[o.figure]} {_value(o, o.predicted)} predicted, 80% range "
         f"{_value(o, o.low)} to {_value(o, o.high)}, {what} {_value(o, o.target)}: "
-        f"{o.probability:.0%} chance to meet{flag}"
+        f"{chance(o.probability)} chance to meet{flag}"
     )
 
 
