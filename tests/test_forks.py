@@ -269,6 +269,23 @@ def test_a_control_groups_cpu_quota_is_read(
     assert forks.cgroup_cpu_quota(tmp_path, tmp_path / "self-cgroup") == cpus
 
 
+def test_a_sweeps_default_jobs_keep_to_the_cpus_it_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pod limited to two CPUs on a 64-core node: the machine's count would start 64 point workers, each taking
+    # turns under the quota; the default is the quota's whole CPUs, and without a quota the affinity's count.
+    import os
+
+    from clusterplan import forks
+    from clusterplan.whatif import points
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(forks, "cgroup_cpu_quota", lambda: 2.0)
+    assert points.default_jobs() == 2
+    monkeypatch.setattr(forks, "cgroup_cpu_quota", lambda: None)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)  # taskset -c 0-2
+    assert points.default_jobs() == 3
+
+
 def test_a_quota_under_two_cpus_leaves_no_cpu_for_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     from clusterplan import forks
 

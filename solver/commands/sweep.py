@@ -24,7 +24,13 @@ from clusterplan.stdin import FILE_HELP
 EXIT_NO_DESIGN = 1
 
 Jobs = Annotated[
-    int | None, typer.Option("--jobs", "-j", min=1, help="Points planned in parallel (default: CPU count).")
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        help="Points planned in parallel (default: the CPUs this process may use, its CPU quota included).",
+    ),
 ]
 TimeLimit = Annotated[
     float,

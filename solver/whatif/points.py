@@ -23,7 +23,6 @@ Pure data in and out; no printing. What sweeps and frontiers share:
 from __future__ import annotations
 
 import copy
-import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,7 +36,7 @@ from pydantic import Field
 
 from clusterplan.candidates.build import CandidateCache
 from clusterplan.errors import ClusterplanError, InputError, SweepError
-from clusterplan.forks import pool_context, signals_held, stop_pool, worker_signals
+from clusterplan.forks import pool_context, signals_held, stop_pool, usable_cpus, worker_signals
 from clusterplan.pipeline import PlanOptions, plan_requirement
 from clusterplan.plan import Design, FamilyRef, Out, ServingPlan, TrainingPlan
 from clusterplan.planner.builder import ModelReuse
@@ -306,7 +305,10 @@ def run_task(task: PointTask, cache: PointCache | None = None) -> PointOutcome:
 
 
 def default_jobs() -> int:
-    return os.cpu_count() or 1
+    """Points planned side by side when ``--jobs`` is not given: the CPUs this process may use (its affinity and its
+    control group's quota, :func:`clusterplan.forks.usable_cpus`). The machine's count started 64 workers in a pod
+    limited to two CPUs on a 64-core node, each taking turns under the quota."""
+    return usable_cpus()
 
 
 _WORKER_CACHE: PointCache | None = None  # a pool worker's own, made by _start_worker
