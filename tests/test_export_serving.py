@@ -41,7 +41,8 @@ def _exported(path: Path, catalog: Catalog, engine: str | None = None) -> tuple[
 
 def commands(files: dict[str, str]) -> list[tuple[str, list[str]]]:
     """Every command line of the exported scripts as (file, argv): comments, ``wait``, a trailing ``&`` and leading
-    ``NAME=value`` environment settings left out."""
+    ``NAME=value`` environment settings left out; a line that starts an MPI world (``srun ... trtllm-llmapi-launch
+    trtllm-serve ...``) as two commands, the launcher's and the one it starts."""
     out = []
     for name, text in files.items():
         if not name.endswith(".sh"):
@@ -53,6 +54,10 @@ def commands(files: dict[str, str]) -> list[tuple[str, list[str]]]:
             argv = argv[:-1] if argv[-1] == "&" else argv
             while argv and "=" in argv[0] and argv[0].split("=")[0].isupper():
                 argv = argv[1:]
+            if "trtllm-llmapi-launch" in argv:
+                at = argv.index("trtllm-llmapi-launch")
+                out.append((name, argv[:at]))
+                argv = argv[at + 1 :]
             out.append((name, argv))
     return out
 

@@ -7,6 +7,7 @@ replica's GPUs (``tp x pp``: 32), and placement, the fabric rule, the checker an
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -70,9 +71,8 @@ def test_wide_ep_export_starts_each_server_of_a_replica(catalog: Catalog) -> Non
     """vLLM runs a replica over two servers as 16 data-parallel engines, 8 per server: the first server's line
     serves the API, the second joins it ``--headless`` from rank 8, both at the head's address. Every flag is in
     vLLM's documented list. SGLang runs the same command on each server with its node rank and the head's address;
-    a TensorRT-LLM launch for it is refused with the fix, not written wrong."""
+    TensorRT-LLM starts both servers as one MPI world from one ``srun`` line (its multi-node serving guide)."""
     from clusterplan.design.export import export_design
-    from clusterplan.errors import ClusterplanError
     from clusterplan.render.export_view import export_files
     from test_export_serving import commands, undocumented
 
@@ -112,8 +112,18 @@ def test_wide_ep_export_starts_each_server_of_a_replica(catalog: Catalog) -> Non
             check=True,
         ).stdout.split()
         assert any(a.startswith("10.1.2.3") for a in shown), shown
-    with pytest.raises(ClusterplanError, match="wide EP"):
-        export_design(resolved, catalog, plan, engine="tensorrt-llm")
+    # TensorRT-LLM: one MPI world over both servers, started once under Slurm; trtllm-serve counts every GPU
+    trt = export_files(export_design(resolved, catalog, plan, engine="tensorrt-llm"))
+    assert undocumented("tensorrt-llm", trt) == []
+    (script,) = [text for name, text in trt.items() if name.endswith("-launch.sh")]
+    (line,) = [s for s in script.splitlines() if s and not s.startswith("#")]
+    argv = shlex.split(line)
+    at = argv.index("trtllm-llmapi-launch")
+    world = {argv[i]: argv[i + 1] for i in range(at - 1) if argv[i].startswith("--")}
+    assert argv[0] == "srun" and world == {"--nodes": "2", "--ntasks": "16", "--ntasks-per-node": "8", "--mpi": "pmix"}
+    serve = argv[at + 1 :]
+    assert serve[0] == "trtllm-serve" and serve[serve.index("--tp_size") + 1] == "16"
+    assert serve[serve.index("--ep_size") + 1] == str(x.ep)
 
 
 def test_network_per_gpu_is_read_from_each_instance_row(catalog: Catalog) -> None:

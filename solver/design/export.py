@@ -221,9 +221,10 @@ def _engine_version(engine: str, workload: str) -> str:
 
 
 # Engines whose launch export writes for a replica over several servers (wide EP): vLLM's multi-node data
-# parallelism (--data-parallel-size-local, --data-parallel-start-rank, --headless on the other servers) and SGLang's
-# multi-node deployment (--nnodes, --node-rank, --dist-init-addr; render/export_view.py).
-WIDE_EP_ENGINES = ("vllm", "sglang")
+# parallelism (--data-parallel-size-local, --data-parallel-start-rank, --headless on the other servers), SGLang's
+# multi-node deployment (--nnodes, --node-rank, --dist-init-addr) and TensorRT-LLM's MPI world under Slurm (srun,
+# trtllm-llmapi-launch; render/export_view.py).
+WIDE_EP_ENGINES = ("vllm", "sglang", "tensorrt-llm")
 _SPEC_FLAGS = {  # the non-MTP methods' names per engine (vLLM SpeculativeConfig.method, SGLang
     # --speculative-algorithm, TensorRT-LLM speculative_config.decoding_type), read from each engine's parser
     "vllm": {"draft": "draft_model", "eagle": "eagle"},

@@ -197,10 +197,25 @@ def trtllm_options(x: Launch) -> dict[str, object]:
     return options
 
 
+def trtllm_world(x: Launch) -> list[str]:
+    """The MPI world of a TensorRT-LLM replica over several servers: one rank per GPU, started together by Slurm and
+    handed to ``trtllm-serve`` by ``trtllm-llmapi-launch`` (TensorRT-LLM's "Multi-node Serving with Slurm":
+    ``srun -N 2 --ntasks 16 --ntasks-per-node=8 --mpi=pmix ... trtllm-llmapi-launch trtllm-serve ... --tp_size 16``);
+    the server that runs rank 0, the replica's first, serves the API."""
+    ranks = x.tp * x.pp
+    return [
+        "srun", "--nodes", str(x.servers_per_replica), "--ntasks", str(ranks),
+        "--ntasks-per-node", str(ranks // x.servers_per_replica), "--mpi", "pmix", "trtllm-llmapi-launch",
+    ]  # fmt: skip
+
+
 def trtllm_launch(x: Launch, options_file: str, replica: int = 0) -> list[str]:
     """``trtllm-serve`` for one replica (quantization: serve the pre-quantized checkpoint, e.g. an FP8 one).
-    Attention DP: ``enable_attention_dp`` in the options, ``--max_batch_size`` per rank; experts over ``--ep_size``."""
+    Attention DP: ``enable_attention_dp`` in the options, ``--max_batch_size`` per rank; experts over ``--ep_size``.
+    A replica over several servers: the same command in one MPI world over them (:func:`trtllm_world`)."""
     argv = ["trtllm-serve", x.model, "--backend", "pytorch", "--tp_size", str(x.tp), "--pp_size", str(x.pp)]
+    if x.servers_per_replica > 1:
+        argv = [*trtllm_world(x), *argv]
     if x.ep > 1:
         argv += ["--ep_size", str(x.ep)]
     return [
@@ -213,8 +228,8 @@ def trtllm_launch(x: Launch, options_file: str, replica: int = 0) -> list[str]:
 def launch_argv(
     x: Launch, options_file: str = "extra-llm-api-options.yaml", replica: int = 0, server: int = 0
 ) -> list[str]:
-    """The launch command of one replica in its engine's own CLI (``server``: which of a wide-EP replica's servers;
-    export.WIDE_EP_ENGINES are the engines it is written for)."""
+    """The launch command of one replica in its engine's own CLI (``server``: which of a wide-EP replica's servers
+    runs it; TensorRT-LLM starts all of them from one command)."""
     if x.engine == "sglang":
         return sglang_launch(x, replica, server)
     if x.engine == "tensorrt-llm":
@@ -417,6 +432,12 @@ def _launch_script(x: Launch, options: str, first_gpu: int, first_instance: int)
         + shell_comment(f"{x.workload}: start {x.replicas} replica(s) like this, each on {x.tp * x.pp} GPU(s)")
         + "\n"
     )
+    if x.role == "aggregated" and x.servers_per_replica > 1 and x.engine == "tensorrt-llm":
+        comment = (
+            f"# wide EP: each replica spans {x.servers_per_replica} servers of {x.gpus_per_node} GPUs in one MPI world;"
+            f" run this\n# line once from a Slurm allocation of them (its first server serves the API)"
+        )
+        return head + comment + "\n" + _join(launch_argv(x, options)) + "\n"
     if x.role == "aggregated" and x.servers_per_replica > 1:
         lines = [
             f"# wide EP: each replica spans {x.servers_per_replica} servers of {x.gpus_per_node} GPUs; set HEAD_IP to\n"
