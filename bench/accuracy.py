@@ -1001,7 +1001,7 @@ def refit(
 def _borrow(fs: FactorSet, idle: list[Knob], knobs: list[Knob]) -> FactorSet:
     """A knob none of the fitting rows moves takes the value its factor was fitted to on the datacenter class (the
     class with data); an architecture's share, Hopper's fitted share times the kernel tables' ratio of the two
-    (:data:`KERNEL_SHARE_OF_HOPPER`, as the shipped share was made before its rows were fitted); else its unfitted
+    (:data:`KERNEL_SHARE_OF_HOPPER`, as the shipped share was made, not fitted on its rows); else its unfitted
     value (:data:`UNFITTED`): a source alone on its class or architecture is predicted with what the others say,
     never with its own rows."""
     for knob in idle:
