@@ -55,12 +55,16 @@ def serving_assumptions(assumptions: Assumptions, w: ServingWorkload) -> Assumpt
     ``export`` and the checker all evaluate through :func:`max_batch` and :func:`serving_estimate`, which call it.
     Memoised per (assumptions, workload): the physics memos downstream key the result by identity.
     """
-    got = _SERVING_ASSUMPTIONS.get((id(assumptions), id(w)), (assumptions, w))
-    if got is not None:
-        return got
+    return _SERVING_ASSUMPTIONS.get_or_make(
+        (id(assumptions), id(w)), (assumptions, w), _serving_assumptions, assumptions, w
+    )
+
+
+def _serving_assumptions(assumptions: Assumptions, w: ServingWorkload) -> Assumptions:
+    """:func:`serving_assumptions`, made."""
     e = w.engine
     given = w.model_fields_set
-    made = assumptions.with_engine(
+    return assumptions.with_engine(
         e.name if e is not None else None,
         engine_memory_fraction=e.memory_fraction if e is not None else None,
         engine_max_batch=e.max_batch if e is not None else None,
@@ -70,7 +74,6 @@ def serving_assumptions(assumptions: Assumptions, w: ServingWorkload) -> Assumpt
         prefix_cache_hit_rate=w.prefix_cache_hit_rate if "prefix_cache_hit_rate" in given else None,
         speculative=w.speculative,
     )
-    return _SERVING_ASSUMPTIONS.keep((id(assumptions), id(w)), (assumptions, w), made)
 
 
 # serving_assumptions per (assumptions, workload): a new copy each call would defeat the memos keyed by identity.
@@ -352,10 +355,7 @@ def training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:
     """What the physics reads of a training or fine-tuning workload (:class:`TrainingJob`): pretraining trains
     every weight and has no adapters (rank 0); a fine-tune its method and LoRA rank; the rates of the framework it
     runs on (:func:`framework_rates`). Memoised per workload."""
-    hit = _JOBS.get(id(w), (w,))
-    if hit is not None:
-        return hit
-    return _JOBS.keep(id(w), (w,), _training_job(w))
+    return _JOBS.get_or_make(id(w), (w,), _training_job, w)
 
 
 def _training_job(w: TrainingWorkload | FinetuneWorkload) -> TrainingJob:

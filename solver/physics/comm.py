@@ -78,12 +78,9 @@ def link_for_group(
     at 1 for them. Memoised.
     """
     key = (id(gpu), id(assumptions), group_size, spans_nodes, members_per_node)
-    held = (gpu, assumptions)
-    hit = _LINKS.get(key, held)
-    if hit is not None:
-        return hit
-    link = _link_for_group(gpu, group_size, spans_nodes, assumptions, members_per_node)
-    return _LINKS.keep(key, held, link)
+    return _LINKS.get_or_make(
+        key, (gpu, assumptions), _link_for_group, gpu, group_size, spans_nodes, assumptions, members_per_node
+    )
 
 
 # link_for_group per (GPU, assumptions, group): a training search asks some 30,000 times for a few dozen.
@@ -180,11 +177,13 @@ def nccl_allreduce_s(message_bytes: float, n: int, link: Link, efficiency: float
     """
     if message_bytes <= 0:
         return 0.0
-    key = (id(link), n, efficiency)
-    terms = _ALLREDUCE_TERMS.get(key, (link,))
-    if terms is None:
-        terms = _ALLREDUCE_TERMS.keep(key, (link,), tuple(nccl_allreduce_terms(n, link, efficiency)))
+    terms = _ALLREDUCE_TERMS.get_or_make((id(link), n, efficiency), (link,), _allreduce_terms, n, link, efficiency)
     return min((lat + message_bytes * per_byte for lat, per_byte in terms), default=0.0)
+
+
+def _allreduce_terms(n: int, link: Link, efficiency: float) -> tuple[tuple[float, float], ...]:
+    """:func:`nccl_allreduce_terms`, as the memo keeps them."""
+    return tuple(nccl_allreduce_terms(n, link, efficiency))
 
 
 def ring_allgather_s(total_bytes: float, n: int, link: Link, efficiency: float) -> float:

@@ -65,11 +65,7 @@ def model_gemm_fraction(arch: ModelArchitecture, tokens: float, tp: int, curve: 
     vocabulary-parallel LM head; an MoE expert's GEMMs see ``tokens x top-k / experts`` rows each. Memoised.
     """
     key = (id(arch), id(curve), tokens, tp)
-    held = (arch, curve)
-    hit = _MODEL_GEMM.get(key, held)
-    if hit is not None:
-        return hit
-    return _MODEL_GEMM.keep(key, held, _model_gemm_fraction(arch, tokens, tp, curve))
+    return _MODEL_GEMM.get_or_make(key, (arch, curve), _model_gemm_fraction, arch, tokens, tp, curve)
 
 
 def _model_gemm_fraction(arch: ModelArchitecture, tokens: float, tp: int, curve: GemmShapeCurve) -> float:

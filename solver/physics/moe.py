@@ -414,16 +414,21 @@ def max_batch_by_memory(
     sequence); under attention DP every GPU holds that many of its own, so the stage holds ``tp`` times as many.
     """
     key = (id(arch), id(gpu), layout, context_tokens, id(assumptions))
-    held = (arch, gpu, assumptions)
-    got = _MAX_BATCHES.get(key, held)
-    if got is not None:
-        return got
+    return _MAX_BATCHES.get_or_make(
+        key, (arch, gpu, assumptions), _max_batch_by_memory, arch, gpu, layout, context_tokens, assumptions
+    )
+
+
+def _max_batch_by_memory(
+    arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, context_tokens: float, assumptions: Assumptions
+) -> int:
+    """:func:`max_batch_by_memory`, computed."""
     stage = stage_layout(layout)
     per_gpu = memory.max_batch_by_memory(
         kv_reserved_arch(arch, assumptions), gpu, layout, context_tokens=context_tokens, assumptions=assumptions,
         weights_bytes=_weights(arch, gpu, stage, layout.pp, layout.quant, assumptions),
     )  # fmt: skip
-    return _MAX_BATCHES.keep(key, held, replica_batch(per_gpu, stage))
+    return replica_batch(per_gpu, stage)
 
 
 def _weights(
@@ -432,12 +437,14 @@ def _weights(
     """:func:`serving_weight_bytes_per_gpu` at the assumptions' int4 group and the GPU's FP4 format (the dense
     layout's is :func:`clusterplan.physics.memory.serving_weight_bytes_per_gpu` itself)."""
     group, fp4 = assumptions.int4_group_size, rules.fp4_format(gpu)
-    key = (id(arch), layout, pp, quant, group, fp4)
-    got = _WEIGHTS.get(key, (arch,))
-    if got is not None:
-        return got
-    weights = serving_weight_bytes_per_gpu(arch, layout, pp=pp, quant=quant, int4_group_size=group, fp4_format=fp4)
-    return _WEIGHTS.keep(key, (arch,), weights)
+    return _WEIGHTS.get_or_make(
+        (id(arch), layout, pp, quant, group, fp4), (arch,), _weight_bytes, arch, layout, pp, quant, group, fp4
+    )
+
+
+def _weight_bytes(arch: ModelArchitecture, layout: MoeLayout, pp: int, quant: str, group: int, fp4: str) -> float:
+    """:func:`_weights`, computed."""
+    return serving_weight_bytes_per_gpu(arch, layout, pp=pp, quant=quant, int4_group_size=group, fp4_format=fp4)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -551,18 +558,18 @@ class TrainingStageParams:
         return self.dense + self.experts
 
 
-# A layout search asks for the same (model, tp, pp, ep) thousands of times; models are frozen rows, so the answer is
-# kept per model object (identity-checked: ``id`` alone could be reused by a new object).
-_STAGE_CACHE: dict[tuple[int, int, int, int], tuple[ModelArchitecture, TrainingStageParams]] = {}
-_STAGE_CACHE_SIZE = 4096
+# A layout search asks for the same (model, tp, pp, ep) thousands of times: the answer is kept per model object.
+_STAGE_CACHE: HeldMemo[TrainingStageParams] = HeldMemo()
 
 
 def training_stage_params(arch: ModelArchitecture, *, tp: int, pp: int, ep: int = 1) -> TrainingStageParams:
-    """:class:`TrainingStageParams` of the heaviest stage (:func:`clusterplan.physics.memory.stage_params_per_gpu`)."""
-    key = (id(arch), tp, pp, ep)
-    hit = _STAGE_CACHE.get(key)
-    if hit is not None and hit[0] is arch:
-        return hit[1]
+    """:class:`TrainingStageParams` of the heaviest stage (:func:`clusterplan.physics.memory.stage_params_per_gpu`);
+    memoised."""
+    return _STAGE_CACHE.get_or_make((id(arch), tp, pp, ep), (arch,), _training_stage_params, arch, tp, pp, ep)
+
+
+def _training_stage_params(arch: ModelArchitecture, tp: int, pp: int, ep: int) -> TrainingStageParams:
+    """:func:`training_stage_params`, computed."""
     stage = memory.stage_params_per_gpu(arch, tp=tp, pp=pp)
     if not is_moe(arch):
         out = TrainingStageParams(stage.total, 0.0, 0)
@@ -571,9 +578,6 @@ def training_stage_params(arch: ModelArchitecture, *, tp: int, pp: int, ep: int 
         out = TrainingStageParams(
             stage.total - routed_all, stage.per_expert * experts_per_gpu(arch, ep), stage.moe_layers
         )
-    if len(_STAGE_CACHE) >= _STAGE_CACHE_SIZE:
-        _STAGE_CACHE.clear()
-    _STAGE_CACHE[key] = (arch, out)
     return out
 
 

@@ -84,11 +84,7 @@ def architecture_kernels(gpu: GpuSpec) -> ArchitectureKernels:
     """The kernel fits of a GPU's architecture (catalog/kernels.yaml): the row the GPU's catalog gave it (a user
     catalog's overrides included), else, for a row no catalog resolved (a hand-built one), the shipped row.
     Memoised per GPU row (a training search asks some 12,000 times)."""
-    key = id(gpu)
-    hit = _KERNELS.get(key, (gpu,))
-    if hit is not None:
-        return hit
-    return _KERNELS.keep(key, (gpu,), _architecture_kernels(gpu))
+    return _KERNELS.get_or_make(id(gpu), (gpu,), _architecture_kernels, gpu)
 
 
 _KERNELS: HeldMemo[ArchitectureKernels] = HeldMemo()  # architecture_kernels per GPU row
@@ -217,14 +213,10 @@ def training_rule_reasons(
     """Why a training layout cannot run on this GPU at all (empty when it can); memoised (a fresh list each call).
     No rule reads ``dp`` (:func:`_training_rule_reasons` does not take it): it is not in the memo's key."""
     key = (id(arch), id(gpu), tp, pp, zero_stage, precision, method)
-    held = (arch, gpu)
-    hit = _TRAINING_RULES.get(key, held)
-    if hit is None:
-        found = _training_rule_reasons(
-            arch, gpu, tp=tp, pp=pp, zero_stage=zero_stage, precision=precision, method=method
-        )
-        hit = _TRAINING_RULES.keep(key, held, tuple(found))
-    return list(hit)
+    found = _TRAINING_RULES.get_or_make(
+        key, (arch, gpu), _training_rule_reasons, arch, gpu, tp, pp, zero_stage, precision, method
+    )
+    return list(found)
 
 
 # training_rule_reasons per (model, GPU) and layout: a search asks some 17,000 times for a few thousand.
@@ -232,8 +224,8 @@ _TRAINING_RULES: HeldMemo[tuple[Reason, ...]] = HeldMemo()
 
 
 def _training_rule_reasons(
-    arch: ModelArchitecture, gpu: GpuSpec, *, tp: int, pp: int, zero_stage: int, precision: str, method: str
-) -> list[Reason]:
+    arch: ModelArchitecture, gpu: GpuSpec, tp: int, pp: int, zero_stage: int, precision: str, method: str
+) -> tuple[Reason, ...]:
     """:func:`training_rule_reasons`, computed (no rule reads the data-parallel degree)."""
     reasons = _parallel_rules(arch, gpu, tp, pp)
     name = short_name(gpu)
@@ -247,4 +239,4 @@ def _training_rule_reasons(
             reasons.append(QloraUnsupported(gpu=name, min_compute_capability=QLORA_MIN_COMPUTE_CAPABILITY))
     if zero_stage not in (0, 1, 2, 3):
         reasons.append(ZeroStageUnknown(zero_stage=zero_stage))
-    return reasons
+    return tuple(reasons)

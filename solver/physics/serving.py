@@ -351,10 +351,7 @@ def _rates(arch: ModelArchitecture, gpu: GpuSpec, layout: Layout, a: Assumptions
     """Rates of this GPU class: bytes at ``bandwidth x mem_eff``, FLOPs at ``peak x compute_eff x clock_fraction``
     at each kernel kind's precision (of the model, only whether its attention is MLA matters)."""
     key = (arch.is_mla, id(gpu), layout.quant, layout.kv_precision, id(a))
-    got = _RATES.get(key, (gpu, a))
-    if got is not None:
-        return got
-    return _RATES.keep(key, (gpu, a), _rates_of(arch.is_mla, gpu, layout.quant, layout.kv_precision, a))
+    return _RATES.get_or_make(key, (gpu, a), _rates_of, arch.is_mla, gpu, layout.quant, layout.kv_precision, a)
 
 
 def _rates_of(is_mla: bool, gpu: GpuSpec, quant: str, kv_precision: str, a: Assumptions) -> _Rates:

@@ -87,10 +87,12 @@ _MATMUL: HeldMemo[int] = HeldMemo()  # matmul_params per model
 def matmul_params(arch: ModelArchitecture) -> int:
     """``N`` of the FLOP counts: the active non-embedding parameters plus the LM head (:func:`lm_head_params`), the
     weights every token multiplies; memoised per model."""
-    hit = _MATMUL.get(id(arch), (arch,))
-    if hit is not None:
-        return hit
-    return _MATMUL.keep(id(arch), (arch,), params.non_embedding_params(arch, active=True) + lm_head_params(arch))
+    return _MATMUL.get_or_make(id(arch), (arch,), _matmul_params, arch)
+
+
+def _matmul_params(arch: ModelArchitecture) -> int:
+    """:func:`matmul_params`, counted."""
+    return params.non_embedding_params(arch, active=True) + lm_head_params(arch)
 
 
 # Attention-core FLOPs per (token, key) pair and attention-width unit: a training step's forward and backward
@@ -123,10 +125,7 @@ def model_flops_per_token(
     (:func:`attention_width`). Memoised.
     """
     key = ("model", id(arch), seq_len, method, lora_rank)
-    hit = _FLOPS.get(key, (arch,))
-    if hit is not None:
-        return hit
-    return _FLOPS.keep(key, (arch,), _model_flops_per_token(arch, seq_len, method, lora_rank))
+    return _FLOPS.get_or_make(key, (arch,), _model_flops_per_token, arch, seq_len, method, lora_rank)
 
 
 def _model_flops_per_token(arch: ModelArchitecture, seq_len: float, method: str, lora_rank: int) -> float:
@@ -157,11 +156,10 @@ def hardware_flops_per_token(
     does inside its backward, so it adds nothing when ``flash_attention`` is on. Memoised.
     """
     key = ("hardware", id(arch), seq_len, recompute, method, lora_rank, flash_attention, recompute_fraction)
-    hit = _FLOPS.get(key, (arch,))
-    if hit is not None:
-        return hit
-    flops = _hardware_flops_per_token(arch, seq_len, recompute, method, lora_rank, flash_attention, recompute_fraction)
-    return _FLOPS.keep(key, (arch,), flops)
+    return _FLOPS.get_or_make(
+        key, (arch,), _hardware_flops_per_token, arch, seq_len, recompute, method, lora_rank, flash_attention,
+        recompute_fraction,
+    )  # fmt: skip
 
 
 def _hardware_flops_per_token(
@@ -219,21 +217,18 @@ def layout_reasons(
     list each call).
     """
     key = (id(arch), pp, cp, virtual_stages, sequence_length, ep, dp)
-    hit = _LAYOUT_REASONS.get(key, (arch,))
-    if hit is None:
-        found = _layout_reasons(
-            arch, pp=pp, cp=cp, virtual_stages=virtual_stages, sequence_length=sequence_length, ep=ep, dp=dp
-        )
-        hit = _LAYOUT_REASONS.keep(key, (arch,), tuple(found))
-    return list(hit)
+    found = _LAYOUT_REASONS.get_or_make(
+        key, (arch,), _layout_reasons, arch, pp, cp, virtual_stages, sequence_length, ep, dp
+    )
+    return list(found)
 
 
 _LAYOUT_REASONS: HeldMemo[tuple[Reason, ...]] = HeldMemo()  # layout_reasons per model and layout
 
 
 def _layout_reasons(
-    arch: ModelArchitecture, *, pp: int, cp: int, virtual_stages: int, sequence_length: float, ep: int, dp: int
-) -> list[Reason]:
+    arch: ModelArchitecture, pp: int, cp: int, virtual_stages: int, sequence_length: float, ep: int, dp: int
+) -> tuple[Reason, ...]:
     """:func:`layout_reasons`, computed."""
     out: list[Reason] = []
     ep_reason = expert_parallel_reason(arch, ep, dp * cp)
@@ -244,7 +239,7 @@ def _layout_reasons(
     stage_layers = memory.layers_per_stage(arch.layers, pp)
     if virtual_stages > 1 and (pp <= 1 or stage_layers % virtual_stages):
         out.append(VirtualStagesSplitLayers(virtual_stages=virtual_stages, pp=pp, stage_layers=stage_layers))
-    return out
+    return tuple(out)
 
 
 def _compute_precision(gpu: GpuSpec, precision: str) -> str:
@@ -275,10 +270,7 @@ def step_batch(job: TrainingJob, settings: TrainingSettings) -> StepBatch:
     (the types of the values its reason record keeps as given are in the key)."""
     gbt, dp, mb = job.global_batch_tokens, settings.dp, settings.micro_batch
     key = (job.sequence_length, gbt, dp, mb, type(gbt), type(dp), type(mb))
-    hit = _BATCHES.get(key, ())
-    if hit is not None:
-        return hit
-    return _BATCHES.keep(key, (), _step_batch(job, settings))
+    return _BATCHES.get_or_make(key, (), _step_batch, job, settings)
 
 
 _BATCHES: HeldMemo[StepBatch] = HeldMemo()  # step_batch per (sequence, global batch, dp, micro-batch)
@@ -324,8 +316,7 @@ class StageParams:
 # stage_params per architecture (by identity: catalog rows are frozen, and the architecture is kept beside its
 # entry so its id cannot be reused) and the layout fields it reads. A training search asks for a few hundred distinct
 # stages some 17,000 times (13B example); each answer is a FIT_RECORD nothing changes once built.
-_STAGES: dict[tuple[int, int, int, int, str, int | None], tuple[ModelArchitecture, StageParams]] = {}
-_STAGES_KEPT = 4096  # entries before the memo starts again
+_STAGES: HeldMemo[StageParams] = HeldMemo()  # stage_params per model and layout
 
 
 def stage_params(arch: ModelArchitecture, layout: Layout) -> StageParams:
@@ -333,14 +324,7 @@ def stage_params(arch: ModelArchitecture, layout: Layout) -> StageParams:
     and the MoE layer frequency counted, :func:`clusterplan.physics.moe.training_stage_params`), the first
     ``recompute_layers`` of them recomputed under full recompute (all when None); memoised."""
     key = (id(arch), layout.tp, layout.pp, layout.ep, layout.recompute, layout.recompute_layers)
-    hit = _STAGES.get(key)
-    if hit is not None and hit[0] is arch:
-        return hit[1]
-    if len(_STAGES) >= _STAGES_KEPT:
-        _STAGES.clear()
-    stage = _stage_params(arch, layout)
-    _STAGES[key] = (arch, stage)
-    return stage
+    return _STAGES.get_or_make(key, (arch,), _stage_params, arch, layout)
 
 
 def _stage_params(arch: ModelArchitecture, layout: Layout) -> StageParams:
@@ -507,14 +491,19 @@ def model_state(
         id(arch), job.method, job.precision, job.optimizer, job.lora_rank, layout.tp, layout.ep, settings.zero_stage,
         plan, ranks, stage.layers, stage.layer_p, stage.emb_p, stage.layers_p, stage.expert_p, stage.moe_layers,
     )  # fmt: skip
-    hit = _STATES.get(key, (arch,))
-    if hit is not None:
-        return hit
+    return _STATES.get_or_make(key, (arch,), _model_state, arch, job, layout, settings, stage, plan, ranks)
+
+
+def _model_state(
+    arch: ModelArchitecture, job: TrainingJob, layout: Layout, settings: TrainingSettings, stage: StageParams,
+    plan: MemoryPlan, ranks: tuple[int, int],
+) -> tuple[ModelState, float]:  # fmt: skip
+    """:func:`model_state`, computed."""
     if job.method == "full":
         state = full_state(job, settings, stage, plan, ranks)
     else:
         state = adapter_state(arch, job, layout, settings, stage, plan, ranks[0])
-    return _STATES.keep(key, (arch,), with_memory_options(arch, job, layout, settings, stage, state, plan))
+    return with_memory_options(arch, job, layout, settings, stage, state, plan)
 
 
 @dataclass(slots=True)  # a per-fit record (FIT_RECORD)
@@ -549,12 +538,9 @@ def stage_activations(
         id(arch), id(a), job.sequence_length, job.method, layout.tp, layout.pp, layout.cp, layout.ep,
         layout.virtual_stages, layout.recompute, settings.micro_batch, stage.layers, stage.recomputed, in_flight, plan,
     )  # fmt: skip
-    held = (arch, a)
-    hit = _ACTIVATIONS.get(key, held)
-    if hit is not None:
-        return hit
-    out = _stage_activations(arch, a, job, layout, settings, stage, in_flight, plan)
-    return _ACTIVATIONS.keep(key, held, out)
+    return _ACTIVATIONS.get_or_make(
+        key, (arch, a), _stage_activations, arch, a, job, layout, settings, stage, in_flight, plan
+    )
 
 
 def _stage_activations(
@@ -792,16 +778,11 @@ def _compute_split(
     tokens = fit.settings.micro_batch * (seq / fit.layout.cp)
     recompute_fraction = _recompute_fraction(fit)
     key = (id(arch), id(gpu), id(a), seq, tp, recompute, tokens, recompute_fraction, hw_flops, rate, bytes_per_s)
-    held = (arch, gpu, a)
-    hit = _SPLITS.get(key, held)
-    if hit is not None:
-        return hit
-    split = _computed_split(arch, gpu, a, fit, hw_flops=hw_flops, rate=rate, bytes_per_s=bytes_per_s)
-    return _SPLITS.keep(key, held, split)
+    return _SPLITS.get_or_make(key, (arch, gpu, a), _computed_split, arch, gpu, a, fit, hw_flops, rate, bytes_per_s)
 
 
 def _computed_split(
-    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, fit: TrainingFit, *, hw_flops: float, rate: float,
+    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, fit: TrainingFit, hw_flops: float, rate: float,
     bytes_per_s: float,
 ) -> ComputeSplit:  # fmt: skip
     """:func:`_compute_split`, computed."""
@@ -853,11 +834,7 @@ _RATES: HeldMemo[ComputeRate] = HeldMemo()  # compute_rate per (GPU, assumptions
 
 def compute_rate(gpu: GpuSpec, a: Assumptions, precision: str) -> ComputeRate:
     """:class:`ComputeRate` of a GPU training at ``precision``; memoised."""
-    key = (id(gpu), id(a), precision)
-    hit = _RATES.get(key, (gpu, a))
-    if hit is not None:
-        return hit
-    return _RATES.keep(key, (gpu, a), _compute_rate(gpu, a, precision))
+    return _RATES.get_or_make((id(gpu), id(a), precision), (gpu, a), _compute_rate, gpu, a, precision)
 
 
 def _compute_rate(gpu: GpuSpec, a: Assumptions, precision: str) -> ComputeRate:

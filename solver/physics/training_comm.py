@@ -302,14 +302,15 @@ def network_link(
     """The link of a collective's group (:func:`clusterplan.physics.comm.link_for_group`) at the network's own
     efficiency (:func:`at_network_efficiency`); memoised."""
     key = (id(gpu), id(a), group_size, spans_nodes, members_per_node)
-    held = (gpu, a)
-    hit = _NETWORK_LINKS.get(key, held)
-    if hit is not None:
-        return hit
+    return _NETWORK_LINKS.get_or_make(key, (gpu, a), _network_link, gpu, a, group_size, spans_nodes, members_per_node)
+
+
+def _network_link(gpu: GpuSpec, a: Assumptions, group_size: int, spans_nodes: bool, members_per_node: int) -> Link:
+    """:func:`network_link`, computed."""
     link = link_for_group(
         gpu, group_size=group_size, spans_nodes=spans_nodes, assumptions=a, members_per_node=members_per_node
     )
-    return _NETWORK_LINKS.keep(key, held, at_network_efficiency(link, a))
+    return at_network_efficiency(link, a)
 
 
 # dp_gather per (GPU, assumptions, group, stride, node, efficiency): the timing function is pure, and a training
@@ -323,15 +324,11 @@ def dp_gather(
     """All-gather (or reduce-scatter) time of a ``group`` whose members sit ``stride`` ranks apart: a ring, or
     NVLink-then-network when the group spans servers, whichever is faster. Memoised."""
     key = (id(gpu), id(a), group, stride, node, eff)
-    held = (gpu, a)
-    hit = _GATHERS.get(key, held)
-    if hit is not None:
-        return hit
-    return _GATHERS.keep(key, held, _dp_gather(gpu, a, group=group, stride=stride, node=node, eff=eff))
+    return _GATHERS.get_or_make(key, (gpu, a), _dp_gather, gpu, a, group, stride, node, eff)
 
 
 def _dp_gather(
-    gpu: GpuSpec, a: Assumptions, *, group: int, stride: int, node: int, eff: float
+    gpu: GpuSpec, a: Assumptions, group: int, stride: int, node: int, eff: float
 ) -> Callable[[float], float]:
     """:func:`dp_gather`, built."""
     members = max(1, min(group, node // stride)) if stride <= node else 1
