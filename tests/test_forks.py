@@ -5,15 +5,18 @@ the caller. Each case runs in a fresh interpreter (a pytest worker may have star
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from conftest import process_running
+from clusterplan.catalog.load import Catalog
+from conftest import example, process_running
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,6 +172,32 @@ def test_a_table_built_beside_a_worker_equals_one_built_in_turn() -> None:
         """
     )
     assert out == "True True (3, 3) [True, True]"
+
+
+def test_a_memo_a_worker_sent_stays_pickled_until_a_build_reads_it(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A build whose rows are all in the cache reads no physics memo: one a worker sent back is not unpickled for it
+    # (10-30 ms each); the next build that makes rows, at other targets, reads it.
+    from clusterplan import forks
+    from clusterplan.candidates.build import CandidateCache, build_candidates
+    from clusterplan.requirement.load import load_requirement
+    from clusterplan.requirement.schema import ServingWorkload
+
+    monkeypatch.setattr(forks, "may_fork", lambda: False)
+    resolved = load_requirement(example("70b-serving"), catalog)
+    cache = CandidateCache()
+    first = build_candidates(resolved, catalog, cache=cache)
+    ((key, memo),) = cache.physics.items()
+    cache.shipped[key] = pickle.dumps(cache.physics.pop(key))  # as a worker's job leaves it
+    assert build_candidates(resolved, catalog, cache=cache) == first
+    assert key in cache.shipped
+    req = resolved.requirement
+    w = req.workloads[0]
+    assert isinstance(w, ServingWorkload) and w.p95_latency is not None
+    looser = req.model_copy(update={"workloads": [w.model_copy(update={"p95_latency": w.p95_latency * 2})]})
+    build_candidates(replace(resolved, requirement=looser), catalog, cache=cache)
+    assert key not in cache.shipped and cache.physics[key].estimates.keys() == memo.estimates.keys()
 
 
 @pytest.mark.slow

@@ -275,12 +275,12 @@ def _made(make: _Make, cache: CandidateCache | None) -> list[WorkloadCandidates]
         if cache is not None:
             pkey = make.physics_key(i, cache)
             keys[i] = make.rows_key(i, cache, pkey)
-            if pkey is not None:
-                physics = cache.physics_for(pkey)
             if keys[i] is not None and (keys[i] in cache.rows or keys[i] in first_of):
-                continue
+                continue  # its rows are made: its memo is not read (a memo a worker sent stays pickled)
             if keys[i] is not None:
                 first_of[keys[i]] = i
+            if pkey is not None:
+                physics = cache.physics_for(pkey)
         group: Hashable = ("physics", pkey) if pkey is not None else ("alone", i)
         jobs.setdefault(group, _Job([], physics, pkey)).workloads.append(i)
     # Training layout searches are the longest jobs: first, so that the two processes finish together.
