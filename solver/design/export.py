@@ -220,11 +220,6 @@ def _engine_version(engine: str, workload: str) -> str:
     return known[engine].version
 
 
-# Engines whose launch export writes for a replica over several servers (wide EP): vLLM's multi-node data
-# parallelism (--data-parallel-size-local, --data-parallel-start-rank, --headless on the other servers), SGLang's
-# multi-node deployment (--nnodes, --node-rank, --dist-init-addr) and TensorRT-LLM's MPI world under Slurm (srun,
-# trtllm-llmapi-launch; render/export_view.py).
-WIDE_EP_ENGINES = ("vllm", "sglang", "tensorrt-llm")
 _SPEC_FLAGS = {  # the non-MTP methods' names per engine (vLLM SpeculativeConfig.method, SGLang
     # --speculative-algorithm, TensorRT-LLM speculative_config.decoding_type), read from each engine's parser
     "vllm": {"draft": "draft_model", "eagle": "eagle"},
@@ -290,13 +285,8 @@ def _launches(
     for g, batch, expected in groups:
         policy, fraction, _ = a.memory_policy(g.tp)
         spec = catalog.gpus[g.gpu]
+        # a replica over several servers (wide EP) is launched on each of them: render/export_view.py, per engine
         servers = evaluate.replica_layout(g).servers(min(spec.scale_up_domain, spec.max_gpus_per_node))
-        if servers > 1 and a.engine not in WIDE_EP_ENGINES:
-            raise ClusterplanError(
-                f"{w.name}: an expert-parallel replica over {servers} servers (wide EP) is exported for "
-                f"{', '.join(WIDE_EP_ENGINES)}, not {a.engine}",
-                fix="pass --engine " + " or --engine ".join(WIDE_EP_ENGINES),
-            )
         launches.append(
             Launch(
                 workload=w.name, engine=a.engine, engine_version=version, model=served, planned_model=planned,
