@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from clusterplan.catalog.schema import GpuSpec, ModelArchitecture
 from clusterplan.physics import kernels, memory, moe, optimizer_memory, params, rules, training_comm
@@ -757,6 +758,19 @@ class ComputeSplit:
     attention_flops_per_s: float  # the fused attention kernel's rate
 
 
+class _SplitInputs(NamedTuple):
+    """What :func:`_compute_split` reads of a fit and its rates, beside the model, the GPU and the assumptions."""
+
+    seq: float  # tokens of a sequence
+    tp: int
+    recompute: str
+    tokens: float  # rows of each GEMM: a micro-batch's b·s/cp
+    recompute_fraction: float
+    hw_flops: float
+    rate: float
+    bytes_per_s: float
+
+
 # _compute_split per (model, GPU, assumptions) and the values it reads: a few hundred distinct in a search's 4,000.
 _SPLITS: HeldMemo[ComputeSplit] = HeldMemo()
 
@@ -774,21 +788,17 @@ def _compute_split(
     """GEMMs at ``rate`` (the plateau: ``training_mfu``) times their shape's share (:mod:`kernels`), and the
     attention core at its own kernel's rate, on the FLOPs it executes; a micro-batch's ``b·s/cp`` tokens are the
     rows of each GEMM. Memoised on what it reads of the fit."""
-    seq, tp, recompute = float(fit.job.sequence_length), fit.layout.tp, fit.layout.recompute
-    tokens = fit.settings.micro_batch * (seq / fit.layout.cp)
-    recompute_fraction = _recompute_fraction(fit)
-    key = (id(arch), id(gpu), id(a), seq, tp, recompute, tokens, recompute_fraction, hw_flops, rate, bytes_per_s)
-    return _SPLITS.get_or_make(key, (arch, gpu, a), _computed_split, arch, gpu, a, fit, hw_flops, rate, bytes_per_s)
+    seq = float(fit.job.sequence_length)
+    got = _SplitInputs(
+        seq, fit.layout.tp, fit.layout.recompute, fit.settings.micro_batch * (seq / fit.layout.cp),
+        _recompute_fraction(fit), hw_flops, rate, bytes_per_s,
+    )  # fmt: skip
+    return _SPLITS.get_or_make((id(arch), id(gpu), id(a), got), (arch, gpu, a), _computed_split, arch, gpu, a, got)
 
 
-def _computed_split(
-    arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, fit: TrainingFit, hw_flops: float, rate: float,
-    bytes_per_s: float,
-) -> ComputeSplit:  # fmt: skip
-    """:func:`_compute_split`, computed."""
-    seq, tp, recompute = float(fit.job.sequence_length), fit.layout.tp, fit.layout.recompute
-    tokens = fit.settings.micro_batch * (seq / fit.layout.cp)
-    recompute_fraction = _recompute_fraction(fit)
+def _computed_split(arch: ModelArchitecture, gpu: GpuSpec, a: Assumptions, inputs: _SplitInputs) -> ComputeSplit:
+    """:func:`_compute_split`, computed from the values it is memoised on."""
+    seq, tp, recompute, tokens, recompute_fraction, hw_flops, rate, bytes_per_s = inputs
     width = attention_width(arch)
     span = kernels.attention_span_tokens(arch, seq)
     flash = a.flash_attention
